@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+// outputFlag is the -o table|json flag shared by commands that print objects.
+type outputFlag struct{ format string }
+
+func (o *outputFlag) register(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&o.format, "output", "o", "table", "output format: table or json")
+}
+
+// print writes v as indented JSON or, for tables, lets fill lay out the rows.
+func (o *outputFlag) print(w io.Writer, v any, fill func(t *table)) error {
+	switch o.format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "table", "":
+		t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+		fill(t)
+		return t.tw.Flush()
+	default:
+		return fmt.Errorf("unknown output format %q: use -o table or -o json", o.format)
+	}
+}
+
+type table struct{ tw *tabwriter.Writer }
+
+func (t *table) header(cols ...string) { t.row(cols...) }
+
+func (t *table) row(cols ...string) {
+	fmt.Fprintln(t.tw, strings.Join(cols, "\t"))
+}

@@ -1,0 +1,54 @@
+// Package cli holds steward's cobra commands.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Execute runs the steward command line and returns the process exit code.
+func Execute() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewRootCommand()
+	if err := root.ExecuteContext(ctx); err != nil {
+		var exit *ExitError
+		if errors.As(err, &exit) {
+			if exit.Message != "" {
+				fmt.Fprintln(os.Stderr, "Error:", exit.Message)
+			}
+			return exit.Code
+		}
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		return 1
+	}
+	return 0
+}
+
+// ExitError ends the program with a given exit code (e.g. 2 for "verification found problems").
+type ExitError struct {
+	Code    int
+	Message string
+}
+
+func (e *ExitError) Error() string { return e.Message }
+
+// NewRootCommand builds the full command tree.
+func NewRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "steward",
+		Short:         "Self-healing etcd clusters with continuous, point-in-time backups",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newVersionCommand(),
+	)
+	return root
+}
