@@ -49,6 +49,9 @@ func NewRootCommand() *cobra.Command {
 	}
 	root.AddCommand(
 		newVersionCommand(),
+		newEtcdCommand(),
+		newSidecarCommand(),
+		newLocalCommand(),
 	)
 	return root
 }

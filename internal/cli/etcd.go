@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"errors"
+
+	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+func newEtcdCommand() *cobra.Command {
+	var (
+		sidecar, configFile, healthListen, logLevel string
+		flagCfg                                     etcdproc.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "etcd",
+		Short: "Run an etcd member in this process",
+		Long: `Run an etcd member (embedded etcd server) in this process.
+
+With --sidecar URL it asks its sidecar to initialise the member, waits until it has, fetches
+the generated configuration and starts on it. Standalone it takes an etcd configuration file
+(--config-file, etcd's own format) or the flags below.
+
+--listen-health serves /readyz (200 only when a linearizable read succeeds) and /livez.
+On SIGTERM or SIGINT it stops cleanly and leaves a clean-shutdown marker in the data dir.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lg, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			defer lg.Sync() //nolint:errcheck
+			ctx := cmd.Context()
+			var cfg *embed.Config
+			switch {
+			case sidecar != "" && configFile != "":
+				return errors.New("--sidecar and --config-file exclude each other: the sidecar generates the configuration")
+			case sidecar != "":
+				b, err := etcdproc.ConfigFromSidecar(ctx, lg, sidecar)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				cfg, err = etcdproc.LoadConfigBytes(b)
+				if err != nil {
+					return err
+				}
+			case configFile != "":
+				cfg, err = etcdproc.LoadConfigFile(configFile)
+				if err != nil {
+					return err
+				}
+			default:
+				if flagCfg.Name == "" || flagCfg.DataDir == "" {
+					return errors.New("give --sidecar URL, --config-file FILE, or at least --name and --data-dir")
+				}
+				b, err := flagCfg.Marshal()
+				if err != nil {
+					return err
+				}
+				cfg, err = etcdproc.LoadConfigBytes(b)
+				if err != nil {
+					return err
+				}
+			}
+			cfg.Logger = "zap"
+			cfg.LogOutputs = []string{"stderr"}
+			return etcdproc.Run(ctx, etcdproc.Options{Config: cfg, HealthListen: healthListen, Logger: lg})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sidecar, "sidecar", "", "base URL of this member's sidecar; the configuration comes from it")
+	f.StringVar(&configFile, "config-file", "", "etcd configuration file (etcd's YAML format)")
+	f.StringVar(&healthListen, "listen-health", "", "host:port to serve /readyz and /livez on")
+	f.StringVar(&logLevel, "log-level", "info", "log level of steward's own messages")
+	f.StringVar(&flagCfg.Name, "name", "", "member name (standalone)")
+	f.StringVar(&flagCfg.DataDir, "data-dir", "", "data directory (standalone)")
+	f.StringVar(&flagCfg.ListenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "client URLs to listen on (standalone)")
+	f.StringVar(&flagCfg.AdvertiseClientURLs, "advertise-client-urls", "http://127.0.0.1:2379", "client URLs to advertise (standalone)")
+	f.StringVar(&flagCfg.ListenPeerURLs, "listen-peer-urls", "http://127.0.0.1:2380", "peer URLs to listen on (standalone)")
+	f.StringVar(&flagCfg.InitialAdvertisePeerURLs, "initial-advertise-peer-urls", "http://127.0.0.1:2380", "peer URLs to advertise (standalone)")
+	f.StringVar(&flagCfg.InitialCluster, "initial-cluster", "", "initial cluster, name=peerURL,... (standalone; default: this member alone)")
+	f.StringVar(&flagCfg.InitialClusterState, "initial-cluster-state", "new", "new or existing (standalone)")
+	f.StringVar(&flagCfg.InitialClusterToken, "initial-cluster-token", "steward", "initial cluster token (standalone)")
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if flagCfg.InitialCluster == "" && flagCfg.Name != "" {
+			flagCfg.InitialCluster = flagCfg.Name + "=" + flagCfg.InitialAdvertisePeerURLs
+		}
+		return nil
+	}
+	return cmd
+}

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/member"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+)
+
+func newSidecarCommand() *cobra.Command {
+	var (
+		cfg                      member.Config
+		listen, localDir, logLvl string
+	)
+	cmd := &cobra.Command{
+		Use:   "sidecar",
+		Short: "Run the member agent beside an etcd member",
+		Long: `Run the sidecar beside one etcd member: it inspects the member's data dir and the cluster,
+decides how the member starts, generates its etcd configuration, and serves:
+
+  POST /v1/init     start initialising the member
+  GET  /v1/init     initialisation state: new | running | succeeded | failed, with a message
+  GET  /v1/config   the generated etcd configuration (after a successful initialisation)
+  GET  /healthz     the sidecar is up
+  GET  /metrics     Prometheus metrics`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lg, err := newLogger(logLvl)
+			if err != nil {
+				return err
+			}
+			defer lg.Sync() //nolint:errcheck
+			if localDir == "" {
+				return errors.New("--local-dir is required: the sidecar needs a cluster view (the local supervisor's directory)")
+			}
+			cfg.View = local.View{Dir: localDir}
+			cfg.Logger = lg
+			sc, err := member.New(cfg)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("sidecar API on %s: %w (is another member using this port?)", listen, err)
+			}
+			lg.Info("sidecar serving", zap.String("member", cfg.Name), zap.String("listen", ln.Addr().String()))
+			return sc.Serve(cmd.Context(), ln)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Name, "name", "", "this member's name in the cluster")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "the member's etcd data directory")
+	f.StringVar(&listen, "listen", "127.0.0.1:2381", "host:port of the sidecar API")
+	f.StringVar(&localDir, "local-dir", "", "directory of the local supervisor whose cluster this member belongs to")
+	f.StringVar(&logLvl, "log-level", "info", "log level")
+	f.StringVar(&cfg.Etcd.LogLevel, "etcd-log-level", "info", "log level written into the generated etcd configuration")
+	f.Uint64Var(&cfg.Etcd.SnapshotCount, "etcd-snapshot-count", 10000, "etcd snapshot-count for the generated configuration")
+	_ = cmd.MarkFlagRequired("name")
+	_ = cmd.MarkFlagRequired("data-dir")
+	return cmd
+}

@@ -1,0 +1,64 @@
+// Package etcdproc runs an etcd server inside the steward process (`steward etcd`): it obtains
+// its configuration (from its sidecar, a file or flags), serves health endpoints and records
+// how it stopped.
+package etcdproc
+
+import (
+	"fmt"
+	"os"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the subset of etcd's configuration file that steward generates. Field names are
+// etcd's own (the format of `etcd --config-file`), so a generated file is a valid etcd config.
+type Config struct {
+	Name                     string `json:"name"`
+	DataDir                  string `json:"data-dir"`
+	ListenClientURLs         string `json:"listen-client-urls"`
+	AdvertiseClientURLs      string `json:"advertise-client-urls"`
+	ListenPeerURLs           string `json:"listen-peer-urls"`
+	InitialAdvertisePeerURLs string `json:"initial-advertise-peer-urls"`
+	InitialCluster           string `json:"initial-cluster"`
+	InitialClusterState      string `json:"initial-cluster-state"`
+	InitialClusterToken      string `json:"initial-cluster-token"`
+	ForceNewCluster          bool   `json:"force-new-cluster,omitempty"`
+	SnapshotCount            uint64 `json:"snapshot-count,omitempty"`
+	HeartbeatIntervalMs      uint   `json:"heartbeat-interval,omitempty"`
+	ElectionTimeoutMs        uint   `json:"election-timeout,omitempty"`
+	QuotaBackendBytes        int64  `json:"quota-backend-bytes,omitempty"`
+	AutoCompactionMode       string `json:"auto-compaction-mode,omitempty"`
+	AutoCompactionRetention  string `json:"auto-compaction-retention,omitempty"`
+	LogLevel                 string `json:"log-level,omitempty"`
+}
+
+// Marshal renders c as etcd's YAML configuration file.
+func (c Config) Marshal() ([]byte, error) { return yaml.Marshal(c) }
+
+// LoadConfigBytes parses an etcd YAML configuration (any option etcd's own file accepts).
+func LoadConfigBytes(b []byte) (*embed.Config, error) {
+	// embed only reads configuration from a path; go through a private temporary file.
+	f, err := os.CreateTemp("", "steward-etcd-*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	return LoadConfigFile(f.Name())
+}
+
+// LoadConfigFile parses an etcd YAML configuration file.
+func LoadConfigFile(path string) (*embed.Config, error) {
+	cfg, err := embed.ConfigFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("etcd configuration %s: %w", path, err)
+	}
+	return cfg, nil
+}

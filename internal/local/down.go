@@ -1,0 +1,85 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DownOptions configure Down.
+type DownOptions struct {
+	Dir string
+	// Purge removes DIR after the cluster stopped.
+	Purge bool
+	// Timeout bounds the wait for a graceful stop.
+	Timeout time.Duration
+}
+
+// Down stops the cluster in dir gracefully (the supervisor stops etcd members, then
+// sidecars) and waits until it has. Data is kept unless Purge is set.
+func Down(ctx context.Context, opts DownOptions) error {
+	dir := opts.Dir
+	if opts.Timeout == 0 {
+		opts.Timeout = 90 * time.Second
+	}
+	if _, ok, err := ReadSpec(dir); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("no local cluster in %s: nothing to stop", dir)
+	}
+	if pid, running := SupervisorRunning(dir); running {
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			return fmt.Errorf("signal supervisor pid %d: %w", pid, err)
+		}
+		deadline := time.Now().Add(opts.Timeout)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, still := SupervisorRunning(dir); !still {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("supervisor pid %d did not stop within %s; see %s", pid, opts.Timeout, filepath.Join(dir, "logs"))
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+		}
+	}
+	// A supervisor killed with SIGKILL may leave members behind: stop those of this DIR.
+	if st, err := ReadState(dir); err == nil {
+		for _, m := range st.Members {
+			for _, pid := range []int{m.EtcdPID, m.SidecarPID} {
+				if ownChild(dir, pid) {
+					_ = syscall.Kill(pid, syscall.SIGTERM)
+				}
+			}
+		}
+	}
+	if opts.Purge {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("purge %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// ownChild reports whether pid runs this DIR's steward binary.
+func ownChild(dir string, pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	abs, _ := filepath.Abs(filepath.Join(dir, binFile))
+	exe := strings.SplitN(string(cmdline), "\x00", 2)[0]
+	return exe == filepath.Join(dir, binFile) || exe == abs
+}

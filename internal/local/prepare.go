@@ -1,0 +1,222 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// UpOptions configure Up.
+type UpOptions struct {
+	Dir string
+	// Name names a new cluster; ignored for an existing one.
+	Name string
+	// Members is the size of a new cluster. For an existing cluster it must be 0 or equal
+	// to the existing size.
+	Members int
+	// BasePort is where the search for free ports starts for a new cluster.
+	BasePort int
+	// Binary is the steward executable the members run; default: this process's own.
+	Binary string
+	// ReadyTimeout bounds the wait for all members to become healthy.
+	ReadyTimeout time.Duration
+	// StopGrace bounds how long each process may take to stop before it is killed.
+	StopGrace time.Duration
+	// Logf receives the supervisor's log lines.
+	Logf func(format string, args ...any)
+	// OnReady is called once, when every member is healthy.
+	OnReady func(spec Spec)
+}
+
+func (o *UpOptions) defaults() {
+	if o.Name == "" {
+		o.Name = "steward"
+	}
+	if o.BasePort == 0 {
+		o.BasePort = 2379
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 2 * time.Minute
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = 30 * time.Second
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+}
+
+// Prepare checks that Up can run in opts.Dir and returns the cluster it would start: the
+// existing one, or a new one with freshly chosen ports (written to DIR/cluster.json). It
+// never removes anything from DIR.
+func Prepare(opts UpOptions) (Spec, error) {
+	opts.defaults()
+	dir := opts.Dir
+	if pid, running := SupervisorRunning(dir); running {
+		return Spec{}, fmt.Errorf("the cluster in %s is already running (supervisor pid %d): see `steward local status --dir %s`, or stop it with `steward local down --dir %s`", dir, pid, dir, dir)
+	}
+	spec, ok, err := ReadSpec(dir)
+	if err != nil {
+		return Spec{}, err
+	}
+	if ok {
+		if opts.Members != 0 && opts.Members != len(spec.Members) {
+			return Spec{}, fmt.Errorf("%s holds the %d-member cluster %q; run `steward local up` without --members to start it, or use another --dir for a %d-member cluster", dir, len(spec.Members), spec.Name, opts.Members)
+		}
+		for _, m := range spec.Members {
+			for _, port := range []struct {
+				what string
+				n    int
+			}{{"client", m.ClientPort}, {"peer", m.PeerPort}, {"sidecar", m.SidecarPort}, {"health", m.HealthPort}} {
+				if !portFree(spec.Host, port.n) {
+					return Spec{}, fmt.Errorf("port %d (member %s %s port) is in use by another process; the cluster in %s keeps its ports, so stop whatever uses port %d and run `steward local up --dir %s` again", port.n, m.Name, port.what, dir, port.n, dir)
+				}
+			}
+		}
+		return spec, nil
+	}
+	if err := checkForeignDir(dir); err != nil {
+		return Spec{}, err
+	}
+	if opts.Members == 0 {
+		opts.Members = 3
+	}
+	if opts.Members < 1 || opts.Members > 9 {
+		return Spec{}, fmt.Errorf("--members %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", opts.Members)
+	}
+	spec = Spec{Name: opts.Name, Token: newToken(opts.Name), Host: "127.0.0.1", CreatedAt: time.Now().UTC()}
+	ports, err := freePorts(spec.Host, opts.BasePort, 4*opts.Members)
+	if err != nil {
+		return Spec{}, err
+	}
+	// Client and peer ports first (2379, 2380, 2381, ... by default), then sidecar and health.
+	for i := 0; i < opts.Members; i++ {
+		spec.Members = append(spec.Members, MemberSpec{
+			Name:        fmt.Sprintf("m%d", i),
+			ClientPort:  ports[2*i],
+			PeerPort:    ports[2*i+1],
+			SidecarPort: ports[2*opts.Members+2*i],
+			HealthPort:  ports[2*opts.Members+2*i+1],
+		})
+	}
+	for _, sub := range []string{"run", "logs", "bin", "members"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return Spec{}, fmt.Errorf("create %s: %w", filepath.Join(dir, sub), err)
+		}
+	}
+	if err := writeSpec(dir, spec); err != nil {
+		return Spec{}, fmt.Errorf("write %s: %w", filepath.Join(dir, specFile), err)
+	}
+	return spec, nil
+}
+
+// checkForeignDir refuses a non-empty directory that is not a steward local directory.
+func checkForeignDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read --dir %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		switch e.Name() {
+		case "run", "logs", "bin", "members":
+			continue // left by an `up` that failed before it wrote cluster.json
+		}
+		return fmt.Errorf("%s is not empty and holds no steward cluster (found %q); choose an empty or new --dir", dir, e.Name())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "members")); err == nil {
+		if sub, _ := os.ReadDir(filepath.Join(dir, "members")); len(sub) > 0 {
+			return fmt.Errorf("%s has member data but no cluster.json; restore cluster.json or choose another --dir (nothing was changed)", dir)
+		}
+	}
+	return nil
+}
+
+func portFree(host string, port int) bool {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(port)))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
+
+func freePorts(host string, from, n int) ([]int, error) {
+	var out []int
+	for p := from; p < 65536 && len(out) < n; p++ {
+		if portFree(host, p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("found only %d free ports from %d up, need %d; pass a lower --base-port", len(out), from, n)
+	}
+	return out, nil
+}
+
+// lock takes the supervisor lock of dir; it is released when the process exits.
+func lock(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockFile)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		pid, _ := SupervisorRunning(dir)
+		return nil, fmt.Errorf("the cluster in %s is already running (supervisor pid %d): see `steward local status --dir %s`, or stop it with `steward local down --dir %s`", dir, pid, dir, dir)
+	}
+	_ = f.Truncate(0)
+	_, _ = fmt.Fprintf(f, "%d\n", os.Getpid())
+	return f, nil
+}
+
+// SupervisorRunning reports whether a supervisor holds dir's lock, and its pid.
+func SupervisorRunning(dir string) (pid int, running bool) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return 0, false
+	}
+	_, _ = fmt.Fscan(f, &pid)
+	return pid, true
+}
+
+// installBinary copies the running steward executable into DIR/bin, so members keep a
+// binary to restart from even when the original goes away (e.g. `go run`'s temporary build).
+func installBinary(dir, src string) (string, error) {
+	dst := filepath.Join(dir, binFile)
+	in, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("read steward executable %s: %w", src, err)
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".steward-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("copy steward executable to %s: %w", dst, err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return dst, os.Rename(tmp.Name(), dst)
+}

@@ -1,0 +1,175 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Report is the output of `steward local status`. Other tools parse its JSON: keep names.
+type Report struct {
+	Cluster    ClusterReport    `json:"cluster"`
+	Members    []MemberReport   `json:"members"`
+	Supervisor SupervisorReport `json:"supervisor"`
+}
+
+// ClusterReport summarises the cluster.
+type ClusterReport struct {
+	Name      string `json:"name"`
+	ClusterID string `json:"clusterID"`
+	// Size is the number of members in etcd's member list (the desired size if no member answers).
+	Size   int    `json:"size"`
+	Leader string `json:"leader"`
+}
+
+// MemberReport is one member as etcd and the supervisor see it.
+type MemberReport struct {
+	Name       string `json:"name"`
+	ID         string `json:"id"`
+	ClientURL  string `json:"clientURL"`
+	PeerURL    string `json:"peerURL"`
+	Role       string `json:"role"` // leader | follower | learner
+	Healthy    bool   `json:"healthy"`
+	Revision   int64  `json:"revision"`
+	DBSize     int64  `json:"dbSize"`
+	DataDir    string `json:"dataDir"`
+	EtcdPID    int    `json:"etcdPid"`
+	SidecarPID int    `json:"sidecarPid"`
+}
+
+// SupervisorReport says whether the supervisor runs.
+type SupervisorReport struct {
+	Running bool   `json:"running"`
+	PID     int    `json:"pid,omitempty"`
+	Phase   string `json:"phase,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Status reports the cluster in dir as etcd itself reports it (member list and each
+// member's status), together with the supervisor's processes.
+func Status(ctx context.Context, dir string) (Report, error) {
+	spec, ok, err := ReadSpec(dir)
+	if err != nil {
+		return Report{}, err
+	}
+	if !ok {
+		return Report{}, fmt.Errorf("no local cluster in %s: start one with `steward local up --dir %s`", dir, dir)
+	}
+	st, err := ReadState(dir)
+	if err != nil {
+		return Report{}, fmt.Errorf("read %s: %w", stateFile, err)
+	}
+	pid, running := SupervisorRunning(dir)
+	rep := Report{
+		Cluster:    ClusterReport{Name: spec.Name, Size: len(spec.Members)},
+		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error},
+	}
+	if !running {
+		rep.Supervisor.Phase = PhaseStopped
+	}
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: spec.ClientURLs(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return Report{}, err
+	}
+	defer cli.Close()
+
+	var list []*etcdserverpb.Member
+	if running {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := cli.MemberList(lctx)
+		cancel()
+		if err == nil {
+			list = resp.Members
+			rep.Cluster.Size = len(list)
+			rep.Cluster.ClusterID = fmt.Sprintf("%x", resp.Header.ClusterId)
+		}
+	}
+
+	byName := map[string]*etcdserverpb.Member{}
+	for _, m := range list {
+		byName[m.Name] = m
+	}
+	states := map[string]MemberState{}
+	for _, m := range st.Members {
+		states[m.Name] = m
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	reports := make([]MemberReport, len(spec.Members))
+	var wg sync.WaitGroup
+	for i, ms := range spec.Members {
+		r := &reports[i]
+		*r = MemberReport{Name: ms.Name, ClientURL: spec.ClientURL(ms), PeerURL: spec.PeerURL(ms),
+			DataDir: MemberDataDir(dir, ms.Name), Role: "follower"}
+		if running {
+			r.EtcdPID, r.SidecarPID = states[ms.Name].EtcdPID, states[ms.Name].SidecarPID
+		}
+		if em, ok := byName[ms.Name]; ok {
+			r.ID = fmt.Sprintf("%x", em.ID)
+			if em.IsLearner {
+				r.Role = "learner"
+			}
+		}
+		if !running {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Healthy = httpOK(ctx, hc, spec.HealthURL(ms)+"/readyz")
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			s, err := cli.Status(sctx, r.ClientURL)
+			if err != nil {
+				return
+			}
+			r.ID = fmt.Sprintf("%x", s.Header.MemberId)
+			r.Revision, r.DBSize = s.Header.Revision, s.DbSize
+			if s.IsLearner {
+				r.Role = "learner"
+			} else if s.Leader == s.Header.MemberId {
+				r.Role = "leader"
+			}
+		}()
+	}
+	wg.Wait()
+	for _, r := range reports {
+		if r.Role == "leader" {
+			rep.Cluster.Leader = r.Name
+		}
+	}
+	// Members etcd knows that are not in the desired cluster (e.g. left over from a scale-in).
+	for _, m := range list {
+		if _, ok := spec.memberView().Member(m.Name); !ok {
+			name := m.Name
+			if name == "" {
+				name = "(unstarted)"
+			}
+			reports = append(reports, MemberReport{Name: name, ID: fmt.Sprintf("%x", m.ID), Role: roleOf(m), PeerURL: first(m.PeerURLs), ClientURL: first(m.ClientURLs)})
+		}
+	}
+	sort.SliceStable(reports, func(i, j int) bool { return reports[i].Name < reports[j].Name })
+	rep.Members = reports
+	return rep, nil
+}
+
+func roleOf(m *etcdserverpb.Member) string {
+	if m.IsLearner {
+		return "learner"
+	}
+	return "follower"
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
