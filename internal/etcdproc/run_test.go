@@ -1,0 +1,175 @@
+package etcdproc_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+type staticView struct {
+	spec   member.ClusterSpec
+	status member.ClusterStatus
+}
+
+func (v staticView) Desired(context.Context) (member.ClusterSpec, error)  { return v.spec, nil }
+func (v staticView) Status(context.Context) (member.ClusterStatus, error) { return v.status, nil }
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func httpStatus(url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestMemberStartsThroughSidecar runs the handshake steward etcd does with its sidecar:
+// POST /v1/init, wait, GET /v1/config, start; then /readyz, a clean stop and its marker, and
+// a restart on the same data that the sidecar recognises as a restart.
+func TestMemberStartsThroughSidecar(t *testing.T) {
+	dataDir := t.TempDir()
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	view := staticView{spec: member.ClusterSpec{Name: "t", Token: "t-token",
+		Members: []member.MemberSpec{{Name: "m0", ClientURL: clientURL, PeerURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}}}}
+	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view, Etcd: etcdproc.Config{LogLevel: "error"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(sc.Handler())
+	defer api.Close()
+
+	if code := httpStatus(api.URL + "/v1/config"); code != http.StatusConflict {
+		t.Fatalf("GET /v1/config before init: %d, want 409", code)
+	}
+
+	start := func(wantCase string) (stop func()) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		b, err := etcdproc.ConfigFromSidecar(ctx, zap.NewNop(), api.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get(api.URL + "/v1/init")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := make([]byte, 4096)
+		n, _ := resp.Body.Read(body)
+		resp.Body.Close()
+		if !strings.Contains(string(body[:n]), `"case":"`+wantCase+`"`) {
+			t.Fatalf("init status %s; want case %s", body[:n], wantCase)
+		}
+		cfg, err := etcdproc.LoadConfigBytes(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.LogLevel = "error"
+		health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		done := make(chan error, 1)
+		go func() { done <- etcdproc.Run(ctx, etcdproc.Options{Config: cfg, HealthListen: health}) }()
+		testutil.Eventually(t, 30*time.Second, "/readyz", func() error {
+			if code := httpStatus("http://" + health + "/readyz"); code != http.StatusOK {
+				return fmt.Errorf("readyz %d", code)
+			}
+			return nil
+		})
+		if code := httpStatus("http://" + health + "/livez"); code != http.StatusOK {
+			t.Fatalf("livez %d", code)
+		}
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		}
+	}
+
+	stop := start("BootstrapFirstMember")
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{clientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, "/a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	s, clean, err := datadir.ReadShutdown(dataDir)
+	if err != nil || !clean || s.Revision != 2 {
+		t.Fatalf("clean-shutdown marker: %+v clean=%t err=%v; want revision 2", s, clean, err)
+	}
+	state, err := datadir.Inspect(dataDir)
+	if err != nil || !state.Valid() || state.Revision != 2 || state.MemberID == 0 {
+		t.Fatalf("inspect after stop: %+v %v", state, err)
+	}
+
+	stop = start("RestartNonQuorate") // the static view lists no ready member
+	if _, clean, _ := datadir.ReadShutdown(dataDir); clean {
+		t.Fatal("clean-shutdown marker still present while etcd runs")
+	}
+	resp, err := c.Get(ctx, "/a")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("data after restart: %v %v", resp, err)
+	}
+	stop()
+}
+
+// TestSidecarReportsUnhandledState checks that a state the sidecar cannot handle yet fails
+// initialisation with the reason, and leaves the data dir alone.
+func TestSidecarReportsUnhandledState(t *testing.T) {
+	dataDir := t.TempDir()
+	if err := os.MkdirAll(dataDir+"/member/snap", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(datadir.DBPath(dataDir), []byte("not a database"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	view := staticView{spec: member.ClusterSpec{Name: "t", Token: "x", Members: []member.MemberSpec{{Name: "m0", ClientURL: "http://127.0.0.1:1", PeerURL: "http://127.0.0.1:2"}}}}
+	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(sc.Handler())
+	defer api.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = etcdproc.ConfigFromSidecar(ctx, zap.NewNop(), api.URL)
+	if err == nil || !strings.Contains(err.Error(), "database") || !strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("init on a damaged database: %v", err)
+	}
+	if b, _ := os.ReadFile(datadir.DBPath(dataDir)); string(b) != "not a database" {
+		t.Fatal("data dir was modified")
+	}
+}
+
+func TestLoadConfigRejectsBadFile(t *testing.T) {
+	_, err := etcdproc.LoadConfigBytes([]byte("name: [unclosed"))
+	if err == nil {
+		t.Fatal("bad YAML accepted")
+	}
+}

@@ -1,0 +1,79 @@
+// Package testutil has helpers shared by steward's integration tests: building the steward
+// binary once, and polling with deadlines.
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// StewardBinary builds cmd/steward once per test process and returns its path.
+func StewardBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "steward-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "steward")
+		cmd := exec.Command("go", "build", "-o", binPath, "github.com/etcd-steward/steward/cmd/steward")
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build steward: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// RepoRoot is the module root.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Tool returns the path of a binary built by `make tools` into bin/ (etcdctl, etcdutl). If it
+// is missing the test is skipped, unless STEWARD_REQUIRE_TOOLS is set (as `make test` does).
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(RepoRoot(), "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("STEWARD_REQUIRE_TOOLS") != "" {
+			t.Fatalf("%s is missing; run `make tools`", p)
+		}
+		t.Skipf("%s is missing; run `make tools` (or `make test`, which builds it)", p)
+	}
+	return p
+}
+
+// Eventually polls cond every interval until it returns nil or timeout passes, then fails
+// the test with cond's last error.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = cond(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond) // poll interval, not synchronisation
+	}
+}
