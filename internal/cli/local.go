@@ -81,6 +81,8 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f.IntVar(&opts.Members, "members", 3, "number of members of a new cluster")
 	f.IntVar(&opts.BasePort, "base-port", 2379, "first port to try; members take the first free ports from here up")
 	f.StringVar(&opts.Name, "name", "steward", "name of a new cluster")
+	f.StringVar(&opts.Backup, "backup", "", "backup store URL (default file://DIR/backups for a new cluster; \"none\" turns backups off)")
+	f.StringSliceVar(&opts.SidecarArgs, "sidecar-arg", nil, "extra flag for every sidecar, e.g. --sidecar-arg=--delta-period=1s (repeatable)")
 	f.BoolVar(&detach, "detach", false, "run the supervisor in the background; return once the cluster is healthy")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for every member to become healthy")
 	f.BoolVar(&child, "supervisor-child", false, "internal: this is the background supervisor started by --detach")
@@ -108,6 +110,9 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 	args := []string{"local", "up", "--supervisor-child", "--dir", opts.Dir, "--timeout", opts.ReadyTimeout.String()}
 	if opts.Members != 0 {
 		args = append(args, "--members", strconv.Itoa(opts.Members))
+	}
+	for _, a := range opts.SidecarArgs {
+		args = append(args, "--sidecar-arg="+a)
 	}
 	child := exec.Command(self, args...)
 	child.Stdout, child.Stderr = logFile, logFile
@@ -206,6 +211,13 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 		sup = fmt.Sprintf("running (pid %d, %s)", rep.Supervisor.PID, rep.Supervisor.Phase)
 	}
 	fmt.Fprintf(w, "\ncluster %s  id %s  size %d  leader %s  supervisor %s\n", rep.Cluster.Name, orDash(rep.Cluster.ClusterID), rep.Cluster.Size, orDash(rep.Cluster.Leader), sup)
+	if b := rep.Backup; b != nil {
+		fmt.Fprintf(w, "backup  ready %t  full rev %d (%s)  delta rev %d (%s)  store %s\n", b.Ready,
+			b.LatestFullRevision, ago(b.LatestFullTime), b.LatestDeltaRevision, ago(b.LatestDeltaTime), b.Store)
+		if b.LastError != "" {
+			fmt.Fprintf(w, "backup  last error: %s\n", b.LastError)
+		}
+	}
 	return nil
 }
 
@@ -248,6 +260,13 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return time.Since(t).Round(time.Second).String() + " ago"
 }
 
 func orDash(s string) string {

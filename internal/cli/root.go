@@ -52,6 +52,7 @@ func NewRootCommand() *cobra.Command {
 		newEtcdCommand(),
 		newSidecarCommand(),
 		newLocalCommand(),
+		newBackupCommand(),
 	)
 	return root
 }

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
+
+	retentionpkg "github.com/etcd-steward/steward/internal/backup/retention"
 
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/member"
@@ -13,8 +16,8 @@ import (
 
 func newSidecarCommand() *cobra.Command {
 	var (
-		cfg                      member.Config
-		listen, localDir, logLvl string
+		cfg                                 member.Config
+		listen, localDir, logLvl, retention string
 	)
 	cmd := &cobra.Command{
 		Use:   "sidecar",
@@ -36,6 +39,13 @@ decides how the member starts, generates its etcd configuration, and serves:
 			defer lg.Sync() //nolint:errcheck
 			if localDir == "" {
 				return errors.New("--local-dir is required: the sidecar needs a cluster view (the local supervisor's directory)")
+			}
+			if retention != "" {
+				p, err := retentionpkg.ParsePolicy(retention)
+				if err != nil {
+					return fmt.Errorf("--retention: %w", err)
+				}
+				cfg.Backup.Retention = p
 			}
 			cfg.View = local.View{Dir: localDir}
 			cfg.Logger = lg
@@ -59,6 +69,11 @@ decides how the member starts, generates its etcd configuration, and serves:
 	f.StringVar(&logLvl, "log-level", "info", "log level")
 	f.StringVar(&cfg.Etcd.LogLevel, "etcd-log-level", "info", "log level written into the generated etcd configuration")
 	f.Uint64Var(&cfg.Etcd.SnapshotCount, "etcd-snapshot-count", 10000, "etcd snapshot-count for the generated configuration")
+	f.StringVar(&cfg.Backup.StoreURL, "store", "", "backup store URL (file://, mem://, s3://, gs://, azblob://); empty: no backups")
+	f.DurationVar(&cfg.Backup.DeltaPeriod, "delta-period", 5*time.Second, "how often delta snapshots are written")
+	f.IntVar(&cfg.Backup.DeltaMaxBytes, "delta-max-bytes", 16<<20, "write a delta early once it holds this many bytes")
+	f.StringVar(&cfg.Backup.FullSchedule, "full-schedule", "@hourly", "cron schedule of full snapshots")
+	f.StringVar(&retention, "retention", "exponential", "backup retention policy: exponential or limit:N (empty: keep everything)")
 	_ = cmd.MarkFlagRequired("name")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd

@@ -28,15 +28,18 @@ type running struct {
 }
 
 func startCluster(t *testing.T, dir string, members, basePort int) *running {
+	return startClusterWith(t, UpOptions{Dir: dir, Members: members, BasePort: basePort, Backup: "none"})
+}
+
+func startClusterWith(t *testing.T, opts UpOptions) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Spec, 1)
-	r := &running{t: t, dir: dir, cancel: cancel, done: make(chan error, 1)}
-	go func() {
-		r.done <- Up(ctx, UpOptions{Dir: dir, Members: members, BasePort: basePort, Binary: testutil.StewardBinary(t),
-			ReadyTimeout: 90 * time.Second, StopGrace: 20 * time.Second, Logf: t.Logf,
-			OnReady: func(s Spec) { ready <- s }})
-	}()
+	r := &running{t: t, dir: opts.Dir, cancel: cancel, done: make(chan error, 1)}
+	opts.Binary = testutil.StewardBinary(t)
+	opts.ReadyTimeout, opts.StopGrace, opts.Logf = 90*time.Second, 20*time.Second, t.Logf
+	opts.OnReady = func(s Spec) { ready <- s }
+	go func() { r.done <- Up(ctx, opts) }()
 	select {
 	case r.spec = <-ready:
 	case err := <-r.done:

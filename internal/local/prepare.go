@@ -19,6 +19,9 @@ type UpOptions struct {
 	// Members is the size of a new cluster. For an existing cluster it must be 0 or equal
 	// to the existing size.
 	Members int
+	// Backup is the backup store URL: "" keeps the cluster's setting (file://DIR/backups for a
+	// new cluster), "none" turns backups off.
+	Backup string
 	// BasePort is where the search for free ports starts for a new cluster.
 	BasePort int
 	// Binary is the steward executable the members run; default: this process's own.
@@ -29,6 +32,8 @@ type UpOptions struct {
 	StopGrace time.Duration
 	// Logf receives the supervisor's log lines.
 	Logf func(format string, args ...any)
+	// SidecarArgs are extra flags for every sidecar when backups are on (e.g. --delta-period 1s).
+	SidecarArgs []string
 	// OnReady is called once, when every member is healthy.
 	OnReady func(spec Spec)
 }
@@ -78,6 +83,12 @@ func Prepare(opts UpOptions) (Spec, error) {
 				}
 			}
 		}
+		if opts.Backup != "" && backupURL(dir, opts.Backup) != spec.Backup {
+			spec.Backup = backupURL(dir, opts.Backup)
+			if err := writeSpec(dir, spec); err != nil {
+				return Spec{}, err
+			}
+		}
 		return spec, nil
 	}
 	if err := checkForeignDir(dir); err != nil {
@@ -89,7 +100,7 @@ func Prepare(opts UpOptions) (Spec, error) {
 	if opts.Members < 1 || opts.Members > 9 {
 		return Spec{}, fmt.Errorf("--members %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", opts.Members)
 	}
-	spec = Spec{Name: opts.Name, Token: newToken(opts.Name), Host: "127.0.0.1", CreatedAt: time.Now().UTC()}
+	spec = Spec{Name: opts.Name, Token: newToken(opts.Name), Host: "127.0.0.1", CreatedAt: time.Now().UTC(), Backup: backupURL(dir, opts.Backup)}
 	ports, err := freePorts(spec.Host, opts.BasePort, 4*opts.Members)
 	if err != nil {
 		return Spec{}, err
@@ -115,6 +126,17 @@ func Prepare(opts UpOptions) (Spec, error) {
 	return spec, nil
 }
 
+// backupURL resolves the --backup flag: default file://DIR/backups, "none" for no backups.
+func backupURL(dir, flag string) string {
+	switch flag {
+	case "":
+		return "file://" + filepath.Join(dir, "backups")
+	case "none":
+		return ""
+	}
+	return flag
+}
+
 // checkForeignDir refuses a non-empty directory that is not a steward local directory.
 func checkForeignDir(dir string) error {
 	entries, err := os.ReadDir(dir)
@@ -126,7 +148,7 @@ func checkForeignDir(dir string) error {
 	}
 	for _, e := range entries {
 		switch e.Name() {
-		case "run", "logs", "bin", "members":
+		case "run", "logs", "bin", "members", "backups":
 			continue // left by an `up` that failed before it wrote cluster.json
 		}
 		return fmt.Errorf("%s is not empty and holds no steward cluster (found %q); choose an empty or new --dir", dir, e.Name())

@@ -29,11 +29,13 @@ const (
 // Spec is the desired cluster, kept in DIR/cluster.json. Its ports are part of each member's
 // identity (peer URLs), so they are chosen once and kept.
 type Spec struct {
-	Name      string       `json:"name"`
-	Token     string       `json:"token"`
-	Host      string       `json:"host"`
-	CreatedAt time.Time    `json:"createdAt"`
-	Members   []MemberSpec `json:"members"`
+	Name      string    `json:"name"`
+	Token     string    `json:"token"`
+	Host      string    `json:"host"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Backup is the backup store URL the sidecars write to; empty: no backups.
+	Backup  string       `json:"backup,omitempty"`
+	Members []MemberSpec `json:"members"`
 }
 
 // MemberSpec is one member's name and ports.
@@ -106,7 +108,7 @@ func writeSpec(dir string, spec Spec) error {
 func (s Spec) memberView() member.ClusterSpec {
 	out := member.ClusterSpec{Name: s.Name, Token: s.Token}
 	for _, m := range s.Members {
-		out.Members = append(out.Members, member.MemberSpec{Name: m.Name, ClientURL: s.ClientURL(m), PeerURL: s.PeerURL(m)})
+		out.Members = append(out.Members, member.MemberSpec{Name: m.Name, ClientURL: s.ClientURL(m), PeerURL: s.PeerURL(m), SidecarURL: s.SidecarURL(m)})
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -18,6 +19,22 @@ type Report struct {
 	Cluster    ClusterReport    `json:"cluster"`
 	Members    []MemberReport   `json:"members"`
 	Supervisor SupervisorReport `json:"supervisor"`
+	// Backup is reported by the backup leader's sidecar; nil when backups are off.
+	Backup *BackupReport `json:"backup,omitempty"`
+}
+
+// BackupReport is the backup state of the cluster.
+type BackupReport struct {
+	Ready               bool      `json:"ready"`
+	LatestFullRevision  int64     `json:"latestFullRevision"`
+	LatestFullTime      time.Time `json:"latestFullTime"`
+	LatestDeltaRevision int64     `json:"latestDeltaRevision"`
+	LatestDeltaTime     time.Time `json:"latestDeltaTime"`
+	Store               string    `json:"store"`
+	// Leader is the member whose sidecar writes backups.
+	Leader    string `json:"leader,omitempty"`
+	Failures  int64  `json:"failures"`
+	LastError string `json:"lastError,omitempty"`
 }
 
 // ClusterReport summarises the cluster.
@@ -157,7 +174,53 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	}
 	sort.SliceStable(reports, func(i, j int) bool { return reports[i].Name < reports[j].Name })
 	rep.Members = reports
+	if spec.Backup != "" {
+		rep.Backup = &BackupReport{Store: spec.Backup}
+		if running {
+			backupStatus(ctx, hc, spec, rep.Backup)
+		}
+	}
 	return rep, nil
+}
+
+// backupStatus asks the sidecars for their backup status and keeps the backup leader's.
+func backupStatus(ctx context.Context, hc *http.Client, spec Spec, out *BackupReport) {
+	for _, m := range spec.Members {
+		var st struct {
+			Leader              bool      `json:"leader"`
+			Ready               bool      `json:"ready"`
+			Store               string    `json:"store"`
+			LatestFullRevision  int64     `json:"latestFullRevision"`
+			LatestFullTime      time.Time `json:"latestFullTime"`
+			LatestDeltaRevision int64     `json:"latestDeltaRevision"`
+			LatestDeltaTime     time.Time `json:"latestDeltaTime"`
+			Failures            int64     `json:"failures"`
+			LastError           string    `json:"lastError"`
+		}
+		if err := getJSON(ctx, hc, spec.SidecarURL(m)+"/v1/backup", &st); err != nil || !st.Leader {
+			continue
+		}
+		*out = BackupReport{Ready: st.Ready, LatestFullRevision: st.LatestFullRevision, LatestFullTime: st.LatestFullTime,
+			LatestDeltaRevision: st.LatestDeltaRevision, LatestDeltaTime: st.LatestDeltaTime, Store: st.Store,
+			Leader: m.Name, Failures: st.Failures, LastError: st.LastError}
+		return
+	}
+}
+
+func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 func roleOf(m *etcdserverpb.Member) string {

@@ -48,10 +48,14 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 		if err := os.MkdirAll(MemberDataDir(opts.Dir, m.Name), 0o700); err != nil {
 			return err
 		}
+		sidecarArgs := []string{"sidecar", "--name", m.Name, "--data-dir", MemberDataDir(opts.Dir, m.Name),
+			"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", opts.Dir}
+		if spec.Backup != "" {
+			sidecarArgs = append(sidecarArgs, "--store", spec.Backup)
+			sidecarArgs = append(sidecarArgs, opts.SidecarArgs...)
+		}
 		s.sidecars = append(s.sidecars, &process{member: m.Name, kind: "sidecar", bin: bin, log: LogPath(opts.Dir, m.Name, "sidecar"),
-			stopGrace: opts.StopGrace, logf: opts.Logf,
-			args: []string{"sidecar", "--name", m.Name, "--data-dir", MemberDataDir(opts.Dir, m.Name),
-				"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", opts.Dir}})
+			stopGrace: opts.StopGrace, logf: opts.Logf, args: sidecarArgs})
 		s.etcds = append(s.etcds, &process{member: m.Name, kind: "etcd", bin: bin, log: LogPath(opts.Dir, m.Name, "etcd"),
 			stopGrace: opts.StopGrace, logf: opts.Logf,
 			args: []string{"etcd", "--sidecar", spec.SidecarURL(m), "--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}})

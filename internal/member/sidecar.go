@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
@@ -29,6 +30,8 @@ type Config struct {
 	View ClusterView
 	// Etcd carries etcd settings copied into every generated configuration (tuning, log level).
 	Etcd etcdproc.Config
+	// Backup configures continuous backups; an empty store URL turns them off.
+	Backup BackupConfig
 	// ObserveTimeout bounds one observation of the cluster.
 	ObserveTimeout time.Duration
 	Logger         *zap.Logger
@@ -39,6 +42,9 @@ type Sidecar struct {
 	cfg     Config
 	lg      *zap.Logger
 	metrics *metrics
+
+	// backups is set once the backup store is open (nil while backups are off or the store is unreachable).
+	backups atomic.Pointer[backupAgent]
 
 	mu     sync.Mutex
 	status etcdproc.InitStatus
@@ -62,8 +68,11 @@ func New(cfg Config) (*Sidecar, error) {
 		status: etcdproc.InitStatus{State: etcdproc.InitNew}}, nil
 }
 
-// Serve serves the sidecar API on ln until ctx ends.
+// Serve serves the sidecar API on ln and runs the backup loop until ctx ends.
 func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
+	if s.cfg.Backup.StoreURL != "" {
+		go s.runBackups(ctx)
+	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -83,6 +92,9 @@ func (s *Sidecar) Handler() http.Handler {
 	m.HandleFunc("POST /v1/init", s.handleStartInit)
 	m.HandleFunc("GET /v1/init", s.handleInitStatus)
 	m.HandleFunc("GET /v1/config", s.handleConfig)
+	m.HandleFunc("GET /v1/backup", s.handleBackupStatus)
+	m.HandleFunc("GET /v1/snapshots/latest", s.handleLatestSnapshots)
+	m.HandleFunc("POST /v1/snapshots/full", s.handleFullSnapshot)
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	return m
@@ -234,6 +246,19 @@ type metrics struct {
 	initTotal    *prometheus.CounterVec
 	initDuration prometheus.Histogram
 	dataValid    prometheus.Gauge
+
+	backupReady         prometheus.Gauge
+	backupFailures      *prometheus.CounterVec
+	deltaEvents         prometheus.Counter
+	latestDeltaRevision prometheus.Gauge
+	latestDeltaTime     prometheus.Gauge
+	latestFullRevision  prometheus.Gauge
+	latestFullTime      prometheus.Gauge
+	fullDuration        prometheus.Histogram
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 }
 
 func newMetrics() *metrics {
@@ -253,6 +278,18 @@ func newMetrics() *metrics {
 			Help: "1 if the member's data dir held valid WAL metadata and database at the last inspection.",
 		}),
 	}
+	m.backupReady = gauge("steward_backup_ready", "1 while backups are current (BackupReady), on the backup leader.")
+	m.backupFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steward_backup_failures_total",
+		Help: "Backup failures by step (full, delta, session, retention)."}, []string{"step"})
+	m.deltaEvents = prometheus.NewCounter(prometheus.CounterOpts{Name: "steward_backup_delta_events_total", Help: "Events stored in delta snapshots."})
+	m.latestDeltaRevision = gauge("steward_backup_latest_delta_revision", "Last revision of the newest stored delta.")
+	m.latestDeltaTime = gauge("steward_backup_latest_delta_timestamp_seconds", "Unix time the newest delta was stored.")
+	m.latestFullRevision = gauge("steward_backup_latest_full_revision", "Revision of the newest full snapshot.")
+	m.latestFullTime = gauge("steward_backup_latest_full_timestamp_seconds", "Unix time of the newest full snapshot.")
+	m.fullDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "steward_backup_full_duration_seconds",
+		Help: "Time to stream one full snapshot into the store.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)})
+	m.registry.MustRegister(m.backupReady, m.backupFailures, m.deltaEvents, m.latestDeltaRevision, m.latestDeltaTime,
+		m.latestFullRevision, m.latestFullTime, m.fullDuration)
 	m.registry.MustRegister(m.initTotal, m.initDuration, m.dataValid,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -27,6 +27,8 @@ type MemberSpec struct {
 	Name      string `json:"name"`
 	ClientURL string `json:"clientURL"`
 	PeerURL   string `json:"peerURL"`
+	// SidecarURL is the member's sidecar API (followers forward on-demand snapshots there).
+	SidecarURL string `json:"sidecarURL,omitempty"`
 }
 
 // Member returns the spec of the named member.

@@ -1,0 +1,302 @@
+package retention
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/store"
+)
+
+// now is a Tuesday (ISO week 24 of 2025).
+var now = time.Date(2025, 6, 10, 12, 30, 0, 0, time.UTC)
+
+type f struct {
+	rev int64
+	age time.Duration
+}
+
+const (
+	m = time.Minute
+	h = time.Hour
+	d = 24 * time.Hour
+)
+
+func chain(fulls []f, deltas [][2]int64) backup.Chain {
+	var objs []backup.Object
+	for _, x := range fulls {
+		o, err := backup.ParseKey(backup.FullKey(x.rev, now.Add(-x.age)))
+		if err != nil {
+			panic(err)
+		}
+		objs = append(objs, o)
+	}
+	for _, r := range deltas {
+		o, err := backup.ParseKey(backup.DeltaKey(r[0], r[1]))
+		if err != nil {
+			panic(err)
+		}
+		objs = append(objs, o)
+	}
+	return backup.NewChain(objs)
+}
+
+func names(objs []backup.Object) string {
+	var parts []string
+	for _, o := range objs {
+		if o.Kind == backup.KindFull {
+			parts = append(parts, fmt.Sprintf("F%d", o.FirstRev))
+		} else {
+			parts = append(parts, fmt.Sprintf("D%d-%d", o.FirstRev, o.LastRev))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// every returns one full snapshot per step for span, newest first, with
+// revisions growing with time.
+func every(step, span time.Duration) []f {
+	var out []f
+	n := int64(span / step)
+	for i := int64(0); i <= n; i++ {
+		out = append(out, f{rev: 100000 - i, age: time.Duration(i) * step})
+	}
+	return out
+}
+
+func TestPlan(t *testing.T) {
+	exp := Policy{Name: Exponential}
+	for _, tc := range []struct {
+		name   string
+		policy Policy
+		fulls  []f
+		deltas [][2]int64
+		want   string // deleted, oldest first
+	}{
+		{
+			name: "exponential: everything of the last hour stays", policy: exp,
+			fulls: []f{{1, 59 * m}, {2, 30 * m}, {3, 20 * m}, {4, 5 * m}},
+			want:  "",
+		},
+		{
+			// Every 15 minutes for 3 hours: the last hour whole, then the newest
+			// of each clock hour (11:45 keeps hour 11, 10:45 hour 10, 9:45 hour 9).
+			name: "exponential: newest per hour for a day", policy: exp,
+			fulls: every(15*m, 3*h),
+			want:  "F99988 F99990 F99991 F99992 F99994 F99995 F99996",
+		},
+		{
+			// 10m (06-10), 25h and 30h (06-09), 49h and 50h (06-08), 6d1h (06-04),
+			// 8d (06-02, week 23, whose newest is 06-08).
+			name: "exponential: newest per day for a week", policy: exp,
+			fulls: []f{{10, 8 * d}, {20, 6*d + h}, {30, 50 * h}, {40, 49 * h}, {50, 30 * h}, {60, 25 * h}, {70, 10 * m}},
+			want:  "F10 F30 F50",
+		},
+		{
+			// 8d = Mon 06-02 (week 23), 15d = Mon 05-26 (22), 16d = Sun 05-25 (21),
+			// 22d = Mon 05-19 (21), 27d = Wed 05-14 (20), 29d and 60d are too old.
+			name: "exponential: newest per week for four weeks", policy: exp,
+			fulls: []f{{1, 60 * d}, {2, 29 * d}, {3, 27 * d}, {4, 22 * d}, {5, 16 * d}, {6, 15 * d}, {7, 8 * d}, {8, m}},
+			want:  "F1 F2 F4",
+		},
+		{
+			name: "exponential: the newest full snapshot stays however old", policy: exp,
+			fulls:  []f{{1, 100 * d}, {2, 90 * d}},
+			deltas: [][2]int64{{1, 2}, {2, 9}},
+			want:   "F1 D1-2",
+		},
+		{
+			name: "exponential: snapshots from the future stay", policy: exp,
+			fulls: []f{{1, 40 * d}, {2, -h}},
+			want:  "F1",
+		},
+		{
+			// Full 100 goes; deltas wholly at or below 200 (the oldest kept) go;
+			// the delta straddling 200 and all later ones stay.
+			name: "deltas: kept from the oldest kept full snapshot on", policy: exp,
+			fulls:  []f{{100, 40 * d}, {200, 2 * d}, {300, m}},
+			deltas: [][2]int64{{50, 99}, {101, 150}, {151, 189}, {190, 200}, {195, 210}, {211, 300}, {301, 400}},
+			want:   "D50-99 F100 D101-150 D151-189 D190-200",
+		},
+		{
+			name: "deltas between kept full snapshots stay", policy: Policy{Name: Limit, Limit: 3},
+			fulls:  []f{{100, 3 * d}, {200, 2 * d}, {300, d}},
+			deltas: [][2]int64{{101, 200}, {201, 300}, {301, 310}},
+			want:   "",
+		},
+		{
+			name: "limit: the N newest full snapshots stay", policy: Policy{Name: Limit, Limit: 2},
+			fulls:  []f{{100, 4 * m}, {200, 3 * m}, {300, 2 * m}, {400, m}},
+			deltas: [][2]int64{{101, 200}, {201, 300}, {301, 400}, {401, 500}},
+			want:   "F100 D101-200 F200 D201-300",
+		},
+		{
+			name: "limit: fewer snapshots than the limit", policy: Policy{Name: Limit, Limit: 10},
+			fulls:  []f{{100, 400 * d}, {200, 300 * d}},
+			deltas: [][2]int64{{1, 99}, {101, 200}},
+			want:   "D1-99",
+		},
+		{
+			name: "limit 1: only the newest and what follows it", policy: Policy{Name: Limit, Limit: 1},
+			fulls:  []f{{100, h}, {200, m}},
+			deltas: [][2]int64{{101, 200}, {201, 250}},
+			want:   "F100 D101-200",
+		},
+		{
+			name: "limit ranks by revision, not by time", policy: Policy{Name: Limit, Limit: 1},
+			fulls: []f{{100, m}, {200, h}},
+			want:  "F100",
+		},
+		{
+			name: "no full snapshot: nothing is deleted", policy: Policy{Name: Limit, Limit: 1},
+			deltas: [][2]int64{{1, 10}, {11, 20}},
+			want:   "",
+		},
+		{
+			name: "empty store", policy: exp,
+			want: "",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := chain(tc.fulls, tc.deltas)
+			del, err := Plan(c, tc.policy, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(del); got != tc.want {
+				t.Fatalf("Plan deletes\n got %q\nwant %q", got, tc.want)
+			}
+			// Whatever the policy: the newest full snapshot and all deltas
+			// after it survive.
+			if newest, ok := c.Newest(); ok {
+				for _, o := range del {
+					if o.Key == newest.Key || (o.Kind == backup.KindDelta && o.LastRev > newest.FirstRev) {
+						t.Fatalf("Plan deletes %s", o)
+					}
+				}
+			}
+			// Pure: the same answer again.
+			again, _ := Plan(c, tc.policy, now)
+			if names(again) != names(del) {
+				t.Fatal("Plan is not deterministic")
+			}
+		})
+	}
+}
+
+func TestPlanKeepsRestorability(t *testing.T) {
+	// Every revision from the oldest kept full snapshot on stays restorable.
+	c := chain(every(20*m, 40*d), nil)
+	var deltas []backup.Object
+	for r := 100000 - int64(40*d/(20*m)); r < 100000; r++ {
+		o, _ := backup.ParseKey(backup.DeltaKey(r+1, r+1))
+		deltas = append(deltas, o)
+	}
+	c = backup.NewChain(append(c.Objects(), deltas...))
+	del, err := Plan(c, Policy{Name: Exponential}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := map[string]bool{}
+	for _, o := range del {
+		gone[o.Key] = true
+	}
+	kept := c.Without(gone)
+	cov := kept.Coverage()
+	if len(cov) != 1 || cov[0].To != 100000 || cov[0].From != kept.Fulls[0].FirstRev {
+		t.Fatalf("after retention the chain covers %v, want one range from %d to 100000", cov, kept.Fulls[0].FirstRev)
+	}
+	for _, i := range kept.Check() {
+		if i.Severity != backup.Info {
+			t.Fatalf("retention left an issue: %v", i)
+		}
+	}
+	// 3 in the last hour, then about one per hour, per day, per week.
+	if n := len(kept.Fulls); n < 3+23 || n > 3+24+7+5 {
+		t.Fatalf("kept %d full snapshots", n)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		in, want, err string
+	}{
+		{"exponential", "exponential", ""},
+		{" limit:5 ", "limit:5", ""},
+		{"limit=3", "limit:3", ""},
+		{"limit", "", "write limit:N"},
+		{"limit:0", "", "N >= 1"},
+		{"limit:x", "", "write limit:N"},
+		{"exponential:2", "", "takes no argument"},
+		{"forever", "", `unknown retention policy "forever": use exponential or limit:N`},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			p, err := ParsePolicy(tc.in)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("ParsePolicy(%q) = %v, %v; want error %q", tc.in, p, err, tc.err)
+				}
+				return
+			}
+			if err != nil || p.String() != tc.want {
+				t.Fatalf("ParsePolicy(%q) = %v, %v", tc.in, p, err)
+			}
+		})
+	}
+	if _, err := Plan(chain([]f{{1, 0}}, nil), Policy{Name: "nope"}, now); err == nil {
+		t.Fatal("Plan accepted an unknown policy")
+	}
+	if _, err := Plan(chain([]f{{1, 0}}, nil), Policy{Name: Limit}, now); err == nil {
+		t.Fatal("Plan accepted limit 0")
+	}
+}
+
+func TestApply(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	keys := []string{
+		backup.FullKey(100, now.Add(-2*h)), backup.DeltaKey(101, 200),
+		backup.FullKey(200, now.Add(-h)), backup.DeltaKey(201, 300),
+		"v1/full/not-a-backup",
+	}
+	for _, k := range keys {
+		w, err := s.NewWriter(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte("x"))
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := backup.ListChain(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	del, err := Plan(c, Policy{Name: Limit, Limit: 1}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(ctx, s, del); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(ctx, s, del); err != nil {
+		t.Fatalf("applying again: %v", err)
+	}
+	left, _ := s.List(ctx, "")
+	var got []string
+	for _, o := range left {
+		got = append(got, o.Key)
+	}
+	want := []string{backup.DeltaKey(201, 300), backup.FullKey(200, now.Add(-h)), "v1/full/not-a-backup"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("left %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,132 @@
+// Package snapshotter captures backups from a live etcd member: full snapshots streamed from
+// Maintenance.Snapshot, and deltas from a watch. It writes objects in the backup format of
+// package backup; deciding when to run (leadership, schedules) is the sidecar's job.
+package snapshotter
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Member is the etcd member a snapshotter reads from: a client and that member's endpoint.
+// The client must talk to that one member (Snapshot goes to the client's endpoint).
+type Member struct {
+	Client   *clientv3.Client
+	Endpoint string
+}
+
+// FullResult describes a stored full snapshot.
+type FullResult struct {
+	Key string `json:"key"`
+	// Revision is the member's revision when the snapshot started: a lower bound of the
+	// revision inside it (restore reads the true one from the database).
+	Revision  int64  `json:"revision"`
+	ClusterID uint64 `json:"clusterID"`
+	// Size is the stored (compressed) size; DBSize the size of the database stream.
+	Size     int64         `json:"size"`
+	DBSize   int64         `json:"dbSize"`
+	Duration time.Duration `json:"duration"`
+	Created  time.Time     `json:"created"`
+}
+
+// Full streams a snapshot of the member into s as one full-snapshot object: no temporary
+// file, memory independent of the database size. It checks the SHA-256 that etcd appends to
+// the stream and discards the object if it does not match. progress, if set, gets the
+// number of database bytes read so far.
+func Full(ctx context.Context, m Member, s *store.Store, progress func(read int64)) (FullResult, error) {
+	start := time.Now()
+	status, err := m.Client.Status(ctx, m.Endpoint)
+	if err != nil {
+		return FullResult{}, fmt.Errorf("full snapshot: status of %s: %w", m.Endpoint, err)
+	}
+	res := FullResult{Revision: status.Header.Revision, ClusterID: status.Header.ClusterId, Created: start.UTC()}
+	res.Key = backup.FullKey(res.Revision, res.Created)
+	hdr := backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, EtcdVersion: status.Version,
+		ClusterID: res.ClusterID, FirstRev: res.Revision, LastRev: res.Revision, Created: res.Created}
+
+	snapCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rc, err := m.Client.Snapshot(snapCtx)
+	if err != nil {
+		return FullResult{}, fmt.Errorf("full snapshot of %s: %w", m.Endpoint, err)
+	}
+	defer rc.Close()
+
+	trailer, err := backup.WriteObject(ctx, s, res.Key, hdr, func(w *backup.ObjectWriter) error {
+		v := newTrailerVerifier(w, progress)
+		if _, err := io.Copy(v, rc); err != nil {
+			return fmt.Errorf("read snapshot stream from %s: %w", m.Endpoint, err)
+		}
+		if err := v.verify(); err != nil {
+			return err
+		}
+		res.DBSize = v.n
+		return nil
+	})
+	if err != nil {
+		return FullResult{}, err
+	}
+	res.Size = trailer.PayloadSize
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// trailerVerifier passes the snapshot stream through while hashing all but its last 32
+// bytes, which are etcd's SHA-256 of the database.
+type trailerVerifier struct {
+	w        io.Writer
+	h        hash.Hash
+	tail     []byte // last up-to-32 bytes seen, not hashed yet
+	n        int64
+	progress func(int64)
+}
+
+func newTrailerVerifier(w io.Writer, progress func(int64)) *trailerVerifier {
+	return &trailerVerifier{w: w, h: sha256.New(), tail: make([]byte, 0, sha256.Size), progress: progress}
+}
+
+func (v *trailerVerifier) Write(p []byte) (int, error) {
+	if _, err := v.w.Write(p); err != nil {
+		return 0, err
+	}
+	v.n += int64(len(p))
+	if len(p) >= sha256.Size {
+		// The held-back tail and all of p but its last 32 bytes are database bytes.
+		v.h.Write(v.tail)
+		v.h.Write(p[:len(p)-sha256.Size])
+		v.tail = append(v.tail[:0], p[len(p)-sha256.Size:]...)
+	} else {
+		// Short write: keep the last 32 bytes of tail+p, hash what falls out in front.
+		buf := append(v.tail, p...)
+		cut := max(len(buf)-sha256.Size, 0)
+		v.h.Write(buf[:cut])
+		v.tail = append(v.tail[:0], buf[cut:]...)
+	}
+	if v.progress != nil {
+		v.progress(v.n)
+	}
+	return len(p), nil
+}
+
+var errSnapshotHash = errors.New("snapshot stream does not end with a matching SHA-256")
+
+func (v *trailerVerifier) verify() error {
+	if len(v.tail) != sha256.Size {
+		return fmt.Errorf("%w: stream of %d bytes is too short", errSnapshotHash, v.n)
+	}
+	if !bytes.Equal(v.h.Sum(nil), v.tail) {
+		return fmt.Errorf("%w: the database is damaged in transit; retry", errSnapshotHash)
+	}
+	v.n -= sha256.Size
+	return nil
+}

@@ -1,0 +1,217 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"hash"
+	"io"
+
+	"github.com/etcd-steward/steward/internal/store"
+)
+
+// BadObject is an object that failed verification.
+type BadObject struct {
+	Key string
+	Err error
+}
+
+// Report is the result of Verify.
+type Report struct {
+	Objects  int   // backup objects read
+	Bytes    int64 // bytes read from the store
+	Events   int64 // delta events read
+	Bad      []BadObject
+	Issues   []Issue  // chain issues, with the bad objects counted as missing
+	Foreign  []string // keys under v1/ that are not backup objects
+	Coverage []Range  // revisions restorable with the good objects
+}
+
+// OK reports whether every object is sound and the chain has no
+// error-level issue.
+func (r Report) OK() bool {
+	if len(r.Bad) > 0 {
+		return false
+	}
+	for _, i := range r.Issues {
+		if i.Severity >= Error {
+			return false
+		}
+	}
+	return true
+}
+
+// Verify reads every backup object in s to the end: header, checksums,
+// the agreement of header and name, the framing and revision order of
+// delta events, etcd's own SHA-256 at the end of full snapshots; then it
+// checks the chain as if the bad objects were missing. progress, if not
+// nil, is called with bytes read so far and the total to read.
+//
+// The error is for failures to verify at all (listing, ctx); what is
+// wrong with the backups is in the report.
+func Verify(ctx context.Context, s *store.Store, progress func(done, total int64)) (Report, error) {
+	c, err := ListChain(ctx, s)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Foreign: c.Foreign}
+	objs := c.Objects()
+	var total, done int64
+	for _, o := range objs {
+		total += o.Size
+	}
+	report := func() {
+		if progress != nil {
+			progress(done, total)
+		}
+	}
+	report()
+	bad := map[string]bool{}
+	for _, o := range objs {
+		if err := ctx.Err(); err != nil {
+			return rep, fmt.Errorf("verify %s: %w", s, err)
+		}
+		start, reported := done, done
+		events, err := verifyObject(ctx, s, o, func(n int64) {
+			done += n
+			if done-reported >= 1<<20 {
+				reported = done
+				report()
+			}
+		})
+		if ctx.Err() != nil {
+			return rep, fmt.Errorf("verify %s: %w", s, ctx.Err())
+		}
+		rep.Objects++
+		rep.Events += events
+		rep.Bytes += done - start
+		if err != nil {
+			rep.Bad = append(rep.Bad, BadObject{Key: o.Key, Err: err})
+			bad[o.Key] = true
+		}
+		// Count what was not read (a bad object stops early) as done.
+		if done-start < o.Size {
+			done = start + o.Size
+		}
+		report()
+	}
+	good := c.Without(bad)
+	rep.Issues = good.Check()
+	rep.Coverage = good.Coverage()
+	return rep, nil
+}
+
+// VerifyObject reads one object to the end and checks it as Verify does.
+// Snapshotters can use it to prove what they just wrote.
+func VerifyObject(ctx context.Context, s *store.Store, o Object) error {
+	_, err := verifyObject(ctx, s, o, nil)
+	return err
+}
+
+func verifyObject(ctx context.Context, s *store.Store, o Object, onRead func(int64)) (events int64, err error) {
+	sr, err := s.NewReader(ctx, o.Key)
+	if err != nil {
+		return 0, err
+	}
+	defer sr.Close()
+	hdr, or, err := NewObjectReader(&countingReader{r: sr, fn: onRead}, o.Key)
+	if err != nil {
+		return 0, err
+	}
+	defer or.Close()
+	if err := CheckHeader(o, hdr); err != nil {
+		return 0, err
+	}
+	if o.Kind == KindFull {
+		return 0, verifyFull(or, o)
+	}
+	return verifyDelta(or, o)
+}
+
+func verifyDelta(or *ObjectReader, o Object) (int64, error) {
+	er := NewEventReader(or, o.Key)
+	var first, last int64
+	for {
+		ev, err := er.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return er.Count(), err
+		}
+		rev := ev.Kv.ModRevision
+		if rev < o.FirstRev || rev > o.LastRev {
+			return er.Count(), fmt.Errorf("backup object %s: %w: event %d at revision %d is outside the object's revisions %d-%d", o.Key, ErrCorrupt, er.Count(), rev, o.FirstRev, o.LastRev)
+		}
+		if first == 0 {
+			first = rev
+		}
+		last = rev
+	}
+	// Every etcd revision is at least one event, so a delta that claims a
+	// range must hold events at both ends of it.
+	if er.Count() == 0 {
+		return 0, fmt.Errorf("backup object %s: %w: delta holds no events but claims revisions %d-%d", o.Key, ErrCorrupt, o.FirstRev, o.LastRev)
+	}
+	if first != o.FirstRev || last != o.LastRev {
+		return er.Count(), fmt.Errorf("backup object %s: %w: events span revisions %d-%d but the object claims %d-%d", o.Key, ErrCorrupt, first, last, o.FirstRev, o.LastRev)
+	}
+	return er.Count(), nil
+}
+
+// verifyFull reads the snapshot and, when it carries one, checks the
+// SHA-256 etcd appends to a snapshot stream (etcd's rule: the size modulo
+// 512 is 32).
+func verifyFull(or *ObjectReader, o Object) error {
+	th := &tailHasher{h: sha256.New()}
+	if _, err := io.Copy(th, or); err != nil {
+		return err
+	}
+	if th.n%512 == sha256.Size {
+		var sum [sha256.Size]byte
+		th.h.Sum(sum[:0])
+		if !bytes.Equal(sum[:], th.tail) {
+			return fmt.Errorf("backup object %s: %w: the etcd snapshot's own SHA-256 does not match its data", o.Key, ErrCorrupt)
+		}
+	}
+	return nil
+}
+
+// tailHasher hashes everything written except the last sha256.Size bytes,
+// which it keeps.
+type tailHasher struct {
+	h    hash.Hash
+	tail []byte
+	n    int64
+}
+
+func (t *tailHasher) Write(p []byte) (int, error) {
+	n := len(p)
+	t.n += int64(n)
+	if n >= sha256.Size {
+		t.h.Write(t.tail)
+		t.h.Write(p[:n-sha256.Size])
+		t.tail = append(t.tail[:0], p[n-sha256.Size:]...)
+		return n, nil
+	}
+	t.tail = append(t.tail, p...)
+	if extra := len(t.tail) - sha256.Size; extra > 0 {
+		t.h.Write(t.tail[:extra])
+		t.tail = append(t.tail[:0], t.tail[extra:]...)
+	}
+	return n, nil
+}
+
+type countingReader struct {
+	r  io.Reader
+	fn func(int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.fn != nil && n > 0 {
+		c.fn(int64(n))
+	}
+	return n, err
+}

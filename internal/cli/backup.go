@@ -1,0 +1,286 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/backup/retention"
+	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/store"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func newBackupCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "backup",
+		Short: "Inspect and manage a backup store: list, save, verify, gc",
+	}
+	cmd.AddCommand(newBackupListCommand(), newBackupSaveCommand(), newBackupVerifyCommand(), newBackupGCCommand())
+	return cmd
+}
+
+func openStore(ctx context.Context, url string) (*store.Store, error) {
+	if url == "" {
+		return nil, fmt.Errorf("--store is required (e.g. file:///var/backups/etcd or s3://bucket/prefix)")
+	}
+	return store.Open(ctx, url)
+}
+
+// objectView is one backup object as printed by `backup list`.
+type objectView struct {
+	Kind     string    `json:"kind"`
+	Key      string    `json:"key"`
+	FirstRev int64     `json:"firstRevision"`
+	LastRev  int64     `json:"lastRevision"`
+	Size     int64     `json:"size"`
+	Created  time.Time `json:"created"`
+}
+
+type listView struct {
+	Store    string         `json:"store"`
+	Objects  []objectView   `json:"objects"`
+	Coverage []backup.Range `json:"coverage"`
+	Issues   []string       `json:"issues,omitempty"`
+}
+
+func newBackupListCommand() *cobra.Command {
+	var (
+		url string
+		out outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the full snapshots and deltas in a store, and the revisions they can restore",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			s, err := openStore(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			c, err := backup.ListChain(ctx, s)
+			if err != nil {
+				return err
+			}
+			v := listView{Store: s.String(), Coverage: c.Coverage(), Objects: []objectView{}}
+			for _, o := range c.Objects() {
+				created := o.Created
+				if created.IsZero() {
+					created = o.ModTime
+				}
+				v.Objects = append(v.Objects, objectView{Kind: o.Kind.String(), Key: o.Key, FirstRev: o.FirstRev, LastRev: o.LastRev, Size: o.Size, Created: created.UTC()})
+			}
+			for _, is := range c.Check() {
+				v.Issues = append(v.Issues, is.String())
+			}
+			return out.print(cmd.OutOrStdout(), v, func(t *table) {
+				t.header("KIND", "REVISIONS", "SIZE", "CREATED", "KEY")
+				for _, o := range v.Objects {
+					revs := strconv.FormatInt(o.FirstRev, 10)
+					if o.Kind == backup.KindDelta.String() {
+						revs += "-" + strconv.FormatInt(o.LastRev, 10)
+					}
+					t.row(o.Kind, revs, humanBytes(o.Size), o.Created.Format(time.RFC3339), o.Key)
+				}
+				t.row("")
+				t.row("restorable revisions:", rangesString(v.Coverage))
+				for _, is := range v.Issues {
+					t.row(is)
+				}
+			})
+		},
+	}
+	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	out.register(cmd)
+	return cmd
+}
+
+func rangesString(rs []backup.Range) string {
+	if len(rs) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, r := range rs {
+		parts = append(parts, r.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+func newBackupSaveCommand() *cobra.Command {
+	var url, endpoint string
+	cmd := &cobra.Command{
+		Use:   "save",
+		Short: "Take a full snapshot of one member now and store it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if endpoint == "" || strings.Contains(endpoint, ",") {
+				return fmt.Errorf("--endpoints must name exactly one member (the snapshot is streamed from it), got %q", endpoint)
+			}
+			s, err := openStore(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			st, err := cli.Status(sctx, endpoint)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("member %s does not answer: %w", endpoint, err)
+			}
+			bar := newProgressBar(cmd.ErrOrStderr(), "snapshot")
+			res, err := snapshotter.Full(ctx, snapshotter.Member{Client: cli, Endpoint: endpoint}, s, func(n int64) { bar.Update(n, st.DbSize) })
+			if err != nil {
+				bar.Done("")
+				return err
+			}
+			bar.Done(fmt.Sprintf("%s of database stored as %s", humanBytes(res.DBSize), humanBytes(res.Size)))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (revision %d)\n", res.Key, res.Revision)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	cmd.Flags().StringVar(&endpoint, "endpoints", "", "client URL of the member to snapshot")
+	return cmd
+}
+
+type verifyView struct {
+	Store    string         `json:"store"`
+	OK       bool           `json:"ok"`
+	Objects  int            `json:"objects"`
+	Bytes    int64          `json:"bytes"`
+	Events   int64          `json:"events"`
+	Bad      []badView      `json:"bad"`
+	Issues   []string       `json:"issues"`
+	Coverage []backup.Range `json:"coverage"`
+}
+
+type badView struct {
+	Key   string `json:"key"`
+	Error string `json:"error"`
+}
+
+func newBackupVerifyCommand() *cobra.Command {
+	var (
+		url string
+		out outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Read every object, check every checksum and the chain; exit 2 if anything is wrong",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			s, err := openStore(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			bar := newProgressBar(cmd.ErrOrStderr(), "verify")
+			rep, err := backup.Verify(ctx, s, bar.Update)
+			bar.Done("")
+			if err != nil {
+				return err
+			}
+			v := verifyView{Store: s.String(), OK: rep.OK(), Objects: rep.Objects, Bytes: rep.Bytes, Events: rep.Events,
+				Coverage: rep.Coverage, Bad: []badView{}, Issues: []string{}}
+			for _, b := range rep.Bad {
+				v.Bad = append(v.Bad, badView{Key: b.Key, Error: b.Err.Error()})
+			}
+			for _, is := range rep.Issues {
+				v.Issues = append(v.Issues, is.String())
+			}
+			if err := out.print(cmd.OutOrStdout(), v, func(t *table) {
+				t.row(fmt.Sprintf("%d objects, %s, %d delta events read from %s", v.Objects, humanBytes(v.Bytes), v.Events, v.Store))
+				for _, b := range v.Bad {
+					t.row("BAD " + b.Key + ": " + b.Error)
+				}
+				for _, is := range v.Issues {
+					t.row(is)
+				}
+				t.row("restorable revisions: " + rangesString(v.Coverage))
+				if v.OK {
+					t.row("OK")
+				}
+			}); err != nil {
+				return err
+			}
+			if !v.OK {
+				return &ExitError{Code: 2, Message: fmt.Sprintf("verification failed: %d damaged objects, %d chain issues", len(v.Bad), len(v.Issues))}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	out.register(cmd)
+	return cmd
+}
+
+func newBackupGCCommand() *cobra.Command {
+	var (
+		url, policy string
+		dryRun      bool
+		out         outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Delete backups the retention policy does not keep (never the newest full snapshot or the deltas after it)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			p, err := retention.ParsePolicy(policy)
+			if err != nil {
+				return err
+			}
+			s, err := openStore(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			c, err := backup.ListChain(ctx, s)
+			if err != nil {
+				return err
+			}
+			doomed, err := retention.Plan(c, p, time.Now())
+			if err != nil {
+				return err
+			}
+			keys := []string{}
+			for _, o := range doomed {
+				keys = append(keys, o.Key)
+			}
+			if !dryRun {
+				if err := retention.Apply(ctx, s, doomed); err != nil {
+					return err
+				}
+			}
+			verb := "deleted"
+			if dryRun {
+				verb = "would delete"
+			}
+			return out.print(cmd.OutOrStdout(), map[string]any{"policy": p.String(), "dryRun": dryRun, "deleted": keys}, func(t *table) {
+				for _, k := range keys {
+					t.row(verb, k)
+				}
+				t.row(fmt.Sprintf("%s %d objects (policy %s)", verb, len(keys), p))
+			})
+		},
+	}
+	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	cmd.Flags().StringVar(&policy, "policy", "", "retention policy: exponential or limit:N")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only say what would be deleted")
+	out.register(cmd)
+	return cmd
+}

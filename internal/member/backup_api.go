@@ -1,0 +1,174 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// runBackups opens the store (retrying while it is unreachable: etcd keeps serving and
+// BackupReady stays false) and then runs the backup leader loop.
+func (s *Sidecar) runBackups(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		spec, err := s.cfg.View.Desired(ctx)
+		var self MemberSpec
+		if err == nil {
+			var ok bool
+			if self, ok = spec.Member(s.cfg.Name); !ok {
+				err = fmt.Errorf("member %q is not in the desired cluster", s.cfg.Name)
+			}
+		}
+		var st *store.Store
+		if err == nil {
+			st, err = store.Open(ctx, s.cfg.Backup.StoreURL)
+		}
+		if err == nil {
+			agent, aerr := newBackupAgent(s.cfg.Backup, self.ClientURL, st, s.lg, s.metrics)
+			if aerr != nil {
+				s.lg.Error("backups are off: bad configuration", zap.Error(aerr))
+				st.Close()
+				return
+			}
+			s.backups.Store(agent)
+			agent.Run(ctx)
+			st.Close()
+			return
+		}
+		s.lg.Warn("backup store not available; retrying", zap.Error(err), zap.Duration("in", backoff))
+		s.metrics.backupFailures.WithLabelValues("store").Inc()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// backupStatusResponse is the body of GET /v1/backup.
+type backupStatusResponse struct {
+	Enabled bool `json:"enabled"`
+	BackupStatus
+}
+
+func (s *Sidecar) backupStatus() backupStatusResponse {
+	if s.cfg.Backup.StoreURL == "" {
+		return backupStatusResponse{}
+	}
+	if a := s.backups.Load(); a != nil {
+		return backupStatusResponse{Enabled: true, BackupStatus: a.Status()}
+	}
+	return backupStatusResponse{Enabled: true, BackupStatus: BackupStatus{LastError: "backup store not reachable yet"}}
+}
+
+func (s *Sidecar) handleBackupStatus(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.backupStatus())
+}
+
+func (s *Sidecar) handleLatestSnapshots(w http.ResponseWriter, r *http.Request) {
+	st := s.backupStatus()
+	if !st.Enabled {
+		http.Error(w, "backups are off for this member (no --store)", http.StatusNotFound)
+		return
+	}
+	if a := s.backups.Load(); a != nil && !st.Leader {
+		s.forwardToLeader(w, r, a.endpoint)
+		return
+	}
+	type snap struct {
+		Key      string    `json:"key,omitempty"`
+		Revision int64     `json:"revision"`
+		Time     time.Time `json:"time"`
+	}
+	writeJSON(w, http.StatusOK, map[string]snap{
+		"full":  {st.LatestFullKey, st.LatestFullRevision, st.LatestFullTime},
+		"delta": {st.LatestDeltaKey, st.LatestDeltaRevision, st.LatestDeltaTime},
+	})
+}
+
+// handleFullSnapshot takes a full snapshot now: on the backup leader directly, elsewhere by
+// forwarding to the leader's sidecar.
+func (s *Sidecar) handleFullSnapshot(w http.ResponseWriter, r *http.Request) {
+	a := s.backups.Load()
+	if s.cfg.Backup.StoreURL == "" || a == nil {
+		http.Error(w, "backups are off or the store is unreachable on this member", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Minute)
+	defer cancel()
+	if a.Status().Leader {
+		res, err := a.RequestFull(ctx)
+		if err == nil {
+			writeJSON(w, http.StatusOK, res)
+			return
+		}
+		if !errors.Is(err, ErrNotBackupLeader) {
+			http.Error(w, "full snapshot failed: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+	}
+	s.forwardToLeader(w, r.WithContext(ctx), a.endpoint)
+}
+
+// forwardToLeader passes a request on to the backup leader's sidecar, once.
+func (s *Sidecar) forwardToLeader(w http.ResponseWriter, r *http.Request, endpoint string) {
+	if r.Header.Get("X-Steward-Forwarded") != "" {
+		http.Error(w, "not the backup leader (leadership is moving); retry", http.StatusServiceUnavailable)
+		return
+	}
+	leaderURL, err := s.leaderSidecar(r.Context(), endpoint)
+	if err != nil {
+		http.Error(w, "cannot find the backup leader: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimRight(leaderURL, "/")+r.URL.Path, nil)
+	req.Header.Set("X-Steward-Forwarded", s.cfg.Name)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, "forward to the backup leader "+leaderURL+": "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// leaderSidecar finds the sidecar URL of the member etcd reports as leader.
+func (s *Sidecar) leaderSidecar(ctx context.Context, endpoint string) (string, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	st, err := cli.Status(ctx, endpoint)
+	if err != nil {
+		return "", err
+	}
+	list, err := cli.MemberList(ctx)
+	if err != nil {
+		return "", err
+	}
+	spec, err := s.cfg.View.Desired(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range list.Members {
+		if m.ID == st.Leader {
+			if ms, ok := spec.Member(m.Name); ok && ms.SidecarURL != "" {
+				return ms.SidecarURL, nil
+			}
+			return "", fmt.Errorf("leader %s has no known sidecar", m.Name)
+		}
+	}
+	return "", errors.New("no leader")
+}

@@ -1,0 +1,559 @@
+// Package store is Steward's object store: one small interface over
+// gocloud.dev/blob URLs, used by backups and restores.
+//
+// Supported URLs (the path after the bucket is a key prefix):
+//
+//	file:///var/backups/etcd          a local directory, created if missing
+//	file://./relative/dir             a directory relative to the working directory
+//	mem://name/prefix                 in-process memory, shared by every Open of "mem://name"
+//	                                  for the life of the process ("mem://" alone is private)
+//	s3://bucket/prefix?region=eu-west-1
+//	s3://bucket/prefix?endpoint=http://127.0.0.1:9000&use_path_style=true&region=us-east-1
+//	gs://bucket/prefix
+//	azblob://container/prefix
+//
+// Credentials come the standard way for each cloud (gocloud's defaults):
+// AWS environment variables, shared config/credentials files and instance
+// roles; Google application default credentials; the AZURE_STORAGE_*
+// environment variables or Azure default credentials.
+//
+// Writes are atomic: an object becomes visible only when Writer.Close
+// succeeds, and an aborted or failed write leaves nothing behind.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/azureblob" // registers azblob://
+	"gocloud.dev/blob/fileblob"
+	_ "gocloud.dev/blob/gcsblob" // registers gs://
+	"gocloud.dev/blob/memblob"
+	_ "gocloud.dev/blob/s3blob" // registers s3://
+	"gocloud.dev/gcerrors"
+)
+
+// ErrNotFound is wrapped by errors for objects that do not exist.
+var ErrNotFound = errors.New("object not found")
+
+// Schemes lists the URL schemes Open understands.
+var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}
+
+// ObjectInfo describes one stored object. Key is relative to the store's prefix.
+type ObjectInfo struct {
+	Key     string
+	Size    int64
+	ModTime time.Time
+}
+
+// Store is an open object store. It is safe for concurrent use.
+type Store struct {
+	bucket  *blob.Bucket
+	scheme  string
+	display string // URL without secrets
+	what    string // "bucket X", for error messages
+	where   string // "endpoint Y", for error messages
+	dir     string // file:// only: the directory, for fsync
+}
+
+// Open opens the store at rawURL. It checks that the bucket (or directory)
+// is reachable, so a wrong URL or missing credentials fail here rather than
+// at the first backup.
+func Open(ctx context.Context, rawURL string) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("store URL %q is not a valid URL: %w", redactRaw(rawURL), err)
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("store URL %q has no scheme: use one of %s, e.g. file://%s", redactRaw(rawURL), schemeList(), absHint(rawURL))
+	}
+	s := &Store{scheme: u.Scheme, display: redact(u)}
+	switch u.Scheme {
+	case "file":
+		err = s.openFile(u)
+	case "mem":
+		err = s.openMem(u)
+	case "s3", "gs", "azblob":
+		err = s.openCloud(ctx, u)
+	default:
+		return nil, fmt.Errorf("store URL %s: unknown scheme %q: use one of %s", s.display, u.Scheme, schemeList())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.probe(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) openFile(u *url.URL) error {
+	if u.Host != "" && u.Host != "." && u.Host != "localhost" {
+		return fmt.Errorf("store URL %s: file URLs take a path, not a host %q: write file:///abs/dir or file://./rel/dir", s.display, u.Host)
+	}
+	if len(u.Query()) > 0 {
+		return fmt.Errorf("store URL %s: file URLs take no query parameters: remove them", s.display)
+	}
+	dir := u.Path
+	if u.Host == "." {
+		dir = "./" + strings.TrimPrefix(dir, "/")
+	}
+	if dir == "" {
+		return fmt.Errorf("store URL %s names no directory: write file:///abs/dir or file://./rel/dir", s.display)
+	}
+	dir = filepath.FromSlash(dir)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("store URL %s: cannot create directory %s: %w: fix its permissions or choose another --store", s.display, dir, err)
+	}
+	b, err := fileblob.OpenBucket(dir, &fileblob.Options{
+		// Temporary files next to the target, so the final rename never
+		// crosses file systems; no .attrs side files, we keep no metadata.
+		NoTempDir: true,
+		Metadata:  fileblob.MetadataDontWrite,
+	})
+	if err != nil {
+		return fmt.Errorf("store URL %s: cannot open directory %s: %w", s.display, dir, err)
+	}
+	s.bucket, s.dir, s.what, s.where = b, dir, "directory "+dir, "this machine"
+	return nil
+}
+
+var (
+	memMu      sync.Mutex
+	memBuckets = map[string]*blob.Bucket{}
+)
+
+func (s *Store) openMem(u *url.URL) error {
+	if len(u.Query()) > 0 {
+		return fmt.Errorf("store URL %s: mem URLs take no query parameters: remove them", s.display)
+	}
+	s.what, s.where = "in-memory store "+s.display, "this process"
+	prefix := keyPrefix(u.Path)
+	if u.Host == "" {
+		b := memblob.OpenBucket(nil)
+		if prefix != "" {
+			b = blob.PrefixedBucket(b, prefix)
+		}
+		s.bucket = b
+		return nil
+	}
+	memMu.Lock()
+	defer memMu.Unlock()
+	base, ok := memBuckets[u.Host]
+	if !ok {
+		base = memblob.OpenBucket(nil)
+		memBuckets[u.Host] = base
+	}
+	// PrefixedBucket makes a new handle over the same data; the shared base
+	// handle is never used directly, so marking it closed does no harm.
+	s.bucket = blob.PrefixedBucket(base, prefix)
+	return nil
+}
+
+func (s *Store) openCloud(ctx context.Context, u *url.URL) error {
+	if u.Host == "" {
+		return fmt.Errorf("store URL %s names no bucket: write %s://BUCKET/optional/prefix", s.display, u.Scheme)
+	}
+	q := u.Query()
+	if q.Get("prefix") != "" {
+		return fmt.Errorf("store URL %s: put the key prefix in the path (%s://%s/PREFIX), not in ?prefix=", s.display, u.Scheme, u.Host)
+	}
+	s.what, s.where = describeBucket(u)
+	if u.Scheme == "s3" && q.Get("endpoint") != "" && q.Get("region") == "" &&
+		os.Getenv("AWS_REGION") == "" && os.Getenv("AWS_DEFAULT_REGION") == "" {
+		// S3-compatible stores still need a signing region; almost all accept this one.
+		q.Set("region", "us-east-1")
+	}
+	if u.Scheme == "s3" && q.Get("endpoint") != "" {
+		// Many S3-compatible stores reject or omit the SDK's newer default
+		// checksums (and the SDK then logs on every read). Objects carry
+		// their own SHA-256, so ask for checksums only where S3 requires them.
+		for _, k := range []string{"request_checksum_calculation", "response_checksum_validation"} {
+			if q.Get(k) == "" {
+				q.Set(k, "when_required")
+			}
+		}
+	}
+	bu := &url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: q.Encode()}
+	b, err := blob.OpenBucket(ctx, bu.String())
+	if err != nil {
+		return fmt.Errorf("store URL %s: cannot open %s at %s: %w: %s", s.display, s.what, s.where, err, credentialHint(u.Scheme))
+	}
+	if p := keyPrefix(u.Path); p != "" {
+		b = blob.PrefixedBucket(b, p)
+	}
+	s.bucket = b
+	return nil
+}
+
+// probe lists one object so that a missing bucket or bad credentials are
+// reported at Open, with what to do about them.
+func (s *Store) probe(ctx context.Context) error {
+	_, _, err := s.bucket.ListPage(ctx, blob.FirstPageToken, 1, nil)
+	if err == nil {
+		return nil
+	}
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound:
+		return fmt.Errorf("%s does not exist at %s: create it or fix --store (%s): %w", s.what, s.where, s.display, err)
+	case gcerrors.PermissionDenied:
+		return fmt.Errorf("access to %s at %s denied: %s (%s): %w", s.what, s.where, credentialHint(s.scheme), s.display, err)
+	}
+	return fmt.Errorf("cannot reach %s at %s (%s): check the URL, the network and %s: %w", s.what, s.where, s.display, credentialHint(s.scheme), err)
+}
+
+// String returns the store URL without credentials.
+func (s *Store) String() string { return s.display }
+
+// Close releases the store's resources. Open writers and readers must be
+// closed first.
+func (s *Store) Close() error {
+	if s.bucket == nil {
+		return nil
+	}
+	err := s.bucket.Close()
+	s.bucket = nil
+	if err != nil {
+		return fmt.Errorf("close store %s: %w", s.display, err)
+	}
+	return nil
+}
+
+// Writer streams one object into the store. Nothing is visible under the
+// key until Close returns nil; Abort (or any failed Write) discards it.
+type Writer struct {
+	s      *Store
+	key    string
+	w      *blob.Writer
+	cancel context.CancelFunc
+	file   *os.File // file:// only: synced before the rename
+	err    error    // first write error; Close then aborts
+	done   bool
+}
+
+// NewWriter starts writing the object at key. The caller must call Close
+// (to commit) or Abort (to discard). Cancelling ctx also aborts the write.
+func (s *Store) NewWriter(ctx context.Context, key string) (*Writer, error) {
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("write to %s: %w", s.display, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &Writer{s: s, key: key, cancel: cancel}
+	opts := &blob.WriterOptions{
+		// A fixed content type skips content sniffing (which buffers) and
+		// makes the driver writer exist before the first byte.
+		ContentType: "application/octet-stream",
+		// Two parts in flight bound upload memory (S3: 8 MiB parts, up to an
+		// 80 GiB object) while keeping the pipe busy.
+		MaxConcurrency: 2,
+	}
+	if s.dir != "" {
+		opts.BeforeWrite = func(as func(any) bool) error {
+			var f *os.File
+			if as(&f) {
+				w.file = f
+			}
+			return nil
+		}
+	}
+	bw, err := s.bucket.NewWriter(ctx, key, opts)
+	if err != nil {
+		cancel()
+		return nil, s.opError("start writing", key, err)
+	}
+	w.w = bw
+	return w, nil
+}
+
+// Write writes p to the object.
+func (w *Writer) Write(p []byte) (int, error) {
+	if w.done {
+		return 0, fmt.Errorf("write %s in %s: writer already closed", w.key, w.s.display)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	n, err := w.w.Write(p)
+	if err != nil {
+		w.err = w.s.opError("write", w.key, err)
+		return n, w.err
+	}
+	return n, nil
+}
+
+// Close commits the object. If any Write failed, Close discards the object
+// and returns that error.
+func (w *Writer) Close() error {
+	if w.done {
+		return nil
+	}
+	if w.err != nil {
+		w.Abort()
+		return w.err
+	}
+	w.done = true
+	defer w.cancel()
+	if w.file != nil {
+		// fileblob renames without fsync; a backup that vanishes on power
+		// loss is not a backup.
+		if err := w.file.Sync(); err != nil {
+			w.cancel()
+			_ = w.w.Close()
+			return fmt.Errorf("write %s in %s: fsync: %w: check the disk", w.key, w.s.display, err)
+		}
+	}
+	if err := w.w.Close(); err != nil {
+		return w.s.opError("finish writing", w.key, err)
+	}
+	if w.s.dir != "" {
+		syncDir(filepath.Dir(filepath.Join(w.s.dir, filepath.FromSlash(w.key))))
+	}
+	return nil
+}
+
+// Abort discards the object. It is safe to call after Close (then it does
+// nothing) and more than once.
+func (w *Writer) Abort() {
+	if w.done {
+		return
+	}
+	w.done = true
+	w.cancel() // a cancelled context makes every driver drop the upload
+	_ = w.w.Close()
+}
+
+// Reader streams one object out of the store.
+type Reader struct {
+	r   *blob.Reader
+	key string
+	s   *Store
+}
+
+// NewReader opens the object at key. A missing object gives an error that
+// wraps ErrNotFound.
+func (s *Store) NewReader(ctx context.Context, key string) (*Reader, error) {
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("read from %s: %w", s.display, err)
+	}
+	r, err := s.bucket.NewReader(ctx, key, nil)
+	if err != nil {
+		return nil, s.opError("open", key, err)
+	}
+	return &Reader{r: r, key: key, s: s}, nil
+}
+
+func (r *Reader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = r.s.opError("read", r.key, err)
+	}
+	return n, err
+}
+
+// Close releases the reader.
+func (r *Reader) Close() error { return r.r.Close() }
+
+// Size is the object's size in bytes.
+func (r *Reader) Size() int64 { return r.r.Size() }
+
+// ModTime is when the object was last written.
+func (r *Reader) ModTime() time.Time { return r.r.ModTime() }
+
+// List returns every object whose key starts with prefix, sorted by key.
+func (s *Store) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+	var out []ObjectInfo
+	for {
+		o, err := it.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, s.opError("list", prefix+"*", err)
+		}
+		if o.IsDir || (s.dir != "" && fileTempRE.MatchString(o.Key)) {
+			continue
+		}
+		out = append(out, ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.ModTime})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// fileTempRE matches fileblob's in-flight temporary files ("<key>.<hex nanos>.tmp").
+var fileTempRE = regexp.MustCompile(`\.[0-9a-f]+\.tmp$`)
+
+// Stat returns the object's size and modification time.
+func (s *Store) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+	a, err := s.bucket.Attributes(ctx, key)
+	if err != nil {
+		return ObjectInfo{}, s.opError("stat", key, err)
+	}
+	return ObjectInfo{Key: key, Size: a.Size, ModTime: a.ModTime}, nil
+}
+
+// Delete removes the object at key. Deleting a missing object is not an
+// error, so retries and concurrent garbage collection are harmless.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("delete from %s: %w", s.display, err)
+	}
+	err := s.bucket.Delete(ctx, key)
+	if err == nil || gcerrors.Code(err) == gcerrors.NotFound {
+		return nil
+	}
+	return s.opError("delete", key, err)
+}
+
+// IsNotFound reports whether err says an object does not exist.
+func IsNotFound(err error) bool {
+	return errors.Is(err, ErrNotFound) || gcerrors.Code(err) == gcerrors.NotFound
+}
+
+func (s *Store) opError(op, key string, err error) error {
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound:
+		return fmt.Errorf("%s object %s in %s: %w (%w)", op, key, s.display, ErrNotFound, err)
+	case gcerrors.PermissionDenied:
+		return fmt.Errorf("%s object %s in %s: access denied: %s: %w", op, key, s.display, credentialHint(s.scheme), err)
+	case gcerrors.Canceled, gcerrors.DeadlineExceeded:
+		return fmt.Errorf("%s object %s in %s: %w", op, key, s.display, err)
+	}
+	return fmt.Errorf("%s object %s in %s: %w", op, key, s.display, err)
+}
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("empty object key")
+	case !utf8.ValidString(key):
+		return fmt.Errorf("object key %q is not valid UTF-8", key)
+	case strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/"):
+		return fmt.Errorf("object key %q must not start or end with /", key)
+	}
+	for _, part := range strings.Split(key, "/") {
+		if part == "" || part == "." || part == ".." {
+			return fmt.Errorf("object key %q has an empty, . or .. path element", key)
+		}
+	}
+	return nil
+}
+
+// keyPrefix turns a URL path into a key prefix ending in "/".
+func keyPrefix(p string) string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return ""
+	}
+	return p + "/"
+}
+
+// describeBucket names the bucket and where it lives, for error messages.
+func describeBucket(u *url.URL) (what, where string) {
+	q := u.Query()
+	switch u.Scheme {
+	case "s3":
+		what = "bucket " + u.Host
+		if ep := q.Get("endpoint"); ep != "" {
+			return what, "endpoint " + ep
+		}
+		if r := q.Get("region"); r != "" {
+			return what, "AWS S3 (region " + r + ")"
+		}
+		return what, "AWS S3"
+	case "gs":
+		return "bucket " + u.Host, "Google Cloud Storage"
+	case "azblob":
+		acct := q.Get("storage_account")
+		if acct == "" {
+			acct = os.Getenv("AZURE_STORAGE_ACCOUNT")
+		}
+		if acct != "" {
+			return "container " + u.Host, "Azure storage account " + acct
+		}
+		return "container " + u.Host, "Azure Blob Storage"
+	}
+	return "bucket " + u.Host, u.Scheme
+}
+
+func credentialHint(scheme string) string {
+	switch scheme {
+	case "s3":
+		return "check the AWS credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/credentials or the instance role) and the bucket policy"
+	case "gs":
+		return "check the Google credentials (GOOGLE_APPLICATION_CREDENTIALS or workload identity) and the bucket's IAM"
+	case "azblob":
+		return "check AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN, AZURE_STORAGE_CONNECTION_STRING or the Azure identity"
+	case "file":
+		return "check the directory's permissions"
+	}
+	return "check the store URL"
+}
+
+var secretParam = regexp.MustCompile(`(?i)secret|token|password|passwd|signature|credential|^sig$|^sas|^key$|access_?key`)
+
+// redact renders u without user info and with secret-looking query values hidden.
+func redact(u *url.URL) string {
+	c := *u
+	if c.User != nil {
+		c.User = nil
+	}
+	q := c.Query()
+	changed := false
+	for k := range q {
+		if secretParam.MatchString(k) {
+			q[k] = []string{"REDACTED"}
+			changed = true
+		}
+	}
+	if changed {
+		c.RawQuery = q.Encode()
+	}
+	return c.String()
+}
+
+func redactRaw(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return redact(u)
+	}
+	if i := strings.Index(raw, "@"); i >= 0 {
+		return "…" + raw[i:]
+	}
+	return raw
+}
+
+func absHint(raw string) string {
+	if strings.HasPrefix(raw, "/") {
+		return raw
+	}
+	return "/abs/dir"
+}
+
+func schemeList() string {
+	parts := make([]string, len(Schemes))
+	for i, s := range Schemes {
+		parts[i] = s + "://"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// syncDir makes a rename durable. Best effort: some file systems refuse.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+}
