@@ -34,3 +34,30 @@ test: tools fmt vet staticcheck
 # Unit tests only (no etcd processes): quick feedback while editing.
 test-short:
 	$(GO) test -short $(PKGS)
+
+# Benchmarks, each side by side with its reference in the same run (bench/, see docs/benchmarks.md,
+# which this rewrites). `make bench`: quick sizes (~10 min on 2 cores); `make bench FULL=1`: the
+# sizes the issues ask for (1 GiB database, 1M revisions, longer phases); BENCH=snapshot,delta
+# runs only those (snapshot, delta, replay, restore).
+.PHONY: bench
+bench: build tools
+	$(GO) run ./bench/cmd/runner -steward $(BIN)/steward -etcdctl $(BIN)/etcdctl -etcdutl $(BIN)/etcdutl \
+		-out docs/benchmarks.md $(if $(filter 1 true yes,$(FULL)),-full) $(if $(BENCH),-only $(BENCH)) \
+		-command "make bench$(if $(filter 1 true yes,$(FULL)), FULL=1)$(if $(BENCH), BENCH=$(BENCH))"
+
+# Chaos suite (test/chaos): real local clusters under faults, histories checked for
+# linearizability with porcupine, plus quorum loss and total loss. `make chaos` is the seeded,
+# bounded CI set (~10 min on 2 cores); `make chaos SEED=7 DURATION=30m` runs longer,
+# MEMBERS=5 uses 5-member clusters, FAULTS=swap,wipe limits the fault kinds (names in
+# test/chaos/faults_test.go). A failed run keeps its cluster dirs and the porcupine
+# visualisation under CHAOS_OUT.
+SEED          ?= 1
+DURATION      ?= 2m
+MEMBERS       ?= 3
+CHAOS_OUT     ?= $(or $(TMPDIR),/tmp)/steward-chaos
+FAULTS        ?=
+CHAOS_TIMEOUT ?= 60m
+.PHONY: chaos
+chaos:
+	STEWARD_CHAOS=1 STEWARD_CHAOS_SEED=$(SEED) STEWARD_CHAOS_DURATION=$(DURATION) STEWARD_CHAOS_MEMBERS=$(MEMBERS) \
+		STEWARD_CHAOS_FAULTS=$(FAULTS) STEWARD_CHAOS_OUT=$(CHAOS_OUT) $(GO) test -count=1 -v -timeout $(CHAOS_TIMEOUT) ./test/chaos

@@ -19,9 +19,9 @@ import (
 func newBackupCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "backup",
-		Short: "Inspect and manage a backup store: list, save, verify, gc",
+		Short: "Inspect and manage a backup store: list, save, verify, gc, compact",
 	}
-	cmd.AddCommand(newBackupListCommand(), newBackupSaveCommand(), newBackupVerifyCommand(), newBackupGCCommand())
+	cmd.AddCommand(newBackupListCommand(), newBackupSaveCommand(), newBackupVerifyCommand(), newBackupGCCommand(), newBackupCompactCommand())
 	return cmd
 }
 

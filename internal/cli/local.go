@@ -22,7 +22,7 @@ func newLocalCommand() *cobra.Command {
 		Use:   "local",
 		Short: "Run a multi-member etcd cluster on this machine (no Kubernetes)",
 	}
-	cmd.AddCommand(newLocalUpCommand(), newLocalStatusCommand(), newLocalDownCommand())
+	cmd.AddCommand(newLocalUpCommand(), newLocalStatusCommand(), newLocalDownCommand(), newLocalFaultCommand(), newLocalScaleCommand())
 	return cmd
 }
 
@@ -83,6 +83,7 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f.StringVar(&opts.Name, "name", "steward", "name of a new cluster")
 	f.StringVar(&opts.Backup, "backup", "", "backup store URL (default file://DIR/backups for a new cluster; \"none\" turns backups off)")
 	f.StringSliceVar(&opts.SidecarArgs, "sidecar-arg", nil, "extra flag for every sidecar, e.g. --sidecar-arg=--delta-period=1s (repeatable)")
+	f.DurationVar(&opts.QuorumLossGrace, "quorum-loss-grace", 30*time.Second, "how long a quorum must be lost before it is recovered automatically")
 	f.BoolVar(&detach, "detach", false, "run the supervisor in the background; return once the cluster is healthy")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for every member to become healthy")
 	f.BoolVar(&child, "supervisor-child", false, "internal: this is the background supervisor started by --detach")
@@ -107,7 +108,8 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 		return err
 	}
 	defer logFile.Close()
-	args := []string{"local", "up", "--supervisor-child", "--dir", opts.Dir, "--timeout", opts.ReadyTimeout.String()}
+	args := []string{"local", "up", "--supervisor-child", "--dir", opts.Dir, "--timeout", opts.ReadyTimeout.String(),
+		"--quorum-loss-grace", opts.QuorumLossGrace.String()}
 	if opts.Members != 0 {
 		args = append(args, "--members", strconv.Itoa(opts.Members))
 	}
@@ -219,6 +221,77 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 		}
 	}
 	return nil
+}
+
+func newLocalScaleCommand() *cobra.Command {
+	var (
+		dir     string
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "scale N",
+		Short: "Change the number of members of the running cluster, without downtime",
+		Long: `Scale the running local cluster to N members. Up: new members join one at a time as
+learners and are promoted once caught up. Down: the highest members leave, each handing over
+leadership first if it leads; their data is removed. Waits until the cluster is healthy.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.Atoi(args[0])
+			if err != nil {
+				return fmt.Errorf("size %q is not a number", args[0])
+			}
+			dir, err := absDir(dir)
+			if err != nil {
+				return err
+			}
+			if err := local.Scale(cmd.Context(), dir, n, timeout); err != nil {
+				return err
+			}
+			rep, err := local.Status(cmd.Context(), dir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Scaled to %d members.\n\n", n)
+			return printStatusTable(cmd.OutOrStdout(), rep)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "./steward-data", "directory of the local cluster")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the new size to be healthy")
+	return cmd
+}
+
+func newLocalFaultCommand() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "fault MEMBER kill|wipe|corrupt|swap [OTHER]",
+		Short: "Inject a fault into a member, to watch it heal (demos and tests)",
+		Long: `Inject a fault into a running local cluster:
+
+  kill      kill -9 the member's etcd
+  wipe      delete the member's data, then kill -9 its etcd
+  corrupt   damage the member's database file, then kill -9 its etcd
+  swap      swap the data dirs of MEMBER and OTHER, then kill -9 both
+
+The supervisor restarts the process; the sidecar detects the damage and heals the member.`,
+		Args: cobra.RangeArgs(2, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir, err := absDir(dir)
+			if err != nil {
+				return err
+			}
+			other := ""
+			if len(args) == 3 {
+				other = args[2]
+			}
+			if err := local.Fault(dir, args[0], args[1], other); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "injected %s into %s; watch it heal with `steward local status --dir %s`\n", args[1], args[0], dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "./steward-data", "directory of the local cluster")
+	return cmd
 }
 
 func newLocalDownCommand() *cobra.Command {

@@ -53,6 +53,7 @@ func NewRootCommand() *cobra.Command {
 		newSidecarCommand(),
 		newLocalCommand(),
 		newBackupCommand(),
+		newRestoreCommand(),
 	)
 	return root
 }

@@ -36,6 +36,16 @@ type State struct {
 	Revision int64 `json:"revision,omitempty"`
 	// Problems lists what made the WAL or the database invalid, for logs and the init API.
 	Problems []string `json:"problems,omitempty"`
+	// Identity is the recorded owner of the data, if any.
+	Identity *Identity `json:"identity,omitempty"`
+	// CleanShutdown is true when etcd last stopped cleanly (then the deep check is skipped).
+	CleanShutdown bool `json:"cleanShutdown"`
+	// PartialRestore is true when an unfinished restore (<dir>.part) lies beside the data dir.
+	PartialRestore bool `json:"partialRestore,omitempty"`
+	// DeepChecked is true when every page of the database was checked.
+	DeepChecked bool `json:"deepChecked,omitempty"`
+	// Took is how long the inspection took.
+	Took time.Duration `json:"took"`
 }
 
 // Valid reports whether the directory holds a member's metadata and a usable database.
@@ -43,6 +53,22 @@ func (s State) Valid() bool { return s.WALValid && s.DBValid }
 
 // Empty reports whether nothing of an etcd member is in the directory.
 func (s State) Empty() bool { return !s.HasWAL && !s.HasDB }
+
+// MemberIDHex is the WAL's member ID as etcdctl prints it ("" if unknown).
+func (s State) MemberIDHex() string {
+	if s.MemberID == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%x", s.MemberID)
+}
+
+// ClusterIDHex is the WAL's cluster ID as etcdctl prints it ("" if unknown).
+func (s State) ClusterIDHex() string {
+	if s.ClusterID == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%x", s.ClusterID)
+}
 
 // DBPath is where etcd keeps its bbolt database inside a data dir.
 func DBPath(dataDir string) string {
@@ -53,7 +79,12 @@ func DBPath(dataDir string) string {
 // damaged contents: damage is reported in State.Problems. An error means the directory
 // itself could not be read.
 func Inspect(dataDir string) (State, error) {
+	start := time.Now()
 	st := State{Dir: dataDir}
+	defer func() { st.Took = time.Since(start) }()
+	if _, err := os.Stat(PartDir(dataDir)); err == nil {
+		st.PartialRestore = true
+	}
 	if _, err := os.Stat(dataDir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return st, nil
@@ -70,10 +101,19 @@ func Inspect(dataDir string) (State, error) {
 			st.WALValid, st.MemberID, st.ClusterID = true, member, cluster
 		}
 	}
+	if id, ok, err := ReadIdentity(dataDir); err != nil {
+		st.Problems = append(st.Problems, err.Error())
+	} else if ok {
+		st.Identity = &id
+	}
+	_, st.CleanShutdown, _ = ReadShutdown(dataDir)
 	dbPath := DBPath(dataDir)
 	if _, err := os.Stat(dbPath); err == nil {
 		st.HasDB = true
-		rev, err := readDBRevision(dbPath)
+		// After an unclean stop every page is checked; after a clean one the quick check
+		// (meta pages, buckets, newest revision) is enough.
+		st.DeepChecked = !st.CleanShutdown
+		rev, err := readDBRevision(dbPath, st.DeepChecked)
 		if err != nil {
 			st.Problems = append(st.Problems, fmt.Sprintf("database %s is damaged: %v", dbPath, err))
 		} else {
@@ -121,7 +161,7 @@ func readWALMetadata(dataDir string) (memberID, clusterID uint64, err error) {
 
 // readDBRevision opens the database read-only and returns the newest revision in its key
 // bucket (0 for a fresh database).
-func readDBRevision(path string) (int64, error) {
+func readDBRevision(path string, deep bool) (int64, error) {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
 	if err != nil {
 		return 0, err
@@ -135,6 +175,17 @@ func readDBRevision(path string) (int64, error) {
 		keys := tx.Bucket([]byte("key"))
 		if keys == nil {
 			return errors.New("no key bucket: not an etcd database")
+		}
+		if deep {
+			var first error
+			for err := range tx.Check() { // drain: the checker stops only when it is done
+				if first == nil {
+					first = err
+				}
+			}
+			if first != nil {
+				return fmt.Errorf("integrity check: %w", first)
+			}
 		}
 		k, _ := keys.Cursor().Last()
 		if k == nil {

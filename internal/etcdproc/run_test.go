@@ -2,6 +2,7 @@ package etcdproc_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -26,6 +27,7 @@ type staticView struct {
 
 func (v staticView) Desired(context.Context) (member.ClusterSpec, error)  { return v.spec, nil }
 func (v staticView) Status(context.Context) (member.ClusterStatus, error) { return v.status, nil }
+func (v staticView) Recovery(context.Context) (*member.Recovery, error)   { return nil, nil }
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -139,9 +141,9 @@ func TestMemberStartsThroughSidecar(t *testing.T) {
 	stop()
 }
 
-// TestSidecarReportsUnhandledState checks that a state the sidecar cannot handle yet fails
-// initialisation with the reason, and leaves the data dir alone.
-func TestSidecarReportsUnhandledState(t *testing.T) {
+// TestSidecarWaitsOnDamagedDataWithoutQuorum checks that a damaged data dir with no quorum to
+// rejoin keeps the initialisation waiting, reports what was found, and changes nothing.
+func TestSidecarWaitsOnDamagedDataWithoutQuorum(t *testing.T) {
 	dataDir := t.TempDir()
 	if err := os.MkdirAll(dataDir+"/member/snap", 0o700); err != nil {
 		t.Fatal(err)
@@ -149,18 +151,40 @@ func TestSidecarReportsUnhandledState(t *testing.T) {
 	if err := os.WriteFile(datadir.DBPath(dataDir), []byte("not a database"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	view := staticView{spec: member.ClusterSpec{Name: "t", Token: "x", Members: []member.MemberSpec{{Name: "m0", ClientURL: "http://127.0.0.1:1", PeerURL: "http://127.0.0.1:2"}}}}
+	view := staticView{spec: member.ClusterSpec{Name: "t", Token: "x", Members: []member.MemberSpec{
+		{Name: "m0", ClientURL: "http://127.0.0.1:1", PeerURL: "http://127.0.0.1:2"},
+		{Name: "m1", ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), PeerURL: "http://127.0.0.1:4"}}},
+		status: member.ClusterStatus{Members: []member.StatusMember{{Name: "m0", ID: "1"}, {Name: "m1", ID: "2"}}}}
 	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view})
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := httptest.NewServer(sc.Handler())
 	defer api.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = etcdproc.ConfigFromSidecar(ctx, zap.NewNop(), api.URL)
-	if err == nil || !strings.Contains(err.Error(), "database") || !strings.Contains(err.Error(), "damaged") {
-		t.Fatalf("init on a damaged database: %v", err)
+	resp, err := http.Post(api.URL+"/v1/init", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	testutil.Eventually(t, 20*time.Second, "init waits and says why", func() error {
+		var st struct {
+			State, Message, Case string
+		}
+		r, err := http.Get(api.URL + "/v1/init")
+		if err != nil {
+			return err
+		}
+		defer r.Body.Close()
+		if err := json.NewDecoder(r.Body).Decode(&st); err != nil {
+			return err
+		}
+		if st.State != etcdproc.InitRunning || st.Case != "InvalidDataWaitForQuorum" || !strings.Contains(st.Message, "damaged") {
+			return fmt.Errorf("init status %+v", st)
+		}
+		return nil
+	})
+	if code := httpStatus(api.URL + "/v1/config"); code != http.StatusConflict {
+		t.Fatalf("config served while waiting: %d", code)
 	}
 	if b, _ := os.ReadFile(datadir.DBPath(dataDir)); string(b) != "not a database" {
 		t.Fatal("data dir was modified")

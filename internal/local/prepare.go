@@ -28,6 +28,9 @@ type UpOptions struct {
 	Binary string
 	// ReadyTimeout bounds the wait for all members to become healthy.
 	ReadyTimeout time.Duration
+	// QuorumLossGrace is how long a quorum must be lost before it is recovered automatically
+	// (from the member with the newest data, else from backup).
+	QuorumLossGrace time.Duration
 	// StopGrace bounds how long each process may take to stop before it is killed.
 	StopGrace time.Duration
 	// Logf receives the supervisor's log lines.
@@ -47,6 +50,9 @@ func (o *UpOptions) defaults() {
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 2 * time.Minute
+	}
+	if o.QuorumLossGrace == 0 {
+		o.QuorumLossGrace = 30 * time.Second
 	}
 	if o.StopGrace == 0 {
 		o.StopGrace = 30 * time.Second

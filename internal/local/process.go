@@ -26,6 +26,8 @@ type process struct {
 	pid      int
 	starts   int
 	lastExit string
+	// restarting marks a stop the supervisor asked for: no crash, no backoff.
+	restarting bool
 }
 
 // Backoff bounds between restarts of a crashed process.
@@ -35,6 +37,19 @@ const (
 	// A process that ran this long is considered healthy again: its backoff resets.
 	stableAfter = 60 * time.Second
 )
+
+// restart stops the running process gracefully; run starts it again.
+func (p *process) restart() {
+	p.mu.Lock()
+	pid := p.pid
+	if pid > 0 {
+		p.restarting = true
+	}
+	p.mu.Unlock()
+	if pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+}
 
 func (p *process) snapshot() (pid, starts int, lastExit string) {
 	p.mu.Lock()
@@ -54,7 +69,13 @@ func (p *process) run(ctx context.Context) {
 		}
 		p.mu.Lock()
 		p.lastExit = err.Error()
+		asked := p.restarting
+		p.restarting = false
 		p.mu.Unlock()
+		if asked {
+			p.logf("%s %s restarted by the supervisor", p.member, p.kind)
+			continue
+		}
 		if time.Since(started) > stableAfter {
 			backoff = minBackoff
 		}

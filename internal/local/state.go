@@ -29,6 +29,11 @@ type State struct {
 	Error         string        `json:"error,omitempty"`
 	UpdatedAt     time.Time     `json:"updatedAt"`
 	Members       []MemberState `json:"members"`
+	// Recovery is the quorum-loss directive in force, if any.
+	Recovery *member.Recovery `json:"recovery,omitempty"`
+	// LastRecoveryEpoch is the newest directive ever issued for this cluster (epochs only grow,
+	// across supervisor restarts, so a data dir never mistakes a new directive for an old one).
+	LastRecoveryEpoch int64 `json:"lastRecoveryEpoch,omitempty"`
 }
 
 // MemberState is the supervisor's record of one member.
@@ -83,6 +88,15 @@ func (v View) Desired(context.Context) (member.ClusterSpec, error) {
 		return member.ClusterSpec{}, errors.New("no local cluster in " + v.Dir)
 	}
 	return spec.memberView(), nil
+}
+
+// Recovery implements member.ClusterView.
+func (v View) Recovery(context.Context) (*member.Recovery, error) {
+	st, err := ReadState(v.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return st.Recovery, nil
 }
 
 // Status implements member.ClusterView: the members the supervisor has seen serving.

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 )
 
 // maxStartsBeforeReady is how often a process may die while the cluster first comes up
@@ -42,23 +43,24 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 		return err
 	}
 
-	s := &supervisor{dir: opts.Dir, spec: spec, logf: opts.Logf, state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting}}
+	// SIGHUP: cluster.json changed (`steward local scale`): reconcile the members. Caught from
+	// the start, so a scale request during start-up is taken up once the cluster is ready.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	previous, _ := ReadState(opts.Dir)
+	s := &supervisor{dir: opts.Dir, bin: bin, opts: opts, logf: opts.Logf, spec: spec,
+		state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting, LastRecoveryEpoch: previous.LastRecoveryEpoch}}
+	// The member IDs recorded earlier are the cluster's status: they persist across restarts of
+	// the supervisor, as an EtcdCluster's status does, so a member that lost its data is never
+	// taken for a member of a new cluster.
+	recorded := map[string]string{}
+	for _, m := range previous.Members {
+		recorded[m.Name] = m.ID
+	}
 	for _, m := range spec.Members {
-		s.state.Members = append(s.state.Members, MemberState{Name: m.Name})
-		if err := os.MkdirAll(MemberDataDir(opts.Dir, m.Name), 0o700); err != nil {
-			return err
-		}
-		sidecarArgs := []string{"sidecar", "--name", m.Name, "--data-dir", MemberDataDir(opts.Dir, m.Name),
-			"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", opts.Dir}
-		if spec.Backup != "" {
-			sidecarArgs = append(sidecarArgs, "--store", spec.Backup)
-			sidecarArgs = append(sidecarArgs, opts.SidecarArgs...)
-		}
-		s.sidecars = append(s.sidecars, &process{member: m.Name, kind: "sidecar", bin: bin, log: LogPath(opts.Dir, m.Name, "sidecar"),
-			stopGrace: opts.StopGrace, logf: opts.Logf, args: sidecarArgs})
-		s.etcds = append(s.etcds, &process{member: m.Name, kind: "etcd", bin: bin, log: LogPath(opts.Dir, m.Name, "etcd"),
-			stopGrace: opts.StopGrace, logf: opts.Logf,
-			args: []string{"etcd", "--sidecar", spec.SidecarURL(m), "--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}})
+		s.state.Members = append(s.state.Members, MemberState{Name: m.Name, ID: recorded[m.Name]})
 	}
 	if err := s.save(); err != nil {
 		return fmt.Errorf("write %s: %w", stateFile, err)
@@ -68,36 +70,31 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 			s.setPhase(PhaseFailed, err.Error())
 		}
 	}()
-
-	sidecarCtx, stopSidecars := context.WithCancel(context.Background())
-	etcdCtx, stopEtcds := context.WithCancel(context.Background())
-	var sidecarWG, etcdWG sync.WaitGroup
-	start := func(wg *sync.WaitGroup, ctx context.Context, ps []*process) {
-		for _, p := range ps {
-			wg.Add(1)
-			go func() { defer wg.Done(); p.run(ctx) }()
-		}
-	}
 	// Graceful stop: etcd members first (each leaves a clean-shutdown marker), then sidecars.
 	defer func() {
 		s.setPhase(PhaseStopping, "")
 		opts.Logf("stopping etcd members")
-		stopEtcds()
-		etcdWG.Wait()
-		stopSidecars()
-		sidecarWG.Wait()
+		runs := s.memberRuns()
+		for _, r := range runs {
+			r.stopEtcd()
+		}
+		for _, r := range runs {
+			r.wait()
+		}
 		if err == nil {
 			s.setPhase(PhaseStopped, "")
 			opts.Logf("stopped; data kept in %s", opts.Dir)
 		}
 	}()
 	opts.Logf("starting %d-member cluster %q in %s", len(spec.Members), spec.Name, opts.Dir)
-	start(&sidecarWG, sidecarCtx, s.sidecars)
-	start(&etcdWG, etcdCtx, s.etcds)
+	for _, m := range spec.Members {
+		if err := s.startMember(m); err != nil {
+			return err
+		}
+	}
 
-	mon := newMonitor(spec)
-	defer mon.close()
-	if err := s.waitReady(ctx, mon, opts.ReadyTimeout); err != nil {
+	quorum := &quorumWatch{grace: opts.QuorumLossGrace}
+	if err := s.waitReady(ctx, quorum, opts.ReadyTimeout); err != nil {
 		return err
 	}
 	s.setPhase(PhaseReady, "")
@@ -105,27 +102,116 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 	if opts.OnReady != nil {
 		opts.OnReady(spec)
 	}
+	// One reconciler; requests that arrive while it works are coalesced into one more pass.
+	pending := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-pending:
+				if err := s.reconcileMembers(ctx); err != nil {
+					s.logf("scaling failed: %v", err)
+				}
+			}
+		}
+	}()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-hup:
+			select {
+			case pending <- struct{}{}:
+			default: // a pass is already queued; it reads the newest cluster.json
+			}
 		case <-tick.C:
-			s.observe(ctx, mon)
+			s.observe(ctx)
+			quorum.check(ctx, s)
 		}
 	}
 }
 
 type supervisor struct {
-	dir      string
-	spec     Spec
-	logf     func(string, ...any)
-	etcds    []*process
-	sidecars []*process
+	dir  string
+	bin  string
+	opts UpOptions
+	logf func(string, ...any)
 
 	mu    sync.Mutex
+	spec  Spec
+	runs  []*memberRun // in spec order
 	state State
+}
+
+// memberRun is one member's two processes and the supervisor's client to it.
+type memberRun struct {
+	spec                  MemberSpec
+	etcd, sidecar         *process
+	stopEtcd, stopSidecar context.CancelFunc
+	etcdDone, sidecarDone chan struct{}
+	client                *clientv3.Client
+}
+
+// wait stops the sidecar after etcd has stopped and waits for both.
+func (r *memberRun) wait() {
+	<-r.etcdDone
+	r.stopSidecar()
+	<-r.sidecarDone
+	if r.client != nil {
+		r.client.Close()
+	}
+}
+
+// currentSpec returns a copy of the spec (scaling changes its members).
+func (s *supervisor) currentSpec() Spec {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	spec := s.spec
+	spec.Members = append([]MemberSpec(nil), s.spec.Members...)
+	return spec
+}
+
+func (s *supervisor) memberRuns() []*memberRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*memberRun(nil), s.runs...)
+}
+
+// startMember starts a member's sidecar and etcd processes.
+func (s *supervisor) startMember(m MemberSpec) error {
+	spec := s.currentSpec()
+	dataDir := MemberDataDir(s.dir, m.Name)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	sidecarArgs := []string{"sidecar", "--name", m.Name, "--data-dir", dataDir,
+		"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", s.dir}
+	if spec.Backup != "" {
+		sidecarArgs = append(sidecarArgs, "--store", spec.Backup)
+		sidecarArgs = append(sidecarArgs, s.opts.SidecarArgs...)
+	}
+	r := &memberRun{spec: m, etcdDone: make(chan struct{}), sidecarDone: make(chan struct{}),
+		sidecar: &process{member: m.Name, kind: "sidecar", bin: s.bin, log: LogPath(s.dir, m.Name, "sidecar"),
+			stopGrace: s.opts.StopGrace, logf: s.logf, args: sidecarArgs},
+		etcd: &process{member: m.Name, kind: "etcd", bin: s.bin, log: LogPath(s.dir, m.Name, "etcd"),
+			stopGrace: s.opts.StopGrace, logf: s.logf,
+			args: []string{"etcd", "--sidecar", spec.SidecarURL(m), "--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}},
+	}
+	if c, err := clientv3.New(clientv3.Config{Endpoints: []string{spec.ClientURL(m)}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err == nil {
+		r.client = c
+	}
+	var sidecarCtx, etcdCtx context.Context
+	sidecarCtx, r.stopSidecar = context.WithCancel(context.Background())
+	etcdCtx, r.stopEtcd = context.WithCancel(context.Background())
+	go func() { defer close(r.sidecarDone); r.sidecar.run(sidecarCtx) }()
+	go func() { defer close(r.etcdDone); r.etcd.run(etcdCtx) }()
+	s.mu.Lock()
+	s.runs = append(s.runs, r)
+	s.mu.Unlock()
+	return nil
 }
 
 func (s *supervisor) setPhase(phase, msg string) {
@@ -144,13 +230,17 @@ func (s *supervisor) save() error {
 }
 
 // observe refreshes each member's processes, readiness and ID, and records them.
-func (s *supervisor) observe(ctx context.Context, mon *monitor) {
-	obs := mon.poll(ctx)
+func (s *supervisor) observe(ctx context.Context) {
+	runs := s.memberRuns()
+	obs := poll(ctx, s.currentSpec(), runs)
 	s.mu.Lock()
-	for i := range s.state.Members {
-		m := &s.state.Members[i]
-		m.EtcdPID, m.EtcdRestarts, _ = s.etcds[i].snapshot()
-		m.SidecarPID, m.SidecarRestarts, _ = s.sidecars[i].snapshot()
+	for i, r := range runs {
+		m := s.memberStateLocked(r.spec.Name)
+		if m == nil {
+			continue // removed meanwhile
+		}
+		m.EtcdPID, m.EtcdRestarts, _ = r.etcd.snapshot()
+		m.SidecarPID, m.SidecarRestarts, _ = r.sidecar.snapshot()
 		m.EtcdRestarts = max(m.EtcdRestarts-1, 0)
 		m.SidecarRestarts = max(m.SidecarRestarts-1, 0)
 		m.Ready = obs[i].ready
@@ -167,31 +257,42 @@ func (s *supervisor) observe(ctx context.Context, mon *monitor) {
 	}
 }
 
-// waitReady polls until every member is healthy. It fails early when a process keeps
-// dying, with the end of its log.
-func (s *supervisor) waitReady(ctx context.Context, mon *monitor, timeout time.Duration) error {
+func (s *supervisor) memberStateLocked(name string) *MemberState {
+	for i := range s.state.Members {
+		if s.state.Members[i].Name == name {
+			return &s.state.Members[i]
+		}
+	}
+	return nil
+}
+
+// waitReady polls until every member is healthy. It fails early when a process of a new
+// cluster keeps dying, with the end of its log.
+func (s *supervisor) waitReady(ctx context.Context, quorum *quorumWatch, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		s.observe(ctx, mon)
+		s.observe(ctx)
+		// A cluster that formed before may come up without its quorum: recover it.
+		quorum.check(ctx, s)
 		s.mu.Lock()
-		all := true
 		var waiting []string
 		for _, m := range s.state.Members {
 			if !m.Ready {
-				all = false
 				waiting = append(waiting, m.Name)
 			}
 		}
 		s.mu.Unlock()
-		if all {
+		if len(waiting) == 0 {
 			return nil
 		}
-		for _, p := range append(append([]*process{}, s.etcds...), s.sidecars...) {
-			if _, starts, lastExit := p.snapshot(); starts >= maxStartsBeforeReady && lastExit != "" {
-				return fmt.Errorf("member %s: %s keeps failing to start (%d starts, last: %s); its log %s ends with:\n%s",
-					p.member, p.kind, starts, lastExit, p.log, TailFile(p.log, 15))
+		for _, r := range s.memberRuns() {
+			for _, p := range []*process{r.etcd, r.sidecar} {
+				if _, starts, lastExit := p.snapshot(); starts >= maxStartsBeforeReady && lastExit != "" && !s.formed() {
+					return fmt.Errorf("member %s: %s keeps failing to start (%d starts, last: %s); its log %s ends with:\n%s",
+						p.member, p.kind, starts, lastExit, p.log, TailFile(p.log, 15))
+				}
 			}
 		}
 		if time.Now().After(deadline) {
@@ -205,11 +306,16 @@ func (s *supervisor) waitReady(ctx context.Context, mon *monitor, timeout time.D
 	}
 }
 
-// monitor polls members' health endpoints and etcd status.
-type monitor struct {
-	spec    Spec
-	http    *http.Client
-	clients []*clientv3.Client
+// formed reports whether the cluster has run before (some member ID is recorded).
+func (s *supervisor) formed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.state.Members {
+		if m.ID != "" {
+			return true
+		}
+	}
+	return false
 }
 
 type memberObservation struct {
@@ -217,39 +323,20 @@ type memberObservation struct {
 	id    string
 }
 
-func newMonitor(spec Spec) *monitor {
-	m := &monitor{spec: spec, http: &http.Client{Timeout: 2 * time.Second}}
-	for _, ms := range spec.Members {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{spec.ClientURL(ms)}, DialTimeout: 2 * time.Second,
-			Logger: zap.NewNop(), DialOptions: []grpc.DialOption{}})
-		if err != nil {
-			c = nil
-		}
-		m.clients = append(m.clients, c)
-	}
-	return m
-}
-
-func (m *monitor) close() {
-	for _, c := range m.clients {
-		if c != nil {
-			c.Close()
-		}
-	}
-}
-
-func (m *monitor) poll(ctx context.Context) []memberObservation {
-	out := make([]memberObservation, len(m.spec.Members))
+// poll asks each member's health endpoint and etcd status, concurrently.
+func poll(ctx context.Context, spec Spec, runs []*memberRun) []memberObservation {
+	out := make([]memberObservation, len(runs))
+	hc := &http.Client{Timeout: 2 * time.Second}
 	var wg sync.WaitGroup
-	for i, ms := range m.spec.Members {
+	for i, r := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i].ready = httpOK(ctx, m.http, m.spec.HealthURL(ms)+"/readyz")
-			if c := m.clients[i]; c != nil {
+			out[i].ready = httpOK(ctx, hc, spec.HealthURL(r.spec)+"/readyz")
+			if r.client != nil {
 				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				defer cancel()
-				if st, err := c.Status(sctx, m.spec.ClientURL(ms)); err == nil {
+				if st, err := r.client.Status(sctx, spec.ClientURL(r.spec)); err == nil {
 					out[i].id = fmt.Sprintf("%x", st.Header.MemberId)
 				}
 			}

@@ -45,6 +45,12 @@ type Sidecar struct {
 
 	// backups is set once the backup store is open (nil while backups are off or the store is unreachable).
 	backups atomic.Pointer[backupAgent]
+	// lastData is the data dir as the last initialisation found it.
+	lastData atomic.Pointer[datadir.State]
+	// learnerSince is when this member was added as a learner (unix ns; 0: not a learner).
+	learnerSince atomic.Int64
+	// fullAfterStart asks for a full snapshot once etcd serves (after a restore from backup).
+	fullAfterStart atomic.Bool
 
 	mu     sync.Mutex
 	status etcdproc.InitStatus
@@ -73,6 +79,7 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	if s.cfg.Backup.StoreURL != "" {
 		go s.runBackups(ctx)
 	}
+	go s.maintainMember(ctx)
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -95,6 +102,7 @@ func (s *Sidecar) Handler() http.Handler {
 	m.HandleFunc("GET /v1/backup", s.handleBackupStatus)
 	m.HandleFunc("GET /v1/snapshots/latest", s.handleLatestSnapshots)
 	m.HandleFunc("POST /v1/snapshots/full", s.handleFullSnapshot)
+	m.HandleFunc("GET /v1/data", s.handleData)
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	return m
@@ -163,70 +171,6 @@ func (s *Sidecar) initialise(ctx context.Context) {
 		zap.Duration("took", time.Since(start)))
 }
 
-func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ObserveTimeout)
-	defer cancel()
-	spec, obs, err := s.observe(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	plan := Decide(obs)
-	s.lg.Info("initialisation decision", zap.String("case", plan.Case), zap.String("seed", plan.Seed),
-		zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
-	switch plan.Action {
-	case ActionBootstrap, ActionRestart:
-		cfg, err := s.etcdConfig(spec, plan)
-		return &plan, cfg, err
-	default:
-		return &plan, nil, errors.New(plan.Reason)
-	}
-}
-
-func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error) {
-	spec, err := s.cfg.View.Desired(ctx)
-	if err != nil {
-		return spec, Observation{}, fmt.Errorf("read the desired cluster: %w", err)
-	}
-	if _, ok := spec.Member(s.cfg.Name); !ok {
-		return spec, Observation{}, fmt.Errorf("member %q is not in the desired cluster %q (members: %s)", s.cfg.Name, spec.Name, memberNames(spec))
-	}
-	status, err := s.cfg.View.Status(ctx)
-	if err != nil {
-		return spec, Observation{}, fmt.Errorf("read the cluster status: %w", err)
-	}
-	data, err := datadir.Inspect(s.cfg.DataDir)
-	if err != nil {
-		return spec, Observation{}, err
-	}
-	if data.Valid() {
-		s.metrics.dataValid.Set(1)
-	} else {
-		s.metrics.dataValid.Set(0)
-	}
-	return spec, Observation{Self: s.cfg.Name, ClusterSize: len(spec.Members), Status: status.Members, Data: data}, nil
-}
-
-// etcdConfig generates the configuration for this start from the current desired cluster:
-// generated at every start, never frozen.
-func (s *Sidecar) etcdConfig(spec ClusterSpec, plan Plan) ([]byte, error) {
-	self, _ := spec.Member(s.cfg.Name)
-	var peers []string
-	for _, m := range spec.Members {
-		peers = append(peers, m.Name+"="+m.PeerURL)
-	}
-	c := s.cfg.Etcd
-	c.Name = self.Name
-	c.DataDir = s.cfg.DataDir
-	c.ListenClientURLs = self.ClientURL
-	c.AdvertiseClientURLs = self.ClientURL
-	c.ListenPeerURLs = self.PeerURL
-	c.InitialAdvertisePeerURLs = self.PeerURL
-	c.InitialCluster = strings.Join(peers, ",")
-	c.InitialClusterState = plan.ClusterState
-	c.InitialClusterToken = spec.Token
-	return c.Marshal()
-}
-
 func memberNames(spec ClusterSpec) string {
 	var names []string
 	for _, m := range spec.Members {
@@ -246,6 +190,11 @@ type metrics struct {
 	initTotal    *prometheus.CounterVec
 	initDuration prometheus.Histogram
 	dataValid    prometheus.Gauge
+
+	validationSeconds prometheus.Histogram
+	membership        *prometheus.CounterVec
+	membershipSeconds *prometheus.HistogramVec
+	learnerStalled    prometheus.Gauge
 
 	backupReady         prometheus.Gauge
 	backupFailures      *prometheus.CounterVec
@@ -278,6 +227,15 @@ func newMetrics() *metrics {
 			Help: "1 if the member's data dir held valid WAL metadata and database at the last inspection.",
 		}),
 	}
+	m.validationSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "steward_member_data_validation_seconds",
+		Help: "Time to inspect and validate the data dir at initialisation.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
+	m.membership = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steward_member_membership_changes_total",
+		Help: "Membership changes made by this sidecar, by operation (remove, add_learner, promote, restore, remove_superfluous) and result."}, []string{"op", "result"})
+	m.membershipSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "steward_member_membership_change_seconds",
+		Help:    "Duration of membership changes (remove, add_learner, catch_up = added to promoted, promote, restore).",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}, []string{"op"})
+	m.learnerStalled = gauge("steward_member_learner_stalled", "1 while this member is a learner that has not caught up for too long.")
+	m.registry.MustRegister(m.validationSeconds, m.membership, m.membershipSeconds, m.learnerStalled)
 	m.backupReady = gauge("steward_backup_ready", "1 while backups are current (BackupReady), on the backup leader.")
 	m.backupFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steward_backup_failures_total",
 		Help: "Backup failures by step (full, delta, session, retention)."}, []string{"step"})

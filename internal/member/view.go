@@ -13,6 +13,8 @@ type ClusterView interface {
 	// Status returns the members the cluster's status knows about (the members that have
 	// joined and been seen by the supervisor or operator).
 	Status(ctx context.Context) (ClusterStatus, error)
+	// Recovery returns the quorum-loss directive in force, or nil.
+	Recovery(ctx context.Context) (*Recovery, error)
 }
 
 // ClusterSpec is the desired cluster.

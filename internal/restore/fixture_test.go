@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 	if fixtureDir != "" {
 		os.RemoveAll(fixtureDir)
 	}
+	if chainDirOnce != "" {
+		os.RemoveAll(chainDirOnce)
+	}
 	os.Exit(code)
 }
 

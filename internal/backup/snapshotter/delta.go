@@ -63,7 +63,7 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := m.Client.Watch(wctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	wch := m.Client.Watch(wctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(from))
 
 	d := &deltaBuffer{opts: opts, next: from}
 	tick := time.NewTicker(opts.Period)
@@ -77,9 +77,15 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 				if err := d.flush(ctx, s); err != nil {
 					return nil // ctx ended while retrying
 				}
-			} else {
-				// Ask for a progress notification: it tells that nothing is pending up to its revision.
-				_ = m.Client.RequestProgress(wctx)
+			} else if opts.OnCurrent != nil {
+				// Idle: if the member's revision is the last one stored, nothing is missing. (etcd
+				// sends no progress notification to a watcher that starts past its revision.)
+				sctx, cancel := context.WithTimeout(ctx, opts.Period)
+				st, err := m.Client.Status(sctx, m.Endpoint)
+				cancel()
+				if err == nil && st.Header.Revision == d.next-1 {
+					opts.OnCurrent(d.next-1, time.Now())
+				}
 			}
 		case resp, ok := <-wch:
 			if !ok {
@@ -95,9 +101,6 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 				return fmt.Errorf("delta capture: watch from revision %d: %w", d.next, err)
 			}
 			if resp.IsProgressNotify() {
-				if !d.pending() && resp.Header.Revision >= d.next-1 && opts.OnCurrent != nil {
-					opts.OnCurrent(d.next-1, time.Now())
-				}
 				continue
 			}
 			for _, ev := range resp.Events {

@@ -1,0 +1,555 @@
+// Command snapshot measures Steward's full snapshot against `etcdctl snapshot save` of the same
+// member in the same run.
+//
+//	go run ./bench/snapshot -steward bin/steward -etcdctl bin/etcdctl -size 1GiB
+//
+// It starts a real local cluster (`steward local up`, backups on into a file:// store), fills
+// it with real clients to -size of database, waits until delta capture has caught up, and
+// then, -repeat times in alternating order, snapshots the leader with:
+//
+//   - etcdctl snapshot save to a file (the reference);
+//   - `steward backup save` into a file:// store (zstd), a separate process whose peak RSS is
+//     its rusage maxrss (= VmHWM at exit);
+//   - POST /v1/snapshots/full on the member's sidecar, whose VmHWM is reset before and read
+//     after (the sidecar's peak RSS while snapshotting).
+//
+// Throughput is database bytes per second of wall time. The last line of output is the JSON
+// result (see bench/internal/result).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/etcd-steward/steward/bench/internal/cluster"
+	"github.com/etcd-steward/steward/bench/internal/load"
+	"github.com/etcd-steward/steward/bench/internal/proc"
+	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/backup"
+)
+
+type options struct {
+	steward, etcdctl string
+	size             int64
+	valueSize        int
+	workers, conns   int
+	members          int
+	repeat           int
+	sidecar          bool
+	sidecarArgs      []string
+	dir              string
+	keep             bool
+}
+
+func main() {
+	var o options
+	var size, sidecarArgs string
+	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
+	flag.StringVar(&o.etcdctl, "etcdctl", "bin/etcdctl", "stock etcdctl binary (make tools)")
+	flag.StringVar(&size, "size", "1GiB", "database size to build before snapshotting (e.g. 256MiB, 1GiB)")
+	flag.IntVar(&o.valueSize, "value-size", 4096, "value bytes of each put while filling (random hex: zstd halves it)")
+	flag.IntVar(&o.workers, "workers", 32, "concurrent puts while filling")
+	flag.IntVar(&o.conns, "conns", 4, "client connections while filling")
+	flag.IntVar(&o.members, "members", 1, "cluster members (the leader is snapshotted)")
+	flag.IntVar(&o.repeat, "repeat", 3, "measured rounds (each: etcdctl, steward backup save, sidecar)")
+	flag.BoolVar(&o.sidecar, "sidecar", true, "also measure the sidecar's full snapshot (POST /v1/snapshots/full)")
+	flag.StringVar(&sidecarArgs, "sidecar-args", "", "extra sidecar flags, comma-separated (e.g. --delta-max-bytes=4194304)")
+	flag.StringVar(&o.dir, "dir", "", "work dir (default: a new temp dir, removed at the end)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the cluster and work dir at the end")
+	flag.Parse()
+	if sidecarArgs != "" {
+		o.sidecarArgs = strings.Split(sidecarArgs, ",")
+	}
+	var err error
+	if o.size, err = parseBytes(size); err != nil {
+		fail(fmt.Errorf("-size: %w", err))
+	}
+	if o.repeat < 1 {
+		fail(errors.New("-repeat must be at least 1"))
+	}
+	for _, b := range []*string{&o.steward, &o.etcdctl} {
+		if *b, err = filepath.Abs(*b); err != nil {
+			fail(err)
+		}
+		if _, err := os.Stat(*b); err != nil {
+			fail(fmt.Errorf("%w (build it with `make build tools`)", err))
+		}
+	}
+	if err := run(context.Background(), o); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "snapshot bench:", err)
+	os.Exit(1)
+}
+
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || f <= 0 {
+				return 0, fmt.Errorf("%q is not a size like 256MiB or 1GiB", s)
+			}
+			return int64(f * float64(u.mult)), nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a size", s)
+}
+
+func run(ctx context.Context, o options) (err error) {
+	dir := o.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "steward-snapshot-bench-"); err != nil {
+			return err
+		}
+		if !o.keep {
+			defer os.RemoveAll(dir)
+		}
+	}
+	clusterDir := filepath.Join(dir, "cluster")
+	backupStore := "file://" + filepath.Join(dir, "sidecar-store")
+	fmt.Printf("snapshot bench: %d-member cluster in %s, database %s, %d-byte values\n", o.members, clusterDir, human(o.size), o.valueSize)
+	c, err := cluster.Up(ctx, o.steward, clusterDir, cluster.Options{Members: o.members, Backup: backupStore, SidecarArgs: o.sidecarArgs})
+	if err != nil {
+		return err
+	}
+	if !o.keep {
+		defer func() {
+			if derr := c.Down(context.Background()); derr != nil && err == nil {
+				err = derr
+			}
+		}()
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	li := st.LeaderIndex()
+	if li < 0 {
+		return errors.New("the cluster has no leader")
+	}
+	leader := st.Members[li]
+	endpoint := leader.ClientURL
+	var diag diagnostics
+	_, diag.sidecarIdleRSS, _ = proc.Memory(leader.SidecarPID)
+	diag.binaryRSS = binaryRSS(ctx, o.steward)
+
+	// Fill.
+	fill, err := fillDB(ctx, o, st.Endpoints(), endpoint)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("filled: %s\n", fill)
+
+	// Let delta capture catch up, so it does not compete with the measurement.
+	caughtUp, err := waitBackupCurrent(ctx, c, 15*time.Minute)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("delta capture caught up %v after the fill\n", caughtUp.Round(time.Second))
+	st, err = c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	dbSize := st.Members[li].DBSize
+	sidecarPID := st.Members[li].SidecarPID
+	_, diag.sidecarFilledRSS, _ = proc.Memory(sidecarPID)
+	sidecarURL, err := c.SidecarURL(leader.Name)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("database of %s: %s at revision %d\n", leader.Name, human(dbSize), st.Members[li].Revision)
+
+	// Warm-up (page cache, connections): one unmeasured etcdctl snapshot.
+	if _, err := etcdctlSave(ctx, o.etcdctl, endpoint, filepath.Join(dir, "warmup.db")); err != nil {
+		return err
+	}
+
+	var ref, save, side []measurement
+	for i := 0; i < o.repeat; i++ {
+		steps := []func() error{
+			func() error {
+				m, err := etcdctlSave(ctx, o.etcdctl, endpoint, filepath.Join(dir, "etcdctl.db"))
+				ref = append(ref, m)
+				return err
+			},
+			func() error {
+				m, err := stewardSave(ctx, o.steward, endpoint, filepath.Join(dir, "save-store"))
+				save = append(save, m)
+				return err
+			},
+		}
+		if o.sidecar {
+			steps = append(steps, func() error {
+				m, err := sidecarSave(ctx, sidecarURL, sidecarPID)
+				side = append(side, m)
+				return err
+			})
+		}
+		if i%2 == 1 {
+			for a, b := 0, len(steps)-1; a < b; a, b = a+1, b-1 {
+				steps[a], steps[b] = steps[b], steps[a]
+			}
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return err
+			}
+		}
+		fmt.Printf("round %d: etcdctl %s; steward backup save %s", i+1, ref[i].String(dbSize), save[i].String(dbSize))
+		if o.sidecar {
+			fmt.Printf("; sidecar %s", side[i].String(dbSize))
+		}
+		fmt.Println()
+	}
+	// Steward's object writer alone (zstd and SHA-256, no etcd, no network) on the same bytes:
+	// the ceiling of Steward's snapshot throughput on this machine.
+	if diag.writerRate, err = writerCeiling(ctx, o.etcdctl, endpoint, filepath.Join(dir, "ceiling.db")); err != nil {
+		return err
+	}
+	fmt.Printf("object writer alone (zstd + SHA-256 into io.Discard): %.0f MiB/s\n", diag.writerRate)
+	res := report(o, fill, caughtUp, dbSize, ref, save, side, diag)
+	return res.Print(os.Stdout)
+}
+
+type fillResult struct {
+	load.Result
+	DBSize int64
+}
+
+func (f fillResult) String() string {
+	return fmt.Sprintf("%s of database; %s (%.1f MiB/s of values)", human(f.DBSize), f.Result.String(), result.MiB(f.Bytes)/f.Elapsed.Seconds())
+}
+
+// fillDB puts fixed-size values under new keys until the leader's database reaches o.size.
+func fillDB(ctx context.Context, o options, endpoints []string, leader string) (fillResult, error) {
+	g, err := load.New(load.Config{Endpoints: endpoints, Conns: o.conns, Workers: o.workers, Prefix: "/bench/snapshot/",
+		ValueSize: o.valueSize, Seed: 1})
+	if err != nil {
+		return fillResult{}, err
+	}
+	defer g.Close()
+	var size atomic.Int64
+	var done atomic.Bool
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		lastPrint := time.Now()
+		for {
+			sctx, c := context.WithTimeout(pctx, 5*time.Second)
+			s, err := g.Client().Status(sctx, leader)
+			c()
+			if err == nil {
+				size.Store(s.DbSize)
+				if s.DbSize >= o.size {
+					done.Store(true)
+					return
+				}
+				if time.Since(lastPrint) > 10*time.Second {
+					fmt.Printf("  filling: %s of %s\n", human(s.DbSize), human(o.size))
+					lastPrint = time.Now()
+				}
+			}
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	r := g.Run(ctx, 2*time.Hour, done.Load)
+	cancel()
+	<-polled
+	if !done.Load() {
+		return fillResult{}, fmt.Errorf("filling stopped at %s of %s: %s", human(size.Load()), human(o.size), r)
+	}
+	if r.Errors > 0 {
+		return fillResult{}, fmt.Errorf("filling: %s", r)
+	}
+	return fillResult{Result: r, DBSize: size.Load()}, nil
+}
+
+// waitBackupCurrent waits until the stored deltas reach the leader's revision.
+func waitBackupCurrent(ctx context.Context, c *cluster.Cluster, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	var last string
+	for time.Since(start) < timeout {
+		st, err := c.Status(ctx)
+		if err == nil && st.Backup != nil {
+			if li := st.LeaderIndex(); li >= 0 {
+				rev := st.Members[li].Revision
+				if st.Backup.LatestDeltaRevision >= rev {
+					return time.Since(start), nil
+				}
+				last = fmt.Sprintf("stored deltas reach revision %d of %d (last error: %q)", st.Backup.LatestDeltaRevision, rev, st.Backup.LastError)
+			}
+		} else if err != nil {
+			last = err.Error()
+		}
+		time.Sleep(time.Second)
+	}
+	return 0, fmt.Errorf("backups did not catch up with the fill within %v: %s", timeout, last)
+}
+
+type measurement struct {
+	took    time.Duration
+	peakRSS int64 // bytes
+	stored  int64 // bytes written (compressed for steward)
+}
+
+func (m measurement) rate(dbSize int64) float64 { return result.MiB(dbSize) / m.took.Seconds() }
+
+func (m measurement) String(dbSize int64) string {
+	return fmt.Sprintf("%v = %.0f MiB/s, peak RSS %.0f MiB, stored %s", m.took.Round(time.Millisecond), m.rate(dbSize), result.MiB(m.peakRSS), human(m.stored))
+}
+
+func etcdctlSave(ctx context.Context, etcdctl, endpoint, path string) (measurement, error) {
+	os.Remove(path)
+	defer os.Remove(path)
+	cmd := exec.CommandContext(ctx, etcdctl, "--endpoints="+endpoint, "snapshot", "save", path)
+	out, took, err := timed(cmd)
+	if err != nil {
+		return measurement{}, fmt.Errorf("etcdctl snapshot save: %w: %s", err, out)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return measurement{}, fmt.Errorf("etcdctl snapshot save wrote no file: %w: %s", err, out)
+	}
+	return measurement{took: took, peakRSS: proc.MaxRSS(cmd.ProcessState), stored: fi.Size()}, nil
+}
+
+func stewardSave(ctx context.Context, steward, endpoint, storeDir string) (measurement, error) {
+	os.RemoveAll(storeDir)
+	defer os.RemoveAll(storeDir)
+	cmd := exec.CommandContext(ctx, steward, "backup", "save", "--endpoints", endpoint, "--store", "file://"+storeDir)
+	out, took, err := timed(cmd)
+	if err != nil {
+		return measurement{}, fmt.Errorf("steward backup save: %w: %s", err, out)
+	}
+	stored, err := dirSize(storeDir)
+	if err != nil {
+		return measurement{}, err
+	}
+	return measurement{took: took, peakRSS: proc.MaxRSS(cmd.ProcessState), stored: stored}, nil
+}
+
+func sidecarSave(ctx context.Context, sidecarURL string, pid int) (measurement, error) {
+	if err := proc.ResetPeak(pid); err != nil {
+		return measurement{}, err
+	}
+	t0 := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sidecarURL+"/v1/snapshots/full", nil)
+	if err != nil {
+		return measurement{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return measurement{}, fmt.Errorf("POST %s/v1/snapshots/full: %w", sidecarURL, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(t0)
+	if resp.StatusCode != http.StatusOK {
+		return measurement{}, fmt.Errorf("POST %s/v1/snapshots/full: %s: %s", sidecarURL, resp.Status, strings.TrimSpace(string(body)))
+	}
+	var fr struct {
+		Size int64 `json:"size"`
+	}
+	if err := json.Unmarshal(body, &fr); err != nil {
+		return measurement{}, fmt.Errorf("POST %s/v1/snapshots/full: unexpected answer %q: %w", sidecarURL, body, err)
+	}
+	hwm, _, err := proc.Memory(pid)
+	if err != nil {
+		return measurement{}, err
+	}
+	return measurement{took: took, peakRSS: hwm, stored: fr.Size}, nil
+}
+
+// diagnostics explain the figures.
+type diagnostics struct {
+	binaryRSS                        int64   // `steward version`: the binary's RSS doing nothing
+	sidecarIdleRSS, sidecarFilledRSS int64   // the sidecar's RSS on an empty cluster and after the fill
+	writerRate                       float64 // MiB/s of backup.ObjectWriter alone
+}
+
+func binaryRSS(ctx context.Context, steward string) int64 {
+	cmd := exec.CommandContext(ctx, steward, "version")
+	if err := cmd.Run(); err != nil {
+		return 0
+	}
+	return proc.MaxRSS(cmd.ProcessState)
+}
+
+// writerCeiling saves a snapshot with etcdctl and pushes it through Steward's object writer
+// (the same zstd settings and checksums as a full snapshot) into io.Discard, in 32 KiB writes
+// like the gRPC stream's.
+func writerCeiling(ctx context.Context, etcdctl, endpoint, path string) (float64, error) {
+	os.Remove(path)
+	defer os.Remove(path)
+	cmd := exec.CommandContext(ctx, etcdctl, "--endpoints="+endpoint, "snapshot", "save", path)
+	if out, _, err := timed(cmd); err != nil {
+		return 0, fmt.Errorf("etcdctl snapshot save: %w: %s", err, out)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	// Read it once so that the file is in the page cache for the timed pass.
+	n, err := io.Copy(io.Discard, f)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	w, err := backup.NewObjectWriter(io.Discard, backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, FirstRev: 1, LastRev: 1})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := io.CopyBuffer(w, f, make([]byte, 32<<10)); err != nil {
+		return 0, err
+	}
+	if err := w.Close(); err != nil {
+		return 0, err
+	}
+	return result.MiB(n) / time.Since(t0).Seconds(), nil
+}
+
+func timed(cmd *exec.Cmd) (string, time.Duration, error) {
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	err := cmd.Run()
+	return strings.TrimSpace(out.String()), time.Since(t0), err
+}
+
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n, err
+}
+
+func report(o options, fill fillResult, caughtUp time.Duration, dbSize int64, ref, save, side []measurement, diag diagnostics) result.Result {
+	rates := func(ms []measurement) []float64 {
+		var out []float64
+		for _, m := range ms {
+			out = append(out, m.rate(dbSize))
+		}
+		return out
+	}
+	ratios := func(ms []measurement) []float64 {
+		var out []float64
+		for i, m := range ms {
+			out = append(out, m.rate(dbSize)/ref[i].rate(dbSize))
+		}
+		return out
+	}
+	rss := func(ms []measurement) result.Stats {
+		var xs []float64
+		for _, x := range ms {
+			xs = append(xs, result.MiB(x.peakRSS))
+		}
+		return result.Summarise(xs)
+	}
+	refRate := result.Summarise(rates(ref))
+	res := result.Result{
+		Benchmark: "full-snapshot",
+		Title:     fmt.Sprintf("Full snapshot of a %s database", human(dbSize)),
+		Params: map[string]any{
+			"dbSize":         human(dbSize),
+			"members":        o.members,
+			"valueSize":      o.valueSize,
+			"keys":           fill.Puts,
+			"rounds":         o.repeat,
+			"compression":    "zstd (Steward's object writer)",
+			"store":          "file://",
+			"fillRate":       fmt.Sprintf("%.0f puts/s, %.1f MiB/s with %d workers", fill.Rate(), result.MiB(fill.Bytes)/fill.Elapsed.Seconds(), o.workers),
+			"deltaCatchUp":   caughtUp.Round(time.Second).String(),
+			"referenceTool":  "etcdctl snapshot save (stock, same etcd version)",
+			"throughputUnit": "database MiB per second of wall time",
+		},
+	}
+	addThroughput := func(name string, ms []measurement) {
+		rs, rt := result.Summarise(rates(ms)), result.Summarise(ratios(ms))
+		row := result.Compare("full snapshot throughput", "MiB/s", name, rs.Median, "etcdctl snapshot save", refRate.Median)
+		row.Ratio = rt.Median
+		row = row.WithGoal("ratio ≥ 0.9", rt.Median >= 0.9).
+			WithSpread("ratio %.2f–%.2f over %d rounds; %s %.0f–%.0f, etcdctl %.0f–%.0f MiB/s", rt.Min, rt.Max, rt.N, name, rs.Min, rs.Max, refRate.Min, refRate.Max)
+		res.Rows = append(res.Rows, row)
+	}
+	addRSS := func(name string, ms []measurement) {
+		ours, theirs := rss(ms), rss(ref)
+		row := result.Compare("peak RSS while snapshotting", "MiB", name, ours.Max, "etcdctl snapshot save", theirs.Max)
+		res.Rows = append(res.Rows, row.WithGoal("< 100 MiB", ours.Max < 100).
+			WithSpread("highest of %d rounds; %s %.0f–%.0f MiB, etcdctl %.0f–%.0f MiB", ours.N, name, ours.Min, ours.Max, theirs.Min, theirs.Max))
+	}
+	addThroughput("steward backup save", save)
+	if len(side) > 0 {
+		addThroughput("sidecar, POST /v1/snapshots/full", side)
+	}
+	addRSS("steward backup save", save)
+	if len(side) > 0 {
+		addRSS("sidecar, POST /v1/snapshots/full", side)
+	}
+	var stored []float64
+	for _, m := range save {
+		stored = append(stored, float64(m.stored))
+	}
+	storedMed := result.Summarise(stored).Median
+	res.Rows = append(res.Rows, result.Compare("stored size", "MiB", "steward (zstd)", storedMed/(1<<20), "etcdctl (raw)", result.MiB(ref[0].stored)))
+	row := result.Compare("object writer alone (zstd + SHA-256, no etcd)", "MiB/s", "backup.ObjectWriter", diag.writerRate, "etcdctl snapshot save", refRate.Median)
+	res.Rows = append(res.Rows, row.WithSpread("one pass over the etcdctl snapshot file from the page cache into io.Discard, in 32 KiB writes: the ceiling of Steward's snapshot throughput here"))
+	if len(o.sidecarArgs) > 0 {
+		res.Params["sidecarArgs"] = strings.Join(o.sidecarArgs, " ")
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("Memory context: the steward binary doing nothing (`steward version`) peaks at %.0f MiB RSS; the sidecar used %.0f MiB RSS on the empty cluster and %.0f MiB after the fill (delta capture of the whole fill).",
+		result.MiB(diag.binaryRSS), result.MiB(diag.sidecarIdleRSS), result.MiB(diag.sidecarFilledRSS)))
+	res.Notes = append(res.Notes,
+		fmt.Sprintf("The database was built with real clients: %d puts of %d-byte values (random hex) under new keys; backups (delta capture) on during the fill; measurements start once the stored deltas reached the leader's revision.", fill.Puts, o.valueSize),
+		"Rounds alternate the order of the tools; one unmeasured etcdctl snapshot warms the page cache first. Ratios are the median of the per-round ratios.",
+		"steward backup save runs as its own process, like etcdctl; its peak RSS is its rusage maxrss. The sidecar's peak RSS is its VmHWM, reset (/proc/PID/clear_refs) just before the request.")
+	return res
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+}

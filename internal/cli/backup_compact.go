@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/restore"
+)
+
+func newBackupCompactCommand() *cobra.Command {
+	var (
+		url, scratch string
+		out          outputFlag
+		verbose      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "compact",
+		Short: "Fold the deltas into a new full snapshot at the newest revision, so restores stay short",
+		Long: `Compact restores the newest backed-up revision into a scratch data dir, compacts away the
+history before it, defragments the database, and uploads it as a new full snapshot at that
+revision (with the chain's cluster ID). Later restores start from it instead of replaying the
+deltas. Nothing is deleted: the older objects follow the retention policy ('steward backup gc').
+
+The scratch dir needs room for about twice the database; it is removed on every exit path.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			s, err := openStore(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			o := restore.CompactOptions{Store: s, ScratchDir: scratch}
+			if verbose {
+				if o.Logger, err = newLogger("info"); err != nil {
+					return err
+				}
+			}
+			prog := &phaseProgress{w: cmd.ErrOrStderr()}
+			o.Progress = prog.update
+			res, err := restore.Compact(ctx, o)
+			prog.done()
+			if err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				if res.Skipped != "" {
+					t.row("nothing to compact: " + res.Skipped)
+					return
+				}
+				t.row(fmt.Sprintf("stored %s at revision %d", res.Key, res.Revision))
+				t.row(fmt.Sprintf("  from %s and %d deltas", res.Restore.Full.Key, len(res.Restore.Deltas)))
+				t.row(fmt.Sprintf("  database %s before compaction and defragmentation, %s after; stored as %s, in %s",
+					humanBytes(res.DBSizeBefore), humanBytes(res.DBSizeAfter), humanBytes(res.Size), res.Duration.Round(time.Millisecond)))
+				t.row("  the older objects now follow the retention policy (steward backup gc)")
+			})
+		},
+	}
+	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	cmd.Flags().StringVar(&scratch, "scratch-dir", os.TempDir(), "directory for the scratch data dir (room for twice the database)")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log etcd's messages")
+	out.register(cmd)
+	return cmd
+}

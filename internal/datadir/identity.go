@@ -1,0 +1,86 @@
+package datadir
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// identityName is the file in a data dir that says whose data it is. The sidecar writes it
+// once the member has joined; a data dir whose identity does not match the member and
+// cluster it is mounted for is never started on (it is moved aside and the member re-seeded).
+const identityName = "steward-identity.json"
+
+// Identity names the member and cluster a data dir belongs to.
+type Identity struct {
+	ClusterName string `json:"clusterName"`
+	// ClusterToken is unique per cluster incarnation (the initial-cluster-token).
+	ClusterToken string `json:"clusterToken"`
+	ClusterID    string `json:"clusterID"`
+	MemberName   string `json:"memberName"`
+	MemberID     string `json:"memberID"`
+	// RecoveryEpoch is the newest quorum-loss directive this data dir carried out.
+	RecoveryEpoch int64     `json:"recoveryEpoch,omitempty"`
+	WrittenAt     time.Time `json:"writtenAt"`
+}
+
+// WriteIdentity records id in dataDir.
+func WriteIdentity(dataDir string, id Identity) error {
+	b, err := json.MarshalIndent(id, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(filepath.Join(dataDir, identityName), b, 0o600)
+}
+
+// ReadIdentity returns the identity recorded in dataDir, ok=false if there is none.
+func ReadIdentity(dataDir string) (id Identity, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, identityName))
+	if errors.Is(err, os.ErrNotExist) {
+		return id, false, nil
+	}
+	if err != nil {
+		return id, false, err
+	}
+	if err := json.Unmarshal(b, &id); err != nil {
+		return id, false, fmt.Errorf("identity file in %s is damaged: %w", dataDir, err)
+	}
+	return id, true, nil
+}
+
+// PartDir is where a restore builds a data dir before renaming it into place.
+func PartDir(dataDir string) string { return filepath.Clean(dataDir) + ".part" }
+
+// MoveAside renames dataDir to a sibling named <dataDir>.<reason>-<unix time> and creates
+// an empty dataDir in its place; foreign or damaged data is kept for inspection, never
+// deleted by the sidecar. It returns the new path.
+func MoveAside(dataDir, reason string) (string, error) {
+	dst := fmt.Sprintf("%s.%s-%d", filepath.Clean(dataDir), reason, time.Now().Unix())
+	if err := os.Rename(dataDir, dst); err != nil {
+		return "", fmt.Errorf("move %s aside: %w", dataDir, err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return dst, err
+	}
+	return dst, nil
+}
+
+// Wipe empties dataDir (keeping the directory itself, which may be a mount point).
+func Wipe(dataDir string) error {
+	entries, err := os.ReadDir(dataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return os.MkdirAll(dataDir, 0o700)
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dataDir, e.Name())); err != nil {
+			return fmt.Errorf("wipe %s: %w", dataDir, err)
+		}
+	}
+	return nil
+}

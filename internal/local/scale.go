@@ -1,0 +1,241 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Scale changes the size of the running cluster in dir to n and waits until it is healthy:
+// new members join one at a time as learners and are promoted; removed members (the highest
+// ones) hand over leadership first, leave etcd, then stop.
+func Scale(ctx context.Context, dir string, n int, timeout time.Duration) error {
+	if n < 1 || n > 9 {
+		return fmt.Errorf("size %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", n)
+	}
+	pid, running := SupervisorRunning(dir)
+	if !running {
+		return fmt.Errorf("the cluster in %s is not running: start it with `steward local up --dir %s`, then scale", dir, dir)
+	}
+	spec, ok, err := ReadSpec(dir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("no local cluster in %s", dir)
+	}
+	switch {
+	case n == len(spec.Members):
+	case n < len(spec.Members):
+		spec.Members = spec.Members[:n]
+	default:
+		maxPort := 0
+		for _, m := range spec.Members {
+			maxPort = max(maxPort, m.ClientPort, m.PeerPort, m.SidecarPort, m.HealthPort)
+		}
+		add := n - len(spec.Members)
+		ports, err := freePorts(spec.Host, maxPort+1, 4*add)
+		if err != nil {
+			return err
+		}
+		next := 0
+		for _, m := range spec.Members {
+			if i, err := strconv.Atoi(m.Name[1:]); err == nil {
+				next = max(next, i+1)
+			}
+		}
+		for i := 0; i < add; i++ {
+			spec.Members = append(spec.Members, MemberSpec{Name: fmt.Sprintf("m%d", next+i),
+				ClientPort: ports[4*i], PeerPort: ports[4*i+1], SidecarPort: ports[4*i+2], HealthPort: ports[4*i+3]})
+		}
+	}
+	if err := writeSpec(dir, spec); err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		return fmt.Errorf("signal the supervisor (pid %d): %w", pid, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		rep, err := Status(ctx, dir)
+		if err == nil && rep.Cluster.Size == n && len(rep.Members) == n && allHealthyVoters(rep) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the cluster did not reach %d healthy members within %s; see `steward local status --dir %s` and %s", n, timeout, dir, filepath.Join(dir, "logs", "supervisor.log"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func allHealthyVoters(rep Report) bool {
+	for _, m := range rep.Members {
+		if !m.Healthy || (m.Role != "leader" && m.Role != "follower") {
+			return false
+		}
+	}
+	return true
+}
+
+// reconcileMembers brings the running members in line with cluster.json: removals first
+// (highest member first, leadership moved away before), then additions one at a time, each
+// a healthy voting member before the next starts.
+func (s *supervisor) reconcileMembers(ctx context.Context) error {
+	want, ok, err := ReadSpec(s.dir)
+	if err != nil || !ok {
+		return fmt.Errorf("read cluster.json: %v", err)
+	}
+	// A member is kept only if its name and ports are unchanged.
+	desired := map[MemberSpec]bool{}
+	for _, m := range want.Members {
+		desired[m] = true
+	}
+	runs := s.memberRuns()
+	for i := len(runs) - 1; i >= 0; i-- {
+		if r := runs[i]; !desired[r.spec] {
+			if err := s.removeMember(ctx, r, want); err != nil {
+				return err
+			}
+		}
+	}
+	running := map[MemberSpec]bool{}
+	for _, r := range s.memberRuns() {
+		running[r.spec] = true
+	}
+	for _, m := range want.Members {
+		if running[m] {
+			continue
+		}
+		start := time.Now()
+		s.logf("scaling up: adding member %s", m.Name)
+		s.mu.Lock()
+		s.spec.Members = append(s.spec.Members, m)
+		s.state.Members = append(s.state.Members, MemberState{Name: m.Name})
+		s.mu.Unlock()
+		if err := s.startMember(m); err != nil {
+			return err
+		}
+		if err := s.waitVoter(ctx, m, 5*time.Minute); err != nil {
+			return err
+		}
+		s.logf("member %s joined as a voting member in %s", m.Name, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// removeMember takes a member out: leadership moves away first (invariant 10), then
+// MemberRemove through the remaining members, then its processes stop and its data goes.
+func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) error {
+	start := time.Now()
+	s.logf("scaling down: removing member %s", r.spec.Name)
+	var rest []string
+	for _, m := range want.Members {
+		rest = append(rest, want.ClientURL(m))
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: rest, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if r.client != nil {
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		st, err := r.client.Status(sctx, s.currentSpec().ClientURL(r.spec))
+		cancel()
+		if err == nil && st.Leader == st.Header.MemberId {
+			if err := moveLeaderAway(ctx, r.client, cli, st.Header.MemberId); err != nil {
+				return fmt.Errorf("move leadership away from %s: %w", r.spec.Name, err)
+			}
+			s.logf("moved leadership away from %s", r.spec.Name)
+		}
+		if err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err = cli.MemberRemove(rctx, st.Header.MemberId)
+			cancel()
+			if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
+				return fmt.Errorf("remove member %s from etcd: %w", r.spec.Name, err)
+			}
+		}
+	}
+	r.stopEtcd()
+	r.wait()
+	s.mu.Lock()
+	for i, x := range s.runs {
+		if x == r {
+			s.runs = append(s.runs[:i], s.runs[i+1:]...)
+			break
+		}
+	}
+	for i, m := range s.state.Members {
+		if m.Name == r.spec.Name {
+			s.state.Members = append(s.state.Members[:i], s.state.Members[i+1:]...)
+			break
+		}
+	}
+	for i, m := range s.spec.Members {
+		if m.Name == r.spec.Name {
+			s.spec.Members = append(s.spec.Members[:i], s.spec.Members[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+	_ = s.save()
+	if err := os.RemoveAll(filepath.Join(s.dir, "members", r.spec.Name)); err != nil {
+		s.logf("cannot remove the data of %s: %v", r.spec.Name, err)
+	}
+	s.logf("member %s removed in %s", r.spec.Name, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// moveLeaderAway hands leadership from the leader (reached through leaderCli) to a started
+// voting member other than itself.
+func moveLeaderAway(ctx context.Context, leaderCli, cli *clientv3.Client, leader uint64) error {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	list, err := cli.MemberList(lctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range list.Members {
+		if m.ID != leader && !m.IsLearner && m.Name != "" {
+			_, err := leaderCli.MoveLeader(lctx, m.ID)
+			return err
+		}
+	}
+	return errors.New("no other voting member to take over")
+}
+
+// waitVoter polls until member m is a healthy voting member.
+func (s *supervisor) waitVoter(ctx context.Context, m MemberSpec, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		rep, err := Status(ctx, s.dir)
+		if err == nil {
+			for _, r := range rep.Members {
+				if r.Name == m.Name && r.Healthy && (r.Role == "leader" || r.Role == "follower") {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("member %s did not become a healthy voting member within %s; see %s", m.Name, timeout, LogPath(s.dir, m.Name, "sidecar"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

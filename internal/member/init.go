@@ -1,0 +1,328 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/datadir"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// waitInterval is how often a waiting initialisation observes again.
+const waitInterval = 2 * time.Second
+
+// runInit observes, decides and acts until a plan produces a configuration. Plans that
+// wait (no quorum, no directive yet) keep the initialisation running and observe again.
+func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
+	for {
+		spec, obs, err := s.observe(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		plan := Decide(obs)
+		s.lg.Info("initialisation decision", zap.String("case", plan.Case), zap.String("seed", plan.Seed),
+			zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
+		if plan.Action != ActionWait {
+			cfg, err := s.act(ctx, spec, obs, plan)
+			if err == nil || !errors.Is(err, errTryAgain) {
+				return &plan, cfg, err
+			}
+			plan.Reason = err.Error()
+		}
+		s.mu.Lock()
+		s.status.Message, s.status.Case, s.plan = plan.Reason, plan.Case, &plan
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return &plan, nil, ctx.Err()
+		case <-time.After(waitInterval):
+		}
+	}
+}
+
+// errTryAgain marks a transient obstacle (another learner is joining, leadership moving):
+// the initialisation observes again instead of failing.
+var errTryAgain = errors.New("try again")
+
+func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error) {
+	spec, err := s.cfg.View.Desired(ctx)
+	if err != nil {
+		return spec, Observation{}, fmt.Errorf("read the desired cluster: %w", err)
+	}
+	self, ok := spec.Member(s.cfg.Name)
+	if !ok {
+		return spec, Observation{}, fmt.Errorf("member %q is not in the desired cluster %q (members: %s)", s.cfg.Name, spec.Name, memberNames(spec))
+	}
+	status, err := s.cfg.View.Status(ctx)
+	if err != nil {
+		return spec, Observation{}, fmt.Errorf("read the cluster status: %w", err)
+	}
+	recovery, err := s.cfg.View.Recovery(ctx)
+	if err != nil {
+		return spec, Observation{}, fmt.Errorf("read the recovery directive: %w", err)
+	}
+	data, err := datadir.Inspect(s.cfg.DataDir)
+	if err != nil {
+		return spec, Observation{}, err
+	}
+	s.metrics.validationSeconds.Observe(data.Took.Seconds())
+	if data.Valid() {
+		s.metrics.dataValid.Set(1)
+	} else {
+		s.metrics.dataValid.Set(0)
+	}
+	s.lastData.Store(&data)
+	obs := Observation{Self: s.cfg.Name, SelfPeerURL: self.PeerURL, ClusterSize: len(spec.Members), ClusterToken: spec.Token,
+		Status: status.Members, Data: data, Recovery: recovery, Live: observeLive(ctx, others(spec, s.cfg.Name))}
+	if data.Identity != nil {
+		obs.AppliedRecoveryEpoch = data.Identity.RecoveryEpoch
+	}
+	return spec, obs, nil
+}
+
+// others lists the client URLs of the desired members other than self.
+func others(spec ClusterSpec, self string) []string {
+	var out []string
+	for _, m := range spec.Members {
+		if m.Name != self {
+			out = append(out, m.ClientURL)
+		}
+	}
+	return out
+}
+
+// observeLive asks the other members for the member list: linearizable first (it succeeds
+// only with a quorum), else serializable (what a reachable member believes).
+func observeLive(ctx context.Context, endpoints []string) LiveCluster {
+	if len(endpoints) == 0 {
+		return LiveCluster{}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return LiveCluster{}
+	}
+	defer cli.Close()
+	live := LiveCluster{}
+	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	resp, err := cli.MemberList(lctx)
+	cancel()
+	if err == nil {
+		live.Reachable, live.Quorate = true, true
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err = cli.MemberList(lctx, clientv3.WithSerializable())
+		cancel()
+		if err != nil {
+			return live
+		}
+		live.Reachable = true
+	}
+	live.ClusterID = fmt.Sprintf("%x", resp.Header.ClusterId)
+	for _, m := range resp.Members {
+		lm := LiveMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, IsLearner: m.IsLearner}
+		if len(m.PeerURLs) > 0 {
+			lm.PeerURL = m.PeerURLs[0]
+		}
+		live.Members = append(live.Members, lm)
+	}
+	return live
+}
+
+// act carries out a plan and returns the etcd configuration for this start.
+func (s *Sidecar) act(ctx context.Context, spec ClusterSpec, obs Observation, plan Plan) ([]byte, error) {
+	if plan.CleanPartialRestore {
+		if err := os.RemoveAll(datadir.PartDir(s.cfg.DataDir)); err != nil {
+			return nil, fmt.Errorf("remove the unfinished restore %s: %w", datadir.PartDir(s.cfg.DataDir), err)
+		}
+		s.lg.Info("removed an unfinished restore", zap.String("dir", datadir.PartDir(s.cfg.DataDir)))
+	}
+	identity := datadir.Identity{ClusterName: spec.Name, ClusterToken: spec.Token, MemberName: s.cfg.Name,
+		RecoveryEpoch: max(plan.RecoveryEpoch, obs.AppliedRecoveryEpoch)}
+	if obs.Data.Identity != nil {
+		identity.ClusterID, identity.MemberID = obs.Data.Identity.ClusterID, obs.Data.Identity.MemberID
+	}
+	switch plan.Action {
+	case ActionBootstrap:
+		if err := s.writeIdentity(identity); err != nil {
+			return nil, err
+		}
+		return s.etcdConfig(spec, plan, staticCluster(spec))
+	case ActionRestart:
+		return s.etcdConfig(spec, plan, staticCluster(spec))
+	case ActionForceNewCluster:
+		// Recorded before etcd starts: a directive is carried out once.
+		if err := s.writeIdentity(identity); err != nil {
+			return nil, err
+		}
+		self, _ := spec.Member(s.cfg.Name)
+		cfgPlan := plan
+		return s.etcdConfig(spec, cfgPlan, s.cfg.Name+"="+self.PeerURL)
+	case ActionJoinAsLearner:
+		return s.joinAsLearner(ctx, spec, obs, plan, identity)
+	case ActionRestoreFromBackup:
+		return s.restoreFromBackup(ctx, spec, plan, identity)
+	}
+	return nil, fmt.Errorf("no automatic action for case %s: %s", plan.Case, plan.Reason)
+}
+
+func (s *Sidecar) writeIdentity(id datadir.Identity) error {
+	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	id.WrittenAt = time.Now().UTC()
+	if err := datadir.WriteIdentity(s.cfg.DataDir, id); err != nil {
+		return fmt.Errorf("record the identity of data dir %s: %w", s.cfg.DataDir, err)
+	}
+	return nil
+}
+
+func staticCluster(spec ClusterSpec) string {
+	var peers []string
+	for _, m := range spec.Members {
+		peers = append(peers, m.Name+"="+m.PeerURL)
+	}
+	return strings.Join(peers, ",")
+}
+
+// dispose empties the data dir as the plan says.
+func (s *Sidecar) dispose(d DataDisposal) error {
+	switch d {
+	case WipeData:
+		s.lg.Warn("wiping the data dir", zap.String("dir", s.cfg.DataDir))
+		return datadir.Wipe(s.cfg.DataDir)
+	case MoveDataAside:
+		if entries, err := os.ReadDir(s.cfg.DataDir); err == nil && len(entries) == 0 {
+			return nil
+		}
+		to, err := datadir.MoveAside(s.cfg.DataDir, "foreign")
+		if err == nil {
+			s.lg.Warn("moved the data dir aside; it is kept for inspection", zap.String("dir", s.cfg.DataDir), zap.String("to", to))
+		}
+		return err
+	}
+	return nil
+}
+
+// joinAsLearner replaces this member: remove its old ID, empty the data dir, add it as a
+// learner and start it with initial-cluster-state=existing and the cluster's current
+// membership. The promotion happens once it has caught up (see maintainMember).
+func (s *Sidecar) joinAsLearner(ctx context.Context, spec ClusterSpec, obs Observation, plan Plan, identity datadir.Identity) ([]byte, error) {
+	self, _ := spec.Member(s.cfg.Name)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: others(spec, s.cfg.Name), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+
+	if plan.RemoveMemberID != "" {
+		id, err := strconv.ParseUint(plan.RemoveMemberID, 16, 64)
+		if err != nil {
+			return nil, fmt.Errorf("member ID %q: %w", plan.RemoveMemberID, err)
+		}
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = cli.MemberRemove(rctx, id)
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
+			s.metrics.membership.WithLabelValues("remove", "failed").Inc()
+			return nil, fmt.Errorf("%w: remove old member %s: %v", errTryAgain, plan.RemoveMemberID, err)
+		}
+		s.metrics.membership.WithLabelValues("remove", "ok").Inc()
+		s.metrics.membershipSeconds.WithLabelValues("remove").Observe(time.Since(start).Seconds())
+		s.lg.Info("removed the old member", zap.String("id", plan.RemoveMemberID), zap.Duration("took", time.Since(start)))
+	}
+	if err := s.dispose(plan.Disposal); err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	resp, err := cli.MemberAddAsLearner(actx, []string{self.PeerURL})
+	cancel()
+	var newID uint64
+	var members []LiveMember
+	switch {
+	case err == nil:
+		newID = resp.Member.ID
+		for _, m := range resp.Members {
+			lm := LiveMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, IsLearner: m.IsLearner}
+			if len(m.PeerURLs) > 0 {
+				lm.PeerURL = m.PeerURLs[0]
+			}
+			members = append(members, lm)
+		}
+	case errors.Is(err, rpctypes.ErrPeerURLExist):
+		// Added by an earlier attempt that did not start: reuse that learner entry.
+		live := observeLive(ctx, others(spec, s.cfg.Name))
+		for _, m := range live.Members {
+			if m.PeerURL == self.PeerURL && m.Name == "" && m.IsLearner {
+				newID, _ = strconv.ParseUint(m.ID, 16, 64)
+			}
+		}
+		if newID == 0 {
+			return nil, fmt.Errorf("%w: peer URL %s is taken by a started member; it is removed at the next attempt", errTryAgain, self.PeerURL)
+		}
+		members = live.Members
+	case errors.Is(err, rpctypes.ErrTooManyLearners):
+		s.metrics.membership.WithLabelValues("add_learner", "waiting").Inc()
+		return nil, fmt.Errorf("%w: another learner is joining; this member waits its turn", errTryAgain)
+	default:
+		s.metrics.membership.WithLabelValues("add_learner", "failed").Inc()
+		return nil, fmt.Errorf("%w: add as learner: %v", errTryAgain, err)
+	}
+	s.metrics.membership.WithLabelValues("add_learner", "ok").Inc()
+	s.metrics.membershipSeconds.WithLabelValues("add_learner").Observe(time.Since(start).Seconds())
+	s.learnerSince.Store(time.Now().UnixNano())
+	idHex := fmt.Sprintf("%x", newID)
+	s.lg.Info("added as learner", zap.String("id", idHex), zap.Duration("took", time.Since(start)))
+
+	// The configuration is generated now from the cluster's current membership, never frozen.
+	var peers []string
+	for _, m := range members {
+		name := m.Name
+		if m.ID == idHex {
+			name = s.cfg.Name
+		} else if name == "" {
+			name = nameForPeer(spec, m.PeerURL, m.ID)
+		}
+		peers = append(peers, name+"="+m.PeerURL)
+	}
+	identity.MemberID, identity.ClusterID = idHex, obs.Live.ClusterID
+	if err := s.writeIdentity(identity); err != nil {
+		return nil, err
+	}
+	return s.etcdConfig(spec, plan, strings.Join(peers, ","))
+}
+
+func nameForPeer(spec ClusterSpec, peerURL, id string) string {
+	for _, m := range spec.Members {
+		if m.PeerURL == peerURL {
+			return m.Name
+		}
+	}
+	return "unstarted-" + id
+}
+
+// etcdConfig generates the configuration for this start.
+func (s *Sidecar) etcdConfig(spec ClusterSpec, plan Plan, initialCluster string) ([]byte, error) {
+	self, _ := spec.Member(s.cfg.Name)
+	c := s.cfg.Etcd
+	c.Name = self.Name
+	c.DataDir = s.cfg.DataDir
+	c.ListenClientURLs = self.ClientURL
+	c.AdvertiseClientURLs = self.ClientURL
+	c.ListenPeerURLs = self.PeerURL
+	c.InitialAdvertisePeerURLs = self.PeerURL
+	c.InitialCluster = initialCluster
+	c.InitialClusterState = plan.ClusterState
+	c.InitialClusterToken = spec.Token
+	c.ForceNewCluster = plan.Action == ActionForceNewCluster
+	return c.Marshal()
+}

@@ -1,0 +1,221 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/datadir"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// learnerStallTimeout is how long a learner may stay unpromotable before it is reported loudly.
+const learnerStallTimeout = 5 * time.Minute
+
+// maintainMember runs while the sidecar lives: once etcd serves it records the data dir's
+// identity, promotes this member when it is a caught-up learner, and, on the leader, removes
+// members that are not in the desired cluster (one at a time).
+func (s *Sidecar) maintainMember(ctx context.Context) {
+	var cli *clientv3.Client
+	defer func() {
+		if cli != nil {
+			cli.Close()
+		}
+	}()
+	var lastStalledLog time.Time
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		spec, err := s.cfg.View.Desired(ctx)
+		if err != nil {
+			continue
+		}
+		self, ok := spec.Member(s.cfg.Name)
+		if !ok {
+			continue
+		}
+		if cli == nil {
+			if cli, err = clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err != nil {
+				cli = nil
+				continue
+			}
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := cli.Status(sctx, self.ClientURL)
+		cancel()
+		if err != nil {
+			continue // etcd is not serving (yet)
+		}
+		s.recordIdentity(spec, st.Header.MemberId, st.Header.ClusterId)
+
+		if st.IsLearner {
+			// A learner serves no member API itself: promotion goes through the voters.
+			if voters, err := clientv3.New(clientv3.Config{Endpoints: others(spec, s.cfg.Name), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err == nil {
+				s.promote(ctx, voters, st.Header.MemberId, &lastStalledLog)
+				voters.Close()
+			}
+			continue
+		}
+		if st.Leader == st.Header.MemberId {
+			s.removeSuperfluous(ctx, cli, spec, st.Header.MemberId)
+			if s.fullAfterStart.Load() {
+				if a := s.backups.Load(); a != nil && a.Status().Leader {
+					fctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+					if res, err := a.RequestFull(fctx); err == nil {
+						s.fullAfterStart.Store(false)
+						s.lg.Info("full snapshot after the restore", zap.String("key", res.Key), zap.Int64("revision", res.Revision))
+					}
+					cancel()
+				}
+			}
+		}
+	}
+}
+
+// recordIdentity writes the identity file once the running etcd proves whose data this is.
+func (s *Sidecar) recordIdentity(spec ClusterSpec, memberID, clusterID uint64) {
+	want := datadir.Identity{ClusterName: spec.Name, ClusterToken: spec.Token, MemberName: s.cfg.Name,
+		MemberID: fmt.Sprintf("%x", memberID), ClusterID: fmt.Sprintf("%x", clusterID)}
+	have, ok, _ := datadir.ReadIdentity(s.cfg.DataDir)
+	if ok && have.ClusterToken == want.ClusterToken && have.MemberName == want.MemberName &&
+		have.MemberID == want.MemberID && have.ClusterID == want.ClusterID {
+		return
+	}
+	want.RecoveryEpoch = have.RecoveryEpoch
+	if err := s.writeIdentity(want); err != nil {
+		s.lg.Warn("cannot record the data dir identity", zap.Error(err))
+		return
+	}
+	s.lg.Info("recorded the data dir identity", zap.String("memberID", want.MemberID), zap.String("clusterID", want.ClusterID))
+}
+
+// promote asks the cluster to promote this learner; etcd refuses until it has caught up.
+func (s *Sidecar) promote(ctx context.Context, cli *clientv3.Client, id uint64, lastLog *time.Time) {
+	start := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err := cli.MemberPromote(pctx, id)
+	cancel()
+	since := time.Unix(0, s.learnerSince.Load())
+	if s.learnerSince.Load() == 0 {
+		since = start
+		s.learnerSince.Store(start.UnixNano())
+	}
+	switch {
+	case err == nil:
+		s.metrics.membership.WithLabelValues("promote", "ok").Inc()
+		s.metrics.membershipSeconds.WithLabelValues("promote").Observe(time.Since(start).Seconds())
+		s.metrics.membershipSeconds.WithLabelValues("catch_up").Observe(time.Since(since).Seconds())
+		s.metrics.learnerStalled.Set(0)
+		s.learnerSince.Store(0)
+		s.lg.Info("promoted to voting member", zap.String("id", fmt.Sprintf("%x", id)), zap.Duration("catchUp", time.Since(since)))
+	case errors.Is(err, rpctypes.ErrMemberLearnerNotReady):
+		if time.Since(since) > learnerStallTimeout {
+			s.metrics.learnerStalled.Set(1)
+			if time.Since(*lastLog) > time.Minute {
+				*lastLog = time.Now()
+				s.lg.Error("learner has not caught up; it stays a non-voting learner", zap.Duration("since", time.Since(since)))
+			}
+		}
+	default:
+		s.metrics.membership.WithLabelValues("promote", "failed").Inc()
+		s.lg.Warn("promotion failed; retrying", zap.Error(err))
+	}
+}
+
+// removeSuperfluous removes one member that the desired cluster does not have and that does
+// not run (seed 001: superfluous members, "no corresponding pod"). A member that still
+// answers is left to the supervisor or operator, which removes it in order (leadership moved
+// away first, then its processes stopped).
+func (s *Sidecar) removeSuperfluous(ctx context.Context, cli *clientv3.Client, spec ClusterSpec, self uint64) {
+	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	list, err := cli.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	desiredPeers := map[string]bool{}
+	for _, m := range spec.Members {
+		desiredPeers[m.PeerURL] = true
+	}
+	for _, m := range list.Members {
+		if m.ID == self || (len(m.PeerURLs) > 0 && desiredPeers[m.PeerURLs[0]]) || answers(ctx, m.ClientURLs) {
+			continue
+		}
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := cli.MemberRemove(rctx, m.ID)
+		cancel()
+		if err != nil {
+			s.metrics.membership.WithLabelValues("remove_superfluous", "failed").Inc()
+			s.lg.Warn("cannot remove a member that is not in the desired cluster", zap.String("id", fmt.Sprintf("%x", m.ID)), zap.Error(err))
+			return
+		}
+		s.metrics.membership.WithLabelValues("remove_superfluous", "ok").Inc()
+		s.metrics.membershipSeconds.WithLabelValues("remove").Observe(time.Since(start).Seconds())
+		s.lg.Info("removed a member that is not in the desired cluster", zap.String("id", fmt.Sprintf("%x", m.ID)), zap.String("name", m.Name))
+		return
+	}
+}
+
+// answers reports whether an etcd member answers on one of its client URLs.
+func answers(ctx context.Context, urls []string) bool {
+	if len(urls) == 0 {
+		return false
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = c.Status(sctx, urls[0])
+	return err == nil
+}
+
+// dataResponse is the body of GET /v1/data: what the supervisor or operator needs to pick
+// the survivor when a quorum is lost for good.
+type dataResponse struct {
+	Name string `json:"name"`
+	// Data is the data dir as the last initialisation found it.
+	Data *datadir.State `json:"data,omitempty"`
+	// Own is true when the data dir holds valid data of this member (not a foreign volume).
+	Own bool `json:"own"`
+	// Serving is true when etcd answers; then Revision and MemberID are live values.
+	Serving  bool   `json:"serving"`
+	Revision int64  `json:"revision"`
+	MemberID string `json:"memberID,omitempty"`
+}
+
+func (s *Sidecar) handleData(w http.ResponseWriter, r *http.Request) {
+	resp := dataResponse{Name: s.cfg.Name, Data: s.lastData.Load()}
+	if resp.Data != nil {
+		resp.Revision, resp.MemberID = resp.Data.Revision, resp.Data.MemberIDHex()
+	}
+	if spec, err := s.cfg.View.Desired(r.Context()); err == nil {
+		if d := resp.Data; d != nil {
+			o := Observation{Self: s.cfg.Name, ClusterToken: spec.Token, Data: *d}
+			resp.Own = d.Valid() && o.foreignReason() == ""
+		}
+		if self, ok := spec.Member(s.cfg.Name); ok {
+			if cli, err := clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()}); err == nil {
+				ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+				if st, err := cli.Status(ctx, self.ClientURL); err == nil {
+					resp.Serving, resp.Revision, resp.MemberID = true, st.Header.Revision, fmt.Sprintf("%x", st.Header.MemberId)
+				}
+				cancel()
+				cli.Close()
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}

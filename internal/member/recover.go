@@ -1,0 +1,60 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/restore"
+	"github.com/etcd-steward/steward/internal/store"
+	"go.uber.org/zap"
+)
+
+// restoredLeaseTTL is the TTL given to leases granted after the full snapshot that a restore
+// replays keys of: such keys expire an hour after the restore instead of never.
+const restoredLeaseTTL = 3600
+
+// restoreFromBackup recovers a quorum lost with all data: restore the newest state of the
+// backup chain into the data dir as a one-member cluster, start alone, and take a full
+// snapshot once serving (the others rejoin as learners).
+func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan Plan, identity datadir.Identity) ([]byte, error) {
+	if s.cfg.Backup.StoreURL == "" {
+		return nil, errors.New("directed to restore from backup, but this member has no backup store (--store)")
+	}
+	if err := s.dispose(plan.Disposal); err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, s.cfg.Backup.StoreURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: backup store: %v", errTryAgain, err)
+	}
+	defer st.Close()
+	self, _ := spec.Member(s.cfg.Name)
+	// Restore builds <dir>.part and renames it into place: the (empty) data dir goes first.
+	if err := os.Remove(s.cfg.DataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("prepare %s for the restore: %w", s.cfg.DataDir, err)
+	}
+	start := time.Now()
+	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name,
+		InitialCluster: self.Name + "=" + self.PeerURL, InitialClusterToken: spec.Token, PeerURLs: []string{self.PeerURL},
+		MissingLeaseTTL: restoredLeaseTTL, Logger: s.lg.Named("restore")})
+	if mkErr := os.MkdirAll(s.cfg.DataDir, 0o700); mkErr != nil && err == nil {
+		err = mkErr
+	}
+	if err != nil {
+		s.metrics.membership.WithLabelValues("restore", "failed").Inc()
+		return nil, fmt.Errorf("%w: restore from backup: %v", errTryAgain, err)
+	}
+	s.metrics.membership.WithLabelValues("restore", "ok").Inc()
+	s.metrics.membershipSeconds.WithLabelValues("restore").Observe(time.Since(start).Seconds())
+	s.lg.Info("restored from backup", zap.Int64("revision", res.Revision), zap.String("full", res.Full.Key),
+		zap.Int("deltas", len(res.Deltas)), zap.Duration("took", time.Since(start)))
+	if err := s.writeIdentity(identity); err != nil {
+		return nil, err
+	}
+	s.fullAfterStart.Store(true)
+	return s.etcdConfig(spec, plan, self.Name+"="+self.PeerURL)
+}
