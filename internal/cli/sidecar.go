@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"runtime/debug"
 	"time"
 
 	retentionpkg "github.com/etcd-steward/steward/internal/backup/retention"
@@ -13,6 +15,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 )
+
+// memoryLimit is the sidecar's default soft memory limit.
+const memoryLimit = 64 << 20
 
 func newSidecarCommand() *cobra.Command {
 	var (
@@ -37,6 +42,11 @@ decides how the member starts, generates its etcd configuration, and serves:
 				return err
 			}
 			defer lg.Sync() //nolint:errcheck
+			if os.Getenv("GOMEMLIMIT") == "" {
+				// A soft limit keeps the sidecar small beside etcd: the garbage collector works
+				// harder near it instead of letting the heap double (GOMEMLIMIT overrides).
+				debug.SetMemoryLimit(memoryLimit)
+			}
 			if localDir == "" {
 				return errors.New("--local-dir is required: the sidecar needs a cluster view (the local supervisor's directory)")
 			}

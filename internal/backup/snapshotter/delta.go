@@ -174,7 +174,11 @@ func (d *deltaBuffer) flush(ctx context.Context, s *store.Store) error {
 			if d.opts.OnCurrent != nil {
 				d.opts.OnCurrent(d.last, time.Now())
 			}
-			d.buf.Reset()
+			if d.buf.Cap() > d.opts.MaxBytes {
+				d.buf = bytes.Buffer{} // a burst grew it past the limit: give the memory back
+			} else {
+				d.buf.Reset()
+			}
 			d.ew, d.events, d.failures = nil, 0, 0
 			return nil
 		}
