@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/member"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -186,17 +187,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 // backupStatus asks the sidecars for their backup status and keeps the backup leader's.
 func backupStatus(ctx context.Context, hc *http.Client, spec Spec, out *BackupReport) {
 	for _, m := range spec.Members {
-		var st struct {
-			Leader              bool      `json:"leader"`
-			Ready               bool      `json:"ready"`
-			Store               string    `json:"store"`
-			LatestFullRevision  int64     `json:"latestFullRevision"`
-			LatestFullTime      time.Time `json:"latestFullTime"`
-			LatestDeltaRevision int64     `json:"latestDeltaRevision"`
-			LatestDeltaTime     time.Time `json:"latestDeltaTime"`
-			Failures            int64     `json:"failures"`
-			LastError           string    `json:"lastError"`
-		}
+		var st member.BackupStatus
 		if err := getJSON(ctx, hc, spec.SidecarURL(m)+"/v1/backup", &st); err != nil || !st.Leader {
 			continue
 		}
