@@ -88,6 +88,9 @@ func (q *quorumWatch) check(ctx context.Context, s *supervisor) {
 		return
 	}
 	s.mu.Unlock()
+	if !s.formed() {
+		return // a cluster still bootstrapping has no quorum to lose
+	}
 	now := time.Now()
 	if q.lostSince.IsZero() {
 		q.lostSince = now
@@ -98,9 +101,6 @@ func (q *quorumWatch) check(ctx context.Context, s *supervisor) {
 	}
 	if r := s.currentRecovery(); r != nil && now.Sub(q.issuedAt) < recoveryTimeout {
 		return // a recovery is under way: the seed serves alone first, then the others join one by one
-	}
-	if !s.formed() {
-		return // a cluster still bootstrapping has no quorum to lose
 	}
 	hc := &http.Client{Timeout: 3 * time.Second}
 	var datas []memberData

@@ -34,6 +34,7 @@ func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
 			if err == nil || !errors.Is(err, errTryAgain) {
 				return &plan, cfg, err
 			}
+			s.lg.Warn("initialisation step failed; observing again", zap.String("case", plan.Case), zap.Error(err))
 			plan.Reason = err.Error()
 		}
 		s.mu.Lock()

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,8 +25,9 @@ var (
 func StewardBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "steward-bin-")
-		if err != nil {
+		removeStaleBinaries()
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("steward-test-bin-%d", os.Getpid()))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			buildErr = err
 			return
 		}
@@ -39,6 +42,21 @@ func StewardBinary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// removeStaleBinaries deletes the binaries of test processes that have ended (a test process
+// has no hook at its exit to remove its own).
+func removeStaleBinaries() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "steward-test-bin-*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "steward-test-bin-"))
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // RepoRoot is the module root.

@@ -1,0 +1,164 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Traffic shape: a few clients on a small key set, so that operations on a key overlap.
+const (
+	numClients   = 4
+	numKeys      = 8
+	opTimeout    = 3 * time.Second
+	opsPerSecond = 40 // per client: bounds the history the checker has to search
+	keyPrefix    = "/chaos/"
+)
+
+// traffic runs numClients clients issuing gets, puts, deletes and compare-and-swaps until
+// stopped, and records every operation in a history.
+type traffic struct {
+	h      *history
+	counts sync.Map // "op result" → *atomic.Int64
+	acked  atomic.Int64
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startTraffic(cli *clientv3.Client, seed int64) *traffic {
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &traffic{h: newHistory(), stop: cancel}
+	for i := range numClients {
+		tr.wg.Add(1)
+		go func() {
+			defer tr.wg.Done()
+			tr.client(ctx, cli, i, rand.New(rand.NewSource(seed*100+int64(i))))
+		}()
+	}
+	return tr
+}
+
+// finish stops the clients and waits for their last operations.
+func (tr *traffic) finish() {
+	tr.stop()
+	tr.wg.Wait()
+}
+
+func (tr *traffic) count(op, result string) {
+	v, _ := tr.counts.LoadOrStore(op+" "+result, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// summary lists the operation counts, e.g. "get ok=812 failed=3, put ok=…".
+func (tr *traffic) summary() string {
+	byOp := map[string][]string{}
+	tr.counts.Range(func(k, v any) bool {
+		op, result, _ := strings.Cut(k.(string), " ")
+		byOp[op] = append(byOp[op], fmt.Sprintf("%s=%d", result, v.(*atomic.Int64).Load()))
+		return true
+	})
+	var out []string
+	for _, op := range []string{"get", "put", "delete", "cas"} {
+		sort.Strings(byOp[op])
+		out = append(out, op+" "+strings.Join(byOp[op], " "))
+	}
+	return strings.Join(out, ", ")
+}
+
+func (tr *traffic) client(ctx context.Context, cli *clientv3.Client, id int, rng *rand.Rand) {
+	lastSeen := map[string]string{} // values this client saw, to compare-and-swap against
+	tick := time.NewTicker(time.Second / opsPerSecond)
+	defer tick.Stop()
+	clientID := id // a new id after an unknown outcome: the call may still be pending
+	for seq := 0; ; seq++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		key := fmt.Sprintf("%sk%d", keyPrefix, rng.Intn(numKeys))
+		in := kvInput{Key: key, Value: fmt.Sprintf("c%d-%d", id, seq)}
+		switch r := rng.Intn(100); {
+		case r < 40:
+			in.Op = "get"
+		case r < 65:
+			in.Op = "put"
+		case r < 75:
+			in.Op = "delete"
+		default:
+			in.Op, in.Expect = "cas", lastSeen[key]
+			if in.Expect == "" {
+				in.Expect = "never-written"
+			}
+		}
+		octx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		call := tr.h.now()
+		out, err := do(octx, cli, in)
+		ret := tr.h.now()
+		cancel()
+		if err != nil {
+			tr.count(in.Op, "failed")
+			if in.Op == "get" {
+				continue // a failed read changed nothing: leave it out
+			}
+			out = kvOutput{Unknown: true}
+		} else {
+			tr.count(in.Op, "ok")
+			tr.acked.Add(1)
+		}
+		tr.h.add(porcupine.Operation{ClientId: clientID, Input: in, Call: call, Output: out, Return: ret})
+		if out.Unknown {
+			clientID += numClients
+		}
+		switch {
+		case in.Op == "get":
+			lastSeen[key] = out.Value
+		case in.Op == "put" && !out.Unknown, in.Op == "cas" && out.Succeeded:
+			lastSeen[key] = in.Value
+		}
+	}
+}
+
+// do runs one operation against etcd.
+func do(ctx context.Context, cli *clientv3.Client, in kvInput) (kvOutput, error) {
+	switch in.Op {
+	case "get":
+		resp, err := cli.Get(ctx, in.Key)
+		if err != nil {
+			return kvOutput{}, err
+		}
+		out := kvOutput{Revision: resp.Header.Revision}
+		if len(resp.Kvs) == 1 {
+			out.Value = string(resp.Kvs[0].Value)
+		}
+		return out, nil
+	case "put":
+		resp, err := cli.Put(ctx, in.Key, in.Value)
+		if err != nil {
+			return kvOutput{}, err
+		}
+		return kvOutput{Revision: resp.Header.Revision}, nil
+	case "delete":
+		resp, err := cli.Delete(ctx, in.Key)
+		if err != nil {
+			return kvOutput{}, err
+		}
+		return kvOutput{Deleted: resp.Deleted > 0, Revision: resp.Header.Revision}, nil
+	case "cas":
+		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(in.Key), "=", in.Expect)).
+			Then(clientv3.OpPut(in.Key, in.Value)).Commit()
+		if err != nil {
+			return kvOutput{}, err
+		}
+		return kvOutput{Succeeded: resp.Succeeded, Revision: resp.Header.Revision}, nil
+	}
+	return kvOutput{}, fmt.Errorf("unknown operation %q", in.Op)
+}
