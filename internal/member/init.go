@@ -81,9 +81,14 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 	}
 	s.lastData.Store(&data)
 	obs := Observation{Self: s.cfg.Name, SelfPeerURL: self.PeerURL, ClusterSize: len(spec.Members), ClusterToken: spec.Token,
-		Status: status.Members, Data: data, Recovery: recovery, Live: observeLive(ctx, others(spec, s.cfg.Name))}
+		Status: status.Members, Data: data, Recovery: recovery}
 	if data.Identity != nil {
 		obs.AppliedRecoveryEpoch = data.Identity.RecoveryEpoch
+	}
+	// The seed of a recovery does not need the (lost) cluster's view, whose member-list
+	// timeouts would only delay it; everyone else does.
+	if r := recovery; r == nil || r.Epoch <= obs.AppliedRecoveryEpoch || r.Seed != s.cfg.Name {
+		obs.Live = observeLive(ctx, others(spec, s.cfg.Name))
 	}
 	return spec, obs, nil
 }
