@@ -90,6 +90,26 @@ var benchmarks = []benchmark{
 		},
 		parse: parseRestore,
 	},
+	{
+		name: "heal",
+		pkg:  "./bench/heal",
+		args: func(full bool, t tools) []string {
+			if full {
+				return []string{"-steward", t.steward, "-size", "100MiB", "-revisions", "100000", "-rounds", "5"}
+			}
+			return []string{"-steward", t.steward, "-size", "20MiB", "-revisions", "10000", "-rounds", "3"}
+		},
+	},
+	{
+		name: "validate",
+		pkg:  "./bench/validate",
+		args: func(full bool, t tools) []string {
+			if full {
+				return []string{"-steward", t.steward, "-etcdutl", t.etcdutl, "-size", "1GiB", "-rounds", "3"}
+			}
+			return []string{"-steward", t.steward, "-etcdutl", t.etcdutl, "-size", "100MiB", "-rounds", "3"}
+		},
+	},
 }
 
 type options struct {
@@ -106,7 +126,7 @@ func main() {
 	var o options
 	var only string
 	flag.BoolVar(&o.full, "full", false, "the sizes the issues ask for (1 GiB database, 1M revisions, longer phases); default: quick sizes (~10 min)")
-	flag.StringVar(&only, "only", "", "comma-separated benchmarks to run (snapshot, delta, replay, restore); default: all")
+	flag.StringVar(&only, "only", "", "comma-separated benchmarks to run (snapshot, delta, replay, restore, heal, validate); default: all")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "report to write (only this run's section is replaced)")
 	flag.StringVar(&o.tools.steward, "steward", "", "steward binary (default: built from ./cmd/steward into the work dir)")
 	flag.StringVar(&o.tools.etcdctl, "etcdctl", "bin/etcdctl", "stock etcdctl (make tools)")
@@ -124,7 +144,7 @@ func main() {
 		for _, n := range strings.Split(only, ",") {
 			n = strings.TrimSpace(n)
 			if !known[n] {
-				fail(fmt.Errorf("-only: no benchmark %q (have snapshot, delta, replay, restore)", n))
+				fail(fmt.Errorf("-only: no benchmark %q (have snapshot, delta, replay, restore, heal, validate)", n))
 			}
 			o.only[n] = true
 		}
