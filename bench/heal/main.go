@@ -1231,7 +1231,6 @@ func report(o options, fill fillResult, dbSize int64, caughtUp time.Duration, wi
 			co.N, len(wipes), co.Min, co.Max, cr.N, len(refs), cr.Min, cr.Max))
 	}
 	row = result.Compare("joins that hit etcd's 7 s publish stall", "%", "steward wipes", math.Round(100*float64(stalledOurs)/float64(len(wipes))), "reference adds", math.Round(100*float64(stalledRef)/float64(max(1, len(refs)))))
-	row.Ratio = 0
 	res.Rows = append(res.Rows, row.WithSpread("steward %d of %d wipes, reference %d of %d adds: etcd logged \"failed to publish local member to cluster through raft\" and served 7 s (its request timeout) later", stalledOurs, len(wipes), stalledRef, len(refs)))
 	// Where Steward's time goes: the medians of each phase.
 	phase := func(from, to string) (result.Stats, bool) {

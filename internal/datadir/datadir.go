@@ -78,9 +78,10 @@ func DBPath(dataDir string) string {
 // Inspect reads what is in dataDir. It never modifies the directory and never fails on
 // damaged contents: damage is reported in State.Problems. An error means the directory
 // itself could not be read.
-func Inspect(dataDir string) (State, error) {
+func Inspect(dataDir string) (st State, err error) {
 	start := time.Now()
-	st := State{Dir: dataDir}
+	st.Dir = dataDir
+	// A named result: the deferred assignment must reach the caller.
 	defer func() { st.Took = time.Since(start) }()
 	if _, err := os.Stat(PartDir(dataDir)); err == nil {
 		st.PartialRestore = true
