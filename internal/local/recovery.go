@@ -2,8 +2,11 @@ package local
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
@@ -17,6 +20,9 @@ type quorumWatch struct {
 	lostSince time.Time
 	issuedAt  time.Time
 	warned    bool
+	// quorumSeen: a majority has been healthy since the supervisor started; before that,
+	// only a cluster that formed in an earlier run can have a quorum to lose.
+	quorumSeen bool
 }
 
 // recoveryTimeout is how long a seed may take to serve before a new directive is issued.
@@ -29,6 +35,31 @@ type memberData struct {
 	Own      bool           `json:"own"`
 	Serving  bool           `json:"serving"`
 	Revision int64          `json:"revision"`
+}
+
+// memberDatas asks every member's sidecar what data it holds, all at once.
+func memberDatas(ctx context.Context, spec Spec, runs []*memberRun) ([]memberData, error) {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	datas := make([]memberData, len(runs))
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := memberData{Name: r.spec.Name}
+			err := getJSON(ctx, hc, spec.SidecarURL(r.spec)+"/v1/data", &d)
+			if err == nil && d.Data == nil && !d.Serving {
+				err = errors.New("its data dir has not been inspected yet")
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("member %s cannot say what data it holds (%v)", r.spec.Name, err)
+			}
+			datas[i] = d
+		}()
+	}
+	wg.Wait()
+	return datas, errors.Join(errs...)
 }
 
 // valid: the member serves, or holds valid data of its own (a foreign volume does not count:
@@ -79,7 +110,7 @@ func (q *quorumWatch) check(ctx context.Context, s *supervisor) {
 		}
 	}
 	if ready > n/2 {
-		q.lostSince = time.Time{}
+		q.lostSince, q.quorumSeen = time.Time{}, true
 		if s.state.Recovery != nil && ready == n {
 			s.logf("quorum recovered (directive %d); all %d members healthy", s.state.Recovery.Epoch, n)
 			s.state.Recovery = nil
@@ -88,7 +119,7 @@ func (q *quorumWatch) check(ctx context.Context, s *supervisor) {
 		return
 	}
 	s.mu.Unlock()
-	if !s.formed() {
+	if !q.quorumSeen && !s.formedBefore {
 		return // a cluster still bootstrapping has no quorum to lose
 	}
 	now := time.Now()
@@ -102,22 +133,15 @@ func (q *quorumWatch) check(ctx context.Context, s *supervisor) {
 	if r := s.currentRecovery(); r != nil && now.Sub(q.issuedAt) < recoveryTimeout {
 		return // a recovery is under way: the seed serves alone first, then the others join one by one
 	}
-	hc := &http.Client{Timeout: 3 * time.Second}
-	var datas []memberData
-	runs := s.memberRuns()
-	spec := s.currentSpec()
-	for _, r := range runs {
-		m := r.spec
-		d := memberData{Name: m.Name}
-		if err := getJSON(ctx, hc, spec.SidecarURL(m)+"/v1/data", &d); err != nil || d.Data == nil && !d.Serving {
-			// Deciding without knowing what every member holds could discard newer data.
-			if !q.warned {
-				s.logf("quorum lost, but member %s cannot say what data it holds (%v): waiting", m.Name, err)
-				q.warned = true
-			}
-			return
+	runs, spec := s.memberRuns(), s.currentSpec()
+	datas, err := memberDatas(ctx, spec, runs)
+	if err != nil {
+		// Deciding without knowing what every member holds could discard newer data.
+		if !q.warned {
+			s.logf("quorum lost, but %v: waiting", err)
+			q.warned = true
 		}
-		datas = append(datas, d)
+		return
 	}
 	s.mu.Lock()
 	epoch := s.state.LastRecoveryEpoch + 1

@@ -61,6 +61,7 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 	}
 	for _, m := range spec.Members {
 		s.state.Members = append(s.state.Members, MemberState{Name: m.Name, ID: recorded[m.Name]})
+		s.formedBefore = s.formedBefore || recorded[m.Name] != ""
 	}
 	if err := s.save(); err != nil {
 		return fmt.Errorf("write %s: %w", stateFile, err)
@@ -139,6 +140,9 @@ type supervisor struct {
 	bin  string
 	opts UpOptions
 	logf func(string, ...any)
+
+	// formedBefore: member IDs were recorded by an earlier run.
+	formedBefore bool
 
 	mu    sync.Mutex
 	spec  Spec

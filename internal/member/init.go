@@ -16,25 +16,45 @@ import (
 )
 
 // waitInterval is how often a waiting initialisation observes again.
-const waitInterval = 2 * time.Second
+const waitInterval = time.Second
+
+// directivePoll is how often a waiting initialisation checks for a new recovery directive.
+const directivePoll = 250 * time.Millisecond
 
 // runInit observes, decides and acts until a plan produces a configuration. Plans that
 // wait (no quorum, no directive yet) keep the initialisation running and observe again.
 func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
+	restoreFailures := 0
 	for {
-		spec, obs, err := s.observe(ctx)
+		delay := waitInterval
+		// A new recovery directive ends the current pass: the seed of a quorum-loss recovery
+		// acts at once, not after the lost cluster's member-list timeouts.
+		pass, stop := s.untilDirectiveChanges(ctx)
+		spec, obs, err := s.observe(pass)
+		if pass.Err() != nil && ctx.Err() == nil {
+			stop()
+			continue // the directive changed while observing: observe again
+		}
 		if err != nil {
+			stop()
 			return nil, nil, err
 		}
 		plan := Decide(obs)
 		s.lg.Info("initialisation decision", zap.String("case", plan.Case), zap.String("seed", plan.Seed),
 			zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
 		if plan.Action != ActionWait {
+			stop()
 			cfg, err := s.act(ctx, spec, obs, plan)
 			if err == nil || !errors.Is(err, errTryAgain) {
 				return &plan, cfg, err
 			}
-			s.lg.Warn("initialisation step failed; observing again", zap.String("case", plan.Case), zap.Error(err))
+			if plan.Action == ActionRestoreFromBackup {
+				// A damaged chain or an unreachable store is not fixed in a second: back off.
+				restoreFailures++
+				delay = min(waitInterval<<min(restoreFailures-1, 6), time.Minute)
+			}
+			s.lg.Warn("initialisation step failed; observing again", zap.String("case", plan.Case), zap.Error(err),
+				zap.Duration("retryIn", delay))
 			plan.Reason = err.Error()
 		}
 		s.mu.Lock()
@@ -42,10 +62,52 @@ func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
+			stop()
 			return &plan, nil, ctx.Err()
-		case <-time.After(waitInterval):
+		case <-pass.Done():
+		case <-time.After(delay):
 		}
+		stop()
 	}
+}
+
+// untilDirectiveChanges returns a context that ends when the recovery directive differs from
+// the one in force when it was called (or when ctx ends).
+func (s *Sidecar) untilDirectiveChanges(ctx context.Context) (context.Context, context.CancelFunc) {
+	pass, cancel := context.WithCancel(ctx)
+	epoch := func() (int64, bool) {
+		r, err := s.cfg.View.Recovery(pass)
+		if err != nil {
+			return 0, false
+		}
+		if r == nil {
+			return 0, true
+		}
+		return r.Epoch, true
+	}
+	go func() {
+		first, ok := epoch()
+		for !ok {
+			select {
+			case <-pass.Done():
+				return
+			case <-time.After(directivePoll):
+			}
+			first, ok = epoch()
+		}
+		for {
+			select {
+			case <-pass.Done():
+				return
+			case <-time.After(directivePoll):
+			}
+			if now, ok := epoch(); ok && now != first {
+				cancel()
+				return
+			}
+		}
+	}()
+	return pass, cancel
 }
 
 // errTryAgain marks a transient obstacle (another learner is joining, leadership moving):

@@ -13,8 +13,17 @@ import (
 	"go.uber.org/zap"
 )
 
-// learnerStallTimeout is how long a learner may stay unpromotable before it is reported loudly.
-const learnerStallTimeout = 5 * time.Minute
+const (
+	// learnerStallTimeout is how long a learner may stay unpromotable before it is reported loudly.
+	learnerStallTimeout = 5 * time.Minute
+	// learnerServeTimeout is how long a new learner may take to serve before it is reported.
+	learnerServeTimeout = time.Minute
+	// nudgeAfter is how long a new learner may stay unready before the cluster is nudged.
+	nudgeAfter = time.Second
+	// maintainInterval is how often the sidecar maintains its member; joiningInterval while a
+	// learner of its own is joining (catch-up and promotion are on the path of every heal).
+	maintainInterval, joiningInterval = 2 * time.Second, 500 * time.Millisecond
+)
 
 // maintainMember runs while the sidecar lives: once etcd serves it records the data dir's
 // identity, promotes this member when it is a caught-up learner, and, on the leader, removes
@@ -26,14 +35,16 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 			cli.Close()
 		}
 	}()
-	var lastStalledLog time.Time
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
+	var lastStalledLog, lastNudge time.Time
 	for {
+		interval := maintainInterval
+		if s.learnerSince.Load() != 0 {
+			interval = joiningInterval
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-time.After(interval):
 		}
 		spec, err := s.cfg.View.Desired(ctx)
 		if err != nil {
@@ -53,7 +64,11 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		st, err := cli.Status(sctx, self.ClientURL)
 		cancel()
 		if err != nil {
-			continue // etcd is not serving (yet)
+			// etcd is not serving (yet).
+			if since := s.learnerSince.Load(); since != 0 {
+				s.awaitLearner(ctx, spec, time.Unix(0, since), &lastNudge, &lastStalledLog)
+			}
+			continue
 		}
 		s.recordIdentity(spec, st.Header.MemberId, st.Header.ClusterId)
 
@@ -96,6 +111,41 @@ func (s *Sidecar) recordIdentity(spec ClusterSpec, memberID, clusterID uint64) {
 		return
 	}
 	s.lg.Info("recorded the data dir identity", zap.String("memberID", want.MemberID), zap.String("clusterID", want.ClusterID))
+}
+
+// awaitLearner runs while this member, added as a learner, does not serve yet. etcd does not
+// count a raft snapshot as applied: a member that joins through one has its own requests,
+// publishing itself first, refused as "too many requests" while the cluster's commit index
+// is more than 5000 past the last entry it applied, until some entry is applied after the
+// snapshot. An idle cluster writes none, so the learner would wait forever: after
+// nudgeAfter, each pass makes the voters commit one harmless entry (a lease granted and
+// revoked; no key is touched). A learner that still does not serve is reported.
+func (s *Sidecar) awaitLearner(ctx context.Context, spec ClusterSpec, since time.Time, lastNudge, lastLog *time.Time) {
+	waited := time.Since(since)
+	if waited > learnerServeTimeout {
+		s.metrics.learnerStalled.Set(1)
+		if time.Since(*lastLog) > time.Minute {
+			*lastLog = time.Now()
+			s.lg.Error("the new learner does not serve; see its etcd log (snapshot transfer, disk space, peer connectivity)",
+				zap.Duration("since", waited))
+		}
+	}
+	if waited < nudgeAfter || time.Since(*lastNudge) < nudgeAfter {
+		return
+	}
+	*lastNudge = time.Now()
+	voters, err := clientv3.New(clientv3.Config{Endpoints: others(spec, s.cfg.Name), DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return
+	}
+	defer voters.Close()
+	nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	lease, err := voters.Grant(nctx, 60)
+	if err != nil {
+		return
+	}
+	_, _ = voters.Revoke(nctx, lease.ID) // left alone, it expires in a minute
 }
 
 // promote asks the cluster to promote this learner; etcd refuses until it has caught up.
@@ -208,7 +258,8 @@ func (s *Sidecar) handleData(w http.ResponseWriter, r *http.Request) {
 		}
 		if self, ok := spec.Member(s.cfg.Name); ok {
 			if cli, err := clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()}); err == nil {
-				ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+				// Short: the caller waits on every member while the quorum is lost.
+				ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 				if st, err := cli.Status(ctx, self.ClientURL); err == nil {
 					resp.Serving, resp.Revision, resp.MemberID = true, st.Header.Revision, fmt.Sprintf("%x", st.Header.MemberId)
 				}
