@@ -330,7 +330,9 @@ type memberObservation struct {
 // poll asks each member's health endpoint and etcd status, concurrently.
 func poll(ctx context.Context, spec Spec, runs []*memberRun) []memberObservation {
 	out := make([]memberObservation, len(runs))
-	hc := &http.Client{Timeout: 2 * time.Second}
+	// Short timeouts: a poll paces the supervisor's loop, and with it how soon a lost
+	// quorum is noticed.
+	hc := &http.Client{Timeout: time.Second}
 	var wg sync.WaitGroup
 	for i, r := range runs {
 		wg.Add(1)
@@ -338,7 +340,7 @@ func poll(ctx context.Context, spec Spec, runs []*memberRun) []memberObservation
 			defer wg.Done()
 			out[i].ready = httpOK(ctx, hc, spec.HealthURL(r.spec)+"/readyz")
 			if r.client != nil {
-				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				sctx, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
 				if st, err := r.client.Status(sctx, spec.ClientURL(r.spec)); err == nil {
 					out[i].id = fmt.Sprintf("%x", st.Header.MemberId)
