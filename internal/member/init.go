@@ -311,7 +311,9 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec ClusterSpec, obs Obser
 	}
 
 	start := time.Now()
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// Short: raft drops a membership change proposed while another is pending, and etcd
+	// then waits for the caller's deadline. The next attempt follows at once.
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	resp, err := cli.MemberAddAsLearner(actx, []string{self.PeerURL})
 	cancel()
 	var newID uint64
