@@ -131,11 +131,10 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 	if err != nil {
 		return spec, Observation{}, fmt.Errorf("read the recovery directive: %w", err)
 	}
-	data, err := datadir.Inspect(s.cfg.DataDir)
+	data, err := s.inspect()
 	if err != nil {
 		return spec, Observation{}, err
 	}
-	s.metrics.validationSeconds.Observe(data.Took.Seconds())
 	if data.Valid() {
 		s.metrics.dataValid.Set(1)
 	} else {

@@ -47,6 +47,8 @@ type Sidecar struct {
 	backups atomic.Pointer[backupAgent]
 	// lastData is the data dir as the last initialisation found it.
 	lastData atomic.Pointer[datadir.State]
+	// lastInspect is the newest inspection, reused while the data dir is unchanged.
+	lastInspect atomic.Pointer[inspection]
 	// learnerSince is when this member was added as a learner (unix ns; 0: not a learner).
 	learnerSince atomic.Int64
 	// fullAfterStart asks for a full snapshot once etcd serves (after a restore from backup).
