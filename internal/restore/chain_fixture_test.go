@@ -123,7 +123,9 @@ func buildChain(t *testing.T, dir string, f *chainFixture) error {
 	deltaErr := make(chan error, 1)
 	go func() {
 		deltaErr <- snapshotter.RunDeltas(dctx, m, s, full.Revision+1, snapshotter.DeltaOptions{
-			Period: 20 * time.Millisecond, MaxBytes: 1024, ClusterID: full.ClusterID, EtcdVersion: "3.6.16",
+			// Deltas end at 400 bytes (many deltas between the full snapshots) or every 100 ms
+			// (several revisions each while a put takes well under that): the shapes the tests need.
+			Period: 100 * time.Millisecond, MaxBytes: 400, ClusterID: full.ClusterID, EtcdVersion: "3.6.16",
 			OnCurrent: func(rev int64, _ time.Time) {
 				current.Store(rev)
 				select {

@@ -405,7 +405,7 @@ func TestRestoreHole(t *testing.T) {
 		s := copyStore(t, c.storeURL, nil)
 		early := deltasAfter(listChain(t, s), c.fulls[0].Revision)[2]
 		if early.LastRev >= c.fulls[1].Revision {
-			t.Skip("the chain has too few deltas between the full snapshots")
+			t.Fatalf("fixture: the chain must hold more than 3 deltas between the full snapshots; the third ends at %d, the second full is at %d", early.LastRev, c.fulls[1].Revision)
 		}
 		if err := s.Delete(testCtx(t), early.Key); err != nil {
 			t.Fatal(err)
@@ -498,7 +498,7 @@ func TestRestoreOverlapsAndDisorder(t *testing.T) {
 				return ds[i:]
 			}
 		}
-		t.Skip("no run of multi-revision deltas in the chain")
+		t.Fatal("fixture: the chain must hold a run of multi-revision deltas after the second full snapshot")
 		return nil
 	}
 
