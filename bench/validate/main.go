@@ -8,12 +8,13 @@
 // clients to -size of database, stops it cleanly (`steward local down`, which leaves the
 // clean-shutdown marker) and then, -rounds times in alternating order, on the same data dir:
 //
-//   - datadir.Inspect after a clean shutdown: the quick check (WAL metadata, identity, bbolt
-//     meta pages and buckets, newest revision);
-//   - datadir.Inspect after an unclean shutdown: the deep check, which adds bbolt's tx.Check
-//     of every page. Inspect chooses it when the clean-shutdown marker is missing, which is
-//     what a crash leaves; the benchmark hides the marker for these runs, so both checks read
-//     the very same files;
+//   - datadir.Inspect after a clean shutdown: the quick check (member and cluster ID from the
+//     newest WAL file's head, identity, bbolt meta pages and buckets, revision);
+//   - datadir.Inspect after an unclean shutdown: the deep check, which adds a full WAL read
+//     (wal.ReadAll after the newest snapshot, as etcd reads it on start) and bbolt's tx.Check
+//     of every page with the file mapped with MAP_POPULATE, the two concurrently. Inspect
+//     chooses it when the clean-shutdown marker is missing, which is what a crash leaves; the
+//     benchmark hides the marker for these runs, so both checks read the very same files;
 //   - etcd's own start-up on the dir (embed.StartEtcd until it serves: bbolt open, WAL replay
 //     and the rebuild of the key index, which reads every key): the reference, since
 //     validation runs just before this start and adds to it;
@@ -21,7 +22,9 @@
 //     value): the reference for a full read.
 //
 // Each is measured with a warm page cache and a cold one (the dir's files dropped from the
-// page cache with posix_fadvise(DONTNEED) just before; residency checked with mincore). The
+// page cache with posix_fadvise(DONTNEED) just before; residency checked with mincore). Then,
+// as the justification of the checks' design, their parts alone: the WAL head read against
+// wal.ReadAll, and the populated page check against bbolt's plain read-only mapping. The
 // last line of output is the JSON result (see bench/internal/result).
 package main
 
@@ -37,7 +40,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,13 +52,8 @@ import (
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/local"
 	bolt "go.etcd.io/bbolt"
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
 	etcddatadir "go.etcd.io/etcd/server/v3/storage/datadir"
-	"go.etcd.io/etcd/server/v3/storage/wal"
-	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -220,7 +217,7 @@ func run(ctx context.Context, o options) (err error) {
 				}
 			}
 			fmt.Printf("round %d %s: quick check %v, deep check %v, etcd start-up %v (open %v), etcdutl snapshot status %v%s\n",
-				i+1, cacheName(cold), ms3(r.quick), ms3(r.deep), ms3(r.etcdReady), ms3(r.etcdOpen), ms3(r.etcdutl), residentNote(cold, r.residentBefore))
+				i+1, cacheName(cold), r.quick.Round(10*time.Microsecond), ms3(r.deep), ms3(r.etcdReady), ms3(r.etcdOpen), ms3(r.etcdutl), residentNote(cold, r.residentBefore))
 			if cold {
 				ms.cold = append(ms.cold, r)
 			} else {
@@ -228,47 +225,53 @@ func run(ctx context.Context, o options) (err error) {
 			}
 		}
 	}
-	// What the quick and deep checks consist of: the WAL metadata read and bbolt's page check,
-	// timed alone with the same calls Inspect makes; and the page check on a cold cache with
-	// the mapping populated up front (MAP_POPULATE, as etcd's backend maps its database).
+	// The checks' parts alone, with the same calls Inspect makes: the WAL read of the quick
+	// check (the newest file's head) and of the deep check (wal.ReadAll after the newest snap,
+	// which the quick check did before); the deep page check (MAP_POPULATE) warm and cold, and
+	// cold with bbolt's plain read-only mapping (what the deep check did before).
 	var diag diagnostics
+	walDir := etcddatadir.ToWALDir(dataDir)
 	for i := 0; i < o.rounds; i++ {
 		if err := warm(dataDir); err != nil {
 			return err
 		}
-		w, err := walMetadataRead(dataDir)
+		w, err := timed(func() error { _, _, err := datadir.ReadWALFull(dataDir); return err })
 		if err != nil {
 			return err
 		}
-		wh, err := walHeadMetadata(dataDir)
+		wh, err := timed(func() error { _, _, err := datadir.ReadWALMetadata(walDir); return err })
 		if err != nil {
 			return err
 		}
-		c, err := boltCheck(dbPath, 0)
+		c, err := timed(func() error { _, _, err := datadir.CheckDB(dbPath, true); return err })
 		if err != nil {
 			return err
 		}
 		var resident float64
-		if err := dropCache(dataDir, true, &resident); err != nil {
-			return err
-		}
-		cc, err := boltCheck(dbPath, 0)
-		if err != nil {
-			return err
-		}
-		if err := dropCache(dataDir, true, &resident); err != nil {
-			return err
-		}
-		cp, err := boltCheck(dbPath, syscall.MAP_POPULATE)
-		if err != nil {
-			return err
+		var cc, cp time.Duration
+		for j, populate := range []bool{i%2 == 0, i%2 == 1} {
+			if err := dropCache(dataDir, true, &resident); err != nil {
+				return err
+			}
+			var d time.Duration
+			if populate {
+				d, err = timed(func() error { _, _, err := datadir.CheckDB(dbPath, true); return err })
+				cp = d
+			} else {
+				d, err = boltCheck(dbPath)
+				cc = d
+			}
+			if err != nil {
+				return fmt.Errorf("page check %d: %w", j, err)
+			}
 		}
 		diag.wal = append(diag.wal, w.Seconds())
 		diag.walHead = append(diag.walHead, wh.Seconds())
 		diag.check = append(diag.check, c.Seconds())
 		diag.coldCheck = append(diag.coldCheck, cc.Seconds())
 		diag.coldPopulate = append(diag.coldPopulate, cp.Seconds())
-		fmt.Printf("alone, run %d: WAL metadata read %v (warm; from the newest WAL file's head only: %v); bbolt open + tx.Check %v warm, %v cold, %v cold with MAP_POPULATE\n", i+1, ms3(w), wh.Round(time.Microsecond), ms3(c), ms3(cc), ms3(cp))
+		fmt.Printf("alone, run %d: WAL read, warm: newest file's head %v (quick check), wal.ReadAll %v (deep check); deep page check %v warm, %v cold (MAP_POPULATE), %v cold with the plain read-only mapping\n",
+			i+1, wh.Round(time.Microsecond), ms3(w), ms3(c), ms3(cp), ms3(cc))
 	}
 	res := report(o, fill, dbSize, walBytes, walFiles, status, ms, diag)
 	return res.Print(os.Stdout)
@@ -397,81 +400,17 @@ func etcdutlStatus(ctx context.Context, etcdutl, dbPath string) (snapshotStatus,
 	return st, took, nil
 }
 
-// walMetadataRead reads the WAL's metadata the way Inspect (and etcd) does: every record
-// after the newest snapshot the snap directory holds.
-func walMetadataRead(dataDir string) (time.Duration, error) {
+func timed(f func() error) (time.Duration, error) {
 	t0 := time.Now()
-	lg := zap.NewNop()
-	walDir := etcddatadir.ToWALDir(dataDir)
-	walSnaps, err := wal.ValidSnapshotEntries(lg, walDir)
-	if err != nil {
-		return 0, err
-	}
-	var at walpb.Snapshot
-	if s, err := snap.New(lg, etcddatadir.ToSnapDir(dataDir)).LoadNewestAvailable(walSnaps); err == nil {
-		at = walpb.Snapshot{Index: s.Metadata.Index, Term: s.Metadata.Term}
-	} else if !errors.Is(err, snap.ErrNoSnapshot) {
-		return 0, err
-	}
-	w, err := wal.OpenForRead(lg, walDir, at)
-	if err != nil {
-		return 0, err
-	}
-	defer w.Close()
-	raw, _, _, err := w.ReadAll()
-	if err != nil {
-		return 0, err
-	}
-	var md etcdserverpb.Metadata
-	if err := md.Unmarshal(raw); err != nil {
-		return 0, err
-	}
-	return time.Since(t0), nil
+	err := f()
+	return time.Since(t0), err
 }
 
-// walHeadMetadata reads the member and cluster ID from the first records of the newest WAL
-// file only (every WAL file starts with the metadata record): what a quick check could read
-// instead of every record after the newest snapshot.
-func walHeadMetadata(dataDir string) (time.Duration, error) {
+// boltCheck is the deep page check as Inspect did it before it mapped the file with
+// MAP_POPULATE: open read-only with bbolt's plain mapping (MADV_RANDOM) and run tx.Check.
+func boltCheck(path string) (time.Duration, error) {
 	t0 := time.Now()
-	names, err := filepath.Glob(filepath.Join(etcddatadir.ToWALDir(dataDir), "*.wal"))
-	if err != nil || len(names) == 0 {
-		return 0, fmt.Errorf("no WAL files in %s (%v)", etcddatadir.ToWALDir(dataDir), err)
-	}
-	sort.Strings(names)
-	f, err := os.Open(names[len(names)-1])
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	dec := wal.NewDecoder(fileutil.NewFileReader(f))
-	for i := 0; i < 8; i++ {
-		var rec walpb.Record
-		if err := dec.Decode(&rec); err != nil {
-			return 0, fmt.Errorf("decode %s: %w", names[len(names)-1], err)
-		}
-		if rec.Type == wal.CrcType { // a file after the first starts with the previous file's CRC
-			dec.UpdateCRC(rec.Crc)
-			continue
-		}
-		if rec.Type == wal.MetadataType {
-			var md etcdserverpb.Metadata
-			if err := md.Unmarshal(rec.Data); err != nil {
-				return 0, err
-			}
-			if md.NodeID == 0 || md.ClusterID == 0 {
-				return 0, errors.New("WAL metadata has no member or cluster ID")
-			}
-			return time.Since(t0), nil
-		}
-	}
-	return 0, fmt.Errorf("no metadata record at the head of %s", names[len(names)-1])
-}
-
-// boltCheck opens the database read-only (with extra mmap flags) and runs tx.Check alone.
-func boltCheck(path string, mmapFlags int) (time.Duration, error) {
-	t0 := time.Now()
-	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second, MmapFlags: mmapFlags})
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
 	if err != nil {
 		return 0, err
 	}
@@ -659,36 +598,47 @@ func report(o options, fill fillResult, dbSize, walBytes int64, walFiles int, st
 	ready := func(r round) time.Duration { return r.etcdReady }
 	open := func(r round) time.Duration { return r.etcdOpen }
 	utl := func(r round) time.Duration { return r.etcdutl }
-	row := func(measure, oursName string, rs []round, ours func(round) time.Duration, refName string, ref func(round) time.Duration) result.Row {
+	// rowIn compares ours with ref per round, in unit ("s" or "ms").
+	rowIn := func(unit, measure, oursName string, rs []round, ours func(round) time.Duration, refName string, ref func(round) time.Duration) result.Row {
+		scale := 1.0
+		if unit == "ms" {
+			scale = 1000
+		}
 		so, sr, rt := result.Summarise(secs(rs, ours)), result.Summarise(secs(rs, ref)), ratios(rs, ours, ref)
-		r := result.Compare(measure, "s", oursName, round3(so.Median), refName, round3(sr.Median))
+		r := result.Compare(measure, unit, oursName, round3(scale*so.Median), refName, round3(scale*sr.Median))
 		r.Ratio = rt.Median
-		return r.WithSpread("ratio %.3f–%.3f over %d rounds; ours %.3f–%.3f s, reference %.3f–%.3f s", rt.Min, rt.Max, rt.N, so.Min, so.Max, sr.Min, sr.Max)
+		return r.WithSpread("ratio %.4f–%.4f over %d rounds; ours %.3f–%.3f %s, reference %.3f–%.3f %s", rt.Min, rt.Max, rt.N, scale*so.Min, scale*so.Max, unit, scale*sr.Min, scale*sr.Max, unit)
+	}
+	row := func(measure, oursName string, rs []round, ours func(round) time.Duration, refName string, ref func(round) time.Duration) result.Row {
+		return rowIn("s", measure, oursName, rs, ours, refName, ref)
 	}
 	const etcdRef = "etcd start-up on the same dir (until serving)"
+	const deepName = "datadir.Inspect (full WAL read + tx.Check, MAP_POPULATE)"
 	for _, c := range []struct {
 		name string
 		rs   []round
 	}{{"warm", ms.warm}, {"cold", ms.cold}} {
-		q := row("quick check (clean shutdown), "+c.name+" cache", "datadir.Inspect", c.rs, quick, etcdRef, ready)
+		q := rowIn("ms", "quick check (clean shutdown), "+c.name+" cache", "datadir.Inspect", c.rs, quick, etcdRef, ready)
 		qs := result.Summarise(secs(c.rs, quick))
 		res.Rows = append(res.Rows, q.WithGoal("< 1 s in every round", qs.Max < 1))
-		res.Rows = append(res.Rows, row("deep check (unclean shutdown), "+c.name+" cache", "datadir.Inspect + tx.Check", c.rs, deep, etcdRef, ready))
+		res.Rows = append(res.Rows, row("deep check (unclean shutdown), "+c.name+" cache", deepName, c.rs, deep, etcdRef, ready))
 	}
-	res.Rows = append(res.Rows, row("deep check vs a full read, warm cache", "datadir.Inspect + tx.Check", ms.warm, deep, "etcdutl snapshot status (tx.Check + CRC of every key and value)", utl))
-	res.Rows = append(res.Rows, row("deep check vs a full read, cold cache", "datadir.Inspect + tx.Check", ms.cold, deep, "etcdutl snapshot status (tx.Check + CRC of every key and value)", utl))
+	res.Rows = append(res.Rows, row("deep check vs a full read, warm cache", deepName, ms.warm, deep, "etcdutl snapshot status (tx.Check + CRC of every key and value)", utl))
+	res.Rows = append(res.Rows, row("deep check vs a full read, cold cache", deepName, ms.cold, deep, "etcdutl snapshot status (tx.Check + CRC of every key and value)", utl))
 	so := result.Summarise(secs(ms.warm, open))
 	res.Rows = append(res.Rows, result.Row{Measure: "etcd start-up: embed.StartEtcd returned (backend open, WAL replay, key index rebuilt), warm cache", Unit: "s", OursName: "etcd", Ours: round3(so.Median)}.
 		WithSpread("%.3f–%.3f s over %d rounds; the rest of the start-up is the election and publishing the member", so.Min, so.Max, so.N))
 	sw, sc := result.Summarise(diag.wal), result.Summarise(diag.check)
 	scc, scp := result.Summarise(diag.coldCheck), result.Summarise(diag.coldPopulate)
 	swh := result.Summarise(diag.walHead)
-	wr := result.Compare("WAL metadata, warm: only the newest WAL file's head vs what the quick check reads (wal.ReadAll after the newest snap)", "ms", "decode the first records of the newest file", round3(1000*swh.Median), "wal.ReadAll (Inspect today)", round3(1000*sw.Median))
+	wr := result.Compare("WAL metadata alone, warm: the newest WAL file's head (quick check) vs wal.ReadAll after the newest snap (deep check; the quick check before)", "ms",
+		"datadir.ReadWALMetadata", round3(1000*swh.Median), "datadir.ReadWALFull (wal.ReadAll)", round3(1000*sw.Median))
 	res.Rows = append(res.Rows, wr.WithSpread("head %.3f–%.3f ms, ReadAll %.0f–%.0f ms over %d runs", 1000*swh.Min, 1000*swh.Max, 1000*sw.Min, 1000*sw.Max, sw.N))
 	res.Rows = append(res.Rows,
-		result.Row{Measure: "part of the deep check: bbolt open + tx.Check alone, warm", Unit: "s", OursName: "datadir.Inspect", Ours: round3(sc.Median)}.WithSpread("%.3f–%.3f s over %d runs", sc.Min, sc.Max, sc.N),
+		result.Row{Measure: "deep page check alone (bbolt open + tx.Check, MAP_POPULATE), warm", Unit: "s", OursName: "datadir.CheckDB", Ours: round3(sc.Median)}.WithSpread("%.3f–%.3f s over %d runs", sc.Min, sc.Max, sc.N),
 	)
-	pr := result.Compare("bbolt open + tx.Check alone, cold cache: with MAP_POPULATE (as etcd maps its database) vs without (Inspect today)", "s", "tx.Check, MAP_POPULATE", round3(scp.Median), "tx.Check, plain read-only mmap", round3(scc.Median))
+	pr := result.Compare("deep page check alone, cold cache: MAP_POPULATE (deep check, as etcd maps its database) vs bbolt's plain read-only mapping (deep check before)", "s",
+		"datadir.CheckDB (MAP_POPULATE)", round3(scp.Median), "tx.Check, plain read-only mmap", round3(scc.Median))
 	res.Rows = append(res.Rows, pr.WithSpread("with %.3f–%.3f s, without %.3f–%.3f s over %d runs", scp.Min, scp.Max, scc.Min, scc.Max, scc.N))
 	var resident float64
 	for _, r := range ms.cold {
@@ -699,6 +649,7 @@ func report(o options, fill fillResult, dbSize, walBytes int64, walFiles int, st
 	}
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("The data dir is a real member's: a one-member `steward local` cluster filled by %d puts of %d-byte values (random hex) under new keys, stopped with `steward local down` (clean-shutdown marker written).", fill.Puts, o.valueSize),
+		"The quick check reads the member and cluster ID from the newest WAL file's head (a CRC record and the metadata record, which etcd writes at the start of every WAL file) and the database's meta pages, buckets and revision. The deep check adds the full WAL read (wal.ReadAll after the newest snapshot, as etcd reads it on start) and tx.Check of every page with the file mapped with MAP_POPULATE, the two concurrently.",
 		"The deep check is what Inspect does when the clean-shutdown marker is missing (an unclean stop); the benchmark hides the marker for those runs, so the quick and the deep check read the same files.",
 		"etcd start-up is embed.StartEtcd on the same data dir (the member's own name and URLs, steward's snapshot-count) until ReadyNotify, then a clean stop; it reads every key to rebuild its index. Validation runs before this start, so deep/etcd is what an unclean restart costs extra.",
 		fmt.Sprintf("Cold cache: every file of the data dir dropped with posix_fadvise(DONTNEED) before each step; mincore showed at most %.0f%% of the database still cached. Warm: the files were read just before. Steps alternate order between rounds; ratios are medians of per-round ratios.", 100*resident),

@@ -3,20 +3,14 @@
 package datadir
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
 	etcddatadir "go.etcd.io/etcd/server/v3/storage/datadir"
 	"go.etcd.io/etcd/server/v3/storage/wal"
-	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
-	"go.uber.org/zap"
 )
 
 // State is what an inspection found. Fields are zero when the corresponding part is missing.
@@ -24,7 +18,8 @@ type State struct {
 	Dir string `json:"dir"`
 	// HasWAL is true when the WAL directory exists and holds WAL files.
 	HasWAL bool `json:"hasWAL"`
-	// WALValid is true when the WAL's metadata (member and cluster ID) could be read.
+	// WALValid is true when the WAL's metadata (member and cluster ID) could be read from the
+	// newest WAL file's head and, after an unclean shutdown, the whole WAL read as etcd does.
 	WALValid  bool   `json:"walValid"`
 	MemberID  uint64 `json:"memberID,omitempty"`
 	ClusterID uint64 `json:"clusterID,omitempty"`
@@ -32,8 +27,10 @@ type State struct {
 	HasDB bool `json:"hasDB"`
 	// DBValid is true when the database opens read-only and carries etcd's buckets.
 	DBValid bool `json:"dbValid"`
-	// Revision is the newest revision stored in the database.
+	// Revision is the revision etcd will report when it starts on the database (ReadDBRevision).
 	Revision int64 `json:"revision,omitempty"`
+	// CompactRevision is the database's compacted revision (finished or scheduled), 0 if none.
+	CompactRevision int64 `json:"compactRevision,omitempty"`
 	// Problems lists what made the WAL or the database invalid, for logs and the init API.
 	Problems []string `json:"problems,omitempty"`
 	// Identity is the recorded owner of the data, if any.
@@ -42,7 +39,7 @@ type State struct {
 	CleanShutdown bool `json:"cleanShutdown"`
 	// PartialRestore is true when an unfinished restore (<dir>.part) lies beside the data dir.
 	PartialRestore bool `json:"partialRestore,omitempty"`
-	// DeepChecked is true when every page of the database was checked.
+	// DeepChecked is true when every page of the database was checked (and the whole WAL read).
 	DeepChecked bool `json:"deepChecked,omitempty"`
 	// Took is how long the inspection took.
 	Took time.Duration `json:"took"`
@@ -78,6 +75,18 @@ func DBPath(dataDir string) string {
 // Inspect reads what is in dataDir. It never modifies the directory and never fails on
 // damaged contents: damage is reported in State.Problems. An error means the directory
 // itself could not be read.
+//
+// The quick check, after a clean shutdown (the marker MarkCleanShutdown writes), reads the
+// member and cluster ID from the head of the newest WAL file and the database's meta pages,
+// buckets and revision: a few pages and records, whatever the size of the database and the
+// WAL. After an unclean shutdown (or none recorded) the deep check adds what a crash can
+// leave damaged: it reads the whole WAL after the newest snapshot as etcd does on start, and
+// checks every page of the database (see CheckDB); the two run concurrently.
+//
+// A clean shutdown means etcd synced the WAL and the database and nothing wrote them since;
+// damage appearing after that (the disk's) is not looked for by the quick check. etcd would
+// then fail on start, and since the marker is removed as etcd starts, the next inspection is
+// a deep one.
 func Inspect(dataDir string) (st State, err error) {
 	start := time.Now()
 	st.Dir = dataDir
@@ -92,14 +101,26 @@ func Inspect(dataDir string) (st State, err error) {
 		}
 		return st, fmt.Errorf("inspect data dir %s: %w", dataDir, err)
 	}
+	_, st.CleanShutdown, _ = ReadShutdown(dataDir)
 	walDir := etcddatadir.ToWALDir(dataDir)
-	if wal.Exist(walDir) {
-		st.HasWAL = true
-		member, cluster, err := readWALMetadata(dataDir)
+	dbPath := DBPath(dataDir)
+	st.HasWAL = wal.Exist(walDir)
+	if _, err := os.Stat(dbPath); err == nil {
+		st.HasDB = true
+	}
+	deep := !st.CleanShutdown && !st.Empty()
+	// After an unclean stop the whole WAL is read, concurrently with the database check.
+	var walFull chan error
+	if st.HasWAL {
+		member, cluster, head, err := readWALMetadata(walDir)
 		if err != nil {
 			st.Problems = append(st.Problems, fmt.Sprintf("WAL in %s is unreadable: %v", walDir, err))
-		} else {
+		} else if !deep {
 			st.WALValid, st.MemberID, st.ClusterID = true, member, cluster
+		} else {
+			st.MemberID, st.ClusterID = member, cluster
+			walFull = make(chan error, 1)
+			go func() { walFull <- checkWALFull(dataDir, head) }()
 		}
 	}
 	if id, ok, err := ReadIdentity(dataDir); err != nil {
@@ -107,97 +128,24 @@ func Inspect(dataDir string) (st State, err error) {
 	} else if ok {
 		st.Identity = &id
 	}
-	_, st.CleanShutdown, _ = ReadShutdown(dataDir)
-	dbPath := DBPath(dataDir)
-	if _, err := os.Stat(dbPath); err == nil {
-		st.HasDB = true
-		// After an unclean stop every page is checked; after a clean one the quick check
-		// (meta pages, buckets, newest revision) is enough.
-		st.DeepChecked = !st.CleanShutdown
-		rev, err := readDBRevision(dbPath, st.DeepChecked)
+	if st.HasDB {
+		st.DeepChecked = deep
+		rev, compactRev, err := CheckDB(dbPath, deep)
 		if err != nil {
 			st.Problems = append(st.Problems, fmt.Sprintf("database %s is damaged: %v", dbPath, err))
 		} else {
-			st.DBValid, st.Revision = true, rev
+			st.DBValid, st.Revision, st.CompactRevision = true, rev, compactRev
 		}
 	} else if st.HasWAL {
 		st.Problems = append(st.Problems, fmt.Sprintf("database %s is missing", dbPath))
 	}
+	if walFull != nil {
+		if err := <-walFull; err != nil {
+			st.MemberID, st.ClusterID = 0, 0
+			st.Problems = append(st.Problems, fmt.Sprintf("WAL in %s is unreadable: %v", walDir, err))
+		} else {
+			st.WALValid = true
+		}
+	}
 	return st, nil
-}
-
-// readWALMetadata reads the member and cluster ID the way etcd does on start: from the WAL
-// records after the newest snapshot that the snap directory still holds.
-func readWALMetadata(dataDir string) (memberID, clusterID uint64, err error) {
-	lg := zap.NewNop()
-	walDir := etcddatadir.ToWALDir(dataDir)
-	walSnaps, err := wal.ValidSnapshotEntries(lg, walDir)
-	if err != nil {
-		return 0, 0, err
-	}
-	var at walpb.Snapshot
-	if s, err := snap.New(lg, etcddatadir.ToSnapDir(dataDir)).LoadNewestAvailable(walSnaps); err == nil {
-		at = walpb.Snapshot{Index: s.Metadata.Index, Term: s.Metadata.Term}
-	} else if !errors.Is(err, snap.ErrNoSnapshot) {
-		return 0, 0, err
-	}
-	w, err := wal.OpenForRead(lg, walDir, at)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer w.Close()
-	raw, _, _, err := w.ReadAll()
-	if err != nil {
-		return 0, 0, err
-	}
-	var md etcdserverpb.Metadata
-	if err := md.Unmarshal(raw); err != nil {
-		return 0, 0, fmt.Errorf("decode WAL metadata: %w", err)
-	}
-	if md.NodeID == 0 || md.ClusterID == 0 {
-		return 0, 0, errors.New("WAL metadata has no member or cluster ID")
-	}
-	return md.NodeID, md.ClusterID, nil
-}
-
-// readDBRevision opens the database read-only and returns the newest revision in its key
-// bucket (0 for a fresh database).
-func readDBRevision(path string, deep bool) (int64, error) {
-	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
-	if err != nil {
-		return 0, err
-	}
-	defer db.Close()
-	var rev int64
-	err = db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket([]byte("meta")) == nil {
-			return errors.New("no meta bucket: not an etcd database")
-		}
-		keys := tx.Bucket([]byte("key"))
-		if keys == nil {
-			return errors.New("no key bucket: not an etcd database")
-		}
-		if deep {
-			var first error
-			for err := range tx.Check() { // drain: the checker stops only when it is done
-				if first == nil {
-					first = err
-				}
-			}
-			if first != nil {
-				return fmt.Errorf("integrity check: %w", first)
-			}
-		}
-		k, _ := keys.Cursor().Last()
-		if k == nil {
-			return nil
-		}
-		// Key bucket keys are 8-byte big-endian main revision, '_', 8-byte sub revision.
-		if len(k) < 17 {
-			return fmt.Errorf("malformed revision key %x", k)
-		}
-		rev = int64(binary.BigEndian.Uint64(k[:8]))
-		return nil
-	})
-	return rev, err
 }
