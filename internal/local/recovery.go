@@ -103,8 +103,12 @@ func (s *supervisor) currentRecovery() *member.Recovery {
 // check runs every observation; it returns a directive to issue, if the time has come.
 func (q *quorumWatch) check(ctx context.Context, s *supervisor) {
 	s.mu.Lock()
-	n, ready := len(s.state.Members), 0
+	n, ready := 0, 0
 	for _, m := range s.state.Members {
+		if m.Name == s.joining {
+			continue
+		}
+		n++
 		if m.Ready {
 			ready++
 		}

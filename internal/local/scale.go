@@ -124,11 +124,16 @@ func (s *supervisor) reconcileMembers(ctx context.Context) error {
 		s.mu.Lock()
 		s.spec.Members = append(s.spec.Members, m)
 		s.state.Members = append(s.state.Members, MemberState{Name: m.Name})
+		s.joining = m.Name
 		s.mu.Unlock()
-		if err := s.startMember(m); err != nil {
-			return err
+		err := s.startMember(m)
+		if err == nil {
+			err = s.waitVoter(ctx, m, 5*time.Minute)
 		}
-		if err := s.waitVoter(ctx, m, 5*time.Minute); err != nil {
+		s.mu.Lock()
+		s.joining = ""
+		s.mu.Unlock()
+		if err != nil {
 			return err
 		}
 		s.logf("member %s joined as a voting member in %s", m.Name, time.Since(start).Round(time.Millisecond))

@@ -144,10 +144,12 @@ type supervisor struct {
 	// formedBefore: member IDs were recorded by an earlier run.
 	formedBefore bool
 
-	mu    sync.Mutex
-	spec  Spec
-	runs  []*memberRun // in spec order
-	state State
+	mu sync.Mutex
+	// joining is the member being added by a scale-up: not part of the quorum until it votes.
+	joining string
+	spec    Spec
+	runs    []*memberRun // in spec order
+	state   State
 }
 
 // memberRun is one member's two processes and the supervisor's client to it.
