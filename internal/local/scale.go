@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -222,16 +223,25 @@ func moveLeaderAway(ctx context.Context, leaderCli, cli *clientv3.Client, leader
 	return errors.New("no other voting member to take over")
 }
 
-// waitVoter polls until member m is a healthy voting member.
+// waitVoter polls until member m is a healthy voting member. It asks the member itself, not
+// cluster.json: a newer scale request may already have dropped m from it (the next pass
+// removes m again).
 func (s *supervisor) waitVoter(ctx context.Context, m MemberSpec, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	spec := s.currentSpec()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{spec.ClientURL(m)}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
 	for {
-		rep, err := Status(ctx, s.dir)
-		if err == nil {
-			for _, r := range rep.Members {
-				if r.Name == m.Name && r.Healthy && (r.Role == "leader" || r.Role == "follower") {
-					return nil
-				}
+		if httpOK(ctx, hc, spec.HealthURL(m)+"/readyz") {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := cli.Status(sctx, spec.ClientURL(m))
+			cancel()
+			if err == nil && !st.IsLearner {
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
