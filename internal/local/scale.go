@@ -167,10 +167,7 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 			s.logf("moved leadership away from %s", r.spec.Name)
 		}
 		if err == nil {
-			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = cli.MemberRemove(rctx, st.Header.MemberId)
-			cancel()
-			if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
+			if err := removeFromEtcd(ctx, cli, st.Header.MemberId); err != nil {
 				return fmt.Errorf("remove member %s from etcd: %w", r.spec.Name, err)
 			}
 		}
@@ -221,6 +218,32 @@ func moveLeaderAway(ctx context.Context, leaderCli, cli *clientv3.Client, leader
 		}
 	}
 	return errors.New("no other voting member to take over")
+}
+
+// scaleRetry is how soon a failed scaling pass is tried again.
+const scaleRetry = 5 * time.Second
+
+// removeFromEtcd removes a voting member. etcd refuses ("unhealthy cluster") while the member
+// handling the request has not been connected to enough of the others for 5 s, as after a
+// member joined or restarted: that passes, so it is retried for a while.
+func removeFromEtcd(ctx context.Context, cli *clientv3.Client, id uint64) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := cli.MemberRemove(rctx, id)
+		cancel()
+		switch {
+		case err == nil || errors.Is(err, rpctypes.ErrMemberNotFound):
+			return nil
+		case !errors.Is(err, rpctypes.ErrUnhealthy) || time.Now().After(deadline):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // waitVoter polls until member m is a healthy voting member. It asks the member itself, not

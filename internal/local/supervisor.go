@@ -111,8 +111,14 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 			case <-ctx.Done():
 				return
 			case <-pending:
-				if err := s.reconcileMembers(ctx); err != nil {
-					s.logf("scaling failed: %v", err)
+				if err := s.reconcileMembers(ctx); err != nil && ctx.Err() == nil {
+					s.logf("scaling failed: %v; retrying in %s", err, scaleRetry)
+					time.AfterFunc(scaleRetry, func() {
+						select {
+						case pending <- struct{}{}:
+						default:
+						}
+					})
 				}
 			}
 		}
