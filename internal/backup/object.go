@@ -236,6 +236,12 @@ type ObjectWriter struct {
 // without its trailer is rejected by readers, so a writer abandoned half
 // way can never pass for a complete one.
 func NewObjectWriter(w io.Writer, hdr Header) (*ObjectWriter, error) {
+	return newObjectWriter(w, hdr, true)
+}
+
+// newObjectWriter is NewObjectWriter; without encode, a compressed payload comes already
+// compressed, through writeEncoded.
+func newObjectWriter(w io.Writer, hdr Header, encode bool) (*ObjectWriter, error) {
 	if hdr.Created.IsZero() {
 		hdr.Created = time.Now()
 	}
@@ -247,20 +253,38 @@ func NewObjectWriter(w io.Writer, hdr Header) (*ObjectWriter, error) {
 		return nil, fmt.Errorf("write backup header: %w", err)
 	}
 	ow := &ObjectWriter{hdr: hdr, out: &hashWriter{w: w, h: sha256.New()}}
-	if hdr.Compression == CompressionZstd {
-		// One goroutine and the default level: steady memory (a few MiB
-		// whatever the object size) and modest CPU on a shared node.
-		// SpeedFastest with a 1 MiB window: several times the throughput of SpeedDefault on
-		// etcd databases at about the same ratio, and bounded memory (see docs/benchmarks.md).
-		ow.enc, err = zstd.NewWriter(ow.out,
-			zstd.WithEncoderConcurrency(1),
-			zstd.WithEncoderLevel(zstd.SpeedFastest),
-			zstd.WithWindowSize(1<<20))
-		if err != nil {
-			return nil, fmt.Errorf("start zstd encoder: %w", err)
+	if hdr.Compression == CompressionZstd && encode {
+		if ow.enc, err = newEncoder(ow.out, hdr.Kind); err != nil {
+			return nil, err
 		}
 	}
 	return ow, nil
+}
+
+// newEncoder returns the zstd encoder of a payload of the given kind, writing to w.
+func newEncoder(w io.Writer, kind Kind) (*zstd.Encoder, error) {
+	// One goroutine: steady memory and no CPU spent handing blocks between goroutines
+	// (on a node shared with etcd, CPU per byte is what limits a snapshot).
+	// SpeedFastest with a 1 MiB window: several times the throughput of SpeedDefault on
+	// etcd databases at about the same ratio, and bounded memory (see docs/benchmarks.md).
+	// A full snapshot's frames carry no zstd content checksum (xxhash64, ~4% of the
+	// encoder's CPU): its payload ends with etcd's SHA-256 of the database, which every
+	// reader of a full snapshot checks, and the object's SHA-256 covers the stored bytes.
+	//
+	// A delta's blocks are entropy-coded even where they hold no repeats (SpeedFastest stores
+	// such blocks as they are): values with few repeats between them, random tokens or
+	// certificates, still take half the space, in the store and in the sidecar's buffer, for
+	// little CPU at the rate deltas come.
+	enc, err := zstd.NewWriter(w,
+		zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithWindowSize(1<<20),
+		zstd.WithEncoderCRC(kind != KindFull),
+		zstd.WithAllLitEntropyCompression(kind == KindDelta))
+	if err != nil {
+		return nil, fmt.Errorf("start zstd encoder: %w", err)
+	}
+	return enc, nil
 }
 
 // Header returns the header as written.
@@ -287,6 +311,26 @@ func (o *ObjectWriter) Write(p []byte) (int, error) {
 		return n, o.err
 	}
 	return n, nil
+}
+
+// writeEncoded adds a payload that is already encoded as the header says, and was raw bytes
+// before that.
+func (o *ObjectWriter) writeEncoded(payload *chunkBuffer, raw int64) error {
+	if o.closed {
+		return errors.New("backup object writer already closed")
+	}
+	if o.err != nil {
+		return o.err
+	}
+	if o.enc != nil {
+		return errors.New("backup object writer compresses its payload itself")
+	}
+	err := payload.writeTo(o.out)
+	o.raw += raw
+	if err != nil {
+		o.err = fmt.Errorf("write backup payload: %w", err)
+	}
+	return o.err
 }
 
 // SetLastRev records the final last revision for the trailer, for writers

@@ -13,11 +13,30 @@ import (
 // anything else fails, or ctx is cancelled, the object is discarded and
 // nothing appears under key.
 func WriteObject(ctx context.Context, s *store.Store, key string, hdr Header, fill func(w *ObjectWriter) error) (Trailer, error) {
+	return storeObject(ctx, s, key, hdr, true, fill)
+}
+
+// WriteBufferedObject stores p, a payload compressed ahead of its header, as one object
+// under key, as WriteObject does. hdr must be of p's kind, with zstd. p is kept as it is: after a
+// failure the same payload can be written again.
+func WriteBufferedObject(ctx context.Context, s *store.Store, key string, hdr Header, p *PayloadBuffer) (Trailer, error) {
+	if hdr.Compression != CompressionZstd || hdr.Kind != p.kind {
+		return Trailer{}, fmt.Errorf("backup object %s: the payload was buffered for a %s object with zstd, the header says %s with %s", key, p.kind, hdr.Kind, hdr.Compression)
+	}
+	if err := p.finish(); err != nil {
+		return Trailer{}, fmt.Errorf("backup object %s: %w", key, err)
+	}
+	return storeObject(ctx, s, key, hdr, false, func(w *ObjectWriter) error {
+		return w.writeEncoded(&p.chunks, p.raw)
+	})
+}
+
+func storeObject(ctx context.Context, s *store.Store, key string, hdr Header, encode bool, fill func(w *ObjectWriter) error) (Trailer, error) {
 	sw, err := s.NewWriter(ctx, key)
 	if err != nil {
 		return Trailer{}, err
 	}
-	ow, err := NewObjectWriter(sw, hdr)
+	ow, err := newObjectWriter(sw, hdr, encode)
 	if err != nil {
 		sw.Abort()
 		return Trailer{}, fmt.Errorf("backup object %s: %w", key, err)

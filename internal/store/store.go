@@ -22,6 +22,7 @@
 package store
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -239,10 +240,16 @@ type Writer struct {
 	key    string
 	w      *blob.Writer
 	cancel context.CancelFunc
-	file   *os.File // file:// only: synced before the rename
-	err    error    // first write error; Close then aborts
+	file   *os.File      // file:// only: synced before the rename
+	buf    *bufio.Writer // file:// only: gathers small writes into large ones
+	err    error         // first write error; Close then aborts
 	done   bool
 }
+
+// fileWriteBuffer is the write size into a file:// store. Backup objects arrive in
+// compressed blocks of tens of KiB; each write(2) to a file costs a fixed amount besides
+// the copy (locks, timestamps), so fewer, larger writes spend less of the node's CPU.
+const fileWriteBuffer = 256 << 10
 
 // NewWriter starts writing the object at key. The caller must call Close
 // (to commit) or Abort (to discard). Cancelling ctx also aborts the write.
@@ -275,6 +282,9 @@ func (s *Store) NewWriter(ctx context.Context, key string) (*Writer, error) {
 		return nil, s.opError("start writing", key, err)
 	}
 	w.w = bw
+	if s.dir != "" {
+		w.buf = bufio.NewWriterSize(bw, fileWriteBuffer)
+	}
 	return w, nil
 }
 
@@ -286,7 +296,13 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	n, err := w.w.Write(p)
+	var n int
+	var err error
+	if w.buf != nil {
+		n, err = w.buf.Write(p)
+	} else {
+		n, err = w.w.Write(p)
+	}
 	if err != nil {
 		w.err = w.s.opError("write", w.key, err)
 		return n, w.err
@@ -306,6 +322,13 @@ func (w *Writer) Close() error {
 	}
 	w.done = true
 	defer w.cancel()
+	if w.buf != nil {
+		if err := w.buf.Flush(); err != nil {
+			w.cancel()
+			_ = w.w.Close()
+			return w.s.opError("write", w.key, err)
+		}
+	}
 	if w.file != nil {
 		// fileblob renames without fsync; a backup that vanishes on power
 		// loss is not a backup.

@@ -1,17 +1,20 @@
 package snapshotter
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ErrCompacted means the revision the deltas should continue from is compacted away: only
@@ -23,18 +26,20 @@ var ErrHole = errors.New("delta capture: revisions are missing from the watch")
 
 // DeltaOptions configure RunDeltas.
 type DeltaOptions struct {
-	// Period is how often buffered events are written (default 5s).
+	// Period bounds how long an event waits before it is stored (default 5s): the history is
+	// read at least this often, and what is read is stored within about a Period.
 	Period time.Duration
-	// MaxBytes writes the buffer early once it holds this many bytes (default 16 MiB). It
-	// bounds the memory delta capture uses, whatever the event rate.
+	// MaxBytes writes the buffer early once it holds this many bytes of events (default
+	// 16 MiB; counted before compression, and held compressed). It bounds the memory delta
+	// capture uses, whatever the event rate.
 	MaxBytes int
 	// ClusterID and EtcdVersion go into each object's header.
 	ClusterID   uint64
 	EtcdVersion string
 	// OnFlush is called after each delta object is stored.
 	OnFlush func(Delta)
-	// OnCurrent is called when everything up to rev is stored (after a flush, or when the
-	// watch reports progress with nothing pending).
+	// OnCurrent is called when everything up to rev is stored (after a flush, or after a
+	// round of reading the history that left nothing to store).
 	OnCurrent func(rev int64, at time.Time)
 	// OnError is called when storing fails; RunDeltas keeps retrying with backoff.
 	OnError func(error)
@@ -51,9 +56,21 @@ type Delta struct {
 	FlushTook time.Duration
 }
 
-// RunDeltas watches the member from revision from and stores delta objects until ctx ends
-// (returns nil) or the chain cannot continue (ErrCompacted, ErrHole) or the watch fails.
-// Each object holds whole revisions; revisions are contiguous from from.
+// RunDeltas captures the member's history from revision from and stores delta objects until
+// ctx ends (returns nil) or the chain cannot continue (ErrCompacted, ErrHole) or the watch
+// fails. Each object holds whole revisions; revisions are contiguous from from. The callbacks
+// in opts are called from RunDeltas' goroutine.
+//
+// The history is read in rounds: each round watches from the next revision to store up to
+// the member's revision when the watch starts, then ends the watch. etcd answers such a
+// watch from its store in batches of up to a thousand revisions, where a watch kept open
+// gets every revision in a response of its own as it is written: on a busy member that was
+// a message, a send and a receive per write, on both sides, for as long as backups run (perf:
+// most of the sidecar's CPU was waking up for them). Rounds come every second (or Period, if
+// shorter), or more often when that would make a round larger than a batch (see
+// roundInterval); what rounds read is stored once the next round would come a Period or more
+// after the oldest event held, so that events reach the store within about a Period, as
+// before.
 func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts DeltaOptions) error {
 	if opts.Period <= 0 {
 		opts.Period = 5 * time.Second
@@ -61,67 +78,191 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = 16 << 20
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := m.Client.Watch(wctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(from))
-
-	d := &deltaBuffer{opts: opts, next: from}
-	tick := time.NewTicker(opts.Period)
-	defer tick.Stop()
+	payload, err := backup.NewPayloadBuffer(backup.KindDelta)
+	if err != nil {
+		return err
+	}
+	conn, own, err := memberConn(m, watchWindow, watchReadBuffer)
+	if err != nil {
+		return fmt.Errorf("delta capture: %w", err)
+	}
+	if own {
+		defer conn.(io.Closer).Close()
+	}
+	d := &deltaBuffer{opts: opts, next: from, payload: payload}
+	timer := time.NewTimer(0) // the first round at once
+	defer timer.Stop()
+	backoff := watchRetryMin
+	var heldSince time.Time // when the round that read the oldest event held began
+	prev := time.Now()      // when the previous round began
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
-			if d.pending() {
-				if err := d.flush(ctx, s); err != nil {
-					return nil // ctx ended while retrying
-				}
-			} else if opts.OnCurrent != nil {
-				// Idle: if the member's revision is the last one stored, nothing is missing. (etcd
-				// sends no progress notification to a watcher that starts past its revision.)
-				sctx, cancel := context.WithTimeout(ctx, opts.Period)
-				st, err := m.Client.Status(sctx, m.Endpoint)
-				cancel()
-				if err == nil && st.Header.Revision == d.next-1 {
-					opts.OnCurrent(d.next-1, time.Now())
-				}
+		case <-timer.C:
+		}
+		start := time.Now()
+		rev0, raw0 := d.next, d.payload.Raw()
+		target, complete, err := d.round(ctx, conn, s, max(opts.Period, roundTimeout))
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if !resumable(err) {
+				return err
 			}
-		case resp, ok := <-wch:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("delta capture: the watch closed")
+			// The connection failed (the member restarted, say): try again, from where the
+			// store is, as clientv3's watcher resumes.
+			timer.Reset(backoff)
+			backoff = min(2*backoff, watchRetryMax)
+			continue
+		}
+		backoff = watchRetryMin
+		if d.pending() && heldSince.IsZero() {
+			heldSince = start
+		}
+		interval := roundInterval(opts.Period, start.Sub(prev), d.next-rev0, d.payload.Raw()-raw0)
+		prev = start
+		if !complete {
+			interval = 0 // a long catch-up: go on at once
+		}
+		if d.pending() && time.Since(heldSince)+interval >= opts.Period {
+			if err := d.flush(ctx, s); err != nil {
+				return nil // ctx ended while retrying
 			}
-			if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
-				return fmt.Errorf("%w: revision %d is below the compaction at %d", ErrCompacted, d.next, resp.CompactRevision)
+		}
+		if !d.pending() {
+			heldSince = time.Time{}
+			if complete && opts.OnCurrent != nil {
+				// Everything up to the member's revision when the round began is stored.
+				opts.OnCurrent(max(target, d.next-1), time.Now())
 			}
-			if err := resp.Err(); err != nil {
-				return fmt.Errorf("delta capture: watch from revision %d: %w", d.next, err)
+		}
+		timer.Reset(max(interval-time.Since(start), 0))
+	}
+}
+
+// Round sizes: etcd answers a watch behind its revision from its store, a batch of up to
+// 1000 revisions (mvcc's watchBatchMaxRevs) per sync of its slow watchers, every 100 ms,
+// reading the whole range to its revision for each batch. A round of at most one batch keeps
+// that to one read; one of about a MiB keeps the response small (etcd reads it whole, the
+// sidecar receives and decodes it whole). Rounds come at least every second, whatever the
+// Period, so that a burst after a quiet spell makes a round of a second's writes at most.
+const (
+	roundRevisions = 800
+	roundBytes     = 1 << 20
+	roundMin       = 100 * time.Millisecond
+	roundMax       = time.Second
+)
+
+// roundInterval is the time to the next round, given that the last one, span after the one
+// before, read revs revisions and raw bytes of events: a Period or a second, or less to keep
+// rounds within one batch of etcd's and about a MiB at the rate the history grows.
+func roundInterval(period, span time.Duration, revs, raw int64) time.Duration {
+	interval := min(period, roundMax)
+	if revs > 0 {
+		interval = min(interval, time.Duration(float64(span)*roundRevisions/float64(revs)))
+	}
+	if raw > 0 {
+		interval = min(interval, time.Duration(float64(span)*roundBytes/float64(raw)))
+	}
+	return max(interval, roundMin)
+}
+
+// payloadKeep is how much of the compressed buffer's memory is kept between objects.
+const payloadKeep = 8 << 20
+
+// Backoff between attempts to watch again after the connection failed.
+const (
+	watchRetryMin = 100 * time.Millisecond
+	watchRetryMax = 5 * time.Second
+)
+
+// resumable reports whether a watch that ended with err can be started again: the transport
+// failed. Not if etcd ended it because its member lost the leader (WithRequireLeader), as
+// clientv3's watcher does not either.
+func resumable(err error) bool {
+	if err == nil || errors.Is(err, ErrCompacted) || errors.Is(err, ErrHole) || errors.Is(err, rpctypes.ErrNoLeader) {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.As(err, new(errRoundStalled)) || status.Code(err) == codes.Unavailable
+}
+
+// round watches from the next revision to store until it has every revision up to the
+// member's revision when the watch began (target, which it returns), buffering the events
+// and storing the buffer whenever it holds MaxBytes (of whole revisions), then ends the watch.
+// A round that takes longer than limit ends where it is (complete is false), so that what it
+// read is stored in time whatever the backlog; if it read nothing, that is an error.
+func (d *deltaBuffer) round(ctx context.Context, conn grpc.ClientConnInterface, s *store.Store, limit time.Duration) (target int64, complete bool, err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream: etcd drops the watch
+	var late atomic.Bool
+	t := time.AfterFunc(limit, func() { late.Store(true); cancel() })
+	defer t.Stop()
+	from := d.next
+	failed := func(err error) (int64, bool, error) {
+		if late.Load() && ctx.Err() == nil {
+			if d.next > from {
+				return target, false, nil
 			}
-			if resp.IsProgressNotify() {
-				continue
+			err = errRoundStalled{limit}
+		}
+		return 0, false, fmt.Errorf("delta capture: watch from revision %d: %w", d.next, err)
+	}
+	target = -1
+	w, err := openWatch(wctx, conn, from)
+	if err != nil {
+		return failed(err)
+	}
+	onEvent := func(rev int64, event []byte) error {
+		// A response holds many revisions: store the buffer once it holds MaxBytes, at the
+		// first revision that does not fit.
+		if rev != d.last && d.payload.Raw() >= int64(d.opts.MaxBytes) {
+			if err := d.flush(ctx, s); err != nil {
+				return err // ctx ended
 			}
-			for _, ev := range resp.Events {
-				if err := d.add(ev); err != nil {
-					return err
-				}
+		}
+		return d.add(rev, event)
+	}
+	for {
+		msg, err := w.recv(onEvent)
+		if err != nil {
+			if errors.Is(err, ErrHole) || ctx.Err() != nil {
+				return 0, false, err
 			}
-			if d.buf.Len() >= opts.MaxBytes {
-				if err := d.flush(ctx, s); err != nil {
-					return nil
-				}
-			}
+			return failed(err)
+		}
+		if msg.compactRev != 0 {
+			return 0, false, fmt.Errorf("%w: revision %d is below the compaction at %d", ErrCompacted, d.next, msg.compactRev)
+		}
+		if msg.canceled {
+			return 0, false, fmt.Errorf("delta capture: etcd cancelled the watch from revision %d: %s", d.next, msg.cancelReason)
+		}
+		if msg.created {
+			target = msg.rev
+		}
+		if target >= 0 && d.next > target {
+			return target, true, nil
 		}
 	}
 }
 
-// deltaBuffer holds the encoded events of whole revisions not stored yet.
+// roundTimeout is the least time a round may take before it ends where it is.
+const roundTimeout = 10 * time.Second
+
+// errRoundStalled: a round read nothing in its time. Tried again, like a broken connection.
+type errRoundStalled struct{ limit time.Duration }
+
+func (e errRoundStalled) Error() string {
+	return fmt.Sprintf("etcd sent no revision within %v", e.limit)
+}
+
+// deltaBuffer holds the events of whole revisions not stored yet, framed as delta records
+// and compressed as they arrive.
 type deltaBuffer struct {
 	opts     DeltaOptions
-	buf      bytes.Buffer
-	ew       *backup.EventWriter
+	payload  *backup.PayloadBuffer
+	frame    [binary.MaxVarintLen64]byte
 	first    int64
 	last     int64
 	events   int64
@@ -131,8 +272,8 @@ type deltaBuffer struct {
 
 func (d *deltaBuffer) pending() bool { return d.events > 0 }
 
-func (d *deltaBuffer) add(ev *clientv3.Event) error {
-	rev := ev.Kv.ModRevision
+// add buffers one event: an mvccpb.Event as etcd encodes it, whose kv has mod revision rev.
+func (d *deltaBuffer) add(rev int64, event []byte) error {
 	switch {
 	case rev == d.last && d.events > 0:
 		// Another event of the revision being buffered.
@@ -143,13 +284,21 @@ func (d *deltaBuffer) add(ev *clientv3.Event) error {
 	default:
 		return fmt.Errorf("%w: expected revision %d, got %d (revisions %d-%d missing)", ErrHole, d.next, rev, d.next, rev-1)
 	}
-	if d.ew == nil {
-		d.ew = backup.NewEventWriter(&d.buf)
+	if len(event) > backup.MaxEventSize {
+		return fmt.Errorf("delta capture: event at revision %d is %d bytes, more than the %d-byte limit", rev, len(event), backup.MaxEventSize)
+	}
+	if d.events == 0 {
 		d.first = rev
 	}
 	d.last = rev
 	d.events++
-	return d.ew.WriteEvent((*mvccpb.Event)(ev))
+	// The record: a uvarint length, then the event (backup.EventWriter's framing).
+	n := binary.PutUvarint(d.frame[:], uint64(len(event)))
+	if _, err := d.payload.Write(d.frame[:n]); err != nil {
+		return err
+	}
+	_, err := d.payload.Write(event)
+	return err
 }
 
 // flush stores the buffer as one delta object, retrying with backoff until it succeeds or
@@ -162,10 +311,7 @@ func (d *deltaBuffer) flush(ctx context.Context, s *store.Store) error {
 		key := backup.DeltaKey(d.first, d.last)
 		hdr := backup.Header{Kind: backup.KindDelta, Compression: backup.CompressionZstd, EtcdVersion: d.opts.EtcdVersion,
 			ClusterID: d.opts.ClusterID, FirstRev: d.first, LastRev: d.last, Created: start.UTC()}
-		tr, err := backup.WriteObject(ctx, s, key, hdr, func(w *backup.ObjectWriter) error {
-			_, err := w.Write(d.buf.Bytes())
-			return err
-		})
+		tr, err := backup.WriteBufferedObject(ctx, s, key, hdr, d.payload)
 		if err == nil {
 			if d.opts.OnFlush != nil {
 				d.opts.OnFlush(Delta{Key: key, FirstRev: d.first, LastRev: d.last, Events: d.events, Size: tr.PayloadSize,
@@ -174,12 +320,8 @@ func (d *deltaBuffer) flush(ctx context.Context, s *store.Store) error {
 			if d.opts.OnCurrent != nil {
 				d.opts.OnCurrent(d.last, time.Now())
 			}
-			if d.buf.Cap() > d.opts.MaxBytes {
-				d.buf = bytes.Buffer{} // a burst grew it past the limit: give the memory back
-			} else {
-				d.buf.Reset()
-			}
-			d.ew, d.events, d.failures = nil, 0, 0
+			d.payload.Reset(min(d.opts.MaxBytes, payloadKeep)) // what a burst needed beyond that goes back
+			d.events, d.failures = 0, 0
 			return nil
 		}
 		d.failures++

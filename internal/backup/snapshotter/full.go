@@ -56,15 +56,15 @@ func Full(ctx context.Context, m Member, s *store.Store, progress func(read int6
 
 	snapCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rc, err := m.Client.Snapshot(snapCtx)
+	stream, err := openSnapshotStream(snapCtx, m)
 	if err != nil {
 		return FullResult{}, fmt.Errorf("full snapshot of %s: %w", m.Endpoint, err)
 	}
-	defer rc.Close()
+	defer stream.close()
 
 	trailer, err := backup.WriteObject(ctx, s, res.Key, hdr, func(w *backup.ObjectWriter) error {
 		v := newTrailerVerifier(w, progress)
-		if _, err := io.Copy(v, rc); err != nil {
+		if err := stream.copyTo(v); err != nil {
 			return fmt.Errorf("read snapshot stream from %s: %w", m.Endpoint, err)
 		}
 		if err := v.verify(); err != nil {

@@ -40,7 +40,22 @@ func openStore(t *testing.T, url string) *store.Store {
 	return s
 }
 
-func TestFullSnapshotRoundTrip(t *testing.T) {
+// bothConnections runs f with the stream on a connection of its own (what a plain http
+// member gets) and on the client's connection (TLS or authentication).
+func bothConnections(t *testing.T, f func(t *testing.T)) {
+	for _, own := range []bool{true, false} {
+		name := map[bool]string{true: "own-connection", false: "client-connection"}[own]
+		t.Run(name, func(t *testing.T) {
+			defer func(was bool) { ownConnections = was }(ownConnections)
+			ownConnections = own
+			f(t)
+		})
+	}
+}
+
+func TestFullSnapshotRoundTrip(t *testing.T) { bothConnections(t, testFullSnapshotRoundTrip) }
+
+func testFullSnapshotRoundTrip(t *testing.T) {
 	_, cli, ep := testutil.EmbeddedEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -141,9 +156,11 @@ func TestTrailerVerifierCatchesDamage(t *testing.T) {
 // TestDeltasAreGaplessAndExact writes a history with puts, overwrites, deletes and
 // multi-key transactions, captures it as deltas and checks that the stored events are
 // exactly the watch history: every revision once, in order, whole revisions per object.
-func TestDeltasAreGaplessAndExact(t *testing.T) {
+func TestDeltasAreGaplessAndExact(t *testing.T) { bothConnections(t, testDeltasAreGaplessAndExact) }
+
+func testDeltasAreGaplessAndExact(t *testing.T) {
 	_, cli, ep := testutil.EmbeddedEtcd(t)
-	s := openStore(t, "mem://"+t.Name())
+	s := openStore(t, "file://"+t.TempDir()) // fresh each run (a mem:// store lives as long as the process)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := cli.Status(ctx, ep)
@@ -260,7 +277,9 @@ func TestDeltasAreGaplessAndExact(t *testing.T) {
 	}
 }
 
-func TestDeltasReportCompaction(t *testing.T) {
+func TestDeltasReportCompaction(t *testing.T) { bothConnections(t, testDeltasReportCompaction) }
+
+func testDeltasReportCompaction(t *testing.T) {
 	_, cli, ep := testutil.EmbeddedEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -282,25 +301,73 @@ func TestDeltasReportCompaction(t *testing.T) {
 }
 
 func TestDeltaBufferDetectsHole(t *testing.T) {
-	d := &deltaBuffer{next: 10}
-	ev := func(rev int64) *clientv3.Event {
-		return &clientv3.Event{Kv: &mvccpb.KeyValue{Key: []byte("k"), ModRevision: rev}}
-	}
-	if err := d.add(ev(10)); err != nil {
+	payload, err := backup.NewPayloadBuffer(backup.KindDelta)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.add(ev(10)); err != nil {
+	d := &deltaBuffer{next: 10, payload: payload}
+	add := func(rev int64) error {
+		b, err := (&mvccpb.Event{Kv: &mvccpb.KeyValue{Key: []byte("k"), ModRevision: rev}}).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.add(rev, b)
+	}
+	if err := add(10); err != nil {
+		t.Fatal(err)
+	}
+	if err := add(10); err != nil {
 		t.Fatalf("second event of the same revision: %v", err)
 	}
-	if err := d.add(ev(11)); err != nil {
+	if err := add(11); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.add(ev(13)); !errors.Is(err, ErrHole) {
+	if err := add(13); !errors.Is(err, ErrHole) {
 		t.Fatalf("skipped revision 12: %v", err)
+	}
+	if err := add(9); !errors.Is(err, ErrHole) {
+		t.Fatalf("revision 9 after 11: %v", err)
 	}
 }
 
 func sha256Sum(b []byte) []byte {
 	s := sha256.Sum256(b)
 	return s[:]
+}
+
+// A round that gets nothing in its time ends with an error that RunDeltas retries; one that
+// read something ends where it is, and the next round goes on from there.
+func TestDeltaRoundTimeLimit(t *testing.T) {
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last int64
+	for i := 0; i < 50; i++ {
+		r, err := cli.Put(ctx, fmt.Sprintf("/k/%d", i), "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Header.Revision
+	}
+	payload, err := backup.NewPayloadBuffer(backup.KindDelta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &deltaBuffer{opts: DeltaOptions{MaxBytes: 1 << 20}, next: 2, payload: payload}
+	conn, own, err := memberConn(Member{Client: cli, Endpoint: ep}, watchWindow, watchReadBuffer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own {
+		defer conn.(io.Closer).Close()
+	}
+	s := openStore(t, "file://"+t.TempDir())
+	_, complete, err := d.round(ctx, conn, s, time.Nanosecond)
+	if complete || !resumable(err) || !errors.As(err, new(errRoundStalled)) || d.next != 2 {
+		t.Fatalf("round with no time: complete %v, err %v, next %d", complete, err, d.next)
+	}
+	target, complete, err := d.round(ctx, conn, s, 10*time.Second)
+	if err != nil || !complete || target != last || d.next != last+1 {
+		t.Fatalf("round: target %d, complete %v, err %v, next %d; want target %d", target, complete, err, d.next, last)
+	}
 }
