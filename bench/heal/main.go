@@ -45,7 +45,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -112,7 +111,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the cluster and work dir at the end")
 	flag.Parse()
 	var err error
-	if o.size, err = parseBytes(size); err != nil {
+	if o.size, err = result.ParseBytes(size); err != nil {
 		fail(fmt.Errorf("-size: %w", err))
 	}
 	if o.rounds < 1 {
@@ -147,8 +146,8 @@ func run(ctx context.Context, o options) (err error) {
 	clusterDir := filepath.Join(dir, "cluster")
 	storeURL := "file://" + filepath.Join(dir, "backups")
 	fmt.Printf("heal bench: 3-member cluster in %s, database %s, %d-byte values; quorum-loss grace %v, delta period %v\n",
-		clusterDir, human(o.size), o.valueSize, o.grace, o.deltaPeriod)
-	if _, err := stewardCmd(ctx, o.steward, "local", "up", "--detach", "--dir", clusterDir, "--members", "3",
+		clusterDir, result.Human(o.size), o.valueSize, o.grace, o.deltaPeriod)
+	if _, err := cluster.Run(ctx, o.steward, "local", "up", "--detach", "--dir", clusterDir, "--members", "3",
 		"--base-port", strconv.Itoa(o.basePort), "--backup", storeURL, "--quorum-loss-grace", o.grace.String(),
 		"--sidecar-arg=--delta-period="+o.deltaPeriod.String(), "--timeout", "3m"); err != nil {
 		return err
@@ -171,12 +170,13 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	defer w.close()
 
-	fill, err := fillDB(ctx, o, spec.ClientURLs())
+	fill, err := load.Fill(ctx, load.Config{Endpoints: spec.ClientURLs(), Conns: o.conns, Workers: o.workers, Prefix: "/bench/heal/fill/",
+		ValueSize: o.valueSize, Seed: 1}, spec.ClientURLs()[0], o.size, time.Hour)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("filled: %s\n", fill)
-	caughtUp, err := waitBackupCurrent(ctx, c, 10*time.Minute)
+	caughtUp, err := c.WaitBackupCurrent(ctx, 10*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func run(ctx context.Context, o options) (err error) {
 	for _, m := range st.Members {
 		dbSize = max(dbSize, m.DBSize)
 	}
-	fmt.Printf("database: %s at revision %d\n", human(dbSize), st.Members[0].Revision)
+	fmt.Printf("database: %s at revision %d\n", result.Human(dbSize), st.Members[0].Revision)
 
 	// 1. One-member wipe, alternating with the reference.
 	var wipes []wipeRound
@@ -511,7 +511,7 @@ func wipeOne(ctx context.Context, o options, c *cluster.Cluster, w *watcher, rou
 	}
 	defer bg.stop()
 	t0 := time.Now()
-	if _, err := stewardCmd(ctx, o.steward, "local", "fault", victim, "wipe", "--dir", c.Dir); err != nil {
+	if _, err := cluster.Run(ctx, o.steward, "local", "fault", victim, "wipe", "--dir", c.Dir); err != nil {
 		return r, err
 	}
 	deadline := t0.Add(o.healTimeout)
@@ -747,7 +747,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	if err := w.waitHealed(ctx, 2*time.Minute); err != nil {
 		return r, err
 	}
-	if _, err := waitBackupCurrent(ctx, c, 5*time.Minute); err != nil {
+	if _, err := c.WaitBackupCurrent(ctx, 5*time.Minute); err != nil {
 		return r, err
 	}
 	st, err := c.Status(ctx)
@@ -764,7 +764,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	if r.full, err = fullSnapshot(ctx, sidecarURL); err != nil {
 		return r, err
 	}
-	fmt.Printf("full snapshot %s at revision %d: %s of database, %s stored, in %v\n", r.full.Key, r.full.Revision, human(r.full.DBSize), human(r.full.Size), r.full.Duration.Round(time.Millisecond))
+	fmt.Printf("full snapshot %s at revision %d: %s of database, %s stored, in %v\n", r.full.Key, r.full.Revision, result.Human(r.full.DBSize), result.Human(r.full.Size), r.full.Duration.Round(time.Millisecond))
 
 	g, err := load.New(load.Config{Endpoints: w.spec.ClientURLs(), Conns: o.conns, Workers: o.workers, Prefix: "/bench/heal/rev/",
 		Keys: o.revKeys, ValueSize: o.revValueSize, Seed: 2})
@@ -778,7 +778,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 		return r, fmt.Errorf("writing revisions: %s", r.writes)
 	}
 	fmt.Printf("wrote %d revisions of %d-byte values over %d keys: %s\n", r.writes.Puts, o.revValueSize, o.revKeys, r.writes)
-	if r.deltaWait, err = waitBackupCurrent(ctx, c, 10*time.Minute); err != nil {
+	if r.deltaWait, err = c.WaitBackupCurrent(ctx, 10*time.Minute); err != nil {
 		return r, err
 	}
 	if st, err = c.Status(ctx); err != nil {
@@ -790,7 +790,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	}
 	r.revisions = r.chain.target - r.chain.fullRev
 	fmt.Printf("backup chain: full snapshot at revision %d (%s stored) + %d deltas (%s) up to revision %d: %d revisions to replay; stored %v after the writes\n",
-		r.chain.fullRev, human(r.chain.fullSize), r.chain.deltas, human(r.chain.deltaBytes), r.chain.target, r.revisions, r.deltaWait.Round(time.Second))
+		r.chain.fullRev, result.Human(r.chain.fullSize), r.chain.deltas, result.Human(r.chain.deltaBytes), r.chain.target, r.revisions, r.deltaWait.Round(time.Second))
 
 	stateBefore, err := local.ReadState(c.Dir)
 	if err != nil {
@@ -803,7 +803,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	defer bg.stop()
 	t0 := time.Now()
 	for _, m := range w.spec.Members {
-		if _, err := stewardCmd(ctx, o.steward, "local", "fault", m.Name, "wipe", "--dir", c.Dir); err != nil {
+		if _, err := cluster.Run(ctx, o.steward, "local", "fault", m.Name, "wipe", "--dir", c.Dir); err != nil {
 			return r, err
 		}
 	}
@@ -908,28 +908,6 @@ func readChain(ctx context.Context, storeURL string) (chainInfo, error) {
 		ci.deltaBytes += d.Size
 	}
 	return ci, nil
-}
-
-// waitBackupCurrent waits until the stored deltas reach the leader's revision.
-func waitBackupCurrent(ctx context.Context, c *cluster.Cluster, timeout time.Duration) (time.Duration, error) {
-	start := time.Now()
-	var last string
-	for time.Since(start) < timeout {
-		st, err := c.Status(ctx)
-		if err == nil && st.Backup != nil {
-			if li := st.LeaderIndex(); li >= 0 {
-				rev := st.Members[li].Revision
-				if st.Backup.LatestDeltaRevision >= rev {
-					return time.Since(start), nil
-				}
-				last = fmt.Sprintf("stored deltas reach revision %d of %d (last error: %q)", st.Backup.LatestDeltaRevision, rev, st.Backup.LastError)
-			}
-		} else if err != nil {
-			last = err.Error()
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	return 0, fmt.Errorf("backups did not catch up within %v: %s", timeout, last)
 }
 
 // ---- the members' logs ----
@@ -1132,76 +1110,15 @@ func quorumTimeline(dir string, spec local.Spec, seed string, t0 time.Time, heal
 
 // ---- loading ----
 
-type fillResult struct {
-	load.Result
-	DBSize int64
-}
-
-func (f fillResult) String() string {
-	return fmt.Sprintf("%s of database; %s (%.1f MiB/s of values)", human(f.DBSize), f.Result.String(), result.MiB(f.Bytes)/f.Elapsed.Seconds())
-}
-
-// fillDB puts fixed-size values under new keys until the first member's database reaches o.size.
-func fillDB(ctx context.Context, o options, endpoints []string) (fillResult, error) {
-	g, err := load.New(load.Config{Endpoints: endpoints, Conns: o.conns, Workers: o.workers, Prefix: "/bench/heal/fill/",
-		ValueSize: o.valueSize, Seed: 1})
-	if err != nil {
-		return fillResult{}, err
-	}
-	defer g.Close()
-	var size atomic.Int64
-	var done atomic.Bool
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		lastPrint := time.Now()
-		for {
-			sctx, c := context.WithTimeout(pctx, 5*time.Second)
-			s, err := g.Client().Status(sctx, endpoints[0])
-			c()
-			if err == nil {
-				size.Store(s.DbSize)
-				if s.DbSize >= o.size {
-					done.Store(true)
-					return
-				}
-				if time.Since(lastPrint) > 10*time.Second {
-					fmt.Printf("  filling: %s of %s\n", human(s.DbSize), human(o.size))
-					lastPrint = time.Now()
-				}
-			}
-			select {
-			case <-pctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	r := g.Run(ctx, time.Hour, done.Load)
-	cancel()
-	<-polled
-	if !done.Load() {
-		return fillResult{}, fmt.Errorf("filling stopped at %s of %s: %s", human(size.Load()), human(o.size), r)
-	}
-	if r.Errors > 0 {
-		return fillResult{}, fmt.Errorf("filling: %s", r)
-	}
-	return fillResult{Result: r, DBSize: size.Load()}, nil
-}
-
 // ---- the result ----
 
-func report(o options, fill fillResult, dbSize int64, caughtUp time.Duration, wipes []wipeRound, refs []refRound, ql *quorumRound) result.Result {
+func report(o options, fill load.FillResult, dbSize int64, caughtUp time.Duration, wipes []wipeRound, refs []refRound, ql *quorumRound) result.Result {
 	res := result.Result{
 		Benchmark: "heal",
-		Title:     fmt.Sprintf("Time to heal: one-member wipe with a %s database, and quorum loss with all data gone", human(dbSize)),
+		Title:     fmt.Sprintf("Time to heal: one-member wipe with a %s database, and quorum loss with all data gone", result.Human(dbSize)),
 		Params: map[string]any{
 			"members":         3,
-			"dbSize":          human(dbSize),
+			"dbSize":          result.Human(dbSize),
 			"valueSize":       o.valueSize,
 			"keys":            fill.Puts,
 			"rounds":          o.rounds,
@@ -1221,8 +1138,8 @@ func report(o options, fill fillResult, dbSize int64, caughtUp time.Duration, wi
 		}
 	}
 	ts, rs, rt := result.Summarise(took), result.Summarise(refTook), result.Summarise(ratios)
-	row := result.Compare("one-member wipe: fault → healthy voting member", "s", "steward (detect, remove, add learner, catch up, promote)", round3(ts.Median),
-		"fresh member added by hand (add learner, start empty, promote asap)", round3(rs.Median))
+	row := result.Compare("one-member wipe: fault → healthy voting member", "s", "steward (detect, remove, add learner, catch up, promote)", result.Round3(ts.Median),
+		"fresh member added by hand (add learner, start empty, promote asap)", result.Round3(rs.Median))
 	row.Ratio = rt.Median
 	res.Rows = append(res.Rows, row.WithGoal("≤ 10 s", ts.Median <= 10).
 		WithSpread("ratio %.2f–%.2f over %d rounds; steward %.2f–%.2f s, reference %.2f–%.2f s", rt.Min, rt.Max, rt.N, ts.Min, ts.Max, rs.Min, rs.Max))
@@ -1246,7 +1163,7 @@ func report(o options, fill fillResult, dbSize int64, caughtUp time.Duration, wi
 	}
 	if len(cleanOurs) > 0 && len(cleanRef) > 0 {
 		co, cr := result.Summarise(cleanOurs), result.Summarise(cleanRef)
-		row := result.Compare("one-member wipe, joins without etcd's publish race", "s", "steward", round3(co.Median), "fresh member added by hand", round3(cr.Median))
+		row := result.Compare("one-member wipe, joins without etcd's publish race", "s", "steward", result.Round3(co.Median), "fresh member added by hand", result.Round3(cr.Median))
 		res.Rows = append(res.Rows, row.WithSpread("medians of the rounds without the stall: steward %d of %d (%.2f–%.2f s), reference %d of %d (%.2f–%.2f s)",
 			co.N, len(wipes), co.Min, co.Max, cr.N, len(refs), cr.Min, cr.Max))
 	}
@@ -1305,21 +1222,21 @@ func report(o options, fill fillResult, dbSize int64, caughtUp time.Duration, wi
 	res.Params["revisionValueSize"] = o.revValueSize
 	excl := q.took - o.grace
 	res.Rows = append(res.Rows,
-		result.Row{Measure: "quorum loss, all data gone: wipe → three healthy voting members, including the grace", Unit: "s", OursName: "steward (restore full + deltas, rejoin)", Ours: round3(q.took.Seconds())}.
+		result.Row{Measure: "quorum loss, all data gone: wipe → three healthy voting members, including the grace", Unit: "s", OursName: "steward (restore full + deltas, rejoin)", Ours: result.Round3(q.took.Seconds())}.
 			WithGoal("≤ 30 s", q.took <= 30*time.Second).
 			WithSpread("one run; configured quorum-loss grace %v; directive issued %.2f s after the wipe, first healthy voter %.2f s, second %.2f s, third %.2f s", o.grace, q.directive.Seconds(), q.firstUp.Seconds(), q.twoUp.Seconds(), q.took.Seconds()),
-		result.Row{Measure: "quorum loss, all data gone: the same excluding the configured grace", Unit: "s", OursName: "steward", Ours: round3(excl.Seconds())}.
+		result.Row{Measure: "quorum loss, all data gone: the same excluding the configured grace", Unit: "s", OursName: "steward", Ours: result.Round3(excl.Seconds())}.
 			WithGoal("≤ 30 s", excl <= 30*time.Second).
 			WithSpread("%.2f s minus the %v grace", q.took.Seconds(), o.grace),
 	)
 	if q.restoreTook > 0 {
-		res.Rows = append(res.Rows, result.Row{Measure: "quorum loss: the seed's restore from the store (full + deltas)", Unit: "s", OursName: "restore.Restore in the sidecar", Ours: round3(q.restoreTook.Seconds())}.
+		res.Rows = append(res.Rows, result.Row{Measure: "quorum loss: the seed's restore from the store (full + deltas)", Unit: "s", OursName: "restore.Restore in the sidecar", Ours: result.Round3(q.restoreTook.Seconds())}.
 			WithSpread("%d deltas, restored to revision %d", q.restoreDeltas, q.restoreRevs))
 	}
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("Quorum loss: a full snapshot through the backup leader's sidecar (%s of database at revision %d, %s stored, %v), then %d puts of %d-byte values over %d keys (%s), stored as deltas %v after the writes; the restore reads the full snapshot at revision %d (%s) and %d deltas (%s) up to revision %d: %d revisions. Then all three members were wiped (`steward local fault M wipe`, one after the other).",
-			human(q.full.DBSize), q.full.Revision, human(q.full.Size), q.full.Duration.Round(time.Millisecond), q.writes.Puts, o.revValueSize, o.revKeys, q.writes, q.deltaWait.Round(time.Second),
-			q.chain.fullRev, human(q.chain.fullSize), q.chain.deltas, human(q.chain.deltaBytes), q.chain.target, q.revisions),
+			result.Human(q.full.DBSize), q.full.Revision, result.Human(q.full.Size), q.full.Duration.Round(time.Millisecond), q.writes.Puts, o.revValueSize, o.revKeys, q.writes, q.deltaWait.Round(time.Second),
+			q.chain.fullRev, result.Human(q.chain.fullSize), q.chain.deltas, result.Human(q.chain.deltaBytes), q.chain.target, q.revisions),
 		fmt.Sprintf("Quorum-loss timeline (seed %s): directive issued +%.2fs (read from the supervisor's state file), %s. The restored cluster is at revision %d, at or above the newest backed-up revision %d, and holds all %d keys written after the full snapshot.",
 			q.seed, q.directive.Seconds(), q.phases, q.restoredRev, q.backedUp, min(o.revKeys, o.revisions)),
 		"There is no reference for the quorum loss: no other tool recovers a lost quorum from backups by itself.",
@@ -1354,44 +1271,4 @@ func httpOK(ctx context.Context, hc *http.Client, url string) bool {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
-}
-
-func stewardCmd(ctx context.Context, steward string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, steward, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("steward %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()+"\n"+stdout.String()))
-	}
-	return stdout.Bytes(), nil
-}
-
-func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
-
-func parseBytes(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}, {"", 1}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-			if err != nil || f <= 0 {
-				return 0, fmt.Errorf("%q is not a size like 20MiB or 100MiB", s)
-			}
-			return int64(f * float64(u.mult)), nil
-		}
-	}
-	return 0, fmt.Errorf("%q is not a size", s)
-}
-
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
 }

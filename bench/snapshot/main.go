@@ -28,9 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/etcd-steward/steward/bench/internal/cluster"
@@ -73,7 +71,7 @@ func main() {
 		o.sidecarArgs = strings.Split(sidecarArgs, ",")
 	}
 	var err error
-	if o.size, err = parseBytes(size); err != nil {
+	if o.size, err = result.ParseBytes(size); err != nil {
 		fail(fmt.Errorf("-size: %w", err))
 	}
 	if o.repeat < 1 {
@@ -97,23 +95,6 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-func parseBytes(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}, {"", 1}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-			if err != nil || f <= 0 {
-				return 0, fmt.Errorf("%q is not a size like 256MiB or 1GiB", s)
-			}
-			return int64(f * float64(u.mult)), nil
-		}
-	}
-	return 0, fmt.Errorf("%q is not a size", s)
-}
-
 func run(ctx context.Context, o options) (err error) {
 	dir := o.dir
 	if dir == "" {
@@ -126,7 +107,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	clusterDir := filepath.Join(dir, "cluster")
 	backupStore := "file://" + filepath.Join(dir, "sidecar-store")
-	fmt.Printf("snapshot bench: %d-member cluster in %s, database %s, %d-byte values\n", o.members, clusterDir, human(o.size), o.valueSize)
+	fmt.Printf("snapshot bench: %d-member cluster in %s, database %s, %d-byte values\n", o.members, clusterDir, result.Human(o.size), o.valueSize)
 	c, err := cluster.Up(ctx, o.steward, clusterDir, cluster.Options{Members: o.members, Backup: backupStore, SidecarArgs: o.sidecarArgs})
 	if err != nil {
 		return err
@@ -153,14 +134,15 @@ func run(ctx context.Context, o options) (err error) {
 	diag.binaryRSS = binaryRSS(ctx, o.steward)
 
 	// Fill.
-	fill, err := fillDB(ctx, o, st.Endpoints(), endpoint)
+	fill, err := load.Fill(ctx, load.Config{Endpoints: st.Endpoints(), Conns: o.conns, Workers: o.workers, Prefix: "/bench/snapshot/",
+		ValueSize: o.valueSize, Seed: 1}, endpoint, o.size, 2*time.Hour)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("filled: %s\n", fill)
 
 	// Let delta capture catch up, so it does not compete with the measurement.
-	caughtUp, err := waitBackupCurrent(ctx, c, 15*time.Minute)
+	caughtUp, err := c.WaitBackupCurrent(ctx, 15*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -176,7 +158,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("database of %s: %s at revision %d\n", leader.Name, human(dbSize), st.Members[li].Revision)
+	fmt.Printf("database of %s: %s at revision %d\n", leader.Name, result.Human(dbSize), st.Members[li].Revision)
 
 	// Warm-up (page cache, connections): one unmeasured etcdctl snapshot.
 	if _, err := etcdctlSave(ctx, o.etcdctl, endpoint, filepath.Join(dir, "warmup.db")); err != nil {
@@ -230,89 +212,6 @@ func run(ctx context.Context, o options) (err error) {
 	return res.Print(os.Stdout)
 }
 
-type fillResult struct {
-	load.Result
-	DBSize int64
-}
-
-func (f fillResult) String() string {
-	return fmt.Sprintf("%s of database; %s (%.1f MiB/s of values)", human(f.DBSize), f.Result.String(), result.MiB(f.Bytes)/f.Elapsed.Seconds())
-}
-
-// fillDB puts fixed-size values under new keys until the leader's database reaches o.size.
-func fillDB(ctx context.Context, o options, endpoints []string, leader string) (fillResult, error) {
-	g, err := load.New(load.Config{Endpoints: endpoints, Conns: o.conns, Workers: o.workers, Prefix: "/bench/snapshot/",
-		ValueSize: o.valueSize, Seed: 1})
-	if err != nil {
-		return fillResult{}, err
-	}
-	defer g.Close()
-	var size atomic.Int64
-	var done atomic.Bool
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		lastPrint := time.Now()
-		for {
-			sctx, c := context.WithTimeout(pctx, 5*time.Second)
-			s, err := g.Client().Status(sctx, leader)
-			c()
-			if err == nil {
-				size.Store(s.DbSize)
-				if s.DbSize >= o.size {
-					done.Store(true)
-					return
-				}
-				if time.Since(lastPrint) > 10*time.Second {
-					fmt.Printf("  filling: %s of %s\n", human(s.DbSize), human(o.size))
-					lastPrint = time.Now()
-				}
-			}
-			select {
-			case <-pctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	r := g.Run(ctx, 2*time.Hour, done.Load)
-	cancel()
-	<-polled
-	if !done.Load() {
-		return fillResult{}, fmt.Errorf("filling stopped at %s of %s: %s", human(size.Load()), human(o.size), r)
-	}
-	if r.Errors > 0 {
-		return fillResult{}, fmt.Errorf("filling: %s", r)
-	}
-	return fillResult{Result: r, DBSize: size.Load()}, nil
-}
-
-// waitBackupCurrent waits until the stored deltas reach the leader's revision.
-func waitBackupCurrent(ctx context.Context, c *cluster.Cluster, timeout time.Duration) (time.Duration, error) {
-	start := time.Now()
-	var last string
-	for time.Since(start) < timeout {
-		st, err := c.Status(ctx)
-		if err == nil && st.Backup != nil {
-			if li := st.LeaderIndex(); li >= 0 {
-				rev := st.Members[li].Revision
-				if st.Backup.LatestDeltaRevision >= rev {
-					return time.Since(start), nil
-				}
-				last = fmt.Sprintf("stored deltas reach revision %d of %d (last error: %q)", st.Backup.LatestDeltaRevision, rev, st.Backup.LastError)
-			}
-		} else if err != nil {
-			last = err.Error()
-		}
-		time.Sleep(time.Second)
-	}
-	return 0, fmt.Errorf("backups did not catch up with the fill within %v: %s", timeout, last)
-}
-
 type measurement struct {
 	took    time.Duration
 	peakRSS int64 // bytes
@@ -322,7 +221,7 @@ type measurement struct {
 func (m measurement) rate(dbSize int64) float64 { return result.MiB(dbSize) / m.took.Seconds() }
 
 func (m measurement) String(dbSize int64) string {
-	return fmt.Sprintf("%v = %.0f MiB/s, peak RSS %.0f MiB, stored %s", m.took.Round(time.Millisecond), m.rate(dbSize), result.MiB(m.peakRSS), human(m.stored))
+	return fmt.Sprintf("%v = %.0f MiB/s, peak RSS %.0f MiB, stored %s", m.took.Round(time.Millisecond), m.rate(dbSize), result.MiB(m.peakRSS), result.Human(m.stored))
 }
 
 func etcdctlSave(ctx context.Context, etcdctl, endpoint, path string) (measurement, error) {
@@ -461,7 +360,7 @@ func dirSize(dir string) (int64, error) {
 	return n, err
 }
 
-func report(o options, fill fillResult, caughtUp time.Duration, dbSize int64, ref, save, side []measurement, diag diagnostics) result.Result {
+func report(o options, fill load.FillResult, caughtUp time.Duration, dbSize int64, ref, save, side []measurement, diag diagnostics) result.Result {
 	rates := func(ms []measurement) []float64 {
 		var out []float64
 		for _, m := range ms {
@@ -486,9 +385,9 @@ func report(o options, fill fillResult, caughtUp time.Duration, dbSize int64, re
 	refRate := result.Summarise(rates(ref))
 	res := result.Result{
 		Benchmark: "full-snapshot",
-		Title:     fmt.Sprintf("Full snapshot of a %s database", human(dbSize)),
+		Title:     fmt.Sprintf("Full snapshot of a %s database", result.Human(dbSize)),
 		Params: map[string]any{
-			"dbSize":         human(dbSize),
+			"dbSize":         result.Human(dbSize),
 			"members":        o.members,
 			"valueSize":      o.valueSize,
 			"keys":           fill.Puts,
@@ -541,15 +440,4 @@ func report(o options, fill fillResult, caughtUp time.Duration, dbSize int64, re
 		"Rounds alternate the order of the tools; one unmeasured etcdctl snapshot warms the page cache first. Ratios are the median of the per-round ratios.",
 		"steward backup save runs as its own process, like etcdctl; its peak RSS is its rusage maxrss. The sidecar's peak RSS is its VmHWM, reset (/proc/PID/clear_refs) just before the request.")
 	return res
-}
-
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
 }

@@ -47,6 +47,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/datadir"
@@ -84,7 +85,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the work dir (and the filled data dir) at the end")
 	flag.Parse()
 	var err error
-	if o.size, err = parseBytes(size); err != nil {
+	if o.size, err = result.ParseBytes(size); err != nil {
 		fail(fmt.Errorf("-size: %w", err))
 	}
 	if o.rounds < 1 {
@@ -119,15 +120,15 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}
 	clusterDir := filepath.Join(dir, "cluster")
-	fmt.Printf("validate bench: one-member cluster in %s, database %s, %d-byte values, %d rounds\n", clusterDir, human(o.size), o.valueSize, o.rounds)
-	if _, err := stewardCmd(ctx, o.steward, "local", "up", "--detach", "--dir", clusterDir, "--members", "1",
+	fmt.Printf("validate bench: one-member cluster in %s, database %s, %d-byte values, %d rounds\n", clusterDir, result.Human(o.size), o.valueSize, o.rounds)
+	if _, err := cluster.Run(ctx, o.steward, "local", "up", "--detach", "--dir", clusterDir, "--members", "1",
 		"--base-port", strconv.Itoa(o.basePort), "--backup", "none", "--timeout", "3m"); err != nil {
 		return err
 	}
 	up := true
 	defer func() {
 		if up {
-			if _, derr := stewardCmd(context.Background(), o.steward, "local", "down", "--dir", clusterDir); derr != nil && err == nil {
+			if _, derr := cluster.Run(context.Background(), o.steward, "local", "down", "--dir", clusterDir); derr != nil && err == nil {
 				err = derr
 			}
 		}
@@ -137,12 +138,13 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	m := spec.Members[0]
-	fill, err := fillDB(ctx, o, spec.ClientURL(m))
+	fill, err := load.Fill(ctx, load.Config{Endpoints: []string{spec.ClientURL(m)}, Conns: o.conns, Workers: o.workers, Prefix: "/bench/validate/",
+		ValueSize: o.valueSize, Seed: 1}, spec.ClientURL(m), o.size, 2*time.Hour)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("filled: %s\n", fill)
-	if _, err := stewardCmd(ctx, o.steward, "local", "down", "--dir", clusterDir); err != nil {
+	if _, err := cluster.Run(ctx, o.steward, "local", "down", "--dir", clusterDir); err != nil {
 		return err
 	}
 	up = false
@@ -157,7 +159,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	dbSize := fi.Size()
 	walBytes, walFiles := dirBytes(etcddatadir.ToWALDir(dataDir))
-	fmt.Printf("data dir %s: database %s, WAL %s in %d files\n", dataDir, human(dbSize), human(walBytes), walFiles)
+	fmt.Printf("data dir %s: database %s, WAL %s in %d files\n", dataDir, result.Human(dbSize), result.Human(walBytes), walFiles)
 
 	ref := etcdStart{dataDir: dataDir, spec: spec, member: m}
 	var ms measurements
@@ -175,7 +177,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("etcdutl snapshot status: revision %d, %d keys, %s\n", status.Revision, status.TotalKey, human(status.TotalSize))
+	fmt.Printf("etcdutl snapshot status: revision %d, %d keys, %s\n", status.Revision, status.TotalKey, result.Human(status.TotalSize))
 
 	for i := 0; i < o.rounds; i++ {
 		for _, cold := range []bool{false, true} {
@@ -502,77 +504,16 @@ func residentFraction(path string) (float64, error) {
 	return float64(n) / float64(len(vec)), nil
 }
 
-type fillResult struct {
-	load.Result
-	DBSize int64
-}
-
-func (f fillResult) String() string {
-	return fmt.Sprintf("%s of database; %s (%.1f MiB/s of values)", human(f.DBSize), f.Result.String(), result.MiB(f.Bytes)/f.Elapsed.Seconds())
-}
-
-// fillDB puts fixed-size values under new keys until the member's database reaches o.size.
-func fillDB(ctx context.Context, o options, endpoint string) (fillResult, error) {
-	g, err := load.New(load.Config{Endpoints: []string{endpoint}, Conns: o.conns, Workers: o.workers, Prefix: "/bench/validate/",
-		ValueSize: o.valueSize, Seed: 1})
-	if err != nil {
-		return fillResult{}, err
-	}
-	defer g.Close()
-	var size atomic.Int64
-	var done atomic.Bool
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		lastPrint := time.Now()
-		for {
-			sctx, c := context.WithTimeout(pctx, 5*time.Second)
-			s, err := g.Client().Status(sctx, endpoint)
-			c()
-			if err == nil {
-				size.Store(s.DbSize)
-				if s.DbSize >= o.size {
-					done.Store(true)
-					return
-				}
-				if time.Since(lastPrint) > 15*time.Second {
-					fmt.Printf("  filling: %s of %s\n", human(s.DbSize), human(o.size))
-					lastPrint = time.Now()
-				}
-			}
-			select {
-			case <-pctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	r := g.Run(ctx, 2*time.Hour, done.Load)
-	cancel()
-	<-polled
-	if !done.Load() {
-		return fillResult{}, fmt.Errorf("filling stopped at %s of %s: %s", human(size.Load()), human(o.size), r)
-	}
-	if r.Errors > 0 {
-		return fillResult{}, fmt.Errorf("filling: %s", r)
-	}
-	return fillResult{Result: r, DBSize: size.Load()}, nil
-}
-
-func report(o options, fill fillResult, dbSize, walBytes int64, walFiles int, st snapshotStatus, ms measurements, diag diagnostics) result.Result {
+func report(o options, fill load.FillResult, dbSize, walBytes int64, walFiles int, st snapshotStatus, ms measurements, diag diagnostics) result.Result {
 	res := result.Result{
 		Benchmark: "datadir-validation",
-		Title:     fmt.Sprintf("Data dir validation (datadir.Inspect) of a %s member database vs etcd's own start-up", human(dbSize)),
+		Title:     fmt.Sprintf("Data dir validation (datadir.Inspect) of a %s member database vs etcd's own start-up", result.Human(dbSize)),
 		Params: map[string]any{
-			"dbSize":    human(dbSize),
+			"dbSize":    result.Human(dbSize),
 			"valueSize": o.valueSize,
 			"keys":      st.TotalKey,
 			"revision":  st.Revision,
-			"wal":       fmt.Sprintf("%s in %d files", human(walBytes), walFiles),
+			"wal":       fmt.Sprintf("%s in %d files", result.Human(walBytes), walFiles),
 			"rounds":    o.rounds,
 			"fillRate":  fmt.Sprintf("%.0f puts/s with %d workers", fill.Rate(), o.workers),
 		},
@@ -605,7 +546,7 @@ func report(o options, fill fillResult, dbSize, walBytes int64, walFiles int, st
 			scale = 1000
 		}
 		so, sr, rt := result.Summarise(secs(rs, ours)), result.Summarise(secs(rs, ref)), ratios(rs, ours, ref)
-		r := result.Compare(measure, unit, oursName, round3(scale*so.Median), refName, round3(scale*sr.Median))
+		r := result.Compare(measure, unit, oursName, result.Round3(scale*so.Median), refName, result.Round3(scale*sr.Median))
 		r.Ratio = rt.Median
 		return r.WithSpread("ratio %.4f–%.4f over %d rounds; ours %.3f–%.3f %s, reference %.3f–%.3f %s", rt.Min, rt.Max, rt.N, scale*so.Min, scale*so.Max, unit, scale*sr.Min, scale*sr.Max, unit)
 	}
@@ -626,19 +567,19 @@ func report(o options, fill fillResult, dbSize, walBytes int64, walFiles int, st
 	res.Rows = append(res.Rows, row("deep check vs a full read, warm cache", deepName, ms.warm, deep, "etcdutl snapshot status (tx.Check + CRC of every key and value)", utl))
 	res.Rows = append(res.Rows, row("deep check vs a full read, cold cache", deepName, ms.cold, deep, "etcdutl snapshot status (tx.Check + CRC of every key and value)", utl))
 	so := result.Summarise(secs(ms.warm, open))
-	res.Rows = append(res.Rows, result.Row{Measure: "etcd start-up: embed.StartEtcd returned (backend open, WAL replay, key index rebuilt), warm cache", Unit: "s", OursName: "etcd", Ours: round3(so.Median)}.
+	res.Rows = append(res.Rows, result.Row{Measure: "etcd start-up: embed.StartEtcd returned (backend open, WAL replay, key index rebuilt), warm cache", Unit: "s", OursName: "etcd", Ours: result.Round3(so.Median)}.
 		WithSpread("%.3f–%.3f s over %d rounds; the rest of the start-up is the election and publishing the member", so.Min, so.Max, so.N))
 	sw, sc := result.Summarise(diag.wal), result.Summarise(diag.check)
 	scc, scp := result.Summarise(diag.coldCheck), result.Summarise(diag.coldPopulate)
 	swh := result.Summarise(diag.walHead)
 	wr := result.Compare("WAL metadata alone, warm: the newest WAL file's head (quick check) vs wal.ReadAll after the newest snap (deep check; the quick check before)", "ms",
-		"datadir.ReadWALMetadata", round3(1000*swh.Median), "datadir.ReadWALFull (wal.ReadAll)", round3(1000*sw.Median))
+		"datadir.ReadWALMetadata", result.Round3(1000*swh.Median), "datadir.ReadWALFull (wal.ReadAll)", result.Round3(1000*sw.Median))
 	res.Rows = append(res.Rows, wr.WithSpread("head %.3f–%.3f ms, ReadAll %.0f–%.0f ms over %d runs", 1000*swh.Min, 1000*swh.Max, 1000*sw.Min, 1000*sw.Max, sw.N))
 	res.Rows = append(res.Rows,
-		result.Row{Measure: "deep page check alone (bbolt open + tx.Check, MAP_POPULATE), warm", Unit: "s", OursName: "datadir.CheckDB", Ours: round3(sc.Median)}.WithSpread("%.3f–%.3f s over %d runs", sc.Min, sc.Max, sc.N),
+		result.Row{Measure: "deep page check alone (bbolt open + tx.Check, MAP_POPULATE), warm", Unit: "s", OursName: "datadir.CheckDB", Ours: result.Round3(sc.Median)}.WithSpread("%.3f–%.3f s over %d runs", sc.Min, sc.Max, sc.N),
 	)
 	pr := result.Compare("deep page check alone, cold cache: MAP_POPULATE (deep check, as etcd maps its database) vs bbolt's plain read-only mapping (deep check before)", "s",
-		"datadir.CheckDB (MAP_POPULATE)", round3(scp.Median), "tx.Check, plain read-only mmap", round3(scc.Median))
+		"datadir.CheckDB (MAP_POPULATE)", result.Round3(scp.Median), "tx.Check, plain read-only mmap", result.Round3(scc.Median))
 	res.Rows = append(res.Rows, pr.WithSpread("with %.3f–%.3f s, without %.3f–%.3f s over %d runs", scp.Min, scp.Max, scc.Min, scc.Max, scc.N))
 	var resident float64
 	for _, r := range ms.cold {
@@ -657,8 +598,6 @@ func report(o options, fill fillResult, dbSize, walBytes int64, walFiles int, st
 	return res
 }
 
-func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
-
 func dirBytes(dir string) (int64, int) {
 	var n int64
 	files := 0
@@ -670,42 +609,4 @@ func dirBytes(dir string) (int64, int) {
 		return nil
 	})
 	return n, files
-}
-
-func stewardCmd(ctx context.Context, steward string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, steward, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("steward %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()+"\n"+stdout.String()))
-	}
-	return stdout.Bytes(), nil
-}
-
-func parseBytes(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}, {"", 1}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-			if err != nil || f <= 0 {
-				return 0, fmt.Errorf("%q is not a size like 100MiB or 1GiB", s)
-			}
-			return int64(f * float64(u.mult)), nil
-		}
-	}
-	return 0, fmt.Errorf("%q is not a size", s)
-}
-
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
 }

@@ -45,7 +45,7 @@ func Up(ctx context.Context, steward, dir string, o Options) (*Cluster, error) {
 	for _, a := range o.SidecarArgs {
 		args = append(args, "--sidecar-arg="+a)
 	}
-	if _, err := run(ctx, steward, args...); err != nil {
+	if _, err := Run(ctx, steward, args...); err != nil {
 		return nil, fmt.Errorf("start a %d-member cluster in %s: %w", o.Members, dir, err)
 	}
 	return &Cluster{Steward: steward, Dir: dir}, nil
@@ -53,7 +53,7 @@ func Up(ctx context.Context, steward, dir string, o Options) (*Cluster, error) {
 
 // Down stops the cluster and removes its directory.
 func (c *Cluster) Down(ctx context.Context) error {
-	if _, err := run(ctx, c.Steward, "local", "down", "--dir", c.Dir, "--purge"); err != nil {
+	if _, err := Run(ctx, c.Steward, "local", "down", "--dir", c.Dir, "--purge"); err != nil {
 		return fmt.Errorf("stop the cluster in %s: %w", c.Dir, err)
 	}
 	return nil
@@ -86,7 +86,7 @@ type Status struct {
 
 // Status runs `steward local status -o json`.
 func (c *Cluster) Status(ctx context.Context) (Status, error) {
-	out, err := run(ctx, c.Steward, "local", "status", "--dir", c.Dir, "-o", "json")
+	out, err := Run(ctx, c.Steward, "local", "status", "--dir", c.Dir, "-o", "json")
 	if err != nil {
 		return Status{}, fmt.Errorf("status of the cluster in %s: %w", c.Dir, err)
 	}
@@ -149,7 +149,9 @@ func (c *Cluster) SidecarURL(name string) (string, error) {
 	return "", fmt.Errorf("member %s is not in %s/cluster.json", name, c.Dir)
 }
 
-func run(ctx context.Context, bin string, args ...string) ([]byte, error) {
+// Run runs a command (steward, etcdctl) to its end and returns its standard output; the
+// error carries its output.
+func Run(ctx context.Context, bin string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -157,4 +159,27 @@ func run(ctx context.Context, bin string, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()+"\n"+stdout.String()))
 	}
 	return stdout.Bytes(), nil
+}
+
+// WaitBackupCurrent waits until the stored deltas reach the raft leader's revision and
+// returns how long that took.
+func (c *Cluster) WaitBackupCurrent(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	var last string
+	for time.Since(start) < timeout {
+		st, err := c.Status(ctx)
+		if err == nil && st.Backup != nil {
+			if li := st.LeaderIndex(); li >= 0 {
+				rev := st.Members[li].Revision
+				if st.Backup.LatestDeltaRevision >= rev {
+					return time.Since(start), nil
+				}
+				last = fmt.Sprintf("stored deltas reach revision %d of %d (last error: %q)", st.Backup.LatestDeltaRevision, rev, st.Backup.LastError)
+			}
+		} else if err != nil {
+			last = err.Error()
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("backups did not catch up within %v: %s", timeout, last)
 }

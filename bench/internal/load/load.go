@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-steward/steward/bench/internal/result"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -226,4 +227,66 @@ func schedule(ctx context.Context, rate float64, ticks chan<- time.Time) {
 		}
 		timer.Reset(time.Until(next))
 	}
+}
+
+// FillResult is what Fill wrote and the database size it reached.
+type FillResult struct {
+	Result
+	DBSize int64
+}
+
+func (f FillResult) String() string {
+	return fmt.Sprintf("%s of database; %s (%.1f MiB/s of values)", result.Human(f.DBSize), f.Result.String(), result.MiB(f.Bytes)/f.Elapsed.Seconds())
+}
+
+// Fill puts values as cfg says until the database of the member at endpoint reaches size
+// (polled with Status), or fails after limit.
+func Fill(ctx context.Context, cfg Config, endpoint string, size int64, limit time.Duration) (FillResult, error) {
+	g, err := New(cfg)
+	if err != nil {
+		return FillResult{}, err
+	}
+	defer g.Close()
+	var reached atomic.Int64
+	var done atomic.Bool
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		lastPrint := time.Now()
+		for {
+			sctx, c := context.WithTimeout(pctx, 5*time.Second)
+			s, err := g.Client().Status(sctx, endpoint)
+			c()
+			if err == nil {
+				reached.Store(s.DbSize)
+				if s.DbSize >= size {
+					done.Store(true)
+					return
+				}
+				if time.Since(lastPrint) > 10*time.Second {
+					fmt.Printf("  filling: %s of %s\n", result.Human(s.DbSize), result.Human(size))
+					lastPrint = time.Now()
+				}
+			}
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	r := g.Run(ctx, limit, done.Load)
+	cancel()
+	<-polled
+	if !done.Load() {
+		return FillResult{}, fmt.Errorf("filling stopped at %s of %s: %s", result.Human(reached.Load()), result.Human(size), r)
+	}
+	if r.Errors > 0 {
+		return FillResult{}, fmt.Errorf("filling: %s", r)
+	}
+	return FillResult{Result: r, DBSize: reached.Load()}, nil
 }

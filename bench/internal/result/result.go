@@ -14,6 +14,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -151,3 +152,36 @@ func MiB(b int64) float64 { return float64(b) / (1 << 20) }
 
 // Seconds rounds a duration to milliseconds, in seconds.
 func Seconds(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
+
+// Human formats a byte count for people: GiB with two decimals, MiB with one, else KiB.
+func Human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+}
+
+// ParseBytes reads a size flag such as 20MiB, 1GiB or 512K.
+func ParseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || f <= 0 {
+				return 0, fmt.Errorf("%q is not a size like 100MiB or 1GiB", s)
+			}
+			return int64(f * float64(u.mult)), nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a size", s)
+}
+
+// Round3 rounds to three decimals, as results are reported.
+func Round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
