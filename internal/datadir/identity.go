@@ -29,26 +29,37 @@ type Identity struct {
 
 // WriteIdentity records id in dataDir.
 func WriteIdentity(dataDir string, id Identity) error {
-	b, err := json.MarshalIndent(id, "", "  ")
-	if err != nil {
-		return err
-	}
-	return WriteFileAtomic(filepath.Join(dataDir, identityName), b, 0o600)
+	return writeJSON(filepath.Join(dataDir, identityName), id)
 }
 
 // ReadIdentity returns the identity recorded in dataDir, ok=false if there is none.
-func ReadIdentity(dataDir string) (id Identity, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, identityName))
+func ReadIdentity(dataDir string) (Identity, bool, error) {
+	return readJSON[Identity](filepath.Join(dataDir, identityName), "identity file in "+dataDir)
+}
+
+// writeJSON writes v as JSON to path, atomically.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(path, b, 0o600)
+}
+
+// readJSON reads the JSON file at path; ok=false if there is none. what names the file in
+// the error for a damaged one.
+func readJSON[T any](path, what string) (v T, ok bool, err error) {
+	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return id, false, nil
+		return v, false, nil
 	}
 	if err != nil {
-		return id, false, err
+		return v, false, err
 	}
-	if err := json.Unmarshal(b, &id); err != nil {
-		return id, false, fmt.Errorf("identity file in %s is damaged: %w", dataDir, err)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, false, fmt.Errorf("%s is damaged: %w", what, err)
 	}
-	return id, true, nil
+	return v, true, nil
 }
 
 // PartDir is where a restore builds a data dir before renaming it into place.

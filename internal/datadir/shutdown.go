@@ -1,9 +1,7 @@
 package datadir
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -22,27 +20,13 @@ type Shutdown struct {
 
 // MarkCleanShutdown records a clean stop in dataDir.
 func MarkCleanShutdown(dataDir string, s Shutdown) error {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return err
-	}
-	return WriteFileAtomic(filepath.Join(dataDir, shutdownMarkerName), b, 0o600)
+	return writeJSON(filepath.Join(dataDir, shutdownMarkerName), s)
 }
 
 // ReadShutdown returns the clean-shutdown record, or ok=false if the last run did not end
 // cleanly (or never ran).
-func ReadShutdown(dataDir string) (s Shutdown, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, shutdownMarkerName))
-	if errors.Is(err, os.ErrNotExist) {
-		return s, false, nil
-	}
-	if err != nil {
-		return s, false, err
-	}
-	if err := json.Unmarshal(b, &s); err != nil {
-		return s, false, fmt.Errorf("clean-shutdown marker in %s is damaged: %w", dataDir, err)
-	}
-	return s, true, nil
+func ReadShutdown(dataDir string) (Shutdown, bool, error) {
+	return readJSON[Shutdown](filepath.Join(dataDir, shutdownMarkerName), "clean-shutdown marker in "+dataDir)
 }
 
 // ClearShutdown removes the marker; called as etcd starts so that a crash leaves none.
