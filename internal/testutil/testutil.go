@@ -79,19 +79,24 @@ func Tool(t testing.TB, name string) string {
 	return p
 }
 
-// Eventually polls cond every interval until it returns nil or timeout passes, then fails
-// the test with cond's last error.
+// Poll calls cond every interval until it returns nil, or returns cond's last error once
+// timeout has passed.
+func Poll(timeout, interval time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(interval) // poll interval, not synchronisation
+	}
+}
+
+// Eventually polls cond until it returns nil or timeout passes, then fails the test with
+// cond's last error.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond) // poll interval, not synchronisation
+	if err := Poll(timeout, 100*time.Millisecond, cond); err != nil {
+		t.Fatalf("%s: not within %s: %v", what, timeout, err)
 	}
 }

@@ -306,16 +306,15 @@ func (c *cluster) converged(ctx context.Context) (int64, error) {
 // every object must verify (invariant 6) and the chain must cover up to rev without a hole
 // (invariant 5).
 func (c *cluster) verifyBackups(ctx context.Context, rev int64) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
+	err := testutil.Poll(time.Minute, 500*time.Millisecond, func() error {
 		rep, err := c.status(ctx)
 		if err == nil && rep.Backup != nil && rep.Backup.Ready && max(rep.Backup.LatestDeltaRevision, rep.Backup.LatestFullRevision) >= rev {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("backups did not reach revision %d within a minute: %+v %v", rev, rep.Backup, err)
-		}
-		time.Sleep(500 * time.Millisecond) // poll interval
+		return fmt.Errorf("%+v %v", rep.Backup, err)
+	})
+	if err != nil {
+		return fmt.Errorf("backups did not reach revision %d within a minute: %v", rev, err)
 	}
 	s, err := store.Open(ctx, c.s3.StoreURL("chaos", "backups"))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/testutil"
 )
 
 // A fault is injected into a running cluster while traffic runs; the cluster must heal by
@@ -72,16 +73,15 @@ func memberFault(ctx context.Context, c *cluster, rng *rand.Rand, kind string) (
 func backupOutage(ctx context.Context, c *cluster, tr *traffic, _ *rand.Rand) (string, error) {
 	c.s3.SetDown(true)
 	defer c.s3.SetDown(false)
-	notReady := time.Now().Add(30 * time.Second)
-	for {
+	err := testutil.Poll(30*time.Second, 500*time.Millisecond, func() error {
 		rep, err := c.status(ctx)
 		if err == nil && rep.Backup != nil && !rep.Backup.Ready {
-			break
+			return nil
 		}
-		if time.Now().After(notReady) {
-			return "", fmt.Errorf("backup store down for 30s, but backups still report ready (%+v, %v)", rep.Backup, err)
-		}
-		time.Sleep(500 * time.Millisecond) // poll interval
+		return fmt.Errorf("%+v, %v", rep.Backup, err)
+	})
+	if err != nil {
+		return "", fmt.Errorf("backup store down for 30s, but backups still report ready (%v)", err)
 	}
 	before := tr.acked.Load()
 	time.Sleep(3 * time.Second) // traffic runs during the outage

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -82,22 +83,6 @@ func (w *writer) finish() {
 	<-w.done
 }
 
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond) // poll interval
-	}
-}
-
 // wipe wipes the named members one right after the other.
 func wipe(t *testing.T, c *cluster, names []string) {
 	t.Helper()
@@ -118,7 +103,7 @@ func TestQuorumLossWithSurvivor(t *testing.T) {
 	cli := c.client()
 	w := startWriter(cli, false)
 	defer w.finish()
-	eventually(t, time.Minute, "writes acknowledged", func() error {
+	testutil.Eventually(t, time.Minute, "writes acknowledged", func() error {
 		if n := w.n.Load(); n < 300 {
 			return fmt.Errorf("%d writes acknowledged", n)
 		}
@@ -219,7 +204,7 @@ func TestTotalLossRestoreFromBackup(t *testing.T) {
 	w := startWriter(cli, true)
 	defer w.finish()
 	var backedUp int64
-	eventually(t, 2*time.Minute, "writes acknowledged and backed up", func() error {
+	testutil.Eventually(t, 2*time.Minute, "writes acknowledged and backed up", func() error {
 		rep, err := c.status(ctx)
 		if err != nil {
 			return err
