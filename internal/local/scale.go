@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -250,22 +249,19 @@ func removeFromEtcd(ctx context.Context, cli *clientv3.Client, id uint64) error 
 // cluster.json: a newer scale request may already have dropped m from it (the next pass
 // removes m again).
 func (s *supervisor) waitVoter(ctx context.Context, m MemberSpec, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	spec := s.currentSpec()
-	hc := &http.Client{Timeout: 2 * time.Second}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{spec.ClientURL(m)}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
+	var run []*memberRun
+	for _, r := range s.memberRuns() {
+		if r.spec == m {
+			run = append(run, r)
+		}
 	}
-	defer cli.Close()
+	if len(run) != 1 {
+		return fmt.Errorf("member %s is not running", m.Name)
+	}
+	deadline := time.Now().Add(timeout)
 	for {
-		if httpOK(ctx, hc, spec.HealthURL(m)+"/readyz") {
-			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			st, err := cli.Status(sctx, spec.ClientURL(m))
-			cancel()
-			if err == nil && !st.IsLearner {
-				return nil
-			}
+		if o := poll(ctx, s.currentSpec(), run)[0]; o.ready && o.id != "" && !o.learner {
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("member %s did not become a healthy voting member within %s; see %s", m.Name, timeout, LogPath(s.dir, m.Name, "sidecar"))

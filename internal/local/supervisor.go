@@ -331,8 +331,9 @@ func (s *supervisor) formed() bool {
 }
 
 type memberObservation struct {
-	ready bool
-	id    string
+	ready   bool
+	id      string
+	learner bool
 }
 
 // poll asks each member's health endpoint and etcd status, concurrently.
@@ -351,7 +352,7 @@ func poll(ctx context.Context, spec Spec, runs []*memberRun) []memberObservation
 				sctx, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
 				if st, err := r.client.Status(sctx, spec.ClientURL(r.spec)); err == nil {
-					out[i].id = fmt.Sprintf("%x", st.Header.MemberId)
+					out[i].id, out[i].learner = fmt.Sprintf("%x", st.Header.MemberId), st.IsLearner
 				}
 			}
 		}()
