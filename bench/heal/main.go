@@ -812,8 +812,8 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 		v := w.observe(ctx)
 		now := time.Since(t0)
 		if r.directive == 0 {
-			if s, err := local.ReadState(c.Dir); err == nil && s.Recovery != nil && s.LastRecoveryEpoch > stateBefore.LastRecoveryEpoch {
-				r.directive, r.seed = now, s.Recovery.Seed
+			if s, err := local.ReadState(c.Dir); err == nil && s.Directive != nil && s.Directive.Seed != "" && s.LastEpoch > stateBefore.LastEpoch {
+				r.directive, r.seed = now, s.Directive.Seed
 			}
 		}
 		hv := 0
@@ -837,7 +837,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	}
 	r.background = bg.stop()
 	if r.seed == "" {
-		if s, err := local.ReadState(c.Dir); err == nil && s.LastRecoveryEpoch > stateBefore.LastRecoveryEpoch {
+		if s, err := local.ReadState(c.Dir); err == nil && s.LastEpoch > stateBefore.LastEpoch {
 			r.seed = "?"
 		}
 		if r.seed == "" {

@@ -213,6 +213,15 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 		sup = fmt.Sprintf("running (pid %d, %s)", rep.Supervisor.PID, rep.Supervisor.Phase)
 	}
 	fmt.Fprintf(w, "\ncluster %s  id %s  size %d  leader %s  supervisor %s\n", rep.Cluster.Name, orDash(rep.Cluster.ClusterID), rep.Cluster.Size, orDash(rep.Cluster.Leader), sup)
+	if d := rep.Supervisor.Recovery; d != nil {
+		fmt.Fprintf(w, "recovery  directive %d  phase %s  seed %s (%s)  %s\n", d.Epoch, d.Phase, orDash(d.Seed), orDash(d.Mode), d.Reason)
+	}
+	if rep.Supervisor.Waiting != "" {
+		fmt.Fprintf(w, "waiting  %s\n", rep.Supervisor.Waiting)
+	}
+	if rep.Supervisor.Stuck != "" {
+		fmt.Fprintf(w, "STUCK  %s\n", rep.Supervisor.Stuck)
+	}
 	if b := rep.Backup; b != nil {
 		fmt.Fprintf(w, "backup  ready %t  full rev %d (%s)  delta rev %d (%s)  store %s\n", b.Ready,
 			b.LatestFullRevision, ago(b.LatestFullTime), b.LatestDeltaRevision, ago(b.LatestDeltaTime), b.Store)

@@ -57,7 +57,7 @@ decides how the member starts, generates its etcd configuration, and serves:
 				}
 				cfg.Backup.Retention = p
 			}
-			cfg.View = local.View{Dir: localDir}
+			cfg.View = local.View{Dir: localDir, Name: cfg.Name}
 			cfg.Logger = lg
 			sc, err := member.New(cfg)
 			if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
 	etcddatadir "go.etcd.io/etcd/server/v3/storage/datadir"
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
@@ -152,14 +151,8 @@ func decodeWALMetadata(raw []byte) (memberID, clusterID uint64, err error) {
 func readWALFull(dataDir string) ([]byte, error) {
 	lg := zap.NewNop()
 	walDir := etcddatadir.ToWALDir(dataDir)
-	walSnaps, err := wal.ValidSnapshotEntries(lg, walDir)
+	at, err := walSnapshot(lg, dataDir)
 	if err != nil {
-		return nil, err
-	}
-	var at walpb.Snapshot
-	if s, err := snap.New(lg, etcddatadir.ToSnapDir(dataDir)).LoadNewestAvailable(walSnaps); err == nil {
-		at = walpb.Snapshot{Index: s.Metadata.Index, Term: s.Metadata.Term}
-	} else if !errors.Is(err, snap.ErrNoSnapshot) {
 		return nil, err
 	}
 	w, err := wal.OpenForRead(lg, walDir, at)

@@ -25,9 +25,17 @@ type staticView struct {
 	status member.ClusterStatus
 }
 
-func (v staticView) Desired(context.Context) (member.ClusterSpec, error)  { return v.spec, nil }
-func (v staticView) Status(context.Context) (member.ClusterStatus, error) { return v.status, nil }
-func (v staticView) Recovery(context.Context) (*member.Recovery, error)   { return nil, nil }
+// staticView is a cluster view that never changes: a fixed spec and status, no directive.
+func (v staticView) Snapshot(context.Context) (member.ClusterSnapshot, error) {
+	return member.ClusterSnapshot{Version: "1", Spec: v.spec, Status: v.status}, nil
+}
+func (v staticView) Watch(ctx context.Context) (<-chan struct{}, error) {
+	return make(chan struct{}), nil // nothing ever changes
+}
+func (v staticView) Report(context.Context, member.Report) error { return nil }
+func (v staticView) AckDirective(context.Context, int64, member.DirectiveResult) error {
+	return nil
+}
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -108,7 +116,7 @@ func TestMemberStartsThroughSidecar(t *testing.T) {
 		}
 	}
 
-	stop := start("BootstrapFirstMember")
+	stop := start("Bootstrap")
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{clientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

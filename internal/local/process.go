@@ -28,6 +28,78 @@ type process struct {
 	lastExit string
 	// restarting marks a stop the supervisor asked for: no crash, no backoff.
 	restarting bool
+	// held: the supervisor keeps the process stopped (fenced) until it is released.
+	held, release chan struct{}
+	// stoppedSince is when a held process was confirmed stopped (zero while it runs).
+	stoppedSince time.Time
+	wake         chan struct{}
+}
+
+// hold stops the process (SIGTERM, SIGKILL after grace) and keeps it stopped until release.
+// It returns at once; fenced reports when the stop is confirmed.
+func (p *process) hold(grace time.Duration) {
+	p.mu.Lock()
+	if p.held != nil {
+		p.mu.Unlock()
+		return
+	}
+	p.held, p.release = make(chan struct{}), make(chan struct{})
+	pid := p.pid
+	if pid > 0 {
+		p.restarting = true
+	}
+	wake := p.wakeLocked()
+	p.mu.Unlock()
+	select { // a run loop waiting out a backoff reaches its hold at once
+	case wake <- struct{}{}:
+	default:
+	}
+	if pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		time.AfterFunc(grace, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.pid == pid && p.held != nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		})
+	}
+}
+
+// unhold lets a held process start again.
+func (p *process) unhold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.release)
+		p.held, p.release, p.stoppedSince = nil, nil, time.Time{}
+	}
+}
+
+// fenced reports whether the process is held and confirmed stopped, and since when.
+func (p *process) fenced() (bool, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held != nil && p.pid == 0 && !p.stoppedSince.IsZero(), p.stoppedSince
+}
+
+// waitReleased blocks while the process is held; false if ctx ended.
+func (p *process) waitReleased(ctx context.Context) bool {
+	p.mu.Lock()
+	release := p.release
+	if release != nil && p.pid == 0 && p.stoppedSince.IsZero() {
+		p.stoppedSince = time.Now()
+	}
+	p.mu.Unlock()
+	if release == nil {
+		return true
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-release:
+		return true
+	}
 }
 
 // Backoff bounds between restarts of a crashed process.
@@ -62,6 +134,9 @@ func (p *process) snapshot() (pid, starts int, lastExit string) {
 func (p *process) run(ctx context.Context) {
 	backoff := minBackoff
 	for ctx.Err() == nil {
+		if !p.waitReleased(ctx) {
+			return
+		}
 		started := time.Now()
 		err := p.runOnce(ctx)
 		if ctx.Err() != nil {
@@ -73,17 +148,25 @@ func (p *process) run(ctx context.Context) {
 		p.restarting = false
 		p.mu.Unlock()
 		if asked {
-			p.logf("%s %s restarted by the supervisor", p.member, p.kind)
+			if p.isHeld() {
+				p.logf("%s %s stopped and held by the supervisor", p.member, p.kind)
+			} else {
+				p.logf("%s %s restarted by the supervisor", p.member, p.kind)
+			}
 			continue
 		}
 		if time.Since(started) > stableAfter {
 			backoff = minBackoff
 		}
 		p.logf("%s %s exited (%v); restarting in %s (log: %s)", p.member, p.kind, err, backoff, p.log)
+		p.mu.Lock()
+		wake := p.wakeLocked()
+		p.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(backoff):
+		case <-wake:
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}
@@ -111,6 +194,11 @@ func (p *process) runOnce(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	p.pid = cmd.Process.Pid
+	if p.held != nil {
+		// Held between the loop's check and the start: the fence wins.
+		p.restarting = true
+		_ = cmd.Process.Kill()
+	}
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
@@ -137,4 +225,18 @@ func (p *process) runOnce(ctx context.Context) error {
 		_ = cmd.Process.Kill()
 		return <-done
 	}
+}
+
+// wakeLocked returns the channel that interrupts a backoff wait.
+func (p *process) wakeLocked() chan struct{} {
+	if p.wake == nil {
+		p.wake = make(chan struct{}, 1)
+	}
+	return p.wake
+}
+
+func (p *process) isHeld() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held != nil
 }

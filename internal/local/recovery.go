@@ -2,176 +2,325 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
-	"sort"
-	"sync"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/store"
 )
 
-// quorumWatch decides, like the operator does under Kubernetes, when a quorum is lost for
-// good and which member seeds the recovery; the sidecars carry it out.
-type quorumWatch struct {
-	grace     time.Duration
-	lostSince time.Time
-	issuedAt  time.Time
-	warned    bool
-	// quorumSeen: a majority has been healthy since the supervisor started; before that,
-	// only a cluster that formed in an earlier run can have a quorum to lose.
-	quorumSeen bool
+// stuckAfter is how long the cluster may stay unhealthy with nothing changing before the
+// watchdog reports the step it is stuck on.
+const stuckAfter = 60 * time.Second
+
+// healer carries the supervisor's healing between ticks: the timing, the watchdog and a
+// cached look at the backup store.
+type healer struct {
+	timing heal.Timing
+	// Watchdog: what the cluster looked like, since when, and when it was last reported.
+	progressKey   string
+	progressSince time.Time
+	lastStuckLog  time.Time
+	// The backup store's newest revision, read at most every backupCheckEvery.
+	backupRev     int64
+	backupChecked time.Time
 }
 
-// recoveryTimeout is how long a seed may take to serve before a new directive is issued.
-const recoveryTimeout = 3 * time.Minute
+const backupCheckEvery = 10 * time.Second
 
-// memberData is a sidecar's GET /v1/data answer.
-type memberData struct {
-	Name     string         `json:"name"`
-	Data     *datadir.State `json:"data"`
-	Own      bool           `json:"own"`
-	Serving  bool           `json:"serving"`
-	Revision int64          `json:"revision"`
-}
-
-// memberDatas asks every member's sidecar what data it holds, all at once.
-func memberDatas(ctx context.Context, spec Spec, runs []*memberRun) ([]memberData, error) {
-	hc := &http.Client{Timeout: 2 * time.Second}
-	datas := make([]memberData, len(runs))
-	errs := make([]error, len(runs))
-	var wg sync.WaitGroup
-	for i, r := range runs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := memberData{Name: r.spec.Name}
-			err := getJSON(ctx, hc, spec.SidecarURL(r.spec)+"/v1/data", &d)
-			if err == nil && d.Data == nil && !d.Serving {
-				err = errors.New("its data dir has not been inspected yet")
-			}
-			if err != nil {
-				errs[i] = fmt.Errorf("member %s cannot say what data it holds (%v)", r.spec.Name, err)
-			}
-			datas[i] = d
-		}()
-	}
-	wg.Wait()
-	return datas, errors.Join(errs...)
-}
-
-// valid: the member serves, or holds valid data of its own (a foreign volume does not count:
-// it can never be started on in this member's place).
-func (d memberData) valid() bool { return d.Serving || d.Own }
-
-// chooseRecovery is the pure part: given what each member holds, pick the seed. Members with
-// valid data win, the highest revision first (no acknowledged write is lost); only when none
-// has valid data is the backup used. ok=false: no recovery possible or needed.
-func chooseRecovery(datas []memberData, size int, haveBackup bool, epoch int64) (r member.Recovery, ok bool, why string) {
-	var valid []memberData
-	for _, d := range datas {
-		if d.valid() {
-			valid = append(valid, d)
+// heal runs one round of the cluster-wide healing: record the voters a quorum lists, move
+// misplaced data back, let heal.Decide move any recovery on, and enforce its fence. It
+// decides from the members' reports and readiness; heal.Decide is pure.
+func (s *supervisor) heal(ctx context.Context, h *healer) {
+	runs, spec := s.memberRuns(), s.currentSpec()
+	s.refreshVoters(ctx, runs)
+	members := s.healMembers(runs)
+	s.mu.Lock()
+	st := s.state.Status
+	s.mu.Unlock()
+	if d := st.Directive; d != nil && d.Phase == member.PhaseSeeding && d.Ack == nil {
+		if a, ok := readMemberFile[ack](s.dir, acksDir, d.Seed); ok && a.Epoch == d.Epoch {
+			dc := *d
+			dc.Ack = &a.Result
+			st.Directive = &dc
 		}
 	}
-	if len(valid) > size/2 {
-		return r, false, "a majority still has valid data: it re-forms the quorum by restarting"
-	}
-	if len(valid) > 0 {
-		sort.SliceStable(valid, func(i, j int) bool {
-			if valid[i].Revision != valid[j].Revision {
-				return valid[i].Revision > valid[j].Revision
+	if d := st.Directive; d == nil || d.Phase == member.PhaseFencing {
+		if rels := heal.Relocations(members); len(rels) > 0 {
+			for _, rel := range rels {
+				s.relocate(ctx, rel, runs)
 			}
-			return valid[i].Name < valid[j].Name
-		})
-		return member.Recovery{Epoch: epoch, Mode: member.RecoverFromSurvivor, Seed: valid[0].Name}, true, "survivor with the newest data"
+			return // observe again before deciding anything else
+		}
 	}
-	if haveBackup && len(datas) > 0 {
-		return member.Recovery{Epoch: epoch, Mode: member.RecoverFromBackup, Seed: datas[0].Name}, true, "no member has valid data: restore from backup"
+	b := heal.Backup{Configured: spec.Backup != ""}
+	if ready, total := heal.Quorum(st.Voters, members); b.Configured && (total == 0 || ready <= total/2 || st.Directive != nil) {
+		b.Revision = h.backupRevision(ctx, spec.Backup)
 	}
-	return r, false, "no member has valid data and there is no backup store: recover by hand (restore a backup with `steward restore`)"
+	dec := heal.Decide(heal.Observation{Now: time.Now(), Status: st, Members: members, Backup: b, Timing: h.timing})
+	if dec.Event != "" {
+		s.logf("%s", dec.Event)
+	}
+	s.mu.Lock()
+	s.state.Status = dec.Status
+	s.mu.Unlock()
+	s.enforceFence(dec.Status.Directive, runs)
+	h.watch(s, dec.Status, members)
+	if err := s.save(); err != nil {
+		s.logf("cannot record state: %v", err)
+	}
 }
 
-func (s *supervisor) currentRecovery() *member.Recovery {
+// healMembers assembles what heal.Decide reads about each member.
+func (s *supervisor) healMembers(runs []*memberRun) []heal.Member {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.state.Recovery
+	out := make([]heal.Member, 0, len(runs))
+	for _, r := range runs {
+		m := heal.Member{Name: r.spec.Name}
+		if ms := s.memberStateLocked(r.spec.Name); ms != nil {
+			m.Ready, m.ID, m.Learner = ms.Ready, ms.ID, ms.Learner
+		}
+		m.Stopped, m.StoppedSince = r.etcd.fenced()
+		if rep, ok := readMemberFile[member.Report](s.dir, reportsDir, r.spec.Name); ok {
+			m.Report = &rep
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
-// check runs every observation; it returns a directive to issue, if the time has come.
-func (q *quorumWatch) check(ctx context.Context, s *supervisor) {
+// refreshVoters records the cluster ID and the voting members from a linearizable member
+// list (which only a quorum answers), and only for the cluster the status already records.
+func (s *supervisor) refreshVoters(ctx context.Context, runs []*memberRun) {
 	s.mu.Lock()
-	n, ready := 0, 0
-	for _, m := range s.state.Members {
-		if m.Name == s.joining {
-			continue
-		}
-		n++
-		if m.Ready {
-			ready++
+	known := s.state.ClusterID
+	var readyRuns []*memberRun
+	for _, r := range runs {
+		if ms := s.memberStateLocked(r.spec.Name); ms != nil && ms.Ready && r.client != nil {
+			readyRuns = append(readyRuns, r)
 		}
 	}
-	if ready > n/2 {
-		q.lostSince, q.quorumSeen = time.Time{}, true
-		if s.state.Recovery != nil && ready == n {
-			s.logf("quorum recovered (directive %d); all %d members healthy", s.state.Recovery.Epoch, n)
-			s.state.Recovery = nil
+	s.mu.Unlock()
+	for _, r := range readyRuns {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := r.client.MemberList(lctx)
+		cancel()
+		if err != nil {
+			continue
 		}
+		id := fmt.Sprintf("%x", resp.Header.ClusterId)
+		if known != "" && id != known {
+			s.logf("member %s serves cluster %s, but the status records cluster %s: not recorded", r.spec.Name, id, known)
+			return
+		}
+		var voters []member.Voter
+		for _, m := range resp.Members {
+			if !m.IsLearner {
+				v := member.Voter{ID: fmt.Sprintf("%x", m.ID), Name: m.Name}
+				if len(m.PeerURLs) > 0 {
+					v.PeerURL = m.PeerURLs[0]
+				}
+				voters = append(voters, v)
+			}
+		}
+		s.mu.Lock()
+		if known == "" {
+			s.logf("cluster %s formed; voters: %s", id, voterNames(voters))
+		} else if !slices.Equal(voters, s.state.Voters) {
+			s.logf("voters now: %s", voterNames(voters))
+		}
+		s.state.ClusterID, s.state.Voters = id, voters
 		s.mu.Unlock()
 		return
 	}
+}
+
+func voterNames(vs []member.Voter) string {
+	var names []string
+	for _, v := range vs {
+		n := v.Name
+		if n == "" {
+			n = "(unstarted)"
+		}
+		names = append(names, n+"="+v.ID)
+	}
+	return strings.Join(names, ", ")
+}
+
+// enforceFence holds the etcd of every member the directive fences and releases the others.
+func (s *supervisor) enforceFence(d *member.Directive, runs []*memberRun) {
+	var names []string
+	for _, r := range runs {
+		names = append(names, r.spec.Name)
+	}
+	fenced := d.Fenced(names)
+	for _, r := range runs {
+		if slices.Contains(fenced, r.spec.Name) {
+			r.etcd.hold(s.fenceGrace())
+		} else {
+			r.etcd.unhold()
+		}
+	}
+	s.mu.Lock()
+	for _, r := range runs {
+		if ms := s.memberStateLocked(r.spec.Name); ms != nil {
+			ms.Fenced = slices.Contains(fenced, r.spec.Name)
+		}
+	}
 	s.mu.Unlock()
-	if !q.quorumSeen && !s.formedBefore {
-		return // a cluster still bootstrapping has no quorum to lose
+}
+
+// fenceGrace bounds a fenced member's graceful stop before it is killed.
+func (s *supervisor) fenceGrace() time.Duration { return min(s.opts.StopGrace, 5*time.Second) }
+
+// relocate moves a member's data found in another member's data dir back where it belongs,
+// with both members' etcd stopped: a swap is undone; otherwise the owner's dir contents are
+// moved aside (kept) and the data moved in, and the emptied member rejoins.
+func (s *supervisor) relocate(ctx context.Context, rel heal.Relocation, runs []*memberRun) {
+	var pair []*memberRun
+	for _, r := range runs {
+		if r.spec.Name == rel.From || r.spec.Name == rel.Owner {
+			pair = append(pair, r)
+		}
+	}
+	if len(pair) != 2 {
+		return
+	}
+	for _, r := range pair {
+		r.etcd.hold(s.fenceGrace())
+	}
+	defer func() {
+		for _, r := range pair {
+			r.etcd.unhold() // the next round fences them again if a directive says so
+		}
+	}()
+	deadline := time.Now().Add(s.fenceGrace() + 5*time.Second)
+	for {
+		a, _ := pair[0].etcd.fenced()
+		b, _ := pair[1].etcd.fenced()
+		if a && b {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.logf("cannot move %s's data back from %s: their etcd did not stop", rel.Owner, rel.From)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	from, to := MemberDataDir(s.dir, rel.From), MemberDataDir(s.dir, rel.Owner)
+	if err := moveData(from, to, rel.Swap); err != nil {
+		s.logf("cannot move %s's data back from %s: %v", rel.Owner, rel.From, err)
+		return
+	}
+	if rel.Swap {
+		s.logf("the data dirs of %s and %s were swapped: swapped back", rel.From, rel.Owner)
+	} else {
+		s.logf("%s's data was in %s's data dir: moved back (what %s's dir held is kept beside it)", rel.Owner, rel.From, rel.Owner)
+	}
+}
+
+// moveData moves the data in dir from to dir to: exchanging them when swap, else moving
+// to's contents aside first and leaving from empty.
+func moveData(from, to string, swap bool) error {
+	if swap {
+		tmp := from + ".relocating"
+		if err := os.Rename(from, tmp); err != nil {
+			return err
+		}
+		if err := os.Rename(to, from); err != nil {
+			return err
+		}
+		return os.Rename(tmp, to)
+	}
+	if entries, err := os.ReadDir(to); err == nil && len(entries) > 0 {
+		if _, err := datadir.MoveAside(to, "replaced"); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(to); err != nil {
+		return err
+	}
+	if err := os.Rename(from, to); err != nil {
+		return err
+	}
+	return os.MkdirAll(from, 0o700)
+}
+
+// backupRevision is the newest revision in the backup store (0 when it holds nothing, -1
+// when it cannot be read), read at most every backupCheckEvery.
+func (h *healer) backupRevision(ctx context.Context, url string) int64 {
+	if time.Since(h.backupChecked) < backupCheckEvery {
+		return h.backupRev
+	}
+	h.backupChecked, h.backupRev = time.Now(), -1
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := store.Open(sctx, url)
+	if err != nil {
+		return -1
+	}
+	defer st.Close()
+	chain, err := backup.ListChain(sctx, st)
+	if err != nil {
+		return -1
+	}
+	h.backupRev = 0
+	for _, o := range chain.Objects() {
+		h.backupRev = max(h.backupRev, o.LastRev)
+	}
+	return h.backupRev
+}
+
+// watch is the watchdog: when the cluster is unhealthy and nothing has changed for
+// stuckAfter, it reports the step it is stuck on, in the status and the log.
+func (h *healer) watch(s *supervisor, st heal.Status, members []heal.Member) {
+	healthy := st.Directive == nil
+	var waits []string
+	key := fmt.Sprintf("%v|%v", st.Voters, st.Directive != nil)
+	if d := st.Directive; d != nil {
+		key += fmt.Sprintf("|%d/%s", d.Epoch, d.Phase)
+	}
+	for _, m := range members {
+		key += fmt.Sprintf("|%s:%v:%v:%s", m.Name, m.Ready, m.Learner, m.ID)
+		if !m.Ready || m.Learner {
+			healthy = false
+			if m.Report != nil && m.Report.Case != "" {
+				waits = append(waits, fmt.Sprintf("%s waits in %s (%s)", m.Name, m.Report.Case, m.Report.Reason))
+			} else {
+				waits = append(waits, m.Name+" is not ready")
+			}
+		}
 	}
 	now := time.Now()
-	if q.lostSince.IsZero() {
-		q.lostSince = now
-		s.logf("quorum lost: %d of %d members healthy; recovery starts if it lasts %s", ready, n, q.grace)
-	}
-	if now.Sub(q.lostSince) < q.grace || ctx.Err() != nil {
+	if healthy || key != h.progressKey {
+		h.progressKey, h.progressSince = key, now
+		s.mu.Lock()
+		s.state.Stuck = ""
+		s.mu.Unlock()
 		return
 	}
-	if r := s.currentRecovery(); r != nil && now.Sub(q.issuedAt) < recoveryTimeout {
-		return // a recovery is under way: the seed serves alone first, then the others join one by one
-	}
-	runs, spec := s.memberRuns(), s.currentSpec()
-	datas, err := memberDatas(ctx, spec, runs)
-	if err != nil {
-		// Deciding without knowing what every member holds could discard newer data.
-		if !q.warned {
-			s.logf("quorum lost, but %v: waiting", err)
-			q.warned = true
-		}
+	if now.Sub(h.progressSince) < stuckAfter {
 		return
+	}
+	stuck := fmt.Sprintf("no progress for %s", now.Sub(h.progressSince).Round(time.Second))
+	if st.Waiting != "" {
+		stuck += ": " + st.Waiting
+	}
+	if len(waits) > 0 {
+		stuck += "; " + strings.Join(waits, "; ")
 	}
 	s.mu.Lock()
-	epoch := s.state.LastRecoveryEpoch + 1
+	s.state.Stuck = stuck
 	s.mu.Unlock()
-	rec, ok, why := chooseRecovery(datas, n, spec.Backup != "", epoch)
-	if !ok {
-		if !q.warned {
-			s.logf("quorum lost for %s: %s", now.Sub(q.lostSince).Round(time.Second), why)
-			q.warned = true
-		}
-		return
-	}
-	q.issuedAt, q.warned = now, false
-	s.logf("quorum lost for good: recovering with %s as seed (%s, directive %d)", rec.Seed, why, rec.Epoch)
-	s.mu.Lock()
-	s.state.Recovery, s.state.LastRecoveryEpoch = &rec, rec.Epoch
-	s.mu.Unlock()
-	if err := s.save(); err != nil {
-		s.logf("cannot record the recovery directive: %v", err)
-		return
-	}
-	// Members whose etcd still runs on its old configuration re-initialise under the
-	// directive; the others are waiting in their initialisation and see it there.
-	for i, d := range datas {
-		if d.Serving {
-			runs[i].etcd.restart()
-		}
+	if now.Sub(h.lastStuckLog) >= stuckAfter {
+		h.lastStuckLog = now
+		s.logf("watchdog: %s", stuck)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -98,6 +99,10 @@ func (s *supervisor) reconcileMembers(ctx context.Context) error {
 	if err != nil || !ok {
 		return fmt.Errorf("read cluster.json: %v", err)
 	}
+	if d := s.currentDirective(); d != nil {
+		// A membership change needs a quorum and would race the recovery's own.
+		return fmt.Errorf("a quorum-loss recovery (directive %d, %s) is in progress; scaling waits for it", d.Epoch, d.Phase)
+	}
 	// A member is kept only if its name and ports are unchanged.
 	desired := map[MemberSpec]bool{}
 	for _, m := range want.Members {
@@ -124,15 +129,11 @@ func (s *supervisor) reconcileMembers(ctx context.Context) error {
 		s.mu.Lock()
 		s.spec.Members = append(s.spec.Members, m)
 		s.state.Members = append(s.state.Members, MemberState{Name: m.Name})
-		s.joining = m.Name
 		s.mu.Unlock()
 		err := s.startMember(m)
 		if err == nil {
 			err = s.waitVoter(ctx, m, 5*time.Minute)
 		}
-		s.mu.Lock()
-		s.joining = ""
-		s.mu.Unlock()
 		if err != nil {
 			return err
 		}
@@ -155,21 +156,22 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 		return err
 	}
 	defer cli.Close()
-	if r.client != nil {
-		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		st, err := r.client.Status(sctx, s.currentSpec().ClientURL(r.spec))
-		cancel()
-		if err == nil && st.Leader == st.Header.MemberId {
-			if err := moveLeaderAway(ctx, r.client, cli, st.Header.MemberId); err != nil {
+	id, isLeader, err := s.memberToRemove(ctx, r, cli)
+	if err != nil {
+		return fmt.Errorf("remove member %s: %w", r.spec.Name, err)
+	}
+	if id != 0 {
+		if isLeader {
+			if err := moveLeaderAway(ctx, r.client, cli, id); err != nil {
 				return fmt.Errorf("move leadership away from %s: %w", r.spec.Name, err)
 			}
 			s.logf("moved leadership away from %s", r.spec.Name)
 		}
-		if err == nil {
-			if err := removeFromEtcd(ctx, cli, st.Header.MemberId); err != nil {
-				return fmt.Errorf("remove member %s from etcd: %w", r.spec.Name, err)
-			}
+		if err := removeFromEtcd(ctx, cli, id); err != nil {
+			return fmt.Errorf("remove member %s from etcd: %w", r.spec.Name, err)
 		}
+	} else {
+		s.logf("member %s is not in etcd's member list: nothing to remove there", r.spec.Name)
 	}
 	r.stopEtcd()
 	r.wait()
@@ -201,8 +203,35 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 	return nil
 }
 
-// moveLeaderAway hands leadership from the leader (reached through leaderCli) to a started
-// voting member other than itself.
+// memberToRemove finds the etcd member ID of r: from r itself when it answers, else from
+// the cluster's member list by name or peer URL (id 0: etcd does not list it). Its data is
+// deleted only after etcd no longer lists it.
+func (s *supervisor) memberToRemove(ctx context.Context, r *memberRun, cli *clientv3.Client) (id uint64, isLeader bool, err error) {
+	if r.client != nil {
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		st, err := r.client.Status(sctx, s.currentSpec().ClientURL(r.spec))
+		cancel()
+		if err == nil {
+			return st.Header.MemberId, st.Leader == st.Header.MemberId, nil
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	list, err := cli.MemberList(lctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s does not answer and the member list cannot be read: %w", r.spec.Name, err)
+	}
+	peer := s.currentSpec().PeerURL(r.spec)
+	for _, m := range list.Members {
+		if m.Name == r.spec.Name || slices.Contains(m.PeerURLs, peer) {
+			return m.ID, false, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// moveLeaderAway hands leadership from the leader (reached through leaderCli) to the
+// healthy voting member furthest along in the log.
 func moveLeaderAway(ctx context.Context, leaderCli, cli *clientv3.Client, leader uint64) error {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -210,13 +239,25 @@ func moveLeaderAway(ctx context.Context, leaderCli, cli *clientv3.Client, leader
 	if err != nil {
 		return err
 	}
+	var best uint64
+	var bestIndex uint64
 	for _, m := range list.Members {
-		if m.ID != leader && !m.IsLearner && m.Name != "" {
-			_, err := leaderCli.MoveLeader(lctx, m.ID)
-			return err
+		if m.ID == leader || m.IsLearner || m.Name == "" || len(m.ClientURLs) == 0 {
+			continue
+		}
+		st, err := cli.Status(lctx, m.ClientURLs[0])
+		if err != nil {
+			continue // not healthy: never hand leadership to it
+		}
+		if best == 0 || st.RaftIndex > bestIndex {
+			best, bestIndex = m.ID, st.RaftIndex
 		}
 	}
-	return errors.New("no other voting member to take over")
+	if best == 0 {
+		return errors.New("no other healthy voting member to take over")
+	}
+	_, err = leaderCli.MoveLeader(lctx, best)
+	return err
 }
 
 // scaleRetry is how soon a failed scaling pass is tried again.

@@ -62,6 +62,15 @@ func (s Spec) SidecarURL(m MemberSpec) string { return s.url(m.SidecarPort) }
 func (s Spec) HealthURL(m MemberSpec) string { return s.url(m.HealthPort) }
 
 // ClientURLs lists every member's client URL.
+func (s Spec) memberNames() []string {
+	var out []string
+	for _, m := range s.Members {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+// ClientURLs lists every member's client URL.
 func (s Spec) ClientURLs() []string {
 	var out []string
 	for _, m := range s.Members {

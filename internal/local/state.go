@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
 )
 
@@ -22,44 +24,53 @@ const (
 )
 
 // State is what the supervisor records in DIR/run/state.json: its own phase and, per member,
-// the processes it runs and what it last saw (this is the local cluster's "status").
+// the processes it runs and what it last saw. With the members' reports (DIR/run/reports) it
+// is the local cluster's status.
 type State struct {
-	SupervisorPID int           `json:"supervisorPid"`
-	Phase         string        `json:"phase"`
-	Error         string        `json:"error,omitempty"`
-	UpdatedAt     time.Time     `json:"updatedAt"`
-	Members       []MemberState `json:"members"`
-	// Recovery is the quorum-loss directive in force, if any.
-	Recovery *member.Recovery `json:"recovery,omitempty"`
-	// LastRecoveryEpoch is the newest directive ever issued for this cluster (epochs only grow,
-	// across supervisor restarts, so a data dir never mistakes a new directive for an old one).
-	LastRecoveryEpoch int64 `json:"lastRecoveryEpoch,omitempty"`
+	SupervisorPID int       `json:"supervisorPid"`
+	Phase         string    `json:"phase"`
+	Error         string    `json:"error,omitempty"`
+	UpdatedAt     time.Time `json:"updatedAt"`
+	// Version grows with every write.
+	Version int64         `json:"version"`
+	Members []MemberState `json:"members"`
+	// The healing status: cluster ID, voters, the recovery directive in force and the last one.
+	heal.Status
+	// Stuck names the step that has made no progress for a while ("" while progressing).
+	Stuck string `json:"stuck,omitempty"`
 }
 
 // MemberState is the supervisor's record of one member.
 type MemberState struct {
 	Name string `json:"name"`
 	// ID is the etcd member ID (hex) once the member has been seen serving.
-	ID              string `json:"id,omitempty"`
-	Ready           bool   `json:"ready"`
+	ID      string `json:"id,omitempty"`
+	Ready   bool   `json:"ready"`
+	Learner bool   `json:"learner,omitempty"`
+	// Fenced: the supervisor holds the member's etcd stopped (a recovery or a relocation).
+	Fenced          bool   `json:"fenced,omitempty"`
 	EtcdPID         int    `json:"etcdPid,omitempty"`
 	SidecarPID      int    `json:"sidecarPid,omitempty"`
 	EtcdRestarts    int    `json:"etcdRestarts"`
 	SidecarRestarts int    `json:"sidecarRestarts"`
 }
 
-// ReadState loads DIR/run/state.json (zero State if there is none).
+// ReadState loads DIR/run/state.json (zero State if there is none). A damaged file is an
+// error that names it.
 func ReadState(dir string) (State, error) {
 	var st State
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	path := filepath.Join(dir, stateFile)
+	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return st, nil
 	}
 	if err != nil {
 		return st, err
 	}
-	err = json.Unmarshal(b, &st)
-	return st, err
+	if err := json.Unmarshal(b, &st); err != nil {
+		return State{}, fmt.Errorf("%s is damaged (%v): the supervisor moves it aside and rebuilds the status from the members' reports at its next start", path, err)
+	}
+	return st, nil
 }
 
 func writeState(dir string, st State) error {
@@ -71,45 +82,95 @@ func writeState(dir string, st State) error {
 	return datadir.WriteFileAtomic(filepath.Join(dir, stateFile), b, 0o644)
 }
 
+// Where the sidecars write their reports and acknowledgements, one file per member.
+const (
+	reportsDir = "run/reports"
+	acksDir    = "run/acks"
+)
+
+func memberFile(dir, sub, name string) string { return filepath.Join(dir, sub, name+".json") }
+
+// readMemberFile reads a member's report or acknowledgement; ok=false when there is none or
+// it cannot be read (a sidecar rewrites it within a second).
+func readMemberFile[T any](dir, sub, name string) (v T, ok bool) {
+	b, err := os.ReadFile(memberFile(dir, sub, name))
+	if err != nil || json.Unmarshal(b, &v) != nil {
+		return v, false
+	}
+	return v, true
+}
+
+func writeMemberFile(dir, sub, name string, v any) error {
+	if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return datadir.WriteFileAtomic(memberFile(dir, sub, name), b, 0o600)
+}
+
+// ack is a seed's acknowledgement of a directive, as a sidecar writes it.
+type ack struct {
+	Epoch  int64                  `json:"epoch"`
+	Result member.DirectiveResult `json:"result"`
+}
+
 // View is the sidecar's ClusterView in local mode: the desired cluster is DIR/cluster.json,
-// the status is the supervisor's DIR/run/state.json. Both are re-read on every call, so a
-// change of size is seen at the next start.
-type View struct{ Dir string }
+// the status DIR/run/state.json with the members' reports beside it.
+type View struct {
+	Dir  string
+	Name string // the member this view reports for
+}
 
 var _ member.ClusterView = View{}
 
-// Desired implements member.ClusterView.
-func (v View) Desired(context.Context) (member.ClusterSpec, error) {
+// Snapshot implements member.ClusterView.
+func (v View) Snapshot(context.Context) (member.ClusterSnapshot, error) {
 	spec, ok, err := ReadSpec(v.Dir)
 	if err != nil {
-		return member.ClusterSpec{}, err
+		return member.ClusterSnapshot{}, err
 	}
 	if !ok {
-		return member.ClusterSpec{}, errors.New("no local cluster in " + v.Dir)
+		return member.ClusterSnapshot{}, errors.New("no local cluster in " + v.Dir)
 	}
-	return spec.memberView(), nil
-}
-
-// Recovery implements member.ClusterView.
-func (v View) Recovery(context.Context) (*member.Recovery, error) {
 	st, err := ReadState(v.Dir)
 	if err != nil {
-		return nil, err
+		return member.ClusterSnapshot{}, err
 	}
-	return st.Recovery, nil
-}
-
-// Status implements member.ClusterView: the members the supervisor has seen serving.
-func (v View) Status(context.Context) (member.ClusterStatus, error) {
-	st, err := ReadState(v.Dir)
-	if err != nil {
-		return member.ClusterStatus{}, err
-	}
-	var out member.ClusterStatus
+	snap := member.ClusterSnapshot{Version: fmt.Sprintf("%d", st.Version), Spec: spec.memberView(),
+		Status: member.ClusterStatus{ClusterID: st.ClusterID, Voters: st.Voters}}
+	snap.Spec.RelocatesData = true
 	for _, m := range st.Members {
-		if m.ID != "" {
-			out.Members = append(out.Members, member.StatusMember{Name: m.Name, ID: m.ID, Ready: m.Ready})
+		sm := member.StatusMember{Name: m.Name, ID: m.ID, Ready: m.Ready, Learner: m.Learner}
+		if r, ok := readMemberFile[member.Report](v.Dir, reportsDir, m.Name); ok {
+			sm.Report = &r
 		}
+		snap.Status.Members = append(snap.Status.Members, sm)
 	}
-	return out, nil
+	if d := st.Directive; d != nil {
+		dc := *d
+		// The seed sees its own acknowledgement at once, before the supervisor records it.
+		if a, ok := readMemberFile[ack](v.Dir, acksDir, dc.Seed); ok && dc.Ack == nil && a.Epoch == dc.Epoch {
+			dc.Ack = &a.Result
+		}
+		snap.Directive = &dc
+	}
+	return snap, nil
+}
+
+// Report implements member.ClusterView.
+func (v View) Report(_ context.Context, r member.Report) error {
+	return writeMemberFile(v.Dir, reportsDir, v.Name, r)
+}
+
+// AckDirective implements member.ClusterView.
+func (v View) AckDirective(_ context.Context, epoch int64, result member.DirectiveResult) error {
+	return writeMemberFile(v.Dir, acksDir, v.Name, ack{Epoch: epoch, Result: result})
+}
+
+// Watch implements member.ClusterView: inotify on the files the snapshot reads.
+func (v View) Watch(ctx context.Context) (<-chan struct{}, error) {
+	return watchFiles(ctx, filepath.Join(v.Dir, "run"), v.Dir)
 }

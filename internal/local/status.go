@@ -62,12 +62,18 @@ type MemberReport struct {
 	SidecarPID int    `json:"sidecarPid"`
 }
 
-// SupervisorReport says whether the supervisor runs.
+// SupervisorReport says whether the supervisor runs, and what the cluster's healing waits for.
 type SupervisorReport struct {
 	Running bool   `json:"running"`
 	PID     int    `json:"pid,omitempty"`
 	Phase   string `json:"phase,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Waiting names what healing waits for; Stuck is set when nothing has moved for a while.
+	Waiting string `json:"waiting,omitempty"`
+	Stuck   string `json:"stuck,omitempty"`
+	// Recovery is the quorum-loss directive in force; LastRecovery the last one retired.
+	Recovery     *member.Directive `json:"recovery,omitempty"`
+	LastRecovery *member.Directive `json:"lastRecovery,omitempty"`
 }
 
 // Status reports the cluster in dir as etcd itself reports it (member list and each
@@ -87,7 +93,8 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	pid, running := SupervisorRunning(dir)
 	rep := Report{
 		Cluster:    ClusterReport{Name: spec.Name, Size: len(spec.Members)},
-		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error},
+		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error,
+			Waiting: st.Waiting, Stuck: st.Stuck, Recovery: st.Directive, LastRecovery: st.LastRecovery},
 	}
 	if !running {
 		rep.Supervisor.Phase = PhaseStopped

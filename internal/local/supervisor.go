@@ -7,11 +7,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/heal"
+	"github.com/etcd-steward/steward/internal/member"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -49,19 +54,30 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	previous, _ := ReadState(opts.Dir)
+	previous, err := ReadState(opts.Dir)
+	if err != nil {
+		// The status is rebuilt from the members' reports and data: members with valid data
+		// restart on it; a cluster whose every member lost its data is restored from backup.
+		to := fmt.Sprintf("%s.damaged-%d", filepath.Join(opts.Dir, stateFile), time.Now().Unix())
+		if mvErr := os.Rename(filepath.Join(opts.Dir, stateFile), to); mvErr != nil {
+			return fmt.Errorf("%v; moving it aside failed: %w", err, mvErr)
+		}
+		opts.Logf("%v; moved aside to %s, rebuilding the status from the members", err, to)
+		previous = State{}
+	}
 	s := &supervisor{dir: opts.Dir, bin: bin, opts: opts, logf: opts.Logf, spec: spec,
-		state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting, LastRecoveryEpoch: previous.LastRecoveryEpoch}}
-	// The member IDs recorded earlier are the cluster's status: they persist across restarts of
-	// the supervisor, as an EtcdCluster's status does, so a member that lost its data is never
-	// taken for a member of a new cluster.
+		state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting, Version: previous.Version, Status: previous.Status}}
+	// The member IDs recorded earlier are part of the cluster's status: they persist across
+	// restarts of the supervisor, as an EtcdCluster's status does.
 	recorded := map[string]string{}
 	for _, m := range previous.Members {
 		recorded[m.Name] = m.ID
 	}
 	for _, m := range spec.Members {
 		s.state.Members = append(s.state.Members, MemberState{Name: m.Name, ID: recorded[m.Name]})
-		s.formedBefore = s.formedBefore || recorded[m.Name] != ""
+	}
+	if s.state.ClusterID == "" {
+		s.rebuildStatus(spec)
 	}
 	if err := s.save(); err != nil {
 		return fmt.Errorf("write %s: %w", stateFile, err)
@@ -94,8 +110,8 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 		}
 	}
 
-	quorum := &quorumWatch{grace: opts.QuorumLossGrace}
-	if err := s.waitReady(ctx, quorum, opts.ReadyTimeout); err != nil {
+	h := &healer{timing: heal.Timing{Grace: opts.QuorumLossGrace, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
+	if err := s.waitReady(ctx, h, opts.ReadyTimeout); err != nil {
 		return err
 	}
 	s.setPhase(PhaseReady, "")
@@ -123,8 +139,18 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 			}
 		}
 	}()
+	for _, sub := range []string{reportsDir, acksDir} {
+		if err := os.MkdirAll(filepath.Join(s.dir, sub), 0o700); err != nil {
+			return err
+		}
+	}
+	reports, err := watchFiles(ctx, filepath.Join(s.dir, reportsDir), filepath.Join(s.dir, acksDir))
+	if err != nil {
+		opts.Logf("cannot watch the members' reports (%v): observing every second only", err)
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var lastRound time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -134,10 +160,18 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 			case pending <- struct{}{}:
 			default: // a pass is already queued; it reads the newest cluster.json
 			}
+			continue
 		case <-tick.C:
-			s.observe(ctx)
-			quorum.check(ctx, s)
+		case <-reports:
+			// A recovery moves on as soon as a member reports or acknowledges, but no
+			// faster than 4 rounds a second.
+			if s.currentDirective() == nil || time.Since(lastRound) < 250*time.Millisecond {
+				continue
+			}
 		}
+		lastRound = time.Now()
+		s.observe(ctx)
+		s.heal(ctx, h)
 	}
 }
 
@@ -147,12 +181,7 @@ type supervisor struct {
 	opts UpOptions
 	logf func(string, ...any)
 
-	// formedBefore: member IDs were recorded by an earlier run.
-	formedBefore bool
-
-	mu sync.Mutex
-	// joining is the member being added by a scale-up: not part of the quorum until it votes.
-	joining string
+	mu      sync.Mutex
 	spec    Spec
 	runs    []*memberRun // in spec order
 	state   State
@@ -215,6 +244,11 @@ func (s *supervisor) startMember(m MemberSpec) error {
 	if c, err := clientv3.New(clientv3.Config{Endpoints: []string{spec.ClientURL(m)}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err == nil {
 		r.client = c
 	}
+	// A member fenced by the directive in force (recorded before a supervisor restart)
+	// does not start its etcd until the directive releases it.
+	if slices.Contains(s.currentDirective().Fenced(spec.memberNames()), m.Name) {
+		r.etcd.hold(0)
+	}
 	var sidecarCtx, etcdCtx context.Context
 	sidecarCtx, r.stopSidecar = context.WithCancel(context.Background())
 	etcdCtx, r.stopEtcd = context.WithCancel(context.Background())
@@ -235,6 +269,7 @@ func (s *supervisor) setPhase(phase, msg string) {
 
 func (s *supervisor) save() error {
 	s.mu.Lock()
+	s.state.Version++
 	st := s.state
 	st.Members = append([]MemberState(nil), s.state.Members...)
 	s.mu.Unlock()
@@ -255,7 +290,7 @@ func (s *supervisor) observe(ctx context.Context) {
 		m.SidecarPID, m.SidecarRestarts, _ = r.sidecar.snapshot()
 		m.EtcdRestarts = max(m.EtcdRestarts-1, 0)
 		m.SidecarRestarts = max(m.SidecarRestarts-1, 0)
-		m.Ready = obs[i].ready
+		m.Ready, m.Learner = obs[i].ready, obs[i].learner
 		if obs[i].id != "" {
 			if m.ID != "" && m.ID != obs[i].id {
 				s.logf("member %s changed ID from %s to %s", m.Name, m.ID, obs[i].id)
@@ -278,16 +313,16 @@ func (s *supervisor) memberStateLocked(name string) *MemberState {
 	return nil
 }
 
-// waitReady polls until every member is healthy. It fails early when a process of a new
-// cluster keeps dying, with the end of its log.
-func (s *supervisor) waitReady(ctx context.Context, quorum *quorumWatch, timeout time.Duration) error {
+// waitReady polls until every member is healthy, healing meanwhile (a cluster that formed
+// before may come up without its quorum). It fails early when a process of a new cluster
+// keeps dying, with the end of its log.
+func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		s.observe(ctx)
-		// A cluster that formed before may come up without its quorum: recover it.
-		quorum.check(ctx, s)
+		s.heal(ctx, h)
 		s.mu.Lock()
 		var waiting []string
 		for _, m := range s.state.Members {
@@ -295,13 +330,14 @@ func (s *supervisor) waitReady(ctx context.Context, quorum *quorumWatch, timeout
 				waiting = append(waiting, m.Name)
 			}
 		}
+		formed := s.state.ClusterID != ""
 		s.mu.Unlock()
 		if len(waiting) == 0 {
 			return nil
 		}
 		for _, r := range s.memberRuns() {
 			for _, p := range []*process{r.etcd, r.sidecar} {
-				if _, starts, lastExit := p.snapshot(); starts >= maxStartsBeforeReady && lastExit != "" && !s.formed() {
+				if _, starts, lastExit := p.snapshot(); starts >= maxStartsBeforeReady && lastExit != "" && !formed {
 					return fmt.Errorf("member %s: %s keeps failing to start (%d starts, last: %s); its log %s ends with:\n%s",
 						p.member, p.kind, starts, lastExit, p.log, TailFile(p.log, 15))
 				}
@@ -318,16 +354,10 @@ func (s *supervisor) waitReady(ctx context.Context, quorum *quorumWatch, timeout
 	}
 }
 
-// formed reports whether the cluster has run before (some member ID is recorded).
-func (s *supervisor) formed() bool {
+func (s *supervisor) currentDirective() *member.Directive {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, m := range s.state.Members {
-		if m.ID != "" {
-			return true
-		}
-	}
-	return false
+	return s.state.Directive
 }
 
 type memberObservation struct {
@@ -385,4 +415,39 @@ func TailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// rebuildStatus recovers the cluster ID and voters from the members' data dirs when the
+// status records none (lost or damaged state, or a cluster that never formed): a member that
+// lost its data must never bootstrap a new cluster beside members that still hold the old
+// one. A member whose data dir holds nothing of that cluster is recorded by name only.
+func (s *supervisor) rebuildStatus(spec Spec) {
+	var clusterID string
+	ids := map[string]string{}
+	for _, m := range spec.Members {
+		dataDir := MemberDataDir(s.dir, m.Name)
+		id, ok, err := datadir.ReadIdentity(dataDir)
+		if err != nil || !ok || id.ClusterToken != spec.Token || id.MemberName != m.Name || id.ClusterID == "" {
+			continue
+		}
+		member, cluster, err := datadir.ReadWALMetadata(filepath.Join(dataDir, "member", "wal"))
+		if err != nil || fmt.Sprintf("%x", cluster) != id.ClusterID || fmt.Sprintf("%x", member) != id.MemberID {
+			continue
+		}
+		if clusterID == "" {
+			clusterID = id.ClusterID
+		}
+		if id.ClusterID == clusterID {
+			ids[m.Name] = id.MemberID
+		}
+	}
+	if clusterID == "" {
+		return
+	}
+	s.state.ClusterID = clusterID
+	s.state.Voters = nil
+	for _, m := range spec.Members {
+		s.state.Voters = append(s.state.Voters, member.Voter{ID: ids[m.Name], Name: m.Name, PeerURL: spec.PeerURL(m)})
+	}
+	s.logf("no cluster in the status: rebuilt from the members' data dirs: cluster %s, voters %s", clusterID, voterNames(s.state.Voters))
 }

@@ -19,7 +19,7 @@ import (
 func (s *Sidecar) runBackups(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
-		spec, err := s.cfg.View.Desired(ctx)
+		spec, err := s.desired(ctx)
 		var self MemberSpec
 		if err == nil {
 			var ok bool
@@ -158,7 +158,7 @@ func (s *Sidecar) leaderSidecar(ctx context.Context, endpoint string) (string, e
 	if err != nil {
 		return "", err
 	}
-	spec, err := s.cfg.View.Desired(ctx)
+	spec, err := s.desired(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -15,16 +15,21 @@ type Observation struct {
 	// ClusterSize is the desired number of members; ClusterToken the desired cluster's token.
 	ClusterSize  int
 	ClusterToken string
-	// Status lists the members that the cluster status (supervisor or operator) recorded.
-	Status []StatusMember
+	// RelocatesData: whoever runs the cluster moves data found in the wrong member's dir back.
+	RelocatesData bool
+	// Status is the cluster status (cluster ID, voters, members and their last reports).
+	Status ClusterStatus
 	// Data is what is in this member's data dir.
 	Data datadir.State
 	// Live is what the running cluster (the other members) says.
 	Live LiveCluster
-	// Recovery is the quorum-loss directive in force, if any.
-	Recovery *Recovery
-	// AppliedRecoveryEpoch is the newest directive this data dir has already carried out.
-	AppliedRecoveryEpoch int64
+	// Directive is the quorum-loss directive in force, if any.
+	Directive *Directive
+	// AppliedEpoch is the newest directive this data dir has already carried out.
+	AppliedEpoch int64
+	// BackupHolds: the backup store holds a full snapshot. Asked only while the status has
+	// no cluster ID (a cluster that never formed, or a status that was lost).
+	BackupHolds bool
 }
 
 // LiveCluster is the running cluster as seen from the other members.
@@ -43,22 +48,6 @@ type LiveMember struct {
 	PeerURL   string `json:"peerURL"`
 	IsLearner bool   `json:"isLearner"`
 }
-
-// Recovery is a directive to recover from a quorum lost for good, issued by the supervisor or
-// operator. Epochs only grow; a data dir records the epoch it carried out so that a
-// directive is never applied twice.
-type Recovery struct {
-	Epoch int64 `json:"epoch"`
-	// Mode: RecoverFromSurvivor (the seed restarts alone on its data) or RecoverFromBackup.
-	Mode string `json:"mode"`
-	Seed string `json:"seed"`
-}
-
-// Recovery modes.
-const (
-	RecoverFromSurvivor = "survivor"
-	RecoverFromBackup   = "backup"
-)
 
 // Action is what the sidecar does before handing etcd its configuration.
 type Action string
@@ -122,51 +111,23 @@ func Decide(o Observation) Plan {
 }
 
 func decide(o Observation) Plan {
-	statusTotal, statusReady, selfInStatus := countStatus(o.Status, o.Self)
 	selfLive, selfLiveOK := o.liveSelf()
 	data := describeData(o.Data)
 
-	if r := o.Recovery; r != nil && r.Epoch > o.AppliedRecoveryEpoch {
-		return decideRecovery(o, *r, selfLive)
+	if d := o.Directive; d != nil && d.Epoch > o.AppliedEpoch {
+		if p, ok := decideDirective(o, *d, selfLive); ok {
+			return p
+		}
 	}
 
 	switch {
 	case o.Data.Valid():
-		foreign := o.foreignReason()
-		if foreign == "" {
-			foreign = o.liveOwnerReason()
-		}
-		switch {
-		case foreign != "" && o.Live.Quorate:
-			return Plan{Case: "ForeignDataReplace", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside,
-				RemoveMemberID: selfLive.ID,
-				Reason:         fmt.Sprintf("data dir belongs to someone else (%s): it is moved aside, never started on; rejoin as a new learner", foreign)}
-		case foreign != "":
-			return Plan{Case: "ForeignDataWaitForQuorum", Action: ActionWait,
-				Reason: fmt.Sprintf("data dir belongs to someone else (%s) and the cluster has no quorum to rejoin: waiting", foreign)}
-		case o.Live.Quorate && o.Live.ClusterID != "" && o.Data.ClusterIDHex() != o.Live.ClusterID:
-			return Plan{Case: "DataOfAnotherClusterReplace", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside,
-				RemoveMemberID: selfLive.ID,
-				Reason:         fmt.Sprintf("data dir is of cluster %s, the running cluster is %s: moved aside; rejoin as a new learner", o.Data.ClusterIDHex(), o.Live.ClusterID)}
-		case o.Live.Quorate && !o.liveHasID(o.Data.MemberIDHex()):
-			return Plan{Case: "RemovedWhileDownRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData,
-				RemoveMemberID: selfLive.ID,
-				Reason:         fmt.Sprintf("member %s was removed from the cluster while it was down: its old data is wiped; rejoin as a new learner", o.Data.MemberIDHex())}
-		case o.Live.Quorate && selfLiveOK && selfLive.IsLearner:
-			return Plan{Case: "RestartLearner", Action: ActionRestart, ClusterState: "existing",
-				Reason: fmt.Sprintf("data dir holds valid data of learner %s (%s): restart; it is promoted once caught up", o.Data.MemberIDHex(), validation(o.Data))}
-		case o.Live.Quorate || statusReady > o.ClusterSize/2:
-			return Plan{Case: "RestartQuorate", Seed: "001 initialisation case 3", Action: ActionRestart, ClusterState: "existing",
-				Reason: fmt.Sprintf("data dir holds valid data of member %s (%s); the cluster has quorum: restart on it", o.Data.MemberIDHex(), validation(o.Data))}
-		default:
-			return Plan{Case: "RestartNonQuorate", Seed: "001 initialisation case 6", Action: ActionRestart, ClusterState: "existing",
-				Reason: fmt.Sprintf("data dir holds valid data of member %s (%s); no quorum (%d of %d ready): restart on it so the quorum can re-form", o.Data.MemberIDHex(), validation(o.Data), statusReady, o.ClusterSize)}
-		}
+		return decideValidData(o, selfLive, selfLiveOK)
 
 	case !o.Data.Empty(): // damaged or incomplete
 		if o.Live.Quorate {
 			return Plan{Case: "ReplaceInvalidData", Seed: "001 initialisation case 4", Action: ActionJoinAsLearner, ClusterState: "existing",
-				Disposal: WipeData, RemoveMemberID: firstNonEmpty(selfLive.ID, o.Data.MemberIDHex(), statusID(o.Status, o.Self)),
+				Disposal: WipeData, RemoveMemberID: firstNonEmpty(selfLive.ID, o.Data.MemberIDHex(), o.statusID()),
 				Reason: fmt.Sprintf("data dir is %s; the cluster has quorum: wipe, remove the old member, rejoin as a learner", data)}
 		}
 		return Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait,
@@ -174,60 +135,125 @@ func decide(o Observation) Plan {
 	}
 
 	// Empty data dir.
+	formed := o.Status.ClusterID != "" || len(o.Status.Voters) > 0
 	switch {
 	case o.Live.Quorate && selfLiveOK && selfLive.Name == "" && !selfLive.IsLearner:
-		return Plan{Case: "BootstrapFollowingMember", Seed: "001 initialisation case 2", Action: ActionBootstrap, ClusterState: "new",
-			Reason: "empty data dir; the cluster was bootstrapped with this member, which never started: start it as part of the bootstrap"}
-	case o.Live.Quorate && (selfLiveOK || selfInStatus):
+		// Joins with initial-cluster-state=existing: the cluster it was listed in has formed.
+		return Plan{Case: "StartUnstartedMember", Seed: "001 initialisation case 2", Action: ActionJoinAsLearner, ClusterState: "existing",
+			Reason: "empty data dir; the cluster was bootstrapped with this member, which never started: start it as that member of the running cluster"}
+	case o.Live.Quorate && (selfLiveOK || o.statusID() != ""):
 		return Plan{Case: "ReplaceLostData", Seed: "001 initialisation case 5", Action: ActionJoinAsLearner, ClusterState: "existing",
-			RemoveMemberID: firstNonEmpty(selfLive.ID, statusID(o.Status, o.Self)),
+			RemoveMemberID: firstNonEmpty(selfLive.ID, o.statusID()),
 			Reason:         "empty data dir of a member the cluster knows: remove the old member, rejoin as a learner"}
 	case o.Live.Quorate:
 		return Plan{Case: "JoinRunningCluster", Action: ActionJoinAsLearner, ClusterState: "existing",
 			Reason: "new member of a running cluster (scale-up): join as a learner"}
-	case statusTotal == 0:
-		return Plan{Case: "BootstrapFirstMember", Seed: "001 initialisation case 1", Action: ActionBootstrap, ClusterState: "new",
-			Reason: fmt.Sprintf("empty data dir and no member in the cluster status: bootstrap a new %d-member cluster", o.ClusterSize)}
-	case !selfInStatus && statusTotal < o.ClusterSize:
-		return Plan{Case: "BootstrapFollowingMember", Seed: "001 initialisation case 2", Action: ActionBootstrap, ClusterState: "new",
-			Reason: fmt.Sprintf("empty data dir; %d of %d members in the cluster status, not this one: join the bootstrap of the new cluster", statusTotal, o.ClusterSize)}
+	case formed:
+		return Plan{Case: "LostDataWaitForQuorum", Action: ActionWait,
+			Reason: fmt.Sprintf("empty data dir; the cluster %s has formed and no quorum answers: waiting (never bootstraps beside it; the supervisor or operator recovers a quorum lost for good)", o.Status.ClusterID)}
+	case o.BackupHolds:
+		return Plan{Case: "NoStatusBackupExistsWait", Seed: "001 initialisation case 1", Action: ActionWait,
+			Reason: "empty data dir and no cluster in the status, but the backup store holds backups: waiting for a restore directive (an empty new cluster would hide them)"}
 	}
-	return Plan{Case: "LostDataWaitForQuorum", Action: ActionWait,
-		Reason: fmt.Sprintf("empty data dir of a member the cluster status lists, and no quorum (%d of %d ready): waiting (the supervisor or operator recovers a quorum lost for good)", statusReady, o.ClusterSize)}
+	return Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new",
+		Reason: fmt.Sprintf("empty data dir, the cluster has never formed and the backup store holds nothing: bootstrap a new %d-member cluster", o.ClusterSize)}
 }
 
-// decideRecovery carries out a quorum-loss directive (seed 001 cases 7 and 8; decision-table case 10).
-func decideRecovery(o Observation, r Recovery, selfLive LiveMember) Plan {
-	if r.Seed == o.Self {
-		switch r.Mode {
-		case RecoverFromSurvivor:
-			if o.Data.Valid() && o.foreignReason() == "" {
-				return Plan{Case: "QuorumLossSeedFromSurvivor", Action: ActionForceNewCluster, ClusterState: "existing", RecoveryEpoch: r.Epoch,
-					Reason: fmt.Sprintf("quorum lost for good; this member holds the newest valid data (revision %d): restart alone on it (force-new-cluster), the others rejoin as learners", o.Data.Revision)}
-			}
-			return Plan{Case: "QuorumLossSeedWithoutData", Action: ActionWait,
-				Reason: fmt.Sprintf("directive %d names this member as survivor seed, but its data dir is %s: waiting for a new directive", r.Epoch, describeData(o.Data))}
-		case RecoverFromBackup:
-			return Plan{Case: "QuorumLossRestoreFromBackup", Seed: "001 initialisation case 7", Action: ActionRestoreFromBackup, ClusterState: "new",
-				Disposal: MoveDataAside, RecoveryEpoch: r.Epoch,
-				Reason: "quorum lost for good and no member has valid data: restore the backup chain (full + deltas), start alone, take a full snapshot; the others rejoin as learners"}
-		}
-		return Plan{Case: "UnknownRecoveryMode", Action: ActionWait, Reason: fmt.Sprintf("directive %d has unknown mode %q: waiting", r.Epoch, r.Mode)}
+// decideValidData decides for a data dir that holds a member's valid WAL and database.
+func decideValidData(o Observation, selfLive LiveMember, selfLiveOK bool) Plan {
+	foreign := o.foreignReason()
+	if foreign == "" {
+		foreign = o.liveOwnerReason()
 	}
-	if o.Live.Quorate && o.liveHasName(r.Seed) {
-		disposal := WipeData
-		switch {
-		case o.Data.Empty():
+	owner := o.dataOwner()
+	relocatable := o.RelocatesData && owner != "" && owner != o.Self && !o.Status.reportsOwnData(owner)
+	switch {
+	case foreign != "" && relocatable:
+		return Plan{Case: "DataOfAnotherMemberRelocate", Action: ActionWait,
+			Reason: fmt.Sprintf("data dir holds the data of member %s (%s), whose own data dir does not: waiting for it to be moved back", owner, foreign)}
+	case foreign != "" && o.Live.Quorate:
+		return Plan{Case: "ForeignDataReplace", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside,
+			RemoveMemberID: selfLive.ID,
+			Reason:         fmt.Sprintf("data dir belongs to someone else (%s): it is moved aside, never started on; rejoin as a new learner", foreign)}
+	case foreign != "":
+		return Plan{Case: "ForeignDataWaitForQuorum", Action: ActionWait,
+			Reason: fmt.Sprintf("data dir belongs to someone else (%s) and the cluster has no quorum to rejoin: waiting", foreign)}
+	}
+	clusterID := firstNonEmpty(o.Live.ClusterID, o.Status.ClusterID)
+	if !o.Live.Quorate {
+		clusterID = o.Status.ClusterID
+	}
+	switch {
+	case clusterID != "" && o.Data.ClusterIDHex() != clusterID && o.Live.Quorate:
+		return Plan{Case: "DataOfAnotherClusterReplace", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside,
+			RemoveMemberID: selfLive.ID,
+			Reason:         fmt.Sprintf("data dir is of cluster %s, the running cluster is %s: moved aside; rejoin as a new learner", o.Data.ClusterIDHex(), clusterID)}
+	case clusterID != "" && o.Data.ClusterIDHex() != clusterID:
+		return Plan{Case: "DataOfAnotherClusterWait", Action: ActionWait,
+			Reason: fmt.Sprintf("data dir is of cluster %s, the cluster is %s and has no quorum: never started on; waiting", o.Data.ClusterIDHex(), clusterID)}
+	case o.Live.Quorate && !o.liveHasID(o.Data.MemberIDHex()):
+		return Plan{Case: "RemovedWhileDownRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData,
+			RemoveMemberID: selfLive.ID,
+			Reason:         fmt.Sprintf("member %s was removed from the cluster while it was down: its old data is wiped; rejoin as a new learner", o.Data.MemberIDHex())}
+	case o.Live.Quorate && selfLiveOK && selfLive.IsLearner:
+		return Plan{Case: "RestartLearner", Action: ActionRestart, ClusterState: "existing",
+			Reason: fmt.Sprintf("data dir holds valid data of learner %s (%s): restart; it is promoted once caught up", o.Data.MemberIDHex(), validation(o.Data))}
+	case o.Live.Quorate:
+		return Plan{Case: "RestartQuorate", Seed: "001 initialisation case 3", Action: ActionRestart, ClusterState: "existing",
+			Reason: fmt.Sprintf("data dir holds valid data of member %s (%s); the cluster has quorum: restart on it", o.Data.MemberIDHex(), validation(o.Data))}
+	}
+	return Plan{Case: "RestartNonQuorate", Seed: "001 initialisation case 6", Action: ActionRestart, ClusterState: "existing",
+		Reason: fmt.Sprintf("data dir holds valid data of member %s (%s); no quorum answers: restart on it so the quorum can re-form", o.Data.MemberIDHex(), validation(o.Data))}
+}
+
+// decideDirective carries out a quorum-loss directive this data dir has not carried out
+// (seed 001 initialisation cases 7 and 8; decision-table case 10). ok=false: the directive
+// asks nothing of this member and the ordinary decisions apply.
+func decideDirective(o Observation, d Directive, selfLive LiveMember) (Plan, bool) {
+	switch {
+	case d.Phase == PhaseFencing:
+		return Plan{Case: "QuorumLossFenced", Action: ActionWait,
+			Reason: fmt.Sprintf("quorum lost for good: every member is stopped while directive %d chooses the recovery source", d.Epoch)}, true
+	case d.Phase == PhaseSeeding && d.Seed == o.Self:
+		return decideSeed(o, d), true
+	case d.Phase == PhaseSeeding:
+		return Plan{Case: "QuorumLossFollowerWait", Action: ActionWait,
+			Reason: fmt.Sprintf("waiting for %s to recover the quorum (directive %d, %s)", d.Seed, d.Epoch, d.Mode)}, true
+	case d.Phase == PhaseRejoining && d.Seed == o.Self:
+		// Carried out and acknowledged: a seed that since lost its data is replaced like any
+		// member, never seeded again.
+		return Plan{}, false
+	case d.Phase == PhaseRejoining && o.Live.Quorate && o.liveHasName(d.Seed):
+		disposal := MoveDataAside // what recovery replaces is kept, never wiped
+		if o.Data.Empty() {
 			disposal = KeepData
-		case o.foreignReason() != "":
-			disposal = MoveDataAside // someone else's data: kept, never wiped
 		}
 		return Plan{Case: "QuorumLossFollowerRejoin", Seed: "001 initialisation case 8", Action: ActionJoinAsLearner, ClusterState: "existing",
-			Disposal: disposal, RemoveMemberID: selfLive.ID, RecoveryEpoch: r.Epoch,
-			Reason: fmt.Sprintf("quorum was recovered around %s (directive %d): this member's old data is superseded; rejoin as a learner", r.Seed, r.Epoch)}
+			Disposal: disposal, RemoveMemberID: selfLive.ID, RecoveryEpoch: d.Epoch,
+			Reason: fmt.Sprintf("quorum was recovered around %s (directive %d): this member's old data is superseded (moved aside); rejoin as a learner", d.Seed, d.Epoch)}, true
+	case d.Phase == PhaseRejoining:
+		return Plan{Case: "QuorumLossFollowerWait", Action: ActionWait,
+			Reason: fmt.Sprintf("directive %d: %s recovered the quorum but no quorum answers now: waiting", d.Epoch, d.Seed)}, true
 	}
-	return Plan{Case: "QuorumLossFollowerWait", Action: ActionWait,
-		Reason: fmt.Sprintf("waiting for %s to recover the quorum (directive %d, %s)", r.Seed, r.Epoch, r.Mode)}
+	return Plan{Case: "UnknownDirective", Action: ActionWait, Reason: fmt.Sprintf("directive %d has unknown phase %q: waiting", d.Epoch, d.Phase)}, true
+}
+
+// decideSeed is the seed's part of a directive.
+func decideSeed(o Observation, d Directive) Plan {
+	switch d.Mode {
+	case RecoverFromSurvivor:
+		if o.Data.Valid() && o.foreignReason() == "" {
+			return Plan{Case: "QuorumLossSeedFromSurvivor", Action: ActionForceNewCluster, ClusterState: "existing", RecoveryEpoch: d.Epoch,
+				Reason: fmt.Sprintf("quorum lost for good; this member's log would win an election (revision %d): keep every entry it logged, restart alone on it (force-new-cluster); the others rejoin as learners", o.Data.Revision)}
+		}
+		return Plan{Case: "QuorumLossSeedWithoutData", Action: ActionWait,
+			Reason: fmt.Sprintf("directive %d names this member as survivor seed, but its data dir is %s: waiting for a new directive", d.Epoch, describeData(o.Data))}
+	case RecoverFromBackup:
+		return Plan{Case: "QuorumLossRestoreFromBackup", Seed: "001 initialisation case 7", Action: ActionRestoreFromBackup, ClusterState: "new",
+			Disposal: MoveDataAside, RecoveryEpoch: d.Epoch,
+			Reason: "quorum lost for good and the backup holds the most: restore the backup chain (full + deltas), start alone, take a full snapshot; the others rejoin as learners"}
+	}
+	return Plan{Case: "UnknownRecoveryMode", Action: ActionWait, Reason: fmt.Sprintf("directive %d has unknown mode %q: waiting", d.Epoch, d.Mode)}
 }
 
 func (o Observation) liveSelf() (LiveMember, bool) {
@@ -285,26 +311,41 @@ func (o Observation) liveOwnerReason() string {
 	return ""
 }
 
-func countStatus(members []StatusMember, self string) (total, ready int, selfIn bool) {
-	for _, m := range members {
-		total++
-		if m.Ready {
-			ready++
-		}
-		if m.Name == self {
-			selfIn = true
-		}
-	}
-	return total, ready, selfIn
-}
-
-func statusID(members []StatusMember, self string) string {
-	for _, m := range members {
-		if m.Name == self {
+// statusID is this member's ID as the cluster status records it.
+func (o Observation) statusID() string {
+	for _, m := range o.Status.Members {
+		if m.Name == o.Self {
 			return m.ID
 		}
 	}
 	return ""
+}
+
+// dataOwner names the member of this cluster the data dir's data belongs to: the identity
+// file's member when it is of this cluster, else the voter with the WAL's member ID.
+func (o Observation) dataOwner() string {
+	if id := o.Data.Identity; id != nil && id.MemberName != "" && (o.ClusterToken == "" || id.ClusterToken == o.ClusterToken) {
+		return id.MemberName
+	}
+	if name, ok := o.Status.VoterName(o.Data.MemberIDHex()); ok {
+		return name
+	}
+	for _, m := range o.Live.Members {
+		if m.ID == o.Data.MemberIDHex() {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+// reportsOwnData reports whether member name's last report says it holds its own data.
+func (s ClusterStatus) reportsOwnData(name string) bool {
+	for _, m := range s.Members {
+		if m.Name == name {
+			return m.Report.OwnData()
+		}
+	}
+	return false
 }
 
 func firstNonEmpty(ss ...string) string {

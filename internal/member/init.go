@@ -3,6 +3,7 @@ package member
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"fmt"
 	"os"
 	"strconv"
@@ -15,99 +16,110 @@ import (
 	"go.uber.org/zap"
 )
 
-// waitInterval is how often a waiting initialisation observes again.
+// waitInterval is how often a waiting initialisation observes again when nothing changed.
 const waitInterval = time.Second
 
-// directivePoll is how often a waiting initialisation checks for a new recovery directive.
-const directivePoll = 250 * time.Millisecond
+// Retries of a failed step back off exponentially with jitter between these bounds.
+const (
+	retryMin = time.Second
+	retryMax = 30 * time.Second
+)
+
+// backoff is the delay before retry n (1-based): doubling from retryMin up to retryMax, each
+// spread by ±25% so that members retrying the same step do not move in lockstep.
+func backoff(n int) time.Duration {
+	d := min(retryMin<<min(max(n-1, 0), 10), retryMax)
+	return time.Duration(float64(d) * (0.75 + rand.Float64()/2))
+}
 
 // runInit observes, decides and acts until a plan produces a configuration. Plans that
-// wait (no quorum, no directive yet) keep the initialisation running and observe again.
+// wait (no quorum, no directive yet) keep the initialisation running and observe again,
+// at once when the cluster view changes.
 func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
-	restoreFailures := 0
+	changes, err := s.cfg.View.Watch(ctx)
+	if err != nil {
+		s.lg.Warn("cannot watch the cluster view; observing every second", zap.Error(err))
+	}
+	failures := 0
 	for {
 		delay := waitInterval
-		// A new recovery directive ends the current pass: the seed of a quorum-loss recovery
-		// acts at once, not after the lost cluster's member-list timeouts.
-		pass, stop := s.untilDirectiveChanges(ctx)
-		spec, obs, err := s.observe(pass)
-		if pass.Err() != nil && ctx.Err() == nil {
-			stop()
-			continue // the directive changed while observing: observe again
+		// A change of the view (a new directive) ends the observation at once: the seed of a
+		// quorum-loss recovery acts without waiting out the lost cluster's timeouts.
+		obsCtx, cancel := context.WithCancel(ctx)
+		changed := make(chan struct{})
+		go func() {
+			select {
+			case <-changes:
+				close(changed)
+				cancel()
+			case <-obsCtx.Done():
+			}
+		}()
+		spec, obs, err := s.observe(obsCtx)
+		cancel()
+		var plan Plan
+		switch {
+		case ctx.Err() != nil:
+			return nil, nil, ctx.Err()
+		case err != nil && isClosed(changed):
+			continue // the view changed while observing: observe again
+		case err != nil:
+			failures++
+			delay = backoff(failures)
+			plan = Plan{Case: "ObservationFailed", Action: ActionWait, Reason: err.Error()}
+			s.lg.Warn("cannot observe; retrying", zap.Error(err), zap.Duration("retryIn", delay))
+		default:
+			plan = Decide(obs)
+			s.lg.Info("initialisation decision", zap.String("case", plan.Case), zap.String("seed", plan.Seed),
+				zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
 		}
-		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		plan := Decide(obs)
-		s.lg.Info("initialisation decision", zap.String("case", plan.Case), zap.String("seed", plan.Seed),
-			zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
 		if plan.Action != ActionWait {
-			stop()
 			cfg, err := s.act(ctx, spec, obs, plan)
 			if err == nil || !errors.Is(err, errTryAgain) {
 				return &plan, cfg, err
 			}
-			if plan.Action == ActionRestoreFromBackup {
-				// A damaged chain or an unreachable store is not fixed in a second: back off.
-				restoreFailures++
-				delay = min(waitInterval<<min(restoreFailures-1, 6), time.Minute)
-			}
+			failures++
+			delay = backoff(failures)
 			s.lg.Warn("initialisation step failed; observing again", zap.String("case", plan.Case), zap.Error(err),
 				zap.Duration("retryIn", delay))
-			plan.Reason = err.Error()
+			plan.Reason = fmt.Sprintf("%v (attempt %d; next in %s)", err, failures, delay.Round(100*time.Millisecond))
+		} else if err == nil {
+			failures = 0
 		}
-		s.mu.Lock()
-		s.status.Message, s.status.Case, s.plan = plan.Reason, plan.Case, &plan
-		s.mu.Unlock()
+		s.setWaiting(plan)
 		select {
 		case <-ctx.Done():
-			stop()
 			return &plan, nil, ctx.Err()
-		case <-pass.Done():
+		case <-changed:
+			if plan.Action == ActionWait {
+				continue // something changed: decide again at once
+			}
+			// A failed step backs off even when the view changes: it may change every second.
+			select {
+			case <-ctx.Done():
+				return &plan, nil, ctx.Err()
+			case <-time.After(delay):
+			}
 		case <-time.After(delay):
 		}
-		stop()
 	}
 }
 
-// untilDirectiveChanges returns a context that ends when the recovery directive differs from
-// the one in force when it was called (or when ctx ends).
-func (s *Sidecar) untilDirectiveChanges(ctx context.Context) (context.Context, context.CancelFunc) {
-	pass, cancel := context.WithCancel(ctx)
-	epoch := func() (int64, bool) {
-		r, err := s.cfg.View.Recovery(pass)
-		if err != nil {
-			return 0, false
-		}
-		if r == nil {
-			return 0, true
-		}
-		return r.Epoch, true
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
-	go func() {
-		first, ok := epoch()
-		for !ok {
-			select {
-			case <-pass.Done():
-				return
-			case <-time.After(directivePoll):
-			}
-			first, ok = epoch()
-		}
-		for {
-			select {
-			case <-pass.Done():
-				return
-			case <-time.After(directivePoll):
-			}
-			if now, ok := epoch(); ok && now != first {
-				cancel()
-				return
-			}
-		}
-	}()
-	return pass, cancel
+}
+
+// setWaiting records the decision the initialisation waits on, for the init API and the report.
+func (s *Sidecar) setWaiting(plan Plan) {
+	s.mu.Lock()
+	s.status.Message, s.status.Case, s.plan = plan.Reason, plan.Case, &plan
+	s.mu.Unlock()
+	s.kickReport()
 }
 
 // errTryAgain marks a transient obstacle (another learner is joining, leadership moving):
@@ -115,21 +127,14 @@ func (s *Sidecar) untilDirectiveChanges(ctx context.Context) (context.Context, c
 var errTryAgain = errors.New("try again")
 
 func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error) {
-	spec, err := s.cfg.View.Desired(ctx)
+	snap, err := s.cfg.View.Snapshot(ctx)
 	if err != nil {
-		return spec, Observation{}, fmt.Errorf("read the desired cluster: %w", err)
+		return ClusterSpec{}, Observation{}, fmt.Errorf("read the cluster view: %w", err)
 	}
+	spec := snap.Spec
 	self, ok := spec.Member(s.cfg.Name)
 	if !ok {
 		return spec, Observation{}, fmt.Errorf("member %q is not in the desired cluster %q (members: %s)", s.cfg.Name, spec.Name, memberNames(spec))
-	}
-	status, err := s.cfg.View.Status(ctx)
-	if err != nil {
-		return spec, Observation{}, fmt.Errorf("read the cluster status: %w", err)
-	}
-	recovery, err := s.cfg.View.Recovery(ctx)
-	if err != nil {
-		return spec, Observation{}, fmt.Errorf("read the recovery directive: %w", err)
 	}
 	data, err := s.inspect()
 	if err != nil {
@@ -142,14 +147,23 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 	}
 	s.lastData.Store(&data)
 	obs := Observation{Self: s.cfg.Name, SelfPeerURL: self.PeerURL, ClusterSize: len(spec.Members), ClusterToken: spec.Token,
-		Status: status.Members, Data: data, Recovery: recovery}
+		RelocatesData: spec.RelocatesData, Status: snap.Status, Data: data, Directive: snap.Directive}
 	if data.Identity != nil {
-		obs.AppliedRecoveryEpoch = data.Identity.RecoveryEpoch
+		obs.AppliedEpoch = data.Identity.RecoveryEpoch
 	}
 	// The seed of a recovery does not need the (lost) cluster's view, whose member-list
 	// timeouts would only delay it; everyone else does.
-	if r := recovery; r == nil || r.Epoch <= obs.AppliedRecoveryEpoch || r.Seed != s.cfg.Name {
+	if d := snap.Directive; d == nil || d.Epoch <= obs.AppliedEpoch || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name {
 		obs.Live = observeLive(ctx, others(spec, s.cfg.Name))
+	}
+	// Whether the store holds backups matters only to a member that would otherwise
+	// bootstrap a new cluster.
+	if data.Empty() && !obs.Live.Quorate && snap.Status.ClusterID == "" && len(snap.Status.Voters) == 0 && s.cfg.Backup.StoreURL != "" {
+		holds, err := s.backupHolds(ctx)
+		if err != nil {
+			return spec, Observation{}, fmt.Errorf("the cluster has never formed and the backup store cannot say whether it holds backups (a new cluster is bootstrapped only when it holds none): %w", err)
+		}
+		obs.BackupHolds = holds
 	}
 	return spec, obs, nil
 }
@@ -211,7 +225,7 @@ func (s *Sidecar) act(ctx context.Context, spec ClusterSpec, obs Observation, pl
 		s.lg.Info("removed an unfinished restore", zap.String("dir", datadir.PartDir(s.cfg.DataDir)))
 	}
 	identity := datadir.Identity{ClusterName: spec.Name, ClusterToken: spec.Token, MemberName: s.cfg.Name,
-		RecoveryEpoch: max(plan.RecoveryEpoch, obs.AppliedRecoveryEpoch)}
+		RecoveryEpoch: max(plan.RecoveryEpoch, obs.AppliedEpoch)}
 	if obs.Data.Identity != nil {
 		identity.ClusterID, identity.MemberID = obs.Data.Identity.ClusterID, obs.Data.Identity.MemberID
 	}
@@ -224,13 +238,22 @@ func (s *Sidecar) act(ctx context.Context, spec ClusterSpec, obs Observation, pl
 	case ActionRestart:
 		return s.etcdConfig(spec, plan, staticCluster(spec))
 	case ActionForceNewCluster:
-		// Recorded before etcd starts: a directive is carried out once.
+		// force-new-cluster drops the log's entries above the survivor's own commit index. A
+		// write the lost majority acknowledged may be among them (the survivor stored it but
+		// never heard it committed): every logged entry is treated as committed first.
+		before, after, err := datadir.CommitLog(s.cfg.DataDir, s.lg)
+		if err != nil {
+			return nil, fmt.Errorf("keep the entries logged above the commit index before force-new-cluster: %w", err)
+		}
+		if after.Commit != before.Commit {
+			s.lg.Warn("entries logged above the commit index are kept as committed", zap.Uint64("commit", before.Commit),
+				zap.Uint64("lastIndex", after.LastIndex), zap.Uint64("kept", after.Commit-before.Commit))
+		}
 		if err := s.writeIdentity(identity); err != nil {
 			return nil, err
 		}
 		self, _ := spec.Member(s.cfg.Name)
-		cfgPlan := plan
-		return s.etcdConfig(spec, cfgPlan, s.cfg.Name+"="+self.PeerURL)
+		return s.etcdConfig(spec, plan, s.cfg.Name+"="+self.PeerURL)
 	case ActionJoinAsLearner:
 		return s.joinAsLearner(ctx, spec, obs, plan, identity)
 	case ActionRestoreFromBackup:
@@ -328,10 +351,11 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec ClusterSpec, obs Obser
 			members = append(members, lm)
 		}
 	case errors.Is(err, rpctypes.ErrPeerURLExist):
-		// Added by an earlier attempt that did not start: reuse that learner entry.
+		// Added by an earlier attempt, or listed at the bootstrap, and never started: take
+		// that entry.
 		live := observeLive(ctx, others(spec, s.cfg.Name))
 		for _, m := range live.Members {
-			if m.PeerURL == self.PeerURL && m.Name == "" && m.IsLearner {
+			if m.PeerURL == self.PeerURL && m.Name == "" {
 				newID, _ = strconv.ParseUint(m.ID, 16, 64)
 			}
 		}

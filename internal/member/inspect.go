@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -24,7 +25,8 @@ func (s *Sidecar) inspect() (datadir.State, error) {
 		return data, err
 	}
 	s.metrics.validationSeconds.Observe(data.Took.Seconds())
-	if fpErr == nil {
+	// A database locked by a running etcd says nothing about its contents: not reused.
+	if fpErr == nil && !slices.ContainsFunc(data.Problems, func(p string) bool { return strings.Contains(p, "is locked") }) {
 		s.lastInspect.Store(&inspection{fingerprint: print, state: data})
 	}
 	return data, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
@@ -46,10 +45,11 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 			return
 		case <-time.After(interval):
 		}
-		spec, err := s.cfg.View.Desired(ctx)
+		snap, err := s.cfg.View.Snapshot(ctx)
 		if err != nil {
 			continue
 		}
+		spec := snap.Spec
 		self, ok := spec.Member(s.cfg.Name)
 		if !ok {
 			continue
@@ -72,6 +72,10 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		}
 		s.recordIdentity(spec, st.Header.MemberId, st.Header.ClusterId)
 
+		if !st.IsLearner && s.learnerSince.Load() != 0 {
+			s.learnerSince.Store(0) // started as a listed member, or promoted meanwhile
+			s.metrics.learnerStalled.Set(0)
+		}
 		if st.IsLearner {
 			// A learner serves no member API itself: promotion goes through the voters.
 			if voters, err := clientv3.New(clientv3.Config{Endpoints: others(spec, s.cfg.Name), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err == nil {
@@ -130,7 +134,10 @@ func (s *Sidecar) awaitLearner(ctx context.Context, spec ClusterSpec, since time
 				zap.Duration("since", waited))
 		}
 	}
-	if waited < nudgeAfter || time.Since(*lastNudge) < nudgeAfter {
+	// Nudging helps only while the voters are past the learner by a few thousand entries; a
+	// learner that still does not serve after learnerServeTimeout is stuck for another
+	// reason (reported above), and nudging it forever would only add entries.
+	if waited < nudgeAfter || waited > learnerServeTimeout || time.Since(*lastNudge) < nudgeAfter {
 		return
 	}
 	*lastNudge = time.Now()
@@ -232,41 +239,3 @@ func answers(ctx context.Context, urls []string) bool {
 	return err == nil
 }
 
-// dataResponse is the body of GET /v1/data: what the supervisor or operator needs to pick
-// the survivor when a quorum is lost for good.
-type dataResponse struct {
-	Name string `json:"name"`
-	// Data is the data dir as the last initialisation found it.
-	Data *datadir.State `json:"data,omitempty"`
-	// Own is true when the data dir holds valid data of this member (not a foreign volume).
-	Own bool `json:"own"`
-	// Serving is true when etcd answers; then Revision and MemberID are live values.
-	Serving  bool   `json:"serving"`
-	Revision int64  `json:"revision"`
-	MemberID string `json:"memberID,omitempty"`
-}
-
-func (s *Sidecar) handleData(w http.ResponseWriter, r *http.Request) {
-	resp := dataResponse{Name: s.cfg.Name, Data: s.lastData.Load()}
-	if resp.Data != nil {
-		resp.Revision, resp.MemberID = resp.Data.Revision, resp.Data.MemberIDHex()
-	}
-	if spec, err := s.cfg.View.Desired(r.Context()); err == nil {
-		if d := resp.Data; d != nil {
-			o := Observation{Self: s.cfg.Name, ClusterToken: spec.Token, Data: *d}
-			resp.Own = d.Valid() && o.foreignReason() == ""
-		}
-		if self, ok := spec.Member(s.cfg.Name); ok {
-			if cli, err := clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()}); err == nil {
-				// Short: the caller waits on every member while the quorum is lost.
-				ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-				if st, err := cli.Status(ctx, self.ClientURL); err == nil {
-					resp.Serving, resp.Revision, resp.MemberID = true, st.Header.Revision, fmt.Sprintf("%x", st.Header.MemberId)
-				}
-				cancel()
-				cli.Close()
-			}
-		}
-	}
-	writeJSON(w, http.StatusOK, resp)
-}

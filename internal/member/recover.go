@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
@@ -57,4 +58,20 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	}
 	s.fullAfterStart.Store(true)
 	return s.etcdConfig(spec, plan, self.Name+"="+self.PeerURL)
+}
+
+// backupHolds reports whether the backup store holds any backup: a member of a cluster that
+// never formed bootstraps a new one only when it holds none (seed 001 initialisation case 1).
+func (s *Sidecar) backupHolds(ctx context.Context) (bool, error) {
+	st, err := store.Open(ctx, s.cfg.Backup.StoreURL)
+	if err != nil {
+		return false, err
+	}
+	defer st.Close()
+	chain, err := backup.ListChain(ctx, st)
+	if err != nil {
+		return false, err
+	}
+	_, ok := chain.Newest()
+	return ok, nil
 }

@@ -53,6 +53,10 @@ type Sidecar struct {
 	learnerSince atomic.Int64
 	// fullAfterStart asks for a full snapshot once etcd serves (after a restore from backup).
 	fullAfterStart atomic.Bool
+	// lastReport is the newest report sent; lastRaftLog the newest read of the WAL.
+	lastReport  atomic.Pointer[Report]
+	lastRaftLog atomic.Pointer[raftLogRead]
+	reportKick  chan struct{}
 
 	mu     sync.Mutex
 	status etcdproc.InitStatus
@@ -73,7 +77,7 @@ func New(cfg Config) (*Sidecar, error) {
 		lg = zap.NewNop()
 	}
 	return &Sidecar{cfg: cfg, lg: lg.With(zap.String("member", cfg.Name)), metrics: newMetrics(),
-		status: etcdproc.InitStatus{State: etcdproc.InitNew}}, nil
+		status: etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
 }
 
 // Serve serves the sidecar API on ln and runs the backup loop until ctx ends.
@@ -82,6 +86,7 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 		go s.runBackups(ctx)
 	}
 	go s.maintainMember(ctx)
+	go s.reportLoop(ctx)
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -104,7 +109,8 @@ func (s *Sidecar) Handler() http.Handler {
 	m.HandleFunc("GET /v1/backup", s.handleBackupStatus)
 	m.HandleFunc("GET /v1/snapshots/latest", s.handleLatestSnapshots)
 	m.HandleFunc("POST /v1/snapshots/full", s.handleFullSnapshot)
-	m.HandleFunc("GET /v1/data", s.handleData)
+	m.HandleFunc("GET /v1/report", s.handleReport)
+	m.HandleFunc("GET /v1/data", s.handleReport)
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	return m
@@ -167,6 +173,7 @@ func (s *Sidecar) initialise(ctx context.Context) {
 	}
 	s.config = cfg
 	s.status = etcdproc.InitStatus{State: etcdproc.InitSucceeded, Message: plan.Reason, Case: caseName}
+	s.kickReport()
 	s.metrics.initTotal.WithLabelValues(caseName, "succeeded").Inc()
 	s.metrics.initDuration.Observe(time.Since(start).Seconds())
 	s.lg.Info("initialisation succeeded", zap.String("case", caseName), zap.String("reason", plan.Reason),
@@ -253,4 +260,10 @@ func newMetrics() *metrics {
 	m.registry.MustRegister(m.initTotal, m.initDuration, m.dataValid,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// desired returns the desired cluster from the cluster view.
+func (s *Sidecar) desired(ctx context.Context) (ClusterSpec, error) {
+	snap, err := s.cfg.View.Snapshot(ctx)
+	return snap.Spec, err
 }

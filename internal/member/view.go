@@ -1,20 +1,36 @@
 // Package member is the sidecar beside each etcd member: it decides how its member starts
-// (Decide), generates its etcd configuration, and serves the sidecar HTTP API. It knows
-// nothing of Kubernetes or of the local supervisor: both are reached through ClusterView.
+// (Decide), generates its etcd configuration, reports its member's live state, and serves
+// the sidecar HTTP API. It knows nothing of Kubernetes or of the local supervisor: both are
+// reached through ClusterView.
 package member
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
-// ClusterView answers what the sidecar needs to know about the cluster it belongs to. The
-// local supervisor and the Kubernetes operator each provide one.
+// ClusterView is the sidecar's one seam to whoever runs the cluster (the local supervisor,
+// the Kubernetes operator). It reads the cluster as one consistent whole, is told of
+// changes instead of polling, reports this member's live state and acknowledges directives.
 type ClusterView interface {
-	// Desired returns the cluster as it should be: its name, token and members.
-	Desired(ctx context.Context) (ClusterSpec, error)
-	// Status returns the members the cluster's status knows about (the members that have
-	// joined and been seen by the supervisor or operator).
-	Status(ctx context.Context) (ClusterStatus, error)
-	// Recovery returns the quorum-loss directive in force, or nil.
-	Recovery(ctx context.Context) (*Recovery, error)
+	// Snapshot returns the spec, the status and the directive in force, read together.
+	Snapshot(ctx context.Context) (ClusterSnapshot, error)
+	// Watch returns a channel that receives a value whenever the snapshot may have changed
+	// (coalesced: one value may stand for several changes). It is closed when ctx ends.
+	Watch(ctx context.Context) (<-chan struct{}, error)
+	// Report records this member's live report in the cluster status.
+	Report(ctx context.Context, r Report) error
+	// AckDirective records in the cluster status that this member carried out directive epoch.
+	AckDirective(ctx context.Context, epoch int64, result DirectiveResult) error
+}
+
+// ClusterSnapshot is the cluster as the supervisor or operator last recorded it.
+type ClusterSnapshot struct {
+	// Version changes whenever anything in the snapshot changes.
+	Version   string        `json:"version"`
+	Spec      ClusterSpec   `json:"spec"`
+	Status    ClusterStatus `json:"status"`
+	Directive *Directive    `json:"directive,omitempty"`
 }
 
 // ClusterSpec is the desired cluster.
@@ -22,6 +38,10 @@ type ClusterSpec struct {
 	Name    string       `json:"name"`
 	Token   string       `json:"token"`
 	Members []MemberSpec `json:"members"`
+	// RelocatesData: whoever runs the cluster moves a member's data back into its own data
+	// dir when it is found in another member's (steward local can; volumes bound to pods
+	// cannot be moved by the operator).
+	RelocatesData bool `json:"relocatesData,omitempty"`
 }
 
 // MemberSpec is one desired member and its addresses.
@@ -43,14 +63,155 @@ func (c ClusterSpec) Member(name string) (MemberSpec, bool) {
 	return MemberSpec{}, false
 }
 
-// ClusterStatus is what the supervisor or operator last recorded about the members.
+// ClusterStatus is what the supervisor or operator recorded about the cluster.
 type ClusterStatus struct {
+	// ClusterID is set once the cluster has formed (a quorum answered a member list); a
+	// member bootstraps a new cluster only while it is empty.
+	ClusterID string `json:"clusterID,omitempty"`
+	// Voters are the voting members as a quorum last listed them. Learners are not here:
+	// they never count towards a quorum.
+	Voters  []Voter        `json:"voters,omitempty"`
 	Members []StatusMember `json:"members"`
+}
+
+// Voter is one voting member of the formed cluster.
+type Voter struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"` // empty while the member has never started
+	PeerURL string `json:"peerURL,omitempty"`
+}
+
+// VoterName returns the name of the voter with member ID id, ok=false if id is no voter.
+func (s ClusterStatus) VoterName(id string) (string, bool) {
+	for _, v := range s.Voters {
+		if v.ID == id {
+			return v.Name, true
+		}
+	}
+	return "", false
 }
 
 // StatusMember is one member as recorded in the cluster status.
 type StatusMember struct {
-	Name  string `json:"name"`
-	ID    string `json:"id,omitempty"`
-	Ready bool   `json:"ready"`
+	Name    string `json:"name"`
+	ID      string `json:"id,omitempty"`
+	Ready   bool   `json:"ready"`
+	Learner bool   `json:"learner,omitempty"`
+	// Report is the member's last live report, if any.
+	Report *Report `json:"report,omitempty"`
+}
+
+// Report is a member's live account of itself. Its sidecar sends one every second, and at
+// once when something changed. When etcd serves, the figures are etcd's own; when it does
+// not, they are read from the data dir (the WAL and the database).
+type Report struct {
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+	// Source is ReportFromEtcd or ReportFromDisk.
+	Source  string `json:"source"`
+	Serving bool   `json:"serving"`
+	Learner bool   `json:"learner,omitempty"`
+	// MemberID and ClusterID are whose data this is (hex, as etcdctl prints them).
+	MemberID  string `json:"memberID,omitempty"`
+	ClusterID string `json:"clusterID,omitempty"`
+	// DataValid: the data dir holds a member's usable WAL and database (or etcd serves on it).
+	DataValid bool `json:"dataValid"`
+	// DataEmpty: nothing of an etcd member is in the data dir.
+	DataEmpty bool `json:"dataEmpty,omitempty"`
+	// Owner names the member the data belongs to, when known; Foreign says why it is not
+	// this member's ("" when it is).
+	Owner   string `json:"owner,omitempty"`
+	Foreign string `json:"foreign,omitempty"`
+	// Raft log: the current term, the last entry's term and index, the commit index, and the
+	// index applied to the database.
+	Term      uint64 `json:"term,omitempty"`
+	LastTerm  uint64 `json:"lastTerm,omitempty"`
+	LastIndex uint64 `json:"lastIndex,omitempty"`
+	Commit    uint64 `json:"commit,omitempty"`
+	Applied   uint64 `json:"applied,omitempty"`
+	// Revision is the store's revision (applied to the database).
+	Revision int64 `json:"revision,omitempty"`
+	// AppliedEpoch is the newest directive this data dir carried out.
+	AppliedEpoch int64 `json:"appliedEpoch,omitempty"`
+	// Case and Reason are the sidecar's current initialisation decision (what it waits for).
+	Case   string `json:"case,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Problem says why the figures are incomplete (e.g. the WAL could not be read).
+	Problem string `json:"problem,omitempty"`
+}
+
+// Report sources.
+const (
+	ReportFromEtcd = "etcd"
+	ReportFromDisk = "disk"
+)
+
+// OwnData reports whether the member holds valid data of its own.
+func (r *Report) OwnData() bool {
+	return r != nil && (r.Serving || (r.DataValid && r.Foreign == ""))
+}
+
+// Directive is an instruction to recover a quorum lost for good, issued by the supervisor or
+// operator and carried out by the sidecars. Epochs only grow; a directive is carried out
+// once, by its seed, which acknowledges it in the cluster status.
+type Directive struct {
+	Epoch int64 `json:"epoch"`
+	// Phase: PhaseFencing (every member stopped; reports gathered), PhaseSeeding (the seed
+	// recovers alone; the others stay stopped), PhaseRejoining (the seed serves; the others
+	// rejoin as learners).
+	Phase string `json:"phase"`
+	// Mode (RecoverFromSurvivor or RecoverFromBackup) and Seed are set from PhaseSeeding on.
+	Mode string `json:"mode,omitempty"`
+	Seed string `json:"seed,omitempty"`
+	// Reason explains the phase: why this source was chosen, or what the phase waits for.
+	Reason string `json:"reason,omitempty"`
+	// Alternatives lists the sources not chosen and what choosing them would have lost.
+	Alternatives []string  `json:"alternatives,omitempty"`
+	IssuedAt     time.Time `json:"issuedAt"`
+	PhaseSince   time.Time `json:"phaseSince"`
+	// Ack is the seed's acknowledgement, once it serves.
+	Ack *DirectiveResult `json:"ack,omitempty"`
+}
+
+// Directive phases.
+const (
+	PhaseFencing   = "Fencing"
+	PhaseSeeding   = "Seeding"
+	PhaseRejoining = "Rejoining"
+)
+
+// Recovery modes.
+const (
+	RecoverFromSurvivor = "survivor"
+	RecoverFromBackup   = "backup"
+)
+
+// DirectiveResult is what the seed reports when it serves after carrying out a directive.
+type DirectiveResult struct {
+	Member    string    `json:"member"`
+	MemberID  string    `json:"memberID"`
+	ClusterID string    `json:"clusterID"`
+	Revision  int64     `json:"revision"`
+	At        time.Time `json:"at"`
+}
+
+// Fenced lists the members whose etcd must be stopped and kept stopped under directive d:
+// all of them while fencing, all but the seed while it recovers, none once it serves.
+func (d *Directive) Fenced(members []string) []string {
+	if d == nil {
+		return nil
+	}
+	switch d.Phase {
+	case PhaseFencing:
+		return members
+	case PhaseSeeding:
+		var out []string
+		for _, m := range members {
+			if m != d.Seed {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	return nil
 }

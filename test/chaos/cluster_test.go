@@ -86,6 +86,7 @@ type cluster struct {
 	began  time.Time
 	cancel context.CancelFunc
 	done   chan error
+	opts   local.UpOptions
 
 	// owners maps every etcd member ID ever seen to the member that served with it.
 	owners map[string]string
@@ -124,18 +125,45 @@ func startCluster(t *testing.T, cfg config, o clusterOptions) *cluster {
 		ReadyTimeout: 2 * time.Minute, StopGrace: 20 * time.Second,
 		Logf: func(format string, args ...any) {
 			c.logf("supervisor: %s", fmt.Sprintf(format, args...))
-		},
-		OnReady: func(s local.Spec) { ready <- s }}
-	go func() { c.done <- local.Up(ctx, opts) }()
-	select {
-	case c.spec = <-ready:
-	case err := <-c.done:
+		}}
+	c.opts = opts
+	if err := c.start(ctx, ready); err != nil {
 		cancel()
-		t.Fatalf("local cluster did not start: %v (logs in %s/logs)", err, dir)
+		t.Fatal(err)
 	}
 	t.Cleanup(c.stop)
 	c.logf("cluster of %d members up in %s", cfg.members, time.Since(c.began).Round(time.Millisecond))
 	return c
+}
+
+// start runs the supervisor and waits until the cluster is ready.
+func (c *cluster) start(ctx context.Context, ready chan local.Spec) error {
+	opts := c.opts
+	opts.OnReady = func(s local.Spec) { ready <- s }
+	go func() { c.done <- local.Up(ctx, opts) }()
+	select {
+	case c.spec = <-ready:
+		return nil
+	case err := <-c.done:
+		return fmt.Errorf("local cluster did not start: %v (logs in %s/logs)", err, c.dir)
+	}
+}
+
+// restartSupervisor stops the supervisor and every member, runs change on the stopped
+// cluster's directory, and starts the supervisor again.
+func (c *cluster) restartSupervisor(change func() error) error {
+	c.stop()
+	if err := change(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	if err := c.start(ctx, make(chan local.Spec, 1)); err != nil {
+		cancel()
+		c.cancel = nil
+		return err
+	}
+	return nil
 }
 
 func (c *cluster) stop() {

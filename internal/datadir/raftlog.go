@@ -1,0 +1,141 @@
+package datadir
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
+	etcddatadir "go.etcd.io/etcd/server/v3/storage/datadir"
+	"go.etcd.io/etcd/server/v3/storage/schema"
+	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+)
+
+// RaftLog sums up a member's raft log as its WAL holds it: the hard state (current term,
+// vote, commit index) and the last entry (its term and index; the snapshot's when no entry
+// follows it). Which log would win an election, and what a recovery keeps, is read from it.
+type RaftLog struct {
+	Term          uint64 `json:"term"`
+	Vote          uint64 `json:"vote,omitempty"`
+	Commit        uint64 `json:"commit"`
+	LastIndex     uint64 `json:"lastIndex"`
+	LastTerm      uint64 `json:"lastTerm"`
+	SnapshotIndex uint64 `json:"snapshotIndex,omitempty"`
+	SnapshotTerm  uint64 `json:"snapshotTerm,omitempty"`
+}
+
+// ReadRaftLog reads the raft log of the data dir the way etcd does on start (every record
+// after the newest snapshot the snap dir holds), read-only.
+func ReadRaftLog(dataDir string) (RaftLog, error) {
+	lg := zap.NewNop()
+	at, err := walSnapshot(lg, dataDir)
+	if err != nil {
+		return RaftLog{}, fmt.Errorf("raft log of %s: %w", dataDir, err)
+	}
+	w, err := wal.OpenForRead(lg, etcddatadir.ToWALDir(dataDir), at)
+	if err != nil {
+		return RaftLog{}, fmt.Errorf("raft log of %s: open the WAL: %w", dataDir, err)
+	}
+	defer w.Close()
+	_, st, ents, err := w.ReadAll()
+	if err != nil {
+		return RaftLog{}, fmt.Errorf("raft log of %s: read the WAL: %w", dataDir, err)
+	}
+	return summarise(at, st, ents), nil
+}
+
+// CommitLog marks every entry of the data dir's raft log as committed: it appends a hard
+// state whose commit index is the last entry's, synced. etcd must not run on the dir.
+//
+// Why: force-new-cluster drops the entries above the member's own commit index. A write the
+// lost majority acknowledged may be among them (this member stored it but never heard that
+// it was committed), and invariant 9 forbids losing it. An entry whose outcome its client
+// never learned may then take effect; that is linearizable. before and after are the log
+// before and after (equal when every entry was already committed). An interrupted call leaves
+// either the old hard state or the new one as the WAL's last record: etcd reads either.
+func CommitLog(dataDir string, lg *zap.Logger) (before, after RaftLog, err error) {
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	walDir := etcddatadir.ToWALDir(dataDir)
+	if !wal.Exist(walDir) {
+		return before, after, fmt.Errorf("commit the raft log of %s: no WAL in %s", dataDir, walDir)
+	}
+	at, err := walSnapshot(lg, dataDir)
+	if err != nil {
+		return before, after, fmt.Errorf("commit the raft log of %s: %w", dataDir, err)
+	}
+	w, err := wal.Open(lg, walDir, at)
+	if err != nil {
+		return before, after, fmt.Errorf("commit the raft log of %s: open the WAL (is etcd still running on it?): %w", dataDir, err)
+	}
+	defer w.Close()
+	_, st, ents, err := w.ReadAll()
+	if err != nil {
+		return before, after, fmt.Errorf("commit the raft log of %s: read the WAL: %w", dataDir, err)
+	}
+	before = summarise(at, st, ents)
+	if st.Commit >= before.LastIndex {
+		return before, before, nil
+	}
+	st.Commit = before.LastIndex
+	if err := w.Save(st, nil); err != nil {
+		return before, after, fmt.Errorf("commit the raft log of %s: append the hard state: %w", dataDir, err)
+	}
+	// Save syncs only when the term or vote changed or entries were added.
+	if err := w.Sync(); err != nil {
+		return before, after, fmt.Errorf("commit the raft log of %s: sync the WAL: %w", dataDir, err)
+	}
+	after = before
+	after.Commit = st.Commit
+	return before, after, nil
+}
+
+func summarise(at walpb.Snapshot, st raftpb.HardState, ents []raftpb.Entry) RaftLog {
+	l := RaftLog{Term: st.Term, Vote: st.Vote, Commit: st.Commit, SnapshotIndex: at.Index, SnapshotTerm: at.Term,
+		LastIndex: at.Index, LastTerm: at.Term}
+	if n := len(ents); n > 0 {
+		l.LastIndex, l.LastTerm = ents[n-1].Index, ents[n-1].Term
+	}
+	return l
+}
+
+// walSnapshot is the newest snapshot that both the snap dir and the WAL hold: where etcd
+// starts reading its WAL.
+func walSnapshot(lg *zap.Logger, dataDir string) (walpb.Snapshot, error) {
+	walSnaps, err := wal.ValidSnapshotEntries(lg, etcddatadir.ToWALDir(dataDir))
+	if err != nil {
+		return walpb.Snapshot{}, fmt.Errorf("read the WAL's snapshot entries: %w", err)
+	}
+	s, err := snap.New(lg, etcddatadir.ToSnapDir(dataDir)).LoadNewestAvailable(walSnaps)
+	switch {
+	case err == nil:
+		return walpb.Snapshot{Index: s.Metadata.Index, Term: s.Metadata.Term, ConfState: &s.Metadata.ConfState}, nil
+	case errors.Is(err, snap.ErrNoSnapshot):
+		return walpb.Snapshot{}, nil
+	}
+	return walpb.Snapshot{}, fmt.Errorf("load the newest snapshot: %w", err)
+}
+
+// readConsistentIndex reads the raft index applied to the database (etcd's consistent index).
+func readConsistentIndex(path string) (uint64, error) {
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var ci uint64
+	err = db.View(func(tx *bolt.Tx) error {
+		if mb := tx.Bucket(schema.Meta.Name()); mb != nil {
+			if v := mb.Get(schema.MetaConsistentIndexKeyName); len(v) == 8 {
+				ci = binary.BigEndian.Uint64(v)
+			}
+		}
+		return nil
+	})
+	return ci, err
+}

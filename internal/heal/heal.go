@@ -1,0 +1,464 @@
+// Package heal holds the cluster-wide healing decisions that whoever runs a cluster (the
+// local supervisor, the Kubernetes operator) takes from the members' reports: whether the
+// voters have a quorum, when a quorum is lost for good, which source a recovery starts from,
+// and how a recovery directive moves through its phases. Everything here is a pure function
+// of its observation; the callers observe and act.
+package heal
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/member"
+)
+
+// Timing bounds the waits of a recovery. Every wait ends: a condition that never comes true
+// turns into a new decision.
+type Timing struct {
+	// Grace is how long the voters' quorum must stay lost before a recovery starts.
+	Grace time.Duration
+	// ReportTimeout is how long fencing waits for every member's report from disk; members
+	// still silent then are taken as holding nothing, and named.
+	ReportTimeout time.Duration
+	// SeedTimeout is how long the seed may take to serve and acknowledge; then a new epoch
+	// starts (fenced again, the source chosen again).
+	SeedTimeout time.Duration
+}
+
+// DefaultTiming is the timing of a production cluster.
+var DefaultTiming = Timing{Grace: 30 * time.Second, ReportTimeout: 30 * time.Second, SeedTimeout: 10 * time.Minute}
+
+// Member is one desired member as observed now.
+type Member struct {
+	Name string
+	// Ready: the member serves linearizable reads. ID and Learner come from its etcd.
+	Ready   bool
+	ID      string
+	Learner bool
+	// Stopped: its etcd is confirmed stopped (fenced).
+	Stopped bool
+	// StoppedSince is when it was confirmed stopped (zero when it runs).
+	StoppedSince time.Time
+	// Report is its sidecar's last report (nil if none).
+	Report *member.Report
+}
+
+// Backup is what the backup store holds.
+type Backup struct {
+	Configured bool
+	// Revision is the newest revision stored (0: nothing stored; -1: unknown).
+	Revision int64
+}
+
+// Status is the part of the cluster status the decisions read and write.
+type Status struct {
+	ClusterID string         `json:"clusterID,omitempty"`
+	Voters    []member.Voter `json:"voters,omitempty"`
+	// Directive is the recovery in progress; LastEpoch the newest ever issued.
+	Directive *member.Directive `json:"directive,omitempty"`
+	LastEpoch int64             `json:"lastEpoch,omitempty"`
+	// LastRecovery is the newest retired directive, kept for the record.
+	LastRecovery *member.Directive `json:"lastRecovery,omitempty"`
+	// QuorumLostSince is when the voters were last seen losing their quorum (zero: quorate).
+	QuorumLostSince time.Time `json:"quorumLostSince,omitempty"`
+	// Waiting says what the cluster waits for, in words ("" when healthy).
+	Waiting string `json:"waiting,omitempty"`
+}
+
+// Observation is everything Decide depends on.
+type Observation struct {
+	Now     time.Time
+	Status  Status
+	Members []Member
+	Backup  Backup
+	Timing  Timing
+}
+
+// Decision is Decide's outcome: the new status (its Directive says who is fenced) and what
+// happened, in words, for logs and Events ("" when nothing changed).
+type Decision struct {
+	Status Status
+	Event  string
+}
+
+// Quorum counts the voters and how many of them serve as voters now. Learners never count.
+func Quorum(voters []member.Voter, members []Member) (ready, total int) {
+	for _, v := range voters {
+		total++
+		for _, m := range members {
+			if m.Ready && !m.Learner && sameMember(v, m) {
+				ready++
+				break
+			}
+		}
+	}
+	return ready, total
+}
+
+// Decide moves the cluster's recovery state one step.
+func Decide(o Observation) Decision {
+	st := o.Status
+	ready, total := Quorum(st.Voters, o.Members)
+	quorate := total > 0 && ready > total/2
+	if quorate {
+		st.QuorumLostSince = time.Time{}
+	} else if st.QuorumLostSince.IsZero() && (total > 0 || neverFormedWithBackups(o)) {
+		st.QuorumLostSince = o.Now
+	}
+	d := st.Directive
+	if d == nil {
+		return decideHealthy(o, st, ready, total, quorate)
+	}
+	switch d.Phase {
+	case member.PhaseFencing:
+		return decideFenced(o, st)
+	case member.PhaseSeeding:
+		return decideSeeding(o, st)
+	case member.PhaseRejoining:
+		return decideRejoining(o, st, quorate)
+	}
+	return restart(o, st, fmt.Sprintf("directive %d has unknown phase %q", d.Epoch, d.Phase))
+}
+
+// neverFormedWithBackups: no cluster was ever recorded, every member reports an empty data
+// dir, and the backup store holds backups: the status was lost (seed 001 initialisation
+// case 1 bootstraps only when no backup exists), and the cluster is restored.
+func neverFormedWithBackups(o Observation) bool {
+	if o.Status.ClusterID != "" || len(o.Status.Voters) > 0 || !o.Backup.Configured || o.Backup.Revision <= 0 || len(o.Members) == 0 {
+		return false
+	}
+	for _, m := range o.Members {
+		if r := m.Report; r == nil || r.Serving || !r.DataEmpty {
+			return false
+		}
+	}
+	return true
+}
+
+func decideHealthy(o Observation, st Status, ready, total int, quorate bool) Decision {
+	switch {
+	case quorate:
+		st.Waiting = ""
+		return Decision{Status: st}
+	case total == 0 && !neverFormedWithBackups(o):
+		st.Waiting = ""
+		return Decision{Status: st} // bootstrapping: no quorum to lose yet
+	}
+	lost := o.Now.Sub(st.QuorumLostSince)
+	if lost < o.Timing.Grace {
+		st.Waiting = fmt.Sprintf("quorum lost: %d of %d voters serve; recovery starts if it lasts %s (lost for %s)",
+			ready, total, o.Timing.Grace, lost.Round(time.Second))
+		return Decision{Status: st}
+	}
+	why := fmt.Sprintf("quorum lost for %s: %d of %d voters serve", lost.Round(time.Second), ready, total)
+	if total == 0 {
+		why = "no cluster is recorded, every data dir is empty and the backup store holds backups"
+	}
+	return startRecovery(o, st, why)
+}
+
+// startRecovery issues a new directive in its first phase: every member is fenced.
+func startRecovery(o Observation, st Status, why string) Decision {
+	st.LastEpoch++
+	st.Directive = &member.Directive{Epoch: st.LastEpoch, Phase: member.PhaseFencing, IssuedAt: o.Now, PhaseSince: o.Now,
+		Reason: why + ": stopping every member, then choosing the recovery source from their reports"}
+	st.Waiting = st.Directive.Reason
+	return Decision{Status: st, Event: fmt.Sprintf("directive %d: %s", st.LastEpoch, st.Directive.Reason)}
+}
+
+// restart abandons the directive in force for a new epoch.
+func restart(o Observation, st Status, why string) Decision {
+	old := st.Directive.Epoch
+	dec := startRecovery(o, st, fmt.Sprintf("directive %d abandoned (%s)", old, why))
+	return dec
+}
+
+func decideFenced(o Observation, st Status) Decision {
+	d := *st.Directive
+	var running, silent []string
+	for _, m := range o.Members {
+		switch {
+		case !m.Stopped:
+			running = append(running, m.Name)
+		case !freshDiskReport(m):
+			silent = append(silent, m.Name)
+		}
+	}
+	waited := o.Now.Sub(d.PhaseSince)
+	if len(running) > 0 {
+		// Deciding while an old member may still serve could make two clusters.
+		st.Waiting = fmt.Sprintf("directive %d: waiting for %s to stop (%s)", d.Epoch, strings.Join(running, ", "), waited.Round(time.Second))
+		return Decision{Status: st}
+	}
+	if len(silent) > 0 && waited < o.Timing.ReportTimeout {
+		st.Waiting = fmt.Sprintf("directive %d: waiting for the reports of %s from disk (%s of %s)", d.Epoch, strings.Join(silent, ", "),
+			waited.Round(time.Second), o.Timing.ReportTimeout)
+		return Decision{Status: st}
+	}
+	c := Choose(st, o.Members, o.Backup)
+	if len(silent) > 0 {
+		c.Reason += fmt.Sprintf(" (%s did not report within %s and count as holding nothing)", strings.Join(silent, ", "), o.Timing.ReportTimeout)
+	}
+	switch c.Mode {
+	case "":
+		if c.MajorityIntact {
+			// Nothing to recover: unfence; the voters restart on their data and the quorum
+			// re-forms. The grace starts again.
+			st.Directive, st.QuorumLostSince = nil, o.Now
+			st.Waiting = c.Reason
+			return Decision{Status: st, Event: fmt.Sprintf("directive %d withdrawn: %s", d.Epoch, c.Reason)}
+		}
+		d.Reason = c.Reason
+		st.Directive, st.Waiting = &d, fmt.Sprintf("directive %d: %s", d.Epoch, c.Reason)
+		return Decision{Status: st}
+	}
+	d.Phase, d.PhaseSince, d.Mode, d.Seed, d.Reason, d.Alternatives = member.PhaseSeeding, o.Now, c.Mode, c.Seed, c.Reason, c.Alternatives
+	st.Directive = &d
+	st.Waiting = fmt.Sprintf("directive %d: %s recovers alone (%s)", d.Epoch, d.Seed, d.Mode)
+	return Decision{Status: st, Event: fmt.Sprintf("directive %d: seed %s, from %s: %s", d.Epoch, d.Seed, d.Mode, c.Reason)}
+}
+
+// freshDiskReport: the member reported from its data dir since its etcd stopped.
+func freshDiskReport(m Member) bool {
+	r := m.Report
+	return r != nil && r.Source == member.ReportFromDisk && !r.Serving && !m.StoppedSince.IsZero() && r.At.After(m.StoppedSince)
+}
+
+func decideSeeding(o Observation, st Status) Decision {
+	d := *st.Directive
+	if d.Ack != nil {
+		// The seed serves: record the cluster it formed, and let the others rejoin.
+		d.Phase, d.PhaseSince = member.PhaseRejoining, o.Now
+		st.Directive = &d
+		st.ClusterID = d.Ack.ClusterID
+		st.Voters = []member.Voter{{ID: d.Ack.MemberID, Name: d.Seed}}
+		st.QuorumLostSince = time.Time{}
+		st.Waiting = fmt.Sprintf("directive %d: %s serves at revision %d; the others rejoin as learners", d.Epoch, d.Seed, d.Ack.Revision)
+		return Decision{Status: st, Event: fmt.Sprintf("directive %d acknowledged by %s: serving cluster %s at revision %d", d.Epoch, d.Seed, d.Ack.ClusterID, d.Ack.Revision)}
+	}
+	for _, m := range o.Members {
+		if m.Name != d.Seed && (!m.Stopped || (m.Report != nil && m.Report.Serving && m.Report.At.After(d.PhaseSince))) {
+			return restart(o, st, fmt.Sprintf("member %s came back while %s was recovering", m.Name, d.Seed))
+		}
+	}
+	seed := find(o.Members, d.Seed)
+	if seed == nil {
+		return restart(o, st, fmt.Sprintf("the seed %s is no longer a desired member", d.Seed))
+	}
+	if r := seed.Report; r != nil && r.At.After(d.PhaseSince) && r.Case == "QuorumLossSeedWithoutData" {
+		return restart(o, st, fmt.Sprintf("the seed %s cannot carry it out: %s", d.Seed, r.Reason))
+	}
+	if waited := o.Now.Sub(d.PhaseSince); waited > o.Timing.SeedTimeout {
+		return restart(o, st, fmt.Sprintf("the seed %s did not serve within %s", d.Seed, o.Timing.SeedTimeout))
+	}
+	st.Waiting = fmt.Sprintf("directive %d: waiting for %s to recover alone (%s) and serve", d.Epoch, d.Seed, d.Mode)
+	return Decision{Status: st}
+}
+
+func decideRejoining(o Observation, st Status, quorate bool) Decision {
+	d := *st.Directive
+	if !quorate {
+		if lost := o.Now.Sub(st.QuorumLostSince); lost >= o.Timing.Grace {
+			return restart(o, st, fmt.Sprintf("the recovered cluster lost its quorum for %s", lost.Round(time.Second)))
+		}
+		st.Waiting = fmt.Sprintf("directive %d: the recovered cluster has no quorum; a new recovery starts if it lasts %s", d.Epoch, o.Timing.Grace)
+		return Decision{Status: st}
+	}
+	var behind []string
+	for _, m := range o.Members {
+		if !m.Ready || m.Learner || !isVoter(st.Voters, m) {
+			behind = append(behind, m.Name)
+		}
+	}
+	if len(behind) == 0 {
+		st.LastRecovery, st.Directive, st.Waiting = &d, nil, ""
+		return Decision{Status: st, Event: fmt.Sprintf("directive %d done: every member is a healthy voter again", d.Epoch)}
+	}
+	st.Waiting = fmt.Sprintf("directive %d: waiting for %s to rejoin", d.Epoch, strings.Join(behind, ", "))
+	return Decision{Status: st}
+}
+
+func isVoter(voters []member.Voter, m Member) bool {
+	for _, v := range voters {
+		if sameMember(v, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameMember: the voter is this member, by ID when the status knows the voter's ID (a
+// member replaced under a new ID is another voter), else by name.
+func sameMember(v member.Voter, m Member) bool {
+	if v.ID != "" {
+		return m.ID == v.ID
+	}
+	return v.Name != "" && v.Name == m.Name
+}
+
+func find(ms []Member, name string) *Member {
+	for i := range ms {
+		if ms[i].Name == name {
+			return &ms[i]
+		}
+	}
+	return nil
+}
+
+// Choice is a recovery source.
+type Choice struct {
+	// Mode is member.RecoverFromSurvivor or member.RecoverFromBackup; "" when no recovery
+	// is possible or needed (MajorityIntact).
+	Mode string
+	Seed string
+	// MajorityIntact: a majority of the voters hold their own valid data; restarting them
+	// re-forms the quorum with nothing lost.
+	MajorityIntact bool
+	Reason         string
+	// Alternatives lists what every other source holds and would have lost.
+	Alternatives []string
+}
+
+// candidate is a voter's data: whose log it is and how far it reaches.
+type candidate struct {
+	name                string
+	lastTerm, lastIndex uint64
+	// maxRevision bounds the revision its log reaches once applied: the database's revision
+	// plus one per logged entry not yet applied (an entry changes the revision by at most 1).
+	revision, maxRevision int64
+}
+
+// Choose picks the recovery source (invariant 9): the voter whose log would win a raft
+// election (highest last term, then last index; ties by name), unless the backup certainly
+// holds more. Learners never count, and neither does data of another cluster or member.
+func Choose(st Status, members []Member, b Backup) Choice {
+	var cands []candidate
+	var others []string
+	for _, m := range members {
+		r := m.Report
+		switch {
+		case r == nil:
+			others = append(others, m.Name+": no report")
+		case !r.DataValid || r.Foreign != "":
+			others = append(others, fmt.Sprintf("%s: %s", m.Name, holdsWhat(r)))
+		case r.Learner || !isVoterID(st.Voters, r.MemberID):
+			others = append(others, fmt.Sprintf("%s: data of learner or non-voter %s (never a survivor)", m.Name, r.MemberID))
+		case st.ClusterID != "" && r.ClusterID != st.ClusterID:
+			others = append(others, fmt.Sprintf("%s: data of cluster %s, not %s", m.Name, r.ClusterID, st.ClusterID))
+		default:
+			unapplied := int64(0)
+			if r.LastIndex > r.Applied {
+				unapplied = int64(r.LastIndex - r.Applied)
+			}
+			cands = append(cands, candidate{name: m.Name, lastTerm: r.LastTerm, lastIndex: r.LastIndex, revision: r.Revision, maxRevision: r.Revision + unapplied})
+		}
+	}
+	if n := len(st.Voters); n > 0 && len(cands) > n/2 {
+		return Choice{MajorityIntact: true, Reason: fmt.Sprintf("%d of %d voters hold their own valid data: restarting them re-forms the quorum, nothing to recover", len(cands), n)}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, c := cands[i], cands[j]
+		if a.lastTerm != c.lastTerm {
+			return a.lastTerm > c.lastTerm
+		}
+		if a.lastIndex != c.lastIndex {
+			return a.lastIndex > c.lastIndex
+		}
+		return a.name < c.name
+	})
+	backupHolds := b.Configured && b.Revision > 0
+	if len(cands) > 0 && !(backupHolds && b.Revision > cands[0].maxRevision) {
+		best := cands[0]
+		var alts []string
+		for _, c := range cands[1:] {
+			alts = append(alts, fmt.Sprintf("%s: log at term %d index %d, revision %d (up to %d revisions behind)", c.name, c.lastTerm, c.lastIndex, c.revision, max(best.maxRevision-c.revision, 0)))
+		}
+		if backupHolds {
+			alts = append(alts, fmt.Sprintf("backup: revision %d (up to %d revisions behind)", b.Revision, max(best.maxRevision-b.Revision, 0)))
+		}
+		return Choice{Mode: member.RecoverFromSurvivor, Seed: best.name, Alternatives: append(alts, others...),
+			Reason: fmt.Sprintf("%s's log would win an election (last term %d, index %d; revision %d to %d)", best.name, best.lastTerm, best.lastIndex, best.revision, best.maxRevision)}
+	}
+	if backupHolds && len(members) > 0 {
+		var alts []string
+		for _, c := range cands {
+			alts = append(alts, fmt.Sprintf("%s: log at term %d index %d, revision %d to %d (at least %d revisions behind the backup)", c.name, c.lastTerm, c.lastIndex, c.revision, c.maxRevision, b.Revision-c.maxRevision))
+		}
+		why := fmt.Sprintf("no voter holds valid data; the backup holds revision %d", b.Revision)
+		if len(cands) > 0 {
+			why = fmt.Sprintf("the backup holds revision %d, more than any surviving voter's log can reach", b.Revision)
+		}
+		return Choice{Mode: member.RecoverFromBackup, Seed: backupSeed(members), Reason: why, Alternatives: append(alts, others...)}
+	}
+	why := "no voter holds valid data and there is no backup: nothing to recover from; restore a backup by hand (`steward restore`)"
+	if b.Configured && b.Revision < 0 {
+		why = "no voter holds valid data and the backup store cannot be read: waiting for it"
+	} else if b.Configured {
+		why = "no voter holds valid data and the backup store holds nothing: nothing to recover from"
+	}
+	return Choice{Reason: why, Alternatives: others}
+}
+
+// backupSeed picks the member that restores the backup: one without valid data of its own
+// first (nothing of value is moved aside), else the first.
+func backupSeed(members []Member) string {
+	for _, m := range members {
+		if !m.Report.OwnData() {
+			return m.Name
+		}
+	}
+	return members[0].Name
+}
+
+func isVoterID(voters []member.Voter, id string) bool {
+	for _, v := range voters {
+		if v.ID == id {
+			return true
+		}
+	}
+	return len(voters) == 0 // no cluster recorded: nothing to tell voters from others
+}
+
+func holdsWhat(r *member.Report) string {
+	switch {
+	case r.DataEmpty:
+		return "empty data dir"
+	case r.Foreign != "":
+		return "data of someone else (" + r.Foreign + ")"
+	case r.Problem != "":
+		return "invalid data (" + r.Problem + ")"
+	}
+	return "invalid data"
+}
+
+// Relocation moves a member's data found in another member's data dir back where it belongs.
+type Relocation struct {
+	// From holds Owner's data; Owner's own data dir does not hold it. Swap: Owner's dir
+	// holds From's data (a swap), so the two are exchanged.
+	From, Owner string
+	Swap        bool
+}
+
+// Relocations lists the data to move back: member A's dir holds valid data of member B of
+// this cluster, and B's dir does not hold B's own data. The caller stops both members' etcd
+// before it moves anything.
+func Relocations(members []Member) []Relocation {
+	var out []Relocation
+	done := map[string]bool{}
+	for _, a := range members {
+		r := a.Report
+		if r == nil || r.Serving || !r.DataValid || r.Owner == "" || r.Owner == a.Name || done[a.Name] {
+			continue
+		}
+		b := find(members, r.Owner)
+		if b == nil || b.Report.OwnData() {
+			continue
+		}
+		swap := b.Report != nil && b.Report.DataValid && b.Report.Owner == a.Name
+		out = append(out, Relocation{From: a.Name, Owner: b.Name, Swap: swap})
+		done[a.Name], done[b.Name] = true, true
+	}
+	return out
+}

@@ -1,0 +1,253 @@
+package heal
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/member"
+)
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+var voters3 = []member.Voter{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+
+// disk is a member's report from its data dir, made after its etcd stopped at t0.
+func disk(name, id string, lastTerm, lastIndex uint64, rev int64) *member.Report {
+	return &member.Report{Name: name, At: t0.Add(time.Second), Source: member.ReportFromDisk, DataValid: true, MemberID: id, ClusterID: "cid",
+		Owner: name, LastTerm: lastTerm, LastIndex: lastIndex, Commit: lastIndex, Applied: lastIndex, Revision: rev}
+}
+
+func emptyDisk(name string) *member.Report {
+	return &member.Report{Name: name, At: t0.Add(time.Second), Source: member.ReportFromDisk, DataEmpty: true}
+}
+
+func stopped(name string, r *member.Report) Member {
+	return Member{Name: name, Stopped: true, StoppedSince: t0, Report: r}
+}
+
+func TestChoose(t *testing.T) {
+	status := Status{ClusterID: "cid", Voters: voters3}
+	tests := []struct {
+		name     string
+		status   Status
+		members  []Member
+		backup   Backup
+		wantMode string
+		wantSeed string
+		intact   bool
+	}{
+		{name: "a majority of voters holds its data: nothing to recover", status: status,
+			members: []Member{stopped("m0", disk("m0", "a", 2, 10, 5)), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))}, intact: true},
+		{name: "one survivor seeds", status: status,
+			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))},
+			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
+		{name: "the log that would win an election: higher last term beats a longer log", status: Status{ClusterID: "cid", Voters: append(voters3, member.Voter{ID: "d", Name: "m3"}, member.Voter{ID: "e", Name: "m4"})},
+			members: []Member{stopped("m0", disk("m0", "a", 3, 100, 50)), stopped("m1", disk("m1", "b", 4, 90, 49)), stopped("m2", emptyDisk("m2")),
+				stopped("m3", emptyDisk("m3")), stopped("m4", emptyDisk("m4"))},
+			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
+		{name: "same term: the longer log seeds, not the higher database revision", status: Status{ClusterID: "cid", Voters: append(voters3, member.Voter{ID: "d", Name: "m3"}, member.Voter{ID: "e", Name: "m4"})},
+			members: []Member{stopped("m0", disk("m0", "a", 3, 100, 50)), stopped("m1", func() *member.Report { r := disk("m1", "b", 3, 120, 40); r.Applied = 90; return r }()),
+				stopped("m2", emptyDisk("m2")), stopped("m3", emptyDisk("m3")), stopped("m4", emptyDisk("m4"))},
+			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
+		{name: "a learner's data never counts as a survivor", status: status,
+			members:  []Member{stopped("m0", disk("m0", "x", 9, 999, 999)), stopped("m1", emptyDisk("m1")), stopped("m2", disk("m2", "c", 2, 5, 3))},
+			wantMode: member.RecoverFromSurvivor, wantSeed: "m2"},
+		{name: "data of another member does not count for the member holding it", status: status,
+			members: []Member{stopped("m0", func() *member.Report { r := disk("m0", "c", 9, 99, 99); r.Foreign, r.Owner = "of m2", "m2"; return r }()),
+				stopped("m1", disk("m1", "b", 2, 5, 3)), stopped("m2", emptyDisk("m2"))},
+			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
+		{name: "the backup holds more than the survivor's log can reach: restore", status: status,
+			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))},
+			backup:   Backup{Configured: true, Revision: 100},
+			wantMode: member.RecoverFromBackup, wantSeed: "m0"},
+		{name: "the backup might hold less than the survivor's unapplied entries: the survivor", status: status,
+			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", func() *member.Report { r := disk("m1", "b", 2, 30, 5); r.Applied = 10; return r }()), stopped("m2", emptyDisk("m2"))},
+			backup:   Backup{Configured: true, Revision: 20},
+			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
+		{name: "no data, backups: restore", status: status,
+			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))},
+			backup:   Backup{Configured: true, Revision: 7},
+			wantMode: member.RecoverFromBackup, wantSeed: "m0"},
+		{name: "no data, no backups: nothing automatic (never an empty new cluster)", status: status,
+			members: []Member{stopped("m0", emptyDisk("m0")), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Choose(tt.status, tt.members, tt.backup)
+			if c.Mode != tt.wantMode || c.Seed != tt.wantSeed || c.MajorityIntact != tt.intact || c.Reason == "" {
+				t.Fatalf("Choose = %+v; want mode %q seed %q intact %t", c, tt.wantMode, tt.wantSeed, tt.intact)
+			}
+			if c.Mode != "" && len(c.Alternatives) == 0 {
+				t.Fatalf("no alternatives recorded: %+v", c)
+			}
+		})
+	}
+}
+
+func TestQuorumCountsOnlyVoters(t *testing.T) {
+	// The deadlock once seen: m0 was replaced (removed, re-added as a learner) and m1 then
+	// lost its data. Voters m1 and m2; m2 alone serves as a voter; the learner m0 serves too.
+	voters := []member.Voter{{ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+	members := []Member{{Name: "m0", Ready: true, ID: "x", Learner: true}, {Name: "m1"}, {Name: "m2", Ready: true, ID: "c"}}
+	if ready, total := Quorum(voters, members); ready != 1 || total != 2 {
+		t.Fatalf("Quorum = %d of %d, want 1 of 2", ready, total)
+	}
+	o := Observation{Now: t0, Status: Status{ClusterID: "cid", Voters: voters}, Members: members, Timing: Timing{Grace: 5 * time.Second}}
+	d := Decide(o)
+	if d.Status.Directive != nil || d.Status.QuorumLostSince != t0 || !strings.Contains(d.Status.Waiting, "quorum lost") {
+		t.Fatalf("first round: %+v", d.Status)
+	}
+	o.Status, o.Now = d.Status, t0.Add(6*time.Second)
+	d = Decide(o)
+	if d.Status.Directive == nil || d.Status.Directive.Phase != member.PhaseFencing || d.Status.Directive.Epoch != 1 {
+		t.Fatalf("after the grace: %+v", d.Status)
+	}
+}
+
+// TestDecidePhases walks one recovery through every phase, with the faults that abandon it.
+func TestDecidePhases(t *testing.T) {
+	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute}
+	lost := Status{ClusterID: "cid", Voters: voters3, LastEpoch: 4}
+	fencing := func(at time.Time) Status {
+		st := lost
+		st.LastEpoch = 5
+		st.Directive = &member.Directive{Epoch: 5, Phase: member.PhaseFencing, IssuedAt: at, PhaseSince: at}
+		return st
+	}
+	seeding := func() Status {
+		st := fencing(t0)
+		d := *st.Directive
+		d.Phase, d.Mode, d.Seed, d.PhaseSince, d.Reason = member.PhaseSeeding, member.RecoverFromSurvivor, "m1", t0.Add(2*time.Second), "m1's log would win an election"
+		st.Directive = &d
+		return st
+	}
+	reports := []Member{stopped("m0", emptyDisk("m0")), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))}
+	tests := []struct {
+		name      string
+		o         Observation
+		wantPhase string // "" = no directive
+		wantEpoch int64
+		wantSeed  string
+	}{
+		{name: "fencing waits while a member still runs",
+			o:         Observation{Now: t0.Add(time.Second), Status: fencing(t0), Members: []Member{{Name: "m0"}, reports[1], reports[2]}, Timing: timing},
+			wantPhase: member.PhaseFencing, wantEpoch: 5},
+		{name: "fencing waits for reports made after the stop",
+			o: Observation{Now: t0.Add(time.Second), Status: fencing(t0), Timing: timing,
+				Members: []Member{stopped("m0", &member.Report{Name: "m0", At: t0.Add(-time.Second), Source: member.ReportFromEtcd, Serving: true}), reports[1], reports[2]}},
+			wantPhase: member.PhaseFencing, wantEpoch: 5},
+		{name: "fenced and reported: the survivor seeds",
+			o:         Observation{Now: t0.Add(2 * time.Second), Status: fencing(t0), Members: reports, Timing: timing},
+			wantPhase: member.PhaseSeeding, wantEpoch: 5, wantSeed: "m1"},
+		{name: "a silent member past the report timeout counts as holding nothing",
+			o:         Observation{Now: t0.Add(11 * time.Second), Status: fencing(t0), Members: []Member{stopped("m0", nil), reports[1], reports[2]}, Timing: timing},
+			wantPhase: member.PhaseSeeding, wantEpoch: 5, wantSeed: "m1"},
+		{name: "fenced, and a majority still holds its data: withdrawn, nothing recovered",
+			o: Observation{Now: t0.Add(2 * time.Second), Status: fencing(t0), Timing: timing,
+				Members: []Member{stopped("m0", disk("m0", "a", 2, 8, 5)), reports[1], reports[2]}}},
+		{name: "a member that comes back while the seed recovers abandons the epoch",
+			o: Observation{Now: t0.Add(3 * time.Second), Status: seeding(), Timing: timing,
+				Members: []Member{{Name: "m0", Report: &member.Report{Name: "m0", At: t0.Add(3 * time.Second), Serving: true}}, {Name: "m1"}, reports[2]}},
+			wantPhase: member.PhaseFencing, wantEpoch: 6},
+		{name: "a seed that cannot carry it out abandons the epoch",
+			o: Observation{Now: t0.Add(3 * time.Second), Status: seeding(), Timing: timing,
+				Members: []Member{reports[0], {Name: "m1", Report: &member.Report{Name: "m1", At: t0.Add(3 * time.Second), Case: "QuorumLossSeedWithoutData", Reason: "data dir is empty"}}, reports[2]}},
+			wantPhase: member.PhaseFencing, wantEpoch: 6},
+		{name: "a seed that never serves abandons the epoch after the timeout",
+			o:         Observation{Now: t0.Add(2 * time.Minute), Status: seeding(), Timing: timing, Members: []Member{reports[0], {Name: "m1"}, reports[2]}},
+			wantPhase: member.PhaseFencing, wantEpoch: 6},
+		{name: "the seed acknowledged: the others rejoin",
+			o: Observation{Now: t0.Add(3 * time.Second), Timing: timing, Members: []Member{reports[0], {Name: "m1", Ready: true, ID: "n"}, reports[2]},
+				Status: func() Status {
+					st := seeding()
+					st.Directive.Ack = &member.DirectiveResult{Member: "m1", MemberID: "n", ClusterID: "cid", Revision: 5}
+					return st
+				}()},
+			wantPhase: member.PhaseRejoining, wantEpoch: 5, wantSeed: "m1"},
+		{name: "every member a ready voter: retired",
+			o: Observation{Now: t0.Add(9 * time.Second), Timing: timing,
+				Members: []Member{{Name: "m0", Ready: true, ID: "x"}, {Name: "m1", Ready: true, ID: "n"}, {Name: "m2", Ready: true, ID: "y"}},
+				Status: func() Status {
+					st := seeding()
+					st.Directive.Phase = member.PhaseRejoining
+					st.Voters = []member.Voter{{ID: "x", Name: "m0"}, {ID: "n", Name: "m1"}, {ID: "y", Name: "m2"}}
+					return st
+				}()}},
+		{name: "the recovered cluster loses its quorum for the grace: a new epoch",
+			o: Observation{Now: t0.Add(20 * time.Second), Timing: timing, Members: []Member{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}},
+				Status: func() Status {
+					st := seeding()
+					st.Directive.Phase = member.PhaseRejoining
+					st.Voters = []member.Voter{{ID: "n", Name: "m1"}}
+					st.QuorumLostSince = t0.Add(10 * time.Second)
+					return st
+				}()},
+			wantPhase: member.PhaseFencing, wantEpoch: 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Decide(tt.o)
+			got := d.Status.Directive
+			if tt.wantPhase == "" {
+				if got != nil {
+					t.Fatalf("directive %+v, want none", got)
+				}
+				return
+			}
+			if got == nil || got.Phase != tt.wantPhase || got.Epoch != tt.wantEpoch || got.Seed != tt.wantSeed || got.Reason == "" && got.Phase != member.PhaseFencing {
+				t.Fatalf("directive %+v; want phase %s epoch %d seed %q", got, tt.wantPhase, tt.wantEpoch, tt.wantSeed)
+			}
+			if d.Status.LastEpoch < got.Epoch {
+				t.Fatalf("LastEpoch %d below the directive's %d", d.Status.LastEpoch, got.Epoch)
+			}
+			if d.Status.Waiting == "" {
+				t.Fatalf("no wait reason in the status: %+v", d.Status)
+			}
+		})
+	}
+}
+
+func TestStatusLostWithBackupsRestores(t *testing.T) {
+	members := []Member{stopped("m0", emptyDisk("m0")), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))}
+	o := Observation{Now: t0, Members: members, Backup: Backup{Configured: true, Revision: 40}, Timing: Timing{Grace: time.Second}}
+	d := Decide(o)
+	o.Status, o.Now = d.Status, t0.Add(2*time.Second)
+	d = Decide(o)
+	if d.Status.Directive == nil || d.Status.Directive.Phase != member.PhaseFencing {
+		t.Fatalf("no recovery started: %+v", d.Status)
+	}
+	for i := range o.Members {
+		o.Members[i].Report.At = t0.Add(3 * time.Second)
+	}
+	o.Status, o.Now = d.Status, t0.Add(3*time.Second)
+	d = Decide(o)
+	if d.Status.Directive == nil || d.Status.Directive.Mode != member.RecoverFromBackup {
+		t.Fatalf("not restored from backup: %+v", d.Status.Directive)
+	}
+	// Without backups the same cluster is a new one being bootstrapped: nothing happens.
+	o = Observation{Now: t0.Add(time.Hour), Members: members, Backup: Backup{Configured: true}, Timing: Timing{Grace: time.Second}}
+	if d := Decide(o); d.Status.Directive != nil || !d.Status.QuorumLostSince.IsZero() {
+		t.Fatalf("a fresh cluster was taken for a lost one: %+v", d.Status)
+	}
+}
+
+func TestRelocations(t *testing.T) {
+	ofOther := func(name, owner string) *member.Report {
+		r := disk(name, "id-"+owner, 2, 9, 5)
+		r.Owner, r.Foreign = owner, "of "+owner
+		return r
+	}
+	swap := Relocations([]Member{{Name: "m0", Report: ofOther("m0", "m1")}, {Name: "m1", Report: ofOther("m1", "m0")}, {Name: "m2", Report: disk("m2", "c", 2, 9, 5)}})
+	if len(swap) != 1 || swap[0] != (Relocation{From: "m0", Owner: "m1", Swap: true}) {
+		t.Fatalf("swap: %+v", swap)
+	}
+	move := Relocations([]Member{{Name: "m0", Report: ofOther("m0", "m1")}, {Name: "m1", Report: emptyDisk("m1")}})
+	if len(move) != 1 || move[0] != (Relocation{From: "m0", Owner: "m1"}) {
+		t.Fatalf("move: %+v", move)
+	}
+	// m1 still holds its own data: m0's copy is stale and is not moved over it.
+	if got := Relocations([]Member{{Name: "m0", Report: ofOther("m0", "m1")}, {Name: "m1", Report: disk("m1", "b", 2, 9, 5)}}); len(got) != 0 {
+		t.Fatalf("moved over the owner's own data: %+v", got)
+	}
+}

@@ -1,0 +1,160 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/datadir"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// reportInterval is how often the sidecar reports its member when nothing changed.
+const reportInterval = time.Second
+
+// kickReport asks the report loop to report at once (the initialisation decided something).
+func (s *Sidecar) kickReport() {
+	select {
+	case s.reportKick <- struct{}{}:
+	default:
+	}
+}
+
+// reportLoop sends this member's live report to the cluster view every reportInterval and
+// whenever something changed, and acknowledges a directive this member carried out.
+func (s *Sidecar) reportLoop(ctx context.Context) {
+	var cli *clientv3.Client
+	defer func() {
+		if cli != nil {
+			cli.Close()
+		}
+	}()
+	tick := time.NewTicker(reportInterval)
+	defer tick.Stop()
+	for {
+		snap, err := s.cfg.View.Snapshot(ctx)
+		if err == nil {
+			if self, ok := snap.Spec.Member(s.cfg.Name); ok {
+				if cli == nil {
+					cli, _ = clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+				}
+				r := s.buildReport(ctx, cli, self, snap)
+				s.lastReport.Store(&r)
+				if err := s.cfg.View.Report(ctx, r); err != nil && ctx.Err() == nil {
+					s.lg.Warn("cannot report to the cluster view", zap.Error(err))
+				}
+				s.ackDirective(ctx, snap.Directive, r)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-s.reportKick:
+		}
+	}
+}
+
+// buildReport reports from the running etcd when it answers, else from the data dir.
+func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self MemberSpec, snap ClusterSnapshot) Report {
+	r := Report{Name: s.cfg.Name, At: time.Now().UTC()}
+	s.mu.Lock()
+	if s.plan != nil {
+		r.Case, r.Reason = s.plan.Case, s.plan.Reason
+	}
+	s.mu.Unlock()
+	if id, ok, _ := datadir.ReadIdentity(s.cfg.DataDir); ok {
+		r.AppliedEpoch = id.RecoveryEpoch
+	}
+	if cli != nil {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := cli.Status(sctx, self.ClientURL)
+		cancel()
+		if err == nil {
+			r.Source, r.Serving, r.Learner, r.DataValid, r.Owner = ReportFromEtcd, true, st.IsLearner, true, s.cfg.Name
+			r.MemberID, r.ClusterID = fmt.Sprintf("%x", st.Header.MemberId), fmt.Sprintf("%x", st.Header.ClusterId)
+			// etcd's status has no last log index: the commit index stands in for it, which a
+			// serving member's log reaches within a heartbeat.
+			r.Term, r.Commit, r.LastIndex, r.Applied = st.RaftTerm, st.RaftIndex, st.RaftIndex, st.RaftAppliedIndex
+			r.Revision = st.Header.Revision
+			return r
+		}
+	}
+	r.Source = ReportFromDisk
+	data, err := s.inspect()
+	if err != nil {
+		r.Problem = err.Error()
+		return r
+	}
+	r.DataValid, r.DataEmpty = data.Valid(), data.Empty()
+	r.MemberID, r.ClusterID, r.Revision, r.Applied = data.MemberIDHex(), data.ClusterIDHex(), data.Revision, data.ConsistentIndex
+	if len(data.Problems) > 0 {
+		r.Problem = strings.Join(data.Problems, "; ")
+	}
+	if data.Valid() {
+		o := Observation{Self: s.cfg.Name, ClusterToken: snap.Spec.Token, Status: snap.Status, Data: data}
+		r.Foreign, r.Owner = o.foreignReason(), o.dataOwner()
+		if r.Foreign == "" && r.Owner != "" && r.Owner != s.cfg.Name {
+			r.Foreign = fmt.Sprintf("its WAL is of member %s, which the cluster knows as %q", data.MemberIDHex(), r.Owner)
+		}
+		if r.Foreign == "" {
+			r.Owner = s.cfg.Name
+		}
+		log, err := s.raftLog()
+		if err != nil {
+			r.Problem = err.Error()
+		} else {
+			r.Term, r.LastTerm, r.LastIndex, r.Commit = log.Term, log.LastTerm, log.LastIndex, log.Commit
+		}
+	}
+	return r
+}
+
+// raftLog reads the data dir's raft log, reusing the last read while no file changed.
+func (s *Sidecar) raftLog() (datadir.RaftLog, error) {
+	print, fpErr := fingerprint(s.cfg.DataDir)
+	if prev := s.lastRaftLog.Load(); fpErr == nil && prev != nil && prev.fingerprint == print {
+		return prev.log, nil
+	}
+	log, err := datadir.ReadRaftLog(s.cfg.DataDir)
+	if err != nil {
+		return log, err
+	}
+	if fpErr == nil {
+		s.lastRaftLog.Store(&raftLogRead{fingerprint: print, log: log})
+	}
+	return log, nil
+}
+
+type raftLogRead struct {
+	fingerprint string
+	log         datadir.RaftLog
+}
+
+// ackDirective acknowledges directive d in the cluster status once this member, its seed,
+// carried it out and serves: the supervisor or operator then lets the others rejoin. The
+// acknowledgement is repeated until the status shows it.
+func (s *Sidecar) ackDirective(ctx context.Context, d *Directive, r Report) {
+	if d == nil || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name || d.Ack != nil || !r.Serving || r.Learner || r.AppliedEpoch < d.Epoch {
+		return
+	}
+	res := DirectiveResult{Member: s.cfg.Name, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: time.Now().UTC()}
+	if err := s.cfg.View.AckDirective(ctx, d.Epoch, res); err != nil {
+		s.lg.Warn("cannot acknowledge the directive", zap.Int64("epoch", d.Epoch), zap.Error(err))
+		return
+	}
+	s.lg.Info("acknowledged the directive", zap.Int64("epoch", d.Epoch), zap.String("mode", d.Mode), zap.Int64("revision", r.Revision))
+}
+
+// handleReport serves GET /v1/report (and /v1/data, its older name): the last report.
+func (s *Sidecar) handleReport(w http.ResponseWriter, _ *http.Request) {
+	r := s.lastReport.Load()
+	if r == nil {
+		http.Error(w, "no report yet: the sidecar is starting", http.StatusServiceUnavailable)
+		return
+	}
+	writeJSON(w, http.StatusOK, r)
+}
