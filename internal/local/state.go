@@ -48,11 +48,11 @@ type MemberState struct {
 	Ready   bool   `json:"ready"`
 	Learner bool   `json:"learner,omitempty"`
 	// Fenced: the supervisor holds the member's etcd stopped (a recovery or a relocation).
-	Fenced          bool   `json:"fenced,omitempty"`
-	EtcdPID         int    `json:"etcdPid,omitempty"`
-	SidecarPID      int    `json:"sidecarPid,omitempty"`
-	EtcdRestarts    int    `json:"etcdRestarts"`
-	SidecarRestarts int    `json:"sidecarRestarts"`
+	Fenced          bool `json:"fenced,omitempty"`
+	EtcdPID         int  `json:"etcdPid,omitempty"`
+	SidecarPID      int  `json:"sidecarPid,omitempty"`
+	EtcdRestarts    int  `json:"etcdRestarts"`
+	SidecarRestarts int  `json:"sidecarRestarts"`
 }
 
 // ReadState loads DIR/run/state.json (zero State if there is none). A damaged file is an

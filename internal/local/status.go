@@ -92,7 +92,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	}
 	pid, running := SupervisorRunning(dir)
 	rep := Report{
-		Cluster:    ClusterReport{Name: spec.Name, Size: len(spec.Members)},
+		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members)},
 		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error,
 			Waiting: st.Waiting, Stuck: st.Stuck, Recovery: st.Directive, LastRecovery: st.LastRecovery},
 	}

@@ -181,10 +181,10 @@ type supervisor struct {
 	opts UpOptions
 	logf func(string, ...any)
 
-	mu      sync.Mutex
-	spec    Spec
-	runs    []*memberRun // in spec order
-	state   State
+	mu    sync.Mutex
+	spec  Spec
+	runs  []*memberRun // in spec order
+	state State
 }
 
 // memberRun is one member's two processes and the supervisor's client to it.

@@ -3,8 +3,8 @@ package member
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"

@@ -238,4 +238,3 @@ func answers(ctx context.Context, urls []string) bool {
 	_, err = c.Status(sctx, urls[0])
 	return err == nil
 }
-

@@ -149,7 +149,7 @@ func (s *Sidecar) ackDirective(ctx context.Context, d *Directive, r Report) {
 	s.lg.Info("acknowledged the directive", zap.Int64("epoch", d.Epoch), zap.String("mode", d.Mode), zap.Int64("revision", r.Revision))
 }
 
-// handleReport serves GET /v1/report (and /v1/data, its older name): the last report.
+// handleReport serves GET /v1/report: the member's last report.
 func (s *Sidecar) handleReport(w http.ResponseWriter, _ *http.Request) {
 	r := s.lastReport.Load()
 	if r == nil {

@@ -110,7 +110,6 @@ func (s *Sidecar) Handler() http.Handler {
 	m.HandleFunc("GET /v1/snapshots/latest", s.handleLatestSnapshots)
 	m.HandleFunc("POST /v1/snapshots/full", s.handleFullSnapshot)
 	m.HandleFunc("GET /v1/report", s.handleReport)
-	m.HandleFunc("GET /v1/data", s.handleReport)
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	return m
