@@ -31,8 +31,10 @@ type State struct {
 	Revision int64 `json:"revision,omitempty"`
 	// CompactRevision is the database's compacted revision (finished or scheduled), 0 if none.
 	CompactRevision int64 `json:"compactRevision,omitempty"`
-	// ConsistentIndex is the raft index applied to the database.
-	ConsistentIndex uint64 `json:"consistentIndex,omitempty"`
+	// ConsistentIndex is the raft index applied to the database; Members the member list
+	// applied with it.
+	ConsistentIndex uint64   `json:"consistentIndex,omitempty"`
+	Members         []Member `json:"members,omitempty"`
 	// Problems lists what made the WAL or the database invalid, for logs and the init API.
 	Problems []string `json:"problems,omitempty"`
 	// Identity is the recorded owner of the data, if any.
@@ -137,7 +139,9 @@ func Inspect(dataDir string) (st State, err error) {
 			st.Problems = append(st.Problems, fmt.Sprintf("database %s is damaged: %v", dbPath, err))
 		} else {
 			st.DBValid, st.Revision, st.CompactRevision = true, rev, compactRev
-			st.ConsistentIndex, _ = readConsistentIndex(dbPath)
+			if a, err := ReadApplied(dbPath); err == nil {
+				st.ConsistentIndex, st.Members = a.Index, a.Members
+			}
 		}
 	} else if st.HasWAL {
 		st.Problems = append(st.Problems, fmt.Sprintf("database %s is missing", dbPath))

@@ -19,7 +19,8 @@ type Identity struct {
 	ClusterName string `json:"clusterName"`
 	// ClusterToken is unique per cluster incarnation (the initial-cluster-token).
 	ClusterToken string `json:"clusterToken"`
-	ClusterID    string `json:"clusterID"`
+	// ClusterID is recorded once the cluster has formed (a quorum elected a leader).
+	ClusterID string `json:"clusterID"`
 	MemberName   string `json:"memberName"`
 	MemberID     string `json:"memberID"`
 	// RecoveryEpoch is the newest quorum-loss directive this data dir carried out.

@@ -2,8 +2,10 @@ package datadir
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
@@ -115,27 +117,64 @@ func walSnapshot(lg *zap.Logger, dataDir string) (walpb.Snapshot, error) {
 	switch {
 	case err == nil:
 		return walpb.Snapshot{Index: s.Metadata.Index, Term: s.Metadata.Term, ConfState: &s.Metadata.ConfState}, nil
-	case errors.Is(err, snap.ErrNoSnapshot):
+	case errors.Is(err, snap.ErrNoSnapshot), errors.Is(err, fs.ErrNotExist):
+		// etcd creates a missing snap dir on start and reads the whole WAL.
 		return walpb.Snapshot{}, nil
 	}
 	return walpb.Snapshot{}, fmt.Errorf("load the newest snapshot: %w", err)
 }
 
-// readConsistentIndex reads the raft index applied to the database (etcd's consistent index).
-func readConsistentIndex(path string) (uint64, error) {
+// Member is one entry of the member list a database holds (as applied by its member).
+type Member struct {
+	ID      string `json:"id"`             // hex, as etcdctl prints it
+	Name    string `json:"name,omitempty"` // empty while the member has never started
+	Learner bool   `json:"learner,omitempty"`
+}
+
+// Applied is what a database says its member applied: the raft index (etcd's consistent
+// index) and the member list as of that index.
+type Applied struct {
+	Index   uint64
+	Members []Member
+}
+
+// ReadApplied reads, read-only, the applied index and the member list of the database at
+// path. etcd must not hold it open.
+func ReadApplied(path string) (Applied, error) {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
 	if err != nil {
-		return 0, err
+		return Applied{}, err
 	}
 	defer db.Close()
-	var ci uint64
+	var a Applied
 	err = db.View(func(tx *bolt.Tx) error {
 		if mb := tx.Bucket(schema.Meta.Name()); mb != nil {
 			if v := mb.Get(schema.MetaConsistentIndexKeyName); len(v) == 8 {
-				ci = binary.BigEndian.Uint64(v)
+				a.Index = binary.BigEndian.Uint64(v)
 			}
 		}
-		return nil
+		b := tx.Bucket(schema.Members.Name())
+		if b == nil {
+			return nil
+		}
+		removed := tx.Bucket(schema.MembersRemoved.Name())
+		return b.ForEach(func(k, v []byte) error {
+			if removed != nil && removed.Get(k) != nil {
+				return nil
+			}
+			var m struct {
+				Name      string `json:"name"`
+				IsLearner bool   `json:"isLearner"`
+			}
+			if err := json.Unmarshal(v, &m); err != nil {
+				return fmt.Errorf("member %s: %w", k, err)
+			}
+			a.Members = append(a.Members, Member{ID: string(k), Name: m.Name, Learner: m.IsLearner})
+			return nil
+		})
 	})
-	return ci, err
+	if err != nil {
+		return Applied{}, fmt.Errorf("read the applied index and members of %s: %w", path, err)
+	}
+	return a, nil
 }

@@ -19,8 +19,9 @@ import (
 type Timing struct {
 	// Grace is how long the voters' quorum must stay lost before a recovery starts.
 	Grace time.Duration
-	// ReportTimeout is how long fencing waits for every member's report from disk; members
-	// still silent then are taken as holding nothing, and named.
+	// ReportTimeout is how long fencing waits for the reports from disk of members that are
+	// not voters; those still silent then are taken as holding nothing, and named. Voters
+	// are always waited for: one of them may hold the newest log.
 	ReportTimeout time.Duration
 	// SeedTimeout is how long the seed may take to serve and acknowledge; then a new epoch
 	// starts (fenced again, the source chosen again).
@@ -99,7 +100,18 @@ func Quorum(voters []member.Voter, members []Member) (ready, total int) {
 
 // Decide moves the cluster's recovery state one step.
 func Decide(o Observation) Decision {
-	st := o.Status
+	st, event := o.Status, ""
+	if st.ClusterID == "" && st.Directive == nil {
+		st, event = adoptFormedCluster(st, o.Members, o.Now.Add(-o.Timing.ReportTimeout))
+	}
+	dec := decide(o, st)
+	if dec.Event == "" {
+		dec.Event = event
+	}
+	return dec
+}
+
+func decide(o Observation, st Status) Decision {
 	ready, total := Quorum(st.Voters, o.Members)
 	quorate := total > 0 && ready > total/2
 	if quorate {
@@ -159,8 +171,15 @@ func decideHealthy(o Observation, st Status, ready, total int, quorate bool) Dec
 	return startRecovery(o, st, why)
 }
 
-// startRecovery issues a new directive in its first phase: every member is fenced.
+// startRecovery issues a new directive in its first phase: every member is fenced. Its
+// epoch is above every epoch a member reports having carried out, so that a status rebuilt
+// after it was lost never issues an epoch a member would take as done.
 func startRecovery(o Observation, st Status, why string) Decision {
+	for _, m := range o.Members {
+		if m.Report != nil {
+			st.LastEpoch = max(st.LastEpoch, m.Report.AppliedEpoch)
+		}
+	}
 	st.LastEpoch++
 	st.Directive = &member.Directive{Epoch: st.LastEpoch, Phase: member.PhaseFencing, IssuedAt: o.Now, PhaseSince: o.Now,
 		Reason: why + ": stopping every member, then choosing the recovery source from their reports"}
@@ -177,19 +196,37 @@ func restart(o Observation, st Status, why string) Decision {
 
 func decideFenced(o Observation, st Status) Decision {
 	d := *st.Directive
-	var running, silent []string
+	var running, silentVoters, silent []string
 	for _, m := range o.Members {
 		switch {
 		case !m.Stopped:
 			running = append(running, m.Name)
-		case !freshDiskReport(m):
+		case freshDiskReport(m):
+		case mayBeVoter(st.Voters, m):
+			silentVoters = append(silentVoters, m.Name)
+		default:
 			silent = append(silent, m.Name)
 		}
 	}
-	waited := o.Now.Sub(d.PhaseSince)
+	// Reports are awaited from when the last member was confirmed stopped: a member stopped
+	// late (or again, after the supervisor restarted) gets the whole timeout to report.
+	since := d.PhaseSince
+	for _, m := range o.Members {
+		if m.StoppedSince.After(since) {
+			since = m.StoppedSince
+		}
+	}
+	waited := o.Now.Sub(since)
 	if len(running) > 0 {
 		// Deciding while an old member may still serve could make two clusters.
 		st.Waiting = fmt.Sprintf("directive %d: waiting for %s to stop (%s)", d.Epoch, strings.Join(running, ", "), waited.Round(time.Second))
+		return Decision{Status: st}
+	}
+	if len(silentVoters) > 0 {
+		// A voter that cannot report may hold the newest log: choosing without it could lose
+		// acknowledged writes. Its sidecar restarts, or a person removes the member.
+		st.Waiting = fmt.Sprintf("directive %d: waiting for the reports of voters %s from disk (%s): the recovery source is chosen only when every voter's log is known",
+			d.Epoch, strings.Join(silentVoters, ", "), waited.Round(time.Second))
 		return Decision{Status: st}
 	}
 	if len(silent) > 0 && waited < o.Timing.ReportTimeout {
@@ -220,6 +257,17 @@ func decideFenced(o Observation, st Status) Decision {
 	return Decision{Status: st, Event: fmt.Sprintf("directive %d: seed %s, from %s: %s", d.Epoch, d.Seed, d.Mode, c.Reason)}
 }
 
+// mayBeVoter: the status lists the member as a voter, by name or by the member ID it last
+// reported.
+func mayBeVoter(voters []member.Voter, m Member) bool {
+	for _, v := range voters {
+		if (v.Name != "" && v.Name == m.Name) || (m.Report != nil && m.Report.MemberID != "" && v.ID == m.Report.MemberID) {
+			return true
+		}
+	}
+	return false
+}
+
 // freshDiskReport: the member reported from its data dir since its etcd stopped.
 func freshDiskReport(m Member) bool {
 	r := m.Report
@@ -228,6 +276,11 @@ func freshDiskReport(m Member) bool {
 
 func decideSeeding(o Observation, st Status) Decision {
 	d := *st.Directive
+	if r := seedReport(o.Members, d); d.Ack == nil && r != nil && r.AppliedEpoch >= d.Epoch && r.OwnData() && r.ClusterID != "" && r.MemberID != "" {
+		// The seed's data dir records that it carried the directive out and served: as good
+		// as its acknowledgement, which it may not have sent before it stopped.
+		d.Ack = &member.DirectiveResult{Member: d.Seed, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: r.At}
+	}
 	if d.Ack != nil {
 		// The seed serves: record the cluster it formed, and let the others rejoin.
 		d.Phase, d.PhaseSince = member.PhaseRejoining, o.Now
@@ -238,8 +291,11 @@ func decideSeeding(o Observation, st Status) Decision {
 		st.Waiting = fmt.Sprintf("directive %d: %s serves at revision %d; the others rejoin as learners", d.Epoch, d.Seed, d.Ack.Revision)
 		return Decision{Status: st, Event: fmt.Sprintf("directive %d acknowledged by %s: serving cluster %s at revision %d", d.Epoch, d.Seed, d.Ack.ClusterID, d.Ack.Revision)}
 	}
+	// A member that serves beside the seed aborts the recovery. One that is merely not
+	// confirmed stopped (its fence was lifted, as by a restart of the supervisor) is fenced
+	// again by the caller; its sidecar waits for the seed meanwhile.
 	for _, m := range o.Members {
-		if m.Name != d.Seed && (!m.Stopped || (m.Report != nil && m.Report.Serving && m.Report.At.After(d.PhaseSince))) {
+		if m.Name != d.Seed && m.Report != nil && m.Report.Serving && m.Report.At.After(d.PhaseSince) {
 			return restart(o, st, fmt.Sprintf("member %s came back while %s was recovering", m.Name, d.Seed))
 		}
 	}
@@ -255,6 +311,13 @@ func decideSeeding(o Observation, st Status) Decision {
 	}
 	st.Waiting = fmt.Sprintf("directive %d: waiting for %s to recover alone (%s) and serve", d.Epoch, d.Seed, d.Mode)
 	return Decision{Status: st}
+}
+
+func seedReport(members []Member, d member.Directive) *member.Report {
+	if m := find(members, d.Seed); m != nil {
+		return m.Report
+	}
+	return nil
 }
 
 func decideRejoining(o Observation, st Status, quorate bool) Decision {
@@ -334,6 +397,7 @@ type candidate struct {
 // election (highest last term, then last index; ties by name), unless the backup certainly
 // holds more. Learners never count, and neither does data of another cluster or member.
 func Choose(st Status, members []Member, b Backup) Choice {
+	voters := latestVoters(st, members)
 	var cands []candidate
 	var others []string
 	for _, m := range members {
@@ -343,7 +407,7 @@ func Choose(st Status, members []Member, b Backup) Choice {
 			others = append(others, m.Name+": no report")
 		case !r.DataValid || r.Foreign != "":
 			others = append(others, fmt.Sprintf("%s: %s", m.Name, holdsWhat(r)))
-		case r.Learner || !isVoterID(st.Voters, r.MemberID):
+		case r.Learner || !isVoterData(voters, m.Name, r.MemberID):
 			others = append(others, fmt.Sprintf("%s: data of learner or non-voter %s (never a survivor)", m.Name, r.MemberID))
 		case st.ClusterID != "" && r.ClusterID != st.ClusterID:
 			others = append(others, fmt.Sprintf("%s: data of cluster %s, not %s", m.Name, r.ClusterID, st.ClusterID))
@@ -355,7 +419,7 @@ func Choose(st Status, members []Member, b Backup) Choice {
 			cands = append(cands, candidate{name: m.Name, lastTerm: r.LastTerm, lastIndex: r.LastIndex, revision: r.Revision, maxRevision: r.Revision + unapplied})
 		}
 	}
-	if n := len(st.Voters); n > 0 && len(cands) > n/2 {
+	if n := len(voters); n > 0 && len(cands) > n/2 {
 		return Choice{MajorityIntact: true, Reason: fmt.Sprintf("%d of %d voters hold their own valid data: restarting them re-forms the quorum, nothing to recover", len(cands), n)}
 	}
 	sort.SliceStable(cands, func(i, j int) bool {
@@ -401,6 +465,30 @@ func Choose(st Status, members []Member, b Backup) Choice {
 	return Choice{Reason: why, Alternatives: others}
 }
 
+// latestVoters are the voters of the newest member list a member reports having applied (of
+// the status's cluster): membership changes the status has not recorded yet (a member
+// removed for its replacement just before the quorum was lost) count. Without such a report,
+// the status's voters.
+func latestVoters(st Status, members []Member) []member.Voter {
+	var latest *member.Report
+	for _, m := range members {
+		r := m.Report
+		if r.OwnData() && len(r.Members) > 0 && (st.ClusterID == "" || r.ClusterID == st.ClusterID) && (latest == nil || r.Applied > latest.Applied) {
+			latest = r
+		}
+	}
+	if latest == nil {
+		return st.Voters
+	}
+	var voters []member.Voter
+	for _, lm := range latest.Members {
+		if !lm.IsLearner {
+			voters = append(voters, member.Voter{ID: lm.ID, Name: lm.Name, PeerURL: lm.PeerURL})
+		}
+	}
+	return voters
+}
+
 // backupSeed picks the member that restores the backup: one without valid data of its own
 // first (nothing of value is moved aside), else the first.
 func backupSeed(members []Member) string {
@@ -412,9 +500,12 @@ func backupSeed(members []Member) string {
 	return members[0].Name
 }
 
-func isVoterID(voters []member.Voter, id string) bool {
+// isVoterData: data of member ID id, found in member name's own dir, is a voter's: the
+// status lists the ID, or lists name without an ID (a status rebuilt from data dirs that
+// could not all prove their member's ID).
+func isVoterData(voters []member.Voter, name, id string) bool {
 	for _, v := range voters {
-		if v.ID == id {
+		if v.ID == id || (v.ID == "" && v.Name == name) {
 			return true
 		}
 	}

@@ -140,9 +140,12 @@ func TestDecidePhases(t *testing.T) {
 		{name: "fenced and reported: the survivor seeds",
 			o:         Observation{Now: t0.Add(2 * time.Second), Status: fencing(t0), Members: reports, Timing: timing},
 			wantPhase: member.PhaseSeeding, wantEpoch: 5, wantSeed: "m1"},
-		{name: "a silent member past the report timeout counts as holding nothing",
-			o:         Observation{Now: t0.Add(11 * time.Second), Status: fencing(t0), Members: []Member{stopped("m0", nil), reports[1], reports[2]}, Timing: timing},
+		{name: "a silent member that is no voter counts as holding nothing past the report timeout",
+			o:         Observation{Now: t0.Add(11 * time.Second), Status: fencing(t0), Members: append(reports[:3:3], stopped("m3", nil)), Timing: timing},
 			wantPhase: member.PhaseSeeding, wantEpoch: 5, wantSeed: "m1"},
+		{name: "a silent voter is waited for, past the report timeout: it may hold the newest log",
+			o:         Observation{Now: t0.Add(time.Hour), Status: fencing(t0), Members: []Member{stopped("m0", nil), reports[1], reports[2]}, Timing: timing},
+			wantPhase: member.PhaseFencing, wantEpoch: 5},
 		{name: "fenced, and a majority still holds its data: withdrawn, nothing recovered",
 			o: Observation{Now: t0.Add(2 * time.Second), Status: fencing(t0), Timing: timing,
 				Members: []Member{stopped("m0", disk("m0", "a", 2, 8, 5)), reports[1], reports[2]}}},
@@ -174,6 +177,10 @@ func TestDecidePhases(t *testing.T) {
 					st.Voters = []member.Voter{{ID: "x", Name: "m0"}, {ID: "n", Name: "m1"}, {ID: "y", Name: "m2"}}
 					return st
 				}()}},
+		{name: "a status rebuilt after it was lost: the new epoch is above every epoch a member carried out",
+			o: Observation{Now: t0.Add(10 * time.Second), Timing: timing, Status: Status{ClusterID: "cid", Voters: voters3, QuorumLostSince: t0},
+				Members: []Member{stopped("m0", func() *member.Report { r := disk("m0", "a", 2, 9, 5); r.AppliedEpoch = 7; return r }()), reports[1], reports[2]}},
+			wantPhase: member.PhaseFencing, wantEpoch: 8},
 		{name: "the recovered cluster loses its quorum for the grace: a new epoch",
 			o: Observation{Now: t0.Add(20 * time.Second), Timing: timing, Members: []Member{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}},
 				Status: func() Status {

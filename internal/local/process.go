@@ -110,19 +110,6 @@ const (
 	stableAfter = 60 * time.Second
 )
 
-// restart stops the running process gracefully; run starts it again.
-func (p *process) restart() {
-	p.mu.Lock()
-	pid := p.pid
-	if pid > 0 {
-		p.restarting = true
-	}
-	p.mu.Unlock()
-	if pid > 0 {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-	}
-}
-
 func (p *process) snapshot() (pid, starts int, lastExit string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

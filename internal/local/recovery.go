@@ -51,7 +51,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 			st.Directive = &dc
 		}
 	}
-	if d := st.Directive; d == nil || d.Phase == member.PhaseFencing {
+	if d := st.Directive; d == nil || d.Phase != member.PhaseRejoining {
 		if rels := heal.Relocations(members); len(rels) > 0 {
 			for _, rel := range rels {
 				s.relocate(ctx, rel, runs)

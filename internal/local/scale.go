@@ -109,6 +109,13 @@ func (s *supervisor) reconcileMembers(ctx context.Context) error {
 		desired[m] = true
 	}
 	runs := s.memberRuns()
+	s.mu.Lock()
+	formed := s.state.ClusterID != ""
+	s.mu.Unlock()
+	if !formed && !sameMembers(runs, desired) {
+		// A member added now would bootstrap with another initial cluster than its peers.
+		return fmt.Errorf("the cluster has not formed yet (no quorum has answered); scaling waits for it")
+	}
 	for i := len(runs) - 1; i >= 0; i-- {
 		if r := runs[i]; !desired[r.spec] {
 			if err := s.removeMember(ctx, r, want); err != nil {
@@ -140,6 +147,18 @@ func (s *supervisor) reconcileMembers(ctx context.Context) error {
 		s.logf("member %s joined as a voting member in %s", m.Name, time.Since(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+func sameMembers(runs []*memberRun, desired map[MemberSpec]bool) bool {
+	if len(runs) != len(desired) {
+		return false
+	}
+	for _, r := range runs {
+		if !desired[r.spec] {
+			return false
+		}
+	}
+	return true
 }
 
 // removeMember takes a member out: leadership moves away first (invariant 10), then

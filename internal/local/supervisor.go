@@ -418,36 +418,36 @@ func TailFile(path string, n int) string {
 }
 
 // rebuildStatus recovers the cluster ID and voters from the members' data dirs when the
-// status records none (lost or damaged state, or a cluster that never formed): a member that
-// lost its data must never bootstrap a new cluster beside members that still hold the old
-// one. A member whose data dir holds nothing of that cluster is recorded by name only.
+// status records none (lost or damaged state, or a cluster that never formed): see
+// heal.RebuildStatus.
 func (s *supervisor) rebuildStatus(spec Spec) {
-	var clusterID string
-	ids := map[string]string{}
+	var dirs []heal.DataDir
+	peers := map[string]string{}
 	for _, m := range spec.Members {
+		peers[m.Name] = spec.PeerURL(m)
 		dataDir := MemberDataDir(s.dir, m.Name)
-		id, ok, err := datadir.ReadIdentity(dataDir)
-		if err != nil || !ok || id.ClusterToken != spec.Token || id.MemberName != m.Name || id.ClusterID == "" {
-			continue
+		d := heal.DataDir{Member: m.Name}
+		if id, ok, err := datadir.ReadIdentity(dataDir); err == nil && ok {
+			d.Token, d.Owner, d.ClusterID, d.MemberID, d.Epoch = id.ClusterToken, id.MemberName, id.ClusterID, id.MemberID, id.RecoveryEpoch
 		}
-		member, cluster, err := datadir.ReadWALMetadata(filepath.Join(dataDir, "member", "wal"))
-		if err != nil || fmt.Sprintf("%x", cluster) != id.ClusterID || fmt.Sprintf("%x", member) != id.MemberID {
-			continue
+		if walMember, _, err := datadir.ReadWALMetadata(filepath.Join(dataDir, "member", "wal")); err == nil {
+			d.WALMemberID = fmt.Sprintf("%x", walMember)
 		}
-		if clusterID == "" {
-			clusterID = id.ClusterID
+		if a, err := datadir.ReadApplied(filepath.Join(dataDir, "member", "snap", "db")); err == nil {
+			d.Applied = a.Index
+			for _, m := range a.Members {
+				d.Members = append(d.Members, member.LiveMember{ID: m.ID, Name: m.Name, IsLearner: m.Learner})
+			}
 		}
-		if id.ClusterID == clusterID {
-			ids[m.Name] = id.MemberID
-		}
+		dirs = append(dirs, d)
 	}
-	if clusterID == "" {
+	st := heal.RebuildStatus(spec.Token, spec.memberNames(), dirs)
+	if st.ClusterID == "" {
 		return
 	}
-	s.state.ClusterID = clusterID
-	s.state.Voters = nil
-	for _, m := range spec.Members {
-		s.state.Voters = append(s.state.Voters, member.Voter{ID: ids[m.Name], Name: m.Name, PeerURL: spec.PeerURL(m)})
+	for i, v := range st.Voters {
+		st.Voters[i].PeerURL = peers[v.Name]
 	}
-	s.logf("no cluster in the status: rebuilt from the members' data dirs: cluster %s, voters %s", clusterID, voterNames(s.state.Voters))
+	s.state.ClusterID, s.state.Voters, s.state.LastEpoch = st.ClusterID, st.Voters, max(s.state.LastEpoch, st.LastEpoch)
+	s.logf("no cluster in the status: rebuilt from the members' data dirs: cluster %s, voters %s", st.ClusterID, voterNames(st.Voters))
 }

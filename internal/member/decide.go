@@ -118,6 +118,9 @@ func decide(o Observation) Plan {
 		if p, ok := decideDirective(o, *d, selfLive); ok {
 			return p
 		}
+	} else if d != nil && d.Phase == PhaseSeeding && d.Seed == o.Self && o.Data.Valid() && o.foreignReason() == "" {
+		return Plan{Case: "QuorumLossSeedRestart", Action: ActionRestart, ClusterState: "existing",
+			Reason: fmt.Sprintf("this member carried out directive %d (it served on the recovered data) and its acknowledgement is not recorded yet: restart on that data", d.Epoch)}
 	}
 
 	switch {
@@ -130,12 +133,18 @@ func decide(o Observation) Plan {
 				Disposal: WipeData, RemoveMemberID: firstNonEmpty(selfLive.ID, o.Data.MemberIDHex(), o.statusID()),
 				Reason: fmt.Sprintf("data dir is %s; the cluster has quorum: wipe, remove the old member, rejoin as a learner", data)}
 		}
+		if !o.formed() && (o.Data.Identity == nil || o.Data.Identity.ClusterID == "") && !o.BackupHolds {
+			// Nothing was ever written: a cluster needs a quorum to write, and this one never
+			// had one. Waiting would wait forever for a quorum that needs this member.
+			return Plan{Case: "InvalidDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData,
+				Reason: fmt.Sprintf("data dir is %s, of a cluster that never formed, and the backup store holds nothing: wipe it and bootstrap again", data)}
+		}
 		return Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait,
 			Reason: fmt.Sprintf("data dir is %s and the cluster has no quorum: waiting (the supervisor or operator recovers a quorum lost for good)", data)}
 	}
 
 	// Empty data dir.
-	formed := o.Status.ClusterID != "" || len(o.Status.Voters) > 0
+	formed := o.formed()
 	switch {
 	case o.Live.Quorate && selfLiveOK && selfLive.Name == "" && !selfLive.IsLearner:
 		// Joins with initial-cluster-state=existing: the cluster it was listed in has formed.
@@ -214,14 +223,16 @@ func decideDirective(o Observation, d Directive, selfLive LiveMember) (Plan, boo
 	case d.Phase == PhaseFencing:
 		return Plan{Case: "QuorumLossFenced", Action: ActionWait,
 			Reason: fmt.Sprintf("quorum lost for good: every member is stopped while directive %d chooses the recovery source", d.Epoch)}, true
+	case d.Ack != nil && d.Seed == o.Self:
+		// Carried out and acknowledged: a seed that since lost its data is replaced like any
+		// member, never seeded again.
+		return Plan{}, false
 	case d.Phase == PhaseSeeding && d.Seed == o.Self:
 		return decideSeed(o, d), true
 	case d.Phase == PhaseSeeding:
 		return Plan{Case: "QuorumLossFollowerWait", Action: ActionWait,
 			Reason: fmt.Sprintf("waiting for %s to recover the quorum (directive %d, %s)", d.Seed, d.Epoch, d.Mode)}, true
 	case d.Phase == PhaseRejoining && d.Seed == o.Self:
-		// Carried out and acknowledged: a seed that since lost its data is replaced like any
-		// member, never seeded again.
 		return Plan{}, false
 	case d.Phase == PhaseRejoining && o.Live.Quorate && o.liveHasName(d.Seed):
 		disposal := MoveDataAside // what recovery replaces is kept, never wiped
@@ -240,6 +251,14 @@ func decideDirective(o Observation, d Directive, selfLive LiveMember) (Plan, boo
 
 // decideSeed is the seed's part of a directive.
 func decideSeed(o Observation, d Directive) Plan {
+	for _, m := range o.Status.Members {
+		if r := m.Report; m.Name != o.Self && r != nil && r.DataValid && r.Owner == o.Self && r.AppliedEpoch >= d.Epoch {
+			// It carried the directive out, and its data is now in another member's dir:
+			// never a second time beside it.
+			return Plan{Case: "QuorumLossSeedDataElsewhere", Action: ActionWait,
+				Reason: fmt.Sprintf("this member carried out directive %d, and its data is in %s's data dir: waiting for it to be moved back", d.Epoch, m.Name)}
+		}
+	}
 	switch d.Mode {
 	case RecoverFromSurvivor:
 		if o.Data.Valid() && o.foreignReason() == "" {
@@ -310,6 +329,9 @@ func (o Observation) liveOwnerReason() string {
 	}
 	return ""
 }
+
+// formed: the status records a cluster that formed.
+func (o Observation) formed() bool { return o.Status.ClusterID != "" || len(o.Status.Voters) > 0 }
 
 // statusID is this member's ID as the cluster status records it.
 func (o Observation) statusID() string {

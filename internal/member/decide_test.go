@@ -151,14 +151,24 @@ func TestDecide(t *testing.T) {
 		{name: "survivor seed: force-new-cluster on its own data",
 			obs:  with_(obs("m1", validData, noQuorum, formed), func(o *Observation) { o.Directive = seedingM1 }),
 			want: Plan{Case: "QuorumLossSeedFromSurvivor", Action: ActionForceNewCluster, ClusterState: "existing", RecoveryEpoch: 3}},
+		{name: "a seed that carried out its directive (not acknowledged yet) restarts on the recovered data, never carries it out again",
+			obs:  with_(obs("m1", validData, noQuorum, formed), func(o *Observation) { o.Directive, o.AppliedEpoch = seedingM1, 3 }),
+			want: Plan{Case: "QuorumLossSeedRestart", Action: ActionRestart, ClusterState: "existing"}},
 		{name: "a directive this data dir carried out is not applied again",
-			obs:  with_(obs("m1", validData, quorate, all), func(o *Observation) { o.Directive, o.AppliedEpoch = seedingM1, 3 }),
+			obs:  with_(obs("m1", validData, quorate, all), func(o *Observation) { o.Directive, o.AppliedEpoch = rejoinM1, 3 }),
 			want: Plan{Case: "RestartQuorate", Seed: "001 initialisation case 3", Action: ActionRestart, ClusterState: "existing"}},
 		{name: "survivor seed whose data turned out invalid waits (the supervisor starts a new epoch)",
 			obs:  with_(obs("m1", damagedDB, noQuorum, formed), func(o *Observation) { o.Directive = seedingM1 }),
 			want: Plan{Case: "QuorumLossSeedWithoutData", Action: ActionWait}},
 		{name: "acknowledged seed that lost its data afterwards is never seeded again: replaced like any member",
 			obs:  with_(obs("m1", emptyData, noQuorum, status(formed, nil)), func(o *Observation) { o.Directive = rejoinM1 }),
+			want: Plan{Case: "LostDataWaitForQuorum", Action: ActionWait}},
+		{name: "a seed whose acknowledgement the supervisor has not recorded yet, and that lost its data since, is never seeded again",
+			obs: with_(obs("m1", emptyData, noQuorum, status(formed, nil)), func(o *Observation) {
+				d := *seedingM1
+				d.Ack = &DirectiveResult{Member: "m1", MemberID: "b", ClusterID: "cid", Revision: 9}
+				o.Directive = &d
+			}),
 			want: Plan{Case: "LostDataWaitForQuorum", Action: ActionWait}},
 		{name: "follower waits while the seed recovers",
 			obs:  with_(obs("m2", validData, noQuorum, formed), func(o *Observation) { o.Directive = seedingM0 }),

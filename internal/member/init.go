@@ -158,7 +158,7 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 	}
 	// Whether the store holds backups matters only to a member that would otherwise
 	// bootstrap a new cluster.
-	if data.Empty() && !obs.Live.Quorate && snap.Status.ClusterID == "" && len(snap.Status.Voters) == 0 && s.cfg.Backup.StoreURL != "" {
+	if !data.Valid() && !obs.Live.Quorate && snap.Status.ClusterID == "" && len(snap.Status.Voters) == 0 && s.cfg.Backup.StoreURL != "" {
 		holds, err := s.backupHolds(ctx)
 		if err != nil {
 			return spec, Observation{}, fmt.Errorf("the cluster has never formed and the backup store cannot say whether it holds backups (a new cluster is bootstrapped only when it holds none): %w", err)
@@ -229,8 +229,19 @@ func (s *Sidecar) act(ctx context.Context, spec ClusterSpec, obs Observation, pl
 	if obs.Data.Identity != nil {
 		identity.ClusterID, identity.MemberID = obs.Data.Identity.ClusterID, obs.Data.Identity.MemberID
 	}
+	s.pendingEpoch.Store(0)
+	if plan.Action == ActionForceNewCluster {
+		// The WAL holds the new membership only once etcd has started on it with
+		// force-new-cluster: the epoch is recorded once it serves. (A restore writes a
+		// complete one-member data dir, and records it at once.)
+		identity.RecoveryEpoch = obs.AppliedEpoch
+		s.pendingEpoch.Store(plan.RecoveryEpoch)
+	}
 	switch plan.Action {
 	case ActionBootstrap:
+		if err := s.dispose(plan.Disposal); err != nil {
+			return nil, err
+		}
 		if err := s.writeIdentity(identity); err != nil {
 			return nil, err
 		}

@@ -70,7 +70,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 			}
 			continue
 		}
-		s.recordIdentity(spec, st.Header.MemberId, st.Header.ClusterId)
+		s.recordIdentity(spec, st.Header.MemberId, st.Header.ClusterId, st.Leader != 0)
 
 		if !st.IsLearner && s.learnerSince.Load() != 0 {
 			s.learnerSince.Store(0) // started as a listed member, or promoted meanwhile
@@ -101,15 +101,20 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 }
 
 // recordIdentity writes the identity file once the running etcd proves whose data this is.
-func (s *Sidecar) recordIdentity(spec ClusterSpec, memberID, clusterID uint64) {
+// The cluster ID is recorded once the cluster has formed (etcd knows a leader): it says so
+// to whoever reads the dir later.
+func (s *Sidecar) recordIdentity(spec ClusterSpec, memberID, clusterID uint64, formed bool) {
 	want := datadir.Identity{ClusterName: spec.Name, ClusterToken: spec.Token, MemberName: s.cfg.Name,
-		MemberID: fmt.Sprintf("%x", memberID), ClusterID: fmt.Sprintf("%x", clusterID)}
+		MemberID: fmt.Sprintf("%x", memberID)}
 	have, ok, _ := datadir.ReadIdentity(s.cfg.DataDir)
+	if formed || (ok && have.ClusterID == fmt.Sprintf("%x", clusterID)) {
+		want.ClusterID = fmt.Sprintf("%x", clusterID)
+	}
+	want.RecoveryEpoch = max(have.RecoveryEpoch, s.pendingEpoch.Load())
 	if ok && have.ClusterToken == want.ClusterToken && have.MemberName == want.MemberName &&
-		have.MemberID == want.MemberID && have.ClusterID == want.ClusterID {
+		have.MemberID == want.MemberID && have.ClusterID == want.ClusterID && have.RecoveryEpoch == want.RecoveryEpoch {
 		return
 	}
-	want.RecoveryEpoch = have.RecoveryEpoch
 	if err := s.writeIdentity(want); err != nil {
 		s.lg.Warn("cannot record the data dir identity", zap.Error(err))
 		return

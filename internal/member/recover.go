@@ -53,6 +53,8 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	s.metrics.membershipSeconds.WithLabelValues("restore").Observe(time.Since(start).Seconds())
 	s.lg.Info("restored from backup", zap.Int64("revision", res.Revision), zap.String("full", res.Full.Key),
 		zap.Int("deltas", len(res.Deltas)), zap.Duration("took", time.Since(start)))
+	// A new cluster and member: their IDs are recorded once etcd serves.
+	identity.ClusterID, identity.MemberID = "", ""
 	if err := s.writeIdentity(identity); err != nil {
 		return nil, err
 	}

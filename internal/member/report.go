@@ -79,7 +79,14 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 			// etcd's status has no last log index: the commit index stands in for it, which a
 			// serving member's log reaches within a heartbeat.
 			r.Term, r.Commit, r.LastIndex, r.Applied = st.RaftTerm, st.RaftIndex, st.RaftIndex, st.RaftAppliedIndex
-			r.Revision = st.Header.Revision
+			r.Revision, r.Formed = st.Header.Revision, st.Leader != 0
+			mctx, cancel := context.WithTimeout(ctx, time.Second)
+			if ml, err := cli.MemberList(mctx, clientv3.WithSerializable()); err == nil {
+				for _, m := range ml.Members {
+					r.Members = append(r.Members, LiveMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, IsLearner: m.IsLearner})
+				}
+			}
+			cancel()
 			return r
 		}
 	}
@@ -94,6 +101,10 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 	if len(data.Problems) > 0 {
 		r.Problem = strings.Join(data.Problems, "; ")
 	}
+	// The identity says whether the cluster formed, even when the data is damaged.
+	if id := data.Identity; id != nil && id.MemberName == s.cfg.Name && id.ClusterToken == snap.Spec.Token {
+		r.Formed = id.ClusterID != ""
+	}
 	if data.Valid() {
 		o := Observation{Self: s.cfg.Name, ClusterToken: snap.Spec.Token, Status: snap.Status, Data: data}
 		r.Foreign, r.Owner = o.foreignReason(), o.dataOwner()
@@ -102,6 +113,10 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 		}
 		if r.Foreign == "" {
 			r.Owner = s.cfg.Name
+			for _, m := range data.Members {
+				r.Members = append(r.Members, LiveMember{ID: m.ID, Name: m.Name, IsLearner: m.Learner})
+				r.Learner = r.Learner || (m.ID == r.MemberID && m.Learner)
+			}
 		}
 		log, err := s.raftLog()
 		if err != nil {

@@ -53,6 +53,10 @@ type Sidecar struct {
 	learnerSince atomic.Int64
 	// fullAfterStart asks for a full snapshot once etcd serves (after a restore from backup).
 	fullAfterStart atomic.Bool
+	// pendingEpoch is the directive this start carries out with force-new-cluster. It is
+	// recorded in the data dir only once etcd serves on the result: a seed that fails before
+	// then carries the directive out again (on the same data), never a recorded one.
+	pendingEpoch atomic.Int64
 	// lastReport is the newest report sent; lastRaftLog the newest read of the WAL.
 	lastReport  atomic.Pointer[Report]
 	lastRaftLog atomic.Pointer[raftLogRead]

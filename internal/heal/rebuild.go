@@ -1,0 +1,111 @@
+package heal
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/member"
+)
+
+// DataDir is what one member's data dir says about the cluster it belongs to. It moves with
+// the data, so a dir may hold another member's.
+type DataDir struct {
+	// Member is the member whose data dir it is.
+	Member string
+	// Token, Owner, ClusterID, MemberID and Epoch are from the identity file ("" and 0 when
+	// there is none). ClusterID is recorded only once the cluster formed.
+	Token, Owner, ClusterID, MemberID string
+	Epoch                             int64
+	// WALMemberID is from the WAL ("" when it cannot be read).
+	WALMemberID string
+	// Applied and Members are the raft index and the member list applied to the database
+	// (none when it cannot be read).
+	Applied uint64
+	Members []member.LiveMember
+}
+
+// RebuildStatus recovers the cluster ID and voters from the members' data dirs, for a status
+// that was lost or never recorded. Any dir of this cluster (token) whose identity records
+// that the cluster formed counts, even one whose database is damaged or that holds another
+// member's data: a member that lost its data must never bootstrap a new cluster beside data
+// of the old one. Where dirs disagree, the cluster of the newest recovery wins. The voters
+// are those of the member list applied furthest among that cluster's dirs; without one,
+// every desired member, by the ID its own dir proves, else by name. LastEpoch is the newest
+// recovery any dir carried out.
+func RebuildStatus(token string, members []string, dirs []DataDir) Status {
+	var st Status
+	var ref *DataDir
+	for i := range dirs {
+		d := &dirs[i]
+		if d.Token != token {
+			continue
+		}
+		st.LastEpoch = max(st.LastEpoch, d.Epoch)
+		if d.ClusterID != "" && (ref == nil || d.Epoch > ref.Epoch) {
+			ref = d
+		}
+	}
+	if ref == nil {
+		return st
+	}
+	st.ClusterID = ref.ClusterID
+	var list *DataDir
+	for i := range dirs {
+		d := &dirs[i]
+		if d.Token == token && d.ClusterID == st.ClusterID && len(d.Members) > 0 && (list == nil || d.Applied > list.Applied) {
+			list = d
+		}
+	}
+	if list != nil {
+		for _, m := range list.Members {
+			if !m.IsLearner {
+				st.Voters = append(st.Voters, member.Voter{ID: m.ID, Name: m.Name, PeerURL: m.PeerURL})
+			}
+		}
+		return st
+	}
+	ids := map[string]string{}
+	for _, d := range dirs {
+		if d.Token == token && d.Owner == d.Member && d.ClusterID == st.ClusterID && d.WALMemberID != "" && (d.MemberID == "" || d.MemberID == d.WALMemberID) {
+			ids[d.Member] = d.WALMemberID
+		}
+	}
+	for _, name := range members {
+		st.Voters = append(st.Voters, member.Voter{ID: ids[name], Name: name})
+	}
+	return st
+}
+
+// adoptFormedCluster records a cluster that members report formed while the status records
+// none (it was lost, or the quorum was lost before the status recorded it), from their
+// reports of their own data made since freshAfter, as RebuildStatus does from data dirs.
+// Without it, a formed cluster that lost its quorum before it was recorded would wait
+// forever, its members that lost their data waiting to bootstrap.
+func adoptFormedCluster(st Status, members []Member, freshAfter time.Time) (Status, string) {
+	var names []string
+	var dirs []DataDir
+	for _, m := range members {
+		names = append(names, m.Name)
+		r := m.Report
+		// Damaged data of this member counts for the cluster ID (the cluster formed), not
+		// for the voters.
+		damaged := r != nil && !r.DataValid && r.Formed && r.Foreign == ""
+		if !(r.OwnData() || damaged) || r.At.Before(freshAfter) {
+			continue
+		}
+		d := DataDir{Member: m.Name, Owner: m.Name, MemberID: r.MemberID, Epoch: r.AppliedEpoch, Applied: r.Applied, Members: r.Members}
+		if !damaged {
+			d.WALMemberID = r.MemberID
+		}
+		if r.Formed {
+			d.ClusterID = r.ClusterID
+		}
+		dirs = append(dirs, d)
+	}
+	rebuilt := RebuildStatus("", names, dirs)
+	if rebuilt.ClusterID == "" {
+		return st, ""
+	}
+	st.ClusterID, st.Voters, st.LastEpoch = rebuilt.ClusterID, rebuilt.Voters, max(st.LastEpoch, rebuilt.LastEpoch)
+	return st, fmt.Sprintf("cluster %s formed, as its members report, but was not recorded: recorded with %d voters", st.ClusterID, len(st.Voters))
+}
