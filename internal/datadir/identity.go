@@ -20,9 +20,9 @@ type Identity struct {
 	// ClusterToken is unique per cluster incarnation (the initial-cluster-token).
 	ClusterToken string `json:"clusterToken"`
 	// ClusterID is recorded once the cluster has formed (a quorum elected a leader).
-	ClusterID string `json:"clusterID"`
-	MemberName   string `json:"memberName"`
-	MemberID     string `json:"memberID"`
+	ClusterID  string `json:"clusterID"`
+	MemberName string `json:"memberName"`
+	MemberID   string `json:"memberID"`
 	// RecoveryEpoch is the newest quorum-loss directive this data dir carried out.
 	RecoveryEpoch int64     `json:"recoveryEpoch,omitempty"`
 	WrittenAt     time.Time `json:"writtenAt"`

@@ -47,11 +47,11 @@ type incarnation struct {
 
 // data is what a data dir holds.
 type data struct {
-	inc     int    // index into model.incs
-	id      uint64 // member ID of the WAL
-	owner   string // the identity file's member name
-	log     int    // writes in the log (a prefix of the incarnation's history)
-	epoch   int64  // newest directive carried out
+	inc   int    // index into model.incs
+	id    uint64 // member ID of the WAL
+	owner string // the identity file's member name
+	log   int    // writes in the log (a prefix of the incarnation's history)
+	epoch int64  // newest directive carried out
 	// members is the member list applied to the database (as of when etcd last ran on it).
 	members []etcdMember
 	// formed: the identity records the cluster ID, which the sidecar does once it sees a
@@ -73,7 +73,7 @@ type node struct {
 	// once it serves.
 	pendingEpoch int64
 	report       *member.Report
-	plan    member.Plan
+	plan         member.Plan
 }
 
 type pendingJoin struct {
