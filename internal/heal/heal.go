@@ -276,7 +276,7 @@ func freshDiskReport(m Member) bool {
 
 func decideSeeding(o Observation, st Status) Decision {
 	d := *st.Directive
-	if r := seedReport(o.Members, d); d.Ack == nil && r != nil && r.AppliedEpoch >= d.Epoch && r.OwnData() && r.ClusterID != "" && r.MemberID != "" {
+	if r := seedReport(o.Members, d); d.Ack == nil && r != nil && r.AppliedEpoch >= d.Epoch && r.ClusterID != "" && r.MemberID != "" {
 		// The seed's data dir records that it carried the directive out and served: as good
 		// as its acknowledgement, which it may not have sent before it stopped.
 		d.Ack = &member.DirectiveResult{Member: d.Seed, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: r.At}
@@ -313,9 +313,16 @@ func decideSeeding(o Observation, st Status) Decision {
 	return Decision{Status: st}
 }
 
+// seedReport is the report of the seed's data: from its own dir, or from the dir it was
+// found in since (a swap).
 func seedReport(members []Member, d member.Directive) *member.Report {
-	if m := find(members, d.Seed); m != nil {
+	if m := find(members, d.Seed); m != nil && m.Report.OwnData() {
 		return m.Report
+	}
+	for _, m := range members {
+		if r := m.Report; r != nil && r.DataValid && r.Owner == d.Seed {
+			return r
+		}
 	}
 	return nil
 }

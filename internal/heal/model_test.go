@@ -39,7 +39,8 @@ type incarnation struct {
 	clusterID  uint64
 	term       uint64
 	members    []etcdMember
-	history    int // writes committed
+	history    int    // writes committed
+	index      uint64 // raft index: writes and membership changes
 	formed     bool
 	superseded bool // a later incarnation was started from this one's lineage
 	bootstrap  bool
@@ -47,11 +48,12 @@ type incarnation struct {
 
 // data is what a data dir holds.
 type data struct {
-	inc   int    // index into model.incs
-	id    uint64 // member ID of the WAL
-	owner string // the identity file's member name
-	log   int    // writes in the log (a prefix of the incarnation's history)
-	epoch int64  // newest directive carried out
+	inc     int    // index into model.incs
+	id      uint64 // member ID of the WAL
+	owner   string // the identity file's member name
+	log     int    // writes in the log (a prefix of the incarnation's history)
+	applied uint64 // raft index applied
+	epoch   int64  // newest directive carried out
 	// members is the member list applied to the database (as of when etcd last ran on it).
 	members []etcdMember
 	// formed: the identity records the cluster ID, which the sidecar does once it sees a
@@ -235,7 +237,7 @@ func (m *model) disk(n *node) datadir.State {
 		return datadir.State{HasWAL: true, HasDB: true, MemberID: d.id, ClusterID: inc.clusterID, Problems: []string{"database page checksum mismatch"}, Identity: id}
 	}
 	st := datadir.State{HasWAL: true, WALValid: true, HasDB: true, DBValid: true, MemberID: d.id, ClusterID: inc.clusterID,
-		Revision: int64(d.log), ConsistentIndex: uint64(d.log), CleanShutdown: true, Identity: id}
+		Revision: int64(d.log), ConsistentIndex: d.applied, CleanShutdown: true, Identity: id}
 	for _, em := range d.members {
 		st.Members = append(st.Members, datadir.Member{ID: hex(em.id), Name: em.name, Learner: em.learner})
 	}
@@ -295,14 +297,14 @@ func (m *model) report(n *node) {
 		inc := m.incs[ix]
 		r.Source, r.Serving, r.Learner, r.DataValid, r.Owner = member.ReportFromEtcd, true, em.learner, true, n.name
 		r.MemberID, r.ClusterID = hex(em.id), hex(inc.clusterID)
-		r.Term, r.Commit, r.LastIndex, r.Applied, r.Revision = inc.term, uint64(n.data.log), uint64(n.data.log), uint64(n.data.log), int64(n.data.log)
+		r.Term, r.Commit, r.LastIndex, r.Applied, r.Revision = inc.term, n.data.applied, n.data.applied, n.data.applied, int64(n.data.log)
 		r.Formed, r.Members = inc.formed, liveMembers(inc.members)
 	} else {
 		st := m.disk(n)
 		r.Source, r.DataValid, r.DataEmpty = member.ReportFromDisk, st.Valid(), st.Empty()
 		r.MemberID, r.ClusterID, r.Revision, r.Applied = st.MemberIDHex(), st.ClusterIDHex(), st.Revision, st.ConsistentIndex
 		r.Problem = strings.Join(st.Problems, "; ")
-		if n.data != nil && n.data.owner == n.name {
+		if n.data != nil {
 			r.Formed = n.data.formed
 		}
 		if st.Valid() {
@@ -316,7 +318,7 @@ func (m *model) report(n *node) {
 				}
 			}
 			term := m.incs[n.data.inc].term
-			r.Term, r.LastTerm, r.LastIndex, r.Commit = term, term, uint64(n.data.log), uint64(n.data.log)
+			r.Term, r.LastTerm, r.LastIndex, r.Commit = term, term, n.data.applied, n.data.applied
 		}
 	}
 	n.report = r
@@ -379,6 +381,7 @@ func (m *model) step(n *node, blind bool) {
 			for i, em := range inc.members {
 				if hex(em.id) == p.RemoveMemberID {
 					inc.members = append(inc.members[:i:i], inc.members[i+1:]...)
+					inc.index++
 					break
 				}
 			}
@@ -483,6 +486,7 @@ func (m *model) finishJoin(n *node) {
 	}
 	if em == nil {
 		inc.members = append(inc.members, etcdMember{id: m.newID(), peer: peer(n.name), learner: true})
+		inc.index++
 		em = &inc.members[len(inc.members)-1]
 	}
 	n.data, n.running = &data{inc: j.inc, id: em.id, owner: n.name, log: inc.history, epoch: j.epoch, formed: true}, true
@@ -544,7 +548,7 @@ func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
 				return
 			}
 		}
-		inc = &incarnation{clusterID: old.clusterID, term: old.term + 1, history: n.data.log}
+		inc = &incarnation{clusterID: old.clusterID, term: old.term + 1, history: n.data.log, index: n.data.applied + 1}
 	}
 	if inc.history < m.mustKeep {
 		m.failf("%s by %s keeps writes up to %d: acknowledged writes %d..%d are lost while a voter or the backup held them", what, n.name, inc.history, inc.history+1, m.mustKeep)
@@ -566,6 +570,7 @@ func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
 func (m *model) promote(n *node) {
 	if ix, em, ok := m.member(n); ok && em.learner && m.quorate(ix) {
 		em.learner = false
+		m.incs[ix].index++
 	}
 }
 
@@ -599,7 +604,7 @@ func (m *model) supervise() {
 		}
 		members = append(members, hm)
 	}
-	if d := m.status.Directive; d == nil || d.Phase != member.PhaseRejoining {
+	{
 		if rels := heal.Relocations(members); len(rels) > 0 {
 			for _, rel := range rels {
 				from, owner := m.node(rel.From), m.node(rel.Owner)
@@ -668,7 +673,7 @@ func (m *model) restartSupervisor(lost bool) {
 				d.ClusterID = cid
 			}
 			if !n.data.corrupt {
-				d.Applied, d.Members = uint64(n.data.log), liveMembers(n.data.members)
+				d.Applied, d.Members = n.data.applied, liveMembers(n.data.members)
 			}
 		}
 		dirs = append(dirs, d)
@@ -685,6 +690,7 @@ func (m *model) write() {
 	}
 	inc := m.incs[ix]
 	inc.history++
+	inc.index++
 	for _, n := range m.nodes {
 		if i, _, ok := m.member(n); ok && i == ix {
 			n.data.log = inc.history
@@ -717,6 +723,7 @@ func (m *model) scaleDown() {
 	for i, em := range inc.members {
 		if em.peer == peer(last.name) {
 			inc.members = append(inc.members[:i:i], inc.members[i+1:]...)
+			inc.index++
 			break
 		}
 	}
@@ -755,16 +762,15 @@ func (m *model) check() {
 			}
 		}
 	}
-	// Running members publish their name once a quorum commits it, apply every membership
-	// change at once, and their sidecars record a formed cluster in the data dir at once (in
-	// steward, within a second).
+	// Running members of a cluster with a quorum catch up with its leader at once: they
+	// publish their name, hold every write and apply every membership change. Their sidecars
+	// record the formed cluster in the data dir at once (in steward, within a second).
 	for _, n := range m.nodes {
-		if ix, em, ok := m.member(n); ok {
-			if m.quorate(ix) {
-				em.name = n.name
-			}
-			n.data.members = append([]etcdMember(nil), m.incs[ix].members...)
-			n.data.formed = n.data.formed || m.incs[ix].formed
+		if ix, em, ok := m.member(n); ok && m.quorate(ix) {
+			inc := m.incs[ix]
+			em.name = n.name
+			n.data.members, n.data.applied, n.data.log = append([]etcdMember(nil), inc.members...), inc.index, inc.history
+			n.data.formed = true
 		}
 	}
 }
@@ -848,7 +854,7 @@ func (m *model) randomAction() {
 	case k < 74:
 		m.action("kill "+n.name, func() { n.running = false })
 	case k < 80:
-		m.action("wipe "+n.name, func() { n.running, n.data = false, nil })
+		m.action("wipe "+n.name, func() { n.running, n.data = false, nil; m.report(n) })
 	case k < 83:
 		m.action("corrupt "+n.name, func() {
 			n.running = false
@@ -857,6 +863,7 @@ func (m *model) randomAction() {
 				d.corrupt = true
 				n.data = &d
 			}
+			m.report(n)
 		})
 	case k < 86:
 		o := m.nodes[m.rng.Intn(len(m.nodes))]
@@ -864,6 +871,8 @@ func (m *model) randomAction() {
 			m.action("swap "+n.name+" "+o.name, func() {
 				n.running, o.running = false, false
 				n.data, o.data = o.data, n.data
+				m.report(n)
+				m.report(o)
 			})
 		}
 	case k < 89:

@@ -87,15 +87,15 @@ func adoptFormedCluster(st Status, members []Member, freshAfter time.Time) (Stat
 	for _, m := range members {
 		names = append(names, m.Name)
 		r := m.Report
-		// Damaged data of this member counts for the cluster ID (the cluster formed), not
-		// for the voters.
-		damaged := r != nil && !r.DataValid && r.Formed && r.Foreign == ""
-		if !(r.OwnData() || damaged) || r.At.Before(freshAfter) {
+		// Reports of data of this cluster made since freshAfter: the member's own, or
+		// another member's found in its dir, or damaged. All say the cluster formed; only
+		// a member's own valid data proves its ID.
+		if r == nil || r.At.Before(freshAfter) || !(r.OwnData() || r.Formed) {
 			continue
 		}
-		d := DataDir{Member: m.Name, Owner: m.Name, MemberID: r.MemberID, Epoch: r.AppliedEpoch, Applied: r.Applied, Members: r.Members}
-		if !damaged {
-			d.WALMemberID = r.MemberID
+		d := DataDir{Member: m.Name, Owner: r.Owner, MemberID: r.MemberID, Epoch: r.AppliedEpoch, Applied: r.Applied, Members: r.Members}
+		if r.OwnData() {
+			d.Owner, d.WALMemberID = m.Name, r.MemberID
 		}
 		if r.Formed {
 			d.ClusterID = r.ClusterID

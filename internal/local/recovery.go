@@ -51,13 +51,11 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 			st.Directive = &dc
 		}
 	}
-	if d := st.Directive; d == nil || d.Phase != member.PhaseRejoining {
-		if rels := heal.Relocations(members); len(rels) > 0 {
-			for _, rel := range rels {
-				s.relocate(ctx, rel, runs)
-			}
-			return // observe again before deciding anything else
+	if rels := heal.Relocations(members); len(rels) > 0 {
+		for _, rel := range rels {
+			s.relocate(ctx, rel, runs)
 		}
+		return // observe again before deciding anything else
 	}
 	b := heal.Backup{Configured: spec.Backup != ""}
 	if ready, total := heal.Quorum(st.Voters, members); b.Configured && (total == 0 || ready <= total/2 || st.Directive != nil) {

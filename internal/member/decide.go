@@ -159,7 +159,7 @@ func decide(o Observation) Plan {
 			Reason: "new member of a running cluster (scale-up): join as a learner"}
 	case formed:
 		return Plan{Case: "LostDataWaitForQuorum", Action: ActionWait,
-			Reason: fmt.Sprintf("empty data dir; the cluster %s has formed and no quorum answers: waiting (never bootstraps beside it; the supervisor or operator recovers a quorum lost for good)", o.Status.ClusterID)}
+			Reason: "empty data dir; the cluster has formed and no quorum answers: waiting (never bootstraps beside it; the supervisor or operator recovers a quorum lost for good)"}
 	case o.BackupHolds:
 		return Plan{Case: "NoStatusBackupExistsWait", Seed: "001 initialisation case 1", Action: ActionWait,
 			Reason: "empty data dir and no cluster in the status, but the backup store holds backups: waiting for a restore directive (an empty new cluster would hide them)"}
@@ -330,8 +330,19 @@ func (o Observation) liveOwnerReason() string {
 	return ""
 }
 
-// formed: the status records a cluster that formed.
-func (o Observation) formed() bool { return o.Status.ClusterID != "" || len(o.Status.Voters) > 0 }
+// formed: the status records a cluster that formed, or another member reports data of one
+// (the status may not record it yet, or may have been lost).
+func (o Observation) formed() bool {
+	if o.Status.ClusterID != "" || len(o.Status.Voters) > 0 {
+		return true
+	}
+	for _, m := range o.Status.Members {
+		if r := m.Report; m.Name != o.Self && r != nil && r.Formed {
+			return true
+		}
+	}
+	return false
+}
 
 // statusID is this member's ID as the cluster status records it.
 func (o Observation) statusID() string {

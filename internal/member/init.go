@@ -43,14 +43,15 @@ func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
 	failures := 0
 	for {
 		delay := waitInterval
-		// A change of the view (a new directive) ends the observation at once: the seed of a
-		// quorum-loss recovery acts without waiting out the lost cluster's timeouts.
-		obsCtx, cancel := context.WithCancel(ctx)
-		changed := make(chan struct{})
+		// A new directive (or phase) ends the observation and any wait at once: the seed of a
+		// quorum-loss recovery acts without waiting out the lost cluster's timeouts. Other
+		// changes (reports every second) do not: they would cut every observation short.
+		iterCtx, endIter := context.WithCancel(ctx)
+		changed := s.watchDirective(iterCtx, changes)
+		obsCtx, cancel := context.WithCancel(iterCtx)
 		go func() {
 			select {
-			case <-changes:
-				close(changed)
+			case <-changed:
 				cancel()
 			case <-obsCtx.Done():
 			}
@@ -60,9 +61,11 @@ func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
 		var plan Plan
 		switch {
 		case ctx.Err() != nil:
+			endIter()
 			return nil, nil, ctx.Err()
 		case err != nil && isClosed(changed):
-			continue // the view changed while observing: observe again
+			endIter()
+			continue // the directive changed while observing: observe again
 		case err != nil:
 			failures++
 			delay = backoff(failures)
@@ -76,6 +79,7 @@ func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
 		if plan.Action != ActionWait {
 			cfg, err := s.act(ctx, spec, obs, plan)
 			if err == nil || !errors.Is(err, errTryAgain) {
+				endIter()
 				return &plan, cfg, err
 			}
 			failures++
@@ -89,20 +93,55 @@ func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
 		s.setWaiting(plan)
 		select {
 		case <-ctx.Done():
+			endIter()
 			return &plan, nil, ctx.Err()
 		case <-changed:
-			if plan.Action == ActionWait {
-				continue // something changed: decide again at once
-			}
-			// A failed step backs off even when the view changes: it may change every second.
-			select {
-			case <-ctx.Done():
-				return &plan, nil, ctx.Err()
-			case <-time.After(delay):
+			if plan.Action != ActionWait {
+				// A failed step backs off even when the directive changes.
+				select {
+				case <-ctx.Done():
+					endIter()
+					return &plan, nil, ctx.Err()
+				case <-time.After(delay):
+				}
 			}
 		case <-time.After(delay):
 		}
+		endIter()
 	}
+}
+
+// watchDirective returns a channel closed once the directive in force differs from the one in
+// force now (another epoch, phase, seed or acknowledgement), as told by changes. It stops
+// when ctx ends.
+func (s *Sidecar) watchDirective(ctx context.Context, changes <-chan struct{}) chan struct{} {
+	changed := make(chan struct{})
+	key := func() string {
+		snap, err := s.cfg.View.Snapshot(ctx)
+		if err != nil || snap.Directive == nil {
+			return ""
+		}
+		d := snap.Directive
+		return fmt.Sprintf("%d/%s/%s/%t", d.Epoch, d.Phase, d.Seed, d.Ack != nil)
+	}
+	start := key()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-changes:
+				if !ok {
+					return
+				}
+				if key() != start {
+					close(changed)
+					return
+				}
+			}
+		}
+	}()
+	return changed
 }
 
 func isClosed(c chan struct{}) bool {

@@ -101,8 +101,9 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 	if len(data.Problems) > 0 {
 		r.Problem = strings.Join(data.Problems, "; ")
 	}
-	// The identity says whether the cluster formed, even when the data is damaged.
-	if id := data.Identity; id != nil && id.MemberName == s.cfg.Name && id.ClusterToken == snap.Spec.Token {
+	// The identity says whether the cluster formed, even when the data is damaged or is
+	// another member's of this cluster.
+	if id := data.Identity; id != nil && id.ClusterToken == snap.Spec.Token {
 		r.Formed = id.ClusterID != ""
 	}
 	if data.Valid() {

@@ -136,8 +136,9 @@ type Report struct {
 	// Members is the member list this member applied (etcd's, or the database's when etcd
 	// is down): who the voters were as far as this member knows.
 	Members []LiveMember `json:"members,omitempty"`
-	// Formed: the cluster of this data has formed (a quorum elected a leader): etcd knows a
-	// leader, or the data dir's identity records the cluster ID, which is recorded only then.
+	// Formed: the data is of this cluster (token), and it has formed (a quorum elected a
+	// leader): etcd knows a leader, or the data dir's identity records the cluster ID, which
+	// is recorded only then.
 	Formed bool `json:"formed,omitempty"`
 	// Case and Reason are the sidecar's current initialisation decision (what it waits for).
 	Case   string `json:"case,omitempty"`
