@@ -133,7 +133,7 @@ func decide(o Observation) Plan {
 				Disposal: WipeData, RemoveMemberID: firstNonEmpty(selfLive.ID, o.Data.MemberIDHex(), o.statusID()),
 				Reason: fmt.Sprintf("data dir is %s; the cluster has quorum: wipe, remove the old member, rejoin as a learner", data)}
 		}
-		if !o.formed() && (o.Data.Identity == nil || o.Data.Identity.ClusterID == "") && !o.BackupHolds {
+		if o.neverFormed() {
 			// Nothing was ever written: a cluster needs a quorum to write, and this one never
 			// had one. Waiting would wait forever for a quorum that needs this member.
 			return Plan{Case: "InvalidDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData,
@@ -175,7 +175,8 @@ func decideValidData(o Observation, selfLive LiveMember, selfLiveOK bool) Plan {
 		foreign = o.liveOwnerReason()
 	}
 	owner := o.dataOwner()
-	relocatable := o.RelocatesData && owner != "" && owner != o.Self && !o.Status.reportsOwnData(owner)
+	ownerHolds, ownerDesired := o.Status.reportsOwnData(owner)
+	relocatable := o.RelocatesData && owner != "" && owner != o.Self && ownerDesired && !ownerHolds
 	switch {
 	case foreign != "" && relocatable:
 		return Plan{Case: "DataOfAnotherMemberRelocate", Action: ActionWait,
@@ -184,6 +185,9 @@ func decideValidData(o Observation, selfLive LiveMember, selfLiveOK bool) Plan {
 		return Plan{Case: "ForeignDataReplace", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside,
 			RemoveMemberID: selfLive.ID,
 			Reason:         fmt.Sprintf("data dir belongs to someone else (%s): it is moved aside, never started on; rejoin as a new learner", foreign)}
+	case foreign != "" && o.neverFormed():
+		return Plan{Case: "ForeignDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: MoveDataAside,
+			Reason: fmt.Sprintf("data dir belongs to someone else (%s), of a cluster that never formed, and the backup store holds nothing: moved aside; bootstrap", foreign)}
 	case foreign != "":
 		return Plan{Case: "ForeignDataWaitForQuorum", Action: ActionWait,
 			Reason: fmt.Sprintf("data dir belongs to someone else (%s) and the cluster has no quorum to rejoin: waiting", foreign)}
@@ -330,6 +334,13 @@ func (o Observation) liveOwnerReason() string {
 	return ""
 }
 
+// neverFormed: no quorum answers, nothing says the cluster formed (the status, the other
+// members' reports, this data dir's identity) and the backup store holds nothing: whatever
+// the data dir holds was never written to by a quorum.
+func (o Observation) neverFormed() bool {
+	return !o.Live.Quorate && !o.formed() && (o.Data.Identity == nil || o.Data.Identity.ClusterID == "") && !o.BackupHolds
+}
+
 // formed: the status records a cluster that formed, or another member reports data of one
 // (the status may not record it yet, or may have been lost).
 func (o Observation) formed() bool {
@@ -371,14 +382,15 @@ func (o Observation) dataOwner() string {
 	return ""
 }
 
-// reportsOwnData reports whether member name's last report says it holds its own data.
-func (s ClusterStatus) reportsOwnData(name string) bool {
+// reportsOwnData reports whether member name's last report says it holds its own data, and
+// whether name is a member at all.
+func (s ClusterStatus) reportsOwnData(name string) (holds, member bool) {
 	for _, m := range s.Members {
 		if m.Name == name {
-			return m.Report.OwnData()
+			return m.Report.OwnData(), true
 		}
 	}
-	return false
+	return false, false
 }
 
 func firstNonEmpty(ss ...string) string {

@@ -195,9 +195,9 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 	if d := snap.Directive; d == nil || d.Epoch <= obs.AppliedEpoch || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name {
 		obs.Live = observeLive(ctx, others(spec, s.cfg.Name))
 	}
-	// Whether the store holds backups matters only to a member that would otherwise
-	// bootstrap a new cluster.
-	if !data.Valid() && !obs.Live.Quorate && snap.Status.ClusterID == "" && len(snap.Status.Voters) == 0 && s.cfg.Backup.StoreURL != "" {
+	// Whether the store holds backups matters only to a member that might bootstrap a new
+	// cluster.
+	if !obs.Live.Quorate && snap.Status.ClusterID == "" && len(snap.Status.Voters) == 0 && s.cfg.Backup.StoreURL != "" {
 		holds, err := s.backupHolds(ctx)
 		if err != nil {
 			return spec, Observation{}, fmt.Errorf("the cluster has never formed and the backup store cannot say whether it holds backups (a new cluster is bootstrapped only when it holds none): %w", err)
