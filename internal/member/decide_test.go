@@ -236,6 +236,40 @@ func TestDecide(t *testing.T) {
 		{name: "damaged data and no quorum: wait for a directive",
 			obs:  obs("m1", damagedDB, noQuorum, all),
 			want: Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait}},
+		{name: "lost data, no status (lost), but another member reports data of the formed cluster: never bootstraps",
+			obs: obs("m1", emptyData, LiveCluster{}, withReports(status(none, []StatusMember{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}), map[string]*Report{
+				"m0": {Name: "m0", Source: ReportFromDisk, DataValid: true, MemberID: "a00", ClusterID: "def", Formed: true}})),
+			want: Plan{Case: "LostDataWaitForQuorum", Action: ActionWait}},
+		{name: "lost data, no status, another member holds data of a cluster that never formed: bootstrap with it",
+			obs: obs("m1", emptyData, LiveCluster{}, withReports(status(none, []StatusMember{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}), map[string]*Report{
+				"m0": {Name: "m0", Source: ReportFromEtcd, Serving: true, DataValid: true, MemberID: "a00", ClusterID: "def"}})),
+			want: Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new"}},
+		{name: "damaged data of a cluster that never formed, no backups: wiped, bootstrap again (waiting would wait forever)",
+			obs:  obs("m1", damagedDB, LiveCluster{}, none),
+			want: Plan{Case: "InvalidDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData}},
+		{name: "damaged data of a cluster that never formed, but the backup store holds backups: wait",
+			obs:  with_(obs("m1", damagedDB, LiveCluster{}, none), func(o *Observation) { o.BackupHolds = true }),
+			want: Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait}},
+		{name: "damaged data whose identity records that the cluster formed: wait, never bootstrap",
+			obs: obs("m1", func() datadir.State {
+				s := damagedDB
+				s.Identity = &datadir.Identity{ClusterToken: "tok", MemberName: "m1", MemberID: "abc", ClusterID: "def"}
+				return s
+			}(), LiveCluster{}, none),
+			want: Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait}},
+		{name: "another member's data, of a cluster that never formed: moved aside, bootstrap",
+			obs:  obs("m1", swapped, LiveCluster{}, none),
+			want: Plan{Case: "ForeignDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: MoveDataAside}},
+		{name: "data of a member that is no longer desired (scaled down), where data is relocated: not waited for, replaced",
+			obs: with_(obs("m2", m1sDataInM2, quorate, status(formed, ready("m0", "m2"))), func(o *Observation) {
+				o.RelocatesData = true
+			}),
+			want: Plan{Case: "ForeignDataReplace", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside, RemoveMemberID: "c00"}},
+		{name: "seed whose carried-out data is in another member's dir: waits for it to be moved back, never seeds twice",
+			obs: with_(obs("m1", emptyData, noQuorum, withReports(status(formed, ready("m0", "m1", "m2")), map[string]*Report{
+				"m2": {Name: "m2", Source: ReportFromDisk, DataValid: true, Owner: "m1", Foreign: "of m1", AppliedEpoch: 3}})),
+				func(o *Observation) { o.Directive = directive(3, PhaseSeeding, RecoverFromBackup, "m1") }),
+			want: Plan{Case: "QuorumLossSeedDataElsewhere", Action: ActionWait}},
 		{name: "unfinished restore beside an empty data dir: cleaned, then bootstrap",
 			obs:  obs("m0", partial, LiveCluster{}, none),
 			want: Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", CleanPartialRestore: true}},
@@ -257,8 +291,8 @@ func TestDecide(t *testing.T) {
 					t.Fatalf("starts on foreign data: %+v", got)
 				}
 			}
-			// Never a new cluster over existing data, beside a formed one, or over backups.
-			if got.Action == ActionBootstrap && (!tt.obs.Data.Empty() || tt.obs.Status.ClusterID != "" || tt.obs.BackupHolds) {
+			// Never a new cluster on existing data, beside a formed one, or over backups.
+			if got.Action == ActionBootstrap && ((!tt.obs.Data.Empty() && got.Disposal == KeepData) || tt.obs.formed() || tt.obs.BackupHolds) {
 				t.Fatalf("bootstraps a new cluster where one exists: %+v", got)
 			}
 		})
