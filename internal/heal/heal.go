@@ -64,6 +64,9 @@ type Status struct {
 	LastRecovery *member.Directive `json:"lastRecovery,omitempty"`
 	// QuorumLostSince is when the voters were last seen losing their quorum (zero: quorate).
 	QuorumLostSince time.Time `json:"quorumLostSince,omitempty"`
+	// Withdrawn counts the recoveries withdrawn in a row because a majority still held its
+	// data: each doubles the grace the restarted voters get to re-form the quorum.
+	Withdrawn int `json:"withdrawn,omitempty"`
 	// Waiting says what the cluster waits for, in words ("" when healthy).
 	Waiting string `json:"waiting,omitempty"`
 }
@@ -115,7 +118,7 @@ func decide(o Observation, st Status) Decision {
 	ready, total := Quorum(st.Voters, o.Members)
 	quorate := total > 0 && ready > total/2
 	if quorate {
-		st.QuorumLostSince = time.Time{}
+		st.QuorumLostSince, st.Withdrawn = time.Time{}, 0
 	} else if st.QuorumLostSince.IsZero() && (total > 0 || neverFormedWithBackups(o)) {
 		st.QuorumLostSince = o.Now
 	}
@@ -158,10 +161,10 @@ func decideHealthy(o Observation, st Status, ready, total int, quorate bool) Dec
 		st.Waiting = ""
 		return Decision{Status: st} // bootstrapping: no quorum to lose yet
 	}
-	lost := o.Now.Sub(st.QuorumLostSince)
-	if lost < o.Timing.Grace {
+	lost, grace := o.Now.Sub(st.QuorumLostSince), o.Timing.Grace<<min(st.Withdrawn, 5)
+	if lost < grace {
 		st.Waiting = fmt.Sprintf("quorum lost: %d of %d voters serve; recovery starts if it lasts %s (lost for %s)",
-			ready, total, o.Timing.Grace, lost.Round(time.Second))
+			ready, total, grace, lost.Round(time.Second))
 		return Decision{Status: st}
 	}
 	why := fmt.Sprintf("quorum lost for %s: %d of %d voters serve", lost.Round(time.Second), ready, total)
@@ -243,7 +246,7 @@ func decideFenced(o Observation, st Status) Decision {
 		if c.MajorityIntact {
 			// Nothing to recover: unfence; the voters restart on their data and the quorum
 			// re-forms. The grace starts again.
-			st.Directive, st.QuorumLostSince = nil, o.Now
+			st.Directive, st.QuorumLostSince, st.Withdrawn = nil, o.Now, st.Withdrawn+1
 			st.Waiting = c.Reason
 			return Decision{Status: st, Event: fmt.Sprintf("directive %d withdrawn: %s", d.Epoch, c.Reason)}
 		}

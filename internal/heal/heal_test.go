@@ -65,6 +65,14 @@ func TestChoose(t *testing.T) {
 			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", func() *member.Report { r := disk("m1", "b", 2, 30, 5); r.Applied = 10; return r }()), stopped("m2", emptyDisk("m2"))},
 			backup:   Backup{Configured: true, Revision: 20},
 			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
+		{name: "members removed after the status last recorded the voters do not count: a majority of the voters now listed holds its data",
+			status: Status{ClusterID: "cid", Voters: append(voters3, member.Voter{ID: "d", Name: "m3"}, member.Voter{ID: "e", Name: "m4"})},
+			members: func() []Member {
+				list := []member.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+				r0, r1 := disk("m0", "a", 2, 10, 5), disk("m1", "b", 2, 10, 5)
+				r0.Members, r1.Members = list, list
+				return []Member{stopped("m0", r0), stopped("m1", r1), stopped("m2", emptyDisk("m2")), stopped("m3", emptyDisk("m3")), stopped("m4", emptyDisk("m4"))}
+			}(), intact: true},
 		{name: "no data, backups: restore", status: status,
 			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))},
 			backup:   Backup{Configured: true, Revision: 7},
@@ -256,5 +264,92 @@ func TestRelocations(t *testing.T) {
 	// m1 still holds its own data: m0's copy is stale and is not moved over it.
 	if got := Relocations([]Member{{Name: "m0", Report: ofOther("m0", "m1")}, {Name: "m1", Report: disk("m1", "b", 2, 9, 5)}}); len(got) != 0 {
 		t.Fatalf("moved over the owner's own data: %+v", got)
+	}
+}
+
+func TestRebuildStatus(t *testing.T) {
+	list := []member.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "x", Name: "m3", IsLearner: true}}
+	tests := []struct {
+		name       string
+		dirs       []DataDir
+		wantID     string
+		wantVoters string
+		wantEpoch  int64
+	}{
+		{name: "nothing formed: no cluster", dirs: []DataDir{{Member: "m0", Token: "tok", WALMemberID: "a"}, {Member: "m1"}}},
+		{name: "another cluster's token: not ours", dirs: []DataDir{{Member: "m0", Token: "other", ClusterID: "c9", Owner: "m0"}}},
+		{name: "the member list applied furthest names the voters; learners are none",
+			dirs: []DataDir{
+				{Member: "m0", Token: "tok", Owner: "m0", ClusterID: "c1", WALMemberID: "a", Applied: 9, Members: list},
+				{Member: "m1", Token: "tok", Owner: "m1", ClusterID: "c1", WALMemberID: "b", Applied: 5, Members: append(list[:2:2], member.LiveMember{ID: "c", Name: "m2"})}},
+			wantID: "c1", wantVoters: "a/m0 b/m1"},
+		{name: "damaged and swapped dirs still say the cluster formed; without member lists every member counts, by name where unproven",
+			dirs: []DataDir{
+				{Member: "m0", Token: "tok", Owner: "m1", ClusterID: "c1", WALMemberID: "b"},
+				{Member: "m1", Token: "tok", Owner: "m1", ClusterID: "c1", MemberID: "b"},
+				{Member: "m2", Token: "tok", Owner: "m2", ClusterID: "c1", WALMemberID: "c", Epoch: 2}},
+			wantID: "c1", wantVoters: "/m0 /m1 c/m2", wantEpoch: 2},
+		{name: "the cluster of the newest recovery wins",
+			dirs: []DataDir{
+				{Member: "m0", Token: "tok", Owner: "m0", ClusterID: "old", WALMemberID: "a", Epoch: 1},
+				{Member: "m1", Token: "tok", Owner: "m1", ClusterID: "new", WALMemberID: "n", Epoch: 3}},
+			wantID: "new", wantVoters: "/m0 n/m1 /m2", wantEpoch: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := RebuildStatus("tok", []string{"m0", "m1", "m2"}, tt.dirs)
+			var voters []string
+			for _, v := range st.Voters {
+				voters = append(voters, v.ID+"/"+v.Name)
+			}
+			if st.ClusterID != tt.wantID || strings.Join(voters, " ") != tt.wantVoters || st.LastEpoch != tt.wantEpoch {
+				t.Fatalf("RebuildStatus = cluster %q voters %q epoch %d; want %q %q %d", st.ClusterID, strings.Join(voters, " "), st.LastEpoch, tt.wantID, tt.wantVoters, tt.wantEpoch)
+			}
+		})
+	}
+}
+
+// A formed cluster that lost its quorum before the status recorded it is adopted from the
+// members' fresh reports, and recovered; stale reports adopt nothing.
+func TestUnrecordedFormedClusterIsAdopted(t *testing.T) {
+	timing := Timing{Grace: time.Second, ReportTimeout: 10 * time.Second}
+	formed := func(at time.Time) *member.Report {
+		r := disk("m0", "a", 2, 9, 5)
+		r.At, r.Formed = at, true
+		r.Members = []member.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}}
+		return r
+	}
+	members := []Member{{Name: "m0", Report: formed(t0)}, {Name: "m1", Report: emptyDisk("m1")}}
+	d := Decide(Observation{Now: t0.Add(time.Second), Members: members, Timing: timing})
+	if d.Status.ClusterID != "cid" || len(d.Status.Voters) != 2 || d.Event == "" {
+		t.Fatalf("not adopted: %+v (event %q)", d.Status, d.Event)
+	}
+	d = Decide(Observation{Now: t0.Add(3 * time.Second), Status: d.Status, Members: members, Timing: timing})
+	if d.Status.Directive == nil {
+		t.Fatalf("the adopted cluster's lost quorum starts no recovery: %+v", d.Status)
+	}
+	if d := Decide(Observation{Now: t0.Add(time.Minute), Members: members, Timing: timing}); d.Status.ClusterID != "" {
+		t.Fatalf("adopted from a stale report: %+v", d.Status)
+	}
+}
+
+// Each recovery withdrawn because a majority still held its data doubles the time the
+// restarted voters get to re-form the quorum: restarts slower than the grace never loop.
+func TestWithdrawnRecoveriesBackOff(t *testing.T) {
+	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second}
+	members := []Member{stopped("m0", disk("m0", "a", 2, 9, 5)), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))}
+	st := Status{ClusterID: "cid", Voters: voters3, LastEpoch: 1,
+		Directive: &member.Directive{Epoch: 1, Phase: member.PhaseFencing, IssuedAt: t0, PhaseSince: t0}}
+	d := Decide(Observation{Now: t0.Add(2 * time.Second), Status: st, Members: members, Timing: timing})
+	if d.Status.Directive != nil || d.Status.Withdrawn != 1 {
+		t.Fatalf("not withdrawn: %+v", d.Status)
+	}
+	restarting := []Member{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}
+	at := t0.Add(2 * time.Second)
+	if d := Decide(Observation{Now: at.Add(8 * time.Second), Status: d.Status, Members: restarting, Timing: timing}); d.Status.Directive != nil {
+		t.Fatalf("a new recovery within the doubled grace: %+v", d.Status.Directive)
+	}
+	if d := Decide(Observation{Now: at.Add(11 * time.Second), Status: d.Status, Members: restarting, Timing: timing}); d.Status.Directive == nil {
+		t.Fatalf("no recovery after the doubled grace: %+v", d.Status)
 	}
 }
