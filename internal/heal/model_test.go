@@ -803,12 +803,16 @@ func (m *model) recoverable() bool {
 	return len(m.incs) == 0 // never formed: it bootstraps
 }
 
-// action runs one named action and checks the invariants.
+// action runs one named action, which takes a second, and checks the invariants. Every
+// sidecar reports every second.
 func (m *model) action(name string, f func()) {
 	m.trace = append(m.trace, fmt.Sprintf("%s %s", m.now.Format("15:04:05"), name))
 	f()
 	m.now = m.now.Add(time.Second)
 	m.check()
+	for _, n := range m.nodes {
+		m.report(n)
+	}
 }
 
 // calm runs the system with no faults, round by round, until it is healthy or rounds run out.
@@ -818,10 +822,7 @@ func (m *model) calm(rounds int, writes bool) bool {
 			return true
 		}
 		for _, n := range m.nodes {
-			n := n
-			m.action("report "+n.name, func() { m.report(n) })
 			m.action("step "+n.name, func() { m.step(n, false) })
-			m.action("report "+n.name, func() { m.report(n) })
 			m.action("promote "+n.name, func() { m.promote(n) })
 		}
 		m.action("supervise", m.supervise)
@@ -839,8 +840,6 @@ func (m *model) randomAction() {
 	switch k := m.rng.Intn(100); {
 	case k < 20:
 		m.action("step "+n.name, func() { m.step(n, false) })
-	case k < 35:
-		m.action("report "+n.name, func() { m.report(n) })
 	case k < 42:
 		m.action("promote "+n.name, func() { m.promote(n) })
 	case k < 55:
@@ -854,7 +853,7 @@ func (m *model) randomAction() {
 	case k < 74:
 		m.action("kill "+n.name, func() { n.running = false })
 	case k < 80:
-		m.action("wipe "+n.name, func() { n.running, n.data = false, nil; m.report(n) })
+		m.action("wipe "+n.name, func() { n.running, n.data = false, nil })
 	case k < 83:
 		m.action("corrupt "+n.name, func() {
 			n.running = false
@@ -863,7 +862,6 @@ func (m *model) randomAction() {
 				d.corrupt = true
 				n.data = &d
 			}
-			m.report(n)
 		})
 	case k < 86:
 		o := m.nodes[m.rng.Intn(len(m.nodes))]
@@ -871,8 +869,6 @@ func (m *model) randomAction() {
 			m.action("swap "+n.name+" "+o.name, func() {
 				n.running, o.running = false, false
 				n.data, o.data = o.data, n.data
-				m.report(n)
-				m.report(o)
 			})
 		}
 	case k < 89:
