@@ -616,6 +616,9 @@ func (m *model) supervise() {
 				}
 				m.trace = append(m.trace, fmt.Sprintf("    supervisor moves %s's data back from %s (swap %t)", rel.Owner, rel.From, rel.Swap))
 			}
+			if !m.status.QuorumLostSince.IsZero() {
+				m.status.QuorumLostSince = m.now
+			}
 			return
 		}
 	}

@@ -55,6 +55,12 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 		for _, rel := range rels {
 			s.relocate(ctx, rel, runs)
 		}
+		s.mu.Lock()
+		if !s.state.QuorumLostSince.IsZero() {
+			// The members whose data moved back restart now: their grace starts now.
+			s.state.QuorumLostSince = time.Now()
+		}
+		s.mu.Unlock()
 		return // observe again before deciding anything else
 	}
 	b := heal.Backup{Configured: spec.Backup != ""}
