@@ -397,8 +397,8 @@ func (m *model) step(n *node, blind bool) {
 }
 
 // bootstrap starts n as a member of a new cluster. Beside a cluster that formed, that is a
-// second cluster, unless nothing of it is left anywhere (no data dir, no backup): then
-// there is nothing a new cluster could hide.
+// second cluster, unless nothing of it is left anywhere (no data dir that took part in it,
+// no backup): then there is nothing a new cluster could hide.
 func (m *model) bootstrap(n *node, epoch int64) {
 	// etcd itself refuses to bootstrap a member that a reachable peer lists as started
 	// ("member has already been bootstrapped").
@@ -428,7 +428,7 @@ func (m *model) bootstrap(n *node, epoch int64) {
 	}
 	if formed {
 		for _, o := range m.nodes {
-			if o.data != nil {
+			if o.data != nil && (o.data.formed || o.data.log > 0) {
 				m.failf("second cluster: %s bootstraps a new cluster while %s holds data of cluster %x", n.name, o.name, m.incs[o.data.inc].clusterID)
 				return
 			}
