@@ -149,8 +149,9 @@ func TestMemberStartsThroughSidecar(t *testing.T) {
 	stop()
 }
 
-// TestSidecarWaitsOnDamagedDataWithoutQuorum checks that a damaged data dir with no quorum to
-// rejoin keeps the initialisation waiting, reports what was found, and changes nothing.
+// TestSidecarWaitsOnDamagedDataWithoutQuorum checks that a damaged data dir of a formed
+// cluster with no quorum to rejoin keeps the initialisation waiting, reports what was found,
+// and changes nothing.
 func TestSidecarWaitsOnDamagedDataWithoutQuorum(t *testing.T) {
 	dataDir := t.TempDir()
 	if err := os.MkdirAll(dataDir+"/member/snap", 0o700); err != nil {
@@ -162,7 +163,8 @@ func TestSidecarWaitsOnDamagedDataWithoutQuorum(t *testing.T) {
 	view := staticView{spec: member.ClusterSpec{Name: "t", Token: "x", Members: []member.MemberSpec{
 		{Name: "m0", ClientURL: "http://127.0.0.1:1", PeerURL: "http://127.0.0.1:2"},
 		{Name: "m1", ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), PeerURL: "http://127.0.0.1:4"}}},
-		status: member.ClusterStatus{Members: []member.StatusMember{{Name: "m0", ID: "1"}, {Name: "m1", ID: "2"}}}}
+		status: member.ClusterStatus{ClusterID: "c1", Voters: []member.Voter{{ID: "1", Name: "m0"}, {ID: "2", Name: "m1"}},
+			Members: []member.StatusMember{{Name: "m0", ID: "1"}, {Name: "m1", ID: "2"}}}}
 	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view})
 	if err != nil {
 		t.Fatal(err)
