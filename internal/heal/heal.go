@@ -200,12 +200,13 @@ func restart(o Observation, st Status, why string) Decision {
 func decideFenced(o Observation, st Status) Decision {
 	d := *st.Directive
 	var running, silentVoters, silent []string
+	voters := latestVoters(st, o.Members)
 	for _, m := range o.Members {
 		switch {
 		case !m.Stopped:
 			running = append(running, m.Name)
 		case freshDiskReport(m):
-		case mayBeVoter(st.Voters, m):
+		case mayBeVoter(voters, m):
 			silentVoters = append(silentVoters, m.Name)
 		default:
 			silent = append(silent, m.Name)
@@ -260,8 +261,7 @@ func decideFenced(o Observation, st Status) Decision {
 	return Decision{Status: st, Event: fmt.Sprintf("directive %d: seed %s, from %s: %s", d.Epoch, d.Seed, d.Mode, c.Reason)}
 }
 
-// mayBeVoter: the status lists the member as a voter, by name or by the member ID it last
-// reported.
+// mayBeVoter: the member is among voters, by name or by the member ID it last reported.
 func mayBeVoter(voters []member.Voter, m Member) bool {
 	for _, v := range voters {
 		if (v.Name != "" && v.Name == m.Name) || (m.Report != nil && m.Report.MemberID != "" && v.ID == m.Report.MemberID) {
