@@ -34,7 +34,7 @@ func backoff(n int) time.Duration {
 
 // runInit observes, decides and acts until a plan produces a configuration. Plans that
 // wait (no quorum, no directive yet) keep the initialisation running and observe again,
-// at once when the cluster view changes.
+// at once when the directive changes.
 func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
 	changes, err := s.cfg.View.Watch(ctx)
 	if err != nil {
@@ -42,73 +42,70 @@ func (s *Sidecar) runInit(ctx context.Context) (*Plan, []byte, error) {
 	}
 	failures := 0
 	for {
-		delay := waitInterval
-		// A new directive (or phase) ends the observation and any wait at once: the seed of a
-		// quorum-loss recovery acts without waiting out the lost cluster's timeouts. Other
-		// changes (reports every second) do not: they would cut every observation short.
-		iterCtx, endIter := context.WithCancel(ctx)
-		changed := s.watchDirective(iterCtx, changes)
-		obsCtx, cancel := context.WithCancel(iterCtx)
-		go func() {
-			select {
-			case <-changed:
-				cancel()
-			case <-obsCtx.Done():
-			}
-		}()
-		spec, obs, err := s.observe(obsCtx)
-		cancel()
-		var plan Plan
-		switch {
-		case ctx.Err() != nil:
-			endIter()
-			return nil, nil, ctx.Err()
-		case err != nil && isClosed(changed):
-			endIter()
-			continue // the directive changed while observing: observe again
-		case err != nil:
-			failures++
-			delay = backoff(failures)
-			plan = Plan{Case: "ObservationFailed", Action: ActionWait, Reason: err.Error()}
-			s.lg.Warn("cannot observe; retrying", zap.Error(err), zap.Duration("retryIn", delay))
-		default:
-			plan = Decide(obs)
-			s.lg.Info("initialisation decision", zap.String("case", plan.Case), zap.String("seed", plan.Seed),
-				zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
+		if plan, cfg, done, err := s.initAttempt(ctx, changes, &failures); done {
+			return plan, cfg, err
 		}
-		if plan.Action != ActionWait {
-			cfg, err := s.act(ctx, spec, obs, plan)
-			if err == nil || !errors.Is(err, errTryAgain) {
-				endIter()
-				return &plan, cfg, err
-			}
-			failures++
-			delay = backoff(failures)
-			s.lg.Warn("initialisation step failed; observing again", zap.String("case", plan.Case), zap.Error(err),
-				zap.Duration("retryIn", delay))
-			plan.Reason = fmt.Sprintf("%v (attempt %d; next in %s)", err, failures, delay.Round(100*time.Millisecond))
-		} else if err == nil {
-			failures = 0
-		}
-		s.setWaiting(plan)
-		select {
-		case <-ctx.Done():
-			endIter()
-			return &plan, nil, ctx.Err()
-		case <-changed:
-			if plan.Action != ActionWait {
-				// A failed step backs off even when the directive changes.
-				select {
-				case <-ctx.Done():
-					endIter()
-					return &plan, nil, ctx.Err()
-				case <-time.After(delay):
-				}
-			}
-		case <-time.After(delay):
-		}
-		endIter()
 	}
+}
+
+// initAttempt observes, decides and acts once, then waits before the next attempt. done
+// reports that the initialisation ended: with a configuration, an error, or ctx's end.
+func (s *Sidecar) initAttempt(ctx context.Context, changes <-chan struct{}, failures *int) (*Plan, []byte, bool, error) {
+	// A new directive (or phase) ends the observation and the wait at once: the seed of a
+	// quorum-loss recovery acts without waiting out the lost cluster's timeouts. Other
+	// changes (reports, every second) do not: they would cut every observation short.
+	attemptCtx, endAttempt := context.WithCancel(ctx)
+	defer endAttempt()
+	changed := s.watchDirective(attemptCtx, changes)
+	obsCtx, cancel := context.WithCancel(attemptCtx)
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-obsCtx.Done():
+		}
+	}()
+	spec, obs, err := s.observe(obsCtx)
+	cancel()
+	delay := waitInterval
+	var plan Plan
+	switch {
+	case ctx.Err() != nil:
+		return nil, nil, true, ctx.Err()
+	case err != nil && isClosed(changed):
+		return nil, nil, false, nil // the directive changed while observing: observe again
+	case err != nil:
+		*failures++
+		delay = backoff(*failures)
+		plan = Plan{Case: "ObservationFailed", Action: ActionWait, Reason: err.Error()}
+		s.lg.Warn("cannot observe; retrying", zap.Error(err), zap.Duration("retryIn", delay))
+	default:
+		plan = Decide(obs)
+		s.lg.Info("initialisation decision", zap.String("case", plan.Case), zap.String("seed", plan.Seed),
+			zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
+	}
+	if plan.Action != ActionWait {
+		cfg, err := s.act(ctx, spec, obs, plan)
+		if err == nil || !errors.Is(err, errTryAgain) {
+			return &plan, cfg, true, err
+		}
+		*failures++
+		delay = backoff(*failures)
+		s.lg.Warn("initialisation step failed; observing again", zap.String("case", plan.Case), zap.Error(err),
+			zap.Duration("retryIn", delay))
+		plan.Reason = fmt.Sprintf("%v (attempt %d; next in %s)", err, *failures, delay.Round(100*time.Millisecond))
+		changed = nil // a failed step backs off even when the directive changes
+	} else if err == nil {
+		*failures = 0
+	}
+	s.setWaiting(plan)
+	select {
+	case <-ctx.Done():
+		return &plan, nil, true, ctx.Err()
+	case <-changed:
+	case <-time.After(delay):
+	}
+	return nil, nil, false, nil
 }
 
 // watchDirective returns a channel closed once the directive in force differs from the one in
