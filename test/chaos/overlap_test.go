@@ -121,11 +121,15 @@ func faultDuringRecovery(ctx context.Context, c *cluster, tr *traffic, rng *rand
 			}
 		}
 	}
-	if err := local.Fault(c.dir, target, kind, ""); err != nil {
-		// A fenced member has no etcd process to strike: its data still can be.
-		if kind != local.FaultWipe {
+	switch {
+	case kind == local.FaultKill:
+		// The seed starts its etcd once it has decided; a fenced member has none: strike
+		// the process as soon as there is one.
+		if err := testutil.Poll(time.Minute, 20*time.Millisecond, func() error { return local.Fault(c.dir, target, kind, "") }); err != nil {
 			return "", err
 		}
+	case local.Fault(c.dir, target, kind, "") != nil:
+		// A fenced member has no etcd process to stop first: its data still can be wiped.
 		if err := datadir.Wipe(local.MemberDataDir(c.dir, target)); err != nil {
 			return "", err
 		}
