@@ -17,7 +17,6 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	etcddatadir "go.etcd.io/etcd/server/v3/storage/datadir"
 	"go.etcd.io/etcd/server/v3/storage/wal"
-	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 )
@@ -246,43 +245,45 @@ func clientTo(t *testing.T, cfg *embed.Config) *clientv3.Client {
 	return c
 }
 
-// walEntries reads a stopped member's hard state and log entries.
-func walEntries(t *testing.T, dataDir string) (walpb.Snapshot, raftpb.HardState, []raftpb.Entry) {
+// openWAL opens a stopped member's WAL where etcd would, for reading or for appending, and
+// reads it; the caller closes it.
+func openWAL(t *testing.T, dataDir string, write bool) (*wal.WAL, raftpb.HardState, []raftpb.Entry) {
 	t.Helper()
 	at, err := walSnapshot(zap.NewNop(), dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := wal.OpenForRead(zap.NewNop(), etcddatadir.ToWALDir(dataDir), at)
+	open := wal.OpenForRead
+	if write {
+		open = wal.Open
+	}
+	w, err := open(zap.NewNop(), etcddatadir.ToWALDir(dataDir), at)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
 	_, st, ents, err := w.ReadAll()
 	if err != nil {
+		w.Close()
 		t.Fatal(err)
 	}
-	return at, st, ents
+	return w, st, ents
+}
+
+// walEntries reads a stopped member's log entries.
+func walEntries(t *testing.T, dataDir string) []raftpb.Entry {
+	t.Helper()
+	w, _, ents := openWAL(t, dataDir, false)
+	w.Close()
+	return ents
 }
 
 // appendLeaderEntries appends to the survivor's WAL the leader's entries above the
 // survivor's last index (as its MsgApp would have), keeping the survivor's commit index.
 func appendLeaderEntries(t *testing.T, leaderDir, survivorDir string) {
 	t.Helper()
-	_, _, leaderEnts := walEntries(t, leaderDir)
-	at, err := walSnapshot(zap.NewNop(), survivorDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := wal.Open(zap.NewNop(), etcddatadir.ToWALDir(survivorDir), at)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaderEnts := walEntries(t, leaderDir)
+	w, st, ents := openWAL(t, survivorDir, true)
 	defer w.Close()
-	_, st, ents, err := w.ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
 	last := ents[len(ents)-1]
 	var more []raftpb.Entry
 	for _, e := range leaderEnts {
@@ -305,7 +306,7 @@ func appendLeaderEntries(t *testing.T, leaderDir, survivorDir string) {
 // entryIndexOf is the index of the WAL entry that puts key, 0 when there is none.
 func entryIndexOf(t *testing.T, dataDir, key string) uint64 {
 	t.Helper()
-	_, _, ents := walEntries(t, dataDir)
+	ents := walEntries(t, dataDir)
 	for _, e := range ents {
 		if e.Type != raftpb.EntryNormal || len(e.Data) == 0 {
 			continue
