@@ -91,6 +91,15 @@ func (c Chain) Newest() (Object, bool) {
 	return c.Fulls[len(c.Fulls)-1], true
 }
 
+// NewestRevision is the newest revision the chain's names promise (0 when it is empty).
+func (c Chain) NewestRevision() int64 {
+	var rev int64
+	for _, o := range c.Objects() {
+		rev = max(rev, o.LastRev)
+	}
+	return rev
+}
+
 // Without returns the chain minus the objects with the given keys.
 func (c Chain) Without(keys map[string]bool) Chain {
 	var objs []Object

@@ -140,6 +140,9 @@ func restoreTable(t *table, r restore.Result) {
 	}
 	if r.TargetTime != nil {
 		t.row(fmt.Sprintf("  time %s: revision %d is the newest revision proven to exist then (by %s)", r.TargetTime.Format(time.RFC3339Nano), r.Target, r.TargetBasis))
+		if r.TargetAfterEnd != "" {
+			t.row("WARNING: --to-time " + r.TargetAfterEnd)
+		}
 	}
 	if r.Partial {
 		missing := ""

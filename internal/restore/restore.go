@@ -109,6 +109,10 @@ type Result struct {
 	// For ToTime: the time asked for, and the object whose creation time dates Target.
 	TargetTime  *time.Time `json:"targetTime,omitempty"`
 	TargetBasis string     `json:"targetBasis,omitempty"`
+	// TargetAfterEnd (for ToTime) says that the time is after the newest backup: Target is
+	// the newest revision stored, and writes made between that backup and the time are in
+	// no backup.
+	TargetAfterEnd string `json:"targetAfterEnd,omitempty"`
 
 	// Full is the full snapshot used; SkippedFulls are newer ones whose database turned out to
 	// be past the target.
@@ -289,6 +293,10 @@ func (r *restorer) run(ctx context.Context, res *Result) (err error) {
 			return err
 		}
 		target, res.TargetTime, res.TargetBasis = rev, &t, basis.Key
+		if newest := chain.NewestRevision(); rev >= newest && t.After(basis.Created) {
+			res.TargetAfterEnd = fmt.Sprintf("%s is after the newest backup (%s, stored at %s): revision %d is the newest stored; writes made after it are in no backup",
+				t.Format(time.RFC3339Nano), basis.Key, basis.Created.Format(time.RFC3339Nano), rev)
+		}
 	}
 	explicit := target > 0
 

@@ -261,6 +261,11 @@ func TestRestoreToTime(t *testing.T) {
 			if p.name == "after-everything" && want != c.last {
 				t.Fatalf("a time after every backup gives %d, want the newest revision %d", want, c.last)
 			}
+			// A time after the newest backup says so: later writes are in no backup.
+			newest := chain.Objects()[len(chain.Objects())-1]
+			if afterEnd := want == chain.NewestRevision() && p.at.After(newest.Created); afterEnd != strings.Contains(res.TargetAfterEnd, "after the newest backup") {
+				t.Fatalf("time %s (newest backup %s stored at %s): warning %q", p.at, newest.Key, newest.Created, res.TargetAfterEnd)
+			}
 			if p.start {
 				checkRestored(t, c, o, want)
 			}

@@ -116,14 +116,17 @@ func (s *Store) openFile(u *url.URL) error {
 		return fmt.Errorf("store URL %s names no directory: write file:///abs/dir or file://./rel/dir", s.display)
 	}
 	dir = filepath.FromSlash(dir)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	// A full snapshot holds every key (for a Kubernetes control plane, every Secret): only
+	// this user may read the store. Existing directories keep the mode they have.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("store URL %s: cannot create directory %s: %w: fix its permissions or choose another --store", s.display, dir, err)
 	}
 	b, err := fileblob.OpenBucket(dir, &fileblob.Options{
 		// Temporary files next to the target, so the final rename never
 		// crosses file systems; no .attrs side files, we keep no metadata.
-		NoTempDir: true,
-		Metadata:  fileblob.MetadataDontWrite,
+		NoTempDir:   true,
+		Metadata:    fileblob.MetadataDontWrite,
+		DirFileMode: 0o700,
 	})
 	if err != nil {
 		return fmt.Errorf("store URL %s: cannot open directory %s: %w", s.display, dir, err)
@@ -272,6 +275,10 @@ func (s *Store) NewWriter(ctx context.Context, key string) (*Writer, error) {
 			var f *os.File
 			if as(&f) {
 				w.file = f
+				// fileblob creates the file 0666 (less the umask); nothing is in it yet.
+				if err := f.Chmod(0o600); err != nil {
+					return fmt.Errorf("restrict the permissions of %s: %w", f.Name(), err)
+				}
 			}
 			return nil
 		}

@@ -214,6 +214,13 @@ func TestFileStore(t *testing.T) {
 	if strings.Join(files, ",") != "other,v1/delta/c,v1/full/b" {
 		t.Fatalf("files on disk = %v", files)
 	}
+	// Only this user can read a backup, whatever the umask.
+	for path, want := range map[string]os.FileMode{dir: 0o700, filepath.Join(dir, "v1"): 0o700, filepath.Join(dir, "v1", "full"): 0o700,
+		filepath.Join(dir, "v1", "full", "b"): 0o600, filepath.Join(dir, "other"): 0o600} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+			t.Fatalf("%s: mode %v (%v), want %v", path, fi.Mode().Perm(), err, want)
+		}
+	}
 
 	// A second Open sees the same data.
 	s2 := openT(t, "file://"+dir)
