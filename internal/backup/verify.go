@@ -43,8 +43,9 @@ func (r Report) OK() bool {
 }
 
 // Verify reads every backup object in s to the end: header, checksums,
-// the agreement of header and name, the framing and revision order of
-// delta events, etcd's own SHA-256 at the end of full snapshots; then it
+// the agreement of header and name, the framing of delta events and that
+// their revisions follow each other with no gap, etcd's own SHA-256 at the
+// end of full snapshots; then it
 // checks the chain as if the bad objects were missing. progress, if not
 // nil, is called with bytes read so far and the total to read.
 //
@@ -131,33 +132,62 @@ func verifyObject(ctx context.Context, s *store.Store, o Object, onRead func(int
 
 func verifyDelta(or *ObjectReader, o Object) (int64, error) {
 	er := NewEventReader(or, o.Key)
-	var first, last int64
+	check := NewDeltaCheck(o)
 	for {
 		ev, err := er.ReadEvent()
 		if err == io.EOF {
-			break
+			return er.Count(), check.Done()
 		}
 		if err != nil {
 			return er.Count(), err
 		}
-		rev := ev.Kv.ModRevision
-		if rev < o.FirstRev || rev > o.LastRev {
-			return er.Count(), fmt.Errorf("backup object %s: %w: event %d at revision %d is outside the object's revisions %d-%d", o.Key, ErrCorrupt, er.Count(), rev, o.FirstRev, o.LastRev)
+		if err := check.Next(ev.Kv.ModRevision); err != nil {
+			return er.Count(), err
 		}
-		if first == 0 {
-			first = rev
-		}
-		last = rev
 	}
-	// Every etcd revision is at least one event, so a delta that claims a
-	// range must hold events at both ends of it.
-	if er.Count() == 0 {
-		return 0, fmt.Errorf("backup object %s: %w: delta holds no events but claims revisions %d-%d", o.Key, ErrCorrupt, o.FirstRev, o.LastRev)
+}
+
+// DeltaCheck checks a delta's events, one by one, against the object: every event inside
+// its revisions, revisions that never go back and leave no gap (each revision is at least
+// one event), and events at both ends.
+type DeltaCheck struct {
+	o           Object
+	events      int64
+	first, last int64
+}
+
+// NewDeltaCheck starts checking the events of delta o.
+func NewDeltaCheck(o Object) *DeltaCheck { return &DeltaCheck{o: o} }
+
+// Next checks the next event's revision.
+func (c *DeltaCheck) Next(rev int64) error {
+	c.events++
+	o := c.o
+	switch {
+	case rev < o.FirstRev || rev > o.LastRev:
+		return fmt.Errorf("backup object %s: %w: event %d at revision %d is outside the object's revisions %d-%d", o.Key, ErrCorrupt, c.events, rev, o.FirstRev, o.LastRev)
+	case c.first == 0:
+		c.first = rev
+	case rev < c.last:
+		return fmt.Errorf("backup object %s: %w: event %d at revision %d follows revision %d: the events go back", o.Key, ErrCorrupt, c.events, rev, c.last)
+	case rev > c.last+1:
+		return fmt.Errorf("backup object %s: %w: revisions %d-%d are missing inside the object (event %d at revision %d follows revision %d)",
+			o.Key, ErrCorrupt, c.last+1, rev-1, c.events, rev, c.last)
 	}
-	if first != o.FirstRev || last != o.LastRev {
-		return er.Count(), fmt.Errorf("backup object %s: %w: events span revisions %d-%d but the object claims %d-%d", o.Key, ErrCorrupt, first, last, o.FirstRev, o.LastRev)
+	c.last = rev
+	return nil
+}
+
+// Done checks, after the last event, that the events reach both ends of the object's revisions.
+func (c *DeltaCheck) Done() error {
+	o := c.o
+	if c.events == 0 {
+		return fmt.Errorf("backup object %s: %w: delta holds no events but claims revisions %d-%d", o.Key, ErrCorrupt, o.FirstRev, o.LastRev)
 	}
-	return er.Count(), nil
+	if c.first != o.FirstRev || c.last != o.LastRev {
+		return fmt.Errorf("backup object %s: %w: events span revisions %d-%d but the object claims %d-%d", o.Key, ErrCorrupt, c.first, c.last, o.FirstRev, o.LastRev)
+	}
+	return nil
 }
 
 // verifyFull reads the snapshot and, when it carries one, checks the

@@ -56,11 +56,21 @@ func putFull(t *testing.T, s *store.Store, rev int64, data []byte) string {
 // in evFirst..evLast.
 func putDelta(t *testing.T, s *store.Store, first, last, evFirst, evLast int64) string {
 	t.Helper()
+	var revs []int64
+	for r := evFirst; r <= evLast; r++ {
+		revs = append(revs, r)
+	}
+	return putDeltaRevs(t, s, first, last, revs)
+}
+
+// putDeltaRevs writes a delta named first-last holding one put per revision in revs.
+func putDeltaRevs(t *testing.T, s *store.Store, first, last int64, revs []int64) string {
+	t.Helper()
 	key := DeltaKey(first, last)
 	hdr := Header{Kind: KindDelta, Compression: CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 42, FirstRev: first, LastRev: last}
 	if _, err := WriteObject(context.Background(), s, key, hdr, func(w *ObjectWriter) error {
 		ew := NewEventWriter(w)
-		for r := evFirst; r <= evLast; r++ {
+		for _, r := range revs {
 			if err := ew.WriteEvent(put("/k", strings.Repeat("x", int(r%50)), 1, r, r)); err != nil {
 				return err
 			}
@@ -137,6 +147,7 @@ func TestVerifyNamesEveryBadObject(t *testing.T) {
 	putDelta(t, s, 111, 120, 111, 120)
 	short := putDelta(t, s, 121, 130, 121, 125) // claims more than it holds
 	truncated := putDelta(t, s, 131, 140, 131, 140)
+	holed := putDeltaRevs(t, s, 151, 160, []int64{151, 152, 153, 154, 157, 158, 159, 160}) // both ends, a gap inside
 	mislabelled := DeltaKey(141, 150)
 	badDB := FullKey(300, t0)
 	putFull(t, s, 300, append(fakeDB(4, 4)[:4*512], make([]byte, 32)...)) // wrong etcd SHA-256
@@ -170,6 +181,7 @@ func TestVerifyNamesEveryBadObject(t *testing.T) {
 		truncated:   "truncated",
 		mislabelled: "the header says revisions 141-149, the name says 141-150",
 		badDB:       "etcd snapshot's own SHA-256",
+		holed:       "revisions 155-156 are missing inside the object",
 	}
 	var gotKeys []string
 	for _, b := range rep.Bad {

@@ -129,7 +129,7 @@ func (d *deltaSource) open(o backup.Object) (*checkedEvents, io.Closer, error) {
 		closer.Close()
 		return nil, nil, err
 	}
-	ce := &checkedEvents{o: o, hdr: hdr, er: backup.NewEventReader(or, o.Key)}
+	ce := &checkedEvents{o: o, hdr: hdr, er: backup.NewEventReader(or, o.Key), check: backup.NewDeltaCheck(o)}
 	return ce, closer, nil
 }
 
@@ -238,36 +238,29 @@ func (d *deltaSource) LastHeader() (backup.Header, bool) {
 	return *d.lastHdr, true
 }
 
-// checkedEvents reads a delta's events and checks them against the object's name: every event
-// inside its revisions, the first and the last at its ends.
+// checkedEvents reads a delta's events and checks them against the object's name (see
+// backup.DeltaCheck).
 type checkedEvents struct {
-	o           backup.Object
-	hdr         backup.Header
-	er          *backup.EventReader
-	first, last int64
+	o     backup.Object
+	hdr   backup.Header
+	er    *backup.EventReader
+	check *backup.DeltaCheck
 }
 
 func (c *checkedEvents) next() (*mvccpb.Event, error) {
 	ev, err := c.er.ReadEvent()
 	if err == io.EOF {
-		if c.first != c.o.FirstRev || c.last != c.o.LastRev {
-			return nil, fmt.Errorf("backup object %s: %w: its events span revisions %d-%d but its name says %d-%d",
-				c.o.Key, backup.ErrCorrupt, c.first, c.last, c.o.FirstRev, c.o.LastRev)
+		if err := c.check.Done(); err != nil {
+			return nil, err
 		}
 		return nil, io.EOF
 	}
 	if err != nil {
 		return nil, err
 	}
-	rev := ev.Kv.ModRevision
-	if rev < c.o.FirstRev || rev > c.o.LastRev {
-		return nil, fmt.Errorf("backup object %s: %w: event %d at revision %d is outside the object's revisions %d-%d",
-			c.o.Key, backup.ErrCorrupt, c.er.Count(), rev, c.o.FirstRev, c.o.LastRev)
+	if err := c.check.Next(ev.Kv.ModRevision); err != nil {
+		return nil, err
 	}
-	if c.first == 0 {
-		c.first = rev
-	}
-	c.last = rev
 	return ev, nil
 }
 
