@@ -43,6 +43,9 @@ type DeltaOptions struct {
 	OnCurrent func(rev int64, at time.Time)
 	// OnError is called when storing fails; RunDeltas keeps retrying with backoff.
 	OnError func(error)
+	// OnRead is called after each round of reading the history with the newest revision
+	// read (stored or held).
+	OnRead func(rev int64)
 }
 
 // Delta describes one stored delta object.
@@ -109,6 +112,13 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 		}
 		if err != nil {
 			if !resumable(err) {
+				if (errors.Is(err, ErrCompacted) || errors.Is(err, ErrHole)) && d.pending() {
+					// What was read before the history broke off is whole, contiguous
+					// revisions: stored, it narrows the gap before the next full snapshot.
+					if d.flush(ctx, s) != nil {
+						return nil // ctx ended while retrying
+					}
+				}
 				return err
 			}
 			// The connection failed (the member restarted, say): try again, from where the
@@ -118,6 +128,9 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 			continue
 		}
 		backoff = watchRetryMin
+		if opts.OnRead != nil {
+			opts.OnRead(d.next - 1)
+		}
 		if d.pending() && heldSince.IsZero() {
 			heldSince = start
 		}

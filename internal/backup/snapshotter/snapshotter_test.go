@@ -300,6 +300,52 @@ func testDeltasReportCompaction(t *testing.T) {
 	}
 }
 
+// Revisions read but not stored yet when the history breaks off (compacted) are stored, not
+// dropped: the gap before the next full snapshot is no wider than it must be.
+func TestDeltasStoreWhatWasReadBeforeCompaction(t *testing.T) {
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	put := func() int64 {
+		r, err := cli.Put(ctx, "/k", "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header.Revision
+	}
+	var read int64
+	for i := 0; i < 5; i++ {
+		read = put()
+	}
+	s := openStore(t, "mem://"+t.Name())
+	var readUpTo atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		// A period long enough that nothing is stored by time.
+		done <- RunDeltas(ctx, Member{Client: cli, Endpoint: ep}, s, 2, DeltaOptions{Period: time.Hour, OnRead: func(rev int64) { readUpTo.Store(rev) }})
+	}()
+	testutil.Eventually(t, 20*time.Second, "the first revisions read", func() error {
+		if got := readUpTo.Load(); got < read {
+			return fmt.Errorf("read up to %d of %d", got, read)
+		}
+		return nil
+	})
+	put()
+	if _, err := cli.Compact(ctx, put()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrCompacted) {
+		t.Fatalf("RunDeltas across a compaction: %v", err)
+	}
+	objs, err := s.List(ctx, "v1/delta/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 || objs[0].Key != backup.DeltaKey(2, read) {
+		t.Fatalf("stored %v, want one delta of revisions 2-%d", objs, read)
+	}
+}
+
 func TestDeltaBufferDetectsHole(t *testing.T) {
 	payload, err := backup.NewPayloadBuffer(backup.KindDelta)
 	if err != nil {
