@@ -374,16 +374,11 @@ func (a *backupAgent) full(ctx context.Context, m snapshotter.Member) (snapshott
 }
 
 func (a *backupAgent) collect(ctx context.Context) error {
-	chain, err := backup.ListChain(ctx, a.store)
-	if err != nil {
-		return err
+	deleted, err := retention.Collect(ctx, a.store, a.cfg.Retention, time.Now())
+	if len(deleted) > 0 {
+		a.lg.Info("retention: deleted old backups", zap.Int("objects", len(deleted)), zap.String("policy", a.cfg.Retention.String()))
 	}
-	doomed, err := retention.Plan(chain, a.cfg.Retention, time.Now())
-	if err != nil || len(doomed) == 0 {
-		return err
-	}
-	a.lg.Info("retention: deleting old backups", zap.Int("objects", len(doomed)), zap.String("policy", a.cfg.Retention.String()))
-	return retention.Apply(ctx, a.store, doomed)
+	return err
 }
 
 // RequestFull asks the running session for a full snapshot now and waits for it.

@@ -186,6 +186,25 @@ func sortOldestFirst(objs []backup.Object) {
 	})
 }
 
+// Collect applies policy p to the backups in s, after reading the newest full snapshot back
+// to its end (backup.VerifyObject): nothing is deleted unless the snapshot that everything
+// kept hangs on is sound. It returns what it deleted.
+func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time) ([]backup.Object, error) {
+	chain, err := backup.ListChain(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	doomed, err := Plan(chain, p, now)
+	if err != nil || len(doomed) == 0 {
+		return nil, err
+	}
+	newest, _ := chain.Newest()
+	if err := backup.VerifyObject(ctx, s, newest); err != nil {
+		return nil, fmt.Errorf("retention: nothing deleted: the newest full snapshot %s does not read back: %w", newest.Key, err)
+	}
+	return doomed, Apply(ctx, s, doomed)
+}
+
 // Apply deletes objs from s in the given order (Plan's: oldest first). It
 // stops at the first failure and says how far it got; running it again
 // is safe.

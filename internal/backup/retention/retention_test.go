@@ -1,8 +1,11 @@
 package retention
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -251,6 +254,59 @@ func TestParsePolicy(t *testing.T) {
 	}
 	if _, err := Plan(chain([]f{{1, 0}}, nil), Policy{Name: Limit}, now); err == nil {
 		t.Fatal("Plan accepted limit 0")
+	}
+}
+
+// Retention deletes nothing while the newest full snapshot does not read back.
+func TestCollectReadsTheNewestFullBack(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	full := func(rev int64, at time.Time) string {
+		db := bytes.Repeat([]byte{byte(rev)}, 512)
+		sum := sha256.Sum256(db)
+		key := backup.FullKey(rev, at)
+		hdr := backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 42, FirstRev: rev, Created: at}
+		if _, err := backup.WriteObject(ctx, s, key, hdr, func(w *backup.ObjectWriter) error {
+			w.SetLastRev(rev)
+			_, err := w.Write(append(db, sum[:]...))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return key
+	}
+	old := full(100, now.Add(-2*h))
+	newest := full(200, now.Add(-h))
+	keys := func() string {
+		objs, _ := s.List(ctx, "")
+		var out []string
+		for _, o := range objs {
+			out = append(out, o.Key)
+		}
+		return strings.Join(out, " ")
+	}
+	// Damage the newest: retention must keep the older one.
+	r, _ := s.NewReader(ctx, newest)
+	b, _ := io.ReadAll(r)
+	r.Close()
+	b[len(b)/2] ^= 0xff
+	w, _ := s.NewWriter(ctx, newest)
+	w.Write(b)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now)
+	if err == nil || !strings.Contains(err.Error(), newest) || len(del) != 0 || !strings.Contains(keys(), old) {
+		t.Fatalf("Collect over a damaged newest full: deleted %v, err %v; left %s", del, err, keys())
+	}
+	newest = full(300, now)
+	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now)
+	if err != nil || len(del) != 2 || keys() != newest {
+		t.Fatalf("Collect: deleted %v, err %v; left %s, want only %s", del, err, keys(), newest)
 	}
 }
 
