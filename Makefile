@@ -45,6 +45,18 @@ bench: build tools
 		-out docs/benchmarks.md $(if $(filter 1 true yes,$(FULL)),-full) $(if $(BENCH),-only $(BENCH)) \
 		-command "make bench$(if $(filter 1 true yes,$(FULL)), FULL=1)$(if $(BENCH), BENCH=$(BENCH))"
 
+# Fuzzing of every decoder of what a store returns (object names, objects, delta event
+# streams): each target for FUZZTIME. Failing inputs are kept in the package's testdata/fuzz
+# and replayed by every `go test` after.
+FUZZTIME    ?= 20s
+FUZZTARGETS := FuzzParseKey FuzzObjectReader FuzzEventReader
+.PHONY: fuzz
+fuzz:
+	@for t in $(FUZZTARGETS); do \
+		echo "fuzz $$t for $(FUZZTIME)"; \
+		$(GO) test ./internal/backup -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
+
 # Chaos suite (test/chaos): real local clusters under faults, histories checked for
 # linearizability with porcupine, plus quorum loss and total loss. `make chaos` is the seeded,
 # bounded CI set (~10 min on 2 cores); `make chaos SEED=7 DURATION=30m` runs longer,
