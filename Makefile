@@ -54,7 +54,7 @@ FUZZTARGETS := FuzzParseKey FuzzObjectReader FuzzEventReader
 fuzz:
 	@for t in $(FUZZTARGETS); do \
 		echo "fuzz $$t for $(FUZZTIME)"; \
-		$(GO) test ./internal/backup -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
+		$(GO) test ./internal/backup -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s || exit 1; \
 	done
 
 # Chaos suite (test/chaos): real local clusters under faults, histories checked for
