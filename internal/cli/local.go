@@ -225,7 +225,9 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 	if b := rep.Backup; b != nil {
 		fmt.Fprintf(w, "backup  ready %t  full rev %d (%s)  delta rev %d (%s)  store %s\n", b.Ready,
 			b.LatestFullRevision, ago(b.LatestFullTime), b.LatestDeltaRevision, ago(b.LatestDeltaTime), b.Store)
-		if b.LastError != "" {
+		if b.ReadyReason != "" {
+			fmt.Fprintf(w, "backup  not ready: %s\n", b.ReadyReason)
+		} else if b.LastError != "" {
 			fmt.Fprintf(w, "backup  last error: %s\n", b.LastError)
 		}
 	}

@@ -26,7 +26,9 @@ type Report struct {
 
 // BackupReport is the backup state of the cluster.
 type BackupReport struct {
-	Ready               bool      `json:"ready"`
+	Ready bool `json:"ready"`
+	// ReadyReason says why Ready is false.
+	ReadyReason         string    `json:"readyReason,omitempty"`
 	LatestFullRevision  int64     `json:"latestFullRevision"`
 	LatestFullTime      time.Time `json:"latestFullTime"`
 	LatestDeltaRevision int64     `json:"latestDeltaRevision"`
@@ -198,7 +200,7 @@ func backupStatus(ctx context.Context, hc *http.Client, spec Spec, out *BackupRe
 		if err := getJSON(ctx, hc, spec.SidecarURL(m)+"/v1/backup", &st); err != nil || !st.Leader {
 			continue
 		}
-		*out = BackupReport{Ready: st.Ready, LatestFullRevision: st.LatestFullRevision, LatestFullTime: st.LatestFullTime,
+		*out = BackupReport{Ready: st.Ready, ReadyReason: st.ReadyReason, LatestFullRevision: st.LatestFullRevision, LatestFullTime: st.LatestFullTime,
 			LatestDeltaRevision: st.LatestDeltaRevision, LatestDeltaTime: st.LatestDeltaTime, Store: st.Store,
 			Leader: m.Name, Failures: st.Failures, LastError: st.LastError}
 		return

@@ -39,7 +39,9 @@ type BackupStatus struct {
 	Leader bool `json:"leader"`
 	// Ready: backups are current (the newest stored revision was current less than two delta
 	// periods ago; false after three).
-	Ready               bool      `json:"ready"`
+	Ready bool `json:"ready"`
+	// ReadyReason says which condition keeps Ready false ("" when it is true).
+	ReadyReason         string    `json:"readyReason,omitempty"`
 	Store               string    `json:"store"`
 	LatestFullKey       string    `json:"latestFullKey,omitempty"`
 	LatestFullRevision  int64     `json:"latestFullRevision"`
@@ -107,23 +109,38 @@ func (a *backupAgent) Status() BackupStatus {
 	return a.status
 }
 
-// updateReadyLocked applies the BackupReady hysteresis: true while the stored data was
-// current less than 2 delta periods ago, false once it is more than 3 periods old.
 func (a *backupAgent) updateReadyLocked(now time.Time) {
-	age := now.Sub(a.status.CurrentAt)
-	switch {
-	case a.status.CurrentAt.IsZero() || !a.status.Leader:
-		a.status.Ready = false
-	case age < 2*a.cfg.DeltaPeriod:
-		a.status.Ready = true
-	case age > 3*a.cfg.DeltaPeriod:
-		a.status.Ready = false
-	}
+	a.status.Ready, a.status.ReadyReason = backupReady(a.status, now, a.cfg.DeltaPeriod)
 	if a.status.Ready {
 		a.metrics.backupReady.Set(1)
 	} else {
 		a.metrics.backupReady.Set(0)
 	}
+}
+
+// backupReady applies the BackupReady hysteresis to s: true while the stored data was current
+// less than 2 delta periods ago, false once it is more than 3 periods old (in between, as it
+// was). The reason says which condition keeps it false.
+func backupReady(s BackupStatus, now time.Time, period time.Duration) (bool, string) {
+	age := now.Sub(s.CurrentAt)
+	switch {
+	case !s.Leader:
+		return false, "this member's etcd does not lead: the leader's sidecar backs up"
+	case s.CurrentAt.IsZero():
+		return false, "nothing is stored yet"
+	case age < 2*period:
+		return true, ""
+	case age > 3*period || !s.Ready:
+		why := fmt.Sprintf("the newest stored revision %d was current %s ago, more than %s (3 delta periods)", s.CurrentRevision, age.Round(time.Second), 3*period)
+		if age <= 3*period {
+			why = fmt.Sprintf("the newest stored revision %d was current %s ago, not yet back within %s (2 delta periods)", s.CurrentRevision, age.Round(time.Second), 2*period)
+		}
+		if s.LastError != "" {
+			why += "; last error: " + s.LastError
+		}
+		return false, why
+	}
+	return true, ""
 }
 
 func (a *backupAgent) update(f func(s *BackupStatus)) {
