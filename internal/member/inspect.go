@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/etcd-steward/steward/internal/datadir"
@@ -16,26 +17,48 @@ import (
 // waiting initialisation observes every second, and the deep check of a large database after
 // an unclean stop takes seconds.
 func (s *Sidecar) inspect() (datadir.State, error) {
-	print, fpErr := fingerprint(s.cfg.DataDir)
-	if prev := s.lastInspect.Load(); fpErr == nil && prev != nil && prev.fingerprint == print {
-		return prev.state, nil
-	}
-	data, err := datadir.Inspect(s.cfg.DataDir)
-	if err != nil {
-		return data, err
-	}
-	s.metrics.validationSeconds.Observe(data.Took.Seconds())
-	// A database locked by a running etcd says nothing about its contents: not reused.
-	if fpErr == nil && !slices.ContainsFunc(data.Problems, func(p string) bool { return strings.Contains(p, "is locked") }) {
-		s.lastInspect.Store(&inspection{fingerprint: print, state: data})
-	}
-	return data, nil
+	return s.inspectAt(fingerprint(s.cfg.DataDir))
 }
 
-// inspection is a data dir's inspection and the fingerprint of the files it read.
-type inspection struct {
+// inspectAt is inspect for a fingerprint of the data dir taken by the caller.
+func (s *Sidecar) inspectAt(print string, fpErr error) (datadir.State, error) {
+	return reuse(&s.lastInspect, print, fpErr, func() (datadir.State, bool, error) {
+		data, err := datadir.Inspect(s.cfg.DataDir)
+		if err != nil {
+			return data, false, err
+		}
+		s.metrics.validationSeconds.Observe(data.Took.Seconds())
+		// A database locked by a running etcd says nothing about its contents: not reused.
+		return data, !slices.ContainsFunc(data.Problems, func(p string) bool { return strings.Contains(p, "is locked") }), nil
+	})
+}
+
+// raftLogAt reads the data dir's raft log, reusing the last read while no file changed.
+func (s *Sidecar) raftLogAt(print string, fpErr error) (datadir.RaftLog, error) {
+	return reuse(&s.lastRaftLog, print, fpErr, func() (datadir.RaftLog, bool, error) {
+		log, err := datadir.ReadRaftLog(s.cfg.DataDir)
+		return log, err == nil, err
+	})
+}
+
+// fromDataDir is a result read from the data dir and the fingerprint of the dir it was read
+// from.
+type fromDataDir[T any] struct {
 	fingerprint string
-	state       datadir.State
+	value       T
+}
+
+// reuse returns the result in last if it was read from a data dir with this fingerprint,
+// else reads it again and keeps it when read says it may be reused.
+func reuse[T any](last *atomic.Pointer[fromDataDir[T]], print string, fpErr error, read func() (T, bool, error)) (T, error) {
+	if prev := last.Load(); fpErr == nil && prev != nil && prev.fingerprint == print {
+		return prev.value, nil
+	}
+	v, keep, err := read()
+	if err == nil && keep && fpErr == nil {
+		last.Store(&fromDataDir[T]{fingerprint: print, value: v})
+	}
+	return v, err
 }
 
 // fingerprint names every file in the data dir (and an unfinished restore beside it) with its

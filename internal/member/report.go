@@ -91,7 +91,9 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 		}
 	}
 	r.Source = ReportFromDisk
-	data, err := s.inspect()
+	// One look at the files for both reads: a report from disk comes every second.
+	print, fpErr := fingerprint(s.cfg.DataDir)
+	data, err := s.inspectAt(print, fpErr)
 	if err != nil {
 		r.Problem = err.Error()
 		return r
@@ -119,7 +121,7 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 				r.Learner = r.Learner || (m.ID == r.MemberID && m.Learner)
 			}
 		}
-		log, err := s.raftLog()
+		log, err := s.raftLogAt(print, fpErr)
 		if err != nil {
 			r.Problem = err.Error()
 		} else {
@@ -127,27 +129,6 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 		}
 	}
 	return r
-}
-
-// raftLog reads the data dir's raft log, reusing the last read while no file changed.
-func (s *Sidecar) raftLog() (datadir.RaftLog, error) {
-	print, fpErr := fingerprint(s.cfg.DataDir)
-	if prev := s.lastRaftLog.Load(); fpErr == nil && prev != nil && prev.fingerprint == print {
-		return prev.log, nil
-	}
-	log, err := datadir.ReadRaftLog(s.cfg.DataDir)
-	if err != nil {
-		return log, err
-	}
-	if fpErr == nil {
-		s.lastRaftLog.Store(&raftLogRead{fingerprint: print, log: log})
-	}
-	return log, nil
-}
-
-type raftLogRead struct {
-	fingerprint string
-	log         datadir.RaftLog
 }
 
 // ackDirective acknowledges directive d in the cluster status once this member, its seed,

@@ -48,7 +48,7 @@ type Sidecar struct {
 	// lastData is the data dir as the last initialisation found it.
 	lastData atomic.Pointer[datadir.State]
 	// lastInspect is the newest inspection, reused while the data dir is unchanged.
-	lastInspect atomic.Pointer[inspection]
+	lastInspect atomic.Pointer[fromDataDir[datadir.State]]
 	// learnerSince is when this member was added as a learner (unix ns; 0: not a learner).
 	learnerSince atomic.Int64
 	// fullAfterStart asks for a full snapshot once etcd serves (after a restore from backup).
@@ -59,7 +59,7 @@ type Sidecar struct {
 	pendingEpoch atomic.Int64
 	// lastReport is the newest report sent; lastRaftLog the newest read of the WAL.
 	lastReport  atomic.Pointer[Report]
-	lastRaftLog atomic.Pointer[raftLogRead]
+	lastRaftLog atomic.Pointer[fromDataDir[datadir.RaftLog]]
 	reportKick  chan struct{}
 
 	mu     sync.Mutex
