@@ -63,15 +63,7 @@ func Fault(dir, name, kind, other string) error {
 			return err
 		}
 		return frozen([]int{pid, otherPID}, func() error {
-			a, b := MemberDataDir(dir, name), MemberDataDir(dir, other)
-			tmp := a + ".swap"
-			if err := os.Rename(a, tmp); err != nil {
-				return err
-			}
-			if err := os.Rename(b, a); err != nil {
-				return err
-			}
-			return os.Rename(tmp, b)
+			return swapDirs(MemberDataDir(dir, name), MemberDataDir(dir, other))
 		})
 	}
 	return fmt.Errorf("unknown fault %q: use kill, wipe, corrupt or swap", kind)

@@ -230,18 +230,23 @@ func (s *supervisor) relocate(ctx context.Context, rel heal.Relocation, runs []*
 	}
 }
 
+// swapDirs exchanges the directories a and b.
+func swapDirs(a, b string) error {
+	tmp := a + ".swapping"
+	if err := os.Rename(a, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(b, a); err != nil {
+		return err
+	}
+	return os.Rename(tmp, b)
+}
+
 // moveData moves the data in dir from to dir to: exchanging them when swap, else moving
 // to's contents aside first and leaving from empty.
 func moveData(from, to string, swap bool) error {
 	if swap {
-		tmp := from + ".relocating"
-		if err := os.Rename(from, tmp); err != nil {
-			return err
-		}
-		if err := os.Rename(to, from); err != nil {
-			return err
-		}
-		return os.Rename(tmp, to)
+		return swapDirs(from, to)
 	}
 	if entries, err := os.ReadDir(to); err == nil && len(entries) > 0 {
 		if _, err := datadir.MoveAside(to, "replaced"); err != nil {
@@ -275,10 +280,7 @@ func (h *healer) backupRevision(ctx context.Context, url string) int64 {
 	if err != nil {
 		return -1
 	}
-	h.backupRev = 0
-	for _, o := range chain.Objects() {
-		h.backupRev = max(h.backupRev, o.LastRev)
-	}
+	h.backupRev = chain.NewestRevision()
 	return h.backupRev
 }
 

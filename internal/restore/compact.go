@@ -80,7 +80,7 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 	if err != nil {
 		return res, fmt.Errorf("compact: %w", err)
 	}
-	if newest, ok := chain.Newest(); ok && newestRevision(chain) <= newest.FirstRev {
+	if newest, ok := chain.Newest(); ok && chain.NewestRevision() <= newest.FirstRev {
 		res.Skipped = fmt.Sprintf("no delta follows the newest full snapshot %s: the chain is as short as it gets", newest.Key)
 		return res, nil
 	}

@@ -29,7 +29,7 @@ func planRestore(c backup.Chain, target int64, allowPartial bool, storeName stri
 		return plan{}, fmt.Errorf("restore: %w: %s holds no backups (check the store URL and its prefix)", ErrOutOfRange, storeName)
 	}
 	cov := c.Coverage()
-	newest := newestRevision(c)
+	newest := c.NewestRevision()
 	if target <= 0 {
 		target = newest
 	}
@@ -84,14 +84,6 @@ func reachFrom(c backup.Chain, from int64) int64 {
 		}
 		reach = best
 	}
-}
-
-func newestRevision(c backup.Chain) int64 {
-	var n int64
-	for _, o := range c.Objects() {
-		n = max(n, o.LastRev)
-	}
-	return n
 }
 
 func rangesString(rs []backup.Range) string {
