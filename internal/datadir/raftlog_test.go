@@ -173,7 +173,7 @@ func TestForceNewClusterKeepsEntriesAboveCommit(t *testing.T) {
 // appliedMembers lists the names of the voters in a stopped member's database.
 func appliedMembers(t *testing.T, dataDir string) string {
 	t.Helper()
-	a, err := ReadApplied(filepath.Join(dataDir, "member", "snap", "db"))
+	a, err := ReadApplied(DBPath(dataDir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -433,7 +433,7 @@ func (s *supervisor) rebuildStatus(spec Spec) {
 		if walMember, _, err := datadir.ReadWALMetadata(filepath.Join(dataDir, "member", "wal")); err == nil {
 			d.WALMemberID = fmt.Sprintf("%x", walMember)
 		}
-		if a, err := datadir.ReadApplied(filepath.Join(dataDir, "member", "snap", "db")); err == nil {
+		if a, err := datadir.ReadApplied(datadir.DBPath(dataDir)); err == nil {
 			d.Applied = a.Index
 			for _, m := range a.Members {
 				d.Members = append(d.Members, member.LiveMember{ID: m.ID, Name: m.Name, IsLearner: m.Learner})
