@@ -54,6 +54,7 @@ func NewRootCommand() *cobra.Command {
 		newLocalCommand(),
 		newBackupCommand(),
 		newRestoreCommand(),
+		newOperatorCommand(),
 	)
 	return root
 }

@@ -1,0 +1,391 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Annotations a user sets on an EtcdCluster.
+const (
+	// AnnotationPaused stops reconciliation while it is "true": nothing is created, changed
+	// or deleted, and the Progressing condition says so.
+	AnnotationPaused = "etcd.steward.dev/paused"
+	// AnnotationConfirmRecovery confirms a quorum-loss recovery held by the Manual policy.
+	// Its value must be the epoch that the QuorumLost condition names.
+	AnnotationConfirmRecovery = "etcd.steward.dev/confirm-recovery"
+)
+
+// Quorum-loss policies.
+const (
+	QuorumLossAutomatic = "Automatic"
+	QuorumLossManual    = "Manual"
+)
+
+// EtcdClusterSpec is the desired etcd cluster.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage",message="spec.storage is immutable: the volumes of existing members cannot change; create a new EtcdCluster (bootstrap.restore) to move the data"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is immutable: it is used only when the cluster is created"
+type EtcdClusterSpec struct {
+	// Replicas is the number of etcd members. Odd sizes tolerate the most failures per
+	// member: 3 tolerate one, 5 tolerate two. 0 stops the cluster and keeps its volumes.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=9
+	Replicas int32 `json:"replicas"`
+
+	// Image runs both the etcd member and its sidecar (Steward is one binary). Empty: the
+	// operator's own image.
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// ImagePullPolicy of the member pods.
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// Storage is where each member keeps its data. Immutable.
+	// +kubebuilder:default={size: "8Gi"}
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// Backup configures continuous backups: full snapshots on a schedule and deltas between them.
+	// +optional
+	Backup *BackupSpec `json:"backup,omitempty"`
+
+	// Etcd tunes the etcd members.
+	// +optional
+	Etcd EtcdSpec `json:"etcd,omitempty"`
+
+	// Scheduling places the member pods. By default members spread over nodes, then zones.
+	// +optional
+	Scheduling SchedulingSpec `json:"scheduling,omitempty"`
+
+	// Resources of the etcd container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// SidecarResources of the sidecar container.
+	// +optional
+	SidecarResources corev1.ResourceRequirements `json:"sidecarResources,omitempty"`
+
+	// PodMetadata adds labels and annotations to the member pods.
+	// +optional
+	PodMetadata PodMetadata `json:"podMetadata,omitempty"`
+
+	// PriorityClassName of the member pods.
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// Bootstrap creates the cluster from a backup instead of empty. Immutable.
+	// +optional
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// QuorumLoss says how a quorum lost for good is recovered.
+	// +optional
+	QuorumLoss QuorumLossSpec `json:"quorumLoss,omitempty"`
+}
+
+// StorageSpec is a member's data volume: a PersistentVolumeClaim, or an emptyDir.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.emptyDir) || !has(self.storageClassName)",message="spec.storage: storageClassName applies to volume claims only; remove it or remove emptyDir"
+type StorageSpec struct {
+	// Size of each member's volume claim, or the size limit of its emptyDir.
+	// +kubebuilder:default="8Gi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+	// StorageClassName of the volume claims; empty: the cluster's default class.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+	// EmptyDir keeps the data in a pod-local emptyDir instead of a volume claim: data is lost
+	// with the pod, and members rejoin from their peers (or the backup after a quorum loss).
+	// +optional
+	EmptyDir *EmptyDirStorage `json:"emptyDir,omitempty"`
+}
+
+// EmptyDirStorage is ephemeral member storage (seed 001, "Ephemeral").
+type EmptyDirStorage struct {
+	// Medium is "" (the node's disk) or "Memory" (tmpfs, counted against the pod's memory).
+	// +kubebuilder:validation:Enum="";Memory
+	// +optional
+	Medium corev1.StorageMedium `json:"medium,omitempty"`
+}
+
+// BackupSpec configures continuous backups.
+type BackupSpec struct {
+	// Store is the object store URL: s3://bucket/prefix?region=…&endpoint=…, gs://…,
+	// azblob://…, or file:///path on a volume.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://.+')",message="spec.backup.store must be a URL with scheme s3://, gs://, azblob://, file:// or mem://"
+	Store string `json:"store"`
+	// CredentialsSecret holds the store's credentials as environment variables
+	// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_KEY, …).
+	// +optional
+	CredentialsSecret *corev1.LocalObjectReference `json:"credentialsSecret,omitempty"`
+	// FullSchedule is the cron schedule of full snapshots.
+	// +kubebuilder:default="@hourly"
+	// +optional
+	FullSchedule string `json:"fullSchedule,omitempty"`
+	// DeltaPeriod is how often deltas are written: the most that a total loss can lose.
+	// +kubebuilder:default="5s"
+	// +optional
+	DeltaPeriod *metav1.Duration `json:"deltaPeriod,omitempty"`
+	// Retention is "exponential" (hourly for a day, daily for a week, weekly for a month),
+	// "limit:N" (the newest N full snapshots), or "keep" (nothing is deleted).
+	// +kubebuilder:default="exponential"
+	// +kubebuilder:validation:XValidation:rule="self == 'exponential' || self == 'keep' || self.matches('^limit:[1-9][0-9]*$')",message="spec.backup.retention must be exponential, keep, or limit:N with N >= 1"
+	// +optional
+	Retention string `json:"retention,omitempty"`
+}
+
+// EtcdSpec tunes the etcd members.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.heartbeatInterval) || !has(self.electionTimeout) || duration(self.electionTimeout) >= duration(self.heartbeatInterval) * 5",message="spec.etcd.electionTimeout must be at least 5 times spec.etcd.heartbeatInterval, or members elect leaders on every delayed heartbeat"
+type EtcdSpec struct {
+	// QuotaBackendBytes is the database size at which etcd raises NOSPACE.
+	// +optional
+	QuotaBackendBytes *resource.Quantity `json:"quotaBackendBytes,omitempty"`
+	// AutoCompactionMode is "periodic" or "revision".
+	// +kubebuilder:validation:Enum=periodic;revision
+	// +optional
+	AutoCompactionMode string `json:"autoCompactionMode,omitempty"`
+	// AutoCompactionRetention is etcd's --auto-compaction-retention (a duration for periodic,
+	// a number of revisions for revision).
+	// +optional
+	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
+	// SnapshotCount is the number of applied entries after which etcd snapshots its state.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	SnapshotCount *int64 `json:"snapshotCount,omitempty"`
+	// HeartbeatInterval is the leader's heartbeat period.
+	// +optional
+	HeartbeatInterval *metav1.Duration `json:"heartbeatInterval,omitempty"`
+	// ElectionTimeout is how long a follower waits for a heartbeat before it campaigns.
+	// +optional
+	ElectionTimeout *metav1.Duration `json:"electionTimeout,omitempty"`
+}
+
+// SchedulingSpec places the member pods.
+type SchedulingSpec struct {
+	// Affinity replaces the default anti-affinity (members prefer distinct nodes).
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// TopologySpreadConstraints replace the default (spread over nodes, then zones).
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// PodMetadata is added to every member pod.
+type PodMetadata struct {
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// BootstrapSpec creates a cluster from a backup (point-in-time restore into a new cluster).
+type BootstrapSpec struct {
+	// Restore names the backup to start from.
+	// +optional
+	Restore *RestoreSource `json:"restore,omitempty"`
+}
+
+// RestoreSource is a backup store and a point in its history.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.revision) && has(self.time))",message="spec.bootstrap.restore: give revision or time, not both (neither: the newest)"
+type RestoreSource struct {
+	// Store is the backup store URL to restore from (see spec.backup.store).
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://.+')",message="spec.bootstrap.restore.store must be a URL with scheme s3://, gs://, azblob://, file:// or mem://"
+	Store string `json:"store"`
+	// CredentialsSecret holds the store's credentials (see spec.backup.credentialsSecret).
+	// +optional
+	CredentialsSecret *corev1.LocalObjectReference `json:"credentialsSecret,omitempty"`
+	// Revision restores exactly this revision.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Revision *int64 `json:"revision,omitempty"`
+	// Time restores the newest revision written at or before this time.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+}
+
+// QuorumLossSpec says how a quorum lost for good is recovered.
+type QuorumLossSpec struct {
+	// Policy is Automatic (recover from the best survivor, or the backup) or Manual (stop at
+	// the QuorumLost condition, which names the chosen source and what would be lost, until
+	// the annotation etcd.steward.dev/confirm-recovery is set to the epoch it names).
+	// +kubebuilder:default=Automatic
+	// +kubebuilder:validation:Enum=Automatic;Manual
+	// +optional
+	Policy string `json:"policy,omitempty"`
+}
+
+// Member roles, statuses and reasons (seed 001, "Status").
+const (
+	RoleLeader  = "Leader"
+	RoleMember  = "Member"
+	RoleLearner = "Learner"
+
+	MemberReady    = "Ready"
+	MemberNotReady = "NotReady"
+	MemberUnknown  = "Unknown"
+
+	ReasonLeaseSucceeded             = "LeaseSucceeded"
+	ReasonLeaseExpired               = "LeaseExpired"
+	ReasonLeaseNotRenewed            = "LeaseNotRenewed"
+	ReasonUnknownGracePeriodExceeded = "UnknownGracePeriodExceeded"
+	ReasonPodNotReady                = "PodNotReady"
+	ReasonPodMissing                 = "PodMissing"
+)
+
+// Condition types.
+const (
+	ConditionReady           = "Ready"
+	ConditionQuorate         = "Quorate"
+	ConditionAllMembersReady = "AllMembersReady"
+	ConditionBackupReady     = "BackupReady"
+	ConditionProgressing     = "Progressing"
+	ConditionDegraded        = "Degraded"
+	ConditionQuorumLost      = "QuorumLost"
+)
+
+// MemberStatus is one member as the operator last saw it.
+type MemberStatus struct {
+	// Name is the member's pod name.
+	Name string `json:"name"`
+	// ID is the etcd member ID (hex), from the member's Lease.
+	// +optional
+	ID string `json:"id,omitempty"`
+	// Role is Leader, Member or Learner.
+	// +optional
+	Role string `json:"role,omitempty"`
+	// Status is Ready, NotReady or Unknown.
+	Status string `json:"status"`
+	// Reason says why: LeaseSucceeded, LeaseExpired, UnknownGracePeriodExceeded, PodNotReady, …
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// LastTransitionTime is when Status last changed.
+	LastTransitionTime metav1.Time `json:"lastTransitionTime"`
+	// LastReport is when the member's sidecar last renewed its Lease.
+	// +optional
+	LastReport *metav1.Time `json:"lastReport,omitempty"`
+}
+
+// Endpoints are how clients and peers reach the cluster.
+type Endpoints struct {
+	// Client is the client Service's URL.
+	Client string `json:"client,omitempty"`
+	// Peers are the members' peer URLs.
+	// +optional
+	Peers []string `json:"peers,omitempty"`
+}
+
+// Recoverability is what the backups can restore.
+type Recoverability struct {
+	// +optional
+	FirstRevision int64 `json:"firstRevision,omitempty"`
+	// +optional
+	FirstTime *metav1.Time `json:"firstTime,omitempty"`
+	// +optional
+	LastRevision int64 `json:"lastRevision,omitempty"`
+	// +optional
+	LastTime *metav1.Time `json:"lastTime,omitempty"`
+}
+
+// LastError is one error of the newest reconciliation, with a stable code.
+type LastError struct {
+	// Code is stable across releases (e.g. ERR_SYNC_STATEFULSET); match on it, not on Description.
+	Code        string      `json:"code"`
+	Description string      `json:"description"`
+	ObservedAt  metav1.Time `json:"observedAt"`
+}
+
+// EtcdClusterStatus is the cluster as the operator observed it.
+type EtcdClusterStatus struct {
+	// ObservedGeneration is the generation the rest of this status describes; written last.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Members []MemberStatus `json:"members,omitempty"`
+	// ClusterSize is the number of members of the etcd cluster.
+	// +optional
+	ClusterSize int32 `json:"clusterSize,omitempty"`
+	// Replicas is the StatefulSet's current number of pods (the scale subresource's status).
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+	// ReadyReplicas is the number of Ready members.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// ReadyMembers is "ready/desired", for kubectl get.
+	// +optional
+	ReadyMembers string `json:"readyMembers,omitempty"`
+	// Selector selects the member pods (the scale subresource's label selector).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+	// ClusterID is the etcd cluster ID (hex), once the cluster formed.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+	// Leader is the name of the member that leads.
+	// +optional
+	Leader string `json:"leader,omitempty"`
+	// Revision is the newest revision a member reported.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// +optional
+	Endpoints Endpoints `json:"endpoints,omitempty"`
+	// LastFullSnapshot and LastDeltaSnapshot are the newest backups (from the snapshot Leases).
+	// +optional
+	LastFullSnapshot *SnapshotRef `json:"lastFullSnapshot,omitempty"`
+	// +optional
+	LastDeltaSnapshot *SnapshotRef `json:"lastDeltaSnapshot,omitempty"`
+	// LastBackupTime is the time of the newest full or delta snapshot.
+	// +optional
+	LastBackupTime *metav1.Time `json:"lastBackupTime,omitempty"`
+	// +optional
+	Recoverability *Recoverability `json:"recoverability,omitempty"`
+	// +optional
+	LastErrors []LastError `json:"lastErrors,omitempty"`
+}
+
+// SnapshotRef is one stored snapshot.
+type SnapshotRef struct {
+	Revision int64       `json:"revision"`
+	Time     metav1.Time `json:"time"`
+}
+
+// EtcdCluster is an etcd cluster that heals itself and backs itself up.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=ec,categories=steward
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Members",type=string,JSONPath=`.status.readyMembers`
+// +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`
+// +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.revision`
+// +kubebuilder:printcolumn:name="Last backup",type=date,JSONPath=`.status.lastBackupTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type EtcdCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   EtcdClusterSpec   `json:"spec,omitempty"`
+	Status EtcdClusterStatus `json:"status,omitempty"`
+}
+
+// EtcdClusterList is a list of EtcdClusters.
+//
+// +kubebuilder:object:root=true
+type EtcdClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EtcdCluster `json:"items"`
+}

@@ -1,0 +1,13 @@
+//go:build tools
+
+// Package tools pins the Kubernetes test binaries (kube-apiserver and kubectl for envtest and by
+// hand), the etcd that backs that API server, and controller-gen, apart from Steward's own module:
+// Kubernetes needs a newer etcd than the one Steward embeds. `make kube-tools` builds them into ./bin.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
+)

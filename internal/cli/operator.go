@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"errors"
+	"os"
+
+	"github.com/etcd-steward/steward/internal/operator"
+	"github.com/go-logr/zapr"
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+func newOperatorCommand() *cobra.Command {
+	var (
+		o      operator.Options
+		logLvl string
+	)
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Run the Kubernetes operator that reconciles EtcdClusters",
+		Long: `Run the operator: for every EtcdCluster (etcd.steward.dev/v1alpha1) it keeps the member
+StatefulSet, its ConfigMap, Services, Leases, PodDisruptionBudget and the sidecars' RBAC, and
+writes the cluster's status from the members' Leases and pods.
+
+It uses the in-cluster configuration, or KUBECONFIG outside a cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lg, err := newLogger(logLvl)
+			if err != nil {
+				return err
+			}
+			defer lg.Sync() //nolint:errcheck
+			ctrl.SetLogger(zapr.NewLogger(lg))
+			if o.Image == "" {
+				return errors.New("--member-image is required (or STEWARD_IMAGE): the image the member pods run, usually the operator's own")
+			}
+			cfg, err := ctrl.GetConfig()
+			if err != nil {
+				return err
+			}
+			mgr, err := operator.NewManager(cfg, o)
+			if err != nil {
+				return err
+			}
+			return mgr.Start(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Image, "member-image", os.Getenv("STEWARD_IMAGE"), "image of the member pods of clusters that do not set spec.image")
+	f.StringVar(&o.Namespace, "namespace", "", "watch only this namespace (default: all)")
+	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
+	f.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect one active operator among replicas")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
+	f.DurationVar(&o.Graces.Unknown, "unknown-grace", operator.DefaultGraces.Unknown, "how long a member whose Lease expired stays Unknown before it counts NotReady")
+	f.DurationVar(&o.Graces.NotReady, "notready-grace", operator.DefaultGraces.NotReady, "how long a member may be NotReady before its pod is deleted (a majority: quorum lost)")
+	f.StringVar(&logLvl, "log-level", "info", "log level")
+	return cmd
+}

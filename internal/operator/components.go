@@ -1,0 +1,288 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+)
+
+// component owns one kind of object of a cluster: sync makes it as desired, delete removes it.
+type component struct {
+	// code is the stable error code of a failed sync (ERR_SYNC_<code>) or delete (ERR_DELETE_<code>).
+	code   string
+	sync   func(ctx context.Context, r *run) error
+	delete func(ctx context.Context, r *run) error
+}
+
+// run is one reconciliation of one cluster: what the components sync from.
+type run struct {
+	c        client.Client
+	ec       *v1alpha1.EtcdCluster
+	image    string
+	decision Decision
+	// memberLeases is how many member Leases must exist (ordinals 0..n-1).
+	memberLeases int
+}
+
+// components in creation order: what the pods need exists before the StatefulSet creates
+// them. Deletion runs in reverse.
+var components = []component{
+	{code: "RBAC", sync: syncRBAC, delete: deleteRBAC},
+	{code: "CONFIGMAP", sync: syncConfigMap, delete: deleteByName(&corev1.ConfigMap{}, configMapName)},
+	{code: "SERVICES", sync: syncServices, delete: deleteServices},
+	{code: "LEASES", sync: syncLeases, delete: deleteLeases},
+	{code: "PDB", sync: syncPDB, delete: deleteByName(&policyv1.PodDisruptionBudget{}, statefulSetName)},
+	{code: "STATEFULSET", sync: syncStatefulSet, delete: deleteByName(&appsv1.StatefulSet{}, statefulSetName)},
+}
+
+// apply creates obj or updates it with mutate's changes; it writes nothing when mutate
+// changes nothing (a cluster at rest causes no writes).
+func apply(ctx context.Context, r *run, obj client.Object, component string, mutate func() error) error {
+	_, err := controllerutil.CreateOrUpdate(ctx, r.c, obj, func() error {
+		labels := obj.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		for k, v := range commonLabels(r.ec, component) {
+			labels[k] = v
+		}
+		obj.SetLabels(labels)
+		if err := controllerutil.SetControllerReference(r.ec, obj, r.c.Scheme()); err != nil {
+			return err
+		}
+		return mutate()
+	})
+	return err
+}
+
+func objectMeta(r *run, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: r.ec.Namespace}
+}
+
+func deleteByName(proto client.Object, name func(*v1alpha1.EtcdCluster) string) func(context.Context, *run) error {
+	return func(ctx context.Context, r *run) error {
+		obj := proto.DeepCopyObject().(client.Object)
+		obj.SetName(name(r.ec))
+		obj.SetNamespace(r.ec.Namespace)
+		return client.IgnoreNotFound(r.c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	}
+}
+
+func syncConfigMap(ctx context.Context, r *run) error {
+	data, err := configMapData(r.ec, int(max(r.decision.StatefulSetReplicas, r.decision.ClusterSize)))
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(r, configMapName(r.ec))}
+	return apply(ctx, r, cm, "config", func() error {
+		cm.Data = data
+		return nil
+	})
+}
+
+func syncServices(ctx context.Context, r *run) error {
+	client := &corev1.Service{ObjectMeta: objectMeta(r, clientServiceName(r.ec))}
+	if err := apply(ctx, r, client, "client", func() error {
+		client.Spec.Type = corev1.ServiceTypeClusterIP
+		client.Spec.Selector = selectorLabels(r.ec)
+		client.Spec.Ports = []corev1.ServicePort{{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt(ClientPort), Protocol: corev1.ProtocolTCP}}
+		return nil
+	}); err != nil {
+		return err
+	}
+	peer := &corev1.Service{ObjectMeta: objectMeta(r, peerServiceName(r.ec))}
+	return apply(ctx, r, peer, "peer", func() error {
+		peer.Spec.ClusterIP = corev1.ClusterIPNone
+		peer.Spec.Selector = selectorLabels(r.ec)
+		// Members must find each other before they are Ready: they become Ready only once
+		// they have formed the cluster.
+		peer.Spec.PublishNotReadyAddresses = true
+		peer.Spec.Ports = []corev1.ServicePort{
+			{Name: "peer", Port: PeerPort, TargetPort: intstr.FromInt(PeerPort), Protocol: corev1.ProtocolTCP},
+			{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt(ClientPort), Protocol: corev1.ProtocolTCP},
+			{Name: "sidecar", Port: SidecarPort, TargetPort: intstr.FromInt(SidecarPort), Protocol: corev1.ProtocolTCP},
+		}
+		return nil
+	})
+}
+
+func deleteServices(ctx context.Context, r *run) error {
+	for _, name := range []string{clientServiceName(r.ec), peerServiceName(r.ec)} {
+		if err := client.IgnoreNotFound(r.c.Delete(ctx, &corev1.Service{ObjectMeta: objectMeta(r, name)})); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncLeases keeps one member Lease per member (created empty: the sidecar renews it with
+// holder "<memberID>:<role>"), the two snapshot Leases, and deletes the Leases of members
+// that no longer exist (seed cases 11-13).
+func syncLeases(ctx context.Context, r *run) error {
+	want := map[string]string{fullLeaseName(r.ec): "full-snapshot", deltaLeaseName(r.ec): "delta-snapshot"}
+	for i := 0; i < r.memberLeases; i++ {
+		want[memberName(r.ec, i)] = "member"
+	}
+	var have coordinationv1.LeaseList
+	if err := r.c.List(ctx, &have, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
+		return err
+	}
+	exists := map[string]bool{}
+	for i := range have.Items {
+		l := &have.Items[i]
+		exists[l.Name] = true
+		if _, ok := want[l.Name]; !ok && metav1.IsControlledBy(l, r.ec) {
+			if err := client.IgnoreNotFound(r.c.Delete(ctx, l)); err != nil {
+				return err
+			}
+		}
+	}
+	for name, kind := range want {
+		if exists[name] {
+			continue
+		}
+		l := &coordinationv1.Lease{ObjectMeta: objectMeta(r, name)}
+		if err := apply(ctx, r, l, "lease", func() error {
+			l.Labels[LabelLeaseKind] = kind
+			if kind == "member" {
+				l.Spec.LeaseDurationSeconds = ptr(int32(leaseDuration.Seconds()))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func deleteLeases(ctx context.Context, r *run) error {
+	return r.c.DeleteAllOf(ctx, &coordinationv1.Lease{}, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec)))
+}
+
+func syncPDB(ctx context.Context, r *run) error {
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: objectMeta(r, statefulSetName(r.ec))}
+	return apply(ctx, r, pdb, "member", func() error {
+		min := intstr.FromInt32(r.decision.MinAvailable)
+		pdb.Spec.MinAvailable = &min
+		pdb.Spec.Selector = &metav1.LabelSelector{MatchLabels: selectorLabels(r.ec)}
+		return nil
+	})
+}
+
+func syncRBAC(ctx context.Context, r *run) error {
+	sa := &corev1.ServiceAccount{ObjectMeta: objectMeta(r, r.ec.Name)}
+	if err := apply(ctx, r, sa, "sidecar", func() error { return nil }); err != nil {
+		return err
+	}
+	role := &rbacv1.Role{ObjectMeta: objectMeta(r, r.ec.Name)}
+	if err := apply(ctx, r, role, "sidecar", func() error {
+		role.Rules = sidecarRules(r.ec, r.memberLeases)
+		return nil
+	}); err != nil {
+		return err
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: objectMeta(r, r.ec.Name)}
+	return apply(ctx, r, rb, "sidecar", func() error {
+		rb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}
+		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: r.ec.Namespace}}
+		return nil
+	})
+}
+
+// sidecarRules let a sidecar touch only its own cluster: read its EtcdCluster (get, or
+// list/watch by name), renew its member and snapshot Leases, and record Events.
+func sidecarRules(ec *v1alpha1.EtcdCluster, members int) []rbacv1.PolicyRule {
+	leases := []string{fullLeaseName(ec), deltaLeaseName(ec)}
+	for i := 0; i < members; i++ {
+		leases = append(leases, memberName(ec, i))
+	}
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"etcdclusters"}, ResourceNames: []string{ec.Name},
+			Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: leases,
+			Verbs: []string{"get", "list", "watch", "update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+}
+
+func deleteRBAC(ctx context.Context, r *run) error {
+	for _, obj := range []client.Object{&rbacv1.RoleBinding{}, &rbacv1.Role{}, &corev1.ServiceAccount{}} {
+		obj.SetName(r.ec.Name)
+		obj.SetNamespace(r.ec.Namespace)
+		if err := client.IgnoreNotFound(r.c.Delete(ctx, obj)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func syncStatefulSet(ctx context.Context, r *run) error {
+	sts := &appsv1.StatefulSet{ObjectMeta: objectMeta(r, statefulSetName(r.ec))}
+	err := r.c.Get(ctx, client.ObjectKeyFromObject(sts), sts)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	want := statefulSetSpec(r.ec, r.image, r.decision.StatefulSetReplicas)
+	if apierrors.IsNotFound(err) {
+		sts.Spec = want
+		return apply(ctx, r, sts, "member", func() error { return nil })
+	}
+	return apply(ctx, r, sts, "member", func() error {
+		// Selector, service name and claim templates are immutable in a StatefulSet; the
+		// CRD keeps storage immutable too. The pod template changes, and with OnDelete
+		// updates the pods pick it up when they are next replaced.
+		sts.Spec.Replicas = want.Replicas
+		sts.Spec.PodManagementPolicy = want.PodManagementPolicy
+		if !reflect.DeepEqual(templateOf(sts.Spec.Template), templateOf(want.Template)) {
+			sts.Spec.Template = want.Template
+		}
+		sts.Spec.PersistentVolumeClaimRetentionPolicy = want.PersistentVolumeClaimRetentionPolicy
+		return nil
+	})
+}
+
+// templateOf is the part of a pod template Steward sets, without the API server's defaults,
+// so that a template unchanged by the spec is not written again.
+func templateOf(t corev1.PodTemplateSpec) any {
+	type container struct {
+		Name, Image string
+		Command     []string
+		Env         []corev1.EnvVar
+		EnvFrom     []corev1.EnvFromSource
+		Resources   corev1.ResourceRequirements
+	}
+	cs := make([]container, 0, len(t.Spec.Containers))
+	for _, c := range t.Spec.Containers {
+		env := c.DeepCopy().Env
+		for i := range env {
+			if env[i].ValueFrom != nil && env[i].ValueFrom.FieldRef != nil {
+				env[i].ValueFrom.FieldRef.APIVersion = "" // defaulted to v1 by the API server
+			}
+		}
+		cs = append(cs, container{c.Name, c.Image, c.Command, env, c.EnvFrom, c.Resources})
+	}
+	return struct {
+		Labels, Annotations map[string]string
+		Containers          []container
+		NodeSelector        map[string]string
+		Tolerations         []corev1.Toleration
+		Affinity            *corev1.Affinity
+		Spread              []corev1.TopologySpreadConstraint
+		Priority            string
+	}{t.Labels, t.Annotations, cs, t.Spec.NodeSelector, t.Spec.Tolerations, t.Spec.Affinity,
+		t.Spec.TopologySpreadConstraints, t.Spec.PriorityClassName}
+}
+
+func errCode(phase, code string) string { return fmt.Sprintf("ERR_%s_%s", phase, code) }

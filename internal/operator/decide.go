@@ -1,0 +1,417 @@
+// Package operator reconciles EtcdClusters: one component per owned object, the member status
+// from the sidecars' Leases and the pods, and a pure decision (Decide) over what was observed.
+package operator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Case names a row of seed 001's "Decision table for etcd-druid based on the status".
+type Case string
+
+// The rows, numbered as in the seed.
+const (
+	CasePinkOfHealth        Case = "1-PinkOfHealth"
+	CaseLeasesOutOfSync     Case = "2-MemberStatusOutOfSyncWithLeases"
+	CaseAllReadyStaleTrue   Case = "3-AllMembersReadyStaleFalse"
+	CaseAllReadyStaleFalse  Case = "4-AllMembersReadyStaleTrue"
+	CaseReadyStaleTrue      Case = "5-ReadyStaleFalse"
+	CaseReadyStaleFalse     Case = "6-ReadyStaleTrue"
+	CaseUnknownTooLong      Case = "7-UnknownTooLong"
+	CasePodNotReady         Case = "8-PodNotReady"
+	CaseMinorityNotReady    Case = "9-QuorateMinorityNotReady"
+	CaseQuorumLost          Case = "10-QuorumLost"
+	CaseScaleUp             Case = "11-ScaleUp"
+	CaseScaleDown           Case = "12-ScaleDown"
+	CaseSuperfluousEntries  Case = "13-SuperfluousMemberEntries"
+	CaseBootstrap           Case = "Bootstrap"
+	CaseStatefulSetMismatch Case = "StatefulSetReplicasDiffer"
+)
+
+// Graces are how long the operator lets members heal by themselves before it acts.
+type Graces struct {
+	// Unknown: a member whose Lease expired is Unknown this long before it counts NotReady.
+	Unknown time.Duration
+	// NotReady: a NotReady member's pod is deleted after this long (seed case 9); a majority
+	// NotReady this long is a quorum lost for good (case 10).
+	NotReady time.Duration
+}
+
+// DefaultGraces are the graces of a cluster that does not set its own.
+var DefaultGraces = Graces{Unknown: 60 * time.Second, NotReady: 5 * time.Minute}
+
+// Observation is everything Decide looks at, read in one reconciliation.
+type Observation struct {
+	Now     time.Time
+	Desired int32
+	// Formed: the cluster has formed before (its status has a cluster ID, or a member was
+	// ever Ready). A cluster that never formed bootstraps all members at once.
+	Formed bool
+	// StatefulSetReplicas is the StatefulSet's spec.replicas (-1 while it does not exist).
+	StatefulSetReplicas int32
+	// Members holds one entry per ordinal the StatefulSet or the status knows of.
+	Members []MemberObservation
+	// Previous is the status as the last reconciliation wrote it.
+	Previous v1alpha1.EtcdClusterStatus
+	// Backup is what the snapshot Leases say (nil: backups are off).
+	Backup *BackupObservation
+	Graces Graces
+}
+
+// MemberObservation is one ordinal's pod and Lease.
+type MemberObservation struct {
+	Name    string
+	Ordinal int
+	Pod     *PodState   // nil: no pod
+	Lease   *LeaseState // nil: no Lease
+}
+
+// PodState is what Decide needs of a member pod.
+type PodState struct {
+	Ready    bool
+	Created  time.Time
+	Deleting bool
+}
+
+// LeaseState is a member Lease as the sidecar last renewed it.
+type LeaseState struct {
+	// Holder is "<memberID>:<role>", empty until the sidecar first renews.
+	Holder   string
+	Renewed  time.Time
+	Duration time.Duration
+}
+
+// BackupObservation is the newest backups, from the snapshot Leases.
+type BackupObservation struct {
+	LastFull, LastDelta time.Time
+	DeltaPeriod         time.Duration
+}
+
+// Decision is what the reconciliation writes and does.
+type Decision struct {
+	// Cases are the seed rows that matched, in table order.
+	Cases []Case
+	// Members is the new status.members (ordinals below ClusterSize).
+	Members     []v1alpha1.MemberStatus
+	ClusterSize int32
+	Ready       int32
+	// Conditions are the new conditions (transition times kept when the status is unchanged).
+	Conditions []metav1.Condition
+	// StatefulSetReplicas is the replica count to write.
+	StatefulSetReplicas int32
+	// DeletePods are member pods NotReady past the grace (seed case 9).
+	DeletePods []string
+	// QuorumLost: a majority has been NotReady past the grace (seed case 10).
+	QuorumLost bool
+	// MinAvailable of the PodDisruptionBudget.
+	MinAvailable int32
+	// Leader is the member whose Lease says Leader.
+	Leader string
+}
+
+// Decide computes the status and the actions from an observation. It is pure.
+func Decide(o Observation) Decision {
+	var d Decision
+	prev := map[string]v1alpha1.MemberStatus{}
+	for _, m := range o.Previous.Members {
+		prev[m.Name] = m
+	}
+
+	d.StatefulSetReplicas = nextReplicas(o, &d)
+	size := d.StatefulSetReplicas
+	if o.StatefulSetReplicas >= 0 && o.StatefulSetReplicas > size {
+		// Members above the new size still exist until their pods are gone.
+		size = o.StatefulSetReplicas
+	}
+	d.ClusterSize = size
+
+	changedByLease, changedByPod, unknownExpired := false, false, false
+	for _, m := range o.Members {
+		if int32(m.Ordinal) >= size {
+			if _, ok := prev[m.Name]; ok {
+				addCase(&d, CaseSuperfluousEntries)
+			}
+			continue
+		}
+		p, had := prev[m.Name]
+		st := memberStatus(o, m, p, had)
+		if st.Status != p.Status || st.Reason != p.Reason {
+			switch st.Reason {
+			case v1alpha1.ReasonPodNotReady, v1alpha1.ReasonPodMissing:
+				changedByPod = true
+			case v1alpha1.ReasonUnknownGracePeriodExceeded:
+				unknownExpired = true
+			default:
+				changedByLease = true
+			}
+		}
+		if st.Role == v1alpha1.RoleLeader {
+			d.Leader = st.Name
+		}
+		if st.Status == v1alpha1.MemberReady {
+			d.Ready++
+		}
+		d.Members = append(d.Members, st)
+	}
+	for name := range prev {
+		if !slices.ContainsFunc(d.Members, func(m v1alpha1.MemberStatus) bool { return m.Name == name }) &&
+			!slices.ContainsFunc(o.Members, func(m MemberObservation) bool { return m.Name == name }) {
+			addCase(&d, CaseSuperfluousEntries)
+		}
+	}
+	if changedByLease {
+		addCase(&d, CaseLeasesOutOfSync)
+	}
+	if unknownExpired {
+		addCase(&d, CaseUnknownTooLong)
+	}
+	if changedByPod {
+		addCase(&d, CasePodNotReady)
+	}
+
+	quorate := d.Ready > size/2
+	all := size > 0 && d.Ready == size
+
+	// Actions on NotReady members (seed cases 9 and 10), only once the cluster formed: a
+	// cluster still bootstrapping is not yet expected to be Ready.
+	if o.Formed && size > 0 {
+		var longNotReady []v1alpha1.MemberStatus
+		for _, m := range d.Members {
+			if m.Status == v1alpha1.MemberNotReady && o.Now.Sub(m.LastTransitionTime.Time) >= o.Graces.NotReady {
+				longNotReady = append(longNotReady, m)
+			}
+		}
+		switch {
+		case !quorate && int32(len(longNotReady)) > (size-1)/2:
+			d.QuorumLost = true
+			addCase(&d, CaseQuorumLost)
+		case len(longNotReady) > 0 && quorate:
+			for _, m := range longNotReady {
+				if mo := findMember(o.Members, m.Name); mo != nil && mo.Pod != nil && !mo.Pod.Deleting &&
+					o.Now.Sub(mo.Pod.Created) >= o.Graces.NotReady {
+					d.DeletePods = append(d.DeletePods, m.Name)
+				}
+			}
+			if len(d.DeletePods) > 0 {
+				addCase(&d, CaseMinorityNotReady)
+			}
+		}
+	}
+	d.Conditions = conditions(o, &d, quorate, all)
+	d.MinAvailable = minAvailable(size, d.Ready, all, o.Backup == nil || backupReady(o))
+	if len(d.Cases) == 0 {
+		addCase(&d, CasePinkOfHealth)
+	}
+	slices.Sort(d.Cases)
+	return d
+}
+
+// nextReplicas is the StatefulSet size to write: all at once while bootstrapping; one member
+// at a time once formed, each step only while every current member is Ready (a new member
+// joins as a learner, and etcd admits one learner at a time).
+func nextReplicas(o Observation, d *Decision) int32 {
+	cur := o.StatefulSetReplicas
+	if cur < 0 || !o.Formed {
+		if cur != o.Desired {
+			addCase(d, CaseBootstrap)
+		}
+		return o.Desired
+	}
+	if cur == o.Desired {
+		return cur
+	}
+	ready := int32(0)
+	for _, m := range o.Previous.Members {
+		if m.Status == v1alpha1.MemberReady {
+			ready++
+		}
+	}
+	if ready < cur {
+		return cur // heal first, then scale
+	}
+	if o.Desired > cur {
+		addCase(d, CaseScaleUp)
+		return cur + 1
+	}
+	addCase(d, CaseScaleDown)
+	return cur - 1
+}
+
+// memberStatus is one member's status: NotReady while its pod is missing or not ready, Ready
+// while the pod is ready and its Lease current, Unknown when the Lease expired, and NotReady
+// again once Unknown lasted the Unknown grace (seed cases 2, 7 and 8).
+func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus, had bool) v1alpha1.MemberStatus {
+	st := v1alpha1.MemberStatus{Name: m.Name, ID: prev.ID, Role: prev.Role}
+	if m.Lease != nil && m.Lease.Holder != "" {
+		id, role, _ := strings.Cut(m.Lease.Holder, ":")
+		st.ID, st.Role = id, role
+		t := metav1.NewTime(m.Lease.Renewed)
+		st.LastReport = &t
+	}
+	leaseCurrent := m.Lease != nil && m.Lease.Holder != "" && o.Now.Sub(m.Lease.Renewed) < m.Lease.Duration
+	switch {
+	case m.Pod == nil:
+		st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonPodMissing
+	case !m.Pod.Ready:
+		st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady
+	case leaseCurrent:
+		st.Status, st.Reason = v1alpha1.MemberReady, v1alpha1.ReasonLeaseSucceeded
+	default:
+		st.Status, st.Reason = v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired
+		if m.Lease == nil || m.Lease.Holder == "" {
+			st.Reason = v1alpha1.ReasonLeaseNotRenewed
+		}
+		unknownSince := prev.LastTransitionTime.Time
+		if had && (prev.Status == v1alpha1.MemberUnknown || prev.Reason == v1alpha1.ReasonUnknownGracePeriodExceeded) {
+			if prev.Reason == v1alpha1.ReasonUnknownGracePeriodExceeded ||
+				o.Now.Sub(unknownSince) >= o.Graces.Unknown {
+				st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonUnknownGracePeriodExceeded
+			}
+		}
+	}
+	st.LastTransitionTime = prev.LastTransitionTime
+	if !had || st.Status != prev.Status {
+		st.LastTransitionTime = metav1.NewTime(o.Now)
+	}
+	return st
+}
+
+func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Condition {
+	conds := slices.Clone(o.Previous.Conditions)
+	set := func(t string, ok bool, reason, msg string) {
+		meta.SetStatusCondition(&conds, metav1.Condition{Type: t, Status: boolStatus(ok), Reason: reason,
+			Message: msg, ObservedGeneration: o.Previous.ObservedGeneration, LastTransitionTime: metav1.NewTime(o.Now)})
+	}
+	was := func(t string) metav1.ConditionStatus {
+		if c := meta.FindStatusCondition(o.Previous.Conditions, t); c != nil {
+			return c.Status
+		}
+		return metav1.ConditionUnknown
+	}
+	size := d.ClusterSize
+	members := fmt.Sprintf("%d of %d members Ready", d.Ready, size)
+
+	if all && was(v1alpha1.ConditionAllMembersReady) == metav1.ConditionFalse {
+		addCase(d, CaseAllReadyStaleTrue)
+	}
+	if !all && was(v1alpha1.ConditionAllMembersReady) == metav1.ConditionTrue {
+		addCase(d, CaseAllReadyStaleFalse)
+	}
+	if quorate && was(v1alpha1.ConditionReady) == metav1.ConditionFalse {
+		addCase(d, CaseReadyStaleTrue)
+	}
+	if !quorate && was(v1alpha1.ConditionReady) == metav1.ConditionTrue {
+		addCase(d, CaseReadyStaleFalse)
+	}
+
+	set(v1alpha1.ConditionAllMembersReady, all, pick(all, "AllMembersReady", "NotAllMembersReady"), members)
+	set(v1alpha1.ConditionQuorate, quorate, pick(quorate, "Quorate", "NoQuorum"), members)
+	set(v1alpha1.ConditionReady, quorate, pick(quorate, "Quorate", "QuorumLost"), members)
+	degraded := quorate && !all && o.Formed
+	set(v1alpha1.ConditionDegraded, degraded, pick(degraded, "MembersNotReady", "AsDesired"), members)
+
+	progressing := d.StatefulSetReplicas != o.Desired || (o.StatefulSetReplicas >= 0 && o.StatefulSetReplicas != d.StatefulSetReplicas) || !all
+	reason, msg := "Reconciled", fmt.Sprintf("%d members, as desired", o.Desired)
+	switch {
+	case !o.Formed:
+		reason, msg = "Bootstrapping", fmt.Sprintf("bootstrapping %d members: %s", o.Desired, members)
+	case d.StatefulSetReplicas > o.StatefulSetReplicas && o.StatefulSetReplicas >= 0:
+		reason, msg = "ScalingUp", fmt.Sprintf("adding member %d of %d", d.StatefulSetReplicas, o.Desired)
+	case d.StatefulSetReplicas < o.StatefulSetReplicas:
+		reason, msg = "ScalingDown", fmt.Sprintf("removing member %d, down to %d", o.StatefulSetReplicas, o.Desired)
+	case d.StatefulSetReplicas != o.Desired:
+		reason, msg = "WaitingForMembers", fmt.Sprintf("scaling to %d waits until every member is Ready: %s", o.Desired, members)
+	case !all:
+		reason, msg = "WaitingForMembers", members
+	}
+	set(v1alpha1.ConditionProgressing, progressing, reason, msg)
+
+	lost := "quorate, or not NotReady long enough to count as lost"
+	if d.QuorumLost {
+		lost = fmt.Sprintf("%s; NotReady longer than %s", members, o.Graces.NotReady)
+	}
+	set(v1alpha1.ConditionQuorumLost, d.QuorumLost, pick(d.QuorumLost, "MajorityNotReady", "NoQuorumLoss"), lost)
+
+	if o.Backup != nil {
+		ok, why := backupCurrent(o)
+		set(v1alpha1.ConditionBackupReady, ok, pick(ok, "BackupCurrent", "BackupStale"), why)
+	} else {
+		set(v1alpha1.ConditionBackupReady, false, "BackupsDisabled", "spec.backup is not set: nothing is backed up")
+	}
+	return conds
+}
+
+func backupReady(o Observation) bool {
+	ok, _ := backupCurrent(o)
+	return ok
+}
+
+// backupCurrent: a delta or full snapshot was stored within three delta periods.
+func backupCurrent(o Observation) (bool, string) {
+	b := o.Backup
+	if b == nil {
+		return false, "backups are off"
+	}
+	newest := b.LastFull
+	if b.LastDelta.After(newest) {
+		newest = b.LastDelta
+	}
+	if newest.IsZero() {
+		return false, "no snapshot stored yet"
+	}
+	age := o.Now.Sub(newest)
+	if age > 3*b.DeltaPeriod {
+		return false, fmt.Sprintf("the newest snapshot is %s old (delta period %s)", age.Round(time.Second), b.DeltaPeriod)
+	}
+	return true, fmt.Sprintf("the newest snapshot is %s old", age.Round(time.Second))
+}
+
+// minAvailable toggles the PodDisruptionBudget as seed 001 says: a majority while every
+// member is Ready; every Ready member (no eviction at all) while one is not; every member
+// while the backups are not current. The highest applicable value wins.
+func minAvailable(size, ready int32, all, backupOK bool) int32 {
+	v := size/2 + 1
+	if !all {
+		v = max(size/2, ready)
+	}
+	if !backupOK {
+		v = max(v, size)
+	}
+	return v
+}
+
+func findMember(ms []MemberObservation, name string) *MemberObservation {
+	for i := range ms {
+		if ms[i].Name == name {
+			return &ms[i]
+		}
+	}
+	return nil
+}
+
+func addCase(d *Decision, c Case) {
+	if !slices.Contains(d.Cases, c) {
+		d.Cases = append(d.Cases, c)
+	}
+}
+
+func boolStatus(b bool) metav1.ConditionStatus {
+	if b {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
+}
+
+func pick(b bool, yes, no string) string {
+	if b {
+		return yes
+	}
+	return no
+}

@@ -1,0 +1,252 @@
+package operator
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+var graces = Graces{Unknown: time.Minute, NotReady: 5 * time.Minute}
+
+// world builds observations of a cluster named c with n pods.
+type world struct {
+	o Observation
+}
+
+func healthy(n int) *world {
+	w := &world{o: Observation{Now: t0, Desired: int32(n), Formed: true, StatefulSetReplicas: int32(n), Graces: graces,
+		Backup: &BackupObservation{LastDelta: t0.Add(-2 * time.Second), DeltaPeriod: 5 * time.Second}}}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("c-%d", i)
+		role := v1alpha1.RoleMember
+		if i == 0 {
+			role = v1alpha1.RoleLeader
+		}
+		w.o.Members = append(w.o.Members, MemberObservation{Name: name, Ordinal: i,
+			Pod:   &PodState{Ready: true, Created: t0.Add(-time.Hour)},
+			Lease: &LeaseState{Holder: fmt.Sprintf("%x:%s", 100+i, role), Renewed: t0.Add(-5 * time.Second), Duration: 30 * time.Second}})
+		w.o.Previous.Members = append(w.o.Previous.Members, v1alpha1.MemberStatus{Name: name, ID: fmt.Sprintf("%x", 100+i),
+			Role: role, Status: v1alpha1.MemberReady, Reason: v1alpha1.ReasonLeaseSucceeded,
+			LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))})
+	}
+	for _, c := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionQuorate, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady} {
+		w.setCond(c, true)
+	}
+	return w
+}
+
+func (w *world) setCond(t string, ok bool) *world {
+	apimeta.SetStatusCondition(&w.o.Previous.Conditions, metav1.Condition{Type: t, Status: boolStatus(ok), Reason: "Test",
+		LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))})
+	return w
+}
+
+// prevStatus sets the recorded status of member i.
+func (w *world) prevStatus(i int, status, reason string, since time.Duration) *world {
+	w.o.Previous.Members[i].Status, w.o.Previous.Members[i].Reason = status, reason
+	w.o.Previous.Members[i].LastTransitionTime = metav1.NewTime(t0.Add(-since))
+	return w
+}
+
+func (w *world) leaseExpired(i int) *world {
+	w.o.Members[i].Lease.Renewed = t0.Add(-2 * time.Minute)
+	return w
+}
+
+func (w *world) podNotReady(i int, age time.Duration) *world {
+	w.o.Members[i].Pod = &PodState{Ready: false, Created: t0.Add(-age)}
+	return w
+}
+
+func member(d Decision, name string) v1alpha1.MemberStatus {
+	for _, m := range d.Members {
+		if m.Name == name {
+			return m
+		}
+	}
+	return v1alpha1.MemberStatus{}
+}
+
+func cond(d Decision, t string) metav1.ConditionStatus {
+	if c := apimeta.FindStatusCondition(d.Conditions, t); c != nil {
+		return c.Status
+	}
+	return "absent"
+}
+
+// TestDecide has one named row per row of seed 001's decision table for the operator (cases
+// 1-13), plus the rows Steward adds.
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		name  string
+		world *world
+		want  Case
+		check func(t *testing.T, d Decision)
+	}{
+		{"1 pink of health: nothing to do", healthy(3), CasePinkOfHealth, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 3 || len(d.DeletePods) != 0 || d.QuorumLost || d.Leader != "c-0" {
+				t.Errorf("healthy cluster: %+v", d)
+			}
+			if d.MinAvailable != 2 {
+				t.Errorf("PDB minAvailable = %d, want 2 (a majority of 3)", d.MinAvailable)
+			}
+		}},
+		{"2 member status out of sync with its lease: expired lease makes it Unknown", healthy(3).leaseExpired(2), CaseLeasesOutOfSync, func(t *testing.T, d Decision) {
+			if m := member(d, "c-2"); m.Status != v1alpha1.MemberUnknown || m.Reason != v1alpha1.ReasonLeaseExpired || m.ID != "66" {
+				t.Errorf("c-2 = %+v, want Unknown/LeaseExpired with id from the holder", m)
+			}
+		}},
+		{"2 member status out of sync with its lease: renewed lease makes it Ready",
+			healthy(3).prevStatus(1, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 10*time.Second), CaseLeasesOutOfSync,
+			func(t *testing.T, d Decision) {
+				if m := member(d, "c-1"); m.Status != v1alpha1.MemberReady || m.LastTransitionTime.Time != t0 {
+					t.Errorf("c-1 = %+v, want Ready since now", m)
+				}
+			}},
+		{"3 all members Ready but AllMembersReady stale", healthy(3).setCond(v1alpha1.ConditionAllMembersReady, false), CaseAllReadyStaleTrue,
+			func(t *testing.T, d Decision) {
+				if cond(d, v1alpha1.ConditionAllMembersReady) != metav1.ConditionTrue {
+					t.Error("AllMembersReady not set true")
+				}
+			}},
+		{"4 not all members Ready but AllMembersReady stale", healthy(3).podNotReady(1, time.Minute), CaseAllReadyStaleFalse,
+			func(t *testing.T, d Decision) {
+				if cond(d, v1alpha1.ConditionAllMembersReady) != metav1.ConditionFalse || cond(d, v1alpha1.ConditionDegraded) != metav1.ConditionTrue {
+					t.Error("AllMembersReady not set false, or Degraded not true")
+				}
+				if d.MinAvailable != 2 {
+					t.Errorf("PDB minAvailable = %d, want 2: no eviction while a member is not Ready", d.MinAvailable)
+				}
+			}},
+		{"5 majority Ready but Ready stale", healthy(3).setCond(v1alpha1.ConditionReady, false), CaseReadyStaleTrue,
+			func(t *testing.T, d Decision) {
+				if cond(d, v1alpha1.ConditionReady) != metav1.ConditionTrue {
+					t.Error("Ready not set true")
+				}
+			}},
+		{"6 majority NotReady but Ready stale", healthy(3).podNotReady(1, time.Minute).podNotReady(2, time.Minute), CaseReadyStaleFalse,
+			func(t *testing.T, d Decision) {
+				if cond(d, v1alpha1.ConditionReady) != metav1.ConditionFalse || cond(d, v1alpha1.ConditionQuorate) != metav1.ConditionFalse {
+					t.Error("Ready/Quorate not set false")
+				}
+				if d.QuorumLost {
+					t.Error("quorum called lost before the grace passed")
+				}
+			}},
+		{"7 member Unknown longer than the grace becomes NotReady",
+			healthy(3).leaseExpired(2).prevStatus(2, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 2*time.Minute), CaseUnknownTooLong,
+			func(t *testing.T, d Decision) {
+				if m := member(d, "c-2"); m.Status != v1alpha1.MemberNotReady || m.Reason != v1alpha1.ReasonUnknownGracePeriodExceeded {
+					t.Errorf("c-2 = %+v", m)
+				}
+			}},
+		{"7 member Unknown within the grace stays Unknown",
+			healthy(3).leaseExpired(2).prevStatus(2, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 30*time.Second).
+			setCond(v1alpha1.ConditionAllMembersReady, false), CasePinkOfHealth,
+			func(t *testing.T, d Decision) {
+				if m := member(d, "c-2"); m.Status != v1alpha1.MemberUnknown {
+					t.Errorf("c-2 = %+v", m)
+				}
+			}},
+		{"8 pod not Ready marks the member NotReady", healthy(3).podNotReady(2, time.Minute), CasePodNotReady, func(t *testing.T, d Decision) {
+			if m := member(d, "c-2"); m.Status != v1alpha1.MemberNotReady || m.Reason != v1alpha1.ReasonPodNotReady {
+				t.Errorf("c-2 = %+v", m)
+			}
+		}},
+		{"9 quorate with a minority NotReady past the grace: its pod is deleted",
+			healthy(3).podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				setCond(v1alpha1.ConditionAllMembersReady, false), CaseMinorityNotReady,
+			func(t *testing.T, d Decision) {
+				if !slices.Equal(d.DeletePods, []string{"c-2"}) {
+					t.Errorf("DeletePods = %v", d.DeletePods)
+				}
+			}},
+		{"9 a pod younger than the grace is not deleted again",
+			healthy(3).podNotReady(2, time.Minute).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				setCond(v1alpha1.ConditionAllMembersReady, false), CasePinkOfHealth,
+			func(t *testing.T, d Decision) {
+				if len(d.DeletePods) != 0 {
+					t.Errorf("DeletePods = %v: a recreated pod gets its own grace", d.DeletePods)
+				}
+			}},
+		{"10 quorum lost with a majority NotReady past the grace",
+			healthy(3).podNotReady(1, time.Hour).podNotReady(2, time.Hour).
+				prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				setCond(v1alpha1.ConditionReady, false).setCond(v1alpha1.ConditionAllMembersReady, false), CaseQuorumLost,
+			func(t *testing.T, d Decision) {
+				if !d.QuorumLost || cond(d, v1alpha1.ConditionQuorumLost) != metav1.ConditionTrue || len(d.DeletePods) != 0 {
+					t.Errorf("QuorumLost=%v pods=%v", d.QuorumLost, d.DeletePods)
+				}
+			}},
+		{"11 scale up of a healthy cluster adds one member", func() *world { w := healthy(3); w.o.Desired = 5; return w }(), CaseScaleUp,
+			func(t *testing.T, d Decision) {
+				if d.StatefulSetReplicas != 4 {
+					t.Errorf("replicas = %d, want 4: one learner at a time", d.StatefulSetReplicas)
+				}
+				if cond(d, v1alpha1.ConditionProgressing) != metav1.ConditionTrue {
+					t.Error("Progressing not true while scaling")
+				}
+			}},
+		{"11 scale up waits while a member is not Ready", func() *world {
+			w := healthy(3).prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, time.Minute).podNotReady(1, time.Minute)
+			w.o.Desired = 5
+			return w
+		}(), CaseAllReadyStaleFalse, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 3 || slices.Contains(d.Cases, CaseScaleUp) {
+				t.Errorf("replicas = %d, cases %v: scaling must wait for every member", d.StatefulSetReplicas, d.Cases)
+			}
+		}},
+		{"12 scale down of a healthy cluster removes the highest member", func() *world { w := healthy(5); w.o.Desired = 3; return w }(), CaseScaleDown,
+			func(t *testing.T, d Decision) {
+				if d.StatefulSetReplicas != 4 || d.ClusterSize != 5 {
+					t.Errorf("replicas = %d size = %d, want 4 and 5 (c-4 leaves first)", d.StatefulSetReplicas, d.ClusterSize)
+				}
+			}},
+		{"13 superfluous member entries are dropped", func() *world {
+			w := healthy(3)
+			w.o.Previous.Members = append(w.o.Previous.Members, v1alpha1.MemberStatus{Name: "c-3", Status: v1alpha1.MemberNotReady})
+			return w
+		}(), CaseSuperfluousEntries, func(t *testing.T, d Decision) {
+			if len(d.Members) != 3 {
+				t.Errorf("members = %v", d.Members)
+			}
+		}},
+		{"bootstrap of a new cluster starts every member at once", func() *world {
+			w := &world{o: Observation{Now: t0, Desired: 3, StatefulSetReplicas: -1, Graces: graces}}
+			return w
+		}(), CaseBootstrap, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 3 || d.QuorumLost || len(d.DeletePods) != 0 {
+				t.Errorf("bootstrap: %+v", d)
+			}
+			if cond(d, v1alpha1.ConditionBackupReady) != metav1.ConditionFalse {
+				t.Error("BackupReady must be false without backups")
+			}
+		}},
+		{"backups stale: PDB allows no eviction", func() *world {
+			w := healthy(3)
+			w.o.Backup.LastDelta = t0.Add(-time.Minute)
+			return w
+		}(), CasePinkOfHealth, func(t *testing.T, d Decision) {
+			if cond(d, v1alpha1.ConditionBackupReady) != metav1.ConditionFalse || d.MinAvailable != 3 {
+				t.Errorf("BackupReady=%v minAvailable=%d", cond(d, v1alpha1.ConditionBackupReady), d.MinAvailable)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.world.o)
+			if !slices.Contains(d.Cases, tc.want) {
+				t.Fatalf("cases %v, want %s among them", d.Cases, tc.want)
+			}
+			tc.check(t, d)
+		})
+	}
+}

@@ -1,0 +1,81 @@
+package operator
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Options configure the operator.
+type Options struct {
+	// Image runs the members of clusters that do not name one.
+	Image string
+	// Namespace limits the operator to one namespace ("" = all).
+	Namespace string
+	// MetricsAddr and HealthAddr serve /metrics and /healthz, /readyz ("0" turns one off).
+	MetricsAddr, HealthAddr string
+	// LeaderElection lets several operator replicas run, one active.
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	Graces                  Graces
+	// SyncPeriod bounds how stale the cache may grow without an event.
+	SyncPeriod time.Duration
+}
+
+// Scheme has the Kubernetes types and Steward's.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewManager returns a manager running the EtcdCluster reconciler.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	mo := ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.HealthAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "steward-operator.etcd.steward.dev",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+	}
+	if o.SyncPeriod > 0 {
+		mo.Cache.SyncPeriod = &o.SyncPeriod
+	}
+	if o.Namespace != "" {
+		mo.Cache.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
+	if err != nil {
+		return nil, fmt.Errorf("operator manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	r := &ClusterReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"),
+		Image: o.Image, Graces: o.Graces}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

@@ -1,0 +1,311 @@
+package operator
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+// Ports and paths inside a member pod.
+const (
+	ClientPort  = 2379
+	PeerPort    = 2380
+	SidecarPort = 2381
+	HealthPort  = 2382
+	DataMount   = "/var/lib/etcd"
+	ConfigMount = "/etc/steward"
+	// ConfigFile is the key of the cluster's ConfigMap that the sidecars read.
+	ConfigFile = "cluster.yaml"
+)
+
+// Labels on every owned object; LabelCluster alone selects a cluster's pods.
+const (
+	LabelCluster   = "etcd.steward.dev/cluster"
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelComponent = "app.kubernetes.io/component"
+	// LabelLeaseKind marks Leases: "member", "full-snapshot" or "delta-snapshot".
+	LabelLeaseKind = "etcd.steward.dev/lease"
+)
+
+// Names of a cluster's objects (DESIGN.md, "Kubernetes objects").
+func statefulSetName(ec *v1alpha1.EtcdCluster) string   { return ec.Name }
+func configMapName(ec *v1alpha1.EtcdCluster) string     { return ec.Name + "-config" }
+func clientServiceName(ec *v1alpha1.EtcdCluster) string { return ec.Name + "-client" }
+func peerServiceName(ec *v1alpha1.EtcdCluster) string   { return ec.Name + "-peer" }
+func memberName(ec *v1alpha1.EtcdCluster, i int) string { return fmt.Sprintf("%s-%d", ec.Name, i) }
+func fullLeaseName(ec *v1alpha1.EtcdCluster) string     { return ec.Name + "-full-snapshot" }
+func deltaLeaseName(ec *v1alpha1.EtcdCluster) string    { return ec.Name + "-delta-snapshot" }
+
+// ordinal returns the ordinal of a member (pod or Lease) name of cluster ec.
+func ordinal(ec *v1alpha1.EtcdCluster, name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, ec.Name+"-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	return i, err == nil && i >= 0 && strconv.Itoa(i) == s
+}
+
+func selectorLabels(ec *v1alpha1.EtcdCluster) map[string]string {
+	return map[string]string{LabelCluster: ec.Name}
+}
+
+func commonLabels(ec *v1alpha1.EtcdCluster, component string) map[string]string {
+	return map[string]string{
+		LabelCluster:   ec.Name,
+		LabelName:      "etcd",
+		LabelInstance:  ec.Name,
+		LabelManagedBy: "steward",
+		LabelComponent: component,
+	}
+}
+
+// memberDNS is a member's stable DNS name through the peer Service.
+func memberDNS(ec *v1alpha1.EtcdCluster, i int) string {
+	return fmt.Sprintf("%s.%s.%s.svc", memberName(ec, i), peerServiceName(ec), ec.Namespace)
+}
+
+// ClusterConfig is the ConfigMap's cluster.yaml: what every sidecar needs to know about its
+// cluster besides its own name. The sidecars read it; the operator writes it.
+type ClusterConfig struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// Token is the initial cluster token: the cluster's UID, so that a new cluster of the same
+	// name never mixes with the data of an old one.
+	Token    string         `json:"token"`
+	Members  []MemberConfig `json:"members"`
+	Etcd     EtcdConfig     `json:"etcd"`
+	Backup   *BackupConfig  `json:"backup,omitempty"`
+	Restore  *RestoreConfig `json:"restore,omitempty"`
+	QuorumLossPolicy string `json:"quorumLossPolicy"`
+}
+
+// MemberConfig is one desired member's addresses.
+type MemberConfig struct {
+	Name       string `json:"name"`
+	ClientURL  string `json:"clientURL"`
+	PeerURL    string `json:"peerURL"`
+	SidecarURL string `json:"sidecarURL"`
+}
+
+// EtcdConfig is etcd tuning, copied into every member's generated configuration.
+type EtcdConfig struct {
+	QuotaBackendBytes       int64  `json:"quotaBackendBytes,omitempty"`
+	AutoCompactionMode      string `json:"autoCompactionMode,omitempty"`
+	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
+	SnapshotCount           int64  `json:"snapshotCount,omitempty"`
+	HeartbeatMillis         int64  `json:"heartbeatMillis,omitempty"`
+	ElectionMillis          int64  `json:"electionMillis,omitempty"`
+}
+
+// BackupConfig is the backup store and schedule.
+type BackupConfig struct {
+	Store        string `json:"store"`
+	FullSchedule string `json:"fullSchedule"`
+	DeltaPeriod  string `json:"deltaPeriod"`
+	Retention    string `json:"retention"`
+}
+
+// RestoreConfig is where a new cluster bootstraps from.
+type RestoreConfig struct {
+	Store    string       `json:"store"`
+	Revision int64        `json:"revision,omitempty"`
+	Time     *metav1.Time `json:"time,omitempty"`
+}
+
+// clusterConfig renders the ConfigMap content for a cluster of n members.
+func clusterConfig(ec *v1alpha1.EtcdCluster, n int) ClusterConfig {
+	c := ClusterConfig{Name: ec.Name, Namespace: ec.Namespace, Token: string(ec.UID),
+		QuorumLossPolicy: ec.Spec.QuorumLoss.Policy}
+	if c.QuorumLossPolicy == "" {
+		c.QuorumLossPolicy = v1alpha1.QuorumLossAutomatic
+	}
+	for i := 0; i < n; i++ {
+		dns := memberDNS(ec, i)
+		c.Members = append(c.Members, MemberConfig{Name: memberName(ec, i),
+			ClientURL:  fmt.Sprintf("http://%s:%d", dns, ClientPort),
+			PeerURL:    fmt.Sprintf("http://%s:%d", dns, PeerPort),
+			SidecarURL: fmt.Sprintf("http://%s:%d", dns, SidecarPort)})
+	}
+	e := ec.Spec.Etcd
+	if e.QuotaBackendBytes != nil {
+		c.Etcd.QuotaBackendBytes = e.QuotaBackendBytes.Value()
+	}
+	c.Etcd.AutoCompactionMode, c.Etcd.AutoCompactionRetention = e.AutoCompactionMode, e.AutoCompactionRetention
+	if e.SnapshotCount != nil {
+		c.Etcd.SnapshotCount = *e.SnapshotCount
+	}
+	if e.HeartbeatInterval != nil {
+		c.Etcd.HeartbeatMillis = e.HeartbeatInterval.Milliseconds()
+	}
+	if e.ElectionTimeout != nil {
+		c.Etcd.ElectionMillis = e.ElectionTimeout.Milliseconds()
+	}
+	if b := ec.Spec.Backup; b != nil {
+		c.Backup = &BackupConfig{Store: b.Store, FullSchedule: b.FullSchedule, Retention: b.Retention, DeltaPeriod: "5s"}
+		if b.DeltaPeriod != nil {
+			c.Backup.DeltaPeriod = b.DeltaPeriod.Duration.String()
+		}
+	}
+	if b := ec.Spec.Bootstrap; b != nil && b.Restore != nil {
+		c.Restore = &RestoreConfig{Store: b.Restore.Store, Time: b.Restore.Time}
+		if b.Restore.Revision != nil {
+			c.Restore.Revision = *b.Restore.Revision
+		}
+	}
+	return c
+}
+
+func configMapData(ec *v1alpha1.EtcdCluster, n int) (map[string]string, error) {
+	b, err := yaml.Marshal(clusterConfig(ec, n))
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{ConfigFile: string(b)}, nil
+}
+
+// statefulSetSpec renders the member StatefulSet's spec for the given replica count.
+func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) appsv1.StatefulSetSpec {
+	if ec.Spec.Image != "" {
+		image = ec.Spec.Image
+	}
+	labels := commonLabels(ec, "member")
+	maps.Copy(labels, ec.Spec.PodMetadata.Labels)
+	maps.Copy(labels, selectorLabels(ec)) // user labels never override the selector
+	annotations := maps.Clone(ec.Spec.PodMetadata.Annotations)
+
+	env := []corev1.EnvVar{
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+	}
+	var envFrom []corev1.EnvFromSource
+	for _, s := range credentialSecrets(ec) {
+		envFrom = append(envFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: s}}})
+	}
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataMount}, {Name: "config", MountPath: ConfigMount, ReadOnly: true}}
+	nonRoot := true
+	noEscalation := false
+	secCtx := &corev1.SecurityContext{AllowPrivilegeEscalation: &noEscalation, ReadOnlyRootFilesystem: &nonRoot,
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	probe := func(path string, port int, failures int32) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt(port)}},
+			PeriodSeconds: 5, FailureThreshold: failures, TimeoutSeconds: 3}
+	}
+	etcd := corev1.Container{
+		Name:            "etcd",
+		Image:           image,
+		ImagePullPolicy: ec.Spec.ImagePullPolicy,
+		Command: []string{"/steward", "etcd", "--sidecar", fmt.Sprintf("http://127.0.0.1:%d", SidecarPort),
+			"--listen-health", fmt.Sprintf("0.0.0.0:%d", HealthPort)},
+		Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: ClientPort}, {Name: "peer", ContainerPort: PeerPort},
+			{Name: "health", ContainerPort: HealthPort}},
+		Env:             env,
+		VolumeMounts:    mounts,
+		Resources:       ec.Spec.Resources,
+		ReadinessProbe:  probe("/readyz", HealthPort, 3),
+		StartupProbe:    &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt(HealthPort)}}, PeriodSeconds: 5, FailureThreshold: 120},
+		LivenessProbe:   probe("/livez", HealthPort, 6),
+		SecurityContext: secCtx,
+	}
+	sidecar := corev1.Container{
+		Name:            "sidecar",
+		Image:           image,
+		ImagePullPolicy: ec.Spec.ImagePullPolicy,
+		Command: []string{"/steward", "sidecar", "--name", "$(POD_NAME)", "--data-dir", DataMount + "/data",
+			"--listen", fmt.Sprintf("0.0.0.0:%d", SidecarPort), "--cluster-config", ConfigMount + "/" + ConfigFile},
+		Ports:           []corev1.ContainerPort{{Name: "sidecar", ContainerPort: SidecarPort}},
+		Env:             env,
+		EnvFrom:         envFrom,
+		VolumeMounts:    mounts,
+		Resources:       ec.Spec.SidecarResources,
+		LivenessProbe:   probe("/healthz", SidecarPort, 6),
+		SecurityContext: secCtx,
+	}
+	podSpec := corev1.PodSpec{
+		ServiceAccountName: ec.Name,
+		Containers:         []corev1.Container{etcd, sidecar},
+		Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(ec)}}}}},
+		NodeSelector:              ec.Spec.Scheduling.NodeSelector,
+		Tolerations:               ec.Spec.Scheduling.Tolerations,
+		Affinity:                  ec.Spec.Scheduling.Affinity,
+		TopologySpreadConstraints: ec.Spec.Scheduling.TopologySpreadConstraints,
+		PriorityClassName:         ec.Spec.PriorityClassName,
+		SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &nonRoot, RunAsUser: ptr(int64(65532)),
+			RunAsGroup: ptr(int64(65532)), FSGroup: ptr(int64(65532)),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		TerminationGracePeriodSeconds: ptr(int64(60)),
+	}
+	if podSpec.Affinity == nil && len(podSpec.TopologySpreadConstraints) == 0 {
+		// Spread over nodes first, then zones; ScheduleAnyway keeps small clusters schedulable.
+		for _, key := range []string{corev1.LabelHostname, corev1.LabelTopologyZone} {
+			podSpec.TopologySpreadConstraints = append(podSpec.TopologySpreadConstraints, corev1.TopologySpreadConstraint{
+				MaxSkew: 1, TopologyKey: key, WhenUnsatisfiable: corev1.ScheduleAnyway,
+				LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ec)}})
+		}
+	}
+	size := ec.Spec.Storage.Size
+	if size == nil {
+		q := resource.MustParse("8Gi")
+		size = &q
+	}
+	var claims []corev1.PersistentVolumeClaim
+	if ed := ec.Spec.Storage.EmptyDir; ed != nil {
+		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: ed.Medium, SizeLimit: size}}})
+	} else {
+		claims = []corev1.PersistentVolumeClaim{{
+			ObjectMeta: metav1.ObjectMeta{Name: "data", Labels: commonLabels(ec, "member")},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: ec.Spec.Storage.StorageClassName,
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *size}},
+			},
+		}}
+	}
+	return appsv1.StatefulSetSpec{
+		Replicas:            &replicas,
+		ServiceName:         peerServiceName(ec),
+		Selector:            &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
+		PodManagementPolicy: appsv1.ParallelPodManagement, // a new cluster needs all its members up to elect
+		UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
+		// Claims survive scaling (a fenced cluster scales to 0 and keeps its survivors' data)
+		// and go with the cluster.
+		PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+			WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+			WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+		},
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
+			Spec:       podSpec,
+		},
+		VolumeClaimTemplates: claims,
+	}
+}
+
+// credentialSecrets are the Secrets the member pods read store credentials from.
+func credentialSecrets(ec *v1alpha1.EtcdCluster) []string {
+	var out []string
+	if b := ec.Spec.Backup; b != nil && b.CredentialsSecret != nil {
+		out = append(out, b.CredentialsSecret.Name)
+	}
+	if b := ec.Spec.Bootstrap; b != nil && b.Restore != nil && b.Restore.CredentialsSecret != nil {
+		if len(out) == 0 || out[0] != b.Restore.CredentialsSecret.Name {
+			out = append(out, b.Restore.CredentialsSecret.Name)
+		}
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,466 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// Finalizer holds an EtcdCluster until its owned objects are deleted.
+const Finalizer = "etcd.steward.dev/cleanup"
+
+// leaseDuration is a member Lease's duration; sidecars renew at a third of it.
+const leaseDuration = 30 * time.Second
+
+// maxRequeue bounds the wait between reconciliations of a cluster at rest.
+const maxRequeue = 5 * time.Minute
+
+// ClusterReconciler reconciles EtcdClusters.
+type ClusterReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Image runs the members when a cluster does not name one (the operator's own image).
+	Image  string
+	Graces Graces
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// SetupWithManager registers the reconciler: it watches EtcdClusters, the objects they own,
+// and the member pods. Lease renewals wake it only when the holder changes; expiries are
+// found by the requeue at the next deadline.
+func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	holderChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*coordinationv1.Lease)
+		n, ok2 := e.ObjectNew.(*coordinationv1.Lease)
+		return !ok1 || !ok2 || !reflect.DeepEqual(o.Spec.HolderIdentity, n.Spec.HolderIdentity)
+	}}
+	podToCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		name := o.GetLabels()[LabelCluster]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.EtcdCluster{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&coordinationv1.Lease{}, builder.WithPredicates(holderChanged)).
+		Watches(&corev1.Pod{}, podToCluster).
+		Named("etcdcluster").
+		Complete(r)
+}
+
+func (r *ClusterReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile is one pass over one cluster:
+//  1. deleted: delete every owned object (reverse order), then release the finalizer;
+//  2. add the finalizer; stop here while paused;
+//  3. observe the StatefulSet, the pods and the Leases, and Decide;
+//  4. sync every component in order; delete pods NotReady past the grace;
+//  5. write the status, observedGeneration last, and requeue at the next deadline.
+func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ec := &v1alpha1.EtcdCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ec); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !ec.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, ec)
+	}
+	if controllerutil.AddFinalizer(ec, Finalizer) {
+		if err := r.Client.Update(ctx, ec); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if ec.Annotations[v1alpha1.AnnotationPaused] == "true" {
+		return ctrl.Result{}, r.writePaused(ctx, ec)
+	}
+
+	now := r.now()
+	obs, err := r.observe(ctx, ec, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	d := Decide(obs)
+	run := &run{c: r.Client, ec: ec, image: r.Image, decision: d,
+		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas))}
+
+	var errs []v1alpha1.LastError
+	fail := func(code string, err error) {
+		errs = append(errs, v1alpha1.LastError{Code: code, Description: err.Error(), ObservedAt: metav1.NewTime(now)})
+	}
+	if err := r.checkSecrets(ctx, ec); err != nil {
+		fail("ERR_BACKUP_SECRET", err)
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "SecretMissing", "Sync", "%v", err)
+	}
+	for _, c := range components {
+		if err := c.sync(ctx, run); err != nil {
+			fail(errCode("SYNC", c.code), err)
+		}
+	}
+	for _, name := range d.DeletePods {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ec.Namespace}}
+		if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod)); err != nil {
+			fail("ERR_DELETE_POD", fmt.Errorf("pod %s: %w", name, err))
+			continue
+		}
+		r.Recorder.Eventf(ec, pod, corev1.EventTypeWarning, "MemberRestarted", "DeletePod",
+			"member %s was NotReady for more than %s: its pod was deleted to restart it", name, r.graces().NotReady)
+	}
+	r.recordEvents(ec, obs, d)
+
+	status := r.status(ec, obs, d)
+	status.LastErrors = errs
+	if len(errs) == 0 {
+		status.ObservedGeneration = ec.Generation
+	}
+	if !reflect.DeepEqual(status, ec.Status) {
+		ec.Status = status
+		if err := r.Client.Status().Update(ctx, ec); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if len(errs) > 0 {
+		return ctrl.Result{}, fmt.Errorf("%s: %s", errs[0].Code, errs[0].Description)
+	}
+	return ctrl.Result{RequeueAfter: nextDeadline(obs, d, now)}, nil
+}
+
+func (r *ClusterReconciler) graces() Graces {
+	g := r.Graces
+	if g.Unknown == 0 {
+		g.Unknown = DefaultGraces.Unknown
+	}
+	if g.NotReady == 0 {
+		g.NotReady = DefaultGraces.NotReady
+	}
+	return g
+}
+
+// finalize deletes the owned objects in reverse order and releases the finalizer. Owner
+// references would let the garbage collector do the same; deleting explicitly makes the
+// order certain and works where no garbage collector runs.
+func (r *ClusterReconciler) finalize(ctx context.Context, ec *v1alpha1.EtcdCluster) error {
+	if !controllerutil.ContainsFinalizer(ec, Finalizer) {
+		return nil
+	}
+	run := &run{c: r.Client, ec: ec}
+	for _, c := range slices.Backward(components) {
+		if err := c.delete(ctx, run); err != nil {
+			return fmt.Errorf("%s: %w", errCode("DELETE", c.code), err)
+		}
+	}
+	controllerutil.RemoveFinalizer(ec, Finalizer)
+	return client.IgnoreNotFound(r.Client.Update(ctx, ec))
+}
+
+func (r *ClusterReconciler) writePaused(ctx context.Context, ec *v1alpha1.EtcdCluster) error {
+	before := ec.Status.DeepCopy()
+	apimeta.SetStatusCondition(&ec.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing,
+		Status: metav1.ConditionFalse, Reason: "Paused", ObservedGeneration: ec.Generation,
+		Message: fmt.Sprintf("reconciliation is paused by the annotation %s=true; remove it to resume", v1alpha1.AnnotationPaused)})
+	if reflect.DeepEqual(before, &ec.Status) {
+		return nil
+	}
+	return r.Client.Status().Update(ctx, ec)
+}
+
+// checkSecrets reports a credentials Secret that does not exist. Nothing is deleted: the
+// pods wait for it (they cannot start without it), and the condition names it.
+func (r *ClusterReconciler) checkSecrets(ctx context.Context, ec *v1alpha1.EtcdCluster) error {
+	for _, name := range credentialSecrets(ec) {
+		var s corev1.Secret
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &s)
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the credentials Secret %s/%s does not exist: create it, with the store's credentials as keys (e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)", ec.Namespace, name)
+		}
+		if err != nil {
+			return fmt.Errorf("reading the credentials Secret %s/%s: %w", ec.Namespace, name, err)
+		}
+	}
+	return nil
+}
+
+// observe reads what Decide needs.
+func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluster, now time.Time) (Observation, error) {
+	o := Observation{Now: now, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1}
+	var sts appsv1.StatefulSet
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: statefulSetName(ec)}, &sts); {
+	case err == nil:
+		if metav1.IsControlledBy(&sts, ec) {
+			o.StatefulSetReplicas = 1
+			if sts.Spec.Replicas != nil {
+				o.StatefulSetReplicas = *sts.Spec.Replicas
+			}
+		}
+	case !apierrors.IsNotFound(err):
+		return o, err
+	}
+	sel := client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(selectorLabels(ec))}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(ec.Namespace), sel); err != nil {
+		return o, err
+	}
+	var leases coordinationv1.LeaseList
+	if err := r.Client.List(ctx, &leases, client.InNamespace(ec.Namespace), sel); err != nil {
+		return o, err
+	}
+
+	members := map[int]*MemberObservation{}
+	member := func(i int) *MemberObservation {
+		if m, ok := members[i]; ok {
+			return m
+		}
+		m := &MemberObservation{Name: memberName(ec, i), Ordinal: i}
+		members[i] = m
+		return m
+	}
+	for i := 0; i < int(max(o.StatefulSetReplicas, 0)); i++ {
+		member(i)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if n, ok := ordinal(ec, p.Name); ok {
+			member(n).Pod = &PodState{Ready: podReady(p), Created: p.CreationTimestamp.Time, Deleting: !p.DeletionTimestamp.IsZero()}
+		}
+	}
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		switch l.Labels[LabelLeaseKind] {
+		case "member":
+			if n, ok := ordinal(ec, l.Name); ok {
+				member(n).Lease = leaseState(l)
+			}
+		case "full-snapshot", "delta-snapshot":
+			if ec.Spec.Backup == nil {
+				continue
+			}
+			if o.Backup == nil {
+				o.Backup = &BackupObservation{DeltaPeriod: 5 * time.Second}
+				if p := ec.Spec.Backup.DeltaPeriod; p != nil {
+					o.Backup.DeltaPeriod = p.Duration
+				}
+			}
+			if l.Spec.RenewTime != nil && l.Spec.HolderIdentity != nil {
+				if l.Labels[LabelLeaseKind] == "full-snapshot" {
+					o.Backup.LastFull = l.Spec.RenewTime.Time
+				} else {
+					o.Backup.LastDelta = l.Spec.RenewTime.Time
+				}
+			}
+		}
+	}
+	if ec.Spec.Backup != nil && o.Backup == nil {
+		o.Backup = &BackupObservation{DeltaPeriod: 5 * time.Second}
+	}
+	for _, i := range slices.Sorted(maps.Keys(members)) {
+		o.Members = append(o.Members, *members[i])
+	}
+	o.Formed = slices.ContainsFunc(ec.Status.Members, func(m v1alpha1.MemberStatus) bool { return m.ID != "" }) ||
+		slices.ContainsFunc(o.Members, func(m MemberObservation) bool { return m.Lease != nil && m.Lease.Holder != "" })
+	return o, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func leaseState(l *coordinationv1.Lease) *LeaseState {
+	s := &LeaseState{Duration: leaseDuration}
+	if l.Spec.HolderIdentity != nil {
+		s.Holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.RenewTime != nil {
+		s.Renewed = l.Spec.RenewTime.Time
+	}
+	if l.Spec.LeaseDurationSeconds != nil {
+		s.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return s
+}
+
+// status is the new status from the decision (observedGeneration and lastErrors are set by
+// the caller).
+func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d Decision) v1alpha1.EtcdClusterStatus {
+	s := v1alpha1.EtcdClusterStatus{
+		ObservedGeneration: ec.Status.ObservedGeneration,
+		Conditions:         d.Conditions,
+		Members:            d.Members,
+		ClusterSize:        d.ClusterSize,
+		Replicas:           max(o.StatefulSetReplicas, 0),
+		ReadyReplicas:      d.Ready,
+		ReadyMembers:       fmt.Sprintf("%d/%d", d.Ready, ec.Spec.Replicas),
+		Selector:           labels.SelectorFromSet(selectorLabels(ec)).String(),
+		ClusterID:          ec.Status.ClusterID,
+		Leader:             d.Leader,
+		Revision:           ec.Status.Revision,
+		Recoverability:     ec.Status.Recoverability,
+		Endpoints: v1alpha1.Endpoints{
+			Client: fmt.Sprintf("http://%s.%s.svc:%d", clientServiceName(ec), ec.Namespace, ClientPort),
+		},
+	}
+	for _, m := range clusterConfig(ec, int(d.ClusterSize)).Members {
+		s.Endpoints.Peers = append(s.Endpoints.Peers, m.PeerURL)
+	}
+	if b := o.Backup; b != nil {
+		if !b.LastFull.IsZero() {
+			s.LastFullSnapshot = &v1alpha1.SnapshotRef{Time: metav1.NewTime(b.LastFull), Revision: snapshotRevision(ec.Status.LastFullSnapshot)}
+		}
+		if !b.LastDelta.IsZero() {
+			s.LastDeltaSnapshot = &v1alpha1.SnapshotRef{Time: metav1.NewTime(b.LastDelta), Revision: snapshotRevision(ec.Status.LastDeltaSnapshot)}
+		}
+		newest := b.LastFull
+		if b.LastDelta.After(newest) {
+			newest = b.LastDelta
+		}
+		if !newest.IsZero() {
+			t := metav1.NewTime(newest)
+			s.LastBackupTime = &t
+		}
+	}
+	// Timestamps in the status are stored at second precision; compare them as stored so
+	// that an unchanged status is never written again.
+	return roundTimes(s)
+}
+
+func snapshotRevision(r *v1alpha1.SnapshotRef) int64 {
+	if r == nil {
+		return 0
+	}
+	return r.Revision
+}
+
+func roundTimes(s v1alpha1.EtcdClusterStatus) v1alpha1.EtcdClusterStatus {
+	rt := func(t metav1.Time) metav1.Time { return metav1.NewTime(t.Rfc3339Copy().Time) }
+	for i := range s.Conditions {
+		s.Conditions[i].LastTransitionTime = rt(s.Conditions[i].LastTransitionTime)
+	}
+	for i := range s.Members {
+		s.Members[i].LastTransitionTime = rt(s.Members[i].LastTransitionTime)
+		if t := s.Members[i].LastReport; t != nil {
+			v := rt(*t)
+			s.Members[i].LastReport = &v
+		}
+	}
+	for _, p := range []**v1alpha1.SnapshotRef{&s.LastFullSnapshot, &s.LastDeltaSnapshot} {
+		if *p != nil {
+			(*p).Time = rt((*p).Time)
+		}
+	}
+	if s.LastBackupTime != nil {
+		v := rt(*s.LastBackupTime)
+		s.LastBackupTime = &v
+	}
+	return s
+}
+
+// recordEvents records what changed: members changing status, scaling, quorum loss.
+func (r *ClusterReconciler) recordEvents(ec *v1alpha1.EtcdCluster, o Observation, d Decision) {
+	prev := map[string]v1alpha1.MemberStatus{}
+	for _, m := range o.Previous.Members {
+		prev[m.Name] = m
+	}
+	for _, m := range d.Members {
+		p, had := prev[m.Name]
+		if had && p.Status == m.Status {
+			continue
+		}
+		typ := corev1.EventTypeNormal
+		if m.Status != v1alpha1.MemberReady {
+			typ = corev1.EventTypeWarning
+		}
+		if !had && m.Status != v1alpha1.MemberReady && !o.Formed {
+			continue // members of a cluster being created are not Ready yet: no news
+		}
+		r.Recorder.Eventf(ec, nil, typ, "Member"+m.Status, "Observe", "member %s is %s (%s)", m.Name, m.Status, m.Reason)
+	}
+	for _, c := range d.Cases {
+		switch c {
+		case CaseScaleUp:
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "ScalingUp", "Scale", "adding member %s (%d of %d)",
+				memberName(ec, int(d.StatefulSetReplicas)-1), d.StatefulSetReplicas, ec.Spec.Replicas)
+		case CaseScaleDown:
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "ScalingDown", "Scale", "removing member %s (down to %d)",
+				memberName(ec, int(d.StatefulSetReplicas)), ec.Spec.Replicas)
+		case CaseQuorumLost:
+			if c := apimeta.FindStatusCondition(o.Previous.Conditions, v1alpha1.ConditionQuorumLost); c == nil || c.Status != metav1.ConditionTrue {
+				r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "QuorumLost", "Observe",
+					"a majority of members has been NotReady for more than %s: %d of %d Ready", r.graces().NotReady, d.Ready, d.ClusterSize)
+			}
+		}
+	}
+}
+
+// nextDeadline is when time alone changes the decision: a Lease expires, a grace ends, the
+// backups turn stale.
+func nextDeadline(o Observation, d Decision, now time.Time) time.Duration {
+	next := now.Add(maxRequeue)
+	consider := func(t time.Time) {
+		if t.After(now) && t.Before(next) {
+			next = t
+		}
+	}
+	for _, m := range o.Members {
+		if m.Lease != nil && m.Lease.Holder != "" {
+			consider(m.Lease.Renewed.Add(m.Lease.Duration))
+		}
+		if m.Pod != nil {
+			consider(m.Pod.Created.Add(o.Graces.NotReady))
+		}
+	}
+	for _, m := range d.Members {
+		switch m.Status {
+		case v1alpha1.MemberUnknown:
+			consider(m.LastTransitionTime.Add(o.Graces.Unknown))
+		case v1alpha1.MemberNotReady:
+			consider(m.LastTransitionTime.Add(o.Graces.NotReady))
+		}
+	}
+	if b := o.Backup; b != nil {
+		consider(b.LastFull.Add(3 * b.DeltaPeriod))
+		consider(b.LastDelta.Add(3 * b.DeltaPeriod))
+	}
+	// A second more, so that the deadline has passed when the reconciliation runs (status
+	// times are kept at second precision).
+	return next.Sub(now) + time.Second
+}
