@@ -5,10 +5,16 @@
 GO      ?= go
 BIN     := $(CURDIR)/bin
 TOOLPKG := go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3 honnef.co/go/tools/cmd/staticcheck
-# Packages of the test suite; the nested module hack/tools is not part of ./...
+# Kubernetes test binaries (envtest's kube-apiserver, kubectl and etcd) and controller-gen, built
+# from hack/kube (its own go.mod: Kubernetes pins a newer etcd than Steward embeds). About 10
+# minutes cold on 2 cores; reused while bin/k8s has them.
+K8S_VERSION := v1.37.2
+K8S_BIN     := $(BIN)/k8s
+K8S_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=37)
+# Packages of the test suite; the nested modules under hack/ are not part of ./...
 PKGS    ?= ./...
 
-.PHONY: all build tools vet staticcheck test test-short fmt
+.PHONY: all build tools kube-tools vet staticcheck test test-short fmt generate check-generated
 
 all: build
 
@@ -19,6 +25,26 @@ tools:
 	@mkdir -p $(BIN)
 	cd hack/tools && GOBIN=$(BIN) $(GO) install $(TOOLPKG)
 
+kube-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/controller-gen
+
+$(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/controller-gen: hack/kube/go.mod
+	@mkdir -p $(K8S_BIN)
+	@echo "building kube-apiserver, kubectl, etcd and controller-gen into $(BIN) (about 10 minutes the first time)"
+	cd hack/kube && CGO_ENABLED=0 $(GO) build -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
+	mv $(K8S_BIN)/server $(K8S_BIN)/etcd
+	cd hack/kube && CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
+	@touch $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/controller-gen
+
+# Deepcopy functions and CRD YAML from the API types (api/v1alpha1). `make test` fails when the
+# committed files differ from what this generates.
+generate: $(BIN)/controller-gen
+	$(BIN)/controller-gen object paths=./api/...
+	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=deploy/crd
+
+check-generated: generate
+	@git diff --exit-code --stat -- api deploy/crd || { echo "generated files are stale: run make generate and commit"; exit 1; }
+
 vet:
 	$(GO) vet $(PKGS)
 
@@ -28,7 +54,7 @@ staticcheck: tools
 fmt:
 	@test -z "$$(gofmt -l cmd internal test bench 2>/dev/null)" || { gofmt -l cmd internal test bench; echo "run gofmt -w on the files above"; exit 1; }
 
-test: tools fmt vet staticcheck
+test: tools kube-tools fmt vet staticcheck check-generated
 	STEWARD_REQUIRE_TOOLS=1 $(GO) test -race -timeout 45m $(PKGS)
 
 # Unit tests only (no etcd processes): quick feedback while editing.

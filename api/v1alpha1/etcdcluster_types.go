@@ -138,7 +138,7 @@ type BackupSpec struct {
 
 // EtcdSpec tunes the etcd members.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.heartbeatInterval) || !has(self.electionTimeout) || duration(self.electionTimeout) >= duration(self.heartbeatInterval) * 5",message="spec.etcd.electionTimeout must be at least 5 times spec.etcd.heartbeatInterval, or members elect leaders on every delayed heartbeat"
+// +kubebuilder:validation:XValidation:rule="!has(self.heartbeatInterval) || !has(self.electionTimeout) || duration(self.electionTimeout).getMilliseconds() >= 5 * duration(self.heartbeatInterval).getMilliseconds()",message="spec.etcd.electionTimeout must be at least 5 times spec.etcd.heartbeatInterval, or members elect leaders on every delayed heartbeat"
 type EtcdSpec struct {
 	// QuotaBackendBytes is the database size at which etcd raises NOSPACE.
 	// +optional

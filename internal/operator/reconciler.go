@@ -104,6 +104,9 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	if controllerutil.AddFinalizer(ec, Finalizer) {
 		if err := r.Client.Update(ctx, ec); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
 			return ctrl.Result{}, err
 		}
 	}
@@ -152,6 +155,10 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !reflect.DeepEqual(status, ec.Status) {
 		ec.Status = status
 		if err := r.Client.Status().Update(ctx, ec); err != nil {
+			if apierrors.IsConflict(err) {
+				// The cache was behind; the newer object triggers another pass.
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
 			return ctrl.Result{}, err
 		}
 	}

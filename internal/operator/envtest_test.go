@@ -1,0 +1,641 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/testutil"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"go.uber.org/zap/zapcore"
+)
+
+// The suite runs one real kube-apiserver (and its etcd), built by `make kube-tools` into
+// bin/k8s, with the CRDs from deploy/crd, and the operator against it. No kubelet and no
+// StatefulSet controller run here: the tests play them (they create the member pods and mark
+// them Ready) and play the sidecars (they renew the member Leases). test/e2e runs the real ones.
+var (
+	k8s        client.Client
+	restConfig *rest.Config
+	kubeconfig string
+	reconciler *ClusterReconciler
+	envErr     string
+)
+
+const testGraces = "unknown=2s notready=4s"
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	bin := filepath.Join(testutil.RepoRoot(), "bin", "k8s")
+	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil {
+		envErr = fmt.Sprintf("%s/kube-apiserver is missing; run `make kube-tools` (make test builds it)", bin)
+		return m.Run()
+	}
+	log.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: bin,
+		CRDDirectoryPaths:     []string{filepath.Join(testutil.RepoRoot(), "deploy", "crd")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envtest:", err)
+		return 1
+	}
+	defer env.Stop() //nolint:errcheck
+	restConfig = cfg
+	scheme, err := Scheme()
+	if err != nil {
+		panic(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		panic(err)
+	}
+	reconciler = &ClusterReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"),
+		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second}}
+	if err := reconciler.SetupWithManager(mgr); err != nil {
+		panic(err)
+	}
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		panic(err)
+	}
+	kubeconfig = writeKubeconfig(env)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	code := m.Run()
+	cancel()
+	<-done
+	return code
+}
+
+func writeKubeconfig(env *envtest.Environment) string {
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		panic(err)
+	}
+	b, err := user.KubeConfig()
+	if err != nil {
+		panic(err)
+	}
+	f, err := os.CreateTemp("", "steward-envtest-kubeconfig-*")
+	if err != nil {
+		panic(err)
+	}
+	if _, err := f.Write(b); err != nil {
+		panic(err)
+	}
+	f.Close()
+	return f.Name()
+}
+
+func needEnv(t *testing.T) {
+	t.Helper()
+	if envErr != "" {
+		if os.Getenv("STEWARD_REQUIRE_TOOLS") != "" {
+			t.Fatal(envErr)
+		}
+		t.Skip(envErr)
+	}
+}
+
+// namespace creates a namespace for one test.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func newCluster(ns, name string, replicas int32) *v1alpha1.EtcdCluster {
+	return &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: replicas}}
+}
+
+func get(t *testing.T, ns, name string, obj client.Object) error {
+	t.Helper()
+	return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+}
+
+func getCluster(t *testing.T, ns, name string) *v1alpha1.EtcdCluster {
+	t.Helper()
+	ec := &v1alpha1.EtcdCluster{}
+	if err := get(t, ns, name, ec); err != nil {
+		t.Fatal(err)
+	}
+	return ec
+}
+
+// members plays the StatefulSet controller, the kubelet and the sidecars: it makes the pods
+// 0..replicas-1 of the StatefulSet exist (deleting those above), marks the pods of ready
+// ordinals Ready, and renews those members' Leases with "<id>:<role>" (ordinal 0 leads).
+func members(t *testing.T, ns, name string, ready func(i int) bool) int32 {
+	return membersRenewing(t, ns, name, ready, ready)
+}
+
+// membersRenewing is members with the sidecars that renew their Lease chosen apart.
+func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) bool) int32 {
+	t.Helper()
+	ctx := context.Background()
+	var sts appsv1.StatefulSet
+	if err := get(t, ns, name, &sts); err != nil {
+		t.Fatal(err)
+	}
+	n := *sts.Spec.Replicas
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(sts.Spec.Selector.MatchLabels)); err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		have[pods.Items[i].Name] = &pods.Items[i]
+	}
+	for i := int32(0); i < 20; i++ {
+		pn := fmt.Sprintf("%s-%d", name, i)
+		p, ok := have[pn]
+		if i >= n {
+			if ok {
+				if err := k8s.Delete(ctx, p, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+					t.Fatal(err)
+				}
+			}
+			continue
+		}
+		if !ok {
+			p = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pn, Labels: sts.Spec.Template.Labels},
+				Spec: *sts.Spec.Template.Spec.DeepCopy()}
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+			if err := k8s.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := corev1.ConditionFalse
+		if ready(int(i)) {
+			want = corev1.ConditionTrue
+		}
+		if len(p.Status.Conditions) == 0 || p.Status.Conditions[0].Status != want {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: want}}
+			if err := k8s.Status().Update(ctx, p); err != nil && !apierrors.IsConflict(err) {
+				t.Fatal(err)
+			}
+		}
+		if renewing(int(i)) {
+			renew(t, ns, pn, fmt.Sprintf("%x:%s", 0xa0+i, map[bool]string{true: v1alpha1.RoleLeader, false: v1alpha1.RoleMember}[i == 0]))
+		}
+	}
+	return n
+}
+
+func all(int) bool { return true }
+
+// renew renews a member Lease as its sidecar does.
+func renew(t *testing.T, ns, name, holder string) {
+	t.Helper()
+	var l coordinationv1.Lease
+	if err := get(t, ns, name, &l); err != nil {
+		if apierrors.IsNotFound(err) {
+			return // the operator creates it on its next pass
+		}
+		t.Fatal(err)
+	}
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.HolderIdentity, l.Spec.RenewTime = &holder, &now
+	if err := k8s.Update(context.Background(), &l); err != nil && !apierrors.IsConflict(err) {
+		t.Fatal(err)
+	}
+}
+
+func condition(ec *v1alpha1.EtcdCluster, typ string) metav1.ConditionStatus {
+	if c := apimeta.FindStatusCondition(ec.Status.Conditions, typ); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+// waitReady drives the members until the cluster reports n of n Ready.
+func waitReady(t *testing.T, ns, name string, n int32) *v1alpha1.EtcdCluster {
+	t.Helper()
+	var ec *v1alpha1.EtcdCluster
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%s Ready with %d members", name, n), func() error {
+		members(t, ns, name, all)
+		ec = getCluster(t, ns, name)
+		if ec.Status.ReadyReplicas != n || ec.Status.Replicas != n || condition(ec, v1alpha1.ConditionAllMembersReady) != metav1.ConditionTrue {
+			return fmt.Errorf("status: %d/%d ready of %d, conditions %v", ec.Status.ReadyReplicas, ec.Status.Replicas, n, ec.Status.Conditions)
+		}
+		return nil
+	})
+	return ec
+}
+
+func TestCreateMakesEveryOwnedObject(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ec := newCluster(ns, "main", 3)
+	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "s3://backups/main", CredentialsSecret: &corev1.LocalObjectReference{Name: "store"}}
+	ec.Spec.PodMetadata.Labels = map[string]string{"team": "a"}
+	if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store"},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": "id"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	var sts appsv1.StatefulSet
+	testutil.Eventually(t, 20*time.Second, "StatefulSet main", func() error { return get(t, ns, "main", &sts) })
+
+	if *sts.Spec.Replicas != 3 || sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType ||
+		sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement || sts.Spec.ServiceName != "main-peer" {
+		t.Errorf("StatefulSet spec: replicas %d, update %s, policy %s, service %s", *sts.Spec.Replicas,
+			sts.Spec.UpdateStrategy.Type, sts.Spec.PodManagementPolicy, sts.Spec.ServiceName)
+	}
+	pod := sts.Spec.Template
+	if len(pod.Spec.Containers) != 2 || pod.Spec.Containers[0].Name != "etcd" || pod.Spec.Containers[1].Name != "sidecar" ||
+		pod.Spec.Containers[0].Image != "steward:test" || pod.Spec.ServiceAccountName != "main" {
+		t.Errorf("pod template: %+v", pod.Spec)
+	}
+	if pod.Labels["team"] != "a" || pod.Labels[LabelCluster] != "main" {
+		t.Errorf("pod labels %v", pod.Labels)
+	}
+	if envFrom := pod.Spec.Containers[1].EnvFrom; len(envFrom) != 1 || envFrom[0].SecretRef.Name != "store" {
+		t.Errorf("sidecar envFrom %v: the store credentials come from the Secret", envFrom)
+	}
+	if len(sts.Spec.VolumeClaimTemplates) != 1 || sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().Cmp(resource.MustParse("8Gi")) != 0 {
+		t.Errorf("claim templates %v", sts.Spec.VolumeClaimTemplates)
+	}
+	if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("claims must survive scaling to 0 (fencing keeps the survivors' data): %v", p)
+	}
+	if len(pod.Spec.TopologySpreadConstraints) != 2 {
+		t.Errorf("default spread over nodes then zones: %v", pod.Spec.TopologySpreadConstraints)
+	}
+
+	var cm corev1.ConfigMap
+	if err := get(t, ns, "main-config", &cm); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"main-2.main-peer." + ns + ".svc:2380", "store: s3://backups/main", "token: " + string(getCluster(t, ns, "main").UID)} {
+		if !strings.Contains(cm.Data[ConfigFile], want) {
+			t.Errorf("ConfigMap %s lacks %q:\n%s", ConfigFile, want, cm.Data[ConfigFile])
+		}
+	}
+	var peer, clientSvc corev1.Service
+	if err := get(t, ns, "main-peer", &peer); err != nil {
+		t.Fatal(err)
+	}
+	if peer.Spec.ClusterIP != corev1.ClusterIPNone || !peer.Spec.PublishNotReadyAddresses {
+		t.Errorf("peer Service must be headless and publish not-ready addresses: %+v", peer.Spec)
+	}
+	if err := get(t, ns, "main-client", &clientSvc); err != nil || clientSvc.Spec.ClusterIP == corev1.ClusterIPNone {
+		t.Errorf("client Service: %v %+v", err, clientSvc.Spec)
+	}
+	for _, l := range []string{"main-0", "main-1", "main-2", "main-full-snapshot", "main-delta-snapshot"} {
+		var lease coordinationv1.Lease
+		if err := get(t, ns, l, &lease); err != nil {
+			t.Errorf("Lease %s: %v", l, err)
+		} else if lease.Spec.HolderIdentity != nil {
+			t.Errorf("Lease %s is created empty; its sidecar sets the holder", l)
+		}
+	}
+	var pdb policyv1.PodDisruptionBudget
+	if err := get(t, ns, "main", &pdb); err != nil || pdb.Spec.MinAvailable.IntValue() != 3 {
+		t.Errorf("PDB: %v, minAvailable %v (3 until the members are Ready)", err, pdb.Spec.MinAvailable)
+	}
+	var role rbacv1.Role
+	if err := get(t, ns, "main", &role); err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range role.Rules {
+		if len(rule.ResourceNames) == 0 && rule.Resources[0] != "events" {
+			t.Errorf("sidecar rule %v is not limited to this cluster's objects", rule)
+		}
+	}
+	for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.RoleBinding{}} {
+		if err := get(t, ns, "main", obj); err != nil {
+			t.Errorf("%T main: %v", obj, err)
+		}
+	}
+	for _, obj := range []client.Object{&sts, &cm, &peer, &pdb, &role} {
+		if refs := obj.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "EtcdCluster" || refs[0].Controller == nil || !*refs[0].Controller {
+			t.Errorf("%s: owner references %v", obj.GetName(), refs)
+		}
+	}
+
+	got := waitReady(t, ns, "main", 3)
+	if !strings.Contains(strings.Join(got.Finalizers, ","), Finalizer) {
+		t.Errorf("finalizers %v", got.Finalizers)
+	}
+	if got.Status.ObservedGeneration != got.Generation || got.Status.Leader != "main-0" || got.Status.ReadyMembers != "3/3" ||
+		got.Status.Members[1].ID != "a1" || got.Status.Members[1].Role != v1alpha1.RoleMember || got.Status.Selector == "" {
+		t.Errorf("status %+v", got.Status)
+	}
+	// Every member is Ready but no snapshot is stored yet: the budget allows no eviction.
+	if err := get(t, ns, "main", &pdb); err != nil || pdb.Spec.MinAvailable.IntValue() != 3 {
+		t.Errorf("PDB minAvailable %v with backups not current, want 3", pdb.Spec.MinAvailable)
+	}
+	if condition(got, v1alpha1.ConditionBackupReady) != metav1.ConditionFalse {
+		t.Errorf("BackupReady %v before any snapshot", condition(got, v1alpha1.ConditionBackupReady))
+	}
+	// The backup leader stores a delta and renews the delta-snapshot Lease (holder = revision).
+	renew(t, ns, "main-delta-snapshot", "42")
+	testutil.Eventually(t, 10*time.Second, "BackupReady and minAvailable 2", func() error {
+		renew(t, ns, "main-delta-snapshot", "42")
+		if err := get(t, ns, "main", &pdb); err != nil {
+			return err
+		}
+		ec := getCluster(t, ns, "main")
+		if pdb.Spec.MinAvailable.IntValue() != 2 || condition(ec, v1alpha1.ConditionBackupReady) != metav1.ConditionTrue || ec.Status.LastBackupTime == nil {
+			return fmt.Errorf("minAvailable %v, BackupReady %v", pdb.Spec.MinAvailable, condition(ec, v1alpha1.ConditionBackupReady))
+		}
+		return nil
+	})
+}
+
+func TestMemberLeaseExpiryAndNotReadyPodDeleted(t *testing.T) {
+	needEnv(t)
+	ns := namespace(t)
+	if err := k8s.Create(context.Background(), newCluster(ns, "c", 3)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "c", &appsv1.StatefulSet{}) })
+	waitReady(t, ns, "c", 3)
+
+	// Member 2's sidecar stops renewing: Unknown (LeaseExpired) once the Lease lapses, then
+	// NotReady after the Unknown grace (2s here).
+	var l coordinationv1.Lease
+	if err := get(t, ns, "c-2", &l); err != nil {
+		t.Fatal(err)
+	}
+	past := metav1.NewMicroTime(time.Now().Add(-time.Minute))
+	l.Spec.RenewTime = &past
+	if err := k8s.Update(context.Background(), &l); err != nil {
+		t.Fatal(err)
+	}
+	// The holder did not change: the operator finds the expiry by its requeue deadline.
+	seen := map[string]bool{}
+	testutil.Eventually(t, 30*time.Second, "c-2 Unknown then NotReady", func() error {
+		membersRenewing(t, ns, "c", all, func(i int) bool { return i < 2 })
+		ec := getCluster(t, ns, "c")
+		m := ec.Status.Members[2]
+		seen[m.Status+"/"+m.Reason] = true
+		if !seen[v1alpha1.MemberNotReady+"/"+v1alpha1.ReasonUnknownGracePeriodExceeded] {
+			return fmt.Errorf("c-2 is %s/%s; seen %v", m.Status, m.Reason, seen)
+		}
+		if condition(ec, v1alpha1.ConditionReady) != metav1.ConditionTrue || condition(ec, v1alpha1.ConditionDegraded) != metav1.ConditionTrue {
+			return fmt.Errorf("conditions %v", ec.Status.Conditions)
+		}
+		return nil
+	})
+	if !seen[v1alpha1.MemberUnknown+"/"+v1alpha1.ReasonLeaseExpired] {
+		t.Errorf("c-2 never showed Unknown/LeaseExpired: %v", seen)
+	}
+
+	// Member c-2 stays NotReady past the NotReady grace (4s): the operator deletes its pod
+	// (seed case 9).
+	var old corev1.Pod
+	if err := get(t, ns, "c-2", &old); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "pod c-2 deleted", func() error {
+		var p corev1.Pod
+		err := get(t, ns, "c-2", &p)
+		if apierrors.IsNotFound(err) || (err == nil && (p.UID != old.UID || !p.DeletionTimestamp.IsZero())) {
+			return nil
+		}
+		return fmt.Errorf("pod c-2 still there (%v)", err)
+	})
+	testutil.Eventually(t, 10*time.Second, "Event MemberRestarted", func() error { return findEvent(ns, "MemberRestarted") })
+}
+
+func findEvent(ns, reason string) error {
+	var evs eventsv1.EventList
+	if err := k8s.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	var reasons []string
+	for _, e := range evs.Items {
+		if e.Reason == reason {
+			return nil
+		}
+		reasons = append(reasons, e.Reason)
+	}
+	return fmt.Errorf("no Event %s among %v", reason, reasons)
+}
+
+func kubectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(testutil.RepoRoot(), "bin", "k8s", "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestScaleOneThreeFiveThree scales through the scale subresource (kubectl scale) and checks
+// that the StatefulSet grows and shrinks one member at a time, each step after every member
+// is Ready, and that member Leases follow.
+func TestScaleOneThreeFiveThree(t *testing.T) {
+	needEnv(t)
+	ns := namespace(t)
+	if err := k8s.Create(context.Background(), newCluster(ns, "s", 1)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "s", &appsv1.StatefulSet{}) })
+	waitReady(t, ns, "s", 1)
+
+	// Every size the operator writes to the StatefulSet, from a watch (polling could miss one).
+	wc, err := client.NewWithWatch(restConfig, client.Options{Scheme: k8s.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(context.Background(), &appsv1.StatefulSetList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	sizes := make(chan int32, 100)
+	go func() {
+		for ev := range w.ResultChan() {
+			if sts, ok := ev.Object.(*appsv1.StatefulSet); ok {
+				sizes <- *sts.Spec.Replicas
+			}
+		}
+	}()
+	last := int32(1)
+	for _, n := range []int32{3, 5, 3} {
+		if out, err := kubectl(t, "-n", ns, "scale", "ec/s", fmt.Sprintf("--replicas=%d", n)); err != nil {
+			t.Fatalf("kubectl scale: %v\n%s", err, out)
+		}
+		testutil.Eventually(t, 60*time.Second, fmt.Sprintf("scaled to %d", n), func() error {
+			size := members(t, ns, "s", all)
+			ec := getCluster(t, ns, "s")
+			if size != n || ec.Status.ReadyReplicas != n || ec.Status.ClusterSize != n {
+				return fmt.Errorf("StatefulSet %d, ready %d, cluster size %d", size, ec.Status.ReadyReplicas, ec.Status.ClusterSize)
+			}
+			return nil
+		})
+		for drained := false; !drained; {
+			select {
+			case size := <-sizes:
+				if d := size - last; d > 1 || d < -1 {
+					t.Errorf("StatefulSet went from %d to %d members at once", last, size)
+				}
+				last = size
+			default:
+				drained = true
+			}
+		}
+		var leases coordinationv1.LeaseList
+		if err := k8s.List(context.Background(), &leases, client.InNamespace(ns), client.MatchingLabels{LabelLeaseKind: "member"}); err != nil {
+			t.Fatal(err)
+		}
+		if int32(len(leases.Items)) != n {
+			t.Errorf("%d member Leases at size %d", len(leases.Items), n)
+		}
+	}
+	out, err := kubectl(t, "-n", ns, "get", "ec", "s")
+	if err != nil {
+		t.Fatalf("kubectl get ec: %v\n%s", err, out)
+	}
+	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
+	if want := "NAME READY MEMBERS LEADER REVISION LAST BACKUP AGE"; strings.Join(header, " ") != want {
+		t.Errorf("kubectl get ec header %q, want %q", strings.Join(header, " "), want)
+	}
+	if !strings.Contains(out, "3/3") || !strings.Contains(out, "s-0") {
+		t.Errorf("kubectl get ec:\n%s", out)
+	}
+}
+
+func TestPauseStopsReconciliation(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ec := newCluster(ns, "p", 1)
+	ec.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "Progressing=False Paused", func() error {
+		c := apimeta.FindStatusCondition(getCluster(t, ns, "p").Status.Conditions, v1alpha1.ConditionProgressing)
+		if c == nil || c.Reason != "Paused" {
+			return fmt.Errorf("Progressing %v", c)
+		}
+		return nil
+	})
+	if err := get(t, ns, "p", &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a paused cluster got its StatefulSet: %v", err)
+	}
+	ec = getCluster(t, ns, "p")
+	delete(ec.Annotations, v1alpha1.AnnotationPaused)
+	if err := k8s.Update(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet after resuming", func() error { return get(t, ns, "p", &appsv1.StatefulSet{}) })
+}
+
+// TestAtRestNoWrites: reconciling a cluster that does not change writes nothing.
+func TestAtRestNoWrites(t *testing.T) {
+	needEnv(t)
+	ns := namespace(t)
+	if err := k8s.Create(context.Background(), newCluster(ns, "r", 3)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "r", &appsv1.StatefulSet{}) })
+	waitReady(t, ns, "r", 3)
+	versions := func() map[string]string {
+		v := map[string]string{}
+		for _, obj := range []client.Object{&v1alpha1.EtcdCluster{}, &appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &rbacv1.Role{}, &corev1.ServiceAccount{}, &rbacv1.RoleBinding{}} {
+			if err := get(t, ns, "r", obj); err != nil {
+				t.Fatal(err)
+			}
+			v[fmt.Sprintf("%T", obj)] = obj.GetResourceVersion()
+		}
+		for _, name := range []string{"r-config", "r-peer", "r-client"} {
+			var obj client.Object = &corev1.Service{}
+			if name == "r-config" {
+				obj = &corev1.ConfigMap{}
+			}
+			if err := get(t, ns, name, obj); err != nil {
+				t.Fatal(err)
+			}
+			v[name] = obj.GetResourceVersion()
+		}
+		return v
+	}
+	// Let the operator settle (its last writes land), then reconcile directly several times.
+	var before map[string]string
+	testutil.Eventually(t, 20*time.Second, "settled", func() error {
+		v := versions()
+		if fmt.Sprint(v) != fmt.Sprint(before) {
+			before = v
+			return fmt.Errorf("still changing")
+		}
+		return nil
+	})
+	for i := 0; i < 5; i++ {
+		if _, err := reconciler.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "r"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("reconciling an unchanged cluster wrote objects:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+func TestDeleteCleansUp(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	if err := k8s.Create(ctx, newCluster(ns, "d", 3)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "d", &appsv1.StatefulSet{}) })
+	if err := k8s.Delete(ctx, getCluster(t, ns, "d")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "everything deleted", func() error {
+		for _, obj := range []client.Object{&v1alpha1.EtcdCluster{}, &appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &rbacv1.Role{},
+			&rbacv1.RoleBinding{}, &corev1.ServiceAccount{}} {
+			if err := get(t, ns, "d", obj); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%T d still exists (%v)", obj, err)
+			}
+		}
+		for _, name := range []string{"d-config", "d-peer", "d-client", "d-0", "d-full-snapshot"} {
+			for _, obj := range []client.Object{&corev1.ConfigMap{}, &corev1.Service{}, &coordinationv1.Lease{}} {
+				if err := get(t, ns, name, obj); err == nil {
+					return fmt.Errorf("%T %s still exists", obj, name)
+				}
+			}
+		}
+		return nil
+	})
+}
