@@ -149,7 +149,7 @@ func TestDecide(t *testing.T) {
 			}},
 		{"7 member Unknown within the grace stays Unknown",
 			healthy(3).leaseExpired(2).prevStatus(2, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 30*time.Second).
-			setCond(v1alpha1.ConditionAllMembersReady, false), CasePinkOfHealth,
+				setCond(v1alpha1.ConditionAllMembersReady, false), CasePinkOfHealth,
 			func(t *testing.T, d Decision) {
 				if m := member(d, "c-2"); m.Status != v1alpha1.MemberUnknown {
 					t.Errorf("c-2 = %+v", m)

@@ -83,12 +83,12 @@ type ClusterConfig struct {
 	Namespace string `json:"namespace"`
 	// Token is the initial cluster token: the cluster's UID, so that a new cluster of the same
 	// name never mixes with the data of an old one.
-	Token    string         `json:"token"`
-	Members  []MemberConfig `json:"members"`
-	Etcd     EtcdConfig     `json:"etcd"`
-	Backup   *BackupConfig  `json:"backup,omitempty"`
-	Restore  *RestoreConfig `json:"restore,omitempty"`
-	QuorumLossPolicy string `json:"quorumLossPolicy"`
+	Token            string         `json:"token"`
+	Members          []MemberConfig `json:"members"`
+	Etcd             EtcdConfig     `json:"etcd"`
+	Backup           *BackupConfig  `json:"backup,omitempty"`
+	Restore          *RestoreConfig `json:"restore,omitempty"`
+	QuorumLossPolicy string         `json:"quorumLossPolicy"`
 }
 
 // MemberConfig is one desired member's addresses.
