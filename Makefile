@@ -5,7 +5,7 @@
 GO      ?= go
 BIN     := $(CURDIR)/bin
 TOOLPKG := go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3 honnef.co/go/tools/cmd/staticcheck
-# Kubernetes test binaries (envtest's kube-apiserver, kubectl and etcd) and controller-gen, built
+# Kubernetes test binaries (envtest's kube-apiserver, kubectl and etcd; helm) and controller-gen, built
 # from hack/kube (its own go.mod: Kubernetes pins a newer etcd than Steward embeds). About 10
 # minutes cold on 2 cores; reused while bin/k8s has them.
 K8S_VERSION := v1.37.2
@@ -25,25 +25,32 @@ tools:
 	@mkdir -p $(BIN)
 	cd hack/tools && GOBIN=$(BIN) $(GO) install $(TOOLPKG)
 
-kube-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/controller-gen
+KUBE_TOOLS := $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(K8S_BIN)/helm $(BIN)/controller-gen
+kube-tools: $(KUBE_TOOLS)
 
-$(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/controller-gen: hack/kube/go.mod
+$(KUBE_TOOLS) &: hack/kube/go.mod
 	@mkdir -p $(K8S_BIN)
-	@echo "building kube-apiserver, kubectl, etcd and controller-gen into $(BIN) (about 10 minutes the first time)"
+	@echo "building kube-apiserver, kubectl, etcd, helm and controller-gen into $(BIN) (about 10 minutes the first time)"
 	cd hack/kube && CGO_ENABLED=0 $(GO) build -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ \
-		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3 helm.sh/helm/v3/cmd/helm
 	mv $(K8S_BIN)/server $(K8S_BIN)/etcd
 	cd hack/kube && CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
-	@touch $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/controller-gen
+	@touch $(KUBE_TOOLS)
 
-# Deepcopy functions and CRD YAML from the API types (api/v1alpha1). `make test` fails when the
-# committed files differ from what this generates.
+# Deepcopy functions, CRD YAML (api/v1alpha1) and the operator's ClusterRole (its rbac markers),
+# copied into the Helm chart. `make test` fails when the committed files differ from these.
+CHART := deploy/helm/steward
 generate: $(BIN)/controller-gen
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=deploy/crd
+	$(BIN)/controller-gen rbac:roleName=steward-operator paths=./internal/operator/... output:rbac:artifacts:config=deploy/rbac
+	@mkdir -p $(CHART)/crds $(CHART)/files
+	cp deploy/crd/*.yaml $(CHART)/crds/
+	cp deploy/rbac/role.yaml $(CHART)/templates/clusterrole.yaml
+	cp deploy/policy/even-size-warning.yaml $(CHART)/files/
 
 check-generated: generate
-	@git diff --exit-code --stat -- api deploy/crd || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy)" || { git status --short -- api deploy; echo "generated files differ from the committed ones: run make generate and commit"; exit 1; }
 
 vet:
 	$(GO) vet $(PKGS)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"os"
 
 	"github.com/etcd-steward/steward/internal/operator"
@@ -31,12 +30,14 @@ It uses the in-cluster configuration, or KUBECONFIG outside a cluster.`,
 			}
 			defer lg.Sync() //nolint:errcheck
 			ctrl.SetLogger(zapr.NewLogger(lg))
-			if o.Image == "" {
-				return errors.New("--member-image is required (or STEWARD_IMAGE): the image the member pods run, usually the operator's own")
-			}
 			cfg, err := ctrl.GetConfig()
 			if err != nil {
 				return err
+			}
+			if o.Image == "" {
+				if o.Image, err = operator.OwnImage(cmd.Context(), cfg); err != nil {
+					return err
+				}
 			}
 			mgr, err := operator.NewManager(cfg, o)
 			if err != nil {
@@ -46,7 +47,7 @@ It uses the in-cluster configuration, or KUBECONFIG outside a cluster.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Image, "member-image", os.Getenv("STEWARD_IMAGE"), "image of the member pods of clusters that do not set spec.image")
+	f.StringVar(&o.Image, "member-image", os.Getenv("STEWARD_IMAGE"), "image of the member pods of clusters that do not set spec.image (default: the operator's own)")
 	f.StringVar(&o.Namespace, "namespace", "", "watch only this namespace (default: all)")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	f.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")

@@ -79,7 +79,7 @@ func runSuite(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	reconciler = &ClusterReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"),
+	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
 		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second}}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
@@ -635,6 +635,157 @@ func TestDeleteCleansUp(t *testing.T) {
 					return fmt.Errorf("%T %s still exists", obj, name)
 				}
 			}
+		}
+		return nil
+	})
+}
+
+// TestValidation: the API server itself accepts good specs and refuses bad ones with a
+// message that names the field (CEL and OpenAPI rules in the CRD).
+func TestValidation(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	dur := func(s string) *metav1.Duration { d, _ := time.ParseDuration(s); return &metav1.Duration{Duration: d} }
+	rev := int64(7)
+	now := metav1.Now()
+	good := func(name string) *v1alpha1.EtcdCluster {
+		ec := newCluster(ns, name, 3)
+		ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "s3://b/p", Retention: "limit:3", DeltaPeriod: dur("10s")}
+		ec.Spec.Etcd = v1alpha1.EtcdSpec{HeartbeatInterval: dur("100ms"), ElectionTimeout: dur("1s")}
+		return ec
+	}
+	create := []struct {
+		name   string
+		mutate func(*v1alpha1.EtcdCluster)
+		want   string // "" = accepted
+	}{
+		{"valid", func(*v1alpha1.EtcdCluster) {}, ""},
+		{"zero replicas stop the cluster", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas = 0 }, ""},
+		{"negative replicas", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas = -1 }, "spec.replicas"},
+		{"store without scheme", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup.Store = "/var/backups" }, "spec.backup.store must be a URL"},
+		{"bad retention", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup.Retention = "limit:0" }, "spec.backup.retention must be"},
+		{"election below 5 heartbeats", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Etcd.ElectionTimeout = dur("300ms") }, "spec.etcd.electionTimeout must be at least 5 times"},
+		{"emptyDir with a storage class", func(ec *v1alpha1.EtcdCluster) {
+			sc := "fast"
+			ec.Spec.Storage = v1alpha1.StorageSpec{EmptyDir: &v1alpha1.EmptyDirStorage{}, StorageClassName: &sc}
+		}, "storageClassName applies to volume claims only"},
+		{"restore to a revision and a time", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/p", Revision: &rev, Time: &now}}
+		}, "give revision or time, not both"},
+		{"unknown quorum-loss policy", func(ec *v1alpha1.EtcdCluster) { ec.Spec.QuorumLoss.Policy = "Sometimes" }, "spec.quorumLoss.policy"},
+	}
+	for i, tc := range create {
+		t.Run(tc.name, func(t *testing.T) {
+			ec := good(fmt.Sprintf("v%d", i))
+			tc.mutate(ec)
+			err := k8s.Create(ctx, ec, client.DryRunAll)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("accepted; want refused with %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("refused with %v; want the message to contain %q", err, tc.want)
+			}
+		})
+	}
+
+	// Immutable fields: storage and bootstrap.
+	ec := good("immutable")
+	ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/p", Revision: &rev}}
+	ec.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	update := []struct {
+		name   string
+		mutate func(*v1alpha1.EtcdCluster)
+		want   string
+	}{
+		{"scale", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas = 5 }, ""},
+		{"storage size", func(ec *v1alpha1.EtcdCluster) { q := resource.MustParse("20Gi"); ec.Spec.Storage.Size = &q }, "spec.storage is immutable"},
+		{"bootstrap revision", func(ec *v1alpha1.EtcdCluster) { r := int64(8); ec.Spec.Bootstrap.Restore.Revision = &r }, "spec.bootstrap is immutable"},
+		{"bootstrap removed", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Bootstrap = nil }, "spec.bootstrap is immutable"},
+	}
+	for _, tc := range update {
+		t.Run("update "+tc.name, func(t *testing.T) {
+			cur := getCluster(t, ns, "immutable")
+			tc.mutate(cur)
+			err := k8s.Update(ctx, cur, client.DryRunAll)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("got %v; want refused with %q", err, tc.want)
+			}
+		})
+	}
+
+	// EtcdBackup: the cluster it names cannot change.
+	b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b"}, Spec: v1alpha1.EtcdBackupSpec{Cluster: "immutable"}}
+	if err := k8s.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.Cluster = "other"
+	if err := k8s.Update(ctx, b); err == nil || !strings.Contains(err.Error(), "spec.cluster is immutable") {
+		t.Errorf("EtcdBackup cluster change: %v", err)
+	}
+	if out, err := kubectl(t, "-n", ns, "get", "etcdbackup"); err != nil || !strings.Contains(out, "CLUSTER") {
+		t.Errorf("kubectl get etcdbackup: %v\n%s", err, out)
+	}
+}
+
+// TestDeployManifests: the kustomize build and the Helm chart render, and the API server
+// accepts every object they hold (server-side dry run).
+func TestDeployManifests(t *testing.T) {
+	needEnv(t)
+	root := testutil.RepoRoot()
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "steward-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	kustomized, err := kubectl(t, "kustomize", filepath.Join(root, "deploy"))
+	if err != nil {
+		t.Fatalf("kustomize build: %v\n%s", err, kustomized)
+	}
+	helm := testutil.Tool(t, "k8s/helm")
+	chart, err := exec.Command(helm, "template", "steward", filepath.Join(root, "deploy", "helm", "steward"),
+		"--namespace", "steward-system", "--include-crds", "--set", "metrics.monitors=false").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, chart)
+	}
+	for name, manifest := range map[string]string{"kustomize": kustomized, "helm": string(chart)} {
+		for _, kind := range []string{"CustomResourceDefinition", "ClusterRole", "Deployment", "ValidatingAdmissionPolicy"} {
+			if !strings.Contains(manifest, "kind: "+kind+"\n") {
+				t.Errorf("%s output has no %s", name, kind)
+			}
+		}
+		cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s output refused by the API server: %v\n%s", name, err, out)
+		}
+	}
+}
+
+// TestEvenSizeWarns: the ValidatingAdmissionPolicy of deploy/ warns on even sizes and lets
+// them through.
+func TestEvenSizeWarns(t *testing.T) {
+	needEnv(t)
+	ns := namespace(t)
+	if out, err := kubectl(t, "apply", "-f", filepath.Join(testutil.RepoRoot(), "deploy", "policy", "even-size-warning.yaml")); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	manifest := fmt.Sprintf("apiVersion: etcd.steward.dev/v1alpha1\nkind: EtcdCluster\nmetadata: {name: even, namespace: %s, annotations: {%s: \"true\"}}\nspec: {replicas: 4}\n", ns, v1alpha1.AnnotationPaused)
+	testutil.Eventually(t, 30*time.Second, "a warning for 4 members", func() error {
+		cmd := exec.Command(filepath.Join(testutil.RepoRoot(), "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("refused: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "Warning:") || !strings.Contains(string(out), "spec.replicas is 4") {
+			return fmt.Errorf("no warning: %s", out)
 		}
 		return nil
 	})

@@ -1,15 +1,21 @@
 package operator
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -72,10 +78,28 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	r := &ClusterReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"),
+	r := &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
 		Image: o.Image, Graces: o.Graces}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// OwnImage returns the image of the pod the operator runs in (POD_NAME and POD_NAMESPACE
+// from the downward API): members run the operator's own image unless a cluster names one.
+func OwnImage(ctx context.Context, cfg *rest.Config) (string, error) {
+	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if name == "" || ns == "" {
+		return "", errors.New("no member image: give --member-image (or STEWARD_IMAGE), or run in a pod with POD_NAME and POD_NAMESPACE set")
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return "", err
+	}
+	var pod corev1.Pod
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
+		return "", fmt.Errorf("reading the operator's own pod %s/%s for its image: %w (or give --member-image)", ns, name, err)
+	}
+	return pod.Spec.Containers[0].Image, nil
 }

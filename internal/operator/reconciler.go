@@ -41,7 +41,10 @@ const maxRequeue = 5 * time.Minute
 
 // ClusterReconciler reconciles EtcdClusters.
 type ClusterReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// APIReader reads Secrets uncached: the operator checks that a credentials Secret exists
+	// without watching (and holding) every Secret of the cluster.
+	APIReader client.Reader
 	Recorder events.EventRecorder
 	// Image runs the members when a cluster does not name one (the operator's own image).
 	Image  string
@@ -87,6 +90,19 @@ func (r *ClusterReconciler) now() time.Time {
 	}
 	return time.Now()
 }
+
+// +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdclusters;etcdbackups,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdclusters/status;etcdbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile is one pass over one cluster:
 //  1. deleted: delete every owned object (reverse order), then release the finalizer;
@@ -212,7 +228,7 @@ func (r *ClusterReconciler) writePaused(ctx context.Context, ec *v1alpha1.EtcdCl
 func (r *ClusterReconciler) checkSecrets(ctx context.Context, ec *v1alpha1.EtcdCluster) error {
 	for _, name := range credentialSecrets(ec) {
 		var s corev1.Secret
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &s)
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &s)
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("the credentials Secret %s/%s does not exist: create it, with the store's credentials as keys (e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)", ec.Namespace, name)
 		}
