@@ -45,7 +45,7 @@ type ClusterReconciler struct {
 	// APIReader reads Secrets uncached: the operator checks that a credentials Secret exists
 	// without watching (and holding) every Secret of the cluster.
 	APIReader client.Reader
-	Recorder events.EventRecorder
+	Recorder  events.EventRecorder
 	// Image runs the members when a cluster does not name one (the operator's own image).
 	Image  string
 	Graces Graces
