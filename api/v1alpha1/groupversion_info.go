@@ -5,21 +5,18 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
-var (
-	// GroupVersion is the API group and version of Steward's objects.
-	GroupVersion = schema.GroupVersion{Group: "etcd.steward.dev", Version: "v1alpha1"}
+// GroupVersion is the API group and version of Steward's objects.
+var GroupVersion = schema.GroupVersion{Group: "etcd.steward.dev", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the types of this package with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
-
-	// AddToScheme adds the types of this package to a scheme.
-	AddToScheme = SchemeBuilder.AddToScheme
-)
-
-func init() {
-	SchemeBuilder.Register(&EtcdCluster{}, &EtcdClusterList{}, &EtcdBackup{}, &EtcdBackupList{})
+// AddToScheme adds the types of this package to a scheme. The package imports only
+// apimachinery, so that clients can import it cheaply.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &EtcdCluster{}, &EtcdClusterList{}, &EtcdBackup{}, &EtcdBackupList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
 }

@@ -46,8 +46,6 @@ var (
 	envErr     string
 )
 
-const testGraces = "unknown=2s notready=4s"
-
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
 }
