@@ -333,6 +333,9 @@ type EtcdClusterStatus struct {
 	// ClusterID is the etcd cluster ID (hex), once the cluster formed.
 	// +optional
 	ClusterID string `json:"clusterID,omitempty"`
+	// Voters are the voting members as the members' reports last listed them.
+	// +optional
+	Voters []Voter `json:"voters,omitempty"`
 	// Leader is the name of the member that leads.
 	// +optional
 	Leader string `json:"leader,omitempty"`
@@ -353,6 +356,16 @@ type EtcdClusterStatus struct {
 	Recoverability *Recoverability `json:"recoverability,omitempty"`
 	// +optional
 	LastErrors []LastError `json:"lastErrors,omitempty"`
+}
+
+// Voter is one voting member of the formed cluster.
+type Voter struct {
+	ID string `json:"id"`
+	// Name is empty while the member has never started.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	PeerURL string `json:"peerURL,omitempty"`
 }
 
 // SnapshotRef is one stored snapshot.

@@ -1,4 +1,5 @@
-// Package v1alpha1 is Steward's Kubernetes API: EtcdCluster and EtcdBackup.
+// Package v1alpha1 is Steward's Kubernetes API: EtcdCluster, EtcdBackup and EtcdMember, and
+// the cluster.yaml that the operator writes for the sidecars (ClusterConfig).
 //
 // +kubebuilder:object:generate=true
 // +groupName=etcd.steward.dev
@@ -16,7 +17,8 @@ var GroupVersion = schema.GroupVersion{Group: "etcd.steward.dev", Version: "v1al
 // AddToScheme adds the types of this package to a scheme. The package imports only
 // apimachinery, so that clients can import it cheaply.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &EtcdCluster{}, &EtcdClusterList{}, &EtcdBackup{}, &EtcdBackupList{})
+	s.AddKnownTypes(GroupVersion, &EtcdCluster{}, &EtcdClusterList{}, &EtcdBackup{}, &EtcdBackupList{},
+		&EtcdMember{}, &EtcdMemberList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -42,7 +42,7 @@ var components = []component{
 	{code: "RBAC", sync: syncRBAC, delete: deleteRBAC},
 	{code: "CONFIGMAP", sync: syncConfigMap, delete: deleteByName(&corev1.ConfigMap{}, configMapName)},
 	{code: "SERVICES", sync: syncServices, delete: deleteServices},
-	{code: "LEASES", sync: syncLeases, delete: deleteLeases},
+	{code: "MEMBERS", sync: syncMembers, delete: deleteMembers},
 	{code: "PDB", sync: syncPDB, delete: deleteByName(&policyv1.PodDisruptionBudget{}, statefulSetName)},
 	{code: "STATEFULSET", sync: syncStatefulSet, delete: deleteByName(&appsv1.StatefulSet{}, statefulSetName)},
 }
@@ -127,6 +127,14 @@ func deleteServices(ctx context.Context, r *run) error {
 	return nil
 }
 
+// syncMembers keeps each member's Lease and EtcdMember, and the snapshot Leases.
+func syncMembers(ctx context.Context, r *run) error {
+	if err := syncLeases(ctx, r); err != nil {
+		return err
+	}
+	return syncEtcdMembers(ctx, r)
+}
+
 // syncLeases keeps one member Lease per member (created empty: the sidecar renews it with
 // holder "<memberID>:<role>"), the two snapshot Leases, and deletes the Leases of members
 // that no longer exist (seed cases 11-13).
@@ -167,8 +175,40 @@ func syncLeases(ctx context.Context, r *run) error {
 	return nil
 }
 
-func deleteLeases(ctx context.Context, r *run) error {
+func deleteMembers(ctx context.Context, r *run) error {
+	if err := r.c.DeleteAllOf(ctx, &v1alpha1.EtcdMember{}, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
+		return err
+	}
 	return r.c.DeleteAllOf(ctx, &coordinationv1.Lease{}, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec)))
+}
+
+// syncEtcdMembers keeps one EtcdMember per member (its sidecar writes the status) and deletes
+// those of members that no longer exist.
+func syncEtcdMembers(ctx context.Context, r *run) error {
+	var have v1alpha1.EtcdMemberList
+	if err := r.c.List(ctx, &have, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
+		return err
+	}
+	exists := map[string]bool{}
+	for i := range have.Items {
+		m := &have.Items[i]
+		exists[m.Name] = true
+		if n, ok := ordinal(r.ec, m.Name); (!ok || n >= r.memberLeases) && metav1.IsControlledBy(m, r.ec) {
+			if err := client.IgnoreNotFound(r.c.Delete(ctx, m)); err != nil {
+				return err
+			}
+		}
+	}
+	for i := 0; i < r.memberLeases; i++ {
+		if exists[memberName(r.ec, i)] {
+			continue
+		}
+		m := &v1alpha1.EtcdMember{ObjectMeta: objectMeta(r, memberName(r.ec, i))}
+		if err := apply(ctx, r, m, "member", func() error { return nil }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func syncPDB(ctx context.Context, r *run) error {
@@ -201,16 +241,28 @@ func syncRBAC(ctx context.Context, r *run) error {
 	})
 }
 
-// sidecarRules let a sidecar touch only its own cluster: read its EtcdCluster (get, or
-// list/watch by name), renew its member and snapshot Leases, and record Events.
+// sidecarRules let a sidecar touch only its own cluster: read its EtcdCluster and ConfigMap
+// (get, or list/watch by name), read the EtcdMembers of the namespace and write the status of
+// its cluster's, renew its cluster's Leases, and record Events. (list/watch cannot be limited
+// by name to several objects: EtcdMembers are read namespace-wide, and hold no secret.)
 func sidecarRules(ec *v1alpha1.EtcdCluster, members int) []rbacv1.PolicyRule {
 	leases := []string{fullLeaseName(ec), deltaLeaseName(ec)}
 	for i := 0; i < members; i++ {
 		leases = append(leases, memberName(ec, i))
 	}
+	var names []string
+	for i := 0; i < members; i++ {
+		names = append(names, memberName(ec, i))
+	}
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"etcdclusters"}, ResourceNames: []string{ec.Name},
 			Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{configMapName(ec)},
+			Verbs: []string{"get", "list", "watch"}},
+		// Members read each other's reports and write their own.
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"etcdmembers"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"etcdmembers/status"}, ResourceNames: names,
+			Verbs: []string{"get", "update", "patch"}},
 		{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: leases,
 			Verbs: []string{"get", "list", "watch", "update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

@@ -22,9 +22,6 @@ const (
 	SidecarPort = 2381
 	HealthPort  = 2382
 	DataMount   = "/var/lib/etcd"
-	ConfigMount = "/etc/steward"
-	// ConfigFile is the key of the cluster's ConfigMap that the sidecars read.
-	ConfigFile = "cluster.yaml"
 )
 
 // Labels on every owned object; LabelCluster alone selects a cluster's pods.
@@ -76,64 +73,16 @@ func memberDNS(ec *v1alpha1.EtcdCluster, i int) string {
 	return fmt.Sprintf("%s.%s.%s.svc", memberName(ec, i), peerServiceName(ec), ec.Namespace)
 }
 
-// ClusterConfig is the ConfigMap's cluster.yaml: what every sidecar needs to know about its
-// cluster besides its own name. The sidecars read it; the operator writes it.
-type ClusterConfig struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	// Token is the initial cluster token: the cluster's UID, so that a new cluster of the same
-	// name never mixes with the data of an old one.
-	Token            string         `json:"token"`
-	Members          []MemberConfig `json:"members"`
-	Etcd             EtcdConfig     `json:"etcd"`
-	Backup           *BackupConfig  `json:"backup,omitempty"`
-	Restore          *RestoreConfig `json:"restore,omitempty"`
-	QuorumLossPolicy string         `json:"quorumLossPolicy"`
-}
-
-// MemberConfig is one desired member's addresses.
-type MemberConfig struct {
-	Name       string `json:"name"`
-	ClientURL  string `json:"clientURL"`
-	PeerURL    string `json:"peerURL"`
-	SidecarURL string `json:"sidecarURL"`
-}
-
-// EtcdConfig is etcd tuning, copied into every member's generated configuration.
-type EtcdConfig struct {
-	QuotaBackendBytes       int64  `json:"quotaBackendBytes,omitempty"`
-	AutoCompactionMode      string `json:"autoCompactionMode,omitempty"`
-	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
-	SnapshotCount           int64  `json:"snapshotCount,omitempty"`
-	HeartbeatMillis         int64  `json:"heartbeatMillis,omitempty"`
-	ElectionMillis          int64  `json:"electionMillis,omitempty"`
-}
-
-// BackupConfig is the backup store and schedule.
-type BackupConfig struct {
-	Store        string `json:"store"`
-	FullSchedule string `json:"fullSchedule"`
-	DeltaPeriod  string `json:"deltaPeriod"`
-	Retention    string `json:"retention"`
-}
-
-// RestoreConfig is where a new cluster bootstraps from.
-type RestoreConfig struct {
-	Store    string       `json:"store"`
-	Revision int64        `json:"revision,omitempty"`
-	Time     *metav1.Time `json:"time,omitempty"`
-}
-
 // clusterConfig renders the ConfigMap content for a cluster of n members.
-func clusterConfig(ec *v1alpha1.EtcdCluster, n int) ClusterConfig {
-	c := ClusterConfig{Name: ec.Name, Namespace: ec.Namespace, Token: string(ec.UID),
+func clusterConfig(ec *v1alpha1.EtcdCluster, n int) v1alpha1.ClusterConfig {
+	c := v1alpha1.ClusterConfig{Name: ec.Name, Namespace: ec.Namespace, Token: string(ec.UID),
 		QuorumLossPolicy: ec.Spec.QuorumLoss.Policy}
 	if c.QuorumLossPolicy == "" {
 		c.QuorumLossPolicy = v1alpha1.QuorumLossAutomatic
 	}
 	for i := 0; i < n; i++ {
 		dns := memberDNS(ec, i)
-		c.Members = append(c.Members, MemberConfig{Name: memberName(ec, i),
+		c.Members = append(c.Members, v1alpha1.MemberConfig{Name: memberName(ec, i),
 			ClientURL:  fmt.Sprintf("http://%s:%d", dns, ClientPort),
 			PeerURL:    fmt.Sprintf("http://%s:%d", dns, PeerPort),
 			SidecarURL: fmt.Sprintf("http://%s:%d", dns, SidecarPort)})
@@ -153,13 +102,13 @@ func clusterConfig(ec *v1alpha1.EtcdCluster, n int) ClusterConfig {
 		c.Etcd.ElectionMillis = e.ElectionTimeout.Milliseconds()
 	}
 	if b := ec.Spec.Backup; b != nil {
-		c.Backup = &BackupConfig{Store: b.Store, FullSchedule: b.FullSchedule, Retention: b.Retention, DeltaPeriod: "5s"}
+		c.Backup = &v1alpha1.BackupConfig{Store: b.Store, FullSchedule: b.FullSchedule, Retention: b.Retention, DeltaPeriod: "5s"}
 		if b.DeltaPeriod != nil {
 			c.Backup.DeltaPeriod = b.DeltaPeriod.Duration.String()
 		}
 	}
 	if b := ec.Spec.Bootstrap; b != nil && b.Restore != nil {
-		c.Restore = &RestoreConfig{Store: b.Restore.Store, Time: b.Restore.Time}
+		c.Restore = &v1alpha1.RestoreConfig{Store: b.Restore.Store, Time: b.Restore.Time}
 		if b.Restore.Revision != nil {
 			c.Restore.Revision = *b.Restore.Revision
 		}
@@ -172,7 +121,7 @@ func configMapData(ec *v1alpha1.EtcdCluster, n int) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]string{ConfigFile: string(b)}, nil
+	return map[string]string{v1alpha1.ClusterConfigKey: string(b)}, nil
 }
 
 // statefulSetSpec renders the member StatefulSet's spec for the given replica count.
@@ -193,7 +142,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	for _, s := range credentialSecrets(ec) {
 		envFrom = append(envFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: s}}})
 	}
-	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataMount}, {Name: "config", MountPath: ConfigMount, ReadOnly: true}}
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataMount}}
 	nonRoot := true
 	noEscalation := false
 	secCtx := &corev1.SecurityContext{AllowPrivilegeEscalation: &noEscalation, ReadOnlyRootFilesystem: &nonRoot,
@@ -223,7 +172,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		Image:           image,
 		ImagePullPolicy: ec.Spec.ImagePullPolicy,
 		Command: []string{"/steward", "sidecar", "--name", "$(POD_NAME)", "--data-dir", DataMount + "/data",
-			"--listen", fmt.Sprintf("0.0.0.0:%d", SidecarPort), "--cluster-config", ConfigMount + "/" + ConfigFile},
+			"--listen", fmt.Sprintf("0.0.0.0:%d", SidecarPort), "--kubernetes-cluster", ec.Name},
 		Ports:           []corev1.ContainerPort{{Name: "sidecar", ContainerPort: SidecarPort}},
 		Env:             env,
 		EnvFrom:         envFrom,
@@ -235,8 +184,6 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	podSpec := corev1.PodSpec{
 		ServiceAccountName: ec.Name,
 		Containers:         []corev1.Container{etcd, sidecar},
-		Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
-			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(ec)}}}}},
 		NodeSelector:              ec.Spec.Scheduling.NodeSelector,
 		Tolerations:               ec.Spec.Scheduling.Tolerations,
 		Affinity:                  ec.Spec.Scheduling.Affinity,

@@ -79,6 +79,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&coordinationv1.Lease{}, builder.WithPredicates(holderChanged)).
+		Owns(&v1alpha1.EtcdMember{}).
 		Watches(&corev1.Pod{}, podToCluster).
 		Named("etcdcluster").
 		Complete(r)
@@ -92,7 +93,8 @@ func (r *ClusterReconciler) now() time.Time {
 }
 
 // +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdclusters;etcdbackups,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdclusters/status;etcdbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdmembers,verbs=get;list;watch;create;update;patch;delete;deletecollection
+// +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdclusters/status;etcdbackups/status;etcdmembers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete

@@ -1,0 +1,64 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// ClusterConfigKey is the key, in the ConfigMap <cluster>-config, of the ClusterConfig that the
+// operator writes and the sidecars read.
+const ClusterConfigKey = "cluster.yaml"
+
+// ClusterConfig is what every sidecar needs to know about its cluster besides its own name.
+//
+// +kubebuilder:object:generate=false
+type ClusterConfig struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// Token is the initial cluster token: the EtcdCluster's UID, so that a new cluster of the
+	// same name never mixes with the data of an old one.
+	Token            string         `json:"token"`
+	Members          []MemberConfig `json:"members"`
+	Etcd             EtcdConfig     `json:"etcd"`
+	Backup           *BackupConfig  `json:"backup,omitempty"`
+	Restore          *RestoreConfig `json:"restore,omitempty"`
+	QuorumLossPolicy string         `json:"quorumLossPolicy"`
+}
+
+// MemberConfig is one desired member's addresses.
+//
+// +kubebuilder:object:generate=false
+type MemberConfig struct {
+	Name       string `json:"name"`
+	ClientURL  string `json:"clientURL"`
+	PeerURL    string `json:"peerURL"`
+	SidecarURL string `json:"sidecarURL"`
+}
+
+// EtcdConfig is etcd tuning, copied into every member's generated configuration.
+//
+// +kubebuilder:object:generate=false
+type EtcdConfig struct {
+	QuotaBackendBytes       int64  `json:"quotaBackendBytes,omitempty"`
+	AutoCompactionMode      string `json:"autoCompactionMode,omitempty"`
+	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
+	SnapshotCount           int64  `json:"snapshotCount,omitempty"`
+	HeartbeatMillis         int64  `json:"heartbeatMillis,omitempty"`
+	ElectionMillis          int64  `json:"electionMillis,omitempty"`
+}
+
+// BackupConfig is the backup store and schedule.
+//
+// +kubebuilder:object:generate=false
+type BackupConfig struct {
+	Store        string `json:"store"`
+	FullSchedule string `json:"fullSchedule"`
+	DeltaPeriod  string `json:"deltaPeriod"`
+	Retention    string `json:"retention"`
+}
+
+// RestoreConfig is where a new cluster bootstraps from.
+//
+// +kubebuilder:object:generate=false
+type RestoreConfig struct {
+	Store    string       `json:"store"`
+	Revision int64        `json:"revision,omitempty"`
+	Time     *metav1.Time `json:"time,omitempty"`
+}

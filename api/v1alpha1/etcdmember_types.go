@@ -1,0 +1,54 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// EtcdMember is one member's own account of itself, written by its sidecar: one object per
+// member, so that sidecars never contend with each other or with the operator for the
+// EtcdCluster's status. The operator creates and deletes it; the sidecar writes its status.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=em,categories=steward
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.metadata.labels.etcd\.steward\.dev/cluster`
+// +kubebuilder:printcolumn:name="ID",type=string,JSONPath=`.status.report.memberID`
+// +kubebuilder:printcolumn:name="Serving",type=boolean,JSONPath=`.status.report.serving`
+// +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.report.revision`
+// +kubebuilder:printcolumn:name="Case",type=string,JSONPath=`.status.report.case`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type EtcdMember struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Status EtcdMemberStatus `json:"status,omitempty"`
+}
+
+// EtcdMemberStatus holds the sidecar's newest report and its acknowledgement of a recovery
+// directive, in the JSON of Steward's member reports (docs/architecture.md, "Reports").
+type EtcdMemberStatus struct {
+	// Report is the member's live report: identity, raft log position, revision, the member
+	// list it applied, whether it serves, and its start-up decision. It is written when it
+	// changes; the member Lease's renewals say it is still current.
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +optional
+	Report *runtime.RawExtension `json:"report,omitempty"`
+	// Ack acknowledges the recovery directive this member carried out as its seed.
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +optional
+	Ack *runtime.RawExtension `json:"ack,omitempty"`
+}
+
+// EtcdMemberList is a list of EtcdMembers.
+//
+// +kubebuilder:object:root=true
+type EtcdMemberList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EtcdMember `json:"items"`
+}
