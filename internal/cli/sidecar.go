@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -10,10 +11,12 @@ import (
 
 	retentionpkg "github.com/etcd-steward/steward/internal/backup/retention"
 
+	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/member"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 )
 
 // memoryLimit is the sidecar's default soft memory limit.
@@ -23,6 +26,7 @@ func newSidecarCommand() *cobra.Command {
 	var (
 		cfg                                 member.Config
 		listen, localDir, logLvl, retention string
+		kubeCluster, kubeNamespace          string
 	)
 	cmd := &cobra.Command{
 		Use:   "sidecar",
@@ -47,9 +51,6 @@ decides how the member starts, generates its etcd configuration, and serves:
 				// harder near it instead of letting the heap double (GOMEMLIMIT overrides).
 				debug.SetMemoryLimit(memoryLimit)
 			}
-			if localDir == "" {
-				return errors.New("--local-dir is required: the sidecar needs a cluster view (the local supervisor's directory)")
-			}
 			if retention != "" {
 				p, err := retentionpkg.ParsePolicy(retention)
 				if err != nil {
@@ -57,7 +58,18 @@ decides how the member starts, generates its etcd configuration, and serves:
 				}
 				cfg.Backup.Retention = p
 			}
-			cfg.View = local.View{Dir: localDir, Name: cfg.Name}
+			switch {
+			case localDir != "" && kubeCluster != "":
+				return errors.New("--local-dir and --kubernetes-cluster exclude each other: give the one cluster view this member belongs to")
+			case localDir != "":
+				cfg.View = local.View{Dir: localDir, Name: cfg.Name}
+			case kubeCluster != "":
+				if err := kubernetesView(cmd.Context(), &cfg, kubeNamespace, kubeCluster); err != nil {
+					return err
+				}
+			default:
+				return errors.New("give --local-dir (a local supervisor's directory) or --kubernetes-cluster (an EtcdCluster's name): the sidecar needs a cluster view")
+			}
 			cfg.Logger = lg
 			sc, err := member.New(cfg)
 			if err != nil {
@@ -76,6 +88,8 @@ decides how the member starts, generates its etcd configuration, and serves:
 	f.StringVar(&cfg.DataDir, "data-dir", "", "the member's etcd data directory")
 	f.StringVar(&listen, "listen", "127.0.0.1:2381", "host:port of the sidecar API")
 	f.StringVar(&localDir, "local-dir", "", "directory of the local supervisor whose cluster this member belongs to")
+	f.StringVar(&kubeCluster, "kubernetes-cluster", "", "name of the EtcdCluster this member belongs to (in a pod: the cluster view is the API server)")
+	f.StringVar(&kubeNamespace, "kubernetes-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the EtcdCluster (default: POD_NAMESPACE)")
 	f.StringVar(&logLvl, "log-level", "info", "log level")
 	f.StringVar(&cfg.Etcd.LogLevel, "etcd-log-level", "info", "log level written into the generated etcd configuration")
 	f.Uint64Var(&cfg.Etcd.SnapshotCount, "etcd-snapshot-count", 10000, "etcd snapshot-count for the generated configuration")
@@ -87,4 +101,45 @@ decides how the member starts, generates its etcd configuration, and serves:
 	_ = cmd.MarkFlagRequired("name")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
+}
+
+// kubernetesView sets the sidecar up as a member of an EtcdCluster: its view is the API
+// server, and the cluster's ConfigMap (written by the operator) carries the etcd tuning and
+// the backup settings. etcd listens on every interface and advertises the member's DNS names.
+func kubernetesView(ctx context.Context, cfg *member.Config, ns, cluster string) error {
+	rc, err := ctrlconfig.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubernetes configuration: %w", err)
+	}
+	v, err := kubeview.New(rc, ns, cluster, cfg.Name)
+	if err != nil {
+		return err
+	}
+	cc, _, err := v.Config(ctx)
+	if err != nil {
+		return err
+	}
+	cfg.View, cfg.ListenHost = v, "0.0.0.0"
+	e := cc.Etcd
+	if e.SnapshotCount > 0 {
+		cfg.Etcd.SnapshotCount = uint64(e.SnapshotCount)
+	}
+	cfg.Etcd.HeartbeatIntervalMs, cfg.Etcd.ElectionTimeoutMs = uint(e.HeartbeatMillis), uint(e.ElectionMillis)
+	cfg.Etcd.QuotaBackendBytes = e.QuotaBackendBytes
+	cfg.Etcd.AutoCompactionMode, cfg.Etcd.AutoCompactionRetention = e.AutoCompactionMode, e.AutoCompactionRetention
+	if b := cc.Backup; b != nil {
+		cfg.Backup.StoreURL, cfg.Backup.FullSchedule = b.Store, b.FullSchedule
+		if b.DeltaPeriod != "" {
+			if cfg.Backup.DeltaPeriod, err = time.ParseDuration(b.DeltaPeriod); err != nil {
+				return fmt.Errorf("cluster.yaml backup.deltaPeriod: %w", err)
+			}
+		}
+		cfg.Backup.Retention = retentionpkg.Policy{}
+		if b.Retention != "" && b.Retention != "keep" {
+			if cfg.Backup.Retention, err = retentionpkg.ParsePolicy(b.Retention); err != nil {
+				return fmt.Errorf("cluster.yaml backup.retention: %w", err)
+			}
+		}
+	}
+	return nil
 }

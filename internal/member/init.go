@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -441,6 +443,16 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec ClusterSpec, obs Obser
 	return s.etcdConfig(spec, plan, strings.Join(peers, ","))
 }
 
+// listenURL is u with its host replaced by host (u itself when host is empty).
+func listenURL(u, host string) string {
+	p, err := url.Parse(u)
+	if host == "" || err != nil {
+		return u
+	}
+	p.Host = net.JoinHostPort(host, p.Port())
+	return p.String()
+}
+
 func nameForPeer(spec ClusterSpec, peerURL, id string) string {
 	for _, m := range spec.Members {
 		if m.PeerURL == peerURL {
@@ -456,9 +468,9 @@ func (s *Sidecar) etcdConfig(spec ClusterSpec, plan Plan, initialCluster string)
 	c := s.cfg.Etcd
 	c.Name = self.Name
 	c.DataDir = s.cfg.DataDir
-	c.ListenClientURLs = self.ClientURL
+	c.ListenClientURLs = listenURL(self.ClientURL, s.cfg.ListenHost)
 	c.AdvertiseClientURLs = self.ClientURL
-	c.ListenPeerURLs = self.PeerURL
+	c.ListenPeerURLs = listenURL(self.PeerURL, s.cfg.ListenHost)
 	c.InitialAdvertisePeerURLs = self.PeerURL
 	c.InitialCluster = initialCluster
 	c.InitialClusterState = plan.ClusterState

@@ -79,7 +79,7 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 			// etcd's status has no last log index: the commit index stands in for it, which a
 			// serving member's log reaches within a heartbeat.
 			r.Term, r.Commit, r.LastIndex, r.Applied = st.RaftTerm, st.RaftIndex, st.RaftIndex, st.RaftAppliedIndex
-			r.Revision, r.Formed = st.Header.Revision, st.Leader != 0
+			r.Revision, r.Formed, r.Leader = st.Header.Revision, st.Leader != 0, st.Leader == st.Header.MemberId
 			mctx, cancel := context.WithTimeout(ctx, time.Second)
 			if ml, err := cli.MemberList(mctx, clientv3.WithSerializable()); err == nil {
 				for _, m := range ml.Members {

@@ -32,6 +32,9 @@ type Config struct {
 	Etcd etcdproc.Config
 	// Backup configures continuous backups; an empty store URL turns them off.
 	Backup BackupConfig
+	// ListenHost, when set, is the address etcd listens on (e.g. 0.0.0.0 in a pod), on the
+	// ports of the member's URLs; the URLs (DNS names) are what etcd advertises.
+	ListenHost string
 	// ObserveTimeout bounds one observation of the cluster.
 	ObserveTimeout time.Duration
 	Logger         *zap.Logger

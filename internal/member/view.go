@@ -111,6 +111,8 @@ type Report struct {
 	Source  string `json:"source"`
 	Serving bool   `json:"serving"`
 	Learner bool   `json:"learner,omitempty"`
+	// Leader: this member leads (etcd's status says so).
+	Leader bool `json:"leader,omitempty"`
 	// MemberID and ClusterID are whose data this is (hex, as etcdctl prints them).
 	MemberID  string `json:"memberID,omitempty"`
 	ClusterID string `json:"clusterID,omitempty"`

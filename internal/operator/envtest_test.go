@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,7 +27,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -51,29 +51,23 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	bin := filepath.Join(testutil.RepoRoot(), "bin", "k8s")
-	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil {
-		envErr = fmt.Sprintf("%s/kube-apiserver is missing; run `make kube-tools` (make test builds it)", bin)
+	api, err := testutil.StartAPIServer()
+	if errors.Is(err, testutil.ErrNoKubeTools) {
+		envErr = err.Error()
 		return m.Run()
 	}
-	log.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     []string{filepath.Join(testutil.RepoRoot(), "deploy", "crd")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer env.Stop() //nolint:errcheck
-	restConfig = cfg
+	defer api.Stop()
+	log.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	restConfig, kubeconfig = api.Config, api.Kubeconfig
 	scheme, err := Scheme()
 	if err != nil {
 		panic(err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		panic(err)
 	}
@@ -82,11 +76,10 @@ func runSuite(m *testing.M) int {
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	k8s, err = client.New(restConfig, client.Options{Scheme: scheme})
 	if err != nil {
 		panic(err)
 	}
-	kubeconfig = writeKubeconfig(env)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -94,26 +87,6 @@ func runSuite(m *testing.M) int {
 	cancel()
 	<-done
 	return code
-}
-
-func writeKubeconfig(env *envtest.Environment) string {
-	user, err := env.ControlPlane.AddUser(envtest.User{Name: "test-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		panic(err)
-	}
-	b, err := user.KubeConfig()
-	if err != nil {
-		panic(err)
-	}
-	f, err := os.CreateTemp("", "steward-envtest-kubeconfig-*")
-	if err != nil {
-		panic(err)
-	}
-	if _, err := f.Write(b); err != nil {
-		panic(err)
-	}
-	f.Close()
-	return f.Name()
 }
 
 func needEnv(t *testing.T) {
@@ -456,7 +429,7 @@ func findEvent(ns, reason string) error {
 
 func kubectl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(testutil.RepoRoot(), "bin", "k8s", "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -766,7 +739,7 @@ func TestDeployManifests(t *testing.T) {
 				t.Errorf("%s output has no %s", name, kind)
 			}
 		}
-		cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
+		cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
 		cmd.Stdin = strings.NewReader(manifest)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("%s output refused by the API server: %v\n%s", name, err, out)
@@ -784,7 +757,7 @@ func TestEvenSizeWarns(t *testing.T) {
 	}
 	manifest := fmt.Sprintf("apiVersion: etcd.steward.dev/v1alpha1\nkind: EtcdCluster\nmetadata: {name: even, namespace: %s, annotations: {%s: \"true\"}}\nspec: {replicas: 4}\n", ns, v1alpha1.AnnotationPaused)
 	testutil.Eventually(t, 30*time.Second, "a warning for 4 members", func() error {
-		cmd := exec.Command(filepath.Join(testutil.RepoRoot(), "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
+		cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
 		cmd.Stdin = strings.NewReader(manifest)
 		out, err := cmd.CombinedOutput()
 		if err != nil {

@@ -182,8 +182,8 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		SecurityContext: secCtx,
 	}
 	podSpec := corev1.PodSpec{
-		ServiceAccountName: ec.Name,
-		Containers:         []corev1.Container{etcd, sidecar},
+		ServiceAccountName:        ec.Name,
+		Containers:                []corev1.Container{etcd, sidecar},
 		NodeSelector:              ec.Spec.Scheduling.NodeSelector,
 		Tolerations:               ec.Spec.Scheduling.Tolerations,
 		Affinity:                  ec.Spec.Scheduling.Affinity,

@@ -1,0 +1,350 @@
+// Package kubeview is a member's ClusterView on the Kubernetes API server: the sidecar of a
+// member pod reads its cluster from the objects the operator keeps and reports through its own.
+//
+//   - spec: the ConfigMap <cluster>-config (cluster.yaml: members, token, tuning, backups);
+//   - status: the EtcdCluster's status (cluster ID, voters, member readiness) and every
+//     member's EtcdMember (their reports);
+//   - report: this member's EtcdMember status, written when something that matters changes
+//     (and the figures at most every reportRefresh), and its member Lease, renewed with holder
+//     "<memberID>:<role>" while etcd serves.
+package kubeview
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/member"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	// renewEvery is how often the member Lease is renewed while etcd serves (a third of the
+	// Lease's duration, which the operator sets).
+	renewEvery = 10 * time.Second
+	// reportRefresh is how often a report whose figures alone changed (revision, indexes,
+	// term) is written: changes that matter are written at once.
+	reportRefresh = 10 * time.Second
+)
+
+// Labels the operator sets (internal/operator); repeated here to keep the sidecar free of
+// the operator's dependencies.
+const labelCluster = "etcd.steward.dev/cluster"
+
+// View implements member.ClusterView for one member of one EtcdCluster.
+type View struct {
+	c                 client.WithWatch
+	ns, cluster, name string
+	now               func() time.Time
+
+	mu         sync.Mutex
+	lastKey    string // what matters of the last report written
+	lastWrite  time.Time
+	lastRenew  time.Time
+	lastHolder string
+}
+
+var _ member.ClusterView = (*View)(nil)
+
+// New returns the view of member name of cluster in namespace ns.
+func New(cfg *rest.Config, ns, cluster, name string) (*View, error) {
+	if ns == "" || cluster == "" || name == "" {
+		return nil, errors.New("the Kubernetes view needs the namespace (POD_NAMESPACE), the cluster (--kubernetes-cluster) and the member name (--name)")
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &View{c: c, ns: ns, cluster: cluster, name: name, now: time.Now}, nil
+}
+
+func (v *View) key(name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: v.ns, Name: name}
+}
+
+func (v *View) configMapName() string { return v.cluster + "-config" }
+
+// Config reads the cluster's configuration (cluster.yaml of its ConfigMap).
+func (v *View) Config(ctx context.Context) (v1alpha1.ClusterConfig, string, error) {
+	var cm corev1.ConfigMap
+	if err := v.c.Get(ctx, v.key(v.configMapName()), &cm); err != nil {
+		return v1alpha1.ClusterConfig{}, "", fmt.Errorf("reading ConfigMap %s/%s: %w", v.ns, v.configMapName(), err)
+	}
+	var cfg v1alpha1.ClusterConfig
+	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cfg); err != nil {
+		return cfg, "", fmt.Errorf("ConfigMap %s/%s, key %s: %w", v.ns, v.configMapName(), v1alpha1.ClusterConfigKey, err)
+	}
+	return cfg, cm.ResourceVersion, nil
+}
+
+// Snapshot implements member.ClusterView.
+func (v *View) Snapshot(ctx context.Context) (member.ClusterSnapshot, error) {
+	cfg, cmVersion, err := v.Config(ctx)
+	if err != nil {
+		return member.ClusterSnapshot{}, err
+	}
+	var ec v1alpha1.EtcdCluster
+	if err := v.c.Get(ctx, v.key(v.cluster), &ec); err != nil {
+		return member.ClusterSnapshot{}, fmt.Errorf("reading EtcdCluster %s/%s: %w", v.ns, v.cluster, err)
+	}
+	var ems v1alpha1.EtcdMemberList
+	if err := v.c.List(ctx, &ems, client.InNamespace(v.ns), client.MatchingLabels{labelCluster: v.cluster}); err != nil {
+		return member.ClusterSnapshot{}, fmt.Errorf("listing EtcdMembers of %s/%s: %w", v.ns, v.cluster, err)
+	}
+	var leases coordinationv1.LeaseList
+	if err := v.c.List(ctx, &leases, client.InNamespace(v.ns), client.MatchingLabels{labelCluster: v.cluster}); err != nil {
+		return member.ClusterSnapshot{}, fmt.Errorf("listing Leases of %s/%s: %w", v.ns, v.cluster, err)
+	}
+	return snapshot(cfg, &ec, ems.Items, leases.Items, cmVersion), nil
+}
+
+// snapshot assembles the member's picture of the cluster from what was read.
+func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alpha1.EtcdMember, leases []coordinationv1.Lease, cmVersion string) member.ClusterSnapshot {
+	snap := member.ClusterSnapshot{Spec: member.ClusterSpec{Name: cfg.Name, Token: cfg.Token}}
+	for _, m := range cfg.Members {
+		snap.Spec.Members = append(snap.Spec.Members, member.MemberSpec{Name: m.Name, ClientURL: m.ClientURL, PeerURL: m.PeerURL, SidecarURL: m.SidecarURL})
+	}
+	snap.Status.ClusterID = ec.Status.ClusterID
+	for _, vt := range ec.Status.Voters {
+		snap.Status.Voters = append(snap.Status.Voters, member.Voter{ID: vt.ID, Name: vt.Name, PeerURL: vt.PeerURL})
+	}
+	renewed := map[string]time.Time{}
+	for _, l := range leases {
+		if l.Spec.RenewTime != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			renewed[l.Name] = l.Spec.RenewTime.Time
+		}
+	}
+	byName := map[string]*member.StatusMember{}
+	add := func(name string) *member.StatusMember {
+		if m, ok := byName[name]; ok {
+			return m
+		}
+		byName[name] = &member.StatusMember{Name: name}
+		return byName[name]
+	}
+	for _, m := range snap.Spec.Members {
+		add(m.Name)
+	}
+	for _, m := range ec.Status.Members {
+		sm := add(m.Name)
+		sm.ID, sm.Ready, sm.Learner = m.ID, m.Status == v1alpha1.MemberReady, m.Role == v1alpha1.RoleLearner
+	}
+	versions := []string{cmVersion, ec.ResourceVersion}
+	for _, em := range ems {
+		versions = append(versions, em.Name+"="+em.ResourceVersion)
+		if em.Status.Report == nil {
+			continue
+		}
+		var r member.Report
+		if err := json.Unmarshal(em.Status.Report.Raw, &r); err != nil {
+			continue // a report this version cannot read counts as none
+		}
+		// A serving member's report is written when it changes; its Lease renewals say it
+		// still holds.
+		if t, ok := renewed[em.Name]; ok && r.Serving && t.After(r.At) {
+			r.At = t
+		}
+		sm := add(em.Name)
+		sm.Report = &r
+		if sm.ID == "" {
+			sm.ID = r.MemberID
+		}
+	}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		snap.Status.Members = append(snap.Status.Members, *byName[n])
+	}
+	snap.Version = strings.Join(versions, ",")
+	return snap
+}
+
+// Report implements member.ClusterView: it writes the report to this member's EtcdMember
+// when something that matters changed (or the figures are reportRefresh old), and renews the
+// member Lease while etcd serves.
+func (v *View) Report(ctx context.Context, r member.Report) error {
+	now := v.now()
+	v.mu.Lock()
+	key, write := reportKey(r), false
+	if key != v.lastKey || now.Sub(v.lastWrite) >= reportRefresh {
+		write = true
+	}
+	holder := holderOf(r)
+	renew := holder != "" && (holder != v.lastHolder || now.Sub(v.lastRenew) >= renewEvery)
+	v.mu.Unlock()
+
+	if write {
+		raw, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if err := v.writeStatus(ctx, func(st *v1alpha1.EtcdMemberStatus) { st.Report = &runtime.RawExtension{Raw: raw} }); err != nil {
+			return err
+		}
+		v.mu.Lock()
+		v.lastKey, v.lastWrite = key, now
+		v.mu.Unlock()
+	}
+	if renew {
+		if err := v.renewLease(ctx, holder, now); err != nil {
+			return err
+		}
+		v.mu.Lock()
+		v.lastHolder, v.lastRenew = holder, now
+		v.mu.Unlock()
+	}
+	return nil
+}
+
+// reportKey is what of a report matters at once: identity, data, role, formation, the
+// member list, the start-up decision and problems. Revision, term and indexes change with
+// every write and are refreshed every reportRefresh.
+func reportKey(r member.Report) string {
+	r.At, r.Revision, r.Term, r.LastTerm, r.LastIndex, r.Commit, r.Applied = time.Time{}, 0, 0, 0, 0, 0, 0
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// holderOf is the member Lease's holder for a report: "<memberID>:<role>" while etcd serves,
+// "" (no renewal) otherwise.
+func holderOf(r member.Report) string {
+	if !r.Serving || r.MemberID == "" {
+		return ""
+	}
+	role := v1alpha1.RoleMember
+	switch {
+	case r.Learner:
+		role = v1alpha1.RoleLearner
+	case r.Leader:
+		role = v1alpha1.RoleLeader
+	}
+	return r.MemberID + ":" + role
+}
+
+// AckDirective implements member.ClusterView.
+func (v *View) AckDirective(ctx context.Context, epoch int64, result member.DirectiveResult) error {
+	raw, err := json.Marshal(struct {
+		Epoch  int64                  `json:"epoch"`
+		Result member.DirectiveResult `json:"result"`
+	}{epoch, result})
+	if err != nil {
+		return err
+	}
+	return v.writeStatus(ctx, func(st *v1alpha1.EtcdMemberStatus) { st.Ack = &runtime.RawExtension{Raw: raw} })
+}
+
+// writeStatus updates this member's EtcdMember status, retrying on conflicts.
+func (v *View) writeStatus(ctx context.Context, set func(*v1alpha1.EtcdMemberStatus)) error {
+	for try := 0; ; try++ {
+		var em v1alpha1.EtcdMember
+		if err := v.c.Get(ctx, v.key(v.name), &em); err != nil {
+			return fmt.Errorf("reading EtcdMember %s/%s (the operator creates it): %w", v.ns, v.name, err)
+		}
+		before := em.Status.DeepCopy()
+		set(&em.Status)
+		if statusEqual(before, &em.Status) {
+			return nil
+		}
+		err := v.c.Status().Update(ctx, &em)
+		if err == nil || !apierrors.IsConflict(err) || try == 5 {
+			if err != nil {
+				return fmt.Errorf("writing the status of EtcdMember %s/%s: %w", v.ns, v.name, err)
+			}
+			return nil
+		}
+	}
+}
+
+func statusEqual(a, b *v1alpha1.EtcdMemberStatus) bool {
+	raw := func(r *runtime.RawExtension) []byte {
+		if r == nil {
+			return nil
+		}
+		return r.Raw
+	}
+	return bytes.Equal(raw(a.Report), raw(b.Report)) && bytes.Equal(raw(a.Ack), raw(b.Ack))
+}
+
+// renewLease renews this member's Lease (created by the operator).
+func (v *View) renewLease(ctx context.Context, holder string, now time.Time) error {
+	for try := 0; ; try++ {
+		var l coordinationv1.Lease
+		if err := v.c.Get(ctx, v.key(v.name), &l); err != nil {
+			return fmt.Errorf("reading Lease %s/%s (the operator creates it): %w", v.ns, v.name, err)
+		}
+		t := metav1.NewMicroTime(now)
+		l.Spec.HolderIdentity, l.Spec.RenewTime = &holder, &t
+		err := v.c.Update(ctx, &l)
+		if err == nil || !apierrors.IsConflict(err) || try == 5 {
+			if err != nil {
+				return fmt.Errorf("renewing Lease %s/%s: %w", v.ns, v.name, err)
+			}
+			return nil
+		}
+	}
+}
+
+// Watch implements member.ClusterView: a value whenever the ConfigMap, the EtcdCluster or an
+// EtcdMember of the cluster changes (watches re-established when they end).
+func (v *View) Watch(ctx context.Context) (<-chan struct{}, error) {
+	ch := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	var wg sync.WaitGroup
+	watch := func(list client.ObjectList, opts ...client.ListOption) {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			w, err := v.c.Watch(ctx, list, append([]client.ListOption{client.InNamespace(v.ns)}, opts...)...)
+			if err == nil {
+				signal() // anything may have changed while no watch ran
+				for range w.ResultChan() {
+					signal()
+				}
+				w.Stop()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second): // retry pace, not synchronisation
+			}
+		}
+	}
+	wg.Add(3)
+	go watch(&corev1.ConfigMapList{}, client.MatchingFields{"metadata.name": v.configMapName()})
+	go watch(&v1alpha1.EtcdClusterList{}, client.MatchingFields{"metadata.name": v.cluster})
+	go watch(&v1alpha1.EtcdMemberList{}, client.MatchingLabels{labelCluster: v.cluster})
+	go func() {
+		wg.Wait() // the watchers end with ctx
+		close(ch)
+	}()
+	return ch, nil
+}
