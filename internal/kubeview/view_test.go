@@ -1,0 +1,260 @@
+package kubeview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// The suite runs a real kube-apiserver (bin/k8s) and real members: `steward sidecar
+// --kubernetes-cluster` and `steward etcd` processes on this machine, whose only view of
+// their cluster is the API server. No operator runs: the test creates the objects the
+// operator would (ConfigMap, EtcdCluster, Leases, EtcdMembers), with 127.0.0.1 URLs.
+var (
+	api    *testutil.APIServer
+	apiErr error
+)
+
+func TestMain(m *testing.M) {
+	api, apiErr = testutil.StartAPIServer()
+	if apiErr != nil && !errors.Is(apiErr, testutil.ErrNoKubeTools) {
+		fmt.Fprintln(os.Stderr, apiErr)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if api != nil {
+		api.Stop()
+	}
+	os.Exit(code)
+}
+
+func needAPI(t *testing.T) client.Client {
+	t.Helper()
+	if apiErr != nil {
+		if os.Getenv("STEWARD_REQUIRE_TOOLS") != "" {
+			t.Fatal(apiErr)
+		}
+		t.Skip(apiErr)
+	}
+	v, err := New(api.Config, "x", "x", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.c
+}
+
+type testMember struct {
+	name                          string
+	client, peer, sidecar, health int
+	dataDir                       string
+	procs                         []*exec.Cmd
+}
+
+// cluster creates what the operator would for a cluster of n members named c.
+func cluster(t *testing.T, c client.Client, n int) (string, []*testMember) {
+	t.Helper()
+	ctx := context.Background()
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-"}}
+	if err := c.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	ns := nsObj.Name
+	labels := map[string]string{labelCluster: "c"}
+	cc := v1alpha1.ClusterConfig{Name: "c", Namespace: ns, Token: "token-" + ns, QuorumLossPolicy: v1alpha1.QuorumLossAutomatic}
+	var ms []*testMember
+	dir := t.TempDir()
+	for i := 0; i < n; i++ {
+		m := &testMember{name: fmt.Sprintf("c-%d", i), client: testutil.FreePort(t), peer: testutil.FreePort(t),
+			sidecar: testutil.FreePort(t), health: testutil.FreePort(t), dataDir: filepath.Join(dir, fmt.Sprintf("c-%d", i))}
+		ms = append(ms, m)
+		cc.Members = append(cc.Members, v1alpha1.MemberConfig{Name: m.name, ClientURL: fmt.Sprintf("http://127.0.0.1:%d", m.client),
+			PeerURL: fmt.Sprintf("http://127.0.0.1:%d", m.peer), SidecarURL: fmt.Sprintf("http://127.0.0.1:%d", m.sidecar)})
+		dur := int32(30)
+		if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: m.name, Labels: labels},
+			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: &dur}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Create(ctx, &v1alpha1.EtcdMember{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: m.name, Labels: labels}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := yaml.Marshal(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c-config", Labels: labels},
+		Data: map[string]string{v1alpha1.ClusterConfigKey: string(b)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(n)}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns, ms
+}
+
+// start runs the member's sidecar and etcd as processes, as the member pod's two containers.
+func (m *testMember) start(t *testing.T, ns string) {
+	t.Helper()
+	bin := testutil.StewardBinary(t)
+	logs := filepath.Join(filepath.Dir(m.dataDir), m.name+".log")
+	out, err := os.OpenFile(logs, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecar := exec.Command(bin, "sidecar", "--name", m.name, "--data-dir", m.dataDir,
+		"--listen", fmt.Sprintf("127.0.0.1:%d", m.sidecar), "--kubernetes-cluster", "c", "--log-level", "warn")
+	sidecar.Env = append(os.Environ(), "KUBECONFIG="+api.Kubeconfig, "POD_NAMESPACE="+ns)
+	etcd := exec.Command(bin, "etcd", "--sidecar", fmt.Sprintf("http://127.0.0.1:%d", m.sidecar),
+		"--listen-health", fmt.Sprintf("127.0.0.1:%d", m.health), "--log-level", "warn")
+	for _, p := range []*exec.Cmd{sidecar, etcd} {
+		p.Stdout, p.Stderr = out, out
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		m.procs = append(m.procs, p)
+	}
+	t.Cleanup(func() { m.stop(); out.Close() })
+	t.Logf("%s: logs in %s", m.name, logs)
+}
+
+// stop kills the member's processes (as a node failure would) and waits for them.
+func (m *testMember) stop() {
+	for _, p := range m.procs {
+		_ = p.Process.Signal(syscall.SIGKILL)
+		_, _ = p.Process.Wait()
+	}
+	m.procs = nil
+}
+
+func reportOf(t *testing.T, c client.Client, ns, name string) (member.Report, error) {
+	t.Helper()
+	var em v1alpha1.EtcdMember
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &em); err != nil {
+		return member.Report{}, err
+	}
+	if em.Status.Report == nil {
+		return member.Report{}, fmt.Errorf("%s has not reported", name)
+	}
+	var r member.Report
+	return r, yaml.Unmarshal(em.Status.Report.Raw, &r)
+}
+
+func holder(t *testing.T, c client.Client, ns, name string) string {
+	t.Helper()
+	var l coordinationv1.Lease
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// TestMembersFormAndHealThroughTheAPIServer: three members whose only view is the API server
+// form a cluster, report in their EtcdMembers and renew their Leases; a member whose data is
+// wiped while it is down rejoins under a new member ID, with every key.
+func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
+	c := needAPI(t)
+	ns, ms := cluster(t, c, 3)
+	for _, m := range ms {
+		m.start(t, ns)
+	}
+
+	ids := map[string]string{}
+	testutil.Eventually(t, 90*time.Second, "3 members serving, reporting and renewing", func() error {
+		leaders, clusterIDs := 0, map[string]bool{}
+		for _, m := range ms {
+			r, err := reportOf(t, c, ns, m.name)
+			if err != nil {
+				return err
+			}
+			if !r.Serving || !r.Formed {
+				return fmt.Errorf("%s reports serving=%v formed=%v (case %s: %s)", m.name, r.Serving, r.Formed, r.Case, r.Reason)
+			}
+			clusterIDs[r.ClusterID] = true
+			h := holder(t, c, ns, m.name)
+			if h != r.MemberID+":"+v1alpha1.RoleMember && h != r.MemberID+":"+v1alpha1.RoleLeader {
+				return fmt.Errorf("Lease %s holder %q, member %s", m.name, h, r.MemberID)
+			}
+			if strings.HasSuffix(h, v1alpha1.RoleLeader) {
+				leaders++
+			}
+			ids[m.name] = r.MemberID
+		}
+		if leaders != 1 || len(clusterIDs) != 1 {
+			return fmt.Errorf("%d Leaders, cluster IDs %v", leaders, clusterIDs)
+		}
+		return nil
+	})
+
+	endpoints := func(ms ...*testMember) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, fmt.Sprintf("http://127.0.0.1:%d", m.client))
+		}
+		return out
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints(ms...), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := 0; i < 50; i++ {
+		if _, err := cli.Put(ctx, fmt.Sprintf("k%02d", i), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// c-2 loses its disk while it is down, and comes back.
+	ms[2].stop()
+	if err := os.RemoveAll(ms[2].dataDir); err != nil {
+		t.Fatal(err)
+	}
+	ms[2].start(t, ns)
+	testutil.Eventually(t, 120*time.Second, "c-2 back as a new voting member with every key", func() error {
+		r, err := reportOf(t, c, ns, "c-2")
+		if err != nil {
+			return err
+		}
+		if !r.Serving || r.Learner || r.MemberID == ids["c-2"] {
+			return fmt.Errorf("c-2: serving=%v learner=%v id %s (was %s), case %s: %s", r.Serving, r.Learner, r.MemberID, ids["c-2"], r.Case, r.Reason)
+		}
+		if h := holder(t, c, ns, "c-2"); !strings.HasPrefix(h, r.MemberID+":") {
+			return fmt.Errorf("Lease c-2 holder %q", h)
+		}
+		one, err := clientv3.New(clientv3.Config{Endpoints: endpoints(ms[2]), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer one.Close()
+		gctx, gcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer gcancel()
+		resp, err := one.Get(gctx, "k", clientv3.WithPrefix(), clientv3.WithSerializable())
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) != 50 {
+			return fmt.Errorf("c-2 holds %d of 50 keys", len(resp.Kvs))
+		}
+		return nil
+	})
+}
