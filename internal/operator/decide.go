@@ -4,11 +4,13 @@ package operator
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/member"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -62,6 +64,8 @@ type Observation struct {
 	Previous v1alpha1.EtcdClusterStatus
 	// Backup is what the snapshot Leases say (nil: backups are off).
 	Backup *BackupObservation
+	// Reports are the members' own reports (their EtcdMembers), by member name.
+	Reports map[string]member.Report
 	Graces Graces
 }
 
@@ -114,6 +118,12 @@ type Decision struct {
 	MinAvailable int32
 	// Leader is the member whose Lease says Leader.
 	Leader string
+	// ClusterID, Voters and Revision are what the members report: the cluster ID once a
+	// serving member reports the cluster formed (never changed after), the voters as the
+	// leader lists them, and the newest revision a serving member reports.
+	ClusterID string
+	Voters    []v1alpha1.Voter
+	Revision  int64
 }
 
 // Decide computes the status and the actions from an observation. It is pure.
@@ -204,6 +214,7 @@ func Decide(o Observation) Decision {
 			}
 		}
 	}
+	d.ClusterID, d.Voters, d.Revision = fromReports(o)
 	d.Conditions = conditions(o, &d, quorate, all)
 	d.MinAvailable = minAvailable(size, d.Ready, all, o.Backup == nil || backupReady(o))
 	if len(d.Cases) == 0 {
@@ -211,6 +222,33 @@ func Decide(o Observation) Decision {
 	}
 	slices.Sort(d.Cases)
 	return d
+}
+
+// fromReports derives the cluster ID, the voters and the revision from the members' reports.
+func fromReports(o Observation) (clusterID string, voters []v1alpha1.Voter, revision int64) {
+	clusterID, voters, revision = o.Previous.ClusterID, o.Previous.Voters, o.Previous.Revision
+	for _, name := range slices.Sorted(maps.Keys(o.Reports)) {
+		r := o.Reports[name]
+		if !r.Serving {
+			continue
+		}
+		if clusterID == "" && r.Formed {
+			clusterID = r.ClusterID
+		}
+		if r.ClusterID != clusterID {
+			continue // another cluster's member (a recovery under way); not this one's figures
+		}
+		revision = max(revision, r.Revision)
+		if r.Leader && len(r.Members) > 0 {
+			voters = nil
+			for _, m := range r.Members {
+				if !m.IsLearner {
+					voters = append(voters, v1alpha1.Voter{ID: m.ID, Name: m.Name})
+				}
+			}
+		}
+	}
+	return clusterID, voters, revision
 }
 
 // nextReplicas is the StatefulSet size to write: all at once while bootstrapping; one member

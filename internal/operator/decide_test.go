@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/member"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -65,7 +66,7 @@ func (w *world) podNotReady(i int, age time.Duration) *world {
 	return w
 }
 
-func member(d Decision, name string) v1alpha1.MemberStatus {
+func memberOf(d Decision, name string) v1alpha1.MemberStatus {
 	for _, m := range d.Members {
 		if m.Name == name {
 			return m
@@ -99,14 +100,14 @@ func TestDecide(t *testing.T) {
 			}
 		}},
 		{"2 member status out of sync with its lease: expired lease makes it Unknown", healthy(3).leaseExpired(2), CaseLeasesOutOfSync, func(t *testing.T, d Decision) {
-			if m := member(d, "c-2"); m.Status != v1alpha1.MemberUnknown || m.Reason != v1alpha1.ReasonLeaseExpired || m.ID != "66" {
+			if m := memberOf(d, "c-2"); m.Status != v1alpha1.MemberUnknown || m.Reason != v1alpha1.ReasonLeaseExpired || m.ID != "66" {
 				t.Errorf("c-2 = %+v, want Unknown/LeaseExpired with id from the holder", m)
 			}
 		}},
 		{"2 member status out of sync with its lease: renewed lease makes it Ready",
 			healthy(3).prevStatus(1, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 10*time.Second), CaseLeasesOutOfSync,
 			func(t *testing.T, d Decision) {
-				if m := member(d, "c-1"); m.Status != v1alpha1.MemberReady || m.LastTransitionTime.Time != t0 {
+				if m := memberOf(d, "c-1"); m.Status != v1alpha1.MemberReady || m.LastTransitionTime.Time != t0 {
 					t.Errorf("c-1 = %+v, want Ready since now", m)
 				}
 			}},
@@ -143,7 +144,7 @@ func TestDecide(t *testing.T) {
 		{"7 member Unknown longer than the grace becomes NotReady",
 			healthy(3).leaseExpired(2).prevStatus(2, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 2*time.Minute), CaseUnknownTooLong,
 			func(t *testing.T, d Decision) {
-				if m := member(d, "c-2"); m.Status != v1alpha1.MemberNotReady || m.Reason != v1alpha1.ReasonUnknownGracePeriodExceeded {
+				if m := memberOf(d, "c-2"); m.Status != v1alpha1.MemberNotReady || m.Reason != v1alpha1.ReasonUnknownGracePeriodExceeded {
 					t.Errorf("c-2 = %+v", m)
 				}
 			}},
@@ -151,12 +152,12 @@ func TestDecide(t *testing.T) {
 			healthy(3).leaseExpired(2).prevStatus(2, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 30*time.Second).
 				setCond(v1alpha1.ConditionAllMembersReady, false), CasePinkOfHealth,
 			func(t *testing.T, d Decision) {
-				if m := member(d, "c-2"); m.Status != v1alpha1.MemberUnknown {
+				if m := memberOf(d, "c-2"); m.Status != v1alpha1.MemberUnknown {
 					t.Errorf("c-2 = %+v", m)
 				}
 			}},
 		{"8 pod not Ready marks the member NotReady", healthy(3).podNotReady(2, time.Minute), CasePodNotReady, func(t *testing.T, d Decision) {
-			if m := member(d, "c-2"); m.Status != v1alpha1.MemberNotReady || m.Reason != v1alpha1.ReasonPodNotReady {
+			if m := memberOf(d, "c-2"); m.Status != v1alpha1.MemberNotReady || m.Reason != v1alpha1.ReasonPodNotReady {
 				t.Errorf("c-2 = %+v", m)
 			}
 		}},
@@ -248,5 +249,30 @@ func TestDecide(t *testing.T) {
 			}
 			tc.check(t, d)
 		})
+	}
+}
+
+// TestDecideFromReports: the cluster ID is taken once from a serving member of a formed
+// cluster and never changed; the voters come from the leader's member list; the revision is
+// the newest a serving member of this cluster reports.
+func TestDecideFromReports(t *testing.T) {
+	w := healthy(3)
+	w.o.Reports = map[string]member.Report{
+		"c-0": {Serving: true, Formed: true, Leader: true, ClusterID: "cafe", Revision: 40,
+			Members: []member.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "99", Name: "c-3", IsLearner: true}}},
+		"c-1": {Serving: true, Formed: true, ClusterID: "cafe", Revision: 42},
+		"c-2": {Serving: false, Formed: true, ClusterID: "cafe", Revision: 99},
+	}
+	d := Decide(w.o)
+	if d.ClusterID != "cafe" || d.Revision != 42 || len(d.Voters) != 2 || d.Voters[1].Name != "c-1" {
+		t.Errorf("from reports: cluster %q revision %d voters %v", d.ClusterID, d.Revision, d.Voters)
+	}
+	// A member serving another cluster (a recovery's seed) changes none of it.
+	w.o.Previous.ClusterID = "cafe"
+	w.o.Reports = map[string]member.Report{"c-0": {Serving: true, Formed: true, Leader: true, ClusterID: "beef", Revision: 7,
+		Members: []member.LiveMember{{ID: "1", Name: "c-0"}}}}
+	w.o.Previous.Revision = 42
+	if d := Decide(w.o); d.ClusterID != "cafe" || d.Revision != 42 {
+		t.Errorf("another cluster's report changed the status: cluster %q revision %d", d.ClusterID, d.Revision)
 	}
 }

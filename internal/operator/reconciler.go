@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/member"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -267,7 +269,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	}
 
 	members := map[int]*MemberObservation{}
-	member := func(i int) *MemberObservation {
+	at := func(i int) *MemberObservation {
 		if m, ok := members[i]; ok {
 			return m
 		}
@@ -276,12 +278,12 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		return m
 	}
 	for i := 0; i < int(max(o.StatefulSetReplicas, 0)); i++ {
-		member(i)
+		at(i)
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if n, ok := ordinal(ec, p.Name); ok {
-			member(n).Pod = &PodState{Ready: podReady(p), Created: p.CreationTimestamp.Time, Deleting: !p.DeletionTimestamp.IsZero()}
+			at(n).Pod = &PodState{Ready: podReady(p), Created: p.CreationTimestamp.Time, Deleting: !p.DeletionTimestamp.IsZero()}
 		}
 	}
 	for i := range leases.Items {
@@ -289,7 +291,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		switch l.Labels[LabelLeaseKind] {
 		case "member":
 			if n, ok := ordinal(ec, l.Name); ok {
-				member(n).Lease = leaseState(l)
+				at(n).Lease = leaseState(l)
 			}
 		case "full-snapshot", "delta-snapshot":
 			if ec.Spec.Backup == nil {
@@ -316,7 +318,18 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	for _, i := range slices.Sorted(maps.Keys(members)) {
 		o.Members = append(o.Members, *members[i])
 	}
-	o.Formed = slices.ContainsFunc(ec.Status.Members, func(m v1alpha1.MemberStatus) bool { return m.ID != "" }) ||
+	var ems v1alpha1.EtcdMemberList
+	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), sel); err != nil {
+		return o, err
+	}
+	o.Reports = map[string]member.Report{}
+	for _, em := range ems.Items {
+		var rep member.Report
+		if em.Status.Report != nil && json.Unmarshal(em.Status.Report.Raw, &rep) == nil {
+			o.Reports[em.Name] = rep
+		}
+	}
+	o.Formed = ec.Status.ClusterID != "" || slices.ContainsFunc(ec.Status.Members, func(m v1alpha1.MemberStatus) bool { return m.ID != "" }) ||
 		slices.ContainsFunc(o.Members, func(m MemberObservation) bool { return m.Lease != nil && m.Lease.Holder != "" })
 	return o, nil
 }
@@ -356,9 +369,10 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 		ReadyReplicas:      d.Ready,
 		ReadyMembers:       fmt.Sprintf("%d/%d", d.Ready, ec.Spec.Replicas),
 		Selector:           labels.SelectorFromSet(selectorLabels(ec)).String(),
-		ClusterID:          ec.Status.ClusterID,
+		ClusterID:          d.ClusterID,
+		Voters:             d.Voters,
 		Leader:             d.Leader,
-		Revision:           ec.Status.Revision,
+		Revision:           d.Revision,
 		Recoverability:     ec.Status.Recoverability,
 		Endpoints: v1alpha1.Endpoints{
 			Client: fmt.Sprintf("http://%s.%s.svc:%d", clientServiceName(ec), ec.Namespace, ClientPort),
