@@ -66,7 +66,7 @@ type Observation struct {
 	Backup *BackupObservation
 	// Reports are the members' own reports (their EtcdMembers), by member name.
 	Reports map[string]member.Report
-	Graces Graces
+	Graces  Graces
 }
 
 // MemberObservation is one ordinal's pod and Lease.
