@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,7 +55,8 @@ type View struct {
 	now               func() time.Time
 
 	mu         sync.Mutex
-	lastKey    string // what matters of the last report written
+	published  map[string]snapshotLease // snapshot Leases as last written, by name
+	lastKey    string                   // what matters of the last report written
 	lastWrite  time.Time
 	lastRenew  time.Time
 	lastHolder string
@@ -247,6 +249,44 @@ func holderOf(r member.Report) string {
 	return r.MemberID + ":" + role
 }
 
+// snapshotLease is what a snapshot Lease says: the revision stored (holder) and when.
+type snapshotLease struct {
+	revision int64
+	at       time.Time
+}
+
+// PublishBackup implements member.BackupPublisher: the backup leader writes the newest full
+// snapshot to the Lease <cluster>-full-snapshot, and the newest revision known stored (and
+// when it was current) to <cluster>-delta-snapshot; holder = revision, renewTime = time. A
+// Lease is written when its revision changes, or its time is a delta period old.
+func (v *View) PublishBackup(ctx context.Context, s member.BackupStatus) error {
+	want := map[string]snapshotLease{}
+	if !s.LatestFullTime.IsZero() {
+		want[v.cluster+"-full-snapshot"] = snapshotLease{s.LatestFullRevision, s.LatestFullTime}
+	}
+	if !s.CurrentAt.IsZero() {
+		want[v.cluster+"-delta-snapshot"] = snapshotLease{s.CurrentRevision, s.CurrentAt}
+	}
+	for name, l := range want {
+		v.mu.Lock()
+		prev, ok := v.published[name]
+		v.mu.Unlock()
+		if ok && prev.revision == l.revision && l.at.Sub(prev.at) < s.DeltaPeriod {
+			continue
+		}
+		if err := v.writeLease(ctx, name, strconv.FormatInt(l.revision, 10), l.at); err != nil {
+			return err
+		}
+		v.mu.Lock()
+		if v.published == nil {
+			v.published = map[string]snapshotLease{}
+		}
+		v.published[name] = l
+		v.mu.Unlock()
+	}
+	return nil
+}
+
 // AckDirective implements member.ClusterView.
 func (v *View) AckDirective(ctx context.Context, epoch int64, result member.DirectiveResult) error {
 	raw, err := json.Marshal(struct {
@@ -291,19 +331,24 @@ func statusEqual(a, b *v1alpha1.EtcdMemberStatus) bool {
 	return bytes.Equal(raw(a.Report), raw(b.Report)) && bytes.Equal(raw(a.Ack), raw(b.Ack))
 }
 
-// renewLease renews this member's Lease (created by the operator).
+// renewLease renews this member's Lease.
 func (v *View) renewLease(ctx context.Context, holder string, now time.Time) error {
+	return v.writeLease(ctx, v.name, holder, now)
+}
+
+// writeLease sets a Lease's holder and renew time (the operator creates the Leases).
+func (v *View) writeLease(ctx context.Context, name, holder string, now time.Time) error {
 	for try := 0; ; try++ {
 		var l coordinationv1.Lease
-		if err := v.c.Get(ctx, v.key(v.name), &l); err != nil {
-			return fmt.Errorf("reading Lease %s/%s (the operator creates it): %w", v.ns, v.name, err)
+		if err := v.c.Get(ctx, v.key(name), &l); err != nil {
+			return fmt.Errorf("reading Lease %s/%s (the operator creates it): %w", v.ns, name, err)
 		}
 		t := metav1.NewMicroTime(now)
 		l.Spec.HolderIdentity, l.Spec.RenewTime = &holder, &t
 		err := v.c.Update(ctx, &l)
 		if err == nil || !apierrors.IsConflict(err) || try == 5 {
 			if err != nil {
-				return fmt.Errorf("renewing Lease %s/%s: %w", v.ns, v.name, err)
+				return fmt.Errorf("writing Lease %s/%s: %w", v.ns, name, err)
 			}
 			return nil
 		}

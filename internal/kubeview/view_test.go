@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -78,9 +79,15 @@ func cluster(t *testing.T, c client.Client, n int) (string, []*testMember) {
 	}
 	ns := nsObj.Name
 	labels := map[string]string{labelCluster: "c"}
-	cc := v1alpha1.ClusterConfig{Name: "c", Namespace: ns, Token: "token-" + ns, QuorumLossPolicy: v1alpha1.QuorumLossAutomatic}
-	var ms []*testMember
 	dir := t.TempDir()
+	cc := v1alpha1.ClusterConfig{Name: "c", Namespace: ns, Token: "token-" + ns, QuorumLossPolicy: v1alpha1.QuorumLossAutomatic,
+		Backup: &v1alpha1.BackupConfig{Store: "file://" + filepath.Join(dir, "store"), FullSchedule: "@hourly", DeltaPeriod: "1s", Retention: "keep"}}
+	var ms []*testMember
+	for _, name := range []string{"c-full-snapshot", "c-delta-snapshot"} {
+		if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i := 0; i < n; i++ {
 		m := &testMember{name: fmt.Sprintf("c-%d", i), client: testutil.FreePort(t), peer: testutil.FreePort(t),
 			sidecar: testutil.FreePort(t), health: testutil.FreePort(t), dataDir: filepath.Join(dir, fmt.Sprintf("c-%d", i))}
@@ -223,6 +230,21 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+
+	// The backup leader publishes its progress in the snapshot Leases: the full snapshot taken
+	// when it started, and the newest revision stored (the 50 puts above, within a delta).
+	put, err := cli.Get(ctx, "k49")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "snapshot Leases", func() error {
+		full, delta := holder(t, c, ns, "c-full-snapshot"), holder(t, c, ns, "c-delta-snapshot")
+		rev, err := strconv.ParseInt(delta, 10, 64)
+		if full == "" || err != nil || rev < put.Header.Revision {
+			return fmt.Errorf("full-snapshot holder %q, delta-snapshot holder %q, want at least revision %d", full, delta, put.Header.Revision)
+		}
+		return nil
+	})
 
 	// c-2 loses its disk while it is down, and comes back.
 	ms[2].stop()

@@ -41,14 +41,16 @@ type BackupStatus struct {
 	// periods ago; false after three).
 	Ready bool `json:"ready"`
 	// ReadyReason says which condition keeps Ready false ("" when it is true).
-	ReadyReason         string    `json:"readyReason,omitempty"`
-	Store               string    `json:"store"`
-	LatestFullKey       string    `json:"latestFullKey,omitempty"`
-	LatestFullRevision  int64     `json:"latestFullRevision"`
-	LatestFullTime      time.Time `json:"latestFullTime"`
-	LatestDeltaKey      string    `json:"latestDeltaKey,omitempty"`
-	LatestDeltaRevision int64     `json:"latestDeltaRevision"`
-	LatestDeltaTime     time.Time `json:"latestDeltaTime"`
+	ReadyReason string `json:"readyReason,omitempty"`
+	Store       string `json:"store"`
+	// DeltaPeriod is how often deltas are written (Ready turns false after 3 periods).
+	DeltaPeriod         time.Duration `json:"deltaPeriod"`
+	LatestFullKey       string        `json:"latestFullKey,omitempty"`
+	LatestFullRevision  int64         `json:"latestFullRevision"`
+	LatestFullTime      time.Time     `json:"latestFullTime"`
+	LatestDeltaKey      string        `json:"latestDeltaKey,omitempty"`
+	LatestDeltaRevision int64         `json:"latestDeltaRevision"`
+	LatestDeltaTime     time.Time     `json:"latestDeltaTime"`
 	// CurrentRevision is the newest revision known to be stored, CurrentAt when it was current.
 	CurrentRevision int64     `json:"currentRevision"`
 	CurrentAt       time.Time `json:"currentAt"`
@@ -98,7 +100,7 @@ func newBackupAgent(cfg BackupConfig, endpoint string, st *store.Store, lg *zap.
 		return nil, fmt.Errorf("--full-schedule %q: %w (use cron syntax, e.g. \"0 * * * *\" or @hourly)", cfg.FullSchedule, err)
 	}
 	return &backupAgent{cfg: cfg, schedule: sched, lg: lg.Named("backup"), metrics: m, endpoint: endpoint, store: st,
-		status: BackupStatus{Store: st.String()}, fullRequests: make(chan chan fullOutcome)}, nil
+		status: BackupStatus{Store: st.String(), DeltaPeriod: cfg.DeltaPeriod}, fullRequests: make(chan chan fullOutcome)}, nil
 }
 
 // Status returns the current backup status, with Ready evaluated now.

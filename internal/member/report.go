@@ -47,6 +47,7 @@ func (s *Sidecar) reportLoop(ctx context.Context) {
 					s.lg.Warn("cannot report to the cluster view", zap.Error(err))
 				}
 				s.ackDirective(ctx, snap.Directive, r)
+				s.publishBackup(ctx)
 			}
 		}
 		select {
@@ -54,6 +55,20 @@ func (s *Sidecar) reportLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		case <-s.reportKick:
+		}
+	}
+}
+
+// publishBackup hands the backup leader's status to a view that publishes it.
+func (s *Sidecar) publishBackup(ctx context.Context) {
+	p, ok := s.cfg.View.(BackupPublisher)
+	a := s.backups.Load()
+	if !ok || a == nil {
+		return
+	}
+	if st := a.Status(); st.Leader {
+		if err := p.PublishBackup(ctx, st); err != nil && ctx.Err() == nil {
+			s.lg.Warn("cannot publish the backup status", zap.Error(err))
 		}
 	}
 }

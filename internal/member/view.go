@@ -24,6 +24,12 @@ type ClusterView interface {
 	AckDirective(ctx context.Context, epoch int64, result DirectiveResult) error
 }
 
+// BackupPublisher is implemented by views that publish the backup leader's progress (the
+// Kubernetes view writes the snapshot Leases the operator reads).
+type BackupPublisher interface {
+	PublishBackup(ctx context.Context, s BackupStatus) error
+}
+
 // ClusterSnapshot is the cluster as the supervisor or operator last recorded it.
 type ClusterSnapshot struct {
 	// Version changes whenever anything in the snapshot changes.
