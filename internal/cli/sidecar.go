@@ -119,7 +119,7 @@ func kubernetesView(ctx context.Context, cfg *member.Config, ns, cluster string)
 	if err != nil {
 		return err
 	}
-	cfg.View, cfg.ListenHost = v, "0.0.0.0"
+	cfg.View, cfg.ListenHost, cfg.RemoveUndesired = v, "0.0.0.0", true
 	e := cc.Etcd
 	if e.SnapshotCount > 0 {
 		cfg.Etcd.SnapshotCount = uint64(e.SnapshotCount)

@@ -175,8 +175,10 @@ func holder(t *testing.T, c client.Client, ns, name string) string {
 }
 
 // TestMembersFormAndHealThroughTheAPIServer: three members whose only view is the API server
-// form a cluster, report in their EtcdMembers and renew their Leases; a member whose data is
-// wiped while it is down rejoins under a new member ID, with every key.
+// form a cluster, report in their EtcdMembers, renew their Leases and publish backups; a
+// leading member dropped from the ConfigMap hands leadership over and is removed from etcd;
+// added back, it joins as a learner and is promoted; and a member whose data is wiped while
+// it is down rejoins under a new member ID, with every key.
 func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 	c := needAPI(t)
 	ns, ms := cluster(t, c, 3)
@@ -246,7 +248,73 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 		return nil
 	})
 
-	// c-2 loses its disk while it is down, and comes back.
+	// Scale-down as the operator does it: c-2 leaves the ConfigMap first, while it leads. It
+	// hands leadership over, the new leader removes it from etcd, and only then would the
+	// operator stop its pod.
+	st, err := cli.Status(ctx, endpoints(ms[2])[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Leader != st.Header.MemberId {
+		lst, err := cli.Status(ctx, endpoints(ms[0])[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaderCli, err := clientv3.New(clientv3.Config{Endpoints: []string{memberURL(t, cli, lst.Leader)}, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leaderCli.MoveLeader(ctx, st.Header.MemberId); err != nil {
+			t.Fatal(err)
+		}
+		leaderCli.Close()
+	}
+	setMembers(t, c, ns, 2)
+	testutil.Eventually(t, 60*time.Second, "c-2 removed from etcd, leadership handed over", func() error {
+		lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer lcancel()
+		list, err := cli.MemberList(lctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range list.Members {
+			if m.Name == "c-2" {
+				return fmt.Errorf("etcd still lists c-2")
+			}
+		}
+		if len(list.Members) != 2 {
+			return fmt.Errorf("%d members listed", len(list.Members))
+		}
+		return nil
+	})
+	if _, err := cli.Put(ctx, "after-scale-down", "1"); err != nil {
+		t.Fatalf("write after the scale-down: %v", err)
+	}
+	ms[2].stop()
+	if err := os.RemoveAll(ms[2].dataDir); err != nil {
+		t.Fatal(err)
+	}
+
+	// Scaling back up: c-2 is in the ConfigMap again and starts empty; it joins as a learner
+	// and is promoted. Then it loses its disk while it is down, and comes back.
+	setMembers(t, c, ns, 3)
+	ms[2].start(t, ns)
+	testutil.Eventually(t, 120*time.Second, "c-2 back as a voter", func() error {
+		r, err := reportOf(t, c, ns, "c-2")
+		if err != nil {
+			return err
+		}
+		if !r.Serving || r.Learner || r.MemberID == ids["c-2"] {
+			return fmt.Errorf("c-2: serving=%v learner=%v id %s, case %s: %s", r.Serving, r.Learner, r.MemberID, r.Case, r.Reason)
+		}
+		ids["c-2"] = r.MemberID
+		return nil
+	})
+	ms[2].stop()
+	if err := os.RemoveAll(ms[2].dataDir); err != nil {
+		t.Fatal(err)
+	}
+	ms[2].start(t, ns)
 	ms[2].stop()
 	if err := os.RemoveAll(ms[2].dataDir); err != nil {
 		t.Fatal(err)
@@ -277,6 +345,56 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 		if len(resp.Kvs) != 50 {
 			return fmt.Errorf("c-2 holds %d of 50 keys", len(resp.Kvs))
 		}
+		if resp, err := one.Get(gctx, "after-scale-down", clientv3.WithSerializable()); err != nil || len(resp.Kvs) != 1 {
+			return fmt.Errorf("c-2 lacks the write made while it was out: %v", err)
+		}
 		return nil
 	})
+}
+
+// setMembers rewrites the ConfigMap with the first n members, as the operator does when it
+// scales.
+func setMembers(t *testing.T, c client.Client, ns string, n int) {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "c-config"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	var cc v1alpha1.ClusterConfig
+	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc); err != nil {
+		t.Fatal(err)
+	}
+	if all, ok := allMembers[ns]; ok {
+		cc.Members = all
+	} else {
+		allMembers[ns] = cc.Members
+	}
+	cc.Members = cc.Members[:n]
+	b, err := yaml.Marshal(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[v1alpha1.ClusterConfigKey] = string(b)
+	if err := c.Update(context.Background(), &cm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allMembers keeps each test cluster's full member list while its ConfigMap lists fewer.
+var allMembers = map[string][]v1alpha1.MemberConfig{}
+
+// memberURL returns the client URL of member id.
+func memberURL(t *testing.T, cli *clientv3.Client, id uint64) string {
+	t.Helper()
+	list, err := cli.MemberList(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range list.Members {
+		if m.ID == id && len(m.ClientURLs) > 0 {
+			return m.ClientURLs[0]
+		}
+	}
+	t.Fatalf("member %x not listed", id)
+	return ""
 }

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -181,12 +180,12 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 	}
 	if id != 0 {
 		if isLeader {
-			if err := moveLeaderAway(ctx, r.client, cli, id); err != nil {
+			if err := etcdutil.MoveLeaderAway(ctx, r.client, cli, id); err != nil {
 				return fmt.Errorf("move leadership away from %s: %w", r.spec.Name, err)
 			}
 			s.logf("moved leadership away from %s", r.spec.Name)
 		}
-		if err := removeFromEtcd(ctx, cli, id); err != nil {
+		if err := etcdutil.RemoveMember(ctx, cli, id); err != nil {
 			return fmt.Errorf("remove member %s from etcd: %w", r.spec.Name, err)
 		}
 	} else {
@@ -249,61 +248,8 @@ func (s *supervisor) memberToRemove(ctx context.Context, r *memberRun, cli *clie
 	return 0, false, nil
 }
 
-// moveLeaderAway hands leadership from the leader (reached through leaderCli) to the
-// healthy voting member furthest along in the log.
-func moveLeaderAway(ctx context.Context, leaderCli, cli *clientv3.Client, leader uint64) error {
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	list, err := cli.MemberList(lctx)
-	if err != nil {
-		return err
-	}
-	var best uint64
-	var bestIndex uint64
-	for _, m := range list.Members {
-		if m.ID == leader || m.IsLearner || m.Name == "" || len(m.ClientURLs) == 0 {
-			continue
-		}
-		st, err := cli.Status(lctx, m.ClientURLs[0])
-		if err != nil {
-			continue // not healthy: never hand leadership to it
-		}
-		if best == 0 || st.RaftIndex > bestIndex {
-			best, bestIndex = m.ID, st.RaftIndex
-		}
-	}
-	if best == 0 {
-		return errors.New("no other healthy voting member to take over")
-	}
-	_, err = leaderCli.MoveLeader(lctx, best)
-	return err
-}
-
 // scaleRetry is how soon a failed scaling pass is tried again.
 const scaleRetry = 5 * time.Second
-
-// removeFromEtcd removes a voting member. etcd refuses ("unhealthy cluster") while the member
-// handling the request has not been connected to enough of the others for 5 s, as after a
-// member joined or restarted: that passes, so it is retried for a while.
-func removeFromEtcd(ctx context.Context, cli *clientv3.Client, id uint64) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := cli.MemberRemove(rctx, id)
-		cancel()
-		switch {
-		case err == nil || errors.Is(err, rpctypes.ErrMemberNotFound):
-			return nil
-		case !errors.Is(err, rpctypes.ErrUnhealthy) || time.Now().After(deadline):
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-}
 
 // waitVoter polls until member m is a healthy voting member. It asks the member itself, not
 // cluster.json: a newer scale request may already have dropped m from it (the next pass

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -35,6 +36,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		}
 	}()
 	var lastStalledLog, lastNudge time.Time
+	var lastSelf MemberSpec
 	for {
 		interval := maintainInterval
 		if s.learnerSince.Load() != 0 {
@@ -52,8 +54,12 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		spec := snap.Spec
 		self, ok := spec.Member(s.cfg.Name)
 		if !ok {
+			if s.cfg.RemoveUndesired && cli != nil && snap.Directive == nil && len(spec.Members) > 0 {
+				s.leaveLeadership(ctx, cli, lastSelf)
+			}
 			continue
 		}
+		lastSelf = self
 		if cli == nil {
 			if cli, err = clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err != nil {
 				cli = nil
@@ -84,7 +90,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 			}
 			continue
 		}
-		if st.Leader == st.Header.MemberId {
+		if st.Leader == st.Header.MemberId && snap.Directive == nil {
 			s.removeSuperfluous(ctx, cli, spec, st.Header.MemberId)
 			if s.fullAfterStart.Load() {
 				if a := s.backups.Load(); a != nil && a.Status().Leader {
@@ -193,10 +199,12 @@ func (s *Sidecar) promote(ctx context.Context, cli *clientv3.Client, id uint64, 
 	}
 }
 
-// removeSuperfluous removes one member that the desired cluster does not have and that does
-// not run (seed 001: superfluous members, "no corresponding pod"). A member that still
-// answers is left to the supervisor or operator, which removes it in order (leadership moved
-// away first, then its processes stopped).
+// removeSuperfluous removes one member that the desired cluster does not have (seed 001:
+// superfluous members). Without RemoveUndesired only members that do not answer go: one
+// that still answers is left to the supervisor, which removes it in order (leadership moved
+// away first, then its processes stopped). With RemoveUndesired (Kubernetes: the operator
+// drops a leaving member from the spec and stops its pod only once etcd no longer lists it)
+// answering members go too; a leaving leader hands leadership over first (leaveLeadership).
 func (s *Sidecar) removeSuperfluous(ctx context.Context, cli *clientv3.Client, spec ClusterSpec, self uint64) {
 	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	list, err := cli.MemberList(lctx)
@@ -209,14 +217,11 @@ func (s *Sidecar) removeSuperfluous(ctx context.Context, cli *clientv3.Client, s
 		desiredPeers[m.PeerURL] = true
 	}
 	for _, m := range list.Members {
-		if m.ID == self || (len(m.PeerURLs) > 0 && desiredPeers[m.PeerURLs[0]]) || answers(ctx, m.ClientURLs) {
+		if m.ID == self || (len(m.PeerURLs) > 0 && desiredPeers[m.PeerURLs[0]]) || (!s.cfg.RemoveUndesired && answers(ctx, m.ClientURLs)) {
 			continue
 		}
 		start := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := cli.MemberRemove(rctx, m.ID)
-		cancel()
-		if err != nil {
+		if err := etcdutil.RemoveMember(ctx, cli, m.ID); err != nil {
 			s.metrics.membership.WithLabelValues("remove_superfluous", "failed").Inc()
 			s.lg.Warn("cannot remove a member that is not in the desired cluster", zap.String("id", fmt.Sprintf("%x", m.ID)), zap.Error(err))
 			return
@@ -226,6 +231,26 @@ func (s *Sidecar) removeSuperfluous(ctx context.Context, cli *clientv3.Client, s
 		s.lg.Info("removed a member that is not in the desired cluster", zap.String("id", fmt.Sprintf("%x", m.ID)), zap.String("name", m.Name))
 		return
 	}
+}
+
+// leaveLeadership hands leadership away when this member leads but is no longer desired, so
+// that the new leader removes it (a leader does not remove itself: it would stop leading
+// mid-request).
+func (s *Sidecar) leaveLeadership(ctx context.Context, cli *clientv3.Client, self MemberSpec) {
+	if self.ClientURL == "" {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	st, err := cli.Status(sctx, self.ClientURL)
+	cancel()
+	if err != nil || st.Leader != st.Header.MemberId {
+		return
+	}
+	if err := etcdutil.MoveLeaderAway(ctx, cli, cli, st.Header.MemberId); err != nil {
+		s.lg.Warn("this member is leaving the cluster but cannot hand leadership over yet", zap.Error(err))
+		return
+	}
+	s.lg.Info("this member is leaving the cluster: leadership handed over")
 }
 
 // answers reports whether an etcd member answers on one of its client URLs.

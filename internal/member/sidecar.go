@@ -32,6 +32,10 @@ type Config struct {
 	Etcd etcdproc.Config
 	// Backup configures continuous backups; an empty store URL turns them off.
 	Backup BackupConfig
+	// RemoveUndesired: the leader's sidecar removes members the spec no longer has even while
+	// they answer (Kubernetes: the operator stops a leaving member's pod only once etcd no
+	// longer lists it). Without it, the local supervisor removes them itself.
+	RemoveUndesired bool
 	// ListenHost, when set, is the address etcd listens on (e.g. 0.0.0.0 in a pod), on the
 	// ports of the member's URLs; the URLs (DNS names) are what etcd advertises.
 	ListenHost string

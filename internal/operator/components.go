@@ -81,7 +81,7 @@ func deleteByName(proto client.Object, name func(*v1alpha1.EtcdCluster) string) 
 }
 
 func syncConfigMap(ctx context.Context, r *run) error {
-	data, err := configMapData(r.ec, int(max(r.decision.StatefulSetReplicas, r.decision.ClusterSize)))
+	data, err := configMapData(r.ec, int(r.decision.ConfigMembers))
 	if err != nil {
 		return err
 	}

@@ -56,8 +56,10 @@ type Observation struct {
 	// Formed: the cluster has formed before (its status has a cluster ID, or a member was
 	// ever Ready). A cluster that never formed bootstraps all members at once.
 	Formed bool
-	// StatefulSetReplicas is the StatefulSet's spec.replicas (-1 while it does not exist).
+	// StatefulSetReplicas is the StatefulSet's spec.replicas (-1 while it does not exist);
+	// ConfigMembers the number of members its ConfigMap lists (-1 while it does not exist).
 	StatefulSetReplicas int32
+	ConfigMembers       int32
 	// Members holds one entry per ordinal the StatefulSet or the status knows of.
 	Members []MemberObservation
 	// Previous is the status as the last reconciliation wrote it.
@@ -108,8 +110,10 @@ type Decision struct {
 	Ready       int32
 	// Conditions are the new conditions (transition times kept when the status is unchanged).
 	Conditions []metav1.Condition
-	// StatefulSetReplicas is the replica count to write.
+	// StatefulSetReplicas is the replica count to write; ConfigMembers the number of
+	// members the ConfigMap lists (the desired etcd members).
 	StatefulSetReplicas int32
+	ConfigMembers       int32
 	// DeletePods are member pods NotReady past the grace (seed case 9).
 	DeletePods []string
 	// QuorumLost: a majority has been NotReady past the grace (seed case 10).
@@ -134,7 +138,7 @@ func Decide(o Observation) Decision {
 		prev[m.Name] = m
 	}
 
-	d.StatefulSetReplicas = nextReplicas(o, &d)
+	d.StatefulSetReplicas, d.ConfigMembers = nextSizes(o, &d)
 	size := d.StatefulSetReplicas
 	if o.StatefulSetReplicas >= 0 && o.StatefulSetReplicas > size {
 		// Members above the new size still exist until their pods are gone.
@@ -251,19 +255,30 @@ func fromReports(o Observation) (clusterID string, voters []v1alpha1.Voter, revi
 	return clusterID, voters, revision
 }
 
-// nextReplicas is the StatefulSet size to write: all at once while bootstrapping; one member
-// at a time once formed, each step only while every current member is Ready (a new member
-// joins as a learner, and etcd admits one learner at a time).
-func nextReplicas(o Observation, d *Decision) int32 {
+// nextSizes is the StatefulSet size and the number of members in the ConfigMap to write:
+// all at once while bootstrapping; once formed, one member at a time, each step only while
+// every current member is Ready (a new member joins as a learner, and etcd admits one
+// learner at a time). Growing, the new member enters the ConfigMap and the StatefulSet
+// together. Shrinking, it leaves the ConfigMap first; the leader's sidecar then removes it
+// from etcd (handing leadership over first if it leads), and its pod is stopped only once
+// the leader no longer lists it, so the cluster never counts a stopped voter.
+func nextSizes(o Observation, d *Decision) (sts, config int32) {
 	cur := o.StatefulSetReplicas
 	if cur < 0 || !o.Formed {
 		if cur != o.Desired {
 			addCase(d, CaseBootstrap)
 		}
-		return o.Desired
+		return o.Desired, o.Desired
+	}
+	if o.ConfigMembers >= 0 && o.ConfigMembers < cur {
+		addCase(d, CaseScaleDown)
+		if leaderLists(o, memberAt(o, cur-1)) {
+			return cur, o.ConfigMembers // the leader's sidecar removes it first
+		}
+		return cur - 1, o.ConfigMembers
 	}
 	if cur == o.Desired {
-		return cur
+		return cur, cur
 	}
 	ready := int32(0)
 	for _, m := range o.Previous.Members {
@@ -272,14 +287,35 @@ func nextReplicas(o Observation, d *Decision) int32 {
 		}
 	}
 	if ready < cur {
-		return cur // heal first, then scale
+		return cur, cur // heal first, then scale
 	}
 	if o.Desired > cur {
 		addCase(d, CaseScaleUp)
-		return cur + 1
+		return cur + 1, cur + 1
 	}
 	addCase(d, CaseScaleDown)
-	return cur - 1
+	return cur, cur - 1
+}
+
+// memberAt is the name of the member with the given ordinal.
+func memberAt(o Observation, ordinal int32) string {
+	for _, m := range o.Members {
+		if int32(m.Ordinal) == ordinal {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+// leaderLists reports whether the serving leader's member list still has name; without a
+// report from a serving leader, it is taken as listed (nothing is stopped on a guess).
+func leaderLists(o Observation, name string) bool {
+	for _, r := range o.Reports {
+		if r.Serving && r.Leader && len(r.Members) > 0 {
+			return slices.ContainsFunc(r.Members, func(m member.LiveMember) bool { return m.Name == name })
+		}
+	}
+	return true
 }
 
 // memberStatus is one member's status: NotReady while its pod is missing or not ready, Ready

@@ -22,7 +22,7 @@ type world struct {
 }
 
 func healthy(n int) *world {
-	w := &world{o: Observation{Now: t0, Desired: int32(n), Formed: true, StatefulSetReplicas: int32(n), Graces: graces,
+	w := &world{o: Observation{Now: t0, Desired: int32(n), Formed: true, StatefulSetReplicas: int32(n), ConfigMembers: int32(n), Graces: graces,
 		Backup: &BackupObservation{LastDelta: t0.Add(-2 * time.Second), DeltaPeriod: 5 * time.Second}}}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("c-%d", i)
@@ -205,12 +205,43 @@ func TestDecide(t *testing.T) {
 				t.Errorf("replicas = %d, cases %v: scaling must wait for every member", d.StatefulSetReplicas, d.Cases)
 			}
 		}},
-		{"12 scale down of a healthy cluster removes the highest member", func() *world { w := healthy(5); w.o.Desired = 3; return w }(), CaseScaleDown,
+		{"12 scale down of a healthy cluster drops the highest member from the spec first", func() *world { w := healthy(5); w.o.Desired = 3; return w }(), CaseScaleDown,
 			func(t *testing.T, d Decision) {
-				if d.StatefulSetReplicas != 4 || d.ClusterSize != 5 {
-					t.Errorf("replicas = %d size = %d, want 4 and 5 (c-4 leaves first)", d.StatefulSetReplicas, d.ClusterSize)
+				if d.ConfigMembers != 4 || d.StatefulSetReplicas != 5 || d.ClusterSize != 5 {
+					t.Errorf("config %d replicas %d size %d, want 4, 5, 5: c-4 leaves etcd before its pod stops", d.ConfigMembers, d.StatefulSetReplicas, d.ClusterSize)
 				}
 			}},
+		{"12 scale down waits while the leader still lists the leaving member", func() *world {
+			w := healthy(5)
+			w.o.Desired, w.o.ConfigMembers = 3, 4
+			w.o.Reports = map[string]member.Report{"c-0": {Serving: true, Leader: true, Members: []member.LiveMember{
+				{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}, {Name: "c-4"}}}}
+			return w
+		}(), CaseScaleDown, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 5 || d.ConfigMembers != 4 {
+				t.Errorf("replicas %d config %d: the pod of c-4 must wait for its removal from etcd", d.StatefulSetReplicas, d.ConfigMembers)
+			}
+		}},
+		{"12 scale down stops the pod once etcd no longer lists the member, even while it is NotReady", func() *world {
+			w := healthy(5).podNotReady(4, time.Minute)
+			w.o.Desired, w.o.ConfigMembers = 3, 4
+			w.o.Reports = map[string]member.Report{"c-0": {Serving: true, Leader: true, Members: []member.LiveMember{
+				{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}}}}
+			return w
+		}(), CaseScaleDown, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 4 || d.ConfigMembers != 4 {
+				t.Errorf("replicas %d config %d, want 4 and 4", d.StatefulSetReplicas, d.ConfigMembers)
+			}
+		}},
+		{"12 scale down without a report from the leader stops nothing", func() *world {
+			w := healthy(3)
+			w.o.Desired, w.o.ConfigMembers = 1, 2
+			return w
+		}(), CaseScaleDown, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 3 {
+				t.Errorf("replicas %d: no pod stops on a guess", d.StatefulSetReplicas)
+			}
+		}},
 		{"13 superfluous member entries are dropped", func() *world {
 			w := healthy(3)
 			w.o.Previous.Members = append(w.o.Previous.Members, v1alpha1.MemberStatus{Name: "c-3", Status: v1alpha1.MemberNotReady})
@@ -221,10 +252,10 @@ func TestDecide(t *testing.T) {
 			}
 		}},
 		{"bootstrap of a new cluster starts every member at once", func() *world {
-			w := &world{o: Observation{Now: t0, Desired: 3, StatefulSetReplicas: -1, Graces: graces}}
+			w := &world{o: Observation{Now: t0, Desired: 3, StatefulSetReplicas: -1, ConfigMembers: -1, Graces: graces}}
 			return w
 		}(), CaseBootstrap, func(t *testing.T, d Decision) {
-			if d.StatefulSetReplicas != 3 || d.QuorumLost || len(d.DeletePods) != 0 {
+			if d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 || d.QuorumLost || len(d.DeletePods) != 0 {
 				t.Errorf("bootstrap: %+v", d)
 			}
 			if cond(d, v1alpha1.ConditionBackupReady) != metav1.ConditionFalse {

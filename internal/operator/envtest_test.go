@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -23,6 +25,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	"go.uber.org/zap/zapcore"
 )
@@ -181,6 +185,9 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 				t.Fatal(err)
 			}
 		}
+		if i == 0 && renewing(0) {
+			leaderReport(t, ns, name, pn)
+		}
 		if renewing(int(i)) {
 			renew(t, ns, pn, fmt.Sprintf("%x:%s", 0xa0+i, map[bool]string{true: v1alpha1.RoleLeader, false: v1alpha1.RoleMember}[i == 0]))
 		}
@@ -189,6 +196,46 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 }
 
 func all(int) bool { return true }
+
+// leaderReport plays the leader's sidecar: etcd lists exactly the members of the ConfigMap
+// (the leader's sidecar removes the others), and the report says so.
+func leaderReport(t *testing.T, ns, cluster, leader string) {
+	t.Helper()
+	ctx := context.Background()
+	var cm corev1.ConfigMap
+	if err := get(t, ns, cluster+"-config", &cm); err != nil {
+		t.Fatal(err)
+	}
+	var cc v1alpha1.ClusterConfig
+	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc); err != nil {
+		t.Fatal(err)
+	}
+	r := member.Report{Name: leader, At: time.Now(), Serving: true, Formed: true, Leader: true, ClusterID: "c1", MemberID: "a0"}
+	for _, m := range cc.Members {
+		r.Members = append(r.Members, member.LiveMember{Name: m.Name})
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var em v1alpha1.EtcdMember
+	if err := get(t, ns, leader, &em); err != nil {
+		if apierrors.IsNotFound(err) {
+			return // the operator creates it on its next pass
+		}
+		t.Fatal(err)
+	}
+	if em.Status.Report != nil && string(em.Status.Report.Raw) != "" {
+		var old member.Report
+		if json.Unmarshal(em.Status.Report.Raw, &old) == nil && len(old.Members) == len(r.Members) {
+			return // unchanged: no write, as the real sidecar
+		}
+	}
+	em.Status.Report = &runtime.RawExtension{Raw: raw}
+	if err := k8s.Status().Update(ctx, &em); err != nil && !apierrors.IsConflict(err) {
+		t.Fatal(err)
+	}
+}
 
 // renew renews a member Lease as its sidecar does.
 func renew(t *testing.T, ns, name, holder string) {

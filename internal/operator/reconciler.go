@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/yaml"
 )
 
 // Finalizer holds an EtcdCluster until its owned objects are deleted.
@@ -245,7 +246,17 @@ func (r *ClusterReconciler) checkSecrets(ctx context.Context, ec *v1alpha1.EtcdC
 
 // observe reads what Decide needs.
 func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluster, now time.Time) (Observation, error) {
-	o := Observation{Now: now, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1}
+	o := Observation{Now: now, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1, ConfigMembers: -1}
+	var cm corev1.ConfigMap
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); {
+	case err == nil:
+		var cc v1alpha1.ClusterConfig
+		if yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc) == nil {
+			o.ConfigMembers = int32(len(cc.Members))
+		}
+	case !apierrors.IsNotFound(err):
+		return o, err
+	}
 	var sts appsv1.StatefulSet
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: statefulSetName(ec)}, &sts); {
 	case err == nil:
