@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Annotations a user sets on an EtcdCluster.
@@ -354,6 +355,14 @@ type EtcdClusterStatus struct {
 	LastBackupTime *metav1.Time `json:"lastBackupTime,omitempty"`
 	// +optional
 	Recoverability *Recoverability `json:"recoverability,omitempty"`
+	// Recovery is the quorum-loss recovery state: the directive in force (epoch, phase,
+	// seed, source and why), the newest epoch issued, the last recovery, and what the cluster
+	// waits for. The members carry the directive out (docs/architecture.md, "Recovery").
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +optional
+	Recovery *runtime.RawExtension `json:"recovery,omitempty"`
 	// +optional
 	LastErrors []LastError `json:"lastErrors,omitempty"`
 }

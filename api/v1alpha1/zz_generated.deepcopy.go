@@ -320,6 +320,11 @@ func (in *EtcdClusterStatus) DeepCopyInto(out *EtcdClusterStatus) {
 		*out = new(Recoverability)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.Recovery != nil {
+		in, out := &in.Recovery, &out.Recovery
+		*out = new(runtime.RawExtension)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.LastErrors != nil {
 		in, out := &in.LastErrors, &out.LastErrors
 		*out = make([]LastError, len(*in))

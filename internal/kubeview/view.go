@@ -183,6 +183,24 @@ func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alph
 	for _, n := range names {
 		snap.Status.Members = append(snap.Status.Members, *byName[n])
 	}
+	if ec.Status.Recovery != nil {
+		var rec struct {
+			Directive *member.Directive `json:"directive"`
+		}
+		if json.Unmarshal(ec.Status.Recovery.Raw, &rec) == nil && rec.Directive != nil {
+			d := *rec.Directive
+			// The seed sees its own acknowledgement at once, before the operator records it.
+			if d.Ack == nil {
+				for _, em := range ems {
+					var a member.DirectiveAck
+					if em.Name == d.Seed && em.Status.Ack != nil && json.Unmarshal(em.Status.Ack.Raw, &a) == nil && a.Epoch == d.Epoch {
+						d.Ack = &a.Result
+					}
+				}
+			}
+			snap.Directive = &d
+		}
+	}
 	snap.Version = strings.Join(versions, ",")
 	return snap
 }
@@ -289,10 +307,7 @@ func (v *View) PublishBackup(ctx context.Context, s member.BackupStatus) error {
 
 // AckDirective implements member.ClusterView.
 func (v *View) AckDirective(ctx context.Context, epoch int64, result member.DirectiveResult) error {
-	raw, err := json.Marshal(struct {
-		Epoch  int64                  `json:"epoch"`
-		Result member.DirectiveResult `json:"result"`
-	}{epoch, result})
+	raw, err := json.Marshal(member.DirectiveAck{Epoch: epoch, Result: result})
 	if err != nil {
 		return err
 	}

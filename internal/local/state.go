@@ -112,10 +112,7 @@ func writeMemberFile(dir, sub, name string, v any) error {
 }
 
 // ack is a seed's acknowledgement of a directive, as a sidecar writes it.
-type ack struct {
-	Epoch  int64                  `json:"epoch"`
-	Result member.DirectiveResult `json:"result"`
-}
+type ack = member.DirectiveAck
 
 // View is the sidecar's ClusterView in local mode: the desired cluster is DIR/cluster.json,
 // the status DIR/run/state.json with the members' reports beside it.

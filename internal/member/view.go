@@ -201,6 +201,12 @@ const (
 	RecoverFromBackup   = "backup"
 )
 
+// DirectiveAck is a seed's acknowledgement of the directive of epoch Epoch, as views record it.
+type DirectiveAck struct {
+	Epoch  int64           `json:"epoch"`
+	Result DirectiveResult `json:"result"`
+}
+
 // DirectiveResult is what the seed reports when it serves after carrying out a directive.
 type DirectiveResult struct {
 	Member    string    `json:"member"`

@@ -51,7 +51,9 @@ var DefaultGraces = Graces{Unknown: 60 * time.Second, NotReady: 5 * time.Minute}
 
 // Observation is everything Decide looks at, read in one reconciliation.
 type Observation struct {
-	Now     time.Time
+	Now time.Time
+	// Name is the EtcdCluster's name (for messages).
+	Name    string
 	Desired int32
 	// Formed: the cluster has formed before (its status has a cluster ID, or a member was
 	// ever Ready). A cluster that never formed bootstraps all members at once.
@@ -68,7 +70,9 @@ type Observation struct {
 	Backup *BackupObservation
 	// Reports are the members' own reports (their EtcdMembers), by member name.
 	Reports map[string]member.Report
-	Graces  Graces
+	// Recovery is the quorum-loss recovery's input (nil: not evaluated).
+	Recovery *Recovery
+	Graces   Graces
 }
 
 // MemberObservation is one ordinal's pod and Lease.
@@ -128,6 +132,8 @@ type Decision struct {
 	ClusterID string
 	Voters    []v1alpha1.Voter
 	Revision  int64
+	// Recovery is the recovery step's outcome (nil when not evaluated).
+	Recovery *recoveryOutcome
 }
 
 // Decide computes the status and the actions from an observation. It is pure.
@@ -219,6 +225,18 @@ func Decide(o Observation) Decision {
 		}
 	}
 	d.ClusterID, d.Voters, d.Revision = fromReports(o)
+	if o.Recovery != nil && o.Formed {
+		rec := *o.Recovery
+		rec.Status.ClusterID, rec.Status.Voters = d.ClusterID, toMemberVoters(d.Voters)
+		out := decideRecovery(o, d.Members, rec)
+		d.Recovery = &out
+		d.ClusterID, d.Voters = out.Status.ClusterID, fromMemberVoters(out.Status.Voters)
+		if out.Status.Directive != nil || out.Held != "" {
+			// The members carry out the recovery: nothing is scaled or restarted meanwhile.
+			d.StatefulSetReplicas, d.ConfigMembers = max(o.StatefulSetReplicas, 0), max(o.ConfigMembers, 0)
+			d.DeletePods = nil
+		}
+	}
 	d.Conditions = conditions(o, &d, quorate, all)
 	d.MinAvailable = minAvailable(size, d.Ready, all, o.Backup == nil || backupReady(o))
 	if len(d.Cases) == 0 {
@@ -226,6 +244,22 @@ func Decide(o Observation) Decision {
 	}
 	slices.Sort(d.Cases)
 	return d
+}
+
+func toMemberVoters(vs []v1alpha1.Voter) []member.Voter {
+	var out []member.Voter
+	for _, v := range vs {
+		out = append(out, member.Voter{ID: v.ID, Name: v.Name, PeerURL: v.PeerURL})
+	}
+	return out
+}
+
+func fromMemberVoters(vs []member.Voter) []v1alpha1.Voter {
+	var out []v1alpha1.Voter
+	for _, v := range vs {
+		out = append(out, v1alpha1.Voter{ID: v.ID, Name: v.Name, PeerURL: v.PeerURL})
+	}
+	return out
 }
 
 // fromReports derives the cluster ID, the voters and the revision from the members' reports.
@@ -407,11 +441,20 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	}
 	set(v1alpha1.ConditionProgressing, progressing, reason, msg)
 
-	lost := "quorate, or not NotReady long enough to count as lost"
+	lost, lostReason := "quorate, or not NotReady long enough to count as lost", "NoQuorumLoss"
 	if d.QuorumLost {
-		lost = fmt.Sprintf("%s; NotReady longer than %s", members, o.Graces.NotReady)
+		lost, lostReason = fmt.Sprintf("%s; NotReady longer than %s", members, o.Graces.NotReady), "MajorityNotReady"
 	}
-	set(v1alpha1.ConditionQuorumLost, d.QuorumLost, pick(d.QuorumLost, "MajorityNotReady", "NoQuorumLoss"), lost)
+	recovering := false
+	if r := d.Recovery; r != nil {
+		switch dir := r.Status.Directive; {
+		case r.Held != "":
+			recovering, lostReason, lost = true, "AwaitingConfirmation", r.Held
+		case dir != nil:
+			recovering, lostReason, lost = true, "Recovering"+dir.Phase, fmt.Sprintf("recovery %d, %s: %s", dir.Epoch, dir.Phase, dir.Reason)
+		}
+	}
+	set(v1alpha1.ConditionQuorumLost, d.QuorumLost || recovering, lostReason, lost)
 
 	if o.Backup != nil {
 		ok, why := backupCurrent(o)

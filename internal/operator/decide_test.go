@@ -3,10 +3,12 @@ package operator
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -305,5 +307,44 @@ func TestDecideFromReports(t *testing.T) {
 	w.o.Previous.Revision = 42
 	if d := Decide(w.o); d.ClusterID != "cafe" || d.Revision != 42 {
 		t.Errorf("another cluster's report changed the status: cluster %q revision %d", d.ClusterID, d.Revision)
+	}
+}
+
+// TestDecideRecovery: a quorum lost past the grace issues a fencing directive; pods older
+// than the directive are deleted (their etcd may run), newer ones count as stopped; a pod
+// that cannot be deleted keeps the recovery waiting; nothing is scaled meanwhile.
+func TestDecideRecovery(t *testing.T) {
+	w := healthy(3).podNotReady(0, time.Hour).podNotReady(1, time.Hour).podNotReady(2, time.Hour)
+	for i := range w.o.Previous.Members {
+		w.prevStatus(i, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 10*time.Minute)
+	}
+	w.o.Desired = 5
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+	rec := &Recovery{Timing: heal.Timing{Grace: time.Minute, ReportTimeout: time.Minute, SeedTimeout: time.Hour}}
+	rec.Status.QuorumLostSince = t0.Add(-2 * time.Minute)
+	w.o.Recovery = rec
+	w.o.Reports = map[string]member.Report{"c-0": {Serving: false, Members: []member.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}}}
+	d := Decide(w.o)
+	dir := d.Recovery.Status.Directive
+	if dir == nil || dir.Phase != member.PhaseFencing {
+		t.Fatalf("directive %+v after the grace", dir)
+	}
+	if len(d.Recovery.FencePods) != 3 || d.StatefulSetReplicas != 3 || cond(d, v1alpha1.ConditionQuorumLost) != metav1.ConditionTrue {
+		t.Errorf("fence %v replicas %d QuorumLost %v: every old pod is deleted, nothing scaled", d.Recovery.FencePods, d.StatefulSetReplicas, cond(d, v1alpha1.ConditionQuorumLost))
+	}
+
+	// Next pass: c-0 and c-1 were recreated after the directive; c-2's pod is stuck on a lost node.
+	rec.Status = d.Recovery.Status
+	w.o.Now = t0.Add(10 * time.Second)
+	w.o.Members[0].Pod = &PodState{Created: t0.Add(time.Second)}
+	w.o.Members[1].Pod = &PodState{Created: t0.Add(2 * time.Second)}
+	w.o.Members[2].Pod = &PodState{Created: t0.Add(-time.Hour), Deleting: true}
+	d = Decide(w.o)
+	if got := d.Recovery.Status.Directive; got == nil || got.Phase != member.PhaseFencing || !strings.Contains(d.Recovery.Status.Waiting, "c-2 to stop") {
+		t.Errorf("directive %+v, waiting %q: the recovery must wait for c-2 to stop", got, d.Recovery.Status.Waiting)
+	}
+	if len(d.Recovery.FencePods) != 0 {
+		t.Errorf("fence %v: c-2's deletion is under way, the others are new", d.Recovery.FencePods)
 	}
 }

@@ -181,7 +181,7 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 		}
 		if len(p.Status.Conditions) == 0 || p.Status.Conditions[0].Status != want {
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: want}}
-			if err := k8s.Status().Update(ctx, p); err != nil && !apierrors.IsConflict(err) {
+			if err := k8s.Status().Update(ctx, p); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
 			}
 		}
@@ -812,6 +812,147 @@ func TestEvenSizeWarns(t *testing.T) {
 		}
 		if !strings.Contains(string(out), "Warning:") || !strings.Contains(string(out), "spec.replicas is 4") {
 			return fmt.Errorf("no warning: %s", out)
+		}
+		return nil
+	})
+}
+
+// writeReport writes a member's report into its EtcdMember, as its sidecar does.
+func writeReport(t *testing.T, ns string, r member.Report, ack *member.DirectiveAck) {
+	t.Helper()
+	var em v1alpha1.EtcdMember
+	if err := get(t, ns, r.Name, &em); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	em.Status.Report = &runtime.RawExtension{Raw: raw}
+	if ack != nil {
+		a, _ := json.Marshal(ack)
+		em.Status.Ack = &runtime.RawExtension{Raw: a}
+	}
+	if err := k8s.Status().Update(context.Background(), &em); err != nil && !apierrors.IsConflict(err) {
+		t.Fatal(err)
+	}
+}
+
+// directive reads the recovery directive from the status.
+func directive(t *testing.T, ec *v1alpha1.EtcdCluster) *member.Directive {
+	t.Helper()
+	if ec.Status.Recovery == nil {
+		return nil
+	}
+	var rec struct {
+		Directive *member.Directive `json:"directive"`
+	}
+	if err := json.Unmarshal(ec.Status.Recovery.Raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Directive
+}
+
+// TestQuorumLossRecovery plays a quorum lost for good on objects: every member down, one
+// with its data intact (q-0), two wiped. The operator fences (deletes the pods older than the
+// directive), waits for every voter's report from disk, chooses q-0 as the seed, waits for its
+// acknowledgement, lets the others rejoin, and retires the directive once they serve. With the
+// Manual policy it stops before the seed acts, names it, and goes on only once confirmed.
+func TestQuorumLossRecovery(t *testing.T) {
+	for _, policy := range []string{v1alpha1.QuorumLossAutomatic, v1alpha1.QuorumLossManual} {
+		t.Run(policy, func(t *testing.T) { quorumLossRecovery(t, policy) })
+	}
+}
+
+func quorumLossRecovery(t *testing.T, policy string) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ec := newCluster(ns, "q", 3)
+	ec.Spec.QuorumLoss.Policy = policy
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "q", &appsv1.StatefulSet{}) })
+	waitReady(t, ns, "q", 3)
+	testutil.Eventually(t, 10*time.Second, "voters recorded", func() error {
+		if ec := getCluster(t, ns, "q"); ec.Status.ClusterID != "c1" || len(ec.Status.Voters) != 3 {
+			return fmt.Errorf("cluster %q voters %v", ec.Status.ClusterID, ec.Status.Voters)
+		}
+		return nil
+	})
+
+	// Every member stops serving; their sidecars report from disk: q-0 holds the newest log.
+	none := func(int) bool { return false }
+	diskReports := func() {
+		now := time.Now()
+		writeReport(t, ns, member.Report{Name: "q-0", At: now, Source: member.ReportFromDisk, DataValid: true, Owner: "q-0",
+			MemberID: "a0", ClusterID: "c1", Formed: true, LastTerm: 5, LastIndex: 120, Commit: 118, Applied: 118}, nil)
+		for _, n := range []string{"q-1", "q-2"} {
+			writeReport(t, ns, member.Report{Name: n, At: now, Source: member.ReportFromDisk, DataEmpty: true}, nil)
+		}
+	}
+	var d *member.Directive
+	testutil.Eventually(t, 60*time.Second, "a directive that chooses q-0", func() error {
+		membersRenewing(t, ns, "q", none, none)
+		diskReports()
+		ec := getCluster(t, ns, "q")
+		d = directive(t, ec)
+		c := apimeta.FindStatusCondition(ec.Status.Conditions, v1alpha1.ConditionQuorumLost)
+		if policy == v1alpha1.QuorumLossManual {
+			if c == nil || c.Reason != "AwaitingConfirmation" || !strings.Contains(c.Message, "from q-0") {
+				return fmt.Errorf("QuorumLost %+v, directive %+v", c, d)
+			}
+			return nil
+		}
+		if d == nil || d.Phase != member.PhaseSeeding {
+			return fmt.Errorf("directive %+v; QuorumLost %+v", d, c)
+		}
+		return nil
+	})
+	if policy == v1alpha1.QuorumLossManual {
+		// Held: fenced, nothing chosen on disk yet; nothing happens until the confirmation.
+		if d == nil || d.Phase != member.PhaseFencing {
+			t.Fatalf("Manual: directive %+v, want Fencing until confirmed", d)
+		}
+		ec := getCluster(t, ns, "q")
+		ec.Annotations = map[string]string{v1alpha1.AnnotationConfirmRecovery: fmt.Sprint(d.Epoch)}
+		if err := k8s.Update(ctx, ec); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 30*time.Second, "Seeding after the confirmation", func() error {
+			membersRenewing(t, ns, "q", none, none)
+			diskReports()
+			d = directive(t, getCluster(t, ns, "q"))
+			if d == nil || d.Phase != member.PhaseSeeding {
+				return fmt.Errorf("directive %+v", d)
+			}
+			return nil
+		})
+	}
+	if d.Seed != "q-0" || d.Mode != member.RecoverFromSurvivor {
+		t.Fatalf("seed %s mode %s, want q-0 from its own data (survivor)", d.Seed, d.Mode)
+	}
+	testutil.Eventually(t, 10*time.Second, "Event Fenced", func() error { return findEvent(ns, "Fenced") })
+
+	// The seed carries the directive out and serves; the others rejoin and serve.
+	epoch := d.Epoch
+	testutil.Eventually(t, 60*time.Second, "recovery retired", func() error {
+		membersRenewing(t, ns, "q", all, all)
+		writeReport(t, ns, member.Report{Name: "q-0", At: time.Now(), Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+			Leader: true, MemberID: "a0", ClusterID: "c2", Formed: true, AppliedEpoch: epoch, Revision: 200,
+			Members: []member.LiveMember{{ID: "a0", Name: "q-0"}, {ID: "a1", Name: "q-1"}, {ID: "a2", Name: "q-2"}}},
+			&member.DirectiveAck{Epoch: epoch, Result: member.DirectiveResult{Member: "q-0", MemberID: "a0", ClusterID: "c2", Revision: 200}})
+		for i, n := range []string{"q-1", "q-2"} {
+			writeReport(t, ns, member.Report{Name: n, At: time.Now(), Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+				MemberID: fmt.Sprintf("a%d", i+1), ClusterID: "c2", Formed: true, AppliedEpoch: epoch}, nil)
+		}
+		ec := getCluster(t, ns, "q")
+		if d := directive(t, ec); d != nil {
+			return fmt.Errorf("directive %d still in force: %s (%s)", d.Epoch, d.Phase, d.Reason)
+		}
+		if condition(ec, v1alpha1.ConditionQuorumLost) != metav1.ConditionFalse || ec.Status.ClusterID != "c2" {
+			return fmt.Errorf("QuorumLost %v, cluster %q", condition(ec, v1alpha1.ConditionQuorumLost), ec.Status.ClusterID)
 		}
 		return nil
 	})

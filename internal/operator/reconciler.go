@@ -7,9 +7,11 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -20,6 +22,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -166,9 +169,30 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		r.Recorder.Eventf(ec, pod, corev1.EventTypeWarning, "MemberRestarted", "DeletePod",
 			"member %s was NotReady for more than %s: its pod was deleted to restart it", name, r.graces().NotReady)
 	}
+	if rec := d.Recovery; rec != nil {
+		for _, name := range rec.FencePods {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ec.Namespace}}
+			if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod)); err != nil {
+				fail("ERR_FENCE_POD", fmt.Errorf("pod %s: %w", name, err))
+				continue
+			}
+			r.Recorder.Eventf(ec, pod, corev1.EventTypeWarning, "Fenced", "DeletePod",
+				"member %s is stopped for recovery %d: its pod was deleted; the new one waits for the directive", name, rec.Status.Directive.Epoch)
+		}
+		if rec.Event != "" {
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "Recovery", "Recover", "%s", rec.Event)
+		}
+	}
 	r.recordEvents(ec, obs, d)
 
 	status := r.status(ec, obs, d)
+	if rec := d.Recovery; rec != nil {
+		raw, err := encodeRecovery(rec.Status)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		status.Recovery = &runtime.RawExtension{Raw: raw}
+	}
 	status.LastErrors = errs
 	if len(errs) == 0 {
 		status.ObservedGeneration = ec.Generation
@@ -246,7 +270,7 @@ func (r *ClusterReconciler) checkSecrets(ctx context.Context, ec *v1alpha1.EtcdC
 
 // observe reads what Decide needs.
 func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluster, now time.Time) (Observation, error) {
-	o := Observation{Now: now, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1, ConfigMembers: -1}
+	o := Observation{Now: now, Name: ec.Name, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1, ConfigMembers: -1}
 	var cm corev1.ConfigMap
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); {
 	case err == nil:
@@ -279,6 +303,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		return o, err
 	}
 
+	storedRev := int64(-1) // the newest revision the backups hold, as the backup leader published it
 	members := map[int]*MemberObservation{}
 	at := func(i int) *MemberObservation {
 		if m, ok := members[i]; ok {
@@ -314,6 +339,11 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 					o.Backup.DeltaPeriod = p.Duration
 				}
 			}
+			if l.Spec.HolderIdentity != nil {
+				if rev, err := strconv.ParseInt(*l.Spec.HolderIdentity, 10, 64); err == nil {
+					storedRev = max(storedRev, rev)
+				}
+			}
 			if l.Spec.RenewTime != nil && l.Spec.HolderIdentity != nil {
 				if l.Labels[LabelLeaseKind] == "full-snapshot" {
 					o.Backup.LastFull = l.Spec.RenewTime.Time
@@ -334,12 +364,30 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		return o, err
 	}
 	o.Reports = map[string]member.Report{}
+	rec := Recovery{Acks: map[string]member.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
+		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: storedRev},
+		Timing: heal.Timing{Grace: o.Graces.NotReady, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
 	for _, em := range ems.Items {
 		var rep member.Report
 		if em.Status.Report != nil && json.Unmarshal(em.Status.Report.Raw, &rep) == nil {
 			o.Reports[em.Name] = rep
 		}
+		var ack member.DirectiveAck
+		if em.Status.Ack != nil && json.Unmarshal(em.Status.Ack.Raw, &ack) == nil {
+			rec.Acks[em.Name] = ack
+		}
 	}
+	if c, err := strconv.ParseInt(ec.Annotations[v1alpha1.AnnotationConfirmRecovery], 10, 64); err == nil {
+		rec.Confirmed = c
+	}
+	if ec.Status.Recovery != nil {
+		st, err := decodeRecovery(ec.Status.Recovery.Raw)
+		if err != nil {
+			return o, fmt.Errorf("status.recovery cannot be read: %w", err)
+		}
+		rec.Status = st
+	}
+	o.Recovery = &rec
 	o.Formed = ec.Status.ClusterID != "" || slices.ContainsFunc(ec.Status.Members, func(m v1alpha1.MemberStatus) bool { return m.ID != "" }) ||
 		slices.ContainsFunc(o.Members, func(m MemberObservation) bool { return m.Lease != nil && m.Lease.Holder != "" })
 	return o, nil
@@ -385,6 +433,7 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 		Leader:             d.Leader,
 		Revision:           d.Revision,
 		Recoverability:     ec.Status.Recoverability,
+		Recovery:           ec.Status.Recovery,
 		Endpoints: v1alpha1.Endpoints{
 			Client: fmt.Sprintf("http://%s.%s.svc:%d", clientServiceName(ec), ec.Namespace, ClientPort),
 		},
@@ -505,6 +554,9 @@ func nextDeadline(o Observation, d Decision, now time.Time) time.Duration {
 		case v1alpha1.MemberNotReady:
 			consider(m.LastTransitionTime.Add(o.Graces.NotReady))
 		}
+	}
+	if r := d.Recovery; d.QuorumLost || (r != nil && (r.Status.Directive != nil || !r.Status.QuorumLostSince.IsZero())) {
+		consider(now.Add(2 * time.Second)) // a recovery's waits end by time
 	}
 	if b := o.Backup; b != nil {
 		consider(b.LastFull.Add(3 * b.DeltaPeriod))

@@ -1,0 +1,119 @@
+package operator
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/heal"
+	"github.com/etcd-steward/steward/internal/member"
+)
+
+// Recovery holds what the quorum-loss recovery needs beyond the member status: the state
+// heal.Decide keeps (in status.recovery), the seeds' acknowledgements, the policy and its
+// confirmation, and the newest revision the backups hold.
+type Recovery struct {
+	// Status is the recovery state as the status records it (cluster ID and voters included).
+	Status heal.Status
+	// Acks are the directive acknowledgements the members wrote in their EtcdMembers.
+	Acks map[string]member.DirectiveAck
+	// Policy is Automatic or Manual; Confirmed the epoch the confirm annotation names (0: none).
+	Policy    string
+	Confirmed int64
+	// Backup is what the store holds, as the backup leader last published it.
+	Backup heal.Backup
+	Timing heal.Timing
+}
+
+// recoveryOutcome is what the recovery step decided.
+type recoveryOutcome struct {
+	Status heal.Status
+	Event  string
+	// FencePods are member pods older than the directive: their etcd may still run, so they
+	// are deleted; their replacements wait for the directive.
+	FencePods []string
+	// Held says why a Manual recovery waits for its confirmation ("" when it does not).
+	Held string
+}
+
+// decideRecovery moves a quorum-loss recovery one step with heal.Decide, from the members'
+// reports and readiness. A member counts as stopped once its pod is gone or was created after
+// the directive: its sidecar then holds its etcd until the directive says otherwise. A pod
+// that cannot be deleted (its node is lost) never counts as stopped, and the recovery waits
+// for it, as it must: its etcd may still serve.
+func decideRecovery(o Observation, members []v1alpha1.MemberStatus, rec Recovery) recoveryOutcome {
+	st := rec.Status
+	if d := st.Directive; d != nil && d.Phase == member.PhaseSeeding && d.Ack == nil {
+		if a, ok := rec.Acks[d.Seed]; ok && a.Epoch == d.Epoch {
+			dc := *d
+			dc.Ack = &a.Result
+			st.Directive = &dc
+		}
+	}
+	var hm []heal.Member
+	for _, ms := range members {
+		m := heal.Member{Name: ms.Name, Ready: ms.Status == v1alpha1.MemberReady, ID: ms.ID, Learner: ms.Role == v1alpha1.RoleLearner}
+		if r, ok := o.Reports[ms.Name]; ok {
+			r := r
+			m.Report = &r
+		}
+		if d := st.Directive; d != nil {
+			mo := findMember(o.Members, ms.Name)
+			switch {
+			case mo == nil || mo.Pod == nil:
+				m.Stopped, m.StoppedSince = true, d.IssuedAt
+			case mo.Pod.Created.After(d.IssuedAt):
+				m.Stopped, m.StoppedSince = true, mo.Pod.Created
+			}
+		}
+		hm = append(hm, m)
+	}
+	dec := heal.Decide(heal.Observation{Now: o.Now, Status: st, Members: hm, Backup: rec.Backup, Timing: rec.Timing})
+	out := recoveryOutcome{Status: dec.Status, Event: dec.Event}
+	if nd := dec.Status.Directive; rec.Policy == v1alpha1.QuorumLossManual && nd != nil && nd.Phase == member.PhaseSeeding &&
+		(st.Directive == nil || st.Directive.Phase == member.PhaseFencing) && rec.Confirmed != nd.Epoch {
+		// Manual: stop before anything is changed on disk, and say what would happen.
+		out.Status, out.Event = st, ""
+		out.Held = fmt.Sprintf("recovery %d would start from %s (%s): %s", nd.Epoch, nd.Seed, nd.Mode, nd.Reason)
+		for _, a := range nd.Alternatives {
+			out.Held += "; not chosen: " + a
+		}
+		out.Held += fmt.Sprintf(". To go ahead: kubectl annotate etcdcluster %s %s=%d", o.Name, v1alpha1.AnnotationConfirmRecovery, nd.Epoch)
+		out.Status.Waiting = out.Held
+	}
+	if d := out.Status.Directive; d != nil {
+		for _, m := range o.Members {
+			if m.Pod != nil && !m.Pod.Deleting && !m.Pod.Created.After(d.IssuedAt) {
+				out.FencePods = append(out.FencePods, m.Name)
+			}
+		}
+	}
+	return out
+}
+
+// encodeRecovery keeps heal's state in status.recovery (cluster ID and voters have typed fields).
+// The JSON is canonical (keys sorted, as the API server stores schemaless fields), so that
+// an unchanged state compares equal to what was read back and is not written again.
+func encodeRecovery(st heal.Status) ([]byte, error) {
+	st.ClusterID, st.Voters = "", nil
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// decodeRecovery reads status.recovery.
+func decodeRecovery(raw []byte) (heal.Status, error) {
+	var st heal.Status
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
