@@ -73,7 +73,7 @@ test-short:
 # sizes the issues ask for (1 GiB database, 1M revisions, longer phases); BENCH=snapshot,delta
 # runs only those (snapshot, delta, replay, restore).
 .PHONY: bench
-bench: build tools
+bench: build tools kube-tools
 	$(GO) run ./bench/cmd/runner -steward $(BIN)/steward -etcdctl $(BIN)/etcdctl -etcdutl $(BIN)/etcdutl \
 		-out docs/benchmarks.md $(if $(filter 1 true yes,$(FULL)),-full) $(if $(BENCH),-only $(BENCH)) \
 		-command "make bench$(if $(filter 1 true yes,$(FULL)), FULL=1)$(if $(BENCH), BENCH=$(BENCH))"

@@ -101,6 +101,13 @@ var benchmarks = []benchmark{
 		},
 	},
 	{
+		name: "operator",
+		pkg:  "./bench/operator",
+		args: func(full bool, t tools) []string {
+			return []string{"-steward", t.steward, "-clusters", "200", "-rest", "60s"}
+		},
+	},
+	{
 		name: "validate",
 		pkg:  "./bench/validate",
 		args: func(full bool, t tools) []string {
@@ -126,7 +133,7 @@ func main() {
 	var o options
 	var only string
 	flag.BoolVar(&o.full, "full", false, "the sizes the issues ask for (1 GiB database, 1M revisions, longer phases); default: quick sizes (~10 min)")
-	flag.StringVar(&only, "only", "", "comma-separated benchmarks to run (snapshot, delta, replay, restore, heal, validate); default: all")
+	flag.StringVar(&only, "only", "", "comma-separated benchmarks to run (snapshot, delta, replay, restore, heal, operator, validate); default: all")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "report to write (only this run's section is replaced)")
 	flag.StringVar(&o.tools.steward, "steward", "", "steward binary (default: built from ./cmd/steward into the work dir)")
 	flag.StringVar(&o.tools.etcdctl, "etcdctl", "bin/etcdctl", "stock etcdctl (make tools)")
