@@ -15,12 +15,15 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
@@ -112,7 +115,7 @@ func cluster(t *testing.T, c client.Client, n int) (string, []*testMember) {
 		t.Fatal(err)
 	}
 	if err := c.Create(ctx, &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(n)}}); err != nil {
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(n), Backup: &v1alpha1.BackupSpec{Store: cc.Backup.Store}}}); err != nil {
 		t.Fatal(err)
 	}
 	return ns, ms
@@ -247,6 +250,30 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 		}
 		return nil
 	})
+
+	// An EtcdBackup is carried out by the operator's backup reconciler through the sidecars.
+	if err := c.Create(ctx, &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b1"},
+		Spec: v1alpha1.EtcdBackupSpec{Cluster: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := events.NewFakeRecorder(10)
+	br := &operator.BackupReconciler{Client: c, Recorder: rec}
+	if _, err := br.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "b1"}}); err != nil {
+		t.Fatal(err)
+	}
+	var eb v1alpha1.EtcdBackup
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b1"}, &eb); err != nil {
+		t.Fatal(err)
+	}
+	if eb.Status.Phase != v1alpha1.BackupCompleted || eb.Status.Revision < put.Header.Revision || eb.Status.Size <= 0 || eb.Status.StartTime == nil || eb.Status.EndTime == nil {
+		t.Fatalf("EtcdBackup status %+v", eb.Status)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(ms[0].dataDir), "store", eb.Status.Key)); err != nil {
+		t.Errorf("the stored object %s: %v", eb.Status.Key, err)
+	}
+	if ev := <-rec.Events; !strings.Contains(ev, "BackupCompleted") {
+		t.Errorf("event %q", ev)
+	}
 
 	// Scale-down as the operator does it: c-2 leaves the ConfigMap first, while it leads. It
 	// hands leadership over, the new leader removes it from etcd, and only then would the

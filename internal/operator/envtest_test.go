@@ -80,6 +80,9 @@ func runSuite(m *testing.M) int {
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
+	if err := (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator")}).SetupWithManager(mgr); err != nil {
+		panic(err)
+	}
 	k8s, err = client.New(restConfig, client.Options{Scheme: scheme})
 	if err != nil {
 		panic(err)
@@ -956,4 +959,42 @@ func quorumLossRecovery(t *testing.T, policy string) {
 		}
 		return nil
 	})
+}
+
+// TestEtcdBackupRefusedOrWaiting: an EtcdBackup of a cluster without spec.backup fails with
+// a message that says what to do; one of a cluster that does not exist (yet) waits.
+func TestEtcdBackupRefusedOrWaiting(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ec := newCluster(ns, "nob", 1)
+	ec.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*v1alpha1.EtcdBackup{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "of-nob"}, Spec: v1alpha1.EtcdBackupSpec{Cluster: "nob"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "of-missing"}, Spec: v1alpha1.EtcdBackupSpec{Cluster: "missing"}},
+	} {
+		if err := k8s.Create(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 20*time.Second, "outcomes", func() error {
+		var a, b v1alpha1.EtcdBackup
+		if err := get(t, ns, "of-nob", &a); err != nil {
+			return err
+		}
+		if err := get(t, ns, "of-missing", &b); err != nil {
+			return err
+		}
+		if a.Status.Phase != v1alpha1.BackupFailed || !strings.Contains(a.Status.Message, "no spec.backup") || a.Status.EndTime == nil {
+			return fmt.Errorf("of-nob: %+v", a.Status)
+		}
+		if b.Status.Phase != v1alpha1.BackupPending || !strings.Contains(b.Status.Message, "does not exist") {
+			return fmt.Errorf("of-missing: %+v", b.Status)
+		}
+		return nil
+	})
+	testutil.Eventually(t, 10*time.Second, "Event BackupFailed", func() error { return findEvent(ns, "BackupFailed") })
 }

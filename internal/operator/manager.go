@@ -83,6 +83,10 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	b := &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator")}
+	if err := b.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
 	return mgr, nil
 }
 

@@ -1,0 +1,187 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/member"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/yaml"
+)
+
+// backupWait is how long an EtcdBackup waits for its cluster to exist and to have a serving
+// member before it fails.
+const backupWait = 10 * time.Minute
+
+// BackupReconciler carries out EtcdBackups: one full snapshot each, taken by the backup
+// leader's sidecar (any member's sidecar forwards the request to it).
+type BackupReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// HTTP reaches the sidecars (http.DefaultClient when nil).
+	HTTP *http.Client
+	Now  func() time.Time
+}
+
+// SetupWithManager registers the reconciler.
+func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.EtcdBackup{}).
+		Named("etcdbackup").
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		Complete(r)
+}
+
+// Reconcile takes the snapshot of one EtcdBackup that has not completed or failed yet. A
+// backup found Running (the operator restarted during it) is taken again: one more full
+// snapshot in the store does no harm.
+func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	eb := &v1alpha1.EtcdBackup{}
+	if err := r.Client.Get(ctx, req.NamespacedName, eb); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if eb.Status.Phase == v1alpha1.BackupCompleted || eb.Status.Phase == v1alpha1.BackupFailed {
+		return ctrl.Result{}, nil
+	}
+	now := r.now()
+	url, wait, fatal := r.target(ctx, eb)
+	switch {
+	case fatal != "":
+		return ctrl.Result{}, r.finish(ctx, eb, nil, fatal)
+	case wait != "":
+		if now.Sub(eb.CreationTimestamp.Time) > backupWait {
+			return ctrl.Result{}, r.finish(ctx, eb, nil, wait+fmt.Sprintf("; gave up after %s", backupWait))
+		}
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, r.setPhase(ctx, eb, v1alpha1.BackupPending, wait)
+	}
+	if err := r.setPhase(ctx, eb, v1alpha1.BackupRunning, "taking a full snapshot through "+url); err != nil {
+		return ctrl.Result{}, err
+	}
+	res, err := r.takeFull(ctx, url)
+	if err != nil {
+		return ctrl.Result{}, r.finish(ctx, eb, nil, err.Error())
+	}
+	return ctrl.Result{}, r.finish(ctx, eb, &res, "")
+}
+
+func (r *BackupReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// target finds the sidecar to ask: the leader's when it reports, else any serving member's.
+// wait says what is missing for now; fatal why the backup can never be taken.
+func (r *BackupReconciler) target(ctx context.Context, eb *v1alpha1.EtcdBackup) (url, wait, fatal string) {
+	ec := &v1alpha1.EtcdCluster{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: eb.Namespace, Name: eb.Spec.Cluster}, ec)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", fmt.Sprintf("EtcdCluster %s/%s does not exist", eb.Namespace, eb.Spec.Cluster), ""
+	case err != nil:
+		return "", err.Error(), ""
+	case ec.Spec.Backup == nil:
+		return "", "", fmt.Sprintf("EtcdCluster %s has no spec.backup: set a store there, then create another EtcdBackup", ec.Name)
+	}
+	var cm corev1.ConfigMap
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); err != nil {
+		return "", fmt.Sprintf("ConfigMap %s: %v", configMapName(ec), err), ""
+	}
+	var cc v1alpha1.ClusterConfig
+	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc); err != nil {
+		return "", "", fmt.Sprintf("ConfigMap %s: %v", configMapName(ec), err)
+	}
+	var ems v1alpha1.EtcdMemberList
+	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), client.MatchingLabels(selectorLabels(ec))); err != nil {
+		return "", err.Error(), ""
+	}
+	var serving []string
+	for _, em := range ems.Items {
+		var rep member.Report
+		if em.Status.Report == nil || json.Unmarshal(em.Status.Report.Raw, &rep) != nil || !rep.Serving || rep.Learner {
+			continue
+		}
+		if rep.Leader {
+			serving = append([]string{em.Name}, serving...)
+		} else {
+			serving = append(serving, em.Name)
+		}
+	}
+	for _, name := range serving {
+		if i := slices.IndexFunc(cc.Members, func(m v1alpha1.MemberConfig) bool { return m.Name == name }); i >= 0 {
+			return cc.Members[i].SidecarURL, "", ""
+		}
+	}
+	return "", fmt.Sprintf("no member of %s serves yet", ec.Name), ""
+}
+
+// takeFull asks a sidecar for a full snapshot and waits for it.
+func (r *BackupReconciler) takeFull(ctx context.Context, sidecarURL string) (snapshotter.FullResult, error) {
+	var res snapshotter.FullResult
+	hc := r.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(sidecarURL, "/")+"/v1/snapshots/full", nil)
+	if err != nil {
+		return res, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return res, fmt.Errorf("asking %s for a full snapshot: %w", sidecarURL, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return res, fmt.Errorf("full snapshot through %s: %s: %s", sidecarURL, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, &res); err != nil {
+		return res, fmt.Errorf("full snapshot through %s: unreadable answer: %w", sidecarURL, err)
+	}
+	return res, nil
+}
+
+func (r *BackupReconciler) setPhase(ctx context.Context, eb *v1alpha1.EtcdBackup, phase, msg string) error {
+	if eb.Status.Phase == phase && eb.Status.Message == msg {
+		return nil
+	}
+	eb.Status.Phase, eb.Status.Message = phase, msg
+	if phase == v1alpha1.BackupRunning {
+		t := metav1.NewTime(r.now())
+		eb.Status.StartTime = &t
+	}
+	return r.Client.Status().Update(ctx, eb)
+}
+
+// finish records the outcome: Completed with what was stored, or Failed with why.
+func (r *BackupReconciler) finish(ctx context.Context, eb *v1alpha1.EtcdBackup, res *snapshotter.FullResult, failure string) error {
+	t := metav1.NewTime(r.now())
+	eb.Status.EndTime = &t
+	if res == nil {
+		eb.Status.Phase, eb.Status.Message = v1alpha1.BackupFailed, failure
+		r.Recorder.Eventf(eb, nil, corev1.EventTypeWarning, "BackupFailed", "Backup", "%s", failure)
+	} else {
+		eb.Status.Phase, eb.Status.Message = v1alpha1.BackupCompleted, ""
+		eb.Status.Revision, eb.Status.Size, eb.Status.Key = res.Revision, res.Size, res.Key
+		r.Recorder.Eventf(eb, nil, corev1.EventTypeNormal, "BackupCompleted", "Backup", "full snapshot %s at revision %d (%d bytes)", res.Key, res.Revision, res.Size)
+	}
+	return r.Client.Status().Update(ctx, eb)
+}
