@@ -36,12 +36,27 @@ type EtcdMemberStatus struct {
 	// +kubebuilder:validation:Type=object
 	// +optional
 	Report *runtime.RawExtension `json:"report,omitempty"`
+	// Backup is the backup leader's account of its backups: whether they are current and, if
+	// not, why (the store unreachable, a failed upload, ...).
+	// +optional
+	Backup *MemberBackup `json:"backup,omitempty"`
 	// Ack acknowledges the recovery directive this member carried out as its seed.
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=object
 	// +optional
 	Ack *runtime.RawExtension `json:"ack,omitempty"`
+}
+
+// MemberBackup is what the backup leader says about its backups.
+type MemberBackup struct {
+	Ready bool `json:"ready"`
+	// Reason says why Ready is false.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// LastError is the newest failure, if any.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
 }
 
 // EtcdMemberList is a list of EtcdMembers.

@@ -56,6 +56,7 @@ type View struct {
 
 	mu         sync.Mutex
 	published  map[string]snapshotLease // snapshot Leases as last written, by name
+	lastBackup *v1alpha1.MemberBackup   // the backup account as last written
 	lastKey    string                   // what matters of the last report written
 	lastWrite  time.Time
 	lastRenew  time.Time
@@ -285,6 +286,18 @@ func (v *View) PublishBackup(ctx context.Context, s member.BackupStatus) error {
 	if !s.CurrentAt.IsZero() {
 		want[v.cluster+"-delta-snapshot"] = snapshotLease{s.CurrentRevision, s.CurrentAt}
 	}
+	mb := v1alpha1.MemberBackup{Ready: s.Ready, Reason: s.ReadyReason, LastError: s.LastError}
+	v.mu.Lock()
+	changed := v.lastBackup == nil || *v.lastBackup != mb
+	v.mu.Unlock()
+	if changed {
+		if err := v.writeStatus(ctx, func(st *v1alpha1.EtcdMemberStatus) { st.Backup = &mb }); err != nil {
+			return err
+		}
+		v.mu.Lock()
+		v.lastBackup = &mb
+		v.mu.Unlock()
+	}
 	for name, l := range want {
 		v.mu.Lock()
 		prev, ok := v.published[name]
@@ -343,7 +356,8 @@ func statusEqual(a, b *v1alpha1.EtcdMemberStatus) bool {
 		}
 		return r.Raw
 	}
-	return bytes.Equal(raw(a.Report), raw(b.Report)) && bytes.Equal(raw(a.Ack), raw(b.Ack))
+	return bytes.Equal(raw(a.Report), raw(b.Report)) && bytes.Equal(raw(a.Ack), raw(b.Ack)) &&
+		(a.Backup == nil) == (b.Backup == nil) && (a.Backup == nil || *a.Backup == *b.Backup)
 }
 
 // renewLease renews this member's Lease.

@@ -248,7 +248,16 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 		if full == "" || err != nil || rev < put.Header.Revision {
 			return fmt.Errorf("full-snapshot holder %q, delta-snapshot holder %q, want at least revision %d", full, delta, put.Header.Revision)
 		}
-		return nil
+		var ems v1alpha1.EtcdMemberList
+		if err := c.List(ctx, &ems, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, em := range ems.Items {
+			if b := em.Status.Backup; b != nil && b.Ready {
+				return nil
+			}
+		}
+		return fmt.Errorf("no member says its backups are ready")
 	})
 
 	// An EtcdBackup is carried out by the operator's backup reconciler through the sidecars.

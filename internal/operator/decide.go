@@ -44,10 +44,12 @@ type Graces struct {
 	// NotReady: a NotReady member's pod is deleted after this long (seed case 9); a majority
 	// NotReady this long is a quorum lost for good (case 10).
 	NotReady time.Duration
+	// Volume: a member's volume claim Pending this long is reported.
+	Volume time.Duration
 }
 
 // DefaultGraces are the graces of a cluster that does not set its own.
-var DefaultGraces = Graces{Unknown: 60 * time.Second, NotReady: 5 * time.Minute}
+var DefaultGraces = Graces{Unknown: 60 * time.Second, NotReady: 5 * time.Minute, Volume: 2 * time.Minute}
 
 // Observation is everything Decide looks at, read in one reconciliation.
 type Observation struct {
@@ -72,7 +74,9 @@ type Observation struct {
 	Reports map[string]member.Report
 	// Recovery is the quorum-loss recovery's input (nil: not evaluated).
 	Recovery *Recovery
-	Graces   Graces
+	// UnboundVolumes are member volume claims that stayed Pending past a grace, with why.
+	UnboundVolumes []string
+	Graces         Graces
 }
 
 // MemberObservation is one ordinal's pod and Lease.
@@ -98,10 +102,13 @@ type LeaseState struct {
 	Duration time.Duration
 }
 
-// BackupObservation is the newest backups, from the snapshot Leases.
+// BackupObservation is the newest backups, from the snapshot Leases, and the backup
+// leader's account (why they are not current).
 type BackupObservation struct {
 	LastFull, LastDelta time.Time
 	DeltaPeriod         time.Duration
+	// Leader is the backup leader's own account, if it gave one.
+	Leader *v1alpha1.MemberBackup
 }
 
 // Decision is what the reconciliation writes and does.
@@ -439,6 +446,9 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	case !all:
 		reason, msg = "WaitingForMembers", members
 	}
+	if len(o.UnboundVolumes) > 0 {
+		reason, msg = "VolumeNotBound", "volume claims not bound: "+strings.Join(o.UnboundVolumes, "; ")
+	}
 	set(v1alpha1.ConditionProgressing, progressing, reason, msg)
 
 	lost, lostReason := "quorate, or not NotReady long enough to count as lost", "NoQuorumLoss"
@@ -481,11 +491,21 @@ func backupCurrent(o Observation) (bool, string) {
 		newest = b.LastDelta
 	}
 	if newest.IsZero() {
+		if l := b.Leader; l != nil && !l.Ready {
+			return false, "no snapshot stored yet; the backup leader says: " + l.Reason
+		}
 		return false, "no snapshot stored yet"
 	}
 	age := o.Now.Sub(newest)
 	if age > 3*b.DeltaPeriod {
-		return false, fmt.Sprintf("the newest snapshot is %s old (delta period %s)", age.Round(time.Second), b.DeltaPeriod)
+		why := fmt.Sprintf("the newest snapshot is %s old (delta period %s)", age.Round(time.Second), b.DeltaPeriod)
+		if l := b.Leader; l != nil && !l.Ready {
+			why += "; the backup leader says: " + l.Reason
+			if l.LastError != "" && !strings.Contains(l.Reason, l.LastError) {
+				why += "; last error: " + l.LastError
+			}
+		}
+		return false, why
 	}
 	return true, fmt.Sprintf("the newest snapshot is %s old", age.Round(time.Second))
 }

@@ -264,13 +264,17 @@ func TestDecide(t *testing.T) {
 				t.Error("BackupReady must be false without backups")
 			}
 		}},
-		{"backups stale: PDB allows no eviction", func() *world {
+		{"backups stale: PDB allows no eviction, and the leader's reason is named", func() *world {
 			w := healthy(3)
 			w.o.Backup.LastDelta = t0.Add(-time.Minute)
+			w.o.Backup.Leader = &v1alpha1.MemberBackup{Reason: "the newest stored revision 9 was current 1m ago", LastError: "upload: connection refused"}
 			return w
 		}(), CasePinkOfHealth, func(t *testing.T, d Decision) {
 			if cond(d, v1alpha1.ConditionBackupReady) != metav1.ConditionFalse || d.MinAvailable != 3 {
 				t.Errorf("BackupReady=%v minAvailable=%d", cond(d, v1alpha1.ConditionBackupReady), d.MinAvailable)
+			}
+			if c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionBackupReady); !strings.Contains(c.Message, "connection refused") {
+				t.Errorf("BackupReady message %q does not say why", c.Message)
 			}
 		}},
 	}

@@ -76,7 +76,7 @@ func runSuite(m *testing.M) int {
 		panic(err)
 	}
 	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second}}
+		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second}}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
@@ -756,8 +756,17 @@ func TestValidation(t *testing.T) {
 	if err := k8s.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	b.Spec.Cluster = "other"
-	if err := k8s.Update(ctx, b); err == nil || !strings.Contains(err.Error(), "spec.cluster is immutable") {
+	var err error
+	for try := 0; try < 10; try++ { // the backup reconciler writes its status meanwhile
+		if err = get(t, ns, "b", b); err != nil {
+			t.Fatal(err)
+		}
+		b.Spec.Cluster = "other"
+		if err = k8s.Update(ctx, b); !apierrors.IsConflict(err) {
+			break
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "spec.cluster is immutable") {
 		t.Errorf("EtcdBackup cluster change: %v", err)
 	}
 	if out, err := kubectl(t, "-n", ns, "get", "etcdbackup"); err != nil || !strings.Contains(out, "CLUSTER") {
@@ -997,4 +1006,36 @@ func TestEtcdBackupRefusedOrWaiting(t *testing.T) {
 		return nil
 	})
 	testutil.Eventually(t, 10*time.Second, "Event BackupFailed", func() error { return findEvent(ns, "BackupFailed") })
+}
+
+// TestUnboundVolumeReported: a member's volume claim that stays Pending gets a condition and
+// an Event naming it and its storage class; nothing is deleted.
+func TestUnboundVolumeReported(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ec := newCluster(ns, "v", 1)
+	class := "no-such-class"
+	ec.Spec.Storage.StorageClassName = &class
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	var sts appsv1.StatefulSet
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "v", &sts) })
+	// What the StatefulSet controller would create for v-0 (no PV controller runs: it stays Pending).
+	tmpl := sts.Spec.VolumeClaimTemplates[0]
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-v-0", Labels: tmpl.Labels}, Spec: tmpl.Spec}
+	if err := k8s.Create(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "VolumeNotBound", func() error {
+		c := apimeta.FindStatusCondition(getCluster(t, ns, "v").Status.Conditions, v1alpha1.ConditionProgressing)
+		if c == nil || c.Reason != "VolumeNotBound" || !strings.Contains(c.Message, "data-v-0") || !strings.Contains(c.Message, class) {
+			return fmt.Errorf("Progressing %+v", c)
+		}
+		return findEvent(ns, "VolumeNotBound")
+	})
+	if err := get(t, ns, "data-v-0", &corev1.PersistentVolumeClaim{}); err != nil {
+		t.Errorf("the claim must stay: %v", err)
+	}
 }

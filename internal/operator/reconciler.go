@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -88,6 +89,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&coordinationv1.Lease{}, builder.WithPredicates(holderChanged)).
 		Owns(&v1alpha1.EtcdMember{}).
 		Watches(&corev1.Pod{}, podToCluster).
+		Watches(&corev1.PersistentVolumeClaim{}, podToCluster).
 		Named("etcdcluster").
 		// Clusters are independent: several reconcile at once (one cluster never twice at once).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
@@ -108,6 +110,7 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
@@ -223,6 +226,9 @@ func (r *ClusterReconciler) graces() Graces {
 	}
 	if g.NotReady == 0 {
 		g.NotReady = DefaultGraces.NotReady
+	}
+	if g.Volume == 0 {
+		g.Volume = DefaultGraces.Volume
 	}
 	return g
 }
@@ -375,6 +381,9 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		if em.Status.Report != nil && json.Unmarshal(em.Status.Report.Raw, &rep) == nil {
 			o.Reports[em.Name] = rep
 		}
+		if b := em.Status.Backup; b != nil && o.Backup != nil && (o.Backup.Leader == nil || (rep.Serving && rep.Leader)) {
+			o.Backup.Leader = b
+		}
 		var ack member.DirectiveAck
 		if em.Status.Ack != nil && json.Unmarshal(em.Status.Ack.Raw, &ack) == nil {
 			rec.Acks[em.Name] = ack
@@ -391,6 +400,19 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		rec.Status = st
 	}
 	o.Recovery = &rec
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := r.Client.List(ctx, &pvcs, client.InNamespace(ec.Namespace), sel); err != nil {
+		return o, err
+	}
+	for _, pvc := range pvcs.Items {
+		if age := now.Sub(pvc.CreationTimestamp.Time); pvc.Status.Phase == corev1.ClaimPending && age > o.Graces.Volume {
+			class := "the default storage class"
+			if c := pvc.Spec.StorageClassName; c != nil {
+				class = fmt.Sprintf("storage class %q", *c)
+			}
+			o.UnboundVolumes = append(o.UnboundVolumes, fmt.Sprintf("%s has been Pending for %s (%s; see its Events)", pvc.Name, age.Round(time.Second), class))
+		}
+	}
 	o.Formed = ec.Status.ClusterID != "" || slices.ContainsFunc(ec.Status.Members, func(m v1alpha1.MemberStatus) bool { return m.ID != "" }) ||
 		slices.ContainsFunc(o.Members, func(m MemberObservation) bool { return m.Lease != nil && m.Lease.Holder != "" })
 	return o, nil
@@ -515,6 +537,16 @@ func (r *ClusterReconciler) recordEvents(ec *v1alpha1.EtcdCluster, o Observation
 			continue // members of a cluster being created are not Ready yet: no news
 		}
 		r.Recorder.Eventf(ec, nil, typ, "Member"+m.Status, "Observe", "member %s is %s (%s)", m.Name, m.Status, m.Reason)
+	}
+	if len(o.UnboundVolumes) > 0 {
+		if c := apimeta.FindStatusCondition(o.Previous.Conditions, v1alpha1.ConditionProgressing); c == nil || c.Reason != "VolumeNotBound" {
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "VolumeNotBound", "Observe", "%s", strings.Join(o.UnboundVolumes, "; "))
+		}
+	}
+	if c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionBackupReady); c != nil && c.Status == metav1.ConditionFalse && c.Reason == "BackupStale" {
+		if p := apimeta.FindStatusCondition(o.Previous.Conditions, v1alpha1.ConditionBackupReady); p != nil && p.Status == metav1.ConditionTrue {
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "BackupStale", "Observe", "%s", c.Message)
+		}
 	}
 	for _, c := range d.Cases {
 		switch c {
