@@ -27,6 +27,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage",message="spec.storage is immutable: the volumes of existing members cannot change; create a new EtcdCluster (bootstrap.restore) to move the data"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is immutable: it is used only when the cluster is created"
+// +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.restore) || !has(self.backup) || self.bootstrap.restore.store != self.backup.store",message="spec.bootstrap.restore.store must differ from spec.backup.store: a restored cluster is a new history, and its backups need their own store or prefix"
 type EtcdClusterSpec struct {
 	// Replicas is the number of etcd members. Odd sizes tolerate the most failures per
 	// member: 3 tolerate one, 5 tolerate two. 0 stops the cluster and keeps its volumes.

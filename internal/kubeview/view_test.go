@@ -2,6 +2,7 @@ package kubeview
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,6 +23,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,34 +68,43 @@ func needAPI(t *testing.T) client.Client {
 }
 
 type testMember struct {
-	name                          string
+	name, cluster                 string
 	client, peer, sidecar, health int
 	dataDir                       string
 	procs                         []*exec.Cmd
 }
 
-// cluster creates what the operator would for a cluster of n members named c.
+// cluster creates a namespace and, in it, what the operator would for a cluster of n members
+// named c, backing up into a file:// store in the test's temp dir.
 func cluster(t *testing.T, c client.Client, n int) (string, []*testMember) {
 	t.Helper()
-	ctx := context.Background()
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-"}}
-	if err := c.Create(ctx, nsObj); err != nil {
+	if err := c.Create(context.Background(), nsObj); err != nil {
 		t.Fatal(err)
 	}
-	ns := nsObj.Name
-	labels := map[string]string{labelCluster: "c"}
+	return nsObj.Name, clusterNamed(t, c, nsObj.Name, "c", n, "file://"+filepath.Join(t.TempDir(), "store"), nil)
+}
+
+// clusterNamed creates the objects of cluster name: ConfigMap (with 127.0.0.1 URLs), the
+// EtcdCluster, member and snapshot Leases, EtcdMembers.
+func clusterNamed(t *testing.T, c client.Client, ns, name string, n int, store string, restore *v1alpha1.RestoreConfig) []*testMember {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{labelCluster: name}
 	dir := t.TempDir()
-	cc := v1alpha1.ClusterConfig{Name: "c", Namespace: ns, Token: "token-" + ns, QuorumLossPolicy: v1alpha1.QuorumLossAutomatic,
-		Backup: &v1alpha1.BackupConfig{Store: "file://" + filepath.Join(dir, "store"), FullSchedule: "@hourly", DeltaPeriod: "1s", Retention: "keep"}}
+	cc := v1alpha1.ClusterConfig{Name: name, Namespace: ns, Token: "token-" + ns + "-" + name, QuorumLossPolicy: v1alpha1.QuorumLossAutomatic,
+		Backup:  &v1alpha1.BackupConfig{Store: store, FullSchedule: "@hourly", DeltaPeriod: "1s", Retention: "keep"},
+		Restore: restore}
 	var ms []*testMember
-	for _, name := range []string{"c-full-snapshot", "c-delta-snapshot"} {
-		if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}); err != nil {
+	for _, l := range []string{name + "-full-snapshot", name + "-delta-snapshot"} {
+		if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: l, Labels: labels}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 0; i < n; i++ {
-		m := &testMember{name: fmt.Sprintf("c-%d", i), client: testutil.FreePort(t), peer: testutil.FreePort(t),
-			sidecar: testutil.FreePort(t), health: testutil.FreePort(t), dataDir: filepath.Join(dir, fmt.Sprintf("c-%d", i))}
+		mn := fmt.Sprintf("%s-%d", name, i)
+		m := &testMember{name: mn, cluster: name, client: testutil.FreePort(t), peer: testutil.FreePort(t),
+			sidecar: testutil.FreePort(t), health: testutil.FreePort(t), dataDir: filepath.Join(dir, mn)}
 		ms = append(ms, m)
 		cc.Members = append(cc.Members, v1alpha1.MemberConfig{Name: m.name, ClientURL: fmt.Sprintf("http://127.0.0.1:%d", m.client),
 			PeerURL: fmt.Sprintf("http://127.0.0.1:%d", m.peer), SidecarURL: fmt.Sprintf("http://127.0.0.1:%d", m.sidecar)})
@@ -110,15 +121,15 @@ func cluster(t *testing.T, c client.Client, n int) (string, []*testMember) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c-config", Labels: labels},
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-config", Labels: labels},
 		Data: map[string]string{v1alpha1.ClusterConfigKey: string(b)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(n), Backup: &v1alpha1.BackupSpec{Store: cc.Backup.Store}}}); err != nil {
+	if err := c.Create(ctx, &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(n), Backup: &v1alpha1.BackupSpec{Store: store}}}); err != nil {
 		t.Fatal(err)
 	}
-	return ns, ms
+	return ms
 }
 
 // start runs the member's sidecar and etcd as processes, as the member pod's two containers.
@@ -131,7 +142,7 @@ func (m *testMember) start(t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 	sidecar := exec.Command(bin, "sidecar", "--name", m.name, "--data-dir", m.dataDir,
-		"--listen", fmt.Sprintf("127.0.0.1:%d", m.sidecar), "--kubernetes-cluster", "c", "--log-level", "warn")
+		"--listen", fmt.Sprintf("127.0.0.1:%d", m.sidecar), "--kubernetes-cluster", m.cluster, "--log-level", "warn")
 	sidecar.Env = append(os.Environ(), "KUBECONFIG="+api.Kubeconfig, "POD_NAMESPACE="+ns)
 	etcd := exec.Command(bin, "etcd", "--sidecar", fmt.Sprintf("http://127.0.0.1:%d", m.sidecar),
 		"--listen-health", fmt.Sprintf("127.0.0.1:%d", m.health), "--log-level", "warn")
@@ -142,7 +153,18 @@ func (m *testMember) start(t *testing.T, ns string) {
 		}
 		m.procs = append(m.procs, p)
 	}
-	t.Cleanup(func() { m.stop(); out.Close() })
+	t.Cleanup(func() {
+		m.stop()
+		out.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logs); err == nil {
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("%s: end of its log:\n%s", m.name, b)
+			}
+		}
+	})
 	t.Logf("%s: logs in %s", m.name, logs)
 }
 
@@ -277,12 +299,51 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 	if eb.Status.Phase != v1alpha1.BackupCompleted || eb.Status.Revision < put.Header.Revision || eb.Status.Size <= 0 || eb.Status.StartTime == nil || eb.Status.EndTime == nil {
 		t.Fatalf("EtcdBackup status %+v", eb.Status)
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(ms[0].dataDir), "store", eb.Status.Key)); err != nil {
+	if _, err := os.Stat(filepath.Join(storeDir(t, c, ns), eb.Status.Key)); err != nil {
 		t.Errorf("the stored object %s: %v", eb.Status.Key, err)
 	}
 	if ev := <-rec.Events; !strings.Contains(ev, "BackupCompleted") {
 		t.Errorf("event %q", ev)
 	}
+
+	// A new cluster restored from c's backups to the revision of the 50th put
+	// (bootstrap.restore). The test plays the operator's part: the first directive.
+	storeURL := "file://" + storeDir(t, c, ns)
+	target := member.RestoreTarget{Store: storeURL, Revision: put.Header.Revision}
+	rs := clusterNamed(t, c, ns, "r", 1, "file://"+filepath.Join(t.TempDir(), "r-store"),
+		&v1alpha1.RestoreConfig{Store: storeURL, Revision: put.Header.Revision})
+	if _, err := cli.Put(ctx, "after-the-target", "1"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	writeRecovery(t, c, ns, "r", member.Directive{Epoch: 1, Phase: member.PhaseSeeding, Mode: member.RecoverFromBackup,
+		Seed: "r-0", Restore: &target, IssuedAt: now, PhaseSince: now})
+	rs[0].start(t, ns)
+	testutil.Eventually(t, 60*time.Second, "r restored to the target revision", func() error {
+		r, err := reportOf(t, c, ns, "r-0")
+		if err != nil {
+			return err
+		}
+		if !r.Serving || r.AppliedEpoch != 1 {
+			return fmt.Errorf("r-0: serving=%v epoch %d, case %s: %s", r.Serving, r.AppliedEpoch, r.Case, r.Reason)
+		}
+		one, err := clientv3.New(clientv3.Config{Endpoints: endpoints(rs[0]), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer one.Close()
+		gctx, gcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer gcancel()
+		resp, err := one.Get(gctx, "", clientv3.WithPrefix())
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) != 50 || resp.Header.Revision != put.Header.Revision {
+			return fmt.Errorf("r holds %d keys at revision %d, want the 50 of c at revision %d", len(resp.Kvs), resp.Header.Revision, put.Header.Revision)
+		}
+		return nil
+	})
+	rs[0].stop()
 
 	// Scale-down as the operator does it: c-2 leaves the ConfigMap first, while it leads. It
 	// hands leadership over, the new leader removes it from etcd, and only then would the
@@ -433,4 +494,35 @@ func memberURL(t *testing.T, cli *clientv3.Client, id uint64) string {
 	}
 	t.Fatalf("member %x not listed", id)
 	return ""
+}
+
+// storeDir is the directory of cluster c's file:// backup store.
+func storeDir(t *testing.T, c client.Client, ns string) string {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "c-config"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	var cc v1alpha1.ClusterConfig
+	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(cc.Backup.Store, "file://")
+}
+
+// writeRecovery records a directive in a cluster's status.recovery, as the operator does.
+func writeRecovery(t *testing.T, c client.Client, ns, name string, d member.Directive) {
+	t.Helper()
+	var ec v1alpha1.EtcdCluster
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &ec); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(map[string]any{"directive": d, "lastEpoch": d.Epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec.Status.Recovery = &runtime.RawExtension{Raw: raw}
+	if err := c.Status().Update(context.Background(), &ec); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -96,6 +96,9 @@ type Plan struct {
 	CleanPartialRestore bool `json:"cleanPartialRestore,omitempty"`
 	// RecoveryEpoch is recorded in the data dir once this plan runs (quorum-loss directives).
 	RecoveryEpoch int64 `json:"recoveryEpoch,omitempty"`
+	// Restore is the backup and point to restore from (ActionRestoreFromBackup; nil: this
+	// member's backup store, its newest revision).
+	Restore *RestoreTarget `json:"restore,omitempty"`
 	// Reason explains the decision in words for logs and the init API.
 	Reason string `json:"reason"`
 }
@@ -272,6 +275,11 @@ func decideSeed(o Observation, d Directive) Plan {
 		return Plan{Case: "QuorumLossSeedWithoutData", Action: ActionWait,
 			Reason: fmt.Sprintf("directive %d names this member as survivor seed, but its data dir is %s: waiting for a new directive", d.Epoch, describeData(o.Data))}
 	case RecoverFromBackup:
+		if d.Restore != nil {
+			return Plan{Case: "BootstrapRestore", Action: ActionRestoreFromBackup, ClusterState: "new",
+				Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: d.Restore,
+				Reason: fmt.Sprintf("a new cluster restored from %s (%s): restore it, start alone, take a full snapshot; the others join as learners", d.Restore.Store, d.Restore.Point())}
+		}
 		return Plan{Case: "QuorumLossRestoreFromBackup", Seed: "001 initialisation case 7", Action: ActionRestoreFromBackup, ClusterState: "new",
 			Disposal: MoveDataAside, RecoveryEpoch: d.Epoch,
 			Reason: "quorum lost for good and the backup holds the most: restore the backup chain (full + deltas), start alone, take a full snapshot; the others rejoin as learners"}

@@ -337,7 +337,8 @@ func (s *Sidecar) dispose(d DataDisposal) error {
 		s.lg.Warn("wiping the data dir", zap.String("dir", s.cfg.DataDir))
 		return datadir.Wipe(s.cfg.DataDir)
 	case MoveDataAside:
-		if entries, err := os.ReadDir(s.cfg.DataDir); err == nil && len(entries) == 0 {
+		// Nothing to keep in a data dir that is empty or does not exist (a new member).
+		if entries, err := os.ReadDir(s.cfg.DataDir); errors.Is(err, os.ErrNotExist) || (err == nil && len(entries) == 0) {
 			return nil
 		}
 		to, err := datadir.MoveAside(s.cfg.DataDir, "foreign")

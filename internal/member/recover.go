@@ -22,13 +22,17 @@ const restoredLeaseTTL = 3600
 // backup chain into the data dir as a one-member cluster, start alone, and take a full
 // snapshot once serving (the others rejoin as learners).
 func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan Plan, identity datadir.Identity) ([]byte, error) {
-	if s.cfg.Backup.StoreURL == "" {
+	storeURL, target := s.cfg.Backup.StoreURL, RestoreTarget{}
+	if plan.Restore != nil {
+		storeURL, target = plan.Restore.Store, *plan.Restore
+	}
+	if storeURL == "" {
 		return nil, errors.New("directed to restore from backup, but this member has no backup store (--store)")
 	}
 	if err := s.dispose(plan.Disposal); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, s.cfg.Backup.StoreURL)
+	st, err := store.Open(ctx, storeURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: backup store: %v", errTryAgain, err)
 	}
@@ -41,6 +45,7 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	start := time.Now()
 	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name,
 		InitialCluster: self.Name + "=" + self.PeerURL, InitialClusterToken: spec.Token, PeerURLs: []string{self.PeerURL},
+		ToRevision: target.Revision, ToTime: target.Time,
 		MissingLeaseTTL: restoredLeaseTTL, Logger: s.lg.Named("restore")})
 	if mkErr := os.MkdirAll(s.cfg.DataDir, 0o700); mkErr != nil && err == nil {
 		err = mkErr

@@ -6,6 +6,7 @@ package member
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -186,6 +187,28 @@ type Directive struct {
 	PhaseSince   time.Time `json:"phaseSince"`
 	// Ack is the seed's acknowledgement, once it serves.
 	Ack *DirectiveResult `json:"ack,omitempty"`
+	// Restore, on a RecoverFromBackup directive, names the backup and the point to restore
+	// (a new cluster's bootstrap.restore); nil: the seed's own backup store, newest revision.
+	Restore *RestoreTarget `json:"restore,omitempty"`
+}
+
+// RestoreTarget is a backup store and a point in its history: a revision, a time, or
+// (neither) the newest.
+type RestoreTarget struct {
+	Store    string    `json:"store"`
+	Revision int64     `json:"revision,omitempty"`
+	Time     time.Time `json:"time,omitempty"`
+}
+
+// Point says which point of the history is restored, in words.
+func (t RestoreTarget) Point() string {
+	switch {
+	case t.Revision > 0:
+		return fmt.Sprintf("revision %d", t.Revision)
+	case !t.Time.IsZero():
+		return "the newest revision at " + t.Time.UTC().Format(time.RFC3339)
+	}
+	return "the newest revision"
 }
 
 // Directive phases.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,6 +75,8 @@ type Observation struct {
 	Reports map[string]member.Report
 	// Recovery is the quorum-loss recovery's input (nil: not evaluated).
 	Recovery *Recovery
+	// BootstrapRestore is spec.bootstrap.restore: a new cluster starts from this backup.
+	BootstrapRestore *member.RestoreTarget
 	// UnboundVolumes are member volume claims that stayed Pending past a grace, with why.
 	UnboundVolumes []string
 	Graces         Graces
@@ -232,14 +235,22 @@ func Decide(o Observation) Decision {
 		}
 	}
 	d.ClusterID, d.Voters, d.Revision = fromReports(o)
-	if o.Recovery != nil && o.Formed {
+	if o.Recovery != nil && (o.Formed || o.Recovery.Status.Directive != nil || o.BootstrapRestore != nil) {
 		rec := *o.Recovery
+		if t := o.BootstrapRestore; t != nil && !o.Formed && rec.Status.Directive == nil && rec.Status.LastEpoch == 0 {
+			rec.Status = bootstrapDirective(o, rec.Status, *t)
+		}
 		rec.Status.ClusterID, rec.Status.Voters = d.ClusterID, toMemberVoters(d.Voters)
-		out := decideRecovery(o, d.Members, rec)
+		var names []string
+		for i := int32(0); i < max(d.ConfigMembers, d.StatefulSetReplicas); i++ {
+			names = append(names, fmt.Sprintf("%s-%d", o.Name, i))
+		}
+		out := decideRecovery(o, names, d.Members, rec)
 		d.Recovery = &out
 		d.ClusterID, d.Voters = out.Status.ClusterID, fromMemberVoters(out.Status.Voters)
-		if out.Status.Directive != nil || out.Held != "" {
-			// The members carry out the recovery: nothing is scaled or restarted meanwhile.
+		if o.Formed && (out.Status.Directive != nil || out.Held != "") {
+			// The members carry out the recovery: nothing is scaled or restarted meanwhile
+			// (a new cluster restored from a backup starts all its members at once).
 			d.StatefulSetReplicas, d.ConfigMembers = max(o.StatefulSetReplicas, 0), max(o.ConfigMembers, 0)
 			d.DeletePods = nil
 		}
@@ -251,6 +262,19 @@ func Decide(o Observation) Decision {
 	}
 	slices.Sort(d.Cases)
 	return d
+}
+
+// bootstrapDirective starts a new cluster from a backup (spec.bootstrap.restore) the way a
+// recovery from backup runs: the first member restores and starts alone (epoch 1, Seeding),
+// the others wait, then join it as learners; the directive retires once all serve.
+func bootstrapDirective(o Observation, st heal.Status, t member.RestoreTarget) heal.Status {
+	seed := o.Name + "-0"
+	st.LastEpoch = 1
+	st.Directive = &member.Directive{Epoch: 1, Phase: member.PhaseSeeding, Mode: member.RecoverFromBackup, Seed: seed,
+		Restore: &t, IssuedAt: o.Now, PhaseSince: o.Now,
+		Reason: fmt.Sprintf("spec.bootstrap.restore: %s restores %s from %s and starts alone; the others join it", seed, t.Point(), t.Store)}
+	st.Waiting = st.Directive.Reason
+	return st
 }
 
 func toMemberVoters(vs []v1alpha1.Voter) []member.Voter {

@@ -24,7 +24,7 @@ type world struct {
 }
 
 func healthy(n int) *world {
-	w := &world{o: Observation{Now: t0, Desired: int32(n), Formed: true, StatefulSetReplicas: int32(n), ConfigMembers: int32(n), Graces: graces,
+	w := &world{o: Observation{Now: t0, Name: "c", Desired: int32(n), Formed: true, StatefulSetReplicas: int32(n), ConfigMembers: int32(n), Graces: graces,
 		Backup: &BackupObservation{LastDelta: t0.Add(-2 * time.Second), DeltaPeriod: 5 * time.Second}}}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("c-%d", i)
@@ -350,5 +350,29 @@ func TestDecideRecovery(t *testing.T) {
 	}
 	if len(d.Recovery.FencePods) != 0 {
 		t.Errorf("fence %v: c-2's deletion is under way, the others are new", d.Recovery.FencePods)
+	}
+}
+
+// TestDecideBootstrapRestore: a new cluster with spec.bootstrap.restore starts as a recovery
+// from that backup: epoch 1, Seeding, its first member the seed, the target carried in the
+// directive; every pod starts (the others wait for the seed), none is fenced.
+func TestDecideBootstrapRestore(t *testing.T) {
+	o := Observation{Now: t0, Name: "n", Desired: 3, StatefulSetReplicas: -1, ConfigMembers: -1, Graces: graces,
+		Recovery:         &Recovery{Timing: heal.DefaultTiming},
+		BootstrapRestore: &member.RestoreTarget{Store: "s3://old/main", Revision: 4242}}
+	d := Decide(o)
+	dir := d.Recovery.Status.Directive
+	if dir == nil || dir.Epoch != 1 || dir.Phase != member.PhaseSeeding || dir.Mode != member.RecoverFromBackup || dir.Seed != "n-0" ||
+		dir.Restore == nil || dir.Restore.Revision != 4242 || dir.Restore.Store != "s3://old/main" {
+		t.Fatalf("directive %+v", dir)
+	}
+	if d.StatefulSetReplicas != 3 || len(d.Recovery.FencePods) != 0 {
+		t.Errorf("replicas %d fence %v", d.StatefulSetReplicas, d.Recovery.FencePods)
+	}
+	// Once recorded, it is not issued again: the next pass continues it.
+	o.Recovery.Status = d.Recovery.Status
+	o.Now = t0.Add(time.Second)
+	if d := Decide(o); d.Recovery.Status.LastEpoch != 1 || d.Recovery.Status.Directive.IssuedAt != t0 {
+		t.Errorf("directive reissued: %+v", d.Recovery.Status)
 	}
 }

@@ -615,13 +615,18 @@ func TestAtRestNoWrites(t *testing.T) {
 		}
 		return v
 	}
-	// Let the operator settle (its last writes land), then reconcile directly several times.
+	// Let the operator settle (its last writes land, including retries after a conflict a
+	// second later), then reconcile directly several times.
 	var before map[string]string
-	testutil.Eventually(t, 20*time.Second, "settled", func() error {
+	var since time.Time
+	testutil.Eventually(t, 30*time.Second, "settled", func() error {
 		v := versions()
 		if fmt.Sprint(v) != fmt.Sprint(before) {
-			before = v
+			before, since = v, time.Now()
 			return fmt.Errorf("still changing")
+		}
+		if time.Since(since) < 3*time.Second {
+			return fmt.Errorf("unchanged for %s only", time.Since(since).Round(time.Millisecond))
 		}
 		return nil
 	})
@@ -631,7 +636,12 @@ func TestAtRestNoWrites(t *testing.T) {
 		}
 	}
 	if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("reconciling an unchanged cluster wrote objects:\nbefore %v\nafter  %v", before, after)
+		ec := getCluster(t, ns, "r")
+		raw := ""
+		if ec.Status.Recovery != nil {
+			raw = string(ec.Status.Recovery.Raw)
+		}
+		t.Errorf("reconciling an unchanged cluster wrote objects:\nbefore %v\nafter  %v\nstatus %+v\nrecovery %s", before, after, ec.Status, raw)
 	}
 }
 
@@ -695,8 +705,11 @@ func TestValidation(t *testing.T) {
 			ec.Spec.Storage = v1alpha1.StorageSpec{EmptyDir: &v1alpha1.EmptyDirStorage{}, StorageClassName: &sc}
 		}, "storageClassName applies to volume claims only"},
 		{"restore to a revision and a time", func(ec *v1alpha1.EtcdCluster) {
-			ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/p", Revision: &rev, Time: &now}}
+			ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/old", Revision: &rev, Time: &now}}
 		}, "give revision or time, not both"},
+		{"restore from the store the new cluster backs up to", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/p"}}
+		}, "spec.bootstrap.restore.store must differ from spec.backup.store"},
 		{"unknown quorum-loss policy", func(ec *v1alpha1.EtcdCluster) { ec.Spec.QuorumLoss.Policy = "Sometimes" }, "spec.quorumLoss.policy"},
 	}
 	for i, tc := range create {
@@ -717,7 +730,7 @@ func TestValidation(t *testing.T) {
 
 	// Immutable fields: storage and bootstrap.
 	ec := good("immutable")
-	ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/p", Revision: &rev}}
+	ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/old", Revision: &rev}}
 	ec.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
 	if err := k8s.Create(ctx, ec); err != nil {
 		t.Fatal(err)
@@ -1038,4 +1051,56 @@ func TestUnboundVolumeReported(t *testing.T) {
 	if err := get(t, ns, "data-v-0", &corev1.PersistentVolumeClaim{}); err != nil {
 		t.Errorf("the claim must stay: %v", err)
 	}
+}
+
+// TestBootstrapRestore: a new EtcdCluster with spec.bootstrap.restore starts as a recovery
+// from that backup: its first member is told to restore the target and start alone, the
+// others join it, and the directive retires once all serve.
+func TestBootstrapRestore(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	rev := int64(4242)
+	ec := newCluster(ns, "br", 3)
+	ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://old/main", Revision: &rev}}
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	var d *member.Directive
+	testutil.Eventually(t, 20*time.Second, "the bootstrap directive", func() error {
+		d = directive(t, getCluster(t, ns, "br"))
+		if d == nil {
+			return errors.New("no directive yet")
+		}
+		return nil
+	})
+	if d.Epoch != 1 || d.Phase != member.PhaseSeeding || d.Seed != "br-0" || d.Restore == nil || d.Restore.Revision != rev || d.Restore.Store != "s3://old/main" {
+		t.Fatalf("directive %+v", d)
+	}
+	var sts appsv1.StatefulSet
+	if err := get(t, ns, "br", &sts); err != nil || *sts.Spec.Replicas != 3 {
+		t.Fatalf("StatefulSet: %v (every member starts; the others wait for the seed)", err)
+	}
+	testutil.Eventually(t, 60*time.Second, "bootstrap retired", func() error {
+		membersRenewing(t, ns, "br", all, func(int) bool { return false })
+		writeReport(t, ns, member.Report{Name: "br-0", At: time.Now(), Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+			Leader: true, MemberID: "b0", ClusterID: "restored", Formed: true, AppliedEpoch: 1, Revision: rev,
+			Members: []member.LiveMember{{ID: "b0", Name: "br-0"}, {ID: "b1", Name: "br-1"}, {ID: "b2", Name: "br-2"}}},
+			&member.DirectiveAck{Epoch: 1, Result: member.DirectiveResult{Member: "br-0", MemberID: "b0", ClusterID: "restored", Revision: rev}})
+		for i, n := range []string{"br-1", "br-2"} {
+			writeReport(t, ns, member.Report{Name: n, At: time.Now(), Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+				MemberID: fmt.Sprintf("b%d", i+1), ClusterID: "restored", Formed: true}, nil)
+		}
+		for i := 0; i < 3; i++ {
+			renew(t, ns, fmt.Sprintf("br-%d", i), fmt.Sprintf("b%d:%s", i, map[bool]string{true: v1alpha1.RoleLeader, false: v1alpha1.RoleMember}[i == 0]))
+		}
+		ec := getCluster(t, ns, "br")
+		if d := directive(t, ec); d != nil {
+			return fmt.Errorf("directive %d in force: %s (%s)", d.Epoch, d.Phase, d.Reason)
+		}
+		if ec.Status.ClusterID != "restored" || ec.Status.ReadyReplicas != 3 {
+			return fmt.Errorf("cluster %q, %d ready", ec.Status.ClusterID, ec.Status.ReadyReplicas)
+		}
+		return nil
+	})
 }

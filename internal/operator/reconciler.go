@@ -400,6 +400,16 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		rec.Status = st
 	}
 	o.Recovery = &rec
+	if b := ec.Spec.Bootstrap; b != nil && b.Restore != nil {
+		t := member.RestoreTarget{Store: b.Restore.Store}
+		if b.Restore.Revision != nil {
+			t.Revision = *b.Restore.Revision
+		}
+		if b.Restore.Time != nil {
+			t.Time = b.Restore.Time.Time
+		}
+		o.BootstrapRestore = &t
+	}
 	var pvcs corev1.PersistentVolumeClaimList
 	if err := r.Client.List(ctx, &pvcs, client.InNamespace(ec.Namespace), sel); err != nil {
 		return o, err

@@ -3,6 +3,7 @@ package operator
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/heal"
@@ -41,7 +42,10 @@ type recoveryOutcome struct {
 // the directive: its sidecar then holds its etcd until the directive says otherwise. A pod
 // that cannot be deleted (its node is lost) never counts as stopped, and the recovery waits
 // for it, as it must: its etcd may still serve.
-func decideRecovery(o Observation, members []v1alpha1.MemberStatus, rec Recovery) recoveryOutcome {
+//
+// The members are the desired ones (names), with what the status says of them: a member whose
+// pod does not exist yet is still a member of the recovery.
+func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStatus, rec Recovery) recoveryOutcome {
 	st := rec.Status
 	if d := st.Directive; d != nil && d.Phase == member.PhaseSeeding && d.Ack == nil {
 		if a, ok := rec.Acks[d.Seed]; ok && a.Epoch == d.Epoch {
@@ -51,7 +55,11 @@ func decideRecovery(o Observation, members []v1alpha1.MemberStatus, rec Recovery
 		}
 	}
 	var hm []heal.Member
-	for _, ms := range members {
+	for _, name := range names {
+		ms := v1alpha1.MemberStatus{Name: name}
+		if i := slices.IndexFunc(members, func(m v1alpha1.MemberStatus) bool { return m.Name == name }); i >= 0 {
+			ms = members[i]
+		}
 		m := heal.Member{Name: ms.Name, Ready: ms.Status == v1alpha1.MemberReady, ID: ms.ID, Learner: ms.Role == v1alpha1.RoleLearner}
 		if r, ok := o.Reports[ms.Name]; ok {
 			r := r
