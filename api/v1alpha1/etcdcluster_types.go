@@ -270,7 +270,8 @@ type MemberStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// LastTransitionTime is when Status last changed.
 	LastTransitionTime metav1.Time `json:"lastTransitionTime"`
-	// LastReport is when the member's sidecar last renewed its Lease.
+	// LastReport is the member Lease's renewal as of the last change of this entry (a
+	// renewal alone does not rewrite the status; the Lease's renewTime is the live heartbeat).
 	// +optional
 	LastReport *metav1.Time `json:"lastReport,omitempty"`
 }

@@ -419,6 +419,11 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 	if !had || st.Status != prev.Status {
 		st.LastTransitionTime = metav1.NewTime(o.Now)
 	}
+	if had && st.Status == prev.Status && st.Reason == prev.Reason && st.ID == prev.ID && st.Role == prev.Role {
+		// A renewal alone is no change: writing it would make every cluster write its status
+		// at rest. The Lease's own renewTime is the live heartbeat.
+		st.LastReport = prev.LastReport
+	}
 	return st
 }
 
