@@ -1,6 +1,11 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
 
 // ClusterConfigKey is the key, in the ConfigMap <cluster>-config, of the ClusterConfig that the
 // operator writes and the sidecars read.
@@ -61,4 +66,17 @@ type RestoreConfig struct {
 	Store    string       `json:"store"`
 	Revision int64        `json:"revision,omitempty"`
 	Time     *metav1.Time `json:"time,omitempty"`
+}
+
+// ParseClusterConfig reads the ClusterConfig from a ConfigMap's data.
+func ParseClusterConfig(data map[string]string) (ClusterConfig, error) {
+	var c ClusterConfig
+	s, ok := data[ClusterConfigKey]
+	if !ok {
+		return c, fmt.Errorf("no key %s", ClusterConfigKey)
+	}
+	if err := yaml.Unmarshal([]byte(s), &c); err != nil {
+		return c, fmt.Errorf("key %s: %w", ClusterConfigKey, err)
+	}
+	return c, nil
 }

@@ -32,7 +32,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -96,9 +95,9 @@ func (v *View) Config(ctx context.Context) (v1alpha1.ClusterConfig, string, erro
 	if err := v.c.Get(ctx, v.key(v.configMapName()), &cm); err != nil {
 		return v1alpha1.ClusterConfig{}, "", fmt.Errorf("reading ConfigMap %s/%s: %w", v.ns, v.configMapName(), err)
 	}
-	var cfg v1alpha1.ClusterConfig
-	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cfg); err != nil {
-		return cfg, "", fmt.Errorf("ConfigMap %s/%s, key %s: %w", v.ns, v.configMapName(), v1alpha1.ClusterConfigKey, err)
+	cfg, err := v1alpha1.ParseClusterConfig(cm.Data)
+	if err != nil {
+		return cfg, "", fmt.Errorf("ConfigMap %s/%s: %w", v.ns, v.configMapName(), err)
 	}
 	return cfg, cm.ResourceVersion, nil
 }

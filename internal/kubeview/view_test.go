@@ -384,7 +384,14 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := cli.Put(ctx, "after-scale-down", "1"); err != nil {
+	// Clients of the remaining members write on (a client still dialling c-2 may see its etcd
+	// stop, as with any removed member).
+	rest, err := clientv3.New(clientv3.Config{Endpoints: endpoints(ms[0], ms[1]), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rest.Close()
+	if _, err := rest.Put(ctx, "after-scale-down", "1"); err != nil {
 		t.Fatalf("write after the scale-down: %v", err)
 	}
 	ms[2].stop()
@@ -453,14 +460,7 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 // scales.
 func setMembers(t *testing.T, c client.Client, ns string, n int) {
 	t.Helper()
-	var cm corev1.ConfigMap
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "c-config"}, &cm); err != nil {
-		t.Fatal(err)
-	}
-	var cc v1alpha1.ClusterConfig
-	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc); err != nil {
-		t.Fatal(err)
-	}
+	cm, cc := readConfig(t, c, ns)
 	if all, ok := allMembers[ns]; ok {
 		cc.Members = all
 	} else {
@@ -472,7 +472,7 @@ func setMembers(t *testing.T, c client.Client, ns string, n int) {
 		t.Fatal(err)
 	}
 	cm.Data[v1alpha1.ClusterConfigKey] = string(b)
-	if err := c.Update(context.Background(), &cm); err != nil {
+	if err := c.Update(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -499,6 +499,13 @@ func memberURL(t *testing.T, cli *clientv3.Client, id uint64) string {
 // storeDir is the directory of cluster c's file:// backup store.
 func storeDir(t *testing.T, c client.Client, ns string) string {
 	t.Helper()
+	_, cc := readConfig(t, c, ns)
+	return strings.TrimPrefix(cc.Backup.Store, "file://")
+}
+
+// readConfig reads cluster c's ConfigMap and its cluster.yaml.
+func readConfig(t *testing.T, c client.Client, ns string) (*corev1.ConfigMap, v1alpha1.ClusterConfig) {
+	t.Helper()
 	var cm corev1.ConfigMap
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "c-config"}, &cm); err != nil {
 		t.Fatal(err)
@@ -507,7 +514,7 @@ func storeDir(t *testing.T, c client.Client, ns string) string {
 	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc); err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimPrefix(cc.Backup.Store, "file://")
+	return &cm, cc
 }
 
 // writeRecovery records a directive in a cluster's status.recovery, as the operator does.

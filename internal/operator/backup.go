@@ -21,7 +21,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/yaml"
 )
 
 // backupWait is how long an EtcdBackup waits for its cluster to exist and to have a serving
@@ -103,8 +102,8 @@ func (r *BackupReconciler) target(ctx context.Context, eb *v1alpha1.EtcdBackup) 
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); err != nil {
 		return "", fmt.Sprintf("ConfigMap %s: %v", configMapName(ec), err), ""
 	}
-	var cc v1alpha1.ClusterConfig
-	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc); err != nil {
+	cc, err := v1alpha1.ParseClusterConfig(cm.Data)
+	if err != nil {
 		return "", "", fmt.Sprintf("ConfigMap %s: %v", configMapName(ec), err)
 	}
 	var ems v1alpha1.EtcdMemberList

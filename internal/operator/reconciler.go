@@ -35,7 +35,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/yaml"
 )
 
 // Finalizer holds an EtcdCluster until its owned objects are deleted.
@@ -283,8 +282,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	var cm corev1.ConfigMap
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); {
 	case err == nil:
-		var cc v1alpha1.ClusterConfig
-		if yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc) == nil {
+		if cc, err := v1alpha1.ParseClusterConfig(cm.Data); err == nil {
 			o.ConfigMembers = int32(len(cc.Members))
 		}
 	case !apierrors.IsNotFound(err):
