@@ -807,10 +807,21 @@ func TestDeployManifests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, chart)
 	}
+	crds, err := filepath.Glob(filepath.Join(root, "deploy", "crd", "*.yaml"))
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("no CRDs in deploy/crd: %v", err)
+	}
 	for name, manifest := range map[string]string{"kustomize": kustomized, "helm": string(chart)} {
 		for _, kind := range []string{"CustomResourceDefinition", "ClusterRole", "Deployment", "ValidatingAdmissionPolicy"} {
 			if !strings.Contains(manifest, "kind: "+kind+"\n") {
 				t.Errorf("%s output has no %s", name, kind)
+			}
+		}
+		for _, crd := range crds {
+			// etcd.steward.dev_etcdmembers.yaml -> etcdmembers.etcd.steward.dev
+			group, plural, _ := strings.Cut(strings.TrimSuffix(filepath.Base(crd), ".yaml"), "_")
+			if !strings.Contains(manifest, "name: "+plural+"."+group+"\n") {
+				t.Errorf("%s output lacks the CRD %s.%s", name, plural, group)
 			}
 		}
 		cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
