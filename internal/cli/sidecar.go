@@ -111,7 +111,7 @@ func kubernetesView(ctx context.Context, cfg *member.Config, ns, cluster string)
 	if err != nil {
 		return fmt.Errorf("kubernetes configuration: %w", err)
 	}
-	v, err := kubeview.New(rc, ns, cluster, cfg.Name)
+	v, err := kubeview.New(ctx, rc, ns, cluster, cfg.Name)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,10 +28,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -49,7 +54,10 @@ const labelCluster = "etcd.steward.dev/cluster"
 
 // View implements member.ClusterView for one member of one EtcdCluster.
 type View struct {
-	c                 client.WithWatch
+	c                 client.Client // reads from the cache, writes to the API server
+	direct            client.Client // reads that precede a write
+	subsMu            sync.Mutex
+	subs              []chan struct{}
 	ns, cluster, name string
 	now               func() time.Time
 
@@ -64,8 +72,11 @@ type View struct {
 
 var _ member.ClusterView = (*View)(nil)
 
-// New returns the view of member name of cluster in namespace ns.
-func New(cfg *rest.Config, ns, cluster, name string) (*View, error) {
+// New returns the view of member name of cluster in namespace ns. It reads through a cache
+// that watches the cluster's ConfigMap, EtcdCluster, EtcdMembers and Leases (no polling of
+// the API server); reads that precede a write go to the API server. The cache runs until
+// ctx ends.
+func New(ctx context.Context, cfg *rest.Config, ns, cluster, name string) (*View, error) {
 	if ns == "" || cluster == "" || name == "" {
 		return nil, errors.New("the Kubernetes view needs the namespace (POD_NAMESPACE), the cluster (--kubernetes-cluster) and the member name (--name)")
 	}
@@ -76,11 +87,59 @@ func New(cfg *rest.Config, ns, cluster, name string) (*View, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	mine := labels.SelectorFromSet(labels.Set{labelCluster: cluster})
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}:     {Field: fields.OneTermEqualSelector("metadata.name", cluster+"-config")},
+			&v1alpha1.EtcdCluster{}: {Field: fields.OneTermEqualSelector("metadata.name", cluster)},
+			&v1alpha1.EtcdMember{}:  {Label: mine},
+			&coordinationv1.Lease{}: {Label: mine},
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes cache: %w", err)
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &View{c: c, ns: ns, cluster: cluster, name: name, now: time.Now}, nil
+	cached, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: ca}})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	v := &View{c: cached, direct: direct, ns: ns, cluster: cluster, name: name, now: time.Now}
+	// Lease renewals are not news: they only refresh report times.
+	for _, obj := range []client.Object{&corev1.ConfigMap{}, &v1alpha1.EtcdCluster{}, &v1alpha1.EtcdMember{}} {
+		inf, err := ca.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { v.notify() },
+			UpdateFunc: func(any, any) { v.notify() },
+			DeleteFunc: func(any) { v.notify() },
+		}); err != nil {
+			return nil, err
+		}
+	}
+	go func() { _ = ca.Start(ctx) }()
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if !ca.WaitForCacheSync(sctx) {
+		return nil, fmt.Errorf("reading the objects of EtcdCluster %s/%s did not complete within a minute: can this member's ServiceAccount list and watch its ConfigMap, EtcdCluster, EtcdMembers and Leases (the Role the operator creates)?", ns, cluster)
+	}
+	return v, nil
+}
+
+// notify wakes every Watch.
+func (v *View) notify() {
+	v.subsMu.Lock()
+	defer v.subsMu.Unlock()
+	for _, ch := range v.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (v *View) key(name string) types.NamespacedName {
@@ -330,7 +389,7 @@ func (v *View) AckDirective(ctx context.Context, epoch int64, result member.Dire
 func (v *View) writeStatus(ctx context.Context, set func(*v1alpha1.EtcdMemberStatus)) error {
 	for try := 0; ; try++ {
 		var em v1alpha1.EtcdMember
-		if err := v.c.Get(ctx, v.key(v.name), &em); err != nil {
+		if err := v.direct.Get(ctx, v.key(v.name), &em); err != nil {
 			return fmt.Errorf("reading EtcdMember %s/%s (the operator creates it): %w", v.ns, v.name, err)
 		}
 		before := em.Status.DeepCopy()
@@ -368,7 +427,7 @@ func (v *View) renewLease(ctx context.Context, holder string, now time.Time) err
 func (v *View) writeLease(ctx context.Context, name, holder string, now time.Time) error {
 	for try := 0; ; try++ {
 		var l coordinationv1.Lease
-		if err := v.c.Get(ctx, v.key(name), &l); err != nil {
+		if err := v.direct.Get(ctx, v.key(name), &l); err != nil {
 			return fmt.Errorf("reading Lease %s/%s (the operator creates it): %w", v.ns, name, err)
 		}
 		t := metav1.NewMicroTime(now)
@@ -384,39 +443,17 @@ func (v *View) writeLease(ctx context.Context, name, holder string, now time.Tim
 }
 
 // Watch implements member.ClusterView: a value whenever the ConfigMap, the EtcdCluster or an
-// EtcdMember of the cluster changes (watches re-established when they end).
+// EtcdMember of the cluster changes (from the cache's watches).
 func (v *View) Watch(ctx context.Context) (<-chan struct{}, error) {
 	ch := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	var wg sync.WaitGroup
-	watch := func(list client.ObjectList, opts ...client.ListOption) {
-		defer wg.Done()
-		for ctx.Err() == nil {
-			w, err := v.c.Watch(ctx, list, append([]client.ListOption{client.InNamespace(v.ns)}, opts...)...)
-			if err == nil {
-				signal() // anything may have changed while no watch ran
-				for range w.ResultChan() {
-					signal()
-				}
-				w.Stop()
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second): // retry pace, not synchronisation
-			}
-		}
-	}
-	wg.Add(3)
-	go watch(&corev1.ConfigMapList{}, client.MatchingFields{"metadata.name": v.configMapName()})
-	go watch(&v1alpha1.EtcdClusterList{}, client.MatchingFields{"metadata.name": v.cluster})
-	go watch(&v1alpha1.EtcdMemberList{}, client.MatchingLabels{labelCluster: v.cluster})
+	v.subsMu.Lock()
+	v.subs = append(v.subs, ch)
+	v.subsMu.Unlock()
 	go func() {
-		wg.Wait() // the watchers end with ctx
+		<-ctx.Done()
+		v.subsMu.Lock()
+		defer v.subsMu.Unlock()
+		v.subs = slices.DeleteFunc(v.subs, func(c chan struct{}) bool { return c == ch })
 		close(ch)
 	}()
 	return ch, nil

@@ -22,11 +22,14 @@ import (
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -60,15 +63,22 @@ func needAPI(t *testing.T) client.Client {
 		}
 		t.Skip(apiErr)
 	}
-	v, err := New(api.Config, "x", "x", "x")
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(api.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v.c
+	return c
 }
 
 type testMember struct {
-	name, cluster                 string
+	name, cluster, kubeconfig     string
 	client, peer, sidecar, health int
 	dataDir                       string
 	procs                         []*exec.Cmd
@@ -125,9 +135,36 @@ func clusterNamed(t *testing.T, c client.Client, ns, name string, n int, store s
 		Data: map[string]string{v1alpha1.ClusterConfigKey: string(b)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(n), Backup: &v1alpha1.BackupSpec{Store: store}}}); err != nil {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(n), Backup: &v1alpha1.BackupSpec{Store: store}}}
+	if err := c.Create(ctx, ec); err != nil {
 		t.Fatal(err)
+	}
+	// The sidecars run with exactly the rights the operator gives them (its Role), as a user
+	// of their own: a request the Role does not allow fails here as it would in a pod.
+	user := "steward-sidecar:" + ns + ":" + name
+	if err := c.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Rules: operator.SidecarRules(ec, n)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}); err != nil {
+		t.Fatal(err)
+	}
+	au, err := api.Env.ControlPlane.AddUser(envtest.User{Name: user}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := au.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "sidecar.kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		m.kubeconfig = kubeconfig
 	}
 	return ms
 }
@@ -143,7 +180,7 @@ func (m *testMember) start(t *testing.T, ns string) {
 	}
 	sidecar := exec.Command(bin, "sidecar", "--name", m.name, "--data-dir", m.dataDir,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", m.sidecar), "--kubernetes-cluster", m.cluster, "--log-level", "warn")
-	sidecar.Env = append(os.Environ(), "KUBECONFIG="+api.Kubeconfig, "POD_NAMESPACE="+ns)
+	sidecar.Env = append(os.Environ(), "KUBECONFIG="+m.kubeconfig, "POD_NAMESPACE="+ns)
 	etcd := exec.Command(bin, "etcd", "--sidecar", fmt.Sprintf("http://127.0.0.1:%d", m.sidecar),
 		"--listen-health", fmt.Sprintf("127.0.0.1:%d", m.health), "--log-level", "warn")
 	for _, p := range []*exec.Cmd{sidecar, etcd} {

@@ -228,7 +228,7 @@ func syncRBAC(ctx context.Context, r *run) error {
 	}
 	role := &rbacv1.Role{ObjectMeta: objectMeta(r, r.ec.Name)}
 	if err := apply(ctx, r, role, "sidecar", func() error {
-		role.Rules = sidecarRules(r.ec, r.memberLeases)
+		role.Rules = SidecarRules(r.ec, r.memberLeases)
 		return nil
 	}); err != nil {
 		return err
@@ -241,11 +241,11 @@ func syncRBAC(ctx context.Context, r *run) error {
 	})
 }
 
-// sidecarRules let a sidecar touch only its own cluster: read its EtcdCluster and ConfigMap
+// SidecarRules let a sidecar touch only its own cluster: read its EtcdCluster and ConfigMap
 // (get, or list/watch by name), read the EtcdMembers of the namespace and write the status of
 // its cluster's, renew its cluster's Leases, and record Events. (list/watch cannot be limited
 // by name to several objects: EtcdMembers are read namespace-wide, and hold no secret.)
-func sidecarRules(ec *v1alpha1.EtcdCluster, members int) []rbacv1.PolicyRule {
+func SidecarRules(ec *v1alpha1.EtcdCluster, members int) []rbacv1.PolicyRule {
 	leases := []string{fullLeaseName(ec), deltaLeaseName(ec)}
 	for i := 0; i < members; i++ {
 		leases = append(leases, memberName(ec, i))
@@ -263,8 +263,11 @@ func sidecarRules(ec *v1alpha1.EtcdCluster, members int) []rbacv1.PolicyRule {
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"etcdmembers"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"etcdmembers/status"}, ResourceNames: names,
 			Verbs: []string{"get", "update", "patch"}},
+		// Leases are read namespace-wide (list and watch cannot name several; the sidecar's
+		// cache watches its cluster's by label) and written only by name.
+		{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: leases,
-			Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			Verbs: []string{"update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }

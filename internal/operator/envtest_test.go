@@ -358,10 +358,11 @@ func TestCreateMakesEveryOwnedObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rule := range role.Rules {
-		// Events are created under generated names; EtcdMembers are listed namespace-wide
-		// (list and watch cannot name several objects) but only read.
-		readOnly := !strings.Contains(strings.Join(rule.Verbs, ","), "update")
-		if len(rule.ResourceNames) == 0 && rule.Resources[0] != "events" && !(rule.Resources[0] == "etcdmembers" && readOnly) {
+		// Events are created under generated names; EtcdMembers and Leases are listed
+		// namespace-wide (list and watch cannot name several objects) but only read: every
+		// write is limited by name.
+		readOnly := !strings.Contains(strings.Join(rule.Verbs, ","), "update") && !strings.Contains(strings.Join(rule.Verbs, ","), "patch")
+		if len(rule.ResourceNames) == 0 && rule.Resources[0] != "events" && !((rule.Resources[0] == "etcdmembers" || rule.Resources[0] == "leases") && readOnly) {
 			t.Errorf("sidecar rule %v is not limited to this cluster's objects", rule)
 		}
 	}
