@@ -85,6 +85,7 @@ func TestDecide(t *testing.T) {
 	all := status(formed, ready("m0", "m1", "m2"))
 	seedingM1 := directive(3, PhaseSeeding, RecoverFromSurvivor, "m1")
 	backupM1 := directive(4, PhaseSeeding, RecoverFromBackup, "m1")
+	bootTarget := &RestoreTarget{Store: "s3://old/main", Revision: 4242}
 	seedingM0 := directive(5, PhaseSeeding, RecoverFromSurvivor, "m0")
 	rejoinM0 := directive(5, PhaseRejoining, RecoverFromSurvivor, "m0")
 	rejoinM1 := directive(3, PhaseRejoining, RecoverFromSurvivor, "m1")
@@ -140,6 +141,20 @@ func TestDecide(t *testing.T) {
 		{name: "001-7 seed of a recovery from backup",
 			obs:  with_(obs("m1", emptyData, LiveCluster{}, all), func(o *Observation) { o.Directive = backupM1 }),
 			want: Plan{Case: "QuorumLossRestoreFromBackup", Seed: "001 initialisation case 7", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4}},
+		{name: "bootstrap.restore: the first member of a new cluster restores the target and starts alone",
+			obs: with_(obs("m0", emptyData, LiveCluster{}, none), func(o *Observation) {
+				d := *directive(1, PhaseSeeding, RecoverFromBackup, "m0")
+				d.Restore = bootTarget
+				o.Directive = &d
+			}),
+			want: Plan{Case: "BootstrapRestore", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 1, Restore: bootTarget}},
+		{name: "bootstrap.restore: the other members wait for the seed",
+			obs: with_(obs("m1", emptyData, LiveCluster{}, none), func(o *Observation) {
+				d := *directive(1, PhaseSeeding, RecoverFromBackup, "m0")
+				d.Restore = bootTarget
+				o.Directive = &d
+			}),
+			want: Plan{Case: "QuorumLossFollowerWait", Action: ActionWait}},
 		{name: "001-8 following member of a recovered cluster without valid data",
 			obs:  with_(obs("m2", emptyData, newClusterOfM0, status(formed, ready("m0"))), func(o *Observation) { o.Directive = rejoinM0 }),
 			want: Plan{Case: "QuorumLossFollowerRejoin", Seed: "001 initialisation case 8", Action: ActionJoinAsLearner, ClusterState: "existing", RecoveryEpoch: 5}},
