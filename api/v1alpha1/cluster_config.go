@@ -7,6 +7,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// LabelCluster, on every object of a cluster (its pods, Leases, EtcdMembers, ...), names
+// the EtcdCluster; alone it selects the cluster's pods.
+const LabelCluster = "etcd.steward.dev/cluster"
+
+// The names of the objects the operator keeps for cluster X and the sidecars read and write.
+func ConfigMapName(cluster string) string          { return cluster + "-config" }
+func FullSnapshotLeaseName(cluster string) string  { return cluster + "-full-snapshot" }
+func DeltaSnapshotLeaseName(cluster string) string { return cluster + "-delta-snapshot" }
+
 // ClusterConfigKey is the key, in the ConfigMap <cluster>-config, of the ClusterConfig that the
 // operator writes and the sidecars read.
 const ClusterConfigKey = "cluster.yaml"

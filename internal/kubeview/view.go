@@ -48,10 +48,6 @@ const (
 	reportRefresh = 10 * time.Second
 )
 
-// Labels the operator sets (internal/operator); repeated here to keep the sidecar free of
-// the operator's dependencies.
-const labelCluster = "etcd.steward.dev/cluster"
-
 // View implements member.ClusterView for one member of one EtcdCluster.
 type View struct {
 	c                 client.Client // reads from the cache, writes to the API server
@@ -87,10 +83,10 @@ func New(ctx context.Context, cfg *rest.Config, ns, cluster, name string) (*View
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	mine := labels.SelectorFromSet(labels.Set{labelCluster: cluster})
+	mine := labels.SelectorFromSet(labels.Set{v1alpha1.LabelCluster: cluster})
 	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}},
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}:     {Field: fields.OneTermEqualSelector("metadata.name", cluster+"-config")},
+			&corev1.ConfigMap{}:     {Field: fields.OneTermEqualSelector("metadata.name", v1alpha1.ConfigMapName(cluster))},
 			&v1alpha1.EtcdCluster{}: {Field: fields.OneTermEqualSelector("metadata.name", cluster)},
 			&v1alpha1.EtcdMember{}:  {Label: mine},
 			&coordinationv1.Lease{}: {Label: mine},
@@ -146,7 +142,7 @@ func (v *View) key(name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: v.ns, Name: name}
 }
 
-func (v *View) configMapName() string { return v.cluster + "-config" }
+func (v *View) configMapName() string { return v1alpha1.ConfigMapName(v.cluster) }
 
 // Config reads the cluster's configuration (cluster.yaml of its ConfigMap).
 func (v *View) Config(ctx context.Context) (v1alpha1.ClusterConfig, string, error) {
@@ -172,11 +168,11 @@ func (v *View) Snapshot(ctx context.Context) (member.ClusterSnapshot, error) {
 		return member.ClusterSnapshot{}, fmt.Errorf("reading EtcdCluster %s/%s: %w", v.ns, v.cluster, err)
 	}
 	var ems v1alpha1.EtcdMemberList
-	if err := v.c.List(ctx, &ems, client.InNamespace(v.ns), client.MatchingLabels{labelCluster: v.cluster}); err != nil {
+	if err := v.c.List(ctx, &ems, client.InNamespace(v.ns), client.MatchingLabels{v1alpha1.LabelCluster: v.cluster}); err != nil {
 		return member.ClusterSnapshot{}, fmt.Errorf("listing EtcdMembers of %s/%s: %w", v.ns, v.cluster, err)
 	}
 	var leases coordinationv1.LeaseList
-	if err := v.c.List(ctx, &leases, client.InNamespace(v.ns), client.MatchingLabels{labelCluster: v.cluster}); err != nil {
+	if err := v.c.List(ctx, &leases, client.InNamespace(v.ns), client.MatchingLabels{v1alpha1.LabelCluster: v.cluster}); err != nil {
 		return member.ClusterSnapshot{}, fmt.Errorf("listing Leases of %s/%s: %w", v.ns, v.cluster, err)
 	}
 	return snapshot(cfg, &ec, ems.Items, leases.Items, cmVersion), nil
@@ -193,10 +189,8 @@ func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alph
 		snap.Status.Voters = append(snap.Status.Voters, member.Voter{ID: vt.ID, Name: vt.Name, PeerURL: vt.PeerURL})
 	}
 	renewed := map[string]time.Time{}
-	for _, l := range leases {
-		if l.Spec.RenewTime != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
-			renewed[l.Name] = l.Spec.RenewTime.Time
-		}
+	for i := range leases {
+		renewed[leases[i].Name] = LeaseRenewed(&leases[i])
 	}
 	byName := map[string]*member.StatusMember{}
 	add := func(name string) *member.StatusMember {
@@ -214,19 +208,12 @@ func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alph
 		sm.ID, sm.Ready, sm.Learner = m.ID, m.Status == v1alpha1.MemberReady, m.Role == v1alpha1.RoleLearner
 	}
 	versions := []string{cmVersion, ec.ResourceVersion}
-	for _, em := range ems {
+	for i := range ems {
+		em := &ems[i]
 		versions = append(versions, em.Name+"="+em.ResourceVersion)
-		if em.Status.Report == nil {
+		r, ok := MemberReport(em, renewed[em.Name])
+		if !ok {
 			continue
-		}
-		var r member.Report
-		if err := json.Unmarshal(em.Status.Report.Raw, &r); err != nil {
-			continue // a report this version cannot read counts as none
-		}
-		// A serving member's report is written when it changes; its Lease renewals say it
-		// still holds.
-		if t, ok := renewed[em.Name]; ok && r.Serving && t.After(r.At) {
-			r.At = t
 		}
 		sm := add(em.Name)
 		sm.Report = &r
@@ -250,9 +237,8 @@ func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alph
 			d := *rec.Directive
 			// The seed sees its own acknowledgement at once, before the operator records it.
 			if d.Ack == nil {
-				for _, em := range ems {
-					var a member.DirectiveAck
-					if em.Name == d.Seed && em.Status.Ack != nil && json.Unmarshal(em.Status.Ack.Raw, &a) == nil && a.Epoch == d.Epoch {
+				for i := range ems {
+					if a, ok := MemberAck(&ems[i]); ok && ems[i].Name == d.Seed && a.Epoch == d.Epoch {
 						d.Ack = &a.Result
 					}
 				}
@@ -339,10 +325,10 @@ type snapshotLease struct {
 func (v *View) PublishBackup(ctx context.Context, s member.BackupStatus) error {
 	want := map[string]snapshotLease{}
 	if !s.LatestFullTime.IsZero() {
-		want[v.cluster+"-full-snapshot"] = snapshotLease{s.LatestFullRevision, s.LatestFullTime}
+		want[v1alpha1.FullSnapshotLeaseName(v.cluster)] = snapshotLease{s.LatestFullRevision, s.LatestFullTime}
 	}
 	if !s.CurrentAt.IsZero() {
-		want[v.cluster+"-delta-snapshot"] = snapshotLease{s.CurrentRevision, s.CurrentAt}
+		want[v1alpha1.DeltaSnapshotLeaseName(v.cluster)] = snapshotLease{s.CurrentRevision, s.CurrentAt}
 	}
 	mb := v1alpha1.MemberBackup{Ready: s.Ready, Reason: s.ReadyReason, LastError: s.LastError}
 	v.mu.Lock()

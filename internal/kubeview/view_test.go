@@ -1,4 +1,4 @@
-package kubeview
+package kubeview_test
 
 import (
 	"context"
@@ -100,7 +100,7 @@ func cluster(t *testing.T, c client.Client, n int) (string, []*testMember) {
 func clusterNamed(t *testing.T, c client.Client, ns, name string, n int, store string, restore *v1alpha1.RestoreConfig) []*testMember {
 	t.Helper()
 	ctx := context.Background()
-	labels := map[string]string{labelCluster: name}
+	labels := map[string]string{v1alpha1.LabelCluster: name}
 	dir := t.TempDir()
 	cc := v1alpha1.ClusterConfig{Name: name, Namespace: ns, Token: "token-" + ns + "-" + name, QuorumLossPolicy: v1alpha1.QuorumLossAutomatic,
 		Backup:  &v1alpha1.BackupConfig{Store: store, FullSchedule: "@hourly", DeltaPeriod: "1s", Retention: "keep"},

@@ -12,7 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/kubeview"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,9 +111,10 @@ func (r *BackupReconciler) target(ctx context.Context, eb *v1alpha1.EtcdBackup) 
 		return "", err.Error(), ""
 	}
 	var serving []string
-	for _, em := range ems.Items {
-		var rep member.Report
-		if em.Status.Report == nil || json.Unmarshal(em.Status.Report.Raw, &rep) != nil || !rep.Serving || rep.Learner {
+	for i := range ems.Items {
+		em := &ems.Items[i]
+		rep, ok := kubeview.MemberReport(em, time.Time{})
+		if !ok || !rep.Serving || rep.Learner {
 			continue
 		}
 		if rep.Leader {

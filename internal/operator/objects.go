@@ -26,7 +26,7 @@ const (
 
 // Labels on every owned object; LabelCluster alone selects a cluster's pods.
 const (
-	LabelCluster   = "etcd.steward.dev/cluster"
+	LabelCluster   = v1alpha1.LabelCluster
 	LabelName      = "app.kubernetes.io/name"
 	LabelInstance  = "app.kubernetes.io/instance"
 	LabelManagedBy = "app.kubernetes.io/managed-by"
@@ -37,12 +37,12 @@ const (
 
 // Names of a cluster's objects (DESIGN.md, "Kubernetes objects").
 func statefulSetName(ec *v1alpha1.EtcdCluster) string   { return ec.Name }
-func configMapName(ec *v1alpha1.EtcdCluster) string     { return ec.Name + "-config" }
+func configMapName(ec *v1alpha1.EtcdCluster) string     { return v1alpha1.ConfigMapName(ec.Name) }
 func clientServiceName(ec *v1alpha1.EtcdCluster) string { return ec.Name + "-client" }
 func peerServiceName(ec *v1alpha1.EtcdCluster) string   { return ec.Name + "-peer" }
 func memberName(ec *v1alpha1.EtcdCluster, i int) string { return fmt.Sprintf("%s-%d", ec.Name, i) }
-func fullLeaseName(ec *v1alpha1.EtcdCluster) string     { return ec.Name + "-full-snapshot" }
-func deltaLeaseName(ec *v1alpha1.EtcdCluster) string    { return ec.Name + "-delta-snapshot" }
+func fullLeaseName(ec *v1alpha1.EtcdCluster) string     { return v1alpha1.FullSnapshotLeaseName(ec.Name) }
+func deltaLeaseName(ec *v1alpha1.EtcdCluster) string    { return v1alpha1.DeltaSnapshotLeaseName(ec.Name) }
 
 // ordinal returns the ordinal of a member (pod or Lease) name of cluster ec.
 func ordinal(ec *v1alpha1.EtcdCluster, name string) (int, bool) {

@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/heal"
+	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/member"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -166,23 +166,17 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	for _, name := range d.DeletePods {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ec.Namespace}}
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod)); err != nil {
-			fail("ERR_DELETE_POD", fmt.Errorf("pod %s: %w", name, err))
-			continue
+		if err := r.deletePod(ctx, ec, name, "MemberRestarted", fmt.Sprintf(
+			"member %s was NotReady for more than %s: its pod was deleted to restart it", name, r.graces().NotReady)); err != nil {
+			fail("ERR_DELETE_POD", err)
 		}
-		r.Recorder.Eventf(ec, pod, corev1.EventTypeWarning, "MemberRestarted", "DeletePod",
-			"member %s was NotReady for more than %s: its pod was deleted to restart it", name, r.graces().NotReady)
 	}
 	if rec := d.Recovery; rec != nil {
 		for _, name := range rec.FencePods {
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ec.Namespace}}
-			if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod)); err != nil {
-				fail("ERR_FENCE_POD", fmt.Errorf("pod %s: %w", name, err))
-				continue
+			if err := r.deletePod(ctx, ec, name, "Fenced", fmt.Sprintf(
+				"member %s is stopped for recovery %d: its pod was deleted; the new one waits for the directive", name, rec.Status.Directive.Epoch)); err != nil {
+				fail("ERR_FENCE_POD", err)
 			}
-			r.Recorder.Eventf(ec, pod, corev1.EventTypeWarning, "Fenced", "DeletePod",
-				"member %s is stopped for recovery %d: its pod was deleted; the new one waits for the directive", name, rec.Status.Directive.Epoch)
 		}
 		if rec.Event != "" {
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "Recovery", "Recover", "%s", rec.Event)
@@ -216,6 +210,16 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, fmt.Errorf("%s: %s", errs[0].Code, errs[0].Description)
 	}
 	return ctrl.Result{RequeueAfter: nextDeadline(obs, d, now)}, nil
+}
+
+// deletePod deletes a member pod (one already gone counts as deleted) and records why.
+func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdCluster, name, reason, why string) error {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ec.Namespace}}
+	if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod)); err != nil {
+		return fmt.Errorf("pod %s: %w", name, err)
+	}
+	r.Recorder.Eventf(ec, pod, corev1.EventTypeWarning, reason, "DeletePod", "%s", why)
+	return nil
 }
 
 func (r *ClusterReconciler) graces() Graces {
@@ -374,16 +378,16 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	rec := Recovery{Acks: map[string]member.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
 		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: storedRev},
 		Timing: heal.Timing{Grace: o.Graces.NotReady, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
-	for _, em := range ems.Items {
-		var rep member.Report
-		if em.Status.Report != nil && json.Unmarshal(em.Status.Report.Raw, &rep) == nil {
+	for i := range ems.Items {
+		em := &ems.Items[i]
+		rep, ok := kubeview.MemberReport(em, time.Time{})
+		if ok {
 			o.Reports[em.Name] = rep
 		}
 		if b := em.Status.Backup; b != nil && o.Backup != nil && (o.Backup.Leader == nil || (rep.Serving && rep.Leader)) {
 			o.Backup.Leader = b
 		}
-		var ack member.DirectiveAck
-		if em.Status.Ack != nil && json.Unmarshal(em.Status.Ack.Raw, &ack) == nil {
+		if ack, ok := kubeview.MemberAck(em); ok {
 			rec.Acks[em.Name] = ack
 		}
 	}

@@ -1,0 +1,38 @@
+package kubeview
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/member"
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// MemberReport reads the report in an EtcdMember's status (ok=false: none, or one this
+// version cannot read). A serving member's report is written only when it changes; its
+// Lease renewals (renewed, zero if unknown) say it still holds, so its time moves up to them.
+func MemberReport(em *v1alpha1.EtcdMember, renewed time.Time) (member.Report, bool) {
+	var r member.Report
+	if em.Status.Report == nil || json.Unmarshal(em.Status.Report.Raw, &r) != nil {
+		return r, false
+	}
+	if r.Serving && renewed.After(r.At) {
+		r.At = renewed
+	}
+	return r, true
+}
+
+// MemberAck reads the directive acknowledgement in an EtcdMember's status.
+func MemberAck(em *v1alpha1.EtcdMember) (member.DirectiveAck, bool) {
+	var a member.DirectiveAck
+	return a, em.Status.Ack != nil && json.Unmarshal(em.Status.Ack.Raw, &a) == nil
+}
+
+// LeaseRenewed is when a member Lease was last renewed by its sidecar (zero: never).
+func LeaseRenewed(l *coordinationv1.Lease) time.Time {
+	if l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
