@@ -974,6 +974,49 @@ func quorumLossRecovery(t *testing.T, policy string) {
 	}
 	testutil.Eventually(t, 10*time.Second, "Event Fenced", func() error { return findEvent(ns, "Fenced") })
 
+	// A fault during Seeding: the seed's pod is lost and comes back (a new pod, after the
+	// directive). The recovery goes on with the same epoch and seed; the new pod is not fenced.
+	var seedPod corev1.Pod
+	testutil.Eventually(t, 10*time.Second, "the seed's pod", func() error {
+		membersRenewing(t, ns, "q", none, none)
+		return get(t, ns, "q-0", &seedPod)
+	})
+	if err := k8s.Delete(ctx, &seedPod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	var reborn types.UID
+	testutil.Eventually(t, 20*time.Second, "the seed's pod back, the recovery unchanged", func() error {
+		membersRenewing(t, ns, "q", none, none)
+		diskReports()
+		var p corev1.Pod
+		if err := get(t, ns, "q-0", &p); err != nil || p.UID == seedPod.UID {
+			return fmt.Errorf("q-0 not recreated yet (%v)", err)
+		}
+		if reborn == "" {
+			reborn = p.UID
+		}
+		if p.UID != reborn {
+			return fmt.Errorf("the seed's new pod was deleted again")
+		}
+		now := directive(t, getCluster(t, ns, "q"))
+		if now == nil || now.Epoch != d.Epoch || now.Phase != member.PhaseSeeding || now.Seed != "q-0" {
+			return fmt.Errorf("directive after the seed's pod was lost: %+v", now)
+		}
+		return nil
+	})
+	for i := 0; i < 3; i++ { // a few more passes: still the same directive, the new pod kept
+		if _, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "q"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var p corev1.Pod
+	if err := get(t, ns, "q-0", &p); err != nil || p.UID != reborn {
+		t.Fatalf("the seed's new pod was fenced: %v", err)
+	}
+	if now := directive(t, getCluster(t, ns, "q")); now == nil || now.Epoch != d.Epoch || now.Phase != member.PhaseSeeding {
+		t.Fatalf("directive %+v", now)
+	}
+
 	// The seed carries the directive out and serves; the others rejoin and serve.
 	epoch := d.Epoch
 	testutil.Eventually(t, 60*time.Second, "recovery retired", func() error {
