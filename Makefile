@@ -25,14 +25,17 @@ tools:
 	@mkdir -p $(BIN)
 	cd hack/tools && GOBIN=$(BIN) $(GO) install $(TOOLPKG)
 
-KUBE_TOOLS := $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(K8S_BIN)/helm $(BIN)/controller-gen
+K8S_NODE   := kube-controller-manager kube-scheduler kubelet kube-proxy
+KUBE_TOOLS := $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(K8S_BIN)/helm $(BIN)/controller-gen \
+	$(foreach b,$(K8S_NODE),$(K8S_BIN)/$(b))
 kube-tools: $(KUBE_TOOLS)
 
 $(KUBE_TOOLS) &: hack/kube/go.mod
 	@mkdir -p $(K8S_BIN)
-	@echo "building kube-apiserver, kubectl, etcd, helm and controller-gen into $(BIN) (about 10 minutes the first time)"
+	@echo "building Kubernetes $(K8S_VERSION), etcd, helm and controller-gen into $(BIN) (about 12 minutes the first time)"
 	cd hack/kube && CGO_ENABLED=0 $(GO) build -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ \
-		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3 helm.sh/helm/v3/cmd/helm
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3 helm.sh/helm/v3/cmd/helm \
+		$(foreach b,$(K8S_NODE),k8s.io/kubernetes/cmd/$(b))
 	mv $(K8S_BIN)/server $(K8S_BIN)/etcd
 	cd hack/kube && CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 	@touch $(KUBE_TOOLS)
@@ -106,3 +109,32 @@ CHAOS_TIMEOUT ?= 60m
 chaos:
 	STEWARD_CHAOS=1 STEWARD_CHAOS_SEED=$(SEED) STEWARD_CHAOS_DURATION=$(DURATION) STEWARD_CHAOS_MEMBERS=$(MEMBERS) \
 		STEWARD_CHAOS_FAULTS=$(FAULTS) STEWARD_CHAOS_OUT=$(CHAOS_OUT) $(GO) test -count=1 -v -timeout $(CHAOS_TIMEOUT) ./test/chaos
+
+# End to end on a real single-node Kubernetes built here (test/e2e, docs/kubernetes.md): the
+# kubelet runs Steward's pods through containerd and runc. Needs root. `make e2e` runs the
+# suite; `make e2e-up` starts the node for work by hand and prints the KUBECONFIG to use;
+# `make e2e-down` stops it and undoes what it changed on the machine.
+E2E_DIR ?= /var/lib/steward-e2e
+.PHONY: e2e e2e-tools e2e-up e2e-down
+e2e-tools: kube-tools $(BIN)/coredns $(BIN)/pause
+	@hack/e2e/packages.sh
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/e2e/steward ./cmd/steward
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/e2e/s3 ./test/e2e/cmd/s3
+	$(GO) build -o $(BIN)/e2e-node ./test/e2e/cmd/e2e-node
+
+$(BIN)/coredns: hack/coredns/go.mod hack/coredns/main.go
+	cd hack/coredns && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ .
+
+# The pod sandbox image's program, from the Kubernetes module's own source.
+$(BIN)/pause: hack/kube/go.mod
+	gcc -Os -static -DVERSION=v3.10.2 -o $@ "$$(cd hack/kube && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
+
+e2e: e2e-tools
+	STEWARD_E2E=1 STEWARD_E2E_DIR=$(E2E_DIR) STEWARD_E2E_BIN=$(BIN) $(GO) test -count=1 -v -timeout 50m ./test/e2e/
+
+e2e-up: e2e-tools
+	$(BIN)/e2e-node up --dir $(E2E_DIR) --bin $(BIN)
+
+e2e-down:
+	$(GO) build -o $(BIN)/e2e-node ./test/e2e/cmd/e2e-node
+	STEWARD_E2E_BIN=$(BIN) $(BIN)/e2e-node down --dir $(E2E_DIR)

@@ -2,8 +2,10 @@ package operator
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
-	"reflect"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -290,9 +292,10 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		return err
 	}
 	want := statefulSetSpec(r.ec, r.image, r.decision.StatefulSetReplicas)
+	hash := templateHash(want.Template)
 	if apierrors.IsNotFound(err) {
 		sts.Spec = want
-		return apply(ctx, r, sts, "member", func() error { return nil })
+		return apply(ctx, r, sts, "member", func() error { metav1.SetMetaDataAnnotation(&sts.ObjectMeta, annotationTemplateHash, hash); return nil })
 	}
 	return apply(ctx, r, sts, "member", func() error {
 		// Selector, service name and claim templates are immutable in a StatefulSet; the
@@ -300,44 +303,25 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		// updates the pods pick it up when they are next replaced.
 		sts.Spec.Replicas = want.Replicas
 		sts.Spec.PodManagementPolicy = want.PodManagementPolicy
-		if !reflect.DeepEqual(templateOf(sts.Spec.Template), templateOf(want.Template)) {
+		if sts.Annotations[annotationTemplateHash] != hash {
 			sts.Spec.Template = want.Template
+			metav1.SetMetaDataAnnotation(&sts.ObjectMeta, annotationTemplateHash, hash)
 		}
 		sts.Spec.PersistentVolumeClaimRetentionPolicy = want.PersistentVolumeClaimRetentionPolicy
 		return nil
 	})
 }
 
-// templateOf is the part of a pod template Steward sets, without the API server's defaults,
-// so that a template unchanged by the spec is not written again.
-func templateOf(t corev1.PodTemplateSpec) any {
-	type container struct {
-		Name, Image string
-		Command     []string
-		Env         []corev1.EnvVar
-		EnvFrom     []corev1.EnvFromSource
-		Resources   corev1.ResourceRequirements
+// templateHash identifies the pod template Steward renders. It is kept in an annotation of
+// the StatefulSet: comparing it, not the stored template (which the API server defaults),
+// finds every change of the spec or of Steward's own rendering, and nothing else.
+func templateHash(t corev1.PodTemplateSpec) string {
+	b, err := json.Marshal(t)
+	if err != nil {
+		panic(err) // a PodTemplateSpec always marshals
 	}
-	cs := make([]container, 0, len(t.Spec.Containers))
-	for _, c := range t.Spec.Containers {
-		env := c.DeepCopy().Env
-		for i := range env {
-			if env[i].ValueFrom != nil && env[i].ValueFrom.FieldRef != nil {
-				env[i].ValueFrom.FieldRef.APIVersion = "" // defaulted to v1 by the API server
-			}
-		}
-		cs = append(cs, container{c.Name, c.Image, c.Command, env, c.EnvFrom, c.Resources})
-	}
-	return struct {
-		Labels, Annotations map[string]string
-		Containers          []container
-		NodeSelector        map[string]string
-		Tolerations         []corev1.Toleration
-		Affinity            *corev1.Affinity
-		Spread              []corev1.TopologySpreadConstraint
-		Priority            string
-	}{t.Labels, t.Annotations, cs, t.Spec.NodeSelector, t.Spec.Tolerations, t.Spec.Affinity,
-		t.Spec.TopologySpreadConstraints, t.Spec.PriorityClassName}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 func errCode(phase, code string) string { return fmt.Sprintf("ERR_%s_%s", phase, code) }

@@ -33,6 +33,8 @@ const (
 	LabelComponent = "app.kubernetes.io/component"
 	// LabelLeaseKind marks Leases: "member", "full-snapshot" or "delta-snapshot".
 	LabelLeaseKind = "etcd.steward.dev/lease"
+	// annotationTemplateHash on the StatefulSet identifies the pod template it was given.
+	annotationTemplateHash = "etcd.steward.dev/template-hash"
 )
 
 // Names of a cluster's objects (DESIGN.md, "Kubernetes objects").
@@ -142,7 +144,8 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	for _, s := range credentialSecrets(ec) {
 		envFrom = append(envFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: s}}})
 	}
-	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataMount}}
+	// The root file system is read-only; /tmp holds the etcd container's generated config.
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataMount}, {Name: "tmp", MountPath: "/tmp"}}
 	nonRoot := true
 	noEscalation := false
 	secCtx := &corev1.SecurityContext{AllowPrivilegeEscalation: &noEscalation, ReadOnlyRootFilesystem: &nonRoot,
@@ -193,6 +196,8 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 			RunAsGroup: ptr(int64(65532)), FSGroup: ptr(int64(65532)),
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		TerminationGracePeriodSeconds: ptr(int64(60)),
+		Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("64Mi"))}}}},
 	}
 	if podSpec.Affinity == nil && len(podSpec.TopologySpreadConstraints) == 0 {
 		// Spread over nodes first, then zones; ScheduleAnyway keeps small clusters schedulable.

@@ -1,0 +1,500 @@
+// Package node runs a real single-node Kubernetes on this machine for Steward's end-to-end
+// tests: etcd, kube-apiserver, kube-controller-manager and kube-scheduler, containerd with runc,
+// the kubelet, kube-proxy and CoreDNS, all as processes under one work dir, built from source
+// into ./bin. Down leaves the machine as Up found it.
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The node's fixed addresses: the node IP lives on lo (these kernels have no dummy links), and
+// nothing the node serves is reachable from outside the machine.
+const (
+	NodeName    = "steward-e2e"
+	NodeIP      = "10.200.0.1"
+	PodCIDR     = "10.244.0.0/24"
+	ServiceCIDR = "10.96.0.0/16"
+	DNSIP       = "10.96.0.10"
+	APIServer   = "https://" + NodeIP + ":6443"
+	PauseImage  = "registry.k8s.io/pause:3.10.2"
+	// HostPathPV is where the kube-controller-manager's hostPath provisioner makes volumes; the
+	// path is fixed in Kubernetes' code.
+	HostPathPV = "/tmp/hostpath_pv"
+	// VolumeOwner owns every provisioned volume: the fsGroup and user of Steward's pods.
+	VolumeOwner = 65532
+)
+
+// Config says where the node lives and what it runs.
+type Config struct {
+	// Dir is the work dir: certificates, data, logs, sockets. Keep it short: socket paths are
+	// limited to 108 bytes.
+	Dir string
+	// Bin holds bin/k8s (Kubernetes, etcd), coredns and pause, as `make e2e-tools` builds them.
+	Bin string
+	// Self is the e2e-node binary, run detached as the volume owner (see OwnVolumes).
+	Self string
+	// Images are imported into containerd before the kubelet starts.
+	Images []Image
+	Log    io.Writer
+}
+
+// state is what Down needs to undo Up, kept in Dir/state.json.
+type state struct {
+	PIDs    map[string]int    `json:"pids"`
+	Sysctls map[string]string `json:"sysctls"`
+	// Existed lists fixed paths outside Dir that were there before Up (Down keeps them).
+	Existed map[string]bool `json:"existed"`
+}
+
+// The sysctls the kubelet, kube-proxy and the bridge plugin change.
+var sysctls = []string{"net/ipv4/ip_forward", "vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops",
+	"net/bridge/bridge-nf-call-iptables"}
+
+// Paths outside Dir that containerd and the kubelet create.
+var fixedPaths = []string{HostPathPV, "/run/containerd", "/var/log/containers", "/var/lib/cni", "/var/run/netns"}
+
+// Node is a running node.
+type Node struct {
+	cfg   Config
+	st    state
+	pki   *pki
+	Admin string // the admin kubeconfig
+}
+
+func (n *Node) logf(format string, args ...any) {
+	if n.cfg.Log != nil {
+		fmt.Fprintf(n.cfg.Log, "e2e-node: "+format+"\n", args...)
+	}
+}
+
+func (n *Node) path(parts ...string) string { return filepath.Join(append([]string{n.cfg.Dir}, parts...)...) }
+
+// AdminKubeconfig is where Up writes the admin kubeconfig for a node in dir.
+func AdminKubeconfig(dir string) string { return filepath.Join(dir, "pki", "admin.kubeconfig") }
+
+// Up starts a node in cfg.Dir, first stopping any node a previous run left there.
+func Up(ctx context.Context, cfg Config) (*Node, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the e2e node runs containers and changes the network: run it as root")
+	}
+	if err := checkTools(cfg.Bin); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, "state.json")); err == nil {
+		if err := Down(cfg.Dir, cfg.Log); err != nil {
+			return nil, fmt.Errorf("stopping the node left in %s: %w", cfg.Dir, err)
+		}
+	}
+	n := &Node{cfg: cfg, st: state{PIDs: map[string]int{}, Sysctls: map[string]string{}, Existed: map[string]bool{}}}
+	for _, s := range sysctls {
+		b, err := os.ReadFile("/proc/sys/" + s)
+		if err != nil {
+			return nil, fmt.Errorf("reading sysctl %s: %w", s, err)
+		}
+		n.st.Sysctls[s] = strings.TrimSpace(string(b))
+	}
+	for _, p := range fixedPaths {
+		_, err := os.Stat(p)
+		n.st.Existed[p] = err == nil
+	}
+	if err := os.MkdirAll(n.path("logs"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := n.saveState(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	for _, step := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"certificates", n.certificates},
+		{"network", n.network},
+		{"etcd and the control plane", n.controlPlane},
+		{"containerd and images", n.containerd},
+		{"kubelet and kube-proxy", n.kubelet},
+		{"volume owner", n.volumeOwner},
+		{"cluster add-ons", n.addons},
+	} {
+		t := time.Now()
+		if err := step.run(ctx); err != nil {
+			n.logf("%s failed: %v (logs in %s)", step.name, err, n.path("logs"))
+			return n, fmt.Errorf("%s: %w", step.name, err)
+		}
+		n.logf("%s ready in %s", step.name, time.Since(t).Round(100*time.Millisecond))
+	}
+	n.logf("node ready in %s", time.Since(start).Round(100*time.Millisecond))
+	return n, nil
+}
+
+func checkTools(bin string) error {
+	var missing []string
+	for _, f := range []string{"k8s/etcd", "k8s/kube-apiserver", "k8s/kube-controller-manager", "k8s/kube-scheduler",
+		"k8s/kubelet", "k8s/kube-proxy", "k8s/kubectl", "coredns", "pause"} {
+		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
+			missing = append(missing, filepath.Join(bin, f))
+		}
+	}
+	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "iptables-save", "conntrack", "ip"} {
+		if _, err := exec.LookPath(c); err != nil {
+			missing = append(missing, c)
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		missing = append(missing, "/usr/lib/cni/bridge")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s: run `make e2e-tools` (it builds the binaries and installs the Debian packages)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func (n *Node) saveState() error {
+	b, err := json.MarshalIndent(n.st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(n.path("state.json"), b, 0o600)
+}
+
+func (n *Node) certificates(context.Context) error {
+	p, err := newPKI(n.path("pki"))
+	if err != nil {
+		return err
+	}
+	n.pki = p
+	if err := p.serviceAccountKey(); err != nil {
+		return err
+	}
+	certs := []struct {
+		name, cn string
+		orgs     []string
+		hosts    []string
+	}{
+		{"apiserver", "kube-apiserver", nil, []string{NodeIP, "10.96.0.1", "127.0.0.1", "localhost", "kubernetes",
+			"kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
+		{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, nil},
+		{"admin", "steward-e2e-admin", []string{"system:masters"}, nil},
+		{"controller-manager", "system:kube-controller-manager", nil, nil},
+		{"scheduler", "system:kube-scheduler", nil, nil},
+		{"kube-proxy", "system:kube-proxy", nil, nil},
+		{"kubelet", "system:node:" + NodeName, []string{"system:nodes"}, []string{NodeIP, NodeName}},
+	}
+	for _, c := range certs {
+		if err := p.issue(c.name, c.cn, c.orgs, c.hosts...); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"admin", "controller-manager", "scheduler", "kube-proxy", "kubelet"} {
+		if _, err := p.kubeconfig(name, APIServer); err != nil {
+			return err
+		}
+	}
+	n.Admin = AdminKubeconfig(n.cfg.Dir)
+	return nil
+}
+
+// network puts the node IP on lo and adds a guard that drops pod and Service traffic that
+// would leave through any other link: everything the node runs stays on this machine.
+func (n *Node) network(context.Context) error {
+	if err := run("ip", "addr", "replace", NodeIP+"/32", "dev", "lo"); err != nil {
+		return err
+	}
+	if err := run("iptables", "-N", guardChain); err != nil {
+		return err
+	}
+	for _, r := range [][]string{
+		{"-A", guardChain, "-o", "lo", "-j", "RETURN"},
+		{"-A", guardChain, "-o", "cni0", "-j", "RETURN"},
+		{"-A", guardChain, "-d", "10.0.0.0/8", "-j", "DROP"},
+		{"-I", "OUTPUT", "-j", guardChain},
+		{"-I", "FORWARD", "-j", guardChain},
+	} {
+		if err := run("iptables", r...); err != nil {
+			return err
+		}
+	}
+	return writeSysctl("net/bridge/bridge-nf-call-iptables", "1")
+}
+
+const guardChain = "STEWARD-E2E-GUARD"
+
+func (n *Node) controlPlane(ctx context.Context) error {
+	p := n.pki.path
+	if err := n.start("etcd", filepath.Join(n.cfg.Bin, "k8s", "etcd"),
+		"--data-dir", n.path("etcd"), "--listen-client-urls", "http://127.0.0.1:22379",
+		"--advertise-client-urls", "http://127.0.0.1:22379", "--listen-peer-urls", "http://127.0.0.1:22380",
+		"--initial-advertise-peer-urls", "http://127.0.0.1:22380", "--initial-cluster", "default=http://127.0.0.1:22380",
+		"--unsafe-no-fsync", "--log-level", "warn"); err != nil {
+		return err
+	}
+	if err := n.start("kube-apiserver", filepath.Join(n.cfg.Bin, "k8s", "kube-apiserver"),
+		"--etcd-servers", "http://127.0.0.1:22379",
+		"--bind-address", NodeIP, "--advertise-address", NodeIP, "--secure-port", "6443",
+		"--tls-cert-file", p("apiserver.crt"), "--tls-private-key-file", p("apiserver.key"),
+		"--client-ca-file", p("ca.crt"),
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", p("sa.pub"), "--service-account-signing-key-file", p("sa.key"),
+		"--service-cluster-ip-range", ServiceCIDR, "--authorization-mode", "Node,RBAC",
+		"--kubelet-client-certificate", p("apiserver-kubelet-client.crt"), "--kubelet-client-key", p("apiserver-kubelet-client.key"),
+		"--kubelet-certificate-authority", p("ca.crt"),
+		"--kubelet-preferred-address-types", "InternalIP,Hostname",
+		"--allow-privileged=true", "--enable-priority-and-fairness=false"); err != nil {
+		return err
+	}
+	if err := n.waitHTTPS(ctx, APIServer+"/readyz", 2*time.Minute); err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	if err := n.start("kube-controller-manager", filepath.Join(n.cfg.Bin, "k8s", "kube-controller-manager"),
+		"--kubeconfig", p("controller-manager.kubeconfig"),
+		"--authentication-kubeconfig", p("controller-manager.kubeconfig"), "--authorization-kubeconfig", p("controller-manager.kubeconfig"),
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10257",
+		"--service-account-private-key-file", p("sa.key"), "--root-ca-file", p("ca.crt"),
+		"--cluster-signing-cert-file", p("ca.crt"), "--cluster-signing-key-file", p("ca.key"),
+		"--use-service-account-credentials", "--enable-hostpath-provisioner=true",
+		"--service-cluster-ip-range", ServiceCIDR); err != nil {
+		return err
+	}
+	return n.start("kube-scheduler", filepath.Join(n.cfg.Bin, "k8s", "kube-scheduler"),
+		"--kubeconfig", p("scheduler.kubeconfig"),
+		"--authentication-kubeconfig", p("scheduler.kubeconfig"), "--authorization-kubeconfig", p("scheduler.kubeconfig"),
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10259")
+}
+
+func (n *Node) containerdSock() string { return n.path("containerd", "containerd.sock") }
+
+func (n *Node) containerd(ctx context.Context) error {
+	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "images"} {
+		if err := os.MkdirAll(n.path(d), 0o700); err != nil {
+			return err
+		}
+	}
+	config := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+[grpc]
+  address = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %q
+`, n.path("containerd", "root"), n.path("containerd", "state"), n.containerdSock(), PauseImage, n.path("cni", "net.d"))
+	if err := os.WriteFile(n.path("containerd", "config.toml"), []byte(config), 0o600); err != nil {
+		return err
+	}
+	conflist := fmt.Sprintf(`{"cniVersion": "0.4.0", "name": "steward-e2e", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+`, PodCIDR, n.path("cni", "ipam"))
+	if err := os.WriteFile(n.path("cni", "net.d", "10-steward-e2e.conflist"), []byte(conflist), 0o600); err != nil {
+		return err
+	}
+	if err := n.start("containerd", "containerd", "--config", n.path("containerd", "config.toml")); err != nil {
+		return err
+	}
+	if err := poll(ctx, time.Minute, func() error {
+		return exec.Command("ctr", "--address", n.containerdSock(), "version").Run()
+	}); err != nil {
+		return fmt.Errorf("containerd did not answer: %w", err)
+	}
+	images := append([]Image{{Ref: PauseImage, Entrypoint: []string{"/pause"}, Files: map[string]string{"pause": filepath.Join(n.cfg.Bin, "pause")}},
+		{Ref: "coredns:e2e", Entrypoint: []string{"/coredns"}, Files: map[string]string{"coredns": filepath.Join(n.cfg.Bin, "coredns")}}},
+		n.cfg.Images...)
+	return LoadImages(n.cfg.Dir, images...)
+}
+
+// LoadImages writes the images and imports them into the containerd of the node in dir,
+// replacing images of the same reference (pods started after it run the new ones).
+func LoadImages(dir string, images ...Image) error {
+	for i, img := range images {
+		tarball := filepath.Join(dir, "images", strconv.Itoa(i)+".tar")
+		if err := img.WriteArchive(tarball); err != nil {
+			return err
+		}
+		sock := filepath.Join(dir, "containerd", "containerd.sock")
+		if out, err := exec.Command("ctr", "--address", sock, "-n", "k8s.io", "images", "import", tarball).CombinedOutput(); err != nil {
+			return fmt.Errorf("importing %s: %v: %s", img.Ref, err, out)
+		}
+		_ = os.Remove(tarball)
+	}
+	return nil
+}
+
+func (n *Node) kubelet(ctx context.Context) error {
+	p := n.pki.path
+	if err := os.WriteFile(n.path("resolv.conf"), []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+		return err
+	}
+	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %q}
+authorization: {mode: Webhook}
+address: %s
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+tlsCertFile: %q
+tlsPrivateKeyFile: %q
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+clusterDNS: [%s]
+clusterDomain: cluster.local
+resolvConf: %q
+containerRuntimeEndpoint: unix://%s
+podLogsDir: %q
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+`, p("ca.crt"), NodeIP, p("kubelet.crt"), p("kubelet.key"), DNSIP, n.path("resolv.conf"), n.containerdSock(), n.path("pod-logs"))
+	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(config), 0o600); err != nil {
+		return err
+	}
+	if err := n.start("kubelet", filepath.Join(n.cfg.Bin, "k8s", "kubelet"), "--config", n.path("kubelet.yaml"),
+		"--kubeconfig", p("kubelet.kubeconfig"), "--node-ip", NodeIP, "--hostname-override", NodeName,
+		"--root-dir", n.path("kubelet")); err != nil {
+		return err
+	}
+	if err := n.start("kube-proxy", filepath.Join(n.cfg.Bin, "k8s", "kube-proxy"), "--kubeconfig", p("kube-proxy.kubeconfig"),
+		"--hostname-override", NodeName, "--proxy-mode=iptables", "--cluster-cidr=10.244.0.0/16",
+		"--nodeport-addresses="+NodeIP+"/32", "--iptables-localhost-nodeports=false", "--conntrack-max-per-core=0",
+		"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
+		"--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249"); err != nil {
+		return err
+	}
+	return poll(ctx, 2*time.Minute, func() error {
+		out, err := n.kubectl("get", "node", NodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if err != nil {
+			return err
+		}
+		if out != "True" {
+			return fmt.Errorf("node %s Ready=%q", NodeName, out)
+		}
+		return nil
+	})
+}
+
+// volumeOwner starts `e2e-node volumes` detached: it gives every provisioned volume to
+// VolumeOwner (see OwnVolumes).
+func (n *Node) volumeOwner(context.Context) error {
+	return n.start("volume-owner", n.cfg.Self, "volumes")
+}
+
+func (n *Node) addons(ctx context.Context) error {
+	if _, err := n.kubectlStdin(addonsYAML, "apply", "-f", "-"); err != nil {
+		return err
+	}
+	if err := poll(ctx, 2*time.Minute, func() error {
+		_, err := n.kubectl("get", "serviceaccount", "default", "-n", "default")
+		return err
+	}); err != nil {
+		return fmt.Errorf("the default ServiceAccount: %w", err)
+	}
+	_, err := n.kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=2m")
+	return err
+}
+
+// Kubectl runs kubectl with the admin kubeconfig and returns its trimmed output.
+func (n *Node) kubectl(args ...string) (string, error) { return n.kubectlStdin("", args...) }
+
+func (n *Node) kubectlStdin(stdin string, args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(n.cfg.Bin, "k8s", "kubectl"), append([]string{"--kubeconfig", n.Admin}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// start runs a component detached (its own process group, so it outlives `e2e-node up`),
+// logging to logs/<name>.log, and records its pid for Down.
+func (n *Node) start(name, bin string, args ...string) error {
+	logf, err := os.OpenFile(n.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = n.cfg.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	n.st.PIDs[name] = cmd.Process.Pid
+	go func() { _ = cmd.Wait() }() // reap it if it dies while this process lives
+	return n.saveState()
+}
+
+func (n *Node) waitHTTPS(ctx context.Context, url string, timeout time.Duration) error {
+	client, err := httpsClient(n.pki.path("ca.crt"), n.pki.path("admin.crt"), n.pki.path("admin.key"))
+	if err != nil {
+		return err
+	}
+	return poll(ctx, timeout, func() error {
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+		}
+		return nil
+	})
+}
+
+// poll calls f until it succeeds or the timeout passes, returning f's last error.
+func poll(ctx context.Context, timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func run(name string, args ...string) error {
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func writeSysctl(name, value string) error {
+	return os.WriteFile("/proc/sys/"+name, []byte(value), 0o644)
+}

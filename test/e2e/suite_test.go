@@ -1,0 +1,319 @@
+// Package e2e runs Steward on a real single-node Kubernetes built here (see node): the
+// operator and the members are real pods on a real kubelet, installed with the project's own
+// Helm chart, backing up to an S3 server in the cluster. `make e2e` runs it (as root).
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/test/e2e/node"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The suite's shared state: the node, its admin kubeconfig and an API client.
+var (
+	bin        string
+	kubeconfig string
+	kube       client.Client
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("STEWARD_E2E") == "" {
+		fmt.Println("e2e: skipped; `make e2e` runs this suite on a real Kubernetes node (as root)")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	if bin, err = filepath.Abs(envOr("STEWARD_E2E_BIN", "../../bin")); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	dir := envOr("STEWARD_E2E_DIR", "/var/lib/steward-e2e")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	n, err := node.Up(ctx, node.Config{Dir: dir, Bin: bin, Self: filepath.Join(bin, "e2e-node"), Log: os.Stdout,
+		Images: []node.Image{node.StewardImage(bin), node.S3Image(bin)}})
+	defer func() {
+		if os.Getenv("STEWARD_E2E_KEEP") != "" {
+			fmt.Printf("e2e: node kept (STEWARD_E2E_KEEP): export KUBECONFIG=%s\n", node.AdminKubeconfig(dir))
+			return
+		}
+		if err := node.Down(dir, os.Stdout); err != nil {
+			fmt.Println("e2e: tearing the node down:", err)
+		}
+	}()
+	if err != nil {
+		fmt.Println("e2e: starting the node:", err)
+		return 1
+	}
+	kubeconfig = n.Admin
+	if err := connect(); err != nil {
+		fmt.Println("e2e:", err)
+		return 1
+	}
+	if err := install(); err != nil {
+		fmt.Println("e2e: installing Steward:", err)
+		return 1
+	}
+	fmt.Printf("e2e: node up and Steward installed in %s\n", time.Since(start).Round(time.Second))
+	return m.Run()
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func connect() error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	kube, err = client.New(cfg, client.Options{Scheme: scheme})
+	return err
+}
+
+// install installs Steward as a user would, with the project's Helm chart, and the suite's
+// S3 server in its own namespace with its own volume.
+func install() error {
+	chart := filepath.Join(repoRoot(), "deploy", "helm", "steward")
+	out, err := exec.Command(filepath.Join(bin, "k8s", "helm"), "--kubeconfig", kubeconfig, "install", "steward", chart,
+		"--namespace", "steward-system", "--create-namespace", "--wait", "--timeout", "3m",
+		"--set", "image.repository=steward", "--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
+		"--set", "graces.unknown=10s", "--set", "graces.notReady=30s").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("helm install: %v: %s", err, out)
+	}
+	if _, err := kubectlIn("", s3YAML, "apply", "-f", "-"); err != nil {
+		return err
+	}
+	_, err = kubectlIn("", "", "-n", "steward-s3", "rollout", "status", "deployment/s3", "--timeout=2m")
+	return err
+}
+
+// The store the clusters back up to: s3://backups/<prefix> through the s3 Service.
+const s3Endpoint = "http://s3.steward-s3.svc:9000"
+
+func storeURL(prefix string) string {
+	return "s3://backups/" + prefix + "?endpoint=" + s3Endpoint + "&use_path_style=true&region=us-east-1"
+}
+
+const s3YAML = `apiVersion: v1
+kind: Namespace
+metadata: {name: steward-s3}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: s3, namespace: steward-s3}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: s3, namespace: steward-s3}
+spec:
+  replicas: 1
+  strategy: {type: Recreate}
+  selector: {matchLabels: {app: s3}}
+  template:
+    metadata: {labels: {app: s3}}
+    spec:
+      securityContext: {runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532}
+      containers:
+      - name: s3
+        image: steward-e2e-s3:e2e
+        imagePullPolicy: Never
+        args: ["-db", "/data/s3.db", "-listen", ":9000", "-bucket", "backups"]
+        ports: [{containerPort: 9000}]
+        readinessProbe: {tcpSocket: {port: 9000}, periodSeconds: 1}
+        volumeMounts: [{name: data, mountPath: /data}]
+      volumes: [{name: data, persistentVolumeClaim: {claimName: s3}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s3, namespace: steward-s3}
+spec:
+  selector: {app: s3}
+  ports: [{port: 9000}]
+`
+
+func repoRoot() string {
+	wd, _ := os.Getwd()
+	return filepath.Join(wd, "..", "..")
+}
+
+// kubectlIn runs kubectl with stdin and returns its trimmed output.
+func kubectlIn(ns, stdin string, args ...string) (string, error) {
+	full := []string{"--kubeconfig", kubeconfig}
+	if ns != "" {
+		full = append(full, "-n", ns)
+	}
+	cmd := exec.Command(filepath.Join(bin, "k8s", "kubectl"), append(full, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func kubectl(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	out, err := kubectlIn(ns, "", args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func apply(t *testing.T, ns, yaml string) {
+	t.Helper()
+	if _, err := kubectlIn(ns, yaml, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// namespace makes a namespace for one test, and on cleanup deletes it (and with it the test's
+// clusters, through their finalizers), dumping what a failure needs first.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := "e2e-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(ns) > 50 {
+		ns = ns[:50]
+	}
+	ns = strings.TrimRight(ns, "-")
+	kubectl(t, "", "create", "namespace", ns)
+	start := time.Now()
+	t.Cleanup(func() {
+		t.Logf("%s took %s", t.Name(), time.Since(start).Round(100*time.Millisecond))
+		if t.Failed() {
+			for _, args := range [][]string{{"get", "ec,em,pods,pvc,lease,events", "-o", "wide"}, {"get", "ec", "-o", "yaml"}} {
+				out, _ := kubectlIn(ns, "", args...)
+				t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
+			}
+			out, _ := kubectlIn("steward-system", "", "logs", "deployment/steward-operator", "--tail=80")
+			t.Logf("operator log:\n%s", out)
+		}
+		if _, err := kubectlIn("", "", "delete", "namespace", ns, "--timeout=3m"); err != nil {
+			t.Logf("deleting namespace %s: %v", ns, err)
+		}
+	})
+	return ns
+}
+
+// eventually polls f until it returns nil, failing the test with f's last error at the deadline.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func getEC(ns, name string) (*v1alpha1.EtcdCluster, error) {
+	ec := &v1alpha1.EtcdCluster{}
+	err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, ec)
+	return ec, err
+}
+
+func condition(ec *v1alpha1.EtcdCluster, typ string) string {
+	for _, c := range ec.Status.Conditions {
+		if c.Type == typ {
+			return string(c.Status)
+		}
+	}
+	return "Unknown"
+}
+
+// waitReady waits until the cluster has n members, all ready, and reports Ready.
+func waitReady(t *testing.T, ns, name string, n int32, timeout time.Duration) *v1alpha1.EtcdCluster {
+	t.Helper()
+	var ec *v1alpha1.EtcdCluster
+	eventually(t, timeout, fmt.Sprintf("cluster %s/%s Ready with %d members", ns, name, n), func() error {
+		var err error
+		if ec, err = getEC(ns, name); err != nil {
+			return err
+		}
+		if condition(ec, v1alpha1.ConditionReady) != "True" || ec.Status.ReadyReplicas != n || ec.Status.ClusterSize != n ||
+			ec.Status.ObservedGeneration != ec.Generation {
+			b, _ := json.Marshal(ec.Status.Conditions)
+			return fmt.Errorf("ready %d/%d, size %d, observed generation %d of %d, conditions %s",
+				ec.Status.ReadyReplicas, n, ec.Status.ClusterSize, ec.Status.ObservedGeneration, ec.Generation, b)
+		}
+		return nil
+	})
+	return ec
+}
+
+// memberPods are the cluster's pods, by name.
+func memberPods(t *testing.T, ns, name string) map[string]corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := kube.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelCluster: name}); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]corev1.Pod{}
+	for _, p := range pods.Items {
+		out[p.Name] = p
+	}
+	return out
+}
+
+// clusterYAML is an EtcdCluster backing up to the suite's S3 server under its namespace.
+func clusterYAML(ns, name string, replicas int, extra string) string {
+	return fmt.Sprintf(`apiVersion: etcd.steward.dev/v1alpha1
+kind: EtcdCluster
+metadata: {name: %s}
+spec:
+  replicas: %d
+  storage: {size: 1Gi}
+  backup:
+    store: %q
+    credentialsSecret: {name: store}
+    deltaPeriod: 1s
+%s`, name, replicas, storeURL(ns+"/"+name), extra)
+}
+
+// storeSecret is the S3 credentials Secret clusterYAML names (the suite's server takes any).
+func storeSecret(t *testing.T, ns string) {
+	t.Helper()
+	apply(t, ns, `apiVersion: v1
+kind: Secret
+metadata: {name: store}
+stringData: {AWS_ACCESS_KEY_ID: steward, AWS_SECRET_ACCESS_KEY: steward-e2e-secret}
+`)
+}
