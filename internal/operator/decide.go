@@ -109,7 +109,9 @@ type LeaseState struct {
 // leader's account (why they are not current).
 type BackupObservation struct {
 	LastFull, LastDelta time.Time
-	DeltaPeriod         time.Duration
+	// LastFullRevision and LastDeltaRevision are the revisions the snapshot Leases hold.
+	LastFullRevision, LastDeltaRevision int64
+	DeltaPeriod                         time.Duration
 	// Leader is the backup leader's own account, if it gave one.
 	Leader *v1alpha1.MemberBackup
 }

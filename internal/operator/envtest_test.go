@@ -403,6 +403,9 @@ func TestCreateMakesEveryOwnedObject(t *testing.T) {
 		if pdb.Spec.MinAvailable.IntValue() != 2 || condition(ec, v1alpha1.ConditionBackupReady) != metav1.ConditionTrue || ec.Status.LastBackupTime == nil {
 			return fmt.Errorf("minAvailable %v, BackupReady %v", pdb.Spec.MinAvailable, condition(ec, v1alpha1.ConditionBackupReady))
 		}
+		if d := ec.Status.LastDeltaSnapshot; d == nil || d.Revision != 42 {
+			return fmt.Errorf("status.lastDeltaSnapshot %+v, want revision 42 from the Lease", d)
+		}
 		return nil
 	})
 }

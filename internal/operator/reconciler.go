@@ -350,16 +350,18 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 					o.Backup.DeltaPeriod = p.Duration
 				}
 			}
-			if l.Spec.HolderIdentity != nil {
-				if rev, err := strconv.ParseInt(*l.Spec.HolderIdentity, 10, 64); err == nil {
-					storedRev = max(storedRev, rev)
-				}
+			if l.Spec.HolderIdentity == nil {
+				continue
 			}
-			if l.Spec.RenewTime != nil && l.Spec.HolderIdentity != nil {
+			rev, err := strconv.ParseInt(*l.Spec.HolderIdentity, 10, 64)
+			if err == nil {
+				storedRev = max(storedRev, rev)
+			}
+			if l.Spec.RenewTime != nil {
 				if l.Labels[LabelLeaseKind] == "full-snapshot" {
-					o.Backup.LastFull = l.Spec.RenewTime.Time
+					o.Backup.LastFull, o.Backup.LastFullRevision = l.Spec.RenewTime.Time, rev
 				} else {
-					o.Backup.LastDelta = l.Spec.RenewTime.Time
+					o.Backup.LastDelta, o.Backup.LastDeltaRevision = l.Spec.RenewTime.Time, rev
 				}
 			}
 		}
@@ -480,10 +482,10 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 	}
 	if b := o.Backup; b != nil {
 		if !b.LastFull.IsZero() {
-			s.LastFullSnapshot = &v1alpha1.SnapshotRef{Time: metav1.NewTime(b.LastFull), Revision: snapshotRevision(ec.Status.LastFullSnapshot)}
+			s.LastFullSnapshot = &v1alpha1.SnapshotRef{Time: metav1.NewTime(b.LastFull), Revision: b.LastFullRevision}
 		}
 		if !b.LastDelta.IsZero() {
-			s.LastDeltaSnapshot = &v1alpha1.SnapshotRef{Time: metav1.NewTime(b.LastDelta), Revision: snapshotRevision(ec.Status.LastDeltaSnapshot)}
+			s.LastDeltaSnapshot = &v1alpha1.SnapshotRef{Time: metav1.NewTime(b.LastDelta), Revision: b.LastDeltaRevision}
 		}
 		newest := b.LastFull
 		if b.LastDelta.After(newest) {
@@ -497,13 +499,6 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 	// Timestamps in the status are stored at second precision; compare them as stored so
 	// that an unchanged status is never written again.
 	return roundTimes(s)
-}
-
-func snapshotRevision(r *v1alpha1.SnapshotRef) int64 {
-	if r == nil {
-		return 0
-	}
-	return r.Revision
 }
 
 func roundTimes(s v1alpha1.EtcdClusterStatus) v1alpha1.EtcdClusterStatus {

@@ -80,7 +80,9 @@ func (n *Node) logf(format string, args ...any) {
 	}
 }
 
-func (n *Node) path(parts ...string) string { return filepath.Join(append([]string{n.cfg.Dir}, parts...)...) }
+func (n *Node) path(parts ...string) string {
+	return filepath.Join(append([]string{n.cfg.Dir}, parts...)...)
+}
 
 // AdminKubeconfig is where Up writes the admin kubeconfig for a node in dir.
 func AdminKubeconfig(dir string) string { return filepath.Join(dir, "pki", "admin.kubeconfig") }
@@ -213,17 +215,16 @@ func (n *Node) network(context.Context) error {
 	if err := run("ip", "addr", "replace", NodeIP+"/32", "dev", "lo"); err != nil {
 		return err
 	}
-	if err := run("iptables", "-N", guardChain); err != nil {
-		return err
-	}
+	// In POSTROUTING, where the route is final (a Service address is rerouted to cni0 only
+	// after the OUTPUT chains ran).
 	for _, r := range [][]string{
+		{"-N", guardChain},
 		{"-A", guardChain, "-o", "lo", "-j", "RETURN"},
 		{"-A", guardChain, "-o", "cni0", "-j", "RETURN"},
 		{"-A", guardChain, "-d", "10.0.0.0/8", "-j", "DROP"},
-		{"-I", "OUTPUT", "-j", guardChain},
-		{"-I", "FORWARD", "-j", guardChain},
+		{"-I", "POSTROUTING", "-j", guardChain},
 	} {
-		if err := run("iptables", r...); err != nil {
+		if err := run("iptables", append([]string{"-t", "mangle"}, r...)...); err != nil {
 			return err
 		}
 	}

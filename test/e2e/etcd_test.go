@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/operator"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// etcdClient connects to the given endpoints (host:port), reached from this machine: the
+// client Service's ClusterIP through kube-proxy, or a pod IP over the bridge.
+func etcdClient(t *testing.T, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// serviceEndpoint is the cluster's client Service, as applications reach it.
+func serviceEndpoint(t *testing.T, ns, name string) string {
+	t.Helper()
+	var svc corev1.Service
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-client"}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, operator.ClientPort)
+}
+
+// writer puts keys through the client Service until stopped and remembers the ones the
+// cluster acknowledged: those must never be lost.
+type writer struct {
+	stop  chan struct{}
+	done  chan struct{}
+	mu    sync.Mutex
+	acked map[string]string
+	fails int
+}
+
+func startWriter(t *testing.T, ns, name, prefix string, every time.Duration) *writer {
+	t.Helper()
+	c := etcdClient(t, serviceEndpoint(t, ns, name))
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{}), acked: map[string]string{}}
+	go func() {
+		defer close(w.done)
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(every):
+			}
+			k, v := fmt.Sprintf("%s/%06d", prefix, i), fmt.Sprintf("value-%d-%d", i, time.Now().UnixNano())
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_, err := c.Put(ctx, k, v)
+			cancel()
+			w.mu.Lock()
+			if err == nil {
+				w.acked[k] = v
+			} else {
+				w.fails++
+			}
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// Stop stops the writer and returns the acknowledged keys.
+func (w *writer) Stop() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+func (w *writer) Acked() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]string, len(w.acked))
+	for k, v := range w.acked {
+		out[k] = v
+	}
+	return out
+}
+
+// putKeys writes n keys through the client Service and returns them.
+func putKeys(t *testing.T, ns, name, prefix string, n int) map[string]string {
+	t.Helper()
+	c := etcdClient(t, serviceEndpoint(t, ns, name))
+	keys := map[string]string{}
+	for i := 0; i < n; i++ {
+		k, v := fmt.Sprintf("%s/%04d", prefix, i), fmt.Sprintf("v%d", i)
+		eventually(t, 30*time.Second, "put "+k, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			_, err := c.Put(ctx, k, v)
+			return err
+		})
+		keys[k] = v
+	}
+	return keys
+}
+
+// assertKeysOnEveryMember checks that every member (each read alone, from its own data)
+// holds every key with its value.
+func assertKeysOnEveryMember(t *testing.T, ns, name string, want map[string]string) {
+	t.Helper()
+	if len(want) == 0 {
+		t.Fatal("no acknowledged keys to check: the writer never succeeded")
+	}
+	for podName, pod := range memberPods(t, ns, name) {
+		c := etcdClient(t, fmt.Sprintf("%s:%d", pod.Status.PodIP, operator.ClientPort))
+		eventually(t, time.Minute, fmt.Sprintf("member %s holds all %d acknowledged keys", podName, len(want)), func() error {
+			missing := 0
+			var example string
+			for k, v := range want {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				resp, err := c.Get(ctx, k, clientv3.WithSerializable())
+				cancel()
+				if err != nil {
+					return err
+				}
+				if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != v {
+					missing++
+					example = k
+				}
+			}
+			if missing > 0 {
+				return fmt.Errorf("%d keys missing or different, e.g. %s", missing, example)
+			}
+			return nil
+		})
+	}
+}
+
+// voters lists the etcd members as the cluster itself reports them: id -> learner.
+func voters(t *testing.T, ns, name string) (map[uint64]bool, error) {
+	t.Helper()
+	c := etcdClient(t, serviceEndpoint(t, ns, name))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint64]bool{}
+	for _, m := range resp.Members {
+		out[m.ID] = m.IsLearner
+	}
+	return out, nil
+}

@@ -1,0 +1,407 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// memberIDs maps each member pod to its etcd member ID, from the status.
+func memberIDs(ec *v1alpha1.EtcdCluster) map[string]string {
+	out := map[string]string{}
+	for _, m := range ec.Status.Members {
+		out[m.Name] = m.ID
+	}
+	return out
+}
+
+// deletePods deletes pods (and with claims, their PVCs) at once, without waiting.
+func deletePods(t *testing.T, ns string, claims bool, pods ...string) {
+	t.Helper()
+	var names []string
+	for _, p := range pods {
+		names = append(names, "pod/"+p)
+		if claims {
+			names = append(names, "pvc/data-"+p)
+		}
+	}
+	kubectl(t, ns, append([]string{"delete", "--wait=false"}, names...)...)
+}
+
+// waitReplaced waits until each pod is a new pod (another UID) and running.
+func waitReplaced(t *testing.T, ns, name string, before map[string]corev1.Pod, pods ...string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, fmt.Sprintf("pods %v replaced", pods), func() error {
+		now := memberPods(t, ns, name)
+		for _, p := range pods {
+			if pod, ok := now[p]; !ok || pod.UID == before[p].UID || pod.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("pod %s not yet replaced", p)
+			}
+		}
+		return nil
+	})
+}
+
+// waitMemberReplaced waits until pod is a new member (not oldID) and etcd lists three
+// voters, the lost member gone and none a learner.
+func waitMemberReplaced(t *testing.T, ns, name, pod, oldID string) {
+	t.Helper()
+	eventually(t, 3*time.Minute, fmt.Sprintf("%s a new member, promoted", pod), func() error {
+		e, err := getEC(ns, name)
+		if err != nil {
+			return err
+		}
+		if id := memberIDs(e)[pod]; id == "" || id == oldID {
+			return fmt.Errorf("%s has ID %q (was %s)", pod, id, oldID)
+		}
+		vs, err := voters(t, ns, name)
+		if err != nil {
+			return err
+		}
+		for id, learner := range vs {
+			if fmt.Sprintf("%x", id) == oldID {
+				return fmt.Errorf("the lost member %s is still in the cluster", oldID)
+			}
+			if learner {
+				return fmt.Errorf("member %x is still a learner", id)
+			}
+		}
+		if len(vs) != 3 {
+			return fmt.Errorf("etcd lists %d members", len(vs))
+		}
+		return nil
+	})
+}
+
+// TestThreeMembers creates a 3-member cluster and puts it through the faults a node brings,
+// one after another, checking after each that no acknowledged write is lost.
+func TestThreeMembers(t *testing.T) {
+	ns := namespace(t)
+	storeSecret(t, ns)
+	apply(t, ns, clusterYAML(ns, "main", 3, ""))
+	ec := waitReady(t, ns, "main", 3, 3*time.Minute)
+	acked := putKeys(t, ns, "main", "created", 50)
+	assertKeysOnEveryMember(t, ns, "main", acked)
+
+	step := func(name string, f func(t *testing.T)) {
+		if !t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			f(t)
+			t.Logf("%s: %s", name, time.Since(start).Round(100*time.Millisecond))
+		}) {
+			t.FailNow()
+		}
+	}
+
+	step("printer columns", func(t *testing.T) {
+		out := kubectl(t, ns, "get", "ec", "main")
+		lines := strings.Split(out, "\n")
+		if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME READY MEMBERS LEADER REVISION LAST BACKUP AGE" {
+			t.Fatalf("kubectl get ec:\n%s", out)
+		}
+		row := strings.Fields(lines[1])
+		if row[0] != "main" || row[1] != "True" || row[2] != "3/3" || !strings.HasPrefix(row[3], "main-") {
+			t.Fatalf("kubectl get ec row: %q", lines[1])
+		}
+	})
+
+	step("pod deleted returns with the same member ID", func(t *testing.T) {
+		before, pods := memberIDs(ec), memberPods(t, ns, "main")
+		deletePods(t, ns, false, "main-1")
+		waitReplaced(t, ns, "main", pods, "main-1")
+		ec = waitReady(t, ns, "main", 3, 2*time.Minute)
+		if after := memberIDs(ec); after["main-1"] != before["main-1"] {
+			t.Fatalf("member IDs before %v, after %v", before, after)
+		}
+		assertKeysOnEveryMember(t, ns, "main", acked)
+	})
+
+	step("pod and volume deleted: replaced as a learner and promoted", func(t *testing.T) {
+		w := startWriter(t, ns, "main", "replace", 100*time.Millisecond)
+		before, pods := memberIDs(ec), memberPods(t, ns, "main")
+		deletePods(t, ns, true, "main-2")
+		waitReplaced(t, ns, "main", pods, "main-2")
+		waitMemberReplaced(t, ns, "main", "main-2", before["main-2"])
+		ec = waitReady(t, ns, "main", 3, 2*time.Minute)
+		w.Stop()
+		for k, v := range w.Acked() {
+			acked[k] = v
+		}
+		assertKeysOnEveryMember(t, ns, "main", acked)
+	})
+
+	step("an eviction that would break quorum is refused", func(t *testing.T) {
+		evict := func(pod string) error {
+			return kube.SubResource("eviction").Create(context.Background(),
+				&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}},
+				&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}})
+		}
+		pods := memberPods(t, ns, "main")
+		eventually(t, time.Minute, "the PodDisruptionBudget allows one disruption", func() error {
+			var pdb policyv1.PodDisruptionBudget
+			if err := kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "main"}, &pdb); err != nil {
+				return err
+			}
+			if pdb.Status.DisruptionsAllowed != 1 {
+				return fmt.Errorf("disruptions allowed: %d", pdb.Status.DisruptionsAllowed)
+			}
+			return nil
+		})
+		if err := evict("main-0"); err != nil {
+			t.Fatalf("evicting one member of a healthy cluster: %v", err)
+		}
+		err := evict("main-1")
+		if !apierrors.IsTooManyRequests(err) {
+			t.Fatalf("evicting a second member while the first is away: got %v, want 429 Too Many Requests", err)
+		}
+		waitReplaced(t, ns, "main", pods, "main-0")
+		ec = waitReady(t, ns, "main", 3, 2*time.Minute)
+		assertKeysOnEveryMember(t, ns, "main", acked)
+	})
+
+	step("etcd killed in a member being replaced", func(t *testing.T) {
+		before, pods := memberIDs(ec), memberPods(t, ns, "main")
+		deletePods(t, ns, true, "main-0")
+		waitReplaced(t, ns, "main", pods, "main-0")
+		// Kill the etcd container as soon as it runs in the new pod: mid-join.
+		eventually(t, time.Minute, "the etcd container of the new main-0 running", func() error {
+			for _, cs := range memberPods(t, ns, "main")["main-0"].Status.ContainerStatuses {
+				if cs.Name == "etcd" && cs.State.Running != nil && cs.ContainerID != "" {
+					return killContainer(cs.ContainerID)
+				}
+			}
+			return fmt.Errorf("not running yet")
+		})
+		waitMemberReplaced(t, ns, "main", "main-0", before["main-0"])
+		ec = waitReady(t, ns, "main", 3, 3*time.Minute)
+		assertKeysOnEveryMember(t, ns, "main", acked)
+	})
+
+	step("backup store down and back", func(t *testing.T) {
+		kubectl(t, "steward-s3", "scale", "deployment/s3", "--replicas=0")
+		defer kubectl(t, "steward-s3", "scale", "deployment/s3", "--replicas=1")
+		w := startWriter(t, ns, "main", "store-down", 200*time.Millisecond)
+		waitCondition(t, ns, "main", v1alpha1.ConditionBackupReady, "False", 2*time.Minute)
+		if e, _ := getEC(ns, "main"); condition(e, v1alpha1.ConditionReady) != "True" {
+			t.Fatalf("the cluster stopped being Ready while only the store is down: %v", e.Status.Conditions)
+		}
+		kubectl(t, "steward-s3", "scale", "deployment/s3", "--replicas=1")
+		waitCondition(t, ns, "main", v1alpha1.ConditionBackupReady, "True", 2*time.Minute)
+		w.Stop()
+		if len(w.Acked()) == 0 {
+			t.Fatal("no write succeeded while the store was down")
+		}
+		for k, v := range w.Acked() {
+			acked[k] = v
+		}
+	})
+
+	step("two members and their volumes lost at once", func(t *testing.T) {
+		w := startWriter(t, ns, "main", "two-lost", 100*time.Millisecond)
+		pods := memberPods(t, ns, "main")
+		deletePods(t, ns, true, "main-0", "main-1")
+		waitReplaced(t, ns, "main", pods, "main-0", "main-1")
+		ec = waitReady(t, ns, "main", 3, 4*time.Minute)
+		w.Stop()
+		for k, v := range w.Acked() {
+			acked[k] = v
+		}
+		assertKeysOnEveryMember(t, ns, "main", acked)
+	})
+
+	step("every pod and volume lost: restored from the backups", func(t *testing.T) {
+		putKeys(t, ns, "main", "before-loss", 1)
+		var backedUp int64
+		eventually(t, time.Minute, "the newest write backed up", func() error {
+			e, err := getEC(ns, "main")
+			if err != nil {
+				return err
+			}
+			if e.Status.LastDeltaSnapshot == nil || e.Status.LastDeltaSnapshot.Revision < e.Status.Revision {
+				return fmt.Errorf("newest delta %v, revision %d", e.Status.LastDeltaSnapshot, e.Status.Revision)
+			}
+			backedUp = e.Status.LastDeltaSnapshot.Revision
+			return nil
+		})
+		pods := memberPods(t, ns, "main")
+		deletePods(t, ns, true, "main-0", "main-1", "main-2")
+		waitReplaced(t, ns, "main", pods, "main-0", "main-1", "main-2")
+		ec = waitReady(t, ns, "main", 3, 5*time.Minute)
+		c := etcdClient(t, serviceEndpoint(t, ns, "main"))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := c.Get(ctx, "none")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Revision < backedUp {
+			t.Fatalf("restored at revision %d, below the newest backed-up revision %d", resp.Header.Revision, backedUp)
+		}
+		assertKeysOnEveryMember(t, ns, "main", acked)
+	})
+
+	step("a new cluster restored at a revision equals the source at that revision", func(t *testing.T) {
+		c := etcdClient(t, serviceEndpoint(t, ns, "main"))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := c.Get(ctx, "", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev := resp.Header.Revision
+		want := map[string]string{}
+		for _, kv := range resp.Kvs {
+			want[string(kv.Key)] = string(kv.Value)
+		}
+		putKeys(t, ns, "main", "after-copy", 5) // newer than the copy: must not be in it
+		apply(t, ns, fmt.Sprintf(`apiVersion: etcd.steward.dev/v1alpha1
+kind: EtcdCluster
+metadata: {name: copy}
+spec:
+  replicas: 1
+  storage: {size: 1Gi}
+  bootstrap:
+    restore:
+      store: %q
+      credentialsSecret: {name: store}
+      revision: %d
+`, storeURL(ns+"/main"), rev))
+		waitReady(t, ns, "copy", 1, 4*time.Minute)
+		cc := etcdClient(t, serviceEndpoint(t, ns, "copy"))
+		got, err := cc.Get(ctx, "", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Kvs) != len(want) {
+			t.Fatalf("the copy holds %d keys, the source held %d at revision %d", len(got.Kvs), len(want), rev)
+		}
+		for _, kv := range got.Kvs {
+			if want[string(kv.Key)] != string(kv.Value) {
+				t.Fatalf("key %s: copy %q, source at %d %q", kv.Key, kv.Value, rev, want[string(kv.Key)])
+			}
+		}
+	})
+}
+
+// waitCondition waits until the cluster's condition has the status.
+func waitCondition(t *testing.T, ns, name, typ, status string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("%s=%s", typ, status), func() error {
+		e, err := getEC(ns, name)
+		if err != nil {
+			return err
+		}
+		if got := condition(e, typ); got != status {
+			b, _ := json.Marshal(e.Status.Conditions)
+			return fmt.Errorf("%s=%s: %s", typ, got, b)
+		}
+		return nil
+	})
+}
+
+// killContainer kills a container through the node's containerd, as a crash would.
+func killContainer(containerID string) error {
+	id := strings.TrimPrefix(containerID, "containerd://")
+	sock := envOr("STEWARD_E2E_DIR", "/var/lib/steward-e2e") + "/containerd/containerd.sock"
+	out, err := exec.Command("ctr", "--address", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("killing container %s: %v: %s", id, err, out)
+	}
+	return nil
+}
+
+// TestScaleUnderLoad scales a cluster 1→3→5→3→1 with kubectl while a client writes every
+// 100 ms: every step ends Ready with etcd listing exactly the desired voters, and no
+// acknowledged write is lost.
+func TestScaleUnderLoad(t *testing.T) {
+	ns := namespace(t)
+	storeSecret(t, ns)
+	apply(t, ns, clusterYAML(ns, "s", 1, ""))
+	waitReady(t, ns, "s", 1, 3*time.Minute)
+	w := startWriter(t, ns, "s", "scale", 100*time.Millisecond)
+	for _, n := range []int32{3, 5, 3, 1} {
+		start := time.Now()
+		kubectl(t, ns, "scale", "ec/s", fmt.Sprintf("--replicas=%d", n))
+		waitReady(t, ns, "s", n, 4*time.Minute)
+		eventually(t, 2*time.Minute, fmt.Sprintf("etcd lists %d voters", n), func() error {
+			vs, err := voters(t, ns, "s")
+			if err != nil {
+				return err
+			}
+			learners := 0
+			for _, l := range vs {
+				if l {
+					learners++
+				}
+			}
+			if int32(len(vs)) != n || learners > 0 {
+				return fmt.Errorf("%d members, %d learners", len(vs), learners)
+			}
+			return nil
+		})
+		t.Logf("scaled to %d in %s", n, time.Since(start).Round(100*time.Millisecond))
+	}
+	w.Stop()
+	assertKeysOnEveryMember(t, ns, "s", w.Acked())
+}
+
+// TestQuorumLossManual loses two of three members with their volumes under the Manual
+// policy: the operator fences and waits, naming the survivor it would recover from, until
+// the user confirms with the annotation; then the cluster heals from that survivor with
+// every acknowledged write.
+func TestQuorumLossManual(t *testing.T) {
+	ns := namespace(t)
+	storeSecret(t, ns)
+	apply(t, ns, clusterYAML(ns, "m", 3, "  quorumLoss: {policy: Manual}\n"))
+	waitReady(t, ns, "m", 3, 3*time.Minute)
+	acked := putKeys(t, ns, "m", "manual", 50)
+	assertKeysOnEveryMember(t, ns, "m", acked)
+	pods := memberPods(t, ns, "m")
+	deletePods(t, ns, true, "m-0", "m-1")
+	var epoch string
+	eventually(t, 3*time.Minute, "QuorumLost awaiting confirmation, naming m-2", func() error {
+		e, err := getEC(ns, "m")
+		if err != nil {
+			return err
+		}
+		for _, c := range e.Status.Conditions {
+			if c.Type == v1alpha1.ConditionQuorumLost && c.Status == metav1.ConditionTrue && c.Reason == "AwaitingConfirmation" {
+				if !strings.Contains(c.Message, "m-2") {
+					return fmt.Errorf("the condition does not name the survivor: %s", c.Message)
+				}
+				epoch = kubectl(t, ns, "get", "ec", "m", "-o", "jsonpath={.status.recovery.directive.epoch}")
+				return nil
+			}
+		}
+		b, _ := json.Marshal(e.Status.Conditions)
+		return fmt.Errorf("conditions %s", b)
+	})
+	// Held: nothing proceeds for a while without the confirmation.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		e, err := getEC(ns, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if condition(e, v1alpha1.ConditionReady) == "True" || condition(e, v1alpha1.ConditionQuorumLost) != "True" {
+			t.Fatalf("the Manual policy went on without a confirmation: %+v", e.Status.Conditions)
+		}
+		time.Sleep(time.Second)
+	}
+	kubectl(t, ns, "annotate", "ec/m", v1alpha1.AnnotationConfirmRecovery+"="+epoch)
+	waitReplaced(t, ns, "m", pods, "m-0", "m-1")
+	waitReady(t, ns, "m", 3, 4*time.Minute)
+	assertKeysOnEveryMember(t, ns, "m", acked)
+}
