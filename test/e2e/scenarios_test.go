@@ -194,6 +194,7 @@ func TestThreeMembers(t *testing.T) {
 		defer kubectl(t, "steward-s3", "scale", "deployment/s3", "--replicas=1")
 		w := startWriter(t, ns, "main", "store-down", 200*time.Millisecond)
 		waitCondition(t, ns, "main", v1alpha1.ConditionBackupReady, "False", 2*time.Minute)
+		waitEvent(t, ns, "main", "BackupStale", time.Minute)
 		if e, _ := getEC(ns, "main"); condition(e, v1alpha1.ConditionReady) != "True" {
 			t.Fatalf("the cluster stopped being Ready while only the store is down: %v", e.Status.Conditions)
 		}
@@ -214,6 +215,8 @@ func TestThreeMembers(t *testing.T) {
 		deletePods(t, ns, true, "main-0", "main-1")
 		waitReplaced(t, ns, "main", pods, "main-0", "main-1")
 		ec = waitReady(t, ns, "main", 3, 4*time.Minute)
+		waitEvent(t, ns, "main", "QuorumLost", time.Minute)
+		waitEvent(t, ns, "main", "Recovery", time.Minute)
 		w.Stop()
 		for k, v := range w.Acked() {
 			acked[k] = v
@@ -255,8 +258,8 @@ func TestThreeMembers(t *testing.T) {
 	step("a new cluster restored at a revision equals the source at that revision", func(t *testing.T) {
 		c := etcdClient(t, serviceEndpoint(t, ns, "main"))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
 		resp, err := c.Get(ctx, "", clientv3.WithPrefix())
+		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,6 +283,8 @@ spec:
 `, storeURL(ns+"/main"), rev))
 		waitReady(t, ns, "copy", 1, 4*time.Minute)
 		cc := etcdClient(t, serviceEndpoint(t, ns, "copy"))
+		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		got, err := cc.Get(ctx, "", clientv3.WithPrefix())
 		if err != nil {
 			t.Fatal(err)
@@ -351,9 +356,18 @@ func TestScaleUnderLoad(t *testing.T) {
 			}
 			return nil
 		})
+		eventually(t, 2*time.Minute, fmt.Sprintf("%d member pods", n), func() error {
+			if pods := memberPods(t, ns, "s"); int32(len(pods)) != n {
+				return fmt.Errorf("%d pods", len(pods))
+			}
+			return nil
+		})
 		t.Logf("scaled to %d in %s", n, time.Since(start).Round(100*time.Millisecond))
 	}
 	w.Stop()
+	t.Logf("%d writes acknowledged, %d failed", len(w.Acked()), w.fails)
+	waitEvent(t, ns, "s", "ScalingUp", time.Minute)
+	waitEvent(t, ns, "s", "ScalingDown", time.Minute)
 	assertKeysOnEveryMember(t, ns, "s", w.Acked())
 }
 

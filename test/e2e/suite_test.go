@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	var err error
 	if bin, err = filepath.Abs(envOr("STEWARD_E2E_BIN", "../../bin")); err != nil {
 		fmt.Println(err)
@@ -47,6 +47,16 @@ func run(m *testing.M) int {
 	dir := envOr("STEWARD_E2E_DIR", "/var/lib/steward-e2e")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	// The machine as it is without a node: the teardown must give it back exactly so.
+	if err := node.Down(dir, os.Stdout); err != nil {
+		fmt.Println("e2e: removing the node a previous run left:", err)
+		return 1
+	}
+	before, err := node.MachineState()
+	if err != nil {
+		fmt.Println("e2e:", err)
+		return 1
+	}
 	start := time.Now()
 	n, err := node.Up(ctx, node.Config{Dir: dir, Bin: bin, Self: filepath.Join(bin, "e2e-node"), Log: os.Stdout,
 		Images: []node.Image{node.StewardImage(bin), node.S3Image(bin)}})
@@ -57,6 +67,12 @@ func run(m *testing.M) int {
 		}
 		if err := node.Down(dir, os.Stdout); err != nil {
 			fmt.Println("e2e: tearing the node down:", err)
+			code = 1
+		}
+		after, err := node.MachineState()
+		if diff := node.DiffStates(before, after); err != nil || len(diff) > 0 {
+			fmt.Printf("e2e: the teardown left the machine changed (%v):\n%s\n", err, strings.Join(diff, "\n"))
+			code = 1
 		}
 	}()
 	if err != nil {
@@ -316,4 +332,25 @@ kind: Secret
 metadata: {name: store}
 stringData: {AWS_ACCESS_KEY_ID: steward, AWS_SECRET_ACCESS_KEY: steward-e2e-secret}
 `)
+}
+
+// waitEvent waits for an Event with the reason on the EtcdCluster.
+func waitEvent(t *testing.T, ns, name, reason string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("an Event %s on %s", reason, name), func() error {
+		var events corev1.EventList
+		if err := kube.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "EtcdCluster" && e.InvolvedObject.Name == name {
+				if e.Reason == reason {
+					return nil
+				}
+				seen = append(seen, e.Reason)
+			}
+		}
+		return fmt.Errorf("events seen: %v", seen)
+	})
 }
