@@ -15,7 +15,7 @@ import (
 
 func FuzzParseKey(f *testing.F) {
 	at := time.Unix(1_700_000_000, 123_000_000).UTC()
-	for _, k := range []string{FullKey(100, at), DeltaKey(101, 200), "v1/full/README", "v1/delta/1-2.ev.zst", "", "v1/full/", "v1/delta/00000000000000000002-00000000000000000001.ev.zst"} {
+	for _, k := range []string{FullKey(1, 100, at), DeltaKey(1, 101, 200), "v1/full/README", "v1/delta/1-2.ev.zst", "", "v1/full/", "v1/delta/00000000000000000002-00000000000000000001.ev.zst"} {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
@@ -29,9 +29,9 @@ func FuzzParseKey(f *testing.F) {
 		var again string
 		switch o.Kind {
 		case KindFull:
-			again = FullKey(o.FirstRev, o.Created)
+			again = FullKey(1, o.FirstRev, o.Created)
 		case KindDelta:
-			again = DeltaKey(o.FirstRev, o.LastRev)
+			again = DeltaKey(1, o.FirstRev, o.LastRev)
 		default:
 			t.Fatalf("ParseKey(%q): kind %v", key, o.Kind)
 		}

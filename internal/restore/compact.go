@@ -110,7 +110,7 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 	}
 	rev := rres.Revision
 	res.Revision = rev
-	key := backup.FullKey(rev, rres.AsOf)
+	key := backup.FullKey(rres.Timeline, rev, rres.AsOf)
 	if _, err := o.Store.Stat(ctx, key); err == nil {
 		return res, fmt.Errorf("compact: %s already exists: the chain is already compacted at revision %d", key, rev)
 	} else if !store.IsNotFound(err) {
@@ -126,7 +126,7 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 		return res, fmt.Errorf("compact: after compaction the database is at revision %d (%v), expected %d; nothing was uploaded", got, err, rev)
 	}
 
-	hdr := backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, EtcdVersion: rres.EtcdVersion,
+	hdr := backup.Header{Kind: backup.KindFull, Timeline: rres.Timeline, Compression: backup.CompressionZstd, EtcdVersion: rres.EtcdVersion,
 		ClusterID: rres.ClusterID, FirstRev: rev, LastRev: rev, Created: rres.AsOf.UTC()}
 	total := res.DBSizeAfter
 	tr, err := uploadSnapshot(ctx, o.Store, key, hdr, dbPath, func(done int64) { progress(PhaseUpload, done, total) })

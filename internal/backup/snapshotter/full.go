@@ -25,9 +25,65 @@ type Member struct {
 	Endpoint string
 }
 
+// Timeline is where a writer's objects go: timeline ID, which holds the history of the
+// cluster ClusterID. A member of another cluster is refused with ErrHistoryRestarted.
+type Timeline struct {
+	ID        uint32
+	ClusterID uint64
+}
+
+// ErrHistoryRestarted means the member's history is not the timeline's any more: its cluster
+// ID changed, or its revision went below what the timeline holds. A new timeline must start
+// (see backup.Place).
+var ErrHistoryRestarted = errors.New("the member's history restarted")
+
+// Placed is where a member's backups go in a store (backup.Place), with what it was decided
+// on.
+type Placed struct {
+	Placement backup.Placement
+	Chain     backup.Chain             // the store's objects
+	Status    *clientv3.StatusResponse // the member's, read after the store's timelines
+}
+
+// Timeline is the timeline the member's objects go to.
+func (p Placed) Timeline() Timeline {
+	return Timeline{ID: p.Placement.Timeline, ClusterID: p.Status.Header.ClusterId}
+}
+
+// Place lists s, reads the headers backup.Place needs, then the member's status, and decides
+// which timeline the member's backups go to and where it continues. The status is read last:
+// a member's revision only grows, so the decision holds for the revision it reads.
+func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
+	c, err := backup.ListChain(ctx, s)
+	if err != nil {
+		return Placed{}, err
+	}
+	tls, err := backup.ObserveTimelines(ctx, s, c)
+	if err != nil {
+		return Placed{}, err
+	}
+	st, err := m.Client.Status(ctx, m.Endpoint)
+	if err != nil {
+		return Placed{}, fmt.Errorf("status of %s: %w", m.Endpoint, err)
+	}
+	// The revision of a linearizable read: everything committed before it is applied. A new
+	// leader may not have applied all that its predecessor stored when it takes over; what it
+	// has after this read is every committed revision, so one below the store's newest is a
+	// history restart, not a member catching up.
+	r, err := m.Client.Get(ctx, "\x00", clientv3.WithCountOnly())
+	if err != nil {
+		return Placed{}, fmt.Errorf("linearizable read from %s: %w", m.Endpoint, err)
+	}
+	if r.Header.ClusterId != st.Header.ClusterId {
+		return Placed{}, fmt.Errorf("%w: %s answered for cluster %x, then for cluster %x", ErrHistoryRestarted, m.Endpoint, st.Header.ClusterId, r.Header.ClusterId)
+	}
+	return Placed{Placement: backup.Place(tls, r.Header.ClusterId, r.Header.Revision), Chain: c, Status: st}, nil
+}
+
 // FullResult describes a stored full snapshot.
 type FullResult struct {
-	Key string `json:"key"`
+	Key      string `json:"key"`
+	Timeline uint32 `json:"timeline"`
 	// Revision is the member's revision when the snapshot started: a lower bound of the
 	// revision inside it (restore reads the true one from the database).
 	Revision  int64  `json:"revision"`
@@ -39,19 +95,24 @@ type FullResult struct {
 	Created  time.Time     `json:"created"`
 }
 
-// Full streams a snapshot of the member into s as one full-snapshot object: no temporary
-// file, memory independent of the database size. It checks the SHA-256 that etcd appends to
-// the stream and discards the object if it does not match. progress, if set, gets the
-// number of database bytes read so far.
-func Full(ctx context.Context, m Member, s *store.Store, progress func(read int64)) (FullResult, error) {
+// Full streams a snapshot of the member into s as one full-snapshot object of timeline tl: no
+// temporary file, memory independent of the database size. It checks the SHA-256 that etcd
+// appends to the stream and discards the object if it does not match. A member of another
+// cluster than tl's is refused (ErrHistoryRestarted). progress, if set, gets the number of
+// database bytes read so far.
+func Full(ctx context.Context, m Member, s *store.Store, tl Timeline, progress func(read int64)) (FullResult, error) {
 	start := time.Now()
 	status, err := m.Client.Status(ctx, m.Endpoint)
 	if err != nil {
 		return FullResult{}, fmt.Errorf("full snapshot: status of %s: %w", m.Endpoint, err)
 	}
-	res := FullResult{Revision: status.Header.Revision, ClusterID: status.Header.ClusterId, Created: start.UTC()}
-	res.Key = backup.FullKey(res.Revision, res.Created)
-	hdr := backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, EtcdVersion: status.Version,
+	if status.Header.ClusterId != tl.ClusterID {
+		return FullResult{}, fmt.Errorf("full snapshot: %w: %s is a member of cluster %x, timeline %d holds cluster %x's history",
+			ErrHistoryRestarted, m.Endpoint, status.Header.ClusterId, tl.ID, tl.ClusterID)
+	}
+	res := FullResult{Timeline: tl.ID, Revision: status.Header.Revision, ClusterID: status.Header.ClusterId, Created: start.UTC()}
+	res.Key = backup.FullKey(tl.ID, res.Revision, res.Created)
+	hdr := backup.Header{Kind: backup.KindFull, Timeline: tl.ID, Compression: backup.CompressionZstd, EtcdVersion: status.Version,
 		ClusterID: res.ClusterID, FirstRev: res.Revision, LastRev: res.Revision, Created: res.Created}
 
 	snapCtx, cancel := context.WithCancel(ctx)
