@@ -1,10 +1,14 @@
 package restore
 
 import (
+	"errors"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/backup/backuptest"
 )
 
 // TestTimelineAt: a time resolves to the newest timeline whose range holds it; after every
@@ -55,5 +59,73 @@ func TestTimelineAt(t *testing.T) {
 				t.Fatalf("TimelineAt(%s) = %d, want %d", tc.t.Format(time.TimeOnly), got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRestoreVersion1Objects: a store written before timelines (names without a timeline,
+// headers of format version 1) restores exactly, as timeline 1.
+func TestRestoreVersion1Objects(t *testing.T) {
+	c := getChain(t)
+	src := openStore(t, c.storeURL)
+	s := openStore(t, "mem://"+t.Name())
+	ctx := testCtx(t)
+	infos, err := src.List(ctx, backup.LayoutPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range infos {
+		r, err := src.NewReader(ctx, info.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v1, err := backuptest.Version1(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := backuptest.Version1Key(info.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := s.NewWriter(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(v1); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := restoreOptions(t, s)
+	res, err := Restore(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Timeline != 1 || res.Revision != c.last || !strings.HasPrefix(res.Full.Key, "v1/full/") {
+		t.Fatalf("restore of version 1 objects: %+v", res)
+	}
+	checkRestored(t, c, o, c.last)
+}
+
+// TestRestoreTimelineSelection: --timeline reads that timeline only; one the store does not
+// hold is an error naming those it holds.
+func TestRestoreTimelineSelection(t *testing.T) {
+	c := getChain(t)
+	s := openStore(t, c.storeURL)
+	o := restoreOptions(t, s)
+	o.Timeline, o.DryRun = 1, true
+	res, err := Restore(testCtx(t), o)
+	if err != nil || res.Timeline != 1 || res.Revision != c.last {
+		t.Fatalf("dry run of timeline 1: %+v, %v", res, err)
+	}
+	o.Timeline = 2
+	if _, err := Restore(testCtx(t), o); !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "holds no timeline 2; its timelines: [1]") {
+		t.Fatalf("restore of a timeline the store does not hold: %v", err)
 	}
 }
