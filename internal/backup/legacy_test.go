@@ -107,7 +107,7 @@ func TestVersion1ObjectsStillRead(t *testing.T) {
 		t.Fatalf("coverage %v, want 100-120", cov)
 	}
 	tls, err := backup.ObserveTimelines(ctx, s, c)
-	if err != nil || len(tls) != 1 || tls[0] != (backup.TimelineInfo{Timeline: 1, ClusterID: 0xabc, Newest: 120}) {
+	if err != nil || len(tls) != 1 || tls[0].Timeline != 1 || tls[0].ClusterID != 0xabc || tls[0].Newest.LastRev != 120 || tls[0].Disagrees != "" {
 		t.Fatalf("ObserveTimelines = %+v, %v", tls, err)
 	}
 	h, or, err := backup.OpenObject(ctx, s, c.Deltas[0].Key)

@@ -14,8 +14,9 @@ type TimelineInfo struct {
 	// ClusterID is the etcd cluster whose history the timeline holds: the cluster ID in the
 	// header of its newest object.
 	ClusterID uint64
-	// Newest is the newest revision its objects' names promise.
-	Newest int64
+	// Newest is the object that holds its newest revision (Newest.LastRev): the delta, if a
+	// delta and a full snapshot end there.
+	Newest Object
 	// Disagrees, when set, says how the headers disagree with the chain (the newest object's
 	// header with its name, or with the cluster ID of the timeline's oldest full snapshot):
 	// such a timeline is not continued.
@@ -67,11 +68,11 @@ func Place(tls []TimelineInfo, clusterID uint64, rev int64) Placement {
 		return start("the store holds no timeline of cluster %x (its %d timelines are of other clusters)", clusterID, len(tls))
 	case own.Disagrees != "":
 		return start("timeline %d cannot be continued: %s", own.Timeline, own.Disagrees)
-	case rev < own.Newest:
-		return start("the member's revision %d is below revision %d, the newest of timeline %d: its history restarted", rev, own.Newest, own.Timeline)
+	case rev < own.Newest.LastRev:
+		return start("the member's revision %d is below revision %d, the newest of timeline %d: its history restarted", rev, own.Newest.LastRev, own.Timeline)
 	}
-	return Placement{Timeline: own.Timeline, Resume: own.Newest,
-		Reason: fmt.Sprintf("timeline %d of cluster %x continues after revision %d", own.Timeline, clusterID, own.Newest)}
+	return Placement{Timeline: own.Timeline, Resume: own.Newest.LastRev,
+		Reason: fmt.Sprintf("timeline %d of cluster %x continues after revision %d", own.Timeline, clusterID, own.Newest.LastRev)}
 }
 
 // ObserveTimelines reads what Place needs from the store: for each timeline of c, the
@@ -89,7 +90,7 @@ func ObserveTimelines(ctx context.Context, s *store.Store, c Chain) ([]TimelineI
 				newest = o
 			}
 		}
-		info.Newest = newest.LastRev
+		info.Newest = newest
 		hdr, err := readObjectHeader(ctx, s, newest)
 		switch {
 		case errors.Is(err, ErrCorrupt):

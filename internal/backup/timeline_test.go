@@ -11,7 +11,7 @@ import (
 func TestPlace(t *testing.T) {
 	const a, b = 0xa, 0xb
 	tl := func(n uint32, cluster uint64, newest int64) TimelineInfo {
-		return TimelineInfo{Timeline: n, ClusterID: cluster, Newest: newest}
+		return TimelineInfo{Timeline: n, ClusterID: cluster, Newest: Object{Kind: KindDelta, LastRev: newest}}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -38,9 +38,9 @@ func TestPlace(t *testing.T) {
 			Placement{Timeline: 2, Resume: 900}},
 		{"a restart below its own timeline numbers above every timeline", []TimelineInfo{tl(1, a, 100), tl(2, b, 900), tl(3, a, 50)}, b, 10,
 			Placement{Timeline: 4, New: true, Reason: "below revision 900, the newest of timeline 2"}},
-		{"headers that disagree with the chain: new timeline", []TimelineInfo{{Timeline: 1, ClusterID: a, Newest: 100, Disagrees: "bad header"}}, a, 150,
+		{"headers that disagree with the chain: new timeline", []TimelineInfo{{Timeline: 1, ClusterID: a, Newest: Object{LastRev: 100}, Disagrees: "bad header"}}, a, 150,
 			Placement{Timeline: 2, New: true, Reason: "timeline 1 cannot be continued: bad header"}},
-		{"a damaged header (no cluster ID known) is no timeline of this cluster", []TimelineInfo{{Timeline: 1, Newest: 100, Disagrees: "damaged"}}, a, 150,
+		{"a damaged header (no cluster ID known) is no timeline of this cluster", []TimelineInfo{{Timeline: 1, Newest: Object{LastRev: 100}, Disagrees: "damaged"}}, a, 150,
 			Placement{Timeline: 2, New: true, Reason: "no timeline of cluster a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,18 +80,21 @@ func TestObserveTimelines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []TimelineInfo{
-		{Timeline: 1, ClusterID: 0xa, Newest: 200},
-		{Timeline: 2, ClusterID: 0xb, Newest: 50},
-		{Timeline: 3, ClusterID: 0xc, Newest: 20, Disagrees: "is of cluster a, its newest object"},
-		{Timeline: 4, Newest: 30, Disagrees: "the header says revisions 11-25, the name says 11-30"},
+	want := []struct {
+		TimelineInfo
+		newest string
+	}{
+		{TimelineInfo{Timeline: 1, ClusterID: 0xa}, DeltaKey(1, 101, 200)},
+		{TimelineInfo{Timeline: 2, ClusterID: 0xb}, fullOn(2, 50).Key},
+		{TimelineInfo{Timeline: 3, ClusterID: 0xc, Disagrees: "is of cluster a, its newest object"}, DeltaKey(3, 11, 20)},
+		{TimelineInfo{Timeline: 4, Disagrees: "the header says revisions 11-25, the name says 11-30"}, DeltaKey(4, 11, 30)},
 	}
 	if len(tls) != len(want) {
 		t.Fatalf("ObserveTimelines = %+v", tls)
 	}
 	for i, w := range want {
 		g := tls[i]
-		if g.Timeline != w.Timeline || g.ClusterID != w.ClusterID || g.Newest != w.Newest || (g.Disagrees == "") != (w.Disagrees == "") || !strings.Contains(g.Disagrees, w.Disagrees) {
+		if g.Timeline != w.Timeline || g.ClusterID != w.ClusterID || g.Newest.Key != w.newest || (g.Disagrees == "") != (w.Disagrees == "") || !strings.Contains(g.Disagrees, w.Disagrees) {
 			t.Errorf("timeline %d: %+v\nwant %+v", w.Timeline, g, w)
 		}
 	}

@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -77,8 +79,94 @@ func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
 	if r.Header.ClusterId != st.Header.ClusterId {
 		return Placed{}, fmt.Errorf("%w: %s answered for cluster %x, then for cluster %x", ErrHistoryRestarted, m.Endpoint, st.Header.ClusterId, r.Header.ClusterId)
 	}
-	return Placed{Placement: backup.Place(tls, r.Header.ClusterId, r.Header.Revision), Chain: c, Status: st}, nil
+	p := backup.Place(tls, r.Header.ClusterId, r.Header.Revision)
+	if !p.New {
+		// The revisions alone do not show that a member whose history restarted below the
+		// timeline's newest revision has not passed it since: compare that revision's events.
+		i := slices.IndexFunc(tls, func(tl backup.TimelineInfo) bool { return tl.Timeline == p.Timeline })
+		if newest := tls[i].Newest; newest.Kind == backup.KindDelta {
+			why, err := historyDiffers(ctx, m, s, newest)
+			if err != nil {
+				return Placed{}, err
+			}
+			if why != "" {
+				tls[i].Disagrees = why
+				p = backup.Place(tls, r.Header.ClusterId, r.Header.Revision)
+			}
+		}
+	}
+	return Placed{Placement: p, Chain: c, Status: st}, nil
 }
+
+// historyDiffers compares the events of revision o.LastRev stored in delta o with the member's
+// own events of that revision, and says how they differ ("" if they do not). A member that
+// compacted that revision away cannot show that it continues the timeline: that is a
+// difference too.
+func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Object) (string, error) {
+	rev := o.LastRev
+	var stored [][]byte
+	_, or, err := backup.OpenObject(ctx, s, o.Key)
+	if err != nil {
+		return "", err
+	}
+	defer or.Close()
+	er := backup.NewEventReader(or, o.Key)
+	for {
+		ev, err := er.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if errors.Is(err, backup.ErrCorrupt) {
+			return err.Error(), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if ev.Kv.ModRevision == rev {
+			b, err := ev.Marshal()
+			if err != nil {
+				return "", err
+			}
+			stored = append(stored, b)
+		}
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, historyCheckTimeout)
+	defer cancel()
+	var own [][]byte
+	for resp := range m.Client.Watch(clientv3.WithRequireLeader(wctx), "\x00", clientv3.WithFromKey(), clientv3.WithRev(rev)) {
+		if resp.CompactRevision != 0 {
+			return fmt.Sprintf("the member compacted its history past revision %d, the newest of the timeline (%s): it cannot show that it continues it", rev, o.Key), nil
+		}
+		if err := resp.Err(); err != nil {
+			return "", fmt.Errorf("watch %s from revision %d: %w", m.Endpoint, rev, err)
+		}
+		// The events of one revision come in one response.
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision != rev {
+				break
+			}
+			b, err := (*mvccpb.Event)(ev).Marshal()
+			if err != nil {
+				return "", err
+			}
+			own = append(own, b)
+		}
+		if len(resp.Events) > 0 {
+			break
+		}
+	}
+	if len(own) == 0 {
+		return "", fmt.Errorf("watch %s from revision %d: no events of that revision within %v", m.Endpoint, rev, historyCheckTimeout)
+	}
+	if !slices.EqualFunc(own, stored, bytes.Equal) {
+		return fmt.Sprintf("the member's events of revision %d are not those stored in %s: its history restarted below it", rev, o.Key), nil
+	}
+	return "", nil
+}
+
+// historyCheckTimeout bounds the watch that reads one revision's events from the member.
+const historyCheckTimeout = 30 * time.Second
 
 // FullResult describes a stored full snapshot.
 type FullResult struct {

@@ -3,9 +3,13 @@ package snapshotter
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -69,5 +73,55 @@ func TestCaptureOfAnotherClusterIsRefused(t *testing.T) {
 	}
 	if objs, err := s.List(ctx, backup.LayoutPrefix); err != nil || len(objs) != 0 {
 		t.Fatalf("stored %v (%v), want nothing", objs, err)
+	}
+}
+
+// TestPlaceComparesTheNewestRevisionsEvents: a member past a timeline's newest revision
+// continues it only if its events of that revision are the stored ones; a member whose history
+// restarted below the timeline and has since passed it starts a new timeline.
+func TestPlaceComparesTheNewestRevisionsEvents(t *testing.T) {
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := Member{Client: cli, Endpoint: ep}
+	s := openStore(t, "file://"+t.TempDir())
+	tl := timelineOf(t, cli, ep)
+	full, err := Full(ctx, m, s, tl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cli.Put(ctx, "/k", "real")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, dcancel := context.WithCancel(ctx)
+	if err := RunDeltas(dctx, m, s, full.Revision+1, DeltaOptions{Period: 50 * time.Millisecond, Timeline: tl,
+		OnCurrent: func(rev int64, _ time.Time) {
+			if rev >= r.Header.Revision {
+				dcancel()
+			}
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/k", "later"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Place(ctx, m, s)
+	if err != nil || p.Placement.New || p.Placement.Timeline != 1 || p.Placement.Resume != r.Header.Revision {
+		t.Fatalf("Place on the member's own history: %+v, %v", p.Placement, err)
+	}
+
+	// The store's next revision holds another history than the member's.
+	next := r.Header.Revision + 1
+	other := &mvccpb.Event{Kv: &mvccpb.KeyValue{Key: []byte("/k"), Value: []byte("other"), CreateRevision: r.Header.Revision, ModRevision: next, Version: 2}}
+	hdr := backup.Header{Kind: backup.KindDelta, Timeline: 1, Compression: backup.CompressionZstd, ClusterID: tl.ClusterID, FirstRev: next, LastRev: next}
+	if _, err := backup.WriteObject(ctx, s, backup.DeltaKey(1, next, next), hdr, func(w *backup.ObjectWriter) error {
+		return backup.NewEventWriter(w).WriteEvent(other)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err = Place(ctx, m, s)
+	if err != nil || !p.Placement.New || p.Placement.Timeline != 2 || !strings.Contains(p.Placement.Reason, fmt.Sprintf("events of revision %d are not those stored", next)) {
+		t.Fatalf("Place on a member past another history: %+v, %v", p.Placement, err)
 	}
 }
