@@ -64,8 +64,8 @@ type Delta struct {
 
 // RunDeltas captures the member's history from revision from and stores delta objects until
 // ctx ends (returns nil) or the chain cannot continue (ErrCompacted, ErrHole,
-// ErrHistoryRestarted) or the watch fails. Each object holds whole revisions; revisions are contiguous from from. The callbacks
-// in opts are called from RunDeltas' goroutine.
+// ErrHistoryRestarted) or the watch fails. Each object holds whole revisions; revisions are
+// contiguous from from. The callbacks in opts are called from RunDeltas' goroutine.
 //
 // The history is read in rounds: each round watches from the next revision to store up to
 // the member's revision when the watch starts, then ends the watch. etcd answers such a
