@@ -436,15 +436,15 @@ func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapsho
 		}
 	})
 	if a.cfg.Retention.Name != "" {
-		if err := a.collect(ctx); err != nil {
+		if err := a.collect(ctx, tl.ClusterID); err != nil {
 			a.fail("retention", err)
 		}
 	}
 	return res, nil
 }
 
-func (a *backupAgent) collect(ctx context.Context) error {
-	deleted, err := retention.Collect(ctx, a.store, a.cfg.Retention, time.Now())
+func (a *backupAgent) collect(ctx context.Context, clusterID uint64) error {
+	deleted, err := retention.Collect(ctx, a.store, a.cfg.Retention, time.Now(), clusterID)
 	if len(deleted) > 0 {
 		a.lg.Info("retention: deleted old backups", zap.Int("objects", len(deleted)), zap.String("policy", a.cfg.Retention.String()))
 	}

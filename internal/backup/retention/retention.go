@@ -200,14 +200,28 @@ func sortOldestFirst(objs []backup.Object) {
 	})
 }
 
-// Collect applies policy p to the backups in s, after reading back to its end
-// (backup.VerifyObject) the newest full snapshot of every timeline it deletes from: nothing is
-// deleted unless the snapshots that everything kept hangs on are sound. It returns what it
-// deleted.
-func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time) ([]backup.Object, error) {
+// Collect applies policy p to the timelines in s of cluster clusterID (0: to every timeline),
+// after reading back to its end (backup.VerifyObject) the newest full snapshot of every
+// timeline it deletes from: nothing is deleted unless the snapshots that everything kept hangs
+// on are sound. A sidecar passes its cluster's ID: the timelines of another cluster sharing
+// the prefix follow that cluster's policy, not this one's. It returns what it deleted.
+func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64) ([]backup.Object, error) {
 	chain, err := backup.ListChain(ctx, s)
 	if err != nil {
 		return nil, err
+	}
+	if clusterID != 0 {
+		tls, err := backup.ObserveTimelines(ctx, s, chain)
+		if err != nil {
+			return nil, err
+		}
+		var own []backup.Object
+		for _, tl := range tls {
+			if tl.ClusterID == clusterID {
+				own = append(own, chain.Timeline(tl.Timeline).Objects()...)
+			}
+		}
+		chain = backup.NewChain(own)
 	}
 	doomed, err := Plan(chain, p, now)
 	if err != nil || len(doomed) == 0 {

@@ -257,6 +257,55 @@ func TestParsePolicy(t *testing.T) {
 	}
 }
 
+// putFull stores a full snapshot of cluster on timeline tl, of a small database.
+func putFull(t *testing.T, s *store.Store, tl uint32, cluster uint64, rev int64, at time.Time) string {
+	t.Helper()
+	db := bytes.Repeat([]byte{byte(rev)}, 512)
+	sum := sha256.Sum256(db)
+	key := backup.FullKey(tl, rev, at)
+	hdr := backup.Header{Kind: backup.KindFull, Timeline: tl, Compression: backup.CompressionZstd, EtcdVersion: "3.6.4", ClusterID: cluster, FirstRev: rev, Created: at}
+	if _, err := backup.WriteObject(context.Background(), s, key, hdr, func(w *backup.ObjectWriter) error {
+		w.SetLastRev(rev)
+		_, err := w.Write(append(db, sum[:]...))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// TestCollectKeepsToItsCluster: a sidecar's retention deletes from its own cluster's
+// timelines only, not from another cluster's that shares the prefix.
+func TestCollectKeepsToItsCluster(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, "mem://"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old1 := putFull(t, s, 1, 42, 100, now.Add(-2*h))
+	putFull(t, s, 1, 42, 200, now.Add(-h))
+	putFull(t, s, 2, 43, 10, now.Add(-2*h))
+	putFull(t, s, 2, 43, 20, now.Add(-h))
+	old3 := putFull(t, s, 3, 42, 50, now.Add(-2*h))
+	putFull(t, s, 3, 42, 60, now.Add(-h))
+	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(keysOf(del)); got != fmt.Sprint([]string{old1, old3}) {
+		t.Fatalf("deleted %s, want the older full snapshots of cluster 42's timelines 1 and 3", got)
+	}
+}
+
+func keysOf(objs []backup.Object) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.Key)
+	}
+	return out
+}
+
 // Retention deletes nothing while the newest full snapshot does not read back.
 func TestCollectReadsTheNewestFullBack(t *testing.T) {
 	ctx := context.Background()
@@ -265,20 +314,7 @@ func TestCollectReadsTheNewestFullBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	full := func(rev int64, at time.Time) string {
-		db := bytes.Repeat([]byte{byte(rev)}, 512)
-		sum := sha256.Sum256(db)
-		key := backup.FullKey(1, rev, at)
-		hdr := backup.Header{Kind: backup.KindFull, Timeline: 1, Compression: backup.CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 42, FirstRev: rev, Created: at}
-		if _, err := backup.WriteObject(ctx, s, key, hdr, func(w *backup.ObjectWriter) error {
-			w.SetLastRev(rev)
-			_, err := w.Write(append(db, sum[:]...))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return key
-	}
+	full := func(rev int64, at time.Time) string { return putFull(t, s, 1, 42, rev, at) }
 	old := full(100, now.Add(-2*h))
 	newest := full(200, now.Add(-h))
 	keys := func() string {
@@ -299,12 +335,12 @@ func TestCollectReadsTheNewestFullBack(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now)
+	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
 	if err == nil || !strings.Contains(err.Error(), newest) || len(del) != 0 || !strings.Contains(keys(), old) {
 		t.Fatalf("Collect over a damaged newest full: deleted %v, err %v; left %s", del, err, keys())
 	}
 	newest = full(300, now)
-	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now)
+	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
 	if err != nil || len(del) != 2 || keys() != newest {
 		t.Fatalf("Collect: deleted %v, err %v; left %s, want only %s", del, err, keys(), newest)
 	}
