@@ -123,7 +123,7 @@ func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Obje
 			return "", err
 		}
 		if ev.Kv.ModRevision == rev {
-			b, err := ev.Marshal()
+			b, err := eventIdentity(ev)
 			if err != nil {
 				return "", err
 			}
@@ -146,7 +146,7 @@ func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Obje
 			if ev.Kv.ModRevision != rev {
 				break
 			}
-			b, err := (*mvccpb.Event)(ev).Marshal()
+			b, err := eventIdentity((*mvccpb.Event)(ev))
 			if err != nil {
 				return "", err
 			}
@@ -163,6 +163,13 @@ func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Obje
 		return fmt.Sprintf("the member's events of revision %d are not those stored in %s: its history restarted below it", rev, o.Key), nil
 	}
 	return "", nil
+}
+
+// eventIdentity is what must agree between two events of one history: the type and the key
+// with its value and revisions (not prev_kv, which a watch sends only on request).
+func eventIdentity(ev *mvccpb.Event) ([]byte, error) {
+	kv, err := ev.Kv.Marshal()
+	return append([]byte{byte(ev.Type)}, kv...), err
 }
 
 // historyCheckTimeout bounds the watch that reads one revision's events from the member.
