@@ -50,7 +50,8 @@ func TimelineAt(c backup.Chain, t time.Time) uint32 {
 }
 
 // RevisionAt finds the revision to restore for a point in time t: the newest revision that the
-// backups of chain c, of one timeline, prove existed at t. Events carry no time; what is known is when objects were made:
+// backups of chain c, of one timeline, prove existed at t. Events carry no time; what is known
+// is when objects were made:
 //
 //   - a delta's header records when it was written (flushed), after all of its events had been
 //     committed, so its last revision existed at that time;
