@@ -110,6 +110,15 @@ func TestPlaceComparesTheNewestRevisionsEvents(t *testing.T) {
 	if err != nil || p.Placement.New || p.Placement.Timeline != 1 || p.Placement.Resume != r.Header.Revision {
 		t.Fatalf("Place on the member's own history: %+v, %v", p.Placement, err)
 	}
+	// A full snapshot after the deltas: the events of the delta before it agree.
+	f2, err := Full(ctx, m, s, tl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = Place(ctx, m, s)
+	if err != nil || p.Placement.New || p.Placement.Resume != f2.Revision {
+		t.Fatalf("Place on the member's own history ending with a full snapshot: %+v, %v", p.Placement, err)
+	}
 
 	// The store's next revision holds another history than the member's.
 	next := r.Header.Revision + 1
@@ -123,5 +132,16 @@ func TestPlaceComparesTheNewestRevisionsEvents(t *testing.T) {
 	p, err = Place(ctx, m, s)
 	if err != nil || !p.Placement.New || p.Placement.Timeline != 2 || !strings.Contains(p.Placement.Reason, fmt.Sprintf("events of revision %d are not those stored", next)) {
 		t.Fatalf("Place on a member past another history: %+v, %v", p.Placement, err)
+	}
+	// Also when a full snapshot follows that delta.
+	if _, err := cli.Put(ctx, "/k", "latest"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Full(ctx, m, s, tl, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err = Place(ctx, m, s)
+	if err != nil || !p.Placement.New || !strings.Contains(p.Placement.Reason, fmt.Sprintf("events of revision %d are not those stored", next)) {
+		t.Fatalf("Place on a member past another history, ending with a full snapshot: %+v, %v", p.Placement, err)
 	}
 }

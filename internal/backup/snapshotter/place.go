@@ -70,12 +70,18 @@ func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
 	p := backup.Place(tls, r.Header.ClusterId, r.Header.Revision)
 	if !p.New {
 		// The revisions alone do not show that a member whose history restarted below the
-		// timeline's newest revision has not passed it since: compare that revision's events.
+		// timeline's newest revision has not passed it since: compare the events of the
+		// newest revision a delta holds.
 		i := slices.IndexFunc(tls, func(tl backup.TimelineInfo) bool { return tl.Timeline == p.Timeline })
-		if newest := tls[i].Newest; newest.Kind == backup.KindDelta {
-			why, err := historyDiffers(ctx, m, s, newest)
+		if d, ok := furthestDelta(c.Timeline(p.Timeline)); ok {
+			why, compacted, err := historyDiffers(ctx, m, s, d)
 			if err != nil {
 				return Placed{}, err
+			}
+			if compacted && d.LastRev < tls[i].Newest.LastRev {
+				// A full snapshot after the delta holds the compacted revisions: a member
+				// compacts its history, so this is no sign of another one.
+				why = ""
 			}
 			if why != "" {
 				tls[i].Disagrees = why
@@ -86,16 +92,27 @@ func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
 	return Placed{Placement: p, Chain: c, Status: st}, nil
 }
 
+// furthestDelta is the delta of c that reaches the highest revision.
+func furthestDelta(c backup.Chain) (backup.Object, bool) {
+	var d backup.Object
+	for _, o := range c.Deltas {
+		if o.LastRev > d.LastRev {
+			d = o
+		}
+	}
+	return d, d.Key != ""
+}
+
 // historyDiffers compares the events of revision o.LastRev stored in delta o with the member's
 // own events of that revision, and says how they differ ("" if they do not). A member that
-// compacted that revision away cannot show that it continues the timeline: that is a
-// difference too.
-func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Object) (string, error) {
+// compacted that revision away cannot show that it continues the timeline (compacted is
+// true): that is a difference too.
+func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Object) (why string, compacted bool, err error) {
 	rev := o.LastRev
 	var stored [][]byte
 	_, or, err := backup.OpenObject(ctx, s, o.Key)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer or.Close()
 	er := backup.NewEventReader(or, o.Key)
@@ -105,15 +122,15 @@ func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Obje
 			break
 		}
 		if errors.Is(err, backup.ErrCorrupt) {
-			return err.Error(), nil
+			return err.Error(), false, nil
 		}
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		if ev.Kv.ModRevision == rev {
 			b, err := eventIdentity(ev)
 			if err != nil {
-				return "", err
+				return "", false, err
 			}
 			stored = append(stored, b)
 		}
@@ -124,10 +141,10 @@ func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Obje
 	var own [][]byte
 	for resp := range m.Client.Watch(clientv3.WithRequireLeader(wctx), "\x00", clientv3.WithFromKey(), clientv3.WithRev(rev)) {
 		if resp.CompactRevision != 0 {
-			return fmt.Sprintf("the member compacted its history past revision %d, the newest of the timeline (%s): it cannot show that it continues it", rev, o.Key), nil
+			return fmt.Sprintf("the member compacted its history past revision %d (%s): it cannot show that it continues the timeline", rev, o.Key), true, nil
 		}
 		if err := resp.Err(); err != nil {
-			return "", fmt.Errorf("watch %s from revision %d: %w", m.Endpoint, rev, err)
+			return "", false, fmt.Errorf("watch %s from revision %d: %w", m.Endpoint, rev, err)
 		}
 		// The events of one revision come in one response.
 		for _, ev := range resp.Events {
@@ -136,7 +153,7 @@ func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Obje
 			}
 			b, err := eventIdentity((*mvccpb.Event)(ev))
 			if err != nil {
-				return "", err
+				return "", false, err
 			}
 			own = append(own, b)
 		}
@@ -145,12 +162,12 @@ func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Obje
 		}
 	}
 	if len(own) == 0 {
-		return "", fmt.Errorf("watch %s from revision %d: no events of that revision within %v", m.Endpoint, rev, historyCheckTimeout)
+		return "", false, fmt.Errorf("watch %s from revision %d: no events of that revision within %v", m.Endpoint, rev, historyCheckTimeout)
 	}
 	if !slices.EqualFunc(own, stored, bytes.Equal) {
-		return fmt.Sprintf("the member's events of revision %d are not those stored in %s: its history restarted below it", rev, o.Key), nil
+		return fmt.Sprintf("the member's events of revision %d are not those stored in %s: its history restarted below it", rev, o.Key), false, nil
 	}
-	return "", nil
+	return "", false, nil
 }
 
 // eventIdentity is what must agree between two events of one history: the type and the key
