@@ -273,9 +273,9 @@ func upload(ctx context.Context, s *store.Store, path string, rev int64, cluster
 		return 0, err
 	}
 	defer f.Close()
-	hdr := backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, EtcdVersion: "3.6.16", ClusterID: clusterID,
+	hdr := backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, EtcdVersion: "3.6.16", ClusterID: clusterID, Timeline: 1,
 		FirstRev: rev, LastRev: rev, Created: time.Now()}
-	tr, err := backup.WriteObject(ctx, s, backup.FullKey(rev, hdr.Created), hdr, func(w *backup.ObjectWriter) error {
+	tr, err := backup.WriteObject(ctx, s, backup.FullKey(1, rev, hdr.Created), hdr, func(w *backup.ObjectWriter) error {
 		_, err := io.CopyBuffer(w, f, make([]byte, 1<<20))
 		return err
 	})

@@ -3,16 +3,26 @@ package backup
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/etcd-steward/steward/internal/store"
 )
 
-// Chain is every backup object in a store, in revision order.
+// Chain is every backup object in a store, by timeline, then in revision order.
+//
+// A timeline is one unbroken history of one etcd cluster (the cluster ID in its objects'
+// headers): every restart of history (a restore, a forced new cluster, a member that is
+// behind the store, another cluster writing to the prefix) starts a new timeline with a full
+// snapshot, and the old one is never appended to again. Revisions of different timelines
+// have nothing to do with each other: a restore reads one timeline only.
+//
+// Check and Objects cover every timeline; Coverage, Plan, Newest and NewestRevision the
+// newest (highest) timeline: use Timeline for another.
 type Chain struct {
-	Fulls   []Object // by revision, then creation time
-	Deltas  []Object // by first revision, then last revision
+	Fulls   []Object // by timeline, revision, then creation time
+	Deltas  []Object // by timeline, first revision, then last revision
 	Foreign []string // keys under v1/ that are not backup objects (left alone)
 }
 
@@ -29,6 +39,9 @@ func NewChain(objs []Object) Chain {
 	}
 	sort.SliceStable(c.Fulls, func(i, j int) bool {
 		a, b := c.Fulls[i], c.Fulls[j]
+		if a.Timeline != b.Timeline {
+			return a.Timeline < b.Timeline
+		}
 		if a.FirstRev != b.FirstRev {
 			return a.FirstRev < b.FirstRev
 		}
@@ -39,6 +52,9 @@ func NewChain(objs []Object) Chain {
 	})
 	sort.SliceStable(c.Deltas, func(i, j int) bool {
 		a, b := c.Deltas[i], c.Deltas[j]
+		if a.Timeline != b.Timeline {
+			return a.Timeline < b.Timeline
+		}
 		if a.FirstRev != b.FirstRev {
 			return a.FirstRev < b.FirstRev
 		}
@@ -83,18 +99,62 @@ func (c Chain) Objects() []Object {
 	return append(out, c.Deltas...)
 }
 
-// Newest returns the newest full snapshot.
+// Timelines returns the chain's timelines, lowest first.
+func (c Chain) Timelines() []uint32 {
+	var out []uint32
+	for _, o := range c.Objects() {
+		if i, found := slices.BinarySearch(out, o.Timeline); !found {
+			out = slices.Insert(out, i, o.Timeline)
+		}
+	}
+	return out
+}
+
+// NewestTimeline is the highest timeline in the chain (0 when it is empty).
+func (c Chain) NewestTimeline() uint32 {
+	var tl uint32
+	if n := len(c.Fulls); n > 0 {
+		tl = c.Fulls[n-1].Timeline
+	}
+	if n := len(c.Deltas); n > 0 {
+		tl = max(tl, c.Deltas[n-1].Timeline)
+	}
+	return tl
+}
+
+// Timeline returns the objects of timeline tl (without the foreign keys).
+func (c Chain) Timeline(tl uint32) Chain {
+	of := func(objs []Object) []Object {
+		i := sort.Search(len(objs), func(i int) bool { return objs[i].Timeline >= tl })
+		j := sort.Search(len(objs), func(i int) bool { return objs[i].Timeline > tl })
+		return objs[i:j:j]
+	}
+	return Chain{Fulls: of(c.Fulls), Deltas: of(c.Deltas)}
+}
+
+// newest is the newest timeline's chain.
+func (c Chain) newest() Chain {
+	tl := c.NewestTimeline()
+	if (len(c.Fulls) == 0 || c.Fulls[0].Timeline == tl) && (len(c.Deltas) == 0 || c.Deltas[0].Timeline == tl) {
+		return c
+	}
+	return c.Timeline(tl)
+}
+
+// Newest returns the newest full snapshot of the newest timeline.
 func (c Chain) Newest() (Object, bool) {
+	c = c.newest()
 	if len(c.Fulls) == 0 {
 		return Object{}, false
 	}
 	return c.Fulls[len(c.Fulls)-1], true
 }
 
-// NewestRevision is the newest revision the chain's names promise (0 when it is empty).
+// NewestRevision is the newest revision the names of the newest timeline's objects promise
+// (0 when the chain is empty).
 func (c Chain) NewestRevision() int64 {
 	var rev int64
-	for _, o := range c.Objects() {
+	for _, o := range c.newest().Objects() {
 		rev = max(rev, o.LastRev)
 	}
 	return rev
@@ -144,25 +204,41 @@ const (
 	IssueOverlap = "overlap" // two deltas hold the same revisions (trimmed on read)
 	IssueUnused  = "unused"  // a delta entirely before the oldest full snapshot
 	IssueNoFull  = "no-full" // deltas but no full snapshot to apply them to
+	// IssueClusters: a timeline holds objects of more than one cluster (Verify reads the headers).
+	IssueClusters = "clusters"
 )
 
 // Issue is one finding of Check.
 type Issue struct {
 	Severity Severity
 	Kind     string
+	Timeline uint32
 	From, To int64    // the revisions concerned
 	Keys     []string // the objects around or in the issue
 	Message  string
 }
 
-func (i Issue) String() string { return i.Severity.String() + ": " + i.Message }
+func (i Issue) String() string {
+	return fmt.Sprintf("%s: timeline %d: %s", i.Severity, i.Timeline, i.Message)
+}
 
-// Check reports the chain's holes (a delta that does not start right after
-// what precedes it: the previous delta's last revision or the full
-// snapshot it follows), gaps before a full snapshot, overlaps between
-// deltas, deltas before the oldest full snapshot, and deltas without any
-// full snapshot.
+// Check reports, timeline by timeline, the chain's holes (a delta that does not start right
+// after what precedes it: the previous delta's last revision or the full snapshot it
+// follows), gaps before a full snapshot, overlaps between deltas, deltas before the oldest
+// full snapshot, and deltas without any full snapshot.
 func (c Chain) Check() []Issue {
+	var issues []Issue
+	for _, tl := range c.Timelines() {
+		for _, is := range c.Timeline(tl).checkTimeline() {
+			is.Timeline = tl
+			issues = append(issues, is)
+		}
+	}
+	return issues
+}
+
+// checkTimeline is Check of a chain of one timeline.
+func (c Chain) checkTimeline() []Issue {
 	var issues []Issue
 	if len(c.Fulls) == 0 {
 		if len(c.Deltas) > 0 {
@@ -231,9 +307,10 @@ func (r Range) String() string {
 	return fmt.Sprintf("%d-%d", r.From, r.To)
 }
 
-// Coverage returns the revision ranges the chain can restore to: from each
-// full snapshot through the deltas that continue it without a hole.
+// Coverage returns the revision ranges the newest timeline can restore to: from each full
+// snapshot through the deltas that continue it without a hole.
 func (c Chain) Coverage() []Range {
+	c = c.newest()
 	var out []Range
 	di := 0
 	for _, f := range c.Fulls {
@@ -270,8 +347,8 @@ type RestorePlan struct {
 	Target int64
 }
 
-// Plan picks the newest full snapshot at or below target and the deltas
-// that lead from it to target. target <= 0 means the newest revision the
+// Plan picks, on the newest timeline, the newest full snapshot at or below target and the
+// deltas that lead from it to target. target <= 0 means the newest revision the
 // newest full snapshot can be brought to. The error names the revisions
 // that are missing and what the chain can restore to.
 //
@@ -280,6 +357,7 @@ type RestorePlan struct {
 // or below it. If the true revision is beyond target, restore with a
 // target at or above it or from an older snapshot.
 func (c Chain) Plan(target int64) (RestorePlan, error) {
+	c = c.newest()
 	cov := c.Coverage()
 	if len(c.Fulls) == 0 {
 		return RestorePlan{}, fmt.Errorf("no full snapshot in the store: nothing to restore from")

@@ -10,20 +10,35 @@ import (
 var t0 = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 
 func full(rev int64) Object {
-	o, _ := ParseKey(FullKey(rev, t0.Add(time.Duration(rev)*time.Second)))
+	o, _ := ParseKey(FullKey(1, rev, t0.Add(time.Duration(rev)*time.Second)))
 	return o
 }
 
 func delta(first, last int64) Object {
-	o, _ := ParseKey(DeltaKey(first, last))
+	o, _ := ParseKey(DeltaKey(1, first, last))
+	return o
+}
+
+// fullOn and deltaOn are full and delta on timeline tl.
+func fullOn(tl uint32, rev int64) Object {
+	o, _ := ParseKey(FullKey(tl, rev, t0.Add(time.Duration(rev)*time.Second)))
+	return o
+}
+
+func deltaOn(tl uint32, first, last int64) Object {
+	o, _ := ParseKey(DeltaKey(tl, first, last))
 	return o
 }
 
 func describe(o Object) string {
-	if o.Kind == KindFull {
-		return fmt.Sprintf("F%d", o.FirstRev)
+	tl := ""
+	if o.Timeline != 1 {
+		tl = fmt.Sprintf("%d:", o.Timeline)
 	}
-	return fmt.Sprintf("D%d-%d", o.FirstRev, o.LastRev)
+	if o.Kind == KindFull {
+		return fmt.Sprintf("%sF%d", tl, o.FirstRev)
+	}
+	return fmt.Sprintf("%sD%d-%d", tl, o.FirstRev, o.LastRev)
 }
 
 func describeIssues(is []Issue) string {
@@ -83,7 +98,7 @@ func TestIssueMessagesNameObjects(t *testing.T) {
 		t.Fatalf("issues: %v", is)
 	}
 	msg := is[0].String()
-	for _, want := range []string{"error:", "201-250", DeltaKey(101, 200), DeltaKey(251, 300), "take a full snapshot"} {
+	for _, want := range []string{"error:", "201-250", DeltaKey(1, 101, 200), DeltaKey(1, 251, 300), "take a full snapshot"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not say %q", msg, want)
 		}
@@ -106,9 +121,9 @@ func TestChainPlan(t *testing.T) {
 		{"latest", contiguous, 0, "F300 D301-400 D401-500 -> 500"},
 		{"exactly the end", contiguous, 500, "F300 D301-400 D401-500 -> 500"},
 		{"before the oldest full snapshot", contiguous, 50, "error: no full snapshot at or below revision 50: the oldest is at revision 100; restorable revisions: 100-500"},
-		{"beyond the backups", contiguous, 600, "error: revision 600 is beyond the backups: from " + FullKey(300, t0.Add(300*time.Second)) + " they reach revision 500; restorable revisions: 100-500"},
+		{"beyond the backups", contiguous, 600, "error: revision 600 is beyond the backups: from " + FullKey(1, 300, t0.Add(300*time.Second)) + " they reach revision 500; restorable revisions: 100-500"},
 		{"overlaps take the furthest delta", overlapping, 280, "F100 D101-200 D150-260 D261-300 -> 280"},
-		{"into a hole", holes, 220, "error: revisions 201-220 are missing from the backups after " + FullKey(100, t0.Add(100*time.Second)) + ": cannot reach revision 220; restorable revisions: 100-200, 400-450"},
+		{"into a hole", holes, 220, "error: revisions 201-220 are missing from the backups after " + FullKey(1, 100, t0.Add(100*time.Second)) + ": cannot reach revision 220; restorable revisions: 100-200, 400-450"},
 		{"across a hole", holes, 280, "error: revisions 201-250 are missing"},
 		{"before a hole", holes, 150, "F100 D101-200 -> 150"},
 		{"after a hole", holes, 420, "F400 D401-450 -> 420"},
@@ -160,5 +175,55 @@ func TestChainCoverage(t *testing.T) {
 				t.Fatalf("Coverage() = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestChainTimelinesNeverMix: each timeline is checked, covered and planned on its own. The
+// same objects as one history would be overlaps, unused deltas and a mixed restore.
+func TestChainTimelinesNeverMix(t *testing.T) {
+	c := NewChain([]Object{
+		fullOn(1, 100), deltaOn(1, 101, 200), deltaOn(1, 201, 300),
+		fullOn(2, 150), deltaOn(2, 151, 180), // restarted below timeline 1's newest
+		fullOn(3, 10), deltaOn(3, 11, 20), deltaOn(3, 31, 40), // another cluster, with a hole
+	})
+	if got := fmt.Sprint(c.Timelines()); got != "[1 2 3]" {
+		t.Fatalf("Timelines() = %s", got)
+	}
+	if c.NewestTimeline() != 3 {
+		t.Fatalf("NewestTimeline() = %d", c.NewestTimeline())
+	}
+	if got, want := describeIssues(c.Check()), "error hole 21-30 [3:D11-20 3:D31-40]"; got != want {
+		t.Fatalf("Check()\n got %s\nwant %s", got, want)
+	}
+	if is := c.Check(); is[0].Timeline != 3 || !strings.Contains(is[0].String(), "timeline 3: ") {
+		t.Fatalf("the issue does not name its timeline: %+v", is[0])
+	}
+	var parts []string
+	for _, o := range c.Timeline(2).Objects() {
+		parts = append(parts, describe(o))
+	}
+	if got := strings.Join(parts, " "); got != "2:F150 2:D151-180" {
+		t.Fatalf("Timeline(2) = %s", got)
+	}
+	// The newest timeline by default: its coverage, newest revision and restore plan.
+	if got := fmt.Sprint(c.Coverage()); got != "[10-20]" {
+		t.Fatalf("Coverage() = %s", got)
+	}
+	if c.NewestRevision() != 40 {
+		t.Fatalf("NewestRevision() = %d", c.NewestRevision())
+	}
+	if f, _ := c.Newest(); describe(f) != "3:F10" {
+		t.Fatalf("Newest() = %s", describe(f))
+	}
+	p, err := c.Timeline(2).Plan(0)
+	if err != nil || describe(p.Full) != "2:F150" || len(p.Deltas) != 1 || p.Target != 180 {
+		t.Fatalf("Timeline(2).Plan(0) = %+v, %v", p, err)
+	}
+	p, err = c.Timeline(1).Plan(250)
+	if err != nil || describe(p.Full) != "F100" || len(p.Deltas) != 2 {
+		t.Fatalf("Timeline(1).Plan(250) = %+v, %v", p, err)
+	}
+	if _, err := c.Plan(100); err == nil {
+		t.Fatal("Plan(100) on the newest timeline (from revision 10, reaching 20) did not fail")
 	}
 }

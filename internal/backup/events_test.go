@@ -176,7 +176,7 @@ func TestEventWriterRejects(t *testing.T) {
 // Through an object: a checksum failure surfaces from ReadEvent, never as
 // a clean io.EOF.
 func TestEventsThroughObject(t *testing.T) {
-	hdr := Header{Kind: KindDelta, Compression: CompressionZstd, FirstRev: 10, LastRev: 13, EtcdVersion: "3.6.4"}
+	hdr := Header{Kind: KindDelta, Timeline: 1, Compression: CompressionZstd, FirstRev: 10, LastRev: 13, EtcdVersion: "3.6.4"}
 	obj := writeObject(t, hdr, encodeEvents(t, testEvents()), 0)
 
 	read := func(b []byte) (int, error) {

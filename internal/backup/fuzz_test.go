@@ -15,7 +15,8 @@ import (
 
 func FuzzParseKey(f *testing.F) {
 	at := time.Unix(1_700_000_000, 123_000_000).UTC()
-	for _, k := range []string{FullKey(100, at), DeltaKey(101, 200), "v1/full/README", "v1/delta/1-2.ev.zst", "", "v1/full/", "v1/delta/00000000000000000002-00000000000000000001.ev.zst"} {
+	for _, k := range []string{FullKey(1, 100, at), DeltaKey(7, 101, 200), "v1/full/README", "v1/delta/1-2.ev.zst", "", "v1/full/", "v1/delta/00000000000000000002-00000000000000000001.ev.zst",
+		"v1/full/00000000000000000100-1700000000.snap.zst", "v1/delta/00000000000000000101-00000000000000000200.ev.zst", "v1/timeline/", "v1/timeline/0000000000/full/", "v1/timeline/0000000003/delta/README"} {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
@@ -23,19 +24,19 @@ func FuzzParseKey(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if o.Key != key || o.FirstRev < 0 || o.LastRev < o.FirstRev {
+		if o.Key != key || o.Timeline < 1 || o.FirstRev < 0 || o.LastRev < o.FirstRev {
 			t.Fatalf("ParseKey(%q) = %+v", key, o)
 		}
 		var again string
 		switch o.Kind {
 		case KindFull:
-			again = FullKey(o.FirstRev, o.Created)
+			again = FullKey(o.Timeline, o.FirstRev, o.Created)
 		case KindDelta:
-			again = DeltaKey(o.FirstRev, o.LastRev)
+			again = DeltaKey(o.Timeline, o.FirstRev, o.LastRev)
 		default:
 			t.Fatalf("ParseKey(%q): kind %v", key, o.Kind)
 		}
-		if p, err := ParseKey(again); err != nil || p.Kind != o.Kind || p.FirstRev != o.FirstRev || p.LastRev != o.LastRev || !p.Created.Equal(o.Created) {
+		if p, err := ParseKey(again); err != nil || p.Kind != o.Kind || p.Timeline != o.Timeline || p.FirstRev != o.FirstRev || p.LastRev != o.LastRev || !p.Created.Equal(o.Created) {
 			t.Fatalf("ParseKey(%q) = %+v, but its canonical name %q parses as %+v, %v", key, o, again, p, err)
 		}
 	})

@@ -14,15 +14,25 @@ import (
 	"time"
 )
 
-// Key layout, relative to the store's prefix. Revisions are zero-padded to
-// 20 digits (the width of the largest int64) so that names sort by revision.
+// Key layout, relative to the store's prefix. Each timeline has a directory of its own;
+// revisions are zero-padded to 20 digits (the width of the largest int64) and timelines to 10
+// (the largest uint32), so that a plain listing sorts by timeline, then by revision:
+//
+//	v1/timeline/<timeline>/full/<rev>-<unix seconds>.snap.zst
+//	v1/timeline/<timeline>/delta/<first rev>-<last rev>.ev.zst
+//
+// Objects written before timelines existed, v1/full/... and v1/delta/..., are timeline 1.
 const (
-	LayoutPrefix = "v1/"
-	FullPrefix   = "v1/full/"
-	DeltaPrefix  = "v1/delta/"
-	fullSuffix   = ".snap.zst"
-	deltaSuffix  = ".ev.zst"
-	revDigits    = 20
+	LayoutPrefix   = "v1/"
+	TimelinePrefix = "v1/timeline/"
+	legacyFull     = "v1/full/"
+	legacyDelta    = "v1/delta/"
+	fullDir        = "full/"
+	deltaDir       = "delta/"
+	fullSuffix     = ".snap.zst"
+	deltaSuffix    = ".ev.zst"
+	revDigits      = 20
+	timelineDigits = 10
 )
 
 // Kind says what an object holds.
@@ -49,6 +59,9 @@ func (k Kind) String() string {
 type Object struct {
 	Key  string
 	Kind Kind
+	// Timeline is the history the object belongs to (see Chain): 1 for objects named before
+	// timelines existed.
+	Timeline uint32
 	// FirstRev and LastRev are the revisions in the name. For a full
 	// snapshot both are the revision the writer knew when it started, a
 	// lower bound of the snapshot's true revision (which a restore reads
@@ -73,30 +86,49 @@ func (o Object) String() string {
 	return fmt.Sprintf("delta %s (revisions %d-%d)", o.Key, o.FirstRev, o.LastRev)
 }
 
-// FullKey names a full snapshot taken at revision rev (as far as the
-// writer knew) at time created: v1/full/<rev>-<unix seconds>.snap.zst.
-func FullKey(rev int64, created time.Time) string {
-	return fmt.Sprintf("%s%0*d-%d%s", FullPrefix, revDigits, rev, created.Unix(), fullSuffix)
+// TimelineDir is the directory of timeline tl's objects: v1/timeline/<tl>/.
+func TimelineDir(tl uint32) string {
+	return fmt.Sprintf("%s%0*d/", TimelinePrefix, timelineDigits, tl)
 }
 
-// DeltaKey names a delta holding the events of revisions first..last:
-// v1/delta/<first>-<last>.ev.zst.
-func DeltaKey(first, last int64) string {
-	return fmt.Sprintf("%s%0*d-%0*d%s", DeltaPrefix, revDigits, first, revDigits, last, deltaSuffix)
+// FullKey names a full snapshot of timeline tl taken at revision rev (as far as the writer
+// knew) at time created: v1/timeline/<tl>/full/<rev>-<unix seconds>.snap.zst.
+func FullKey(tl uint32, rev int64, created time.Time) string {
+	return fmt.Sprintf("%s%s%0*d-%d%s", TimelineDir(tl), fullDir, revDigits, rev, created.Unix(), fullSuffix)
 }
 
-// ParseKey parses a key made by FullKey or DeltaKey. It rejects anything
-// else, so foreign files under the prefix are never taken for backups.
+// DeltaKey names a delta of timeline tl holding the events of revisions first..last:
+// v1/timeline/<tl>/delta/<first>-<last>.ev.zst.
+func DeltaKey(tl uint32, first, last int64) string {
+	return fmt.Sprintf("%s%s%0*d-%0*d%s", TimelineDir(tl), deltaDir, revDigits, first, revDigits, last, deltaSuffix)
+}
+
+// ParseKey parses a key made by FullKey or DeltaKey, or an object name from before
+// timelines (v1/full/..., v1/delta/...: timeline 1). It rejects anything else, so foreign
+// files under the prefix are never taken for backups.
 func ParseKey(key string) (Object, error) {
+	tl, rest := uint32(1), key
+	if r, ok := strings.CutPrefix(key, TimelinePrefix); ok {
+		n, after, ok := strings.Cut(r, "/")
+		v, err := strconv.ParseUint(n, 10, 32)
+		if !ok || err != nil || v < 1 || len(n) != timelineDigits {
+			return Object{}, fmt.Errorf("%q is not a backup object: want %s<timeline, %d digits from 1>/", key, TimelinePrefix, timelineDigits)
+		}
+		tl, rest = uint32(v), after
+	} else if r, ok := strings.CutPrefix(key, LayoutPrefix); ok && (strings.HasPrefix(key, legacyFull) || strings.HasPrefix(key, legacyDelta)) {
+		rest = r
+	} else {
+		return Object{}, fmt.Errorf("%q is not a backup object: keys start with %s<timeline>/ (or, before timelines, %s or %s)", key, TimelinePrefix, legacyFull, legacyDelta)
+	}
 	var kind Kind
-	var rest, suffix string
+	var suffix string
 	switch {
-	case strings.HasPrefix(key, FullPrefix):
-		kind, rest, suffix = KindFull, key[len(FullPrefix):], fullSuffix
-	case strings.HasPrefix(key, DeltaPrefix):
-		kind, rest, suffix = KindDelta, key[len(DeltaPrefix):], deltaSuffix
+	case strings.HasPrefix(rest, fullDir):
+		kind, rest, suffix = KindFull, rest[len(fullDir):], fullSuffix
+	case strings.HasPrefix(rest, deltaDir):
+		kind, rest, suffix = KindDelta, rest[len(deltaDir):], deltaSuffix
 	default:
-		return Object{}, fmt.Errorf("%q is not a backup object: keys start with %s or %s", key, FullPrefix, DeltaPrefix)
+		return Object{}, fmt.Errorf("%q is not a backup object: a timeline holds %s and %s only", key, fullDir, deltaDir)
 	}
 	body, ok := strings.CutSuffix(rest, suffix)
 	if !ok {
@@ -110,7 +142,7 @@ func ParseKey(key string) (Object, error) {
 	if err != nil {
 		return Object{}, fmt.Errorf("%q is not a backup object: %w", key, err)
 	}
-	o := Object{Key: key, Kind: kind, FirstRev: first}
+	o := Object{Key: key, Kind: kind, Timeline: tl, FirstRev: first}
 	if kind == KindFull {
 		secs, err := strconv.ParseInt(b, 10, 64)
 		if err != nil || secs < 0 || b != strconv.FormatInt(secs, 10) {

@@ -14,8 +14,9 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// FormatVersion is the object format this code writes and reads.
-const FormatVersion = 1
+// FormatVersion is the object format this code writes. It reads versions 1 (before
+// timelines: timeline 1) and 2.
+const FormatVersion = 2
 
 // Object byte layout (all integers big-endian; docs/backup-format.md has
 // the same tables):
@@ -23,6 +24,7 @@ const FormatVersion = 1
 //	header  magic "STEWBAK\n" | version u16 | header length u16 | kind u8 |
 //	        compression u8 | reserved u16 (0) | cluster ID u64 |
 //	        first revision i64 | last revision i64 | created unix ns i64 |
+//	        timeline u32 (version 2 only) |
 //	        etcd version length u8 | etcd version | CRC-32C u32 of all before
 //	payload the (compressed) bytes, length known only at the end
 //	trailer magic "STEWEND\n" | payload length u64 | raw length u64 |
@@ -37,8 +39,9 @@ var (
 )
 
 const (
-	headerFixedLen = 49 // bytes before the etcd version string
-	headerCRCLen   = 4
+	headerFixedLen   = 53 // bytes before the etcd version string
+	headerFixedLenV1 = 49 // the same in version 1, which has no timeline
+	headerCRCLen     = 4
 	// TrailerSize is the size of the trailer that ends every object.
 	TrailerSize = 68
 	// maxEtcdVersion bounds the one variable header field.
@@ -77,6 +80,9 @@ type Header struct {
 	Compression Compression
 	EtcdVersion string // version of the etcd that produced the data, e.g. "3.6.4"
 	ClusterID   uint64
+	// Timeline is the history the object belongs to (see Chain); version 1 objects are
+	// timeline 1.
+	Timeline uint32
 	// FirstRev and LastRev: see Object. For a full snapshot LastRev may be
 	// 0 when the writer did not know it yet; the trailer may then carry it.
 	FirstRev int64
@@ -101,6 +107,8 @@ func (h Header) validate() error {
 		return fmt.Errorf("unknown kind %d", h.Kind)
 	case h.Compression != CompressionNone && h.Compression != CompressionZstd:
 		return fmt.Errorf("unknown compression %d", h.Compression)
+	case h.Timeline < 1:
+		return fmt.Errorf("timeline %d: timelines start at 1", h.Timeline)
 	case len(h.EtcdVersion) > maxEtcdVersion:
 		return fmt.Errorf("etcd version string is %d bytes, at most %d fit", len(h.EtcdVersion), maxEtcdVersion)
 	case h.FirstRev < 1 || h.LastRev < 0:
@@ -128,6 +136,7 @@ func (h Header) MarshalBinary() ([]byte, error) {
 	b = binary.BigEndian.AppendUint64(b, uint64(h.FirstRev))
 	b = binary.BigEndian.AppendUint64(b, uint64(h.LastRev))
 	b = binary.BigEndian.AppendUint64(b, uint64(h.Created.UnixNano()))
+	b = binary.BigEndian.AppendUint32(b, h.Timeline)
 	b = append(b, byte(len(h.EtcdVersion)))
 	b = append(b, h.EtcdVersion...)
 	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
@@ -149,7 +158,7 @@ func readHeader(r io.Reader) (Header, error) {
 		return Header{}, fmt.Errorf("%w: no backup header (magic %q, want %q)", ErrCorrupt, pre[:8], headerMagic[:])
 	}
 	total := int(binary.BigEndian.Uint16(pre[10:]))
-	if total < headerFixedLen+headerCRCLen || total > maxHeaderLen {
+	if total < headerFixedLenV1+headerCRCLen || total > maxHeaderLen {
 		return Header{}, fmt.Errorf("%w: header length %d is impossible", ErrCorrupt, total)
 	}
 	b := make([]byte, total)
@@ -164,24 +173,33 @@ func readHeader(r io.Reader) (Header, error) {
 	if got, want := binary.BigEndian.Uint32(b[len(body):]), crc32.Checksum(body, castagnoli); got != want {
 		return Header{}, fmt.Errorf("%w: header checksum mismatch (stored %08x, computed %08x)", ErrCorrupt, got, want)
 	}
-	if v := binary.BigEndian.Uint16(b[8:]); v != FormatVersion {
-		if v > FormatVersion {
-			return Header{}, fmt.Errorf("format version %d was written by a newer steward (this one reads %d): upgrade steward", v, FormatVersion)
+	fixed, tl := headerFixedLen, uint32(0)
+	switch v := binary.BigEndian.Uint16(b[8:]); {
+	case v == 1:
+		fixed, tl = headerFixedLenV1, 1 // before timelines
+	case v == FormatVersion:
+		if total < fixed+headerCRCLen {
+			return Header{}, fmt.Errorf("%w: header length %d is impossible", ErrCorrupt, total)
 		}
+		tl = binary.BigEndian.Uint32(b[48:])
+	case v > FormatVersion:
+		return Header{}, fmt.Errorf("format version %d was written by a newer steward (this one reads up to %d): upgrade steward", v, FormatVersion)
+	default:
 		return Header{}, fmt.Errorf("%w: format version %d is not one steward ever wrote", ErrCorrupt, v)
 	}
-	vlen := int(b[48])
-	if total != headerFixedLen+vlen+headerCRCLen {
+	vlen := int(b[fixed-1])
+	if total != fixed+vlen+headerCRCLen {
 		return Header{}, fmt.Errorf("%w: header length %d does not match its etcd version length %d", ErrCorrupt, total, vlen)
 	}
 	h := Header{
 		Kind:        Kind(b[12]),
 		Compression: Compression(b[13]),
 		ClusterID:   binary.BigEndian.Uint64(b[16:]),
+		Timeline:    tl,
 		FirstRev:    int64(binary.BigEndian.Uint64(b[24:])),
 		LastRev:     int64(binary.BigEndian.Uint64(b[32:])),
 		Created:     time.Unix(0, int64(binary.BigEndian.Uint64(b[40:]))).UTC(),
-		EtcdVersion: string(b[headerFixedLen : headerFixedLen+vlen]),
+		EtcdVersion: string(b[fixed : fixed+vlen]),
 	}
 	if err := h.validate(); err != nil {
 		return Header{}, fmt.Errorf("%w: header: %v", ErrCorrupt, err)

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-const testKey = "v1/full/00000000000000000100-1700000000.snap.zst"
+const testKey = "v1/timeline/0000000001/full/00000000000000000100-1700000000.snap.zst"
 
 func testHeader(c Compression) Header {
 	return Header{
@@ -23,6 +23,7 @@ func testHeader(c Compression) Header {
 		Compression: c,
 		EtcdVersion: "3.6.4",
 		ClusterID:   0x0102030405060708,
+		Timeline:    1,
 		FirstRev:    100,
 		Created:     time.Unix(0, 1_700_000_000_000_000_000).UTC(),
 	}
@@ -96,8 +97,8 @@ func TestHeaderBytes(t *testing.T) {
 	// The same bytes are in docs/backup-format.md; change both together.
 	got := hex.EncodeToString(b)
 	const golden = "5354455742414b0a" + // magic "STEWBAK\n"
-		"0001" + // format version 1
-		"003a" + // header length 58 = 49 + 5 + 4
+		"0002" + // format version 2
+		"003e" + // header length 62 = 53 + 5 + 4
 		"01" + // kind full
 		"01" + // compression zstd
 		"0000" + // reserved
@@ -105,8 +106,9 @@ func TestHeaderBytes(t *testing.T) {
 		"0000000000000064" + // first revision 100
 		"0000000000000000" + // last revision unknown
 		"17979cfe362a0000" + // created 1700000000000000000 ns
+		"00000001" + // timeline 1
 		"05" + "332e362e34" + // etcd version "3.6.4"
-		"e2657985" // CRC-32C
+		"52767f5d" // CRC-32C
 	if got != golden {
 		t.Fatalf("header bytes\n got %s\nwant %s", got, golden)
 	}
@@ -116,6 +118,21 @@ func TestHeaderBytes(t *testing.T) {
 	}
 	if h != testHeader(CompressionZstd) {
 		t.Fatalf("header round trip: %+v", h)
+	}
+}
+
+// TestHeaderVersion1ReadsAsTimeline1: headers written before timelines (format version 1, no
+// timeline field) are still read, as timeline 1. The bytes are docs/backup-format.md's
+// version 1 example.
+func TestHeaderVersion1ReadsAsTimeline1(t *testing.T) {
+	b, _ := hex.DecodeString("5354455742414b0a" + "0001" + "003a" + "01" + "01" + "0000" + "0102030405060708" +
+		"0000000000000064" + "0000000000000000" + "17979cfe362a0000" + "05" + "332e362e34" + "e2657985")
+	h, err := readHeader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := testHeader(CompressionZstd); h != want || h.Timeline != 1 {
+		t.Fatalf("version 1 header = %+v, want %+v", h, want)
 	}
 }
 
@@ -153,10 +170,10 @@ func TestObjectRoundTrip(t *testing.T) {
 				if !ok || tr.RawSize != int64(tc.size) || tr.LastRev != tc.last {
 					t.Fatalf("trailer = %+v, %v", tr, ok)
 				}
-				if tr.PayloadSize != int64(len(obj)-58-TrailerSize) {
-					t.Fatalf("trailer payload size %d, object has %d payload bytes", tr.PayloadSize, len(obj)-58-TrailerSize)
+				if tr.PayloadSize != int64(len(obj)-62-TrailerSize) {
+					t.Fatalf("trailer payload size %d, object has %d payload bytes", tr.PayloadSize, len(obj)-62-TrailerSize)
 				}
-				if sum := sha256.Sum256(obj[58 : len(obj)-TrailerSize]); sum != tr.SHA256 {
+				if sum := sha256.Sum256(obj[62 : len(obj)-TrailerSize]); sum != tr.SHA256 {
 					t.Fatal("trailer SHA-256 is not the SHA-256 of the stored payload")
 				}
 				wantLast := tc.last
@@ -270,8 +287,8 @@ func TestTruncatedMessages(t *testing.T) {
 
 func TestNewerFormatVersion(t *testing.T) {
 	obj := writeObject(t, testHeader(CompressionZstd), nil, 0)
-	obj[9] = 2 // version 2, with its header CRC made right
-	binary.BigEndian.PutUint32(obj[54:], crc32.Checksum(obj[:54], crc32.MakeTable(crc32.Castagnoli)))
+	obj[9] = 3 // version 3, with its header CRC made right
+	binary.BigEndian.PutUint32(obj[58:], crc32.Checksum(obj[:58], crc32.MakeTable(crc32.Castagnoli)))
 	_, _, err := NewObjectReader(bytes.NewReader(obj), testKey)
 	if err == nil || !strings.Contains(err.Error(), "upgrade steward") || !strings.Contains(err.Error(), testKey) {
 		t.Fatalf("newer version: %v", err)

@@ -36,9 +36,9 @@ func TestPayloadBufferStoresDeltas(t *testing.T) {
 		if p.Raw() == 0 {
 			t.Fatal("Raw is 0 after writes")
 		}
-		hdr := Header{Kind: KindDelta, Compression: CompressionZstd, EtcdVersion: "3.6.16", ClusterID: 1, FirstRev: first, LastRev: last,
+		hdr := Header{Kind: KindDelta, Timeline: 1, Compression: CompressionZstd, EtcdVersion: "3.6.16", ClusterID: 1, FirstRev: first, LastRev: last,
 			Created: time.Unix(1700000000, 0)}
-		key := DeltaKey(first, last)
+		key := DeltaKey(1, first, last)
 		var trs []Trailer
 		for _, k := range []string{key + ".try", key} { // a retry writes the same payload again
 			tr, err := WriteBufferedObject(ctx, s, k, hdr, p)
@@ -74,7 +74,7 @@ func TestPayloadBufferStoresDeltas(t *testing.T) {
 			}
 		}
 		or.Close()
-		if err := VerifyObject(ctx, s, Object{Key: key, Kind: KindDelta, FirstRev: first, LastRev: last}); err != nil {
+		if err := VerifyObject(ctx, s, Object{Key: key, Kind: KindDelta, Timeline: 1, FirstRev: first, LastRev: last}); err != nil {
 			t.Fatal(err)
 		}
 		p.Reset(1 << 20)
@@ -82,7 +82,7 @@ func TestPayloadBufferStoresDeltas(t *testing.T) {
 			t.Fatalf("Raw after Reset: %d", p.Raw())
 		}
 	}
-	if _, err := WriteBufferedObject(ctx, s, "v1/x", Header{Kind: KindDelta, Compression: CompressionNone, FirstRev: 1, LastRev: 1}, p); err == nil {
+	if _, err := WriteBufferedObject(ctx, s, "v1/x", Header{Kind: KindDelta, Timeline: 1, Compression: CompressionNone, FirstRev: 1, LastRev: 1}, p); err == nil {
 		t.Fatal("a buffered payload stored under a header without compression")
 	}
 }

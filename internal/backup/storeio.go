@@ -75,6 +75,9 @@ func OpenObject(ctx context.Context, s *store.Store, key string) (Header, *Objec
 // CheckHeader checks that an object's header agrees with its name.
 func CheckHeader(o Object, h Header) error {
 	var probs []string
+	if h.Timeline != o.Timeline {
+		probs = append(probs, fmt.Sprintf("the header says timeline %d, the name says %d", h.Timeline, o.Timeline))
+	}
 	if h.Kind != o.Kind {
 		probs = append(probs, fmt.Sprintf("the header says %s, the name says %s", h.Kind, o.Kind))
 	}

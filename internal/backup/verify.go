@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/etcd-steward/steward/internal/store"
 )
@@ -19,13 +22,22 @@ type BadObject struct {
 
 // Report is the result of Verify.
 type Report struct {
-	Objects  int   // backup objects read
-	Bytes    int64 // bytes read from the store
-	Events   int64 // delta events read
-	Bad      []BadObject
-	Issues   []Issue  // chain issues, with the bad objects counted as missing
-	Foreign  []string // keys under v1/ that are not backup objects
-	Coverage []Range  // revisions restorable with the good objects
+	Objects int   // backup objects read
+	Bytes   int64 // bytes read from the store
+	Events  int64 // delta events read
+	Bad     []BadObject
+	Issues  []Issue  // chain issues, with the bad objects counted as missing
+	Foreign []string // keys under v1/ that are not backup objects
+	// Timelines says, for each timeline, the cluster whose history it holds and the
+	// revisions restorable with the good objects.
+	Timelines []TimelineReport
+}
+
+// TimelineReport is what Verify found restorable on one timeline.
+type TimelineReport struct {
+	Timeline  uint32  `json:"timeline"`
+	ClusterID uint64  `json:"clusterID"`
+	Coverage  []Range `json:"coverage"`
 }
 
 // OK reports whether every object is sound and the chain has no
@@ -43,10 +55,10 @@ func (r Report) OK() bool {
 }
 
 // Verify reads every backup object in s to the end: header, checksums,
-// the agreement of header and name, the framing of delta events and that
+// the agreement of header and name (timeline included), the framing of delta events and that
 // their revisions follow each other with no gap, etcd's own SHA-256 at the
-// end of full snapshots; then it
-// checks the chain as if the bad objects were missing. progress, if not
+// end of full snapshots; then it checks, timeline by timeline, that the objects of a timeline
+// are of one cluster and the chain, as if the bad objects were missing. progress, if not
 // nil, is called with bytes read so far and the total to read.
 //
 // The error is for failures to verify at all (listing, ctx); what is
@@ -69,12 +81,13 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 	}
 	report()
 	bad := map[string]bool{}
+	clusters := map[uint32]map[uint64][]string{} // timeline -> cluster ID -> keys
 	for _, o := range objs {
 		if err := ctx.Err(); err != nil {
 			return rep, fmt.Errorf("verify %s: %w", s, err)
 		}
 		start, reported := done, done
-		events, err := verifyObject(ctx, s, o, func(n int64) {
+		hdr, events, err := verifyObject(ctx, s, o, func(n int64) {
 			done += n
 			if done-reported >= 1<<20 {
 				reported = done
@@ -90,6 +103,11 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 		if err != nil {
 			rep.Bad = append(rep.Bad, BadObject{Key: o.Key, Err: err})
 			bad[o.Key] = true
+		} else {
+			if clusters[o.Timeline] == nil {
+				clusters[o.Timeline] = map[uint64][]string{}
+			}
+			clusters[o.Timeline][hdr.ClusterID] = append(clusters[o.Timeline][hdr.ClusterID], o.Key)
 		}
 		// Count what was not read (a bad object stops early) as done.
 		if done-start < o.Size {
@@ -99,35 +117,51 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 	}
 	good := c.Without(bad)
 	rep.Issues = good.Check()
-	rep.Coverage = good.Coverage()
+	for _, tl := range good.Timelines() {
+		tr := TimelineReport{Timeline: tl, Coverage: good.Timeline(tl).Coverage()}
+		ids := slices.Sorted(maps.Keys(clusters[tl]))
+		if len(ids) == 1 {
+			tr.ClusterID = ids[0]
+		} else {
+			var parts []string
+			for _, id := range ids {
+				keys := clusters[tl][id]
+				parts = append(parts, fmt.Sprintf("cluster %x (%d objects, e.g. %s)", id, len(keys), keys[0]))
+			}
+			rep.Issues = append(rep.Issues, Issue{Severity: Error, Kind: IssueClusters, Timeline: tl, Keys: []string{clusters[tl][ids[0]][0], clusters[tl][ids[1]][0]},
+				Message: fmt.Sprintf("the objects hold the histories of %d clusters: %s; a timeline is one cluster's history: restore another timeline, or a revision the older objects reach alone", len(ids), strings.Join(parts, ", "))})
+		}
+		rep.Timelines = append(rep.Timelines, tr)
+	}
 	return rep, nil
 }
 
 // VerifyObject reads one object to the end and checks it as Verify does.
 // Snapshotters can use it to prove what they just wrote.
 func VerifyObject(ctx context.Context, s *store.Store, o Object) error {
-	_, err := verifyObject(ctx, s, o, nil)
+	_, _, err := verifyObject(ctx, s, o, nil)
 	return err
 }
 
-func verifyObject(ctx context.Context, s *store.Store, o Object, onRead func(int64)) (events int64, err error) {
+func verifyObject(ctx context.Context, s *store.Store, o Object, onRead func(int64)) (hdr Header, events int64, err error) {
 	sr, err := s.NewReader(ctx, o.Key)
 	if err != nil {
-		return 0, err
+		return hdr, 0, err
 	}
 	defer sr.Close()
 	hdr, or, err := NewObjectReader(&countingReader{r: sr, fn: onRead}, o.Key)
 	if err != nil {
-		return 0, err
+		return hdr, 0, err
 	}
 	defer or.Close()
 	if err := CheckHeader(o, hdr); err != nil {
-		return 0, err
+		return hdr, 0, err
 	}
 	if o.Kind == KindFull {
-		return 0, verifyFull(or, o)
+		return hdr, 0, verifyFull(or, o)
 	}
-	return verifyDelta(or, o)
+	events, err = verifyDelta(or, o)
+	return hdr, events, err
 }
 
 func verifyDelta(or *ObjectReader, o Object) (int64, error) {

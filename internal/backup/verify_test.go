@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -40,8 +41,8 @@ func fakeDB(pages int, seed int64) []byte {
 
 func putFull(t *testing.T, s *store.Store, rev int64, data []byte) string {
 	t.Helper()
-	key := FullKey(rev, t0)
-	hdr := Header{Kind: KindFull, Compression: CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 42, FirstRev: rev, Created: t0}
+	key := FullKey(1, rev, t0)
+	hdr := Header{Kind: KindFull, Timeline: 1, Compression: CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 42, FirstRev: rev, Created: t0}
 	if _, err := WriteObject(context.Background(), s, key, hdr, func(w *ObjectWriter) error {
 		_, err := w.Write(data)
 		w.SetLastRev(rev)
@@ -66,8 +67,8 @@ func putDelta(t *testing.T, s *store.Store, first, last, evFirst, evLast int64) 
 // putDeltaRevs writes a delta named first-last holding one put per revision in revs.
 func putDeltaRevs(t *testing.T, s *store.Store, first, last int64, revs []int64) string {
 	t.Helper()
-	key := DeltaKey(first, last)
-	hdr := Header{Kind: KindDelta, Compression: CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 42, FirstRev: first, LastRev: last}
+	key := DeltaKey(1, first, last)
+	hdr := Header{Kind: KindDelta, Timeline: 1, Compression: CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 42, FirstRev: first, LastRev: last}
 	if _, err := WriteObject(context.Background(), s, key, hdr, func(w *ObjectWriter) error {
 		ew := NewEventWriter(w)
 		for _, r := range revs {
@@ -131,8 +132,8 @@ func TestVerifyCleanChain(t *testing.T) {
 	if len(rep.Issues) != 1 || rep.Issues[0].Kind != IssueOverlap {
 		t.Fatalf("issues = %v, want one overlap", rep.Issues)
 	}
-	if len(rep.Coverage) != 1 || rep.Coverage[0] != (Range{100, 260}) {
-		t.Fatalf("coverage = %v", rep.Coverage)
+	if len(rep.Timelines) != 1 || rep.Timelines[0].ClusterID != 42 || fmt.Sprint(rep.Timelines[0].Coverage) != "[100-260]" {
+		t.Fatalf("timelines = %+v", rep.Timelines)
 	}
 	if calls < 2 || lastDone != lastTotal || lastTotal != rep.Bytes {
 		t.Fatalf("progress: %d calls, ended at %d/%d, read %d", calls, lastDone, lastTotal, rep.Bytes)
@@ -148,15 +149,15 @@ func TestVerifyNamesEveryBadObject(t *testing.T) {
 	short := putDelta(t, s, 121, 130, 121, 125) // claims more than it holds
 	truncated := putDelta(t, s, 131, 140, 131, 140)
 	holed := putDeltaRevs(t, s, 151, 160, []int64{151, 152, 153, 154, 157, 158, 159, 160}) // both ends, a gap inside
-	mislabelled := DeltaKey(141, 150)
-	badDB := FullKey(300, t0)
+	mislabelled := DeltaKey(1, 141, 150)
+	badDB := FullKey(1, 300, t0)
 	putFull(t, s, 300, append(fakeDB(4, 4)[:4*512], make([]byte, 32)...)) // wrong etcd SHA-256
 	putDelta(t, s, 141, 149, 141, 149)
 	// Copy the 141-149 object under a 141-150 name: header and name disagree.
-	r, _ := s.NewReader(context.Background(), DeltaKey(141, 149))
+	r, _ := s.NewReader(context.Background(), DeltaKey(1, 141, 149))
 	b, _ := io.ReadAll(r)
 	r.Close()
-	s.Delete(context.Background(), DeltaKey(141, 149))
+	s.Delete(context.Background(), DeltaKey(1, 141, 149))
 	w, _ := s.NewWriter(context.Background(), mislabelled)
 	w.Write(b)
 	w.Close()
@@ -207,24 +208,24 @@ func TestVerifyNamesEveryBadObject(t *testing.T) {
 	if got := describeIssues(rep.Issues); got != "error hole 104-110 [D101-103 D111-120]" {
 		t.Errorf("issues = %q", got)
 	}
-	if got := rep.Coverage; len(got) != 1 || got[0] != (Range{100, 103}) {
+	if got := rep.Timelines[0].Coverage; len(got) != 1 || got[0] != (Range{100, 103}) {
 		t.Errorf("coverage = %v, want 100-103", got)
 	}
 }
 
 func TestWriteObjectDiscardsFailures(t *testing.T) {
 	s := openStore(t, "mem://")
-	hdr := Header{Kind: KindDelta, Compression: CompressionZstd, FirstRev: 1, LastRev: 2}
+	hdr := Header{Kind: KindDelta, Timeline: 1, Compression: CompressionZstd, FirstRev: 1, LastRev: 2}
 	boom := errors.New("watch broke")
-	_, err := WriteObject(context.Background(), s, DeltaKey(1, 2), hdr, func(w *ObjectWriter) error {
+	_, err := WriteObject(context.Background(), s, DeltaKey(1, 1, 2), hdr, func(w *ObjectWriter) error {
 		w.Write(make([]byte, 1<<20))
 		return boom
 	})
-	if !errors.Is(err, boom) || !strings.Contains(err.Error(), DeltaKey(1, 2)) {
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), DeltaKey(1, 1, 2)) {
 		t.Fatalf("WriteObject = %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	_, err = WriteObject(ctx, s, DeltaKey(1, 2), hdr, func(w *ObjectWriter) error {
+	_, err = WriteObject(ctx, s, DeltaKey(1, 1, 2), hdr, func(w *ObjectWriter) error {
 		w.Write([]byte("x"))
 		cancel()
 		return nil
@@ -255,7 +256,7 @@ func TestOpenObject(t *testing.T) {
 	if err := or.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := OpenObject(context.Background(), s, FullKey(1, t0)); !store.IsNotFound(err) {
+	if _, _, err := OpenObject(context.Background(), s, FullKey(1, 1, t0)); !store.IsNotFound(err) {
 		t.Fatalf("missing object: %v", err)
 	}
 }
@@ -327,5 +328,35 @@ func TestChainOverS3(t *testing.T) {
 	}
 	if len(revs) != 30 || revs[0] != 61 || revs[29] != 90 {
 		t.Fatalf("delta revisions %v", revs)
+	}
+}
+
+// TestVerifyFindsTwoClustersInOneTimeline: a timeline whose objects hold two clusters'
+// histories (written before timelines, or by hand) is an error, though every object is sound
+// and the revisions follow each other.
+func TestVerifyFindsTwoClustersInOneTimeline(t *testing.T) {
+	s := openStore(t, "mem://"+t.Name())
+	putFull(t, s, 100, fakeDB(4, 1))
+	putDelta(t, s, 101, 110, 101, 110)
+	key := DeltaKey(1, 111, 120)
+	hdr := Header{Kind: KindDelta, Timeline: 1, Compression: CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 43, FirstRev: 111, LastRev: 120}
+	if _, err := WriteObject(context.Background(), s, key, hdr, func(w *ObjectWriter) error {
+		ew := NewEventWriter(w)
+		for r := int64(111); r <= 120; r++ {
+			if err := ew.WriteEvent(put("/k", "other", 1, r, r)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(context.Background(), s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || len(rep.Bad) != 0 || len(rep.Issues) != 1 || rep.Issues[0].Kind != IssueClusters || rep.Issues[0].Timeline != 1 ||
+		!strings.Contains(rep.Issues[0].String(), "cluster 2b (1 objects, e.g. "+key+")") {
+		t.Fatalf("report: %+v", rep)
 	}
 }

@@ -34,6 +34,7 @@ func openStore(ctx context.Context, url string) (*store.Store, error) {
 
 // objectView is one backup object as printed by `backup list`.
 type objectView struct {
+	Timeline uint32    `json:"timeline"`
 	Kind     string    `json:"kind"`
 	Key      string    `json:"key"`
 	FirstRev int64     `json:"firstRevision"`
@@ -42,11 +43,25 @@ type objectView struct {
 	Created  time.Time `json:"created"`
 }
 
+// timelineView is one timeline as printed by `backup list`: the cluster whose history it
+// holds (from its objects' headers), its revisions and times, and what it can restore.
+type timelineView struct {
+	Timeline  uint32         `json:"timeline"`
+	ClusterID string         `json:"clusterID"`
+	Revisions backup.Range   `json:"revisions"`
+	From      time.Time      `json:"from"`
+	To        time.Time      `json:"to"`
+	Objects   int            `json:"objects"`
+	Size      int64          `json:"size"`
+	Coverage  []backup.Range `json:"coverage"`
+	Disagrees string         `json:"disagrees,omitempty"`
+}
+
 type listView struct {
-	Store    string         `json:"store"`
-	Objects  []objectView   `json:"objects"`
-	Coverage []backup.Range `json:"coverage"`
-	Issues   []string       `json:"issues,omitempty"`
+	Store     string         `json:"store"`
+	Timelines []timelineView `json:"timelines"`
+	Objects   []objectView   `json:"objects"`
+	Issues    []string       `json:"issues,omitempty"`
 }
 
 func newBackupListCommand() *cobra.Command {
@@ -56,8 +71,11 @@ func newBackupListCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List the full snapshots and deltas in a store, and the revisions they can restore",
-		Args:  cobra.NoArgs,
+		Short: "List the timelines, full snapshots and deltas in a store, and the revisions they can restore",
+		Long: `List shows every timeline in the store (one unbroken history of one cluster; a restore reads
+one timeline: the newest unless --timeline is given), with its cluster, revisions, times and the
+revisions it can restore, then every object.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			s, err := openStore(ctx, url)
@@ -69,28 +87,55 @@ func newBackupListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v := listView{Store: s.String(), Coverage: c.Coverage(), Objects: []objectView{}}
-			for _, o := range c.Objects() {
-				created := o.Created
-				if created.IsZero() {
-					created = o.ModTime
+			infos, err := backup.ObserveTimelines(ctx, s, c)
+			if err != nil {
+				return err
+			}
+			v := listView{Store: s.String(), Timelines: []timelineView{}, Objects: []objectView{}}
+			for _, info := range infos {
+				tc := c.Timeline(info.Timeline)
+				tv := timelineView{Timeline: info.Timeline, ClusterID: fmt.Sprintf("%x", info.ClusterID), Coverage: tc.Coverage(), Disagrees: info.Disagrees}
+				for _, o := range tc.Objects() {
+					created := o.Created
+					if created.IsZero() {
+						created = o.ModTime
+					}
+					created = created.UTC()
+					if tv.Objects == 0 || o.FirstRev < tv.Revisions.From {
+						tv.Revisions.From = o.FirstRev
+					}
+					if tv.Objects == 0 || created.Before(tv.From) {
+						tv.From = created
+					}
+					tv.Revisions.To, tv.To = max(tv.Revisions.To, o.LastRev), maxTime(tv.To, created)
+					tv.Objects++
+					tv.Size += o.Size
+					v.Objects = append(v.Objects, objectView{Timeline: o.Timeline, Kind: o.Kind.String(), Key: o.Key, FirstRev: o.FirstRev, LastRev: o.LastRev, Size: o.Size, Created: created})
 				}
-				v.Objects = append(v.Objects, objectView{Kind: o.Kind.String(), Key: o.Key, FirstRev: o.FirstRev, LastRev: o.LastRev, Size: o.Size, Created: created.UTC()})
+				v.Timelines = append(v.Timelines, tv)
 			}
 			for _, is := range c.Check() {
 				v.Issues = append(v.Issues, is.String())
 			}
 			return out.print(cmd.OutOrStdout(), v, func(t *table) {
-				t.header("KIND", "REVISIONS", "SIZE", "CREATED", "KEY")
+				t.header("TIMELINE", "CLUSTER", "REVISIONS", "FROM", "TO", "OBJECTS", "SIZE", "RESTORABLE")
+				for _, tv := range v.Timelines {
+					cluster := tv.ClusterID
+					if tv.Disagrees != "" {
+						cluster += " (disagrees: " + tv.Disagrees + ")"
+					}
+					t.row(strconv.FormatUint(uint64(tv.Timeline), 10), cluster, tv.Revisions.String(), tv.From.Format(time.RFC3339), tv.To.Format(time.RFC3339),
+						strconv.Itoa(tv.Objects), humanBytes(tv.Size), rangesString(tv.Coverage))
+				}
+				t.row("")
+				t.row("TIMELINE", "KIND", "REVISIONS", "SIZE", "CREATED", "KEY")
 				for _, o := range v.Objects {
 					revs := strconv.FormatInt(o.FirstRev, 10)
 					if o.Kind == backup.KindDelta.String() {
 						revs += "-" + strconv.FormatInt(o.LastRev, 10)
 					}
-					t.row(o.Kind, revs, humanBytes(o.Size), o.Created.Format(time.RFC3339), o.Key)
+					t.row(strconv.FormatUint(uint64(o.Timeline), 10), o.Kind, revs, humanBytes(o.Size), o.Created.Format(time.RFC3339), o.Key)
 				}
-				t.row("")
-				t.row("restorable revisions:", rangesString(v.Coverage))
 				for _, is := range v.Issues {
 					t.row(is)
 				}
@@ -100,6 +145,13 @@ func newBackupListCommand() *cobra.Command {
 	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
 	out.register(cmd)
 	return cmd
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func rangesString(rs []backup.Range) string {
@@ -134,20 +186,24 @@ func newBackupSaveCommand() *cobra.Command {
 				return err
 			}
 			defer cli.Close()
+			m := snapshotter.Member{Client: cli, Endpoint: endpoint}
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			st, err := cli.Status(sctx, endpoint)
+			p, err := snapshotter.Place(sctx, m, s)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("member %s does not answer: %w", endpoint, err)
+				return fmt.Errorf("place a snapshot of member %s in %s: %w", endpoint, s, err)
+			}
+			if p.Placement.New {
+				fmt.Fprintln(cmd.ErrOrStderr(), p.Placement.Reason)
 			}
 			bar := newProgressBar(cmd.ErrOrStderr(), "snapshot")
-			res, err := snapshotter.Full(ctx, snapshotter.Member{Client: cli, Endpoint: endpoint}, s, func(n int64) { bar.Update(n, st.DbSize) })
+			res, err := snapshotter.Full(ctx, m, s, p.Timeline(), func(n int64) { bar.Update(n, p.Status.DbSize) })
 			if err != nil {
 				bar.Done("")
 				return err
 			}
 			bar.Done(fmt.Sprintf("%s of database stored as %s", humanBytes(res.DBSize), humanBytes(res.Size)))
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (revision %d)\n", res.Key, res.Revision)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (timeline %d, revision %d)\n", res.Key, res.Timeline, res.Revision)
 			return nil
 		},
 	}
@@ -157,14 +213,14 @@ func newBackupSaveCommand() *cobra.Command {
 }
 
 type verifyView struct {
-	Store    string         `json:"store"`
-	OK       bool           `json:"ok"`
-	Objects  int            `json:"objects"`
-	Bytes    int64          `json:"bytes"`
-	Events   int64          `json:"events"`
-	Bad      []badView      `json:"bad"`
-	Issues   []string       `json:"issues"`
-	Coverage []backup.Range `json:"coverage"`
+	Store     string                  `json:"store"`
+	OK        bool                    `json:"ok"`
+	Objects   int                     `json:"objects"`
+	Bytes     int64                   `json:"bytes"`
+	Events    int64                   `json:"events"`
+	Bad       []badView               `json:"bad"`
+	Issues    []string                `json:"issues"`
+	Timelines []backup.TimelineReport `json:"timelines"`
 }
 
 type badView struct {
@@ -179,7 +235,7 @@ func newBackupVerifyCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
-		Short: "Read every object, check every checksum and the chain; exit 2 if anything is wrong",
+		Short: "Read every object, check every checksum and, timeline by timeline, the chain; exit 2 if anything is wrong",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -195,7 +251,7 @@ func newBackupVerifyCommand() *cobra.Command {
 				return err
 			}
 			v := verifyView{Store: s.String(), OK: rep.OK(), Objects: rep.Objects, Bytes: rep.Bytes, Events: rep.Events,
-				Coverage: rep.Coverage, Bad: []badView{}, Issues: []string{}}
+				Timelines: append([]backup.TimelineReport{}, rep.Timelines...), Bad: []badView{}, Issues: []string{}}
 			for _, b := range rep.Bad {
 				v.Bad = append(v.Bad, badView{Key: b.Key, Error: b.Err.Error()})
 			}
@@ -210,7 +266,9 @@ func newBackupVerifyCommand() *cobra.Command {
 				for _, is := range v.Issues {
 					t.row(is)
 				}
-				t.row("restorable revisions: " + rangesString(v.Coverage))
+				for _, tl := range v.Timelines {
+					t.row(fmt.Sprintf("timeline %d (cluster %x): restorable revisions %s", tl.Timeline, tl.ClusterID, rangesString(tl.Coverage)))
+				}
 				if v.OK {
 					t.row("OK")
 				}

@@ -13,6 +13,7 @@ import (
 func newBackupCompactCommand() *cobra.Command {
 	var (
 		url, scratch string
+		timeline     uint32
 		out          outputFlag
 		verbose      bool
 	)
@@ -21,8 +22,8 @@ func newBackupCompactCommand() *cobra.Command {
 		Short: "Fold the deltas into a new full snapshot at the newest revision, so restores stay short",
 		Long: `Compact restores the newest backed-up revision into a scratch data dir, compacts away the
 history before it, defragments the database, and uploads it as a new full snapshot at that
-revision (with the chain's cluster ID). Later restores start from it instead of replaying the
-deltas. Nothing is deleted: the older objects follow the retention policy ('steward backup gc').
+revision (with the chain's cluster ID), on the same timeline: the newest, or --timeline.
+Later restores start from it instead of replaying the deltas. Nothing is deleted: the older objects follow the retention policy ('steward backup gc').
 
 The scratch dir needs room for about twice the database; it is removed on every exit path.`,
 		Args: cobra.NoArgs,
@@ -33,7 +34,7 @@ The scratch dir needs room for about twice the database; it is removed on every 
 				return err
 			}
 			defer s.Close()
-			o := restore.CompactOptions{Store: s, ScratchDir: scratch}
+			o := restore.CompactOptions{Store: s, Timeline: timeline, ScratchDir: scratch}
 			if verbose {
 				if o.Logger, err = newLogger("info"); err != nil {
 					return err
@@ -60,6 +61,7 @@ The scratch dir needs room for about twice the database; it is removed on every 
 		},
 	}
 	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	cmd.Flags().Uint32Var(&timeline, "timeline", 0, "the timeline to compact (default: the newest; see steward backup list)")
 	cmd.Flags().StringVar(&scratch, "scratch-dir", os.TempDir(), "directory for the scratch data dir (room for twice the database)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log etcd's messages")
 	out.register(cmd)

@@ -24,8 +24,9 @@ func newRestoreCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "restore",
 		Short: "Restore a member data dir from backups, to the newest revision or to a revision or time",
-		Long: `Restore builds a new etcd data dir from a backup store: the newest full snapshot at or below
-the target, then the delta events after it up to the target, each source revision applied as one
+		Long: `Restore builds a new etcd data dir from a backup store, from one timeline (one cluster's
+unbroken history; the newest by default, see 'steward backup list'): the newest full snapshot at
+or below the target, then the delta events after it up to the target, each source revision applied as one
 transaction on etcd's storage. The result is revision-exact: the revision and every key's value,
 create/mod revision and version are what the source cluster had.
 
@@ -39,6 +40,7 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
       --initial-advertise-peer-urls https://m0:2380 --initial-cluster m0=https://m0:2380
   steward restore --store file:///backups --data-dir ./m0.etcd --to-time 2024-06-01T12:00:00Z
   steward restore --store file:///backups --data-dir ./m0.etcd --to-revision 123456 --dry-run
+  steward restore --store file:///backups --data-dir ./m0.etcd --timeline 1 --to-revision 123456
   steward restore --store file:///backups --data-dir ./m0.etcd --bump-revision 1000000 --mark-compacted`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -93,7 +95,8 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 	f.StringVar(&initialCluster, "initial-cluster", "", "initial cluster configuration, name=peerURL,... (default: this member alone)")
 	f.StringSliceVar(&peerURLs, "initial-advertise-peer-urls", []string{"http://localhost:2380"}, "this member's peer URLs")
 	f.StringVar(&o.InitialClusterToken, "initial-cluster-token", "etcd-cluster", "initial cluster token of the restored cluster")
-	f.Int64Var(&o.ToRevision, "to-revision", 0, "restore to exactly this revision (default: the newest backed-up revision)")
+	f.Uint32Var(&o.Timeline, "timeline", 0, "restore from this timeline (see steward backup list; default: the newest, or with --to-time the one holding that time)")
+	f.Int64Var(&o.ToRevision, "to-revision", 0, "restore to exactly this revision of the timeline (default: its newest backed-up revision)")
 	f.StringVar(&toTime, "to-time", "", "restore to the newest revision proven to exist at this RFC 3339 time (see docs/restore.md)")
 	f.BoolVar(&o.AllowPartial, "allow-partial", false, "restore up to a hole or a damaged object instead of failing")
 	f.Int64Var(&o.BumpRevision, "bump-revision", 0, "raise the restored revision by this much (needs --mark-compacted)")
@@ -119,10 +122,10 @@ func restoreTable(t *table, r restore.Result) {
 		if r.DataDir != "" {
 			where = " into " + r.DataDir
 		}
-		t.row(fmt.Sprintf("would restore revision %d%s, reading %d objects (%s)", r.Revision, where, 1+len(r.Deltas), humanBytes(r.Bytes)))
+		t.row(fmt.Sprintf("would restore revision %d of timeline %d%s, reading %d objects (%s)", r.Revision, r.Timeline, where, 1+len(r.Deltas), humanBytes(r.Bytes)))
 		t.row(fmt.Sprintf("the full snapshot's name gives a lower bound of its revision (%d); the restore reads the true one from its database", r.Full.FirstRev))
 	} else {
-		t.row(fmt.Sprintf("restored revision %d into %s", r.Revision, r.DataDir))
+		t.row(fmt.Sprintf("restored revision %d of timeline %d into %s", r.Revision, r.Timeline, r.DataDir))
 		t.row(fmt.Sprintf("  full snapshot %s at revision %d", r.Full.Key, r.StartRevision))
 		if len(r.Deltas) > 0 {
 			t.row(fmt.Sprintf("  then %d revisions (%d events) from %d deltas; %d repeated events skipped", r.Revisions, r.Events, len(r.Deltas), r.Trimmed))

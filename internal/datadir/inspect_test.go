@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,37 +61,6 @@ func realMember(t *testing.T) member {
 	}
 	m.newestWALFile = filepath.Join("member", "wal", name)
 	return m
-}
-
-func copyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.Walk(src, func(path string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		to := filepath.Join(dst, rel)
-		if fi.IsDir() {
-			return os.MkdirAll(to, 0o700)
-		}
-		in, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestInspectRealMember(t *testing.T) {
@@ -156,7 +124,7 @@ func TestInspectRealMember(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
-			copyDir(t, m.dir, dir)
+			testutil.CopyDir(t, m.dir, dir)
 			if c.clean {
 				if err := MarkCleanShutdown(dir, Shutdown{Time: time.Now()}); err != nil {
 					t.Fatal(err)

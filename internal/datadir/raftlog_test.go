@@ -155,7 +155,7 @@ func TestForceNewClusterKeepsEntriesAboveCommit(t *testing.T) {
 
 	control := *cfgs[survivor]
 	control.Dir = t.TempDir()
-	copyDir(t, survivorDir, control.Dir)
+	testutil.CopyDir(t, survivorDir, control.Dir)
 	if has := forceNewClusterHas(t, &control, ackedWrite); has {
 		t.Fatal("control: etcd's force-new-cluster kept an entry above the commit index; the window does not reproduce")
 	}

@@ -159,7 +159,10 @@ func TestBackupsAcrossLeaderChangeAndStoreOutage(t *testing.T) {
 	if !vr.OK() {
 		t.Fatalf("verify: bad %v, issues %v", vr.Bad, vr.Issues)
 	}
-	cov := vr.Coverage
+	if len(vr.Timelines) != 1 {
+		t.Fatalf("timelines %+v; want one history", vr.Timelines)
+	}
+	cov := vr.Timelines[0].Coverage
 	if len(cov) != 1 || cov[0].To < final {
 		t.Fatalf("coverage %v; want one range reaching revision %d", cov, final)
 	}

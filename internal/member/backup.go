@@ -37,12 +37,17 @@ type BackupConfig struct {
 type BackupStatus struct {
 	// Leader is true if this sidecar is the backup leader (its etcd leads).
 	Leader bool `json:"leader"`
-	// Ready: backups are current (the newest stored revision was current less than two delta
-	// periods ago; false after three).
+	// Ready: backups are current: on the member's own timeline, the newest stored revision was
+	// the member's own revision less than two delta periods ago (false after three).
 	Ready bool `json:"ready"`
 	// ReadyReason says which condition keeps Ready false ("" when it is true).
 	ReadyReason string `json:"readyReason,omitempty"`
 	Store       string `json:"store"`
+	// Timeline is the timeline of the store this member's history goes to (0 until the
+	// backup session has chosen it, or after the member's history restarted); TimelineReason
+	// says why that one (or why none).
+	Timeline       uint32 `json:"timeline"`
+	TimelineReason string `json:"timelineReason,omitempty"`
 	// DeltaPeriod is how often deltas are written (Ready turns false after 3 periods).
 	DeltaPeriod         time.Duration `json:"deltaPeriod"`
 	LatestFullKey       string        `json:"latestFullKey,omitempty"`
@@ -51,7 +56,8 @@ type BackupStatus struct {
 	LatestDeltaKey      string        `json:"latestDeltaKey,omitempty"`
 	LatestDeltaRevision int64         `json:"latestDeltaRevision"`
 	LatestDeltaTime     time.Time     `json:"latestDeltaTime"`
-	// CurrentRevision is the newest revision known to be stored, CurrentAt when it was current.
+	// CurrentRevision is the newest revision known to be stored on Timeline, CurrentAt when the
+	// member's own revision was no higher.
 	CurrentRevision int64     `json:"currentRevision"`
 	CurrentAt       time.Time `json:"currentAt"`
 	Failures        int64     `json:"failures"`
@@ -120,27 +126,38 @@ func (a *backupAgent) updateReadyLocked(now time.Time) {
 	}
 }
 
-// backupReady applies the BackupReady hysteresis to s: true while the stored data was current
-// less than 2 delta periods ago, false once it is more than 3 periods old (in between, as it
-// was). The reason says which condition keeps it false.
+// backupReady applies the BackupReady hysteresis to s: true while, on the member's own
+// timeline, the newest stored revision was the member's own revision less than 2 delta
+// periods ago (a delta period of events held, plus the time to read and store them); false
+// once that is more than 3 periods ago (in between, as it was). The reason says which
+// condition keeps it false.
 func backupReady(s BackupStatus, now time.Time, period time.Duration) (bool, string) {
 	age := now.Sub(s.CurrentAt)
-	switch {
-	case !s.Leader:
-		return false, "this member's etcd does not lead: the leader's sidecar backs up"
-	case s.CurrentAt.IsZero():
-		return false, "nothing is stored yet"
-	case age < 2*period:
-		return true, ""
-	case age > 3*period || !s.Ready:
-		why := fmt.Sprintf("the newest stored revision %d was current %s ago, more than %s (3 delta periods)", s.CurrentRevision, age.Round(time.Second), 3*period)
-		if age <= 3*period {
-			why = fmt.Sprintf("the newest stored revision %d was current %s ago, not yet back within %s (2 delta periods)", s.CurrentRevision, age.Round(time.Second), 2*period)
-		}
+	withError := func(why string) string {
 		if s.LastError != "" {
 			why += "; last error: " + s.LastError
 		}
-		return false, why
+		return why
+	}
+	switch {
+	case !s.Leader:
+		return false, "this member's etcd does not lead: the leader's sidecar backs up"
+	case s.Timeline == 0:
+		why := "the member's own timeline in the store is not known yet"
+		if s.TimelineReason != "" {
+			why += ": " + s.TimelineReason
+		}
+		return false, withError(why)
+	case s.CurrentAt.IsZero():
+		return false, withError(fmt.Sprintf("nothing of the member's history is stored on timeline %d yet (%s)", s.Timeline, s.TimelineReason))
+	case age < 2*period:
+		return true, ""
+	case age > 3*period || !s.Ready:
+		why := fmt.Sprintf("the newest stored revision %d on timeline %d was the member's revision %s ago, more than %s (3 delta periods)", s.CurrentRevision, s.Timeline, age.Round(time.Second), 3*period)
+		if age <= 3*period {
+			why = fmt.Sprintf("the newest stored revision %d on timeline %d was the member's revision %s ago, not yet back within %s (2 delta periods)", s.CurrentRevision, s.Timeline, age.Round(time.Second), 2*period)
+		}
+		return false, withError(why)
 	}
 	return true, ""
 }
@@ -241,38 +258,38 @@ func (a *backupAgent) session(ctx context.Context, m snapshotter.Member) {
 	}
 }
 
-// sessionOnce resumes the chain from the newest revision in the store: a full snapshot
-// first if the chain needs one, then deltas, with scheduled and on-demand full snapshots
-// alongside.
+// sessionOnce places the member's backups in the store (snapshotter.Place: its own timeline,
+// or a new one if its history restarted), takes a full snapshot first if the timeline needs
+// one, then captures deltas, with scheduled and on-demand full snapshots alongside. If the
+// member's history restarts meanwhile, it returns ErrHistoryRestarted and the next session
+// starts a new timeline.
 func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) error {
-	chain, err := backup.ListChain(ctx, a.store)
+	p, err := snapshotter.Place(ctx, m, a.store)
 	if err != nil {
 		return err
 	}
-	resume, newestFull, reason := resumePoint(chain, a.schedule, time.Now())
-	a.recordChain(chain)
+	tl := p.Timeline()
+	resume := p.Placement.Resume
+	newestFull, reason := fullNeeded(p, a.schedule, time.Now())
+	a.enterTimeline(p)
 	if reason != "" {
-		a.lg.Info("taking a full snapshot", zap.String("reason", reason))
-		res, err := a.full(ctx, m)
+		a.lg.Info("taking a full snapshot", zap.Uint32("timeline", tl.ID), zap.String("reason", reason))
+		res, err := a.full(ctx, m, tl)
 		if err != nil {
 			return err
 		}
 		resume, newestFull = max(resume, res.Revision), res.Created
 	}
-	st, err := m.Client.Status(ctx, m.Endpoint)
-	if err != nil {
-		return err
-	}
 
 	// Scheduled and on-demand full snapshots run beside the delta capture.
 	fullCtx, stopFull := context.WithCancel(ctx)
 	defer stopFull()
-	go a.fullLoop(fullCtx, m, newestFull)
+	go a.fullLoop(fullCtx, m, tl, newestFull)
 
 	for {
-		a.lg.Info("capturing deltas", zap.Int64("from", resume+1))
+		a.lg.Info("capturing deltas", zap.Uint32("timeline", tl.ID), zap.Int64("from", resume+1))
 		err := snapshotter.RunDeltas(ctx, m, a.store, resume+1, snapshotter.DeltaOptions{
-			Period: a.cfg.DeltaPeriod, MaxBytes: a.cfg.DeltaMaxBytes, ClusterID: st.Header.ClusterId, EtcdVersion: st.Version,
+			Period: a.cfg.DeltaPeriod, MaxBytes: a.cfg.DeltaMaxBytes, Timeline: tl, EtcdVersion: p.Status.Version,
 			OnFlush: func(d snapshotter.Delta) {
 				a.metrics.deltaEvents.Add(float64(d.Events))
 				a.metrics.latestDeltaRevision.Set(float64(d.LastRev))
@@ -282,17 +299,25 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 				})
 			},
 			OnCurrent: func(rev int64, at time.Time) {
-				a.update(func(s *BackupStatus) { s.CurrentRevision, s.CurrentAt = max(s.CurrentRevision, rev), at })
+				a.update(func(s *BackupStatus) {
+					if s.Timeline == tl.ID {
+						s.CurrentRevision, s.CurrentAt = max(s.CurrentRevision, rev), at
+					}
+				})
 			},
 			OnError: func(err error) { a.fail("delta", err) },
 		})
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, snapshotter.ErrHistoryRestarted) {
+			a.leaveTimeline(err)
+			return err
+		}
 		if errors.Is(err, snapshotter.ErrCompacted) || errors.Is(err, snapshotter.ErrHole) {
 			// The chain cannot continue from where it is: a full snapshot starts it again.
 			a.fail("delta", err)
-			res, ferr := a.full(ctx, m)
+			res, ferr := a.full(ctx, m, tl)
 			if ferr != nil {
 				return ferr
 			}
@@ -303,32 +328,44 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 	}
 }
 
-// resumePoint decides where the chain continues and whether a full snapshot is needed first.
-func resumePoint(c backup.Chain, sched cron.Schedule, now time.Time) (resume int64, newestFull time.Time, fullReason string) {
+// fullNeeded decides whether the placed timeline needs a full snapshot before deltas
+// continue, and returns its newest full snapshot's time.
+func fullNeeded(p snapshotter.Placed, sched cron.Schedule, now time.Time) (newestFull time.Time, fullReason string) {
+	if p.Placement.New {
+		return time.Time{}, p.Placement.Reason
+	}
+	c := p.Chain.Timeline(p.Placement.Timeline)
 	var fullRev int64
 	if n := len(c.Fulls); n > 0 {
 		f := c.Fulls[n-1]
-		fullRev, newestFull, resume = f.FirstRev, f.Created, f.FirstRev
-	}
-	for _, d := range c.Deltas {
-		resume = max(resume, d.LastRev)
+		fullRev, newestFull = f.FirstRev, f.Created
 	}
 	switch {
 	case len(c.Fulls) == 0:
-		return resume, newestFull, "the store holds no full snapshot"
+		return newestFull, fmt.Sprintf("timeline %d holds no full snapshot", p.Placement.Timeline)
 	case !sched.Next(newestFull).After(now):
-		return resume, newestFull, "the newest full snapshot is older than the schedule"
+		return newestFull, "the newest full snapshot is older than the schedule"
 	}
 	for _, is := range c.Check() {
 		if is.Kind == backup.IssueHole && is.From > fullRev {
-			return resume, newestFull, "the chain has a hole: " + is.Message
+			return newestFull, "the chain has a hole: " + is.Message
 		}
 	}
-	return resume, newestFull, ""
+	return newestFull, ""
 }
 
-func (a *backupAgent) recordChain(c backup.Chain) {
+// enterTimeline records where the session writes: the timeline, and what it holds so far.
+// What was known to be stored on another timeline says nothing about this one.
+func (a *backupAgent) enterTimeline(p snapshotter.Placed) {
+	a.lg.Info("backup timeline", zap.Uint32("timeline", p.Placement.Timeline), zap.Bool("new", p.Placement.New), zap.String("reason", p.Placement.Reason))
+	c := p.Chain.Timeline(p.Placement.Timeline)
 	a.update(func(s *BackupStatus) {
+		if s.Timeline != p.Placement.Timeline {
+			s.CurrentRevision, s.CurrentAt = 0, time.Time{}
+			s.LatestFullKey, s.LatestFullRevision, s.LatestFullTime = "", 0, time.Time{}
+			s.LatestDeltaKey, s.LatestDeltaRevision, s.LatestDeltaTime = "", 0, time.Time{}
+		}
+		s.Timeline, s.TimelineReason = p.Placement.Timeline, p.Placement.Reason
 		if n := len(c.Fulls); n > 0 {
 			f := c.Fulls[n-1]
 			s.LatestFullKey, s.LatestFullRevision, s.LatestFullTime = f.Key, f.FirstRev, f.Created
@@ -340,8 +377,18 @@ func (a *backupAgent) recordChain(c backup.Chain) {
 	})
 }
 
+// leaveTimeline records that the member's history is not the timeline's any more: nothing
+// it has now is stored until a new timeline starts.
+func (a *backupAgent) leaveTimeline(err error) {
+	a.lg.Warn("the member's history restarted: a new timeline starts", zap.Error(err))
+	a.update(func(s *BackupStatus) {
+		s.Timeline, s.TimelineReason = 0, err.Error()
+		s.CurrentRevision, s.CurrentAt = 0, time.Time{}
+	})
+}
+
 // fullLoop takes full snapshots on schedule and on demand while the session runs.
-func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, newest time.Time) {
+func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline, newest time.Time) {
 	for {
 		next := a.schedule.Next(newest)
 		timer := time.NewTimer(time.Until(next))
@@ -350,14 +397,14 @@ func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, newest
 			timer.Stop()
 			return
 		case <-timer.C:
-			if res, err := a.full(ctx, m); err == nil {
+			if res, err := a.full(ctx, m, tl); err == nil {
 				newest = res.Created
 			} else {
 				newest = time.Now() // retry at the next scheduled time
 			}
 		case reply := <-a.fullRequests:
 			timer.Stop()
-			res, err := a.full(ctx, m)
+			res, err := a.full(ctx, m, tl)
 			if err == nil {
 				newest = res.Created
 			}
@@ -366,34 +413,38 @@ func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, newest
 	}
 }
 
-// full takes one full snapshot, records it and applies retention.
-func (a *backupAgent) full(ctx context.Context, m snapshotter.Member) (snapshotter.FullResult, error) {
-	res, err := snapshotter.Full(ctx, m, a.store, nil)
+// full takes one full snapshot on timeline tl, records it and applies retention.
+func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline) (snapshotter.FullResult, error) {
+	res, err := snapshotter.Full(ctx, m, a.store, tl, nil)
 	if err != nil {
 		a.fail("full", err)
 		return res, err
 	}
-	a.lg.Info("full snapshot stored", zap.String("key", res.Key), zap.Int64("revision", res.Revision),
+	a.lg.Info("full snapshot stored", zap.String("key", res.Key), zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision),
 		zap.Int64("dbBytes", res.DBSize), zap.Int64("storedBytes", res.Size), zap.Duration("took", res.Duration))
 	a.metrics.fullDuration.Observe(res.Duration.Seconds())
 	a.metrics.latestFullRevision.Set(float64(res.Revision))
 	a.metrics.latestFullTime.Set(float64(res.Created.Unix()))
 	a.update(func(s *BackupStatus) {
+		if s.Timeline != res.Timeline {
+			return
+		}
 		s.LatestFullKey, s.LatestFullRevision, s.LatestFullTime = res.Key, res.Revision, res.Created
 		if res.Revision >= s.CurrentRevision {
-			s.CurrentRevision, s.CurrentAt = res.Revision, time.Now()
+			// The member's revision was res.Revision when the snapshot began.
+			s.CurrentRevision, s.CurrentAt = res.Revision, res.Created
 		}
 	})
 	if a.cfg.Retention.Name != "" {
-		if err := a.collect(ctx); err != nil {
+		if err := a.collect(ctx, tl.ClusterID); err != nil {
 			a.fail("retention", err)
 		}
 	}
 	return res, nil
 }
 
-func (a *backupAgent) collect(ctx context.Context) error {
-	deleted, err := retention.Collect(ctx, a.store, a.cfg.Retention, time.Now())
+func (a *backupAgent) collect(ctx context.Context, clusterID uint64) error {
+	deleted, err := retention.Collect(ctx, a.store, a.cfg.Retention, time.Now(), clusterID)
 	if len(deleted) > 0 {
 		a.lg.Info("retention: deleted old backups", zap.Int("objects", len(deleted)), zap.String("policy", a.cfg.Retention.String()))
 	}

@@ -4,13 +4,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 )
 
 func TestBackupReady(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	const period = 5 * time.Second
 	current := func(ago time.Duration, wasReady bool) BackupStatus {
-		return BackupStatus{Leader: true, Ready: wasReady, CurrentRevision: 42, CurrentAt: now.Add(-ago)}
+		return BackupStatus{Leader: true, Ready: wasReady, Timeline: 2, CurrentRevision: 42, CurrentAt: now.Add(-ago)}
 	}
 	tests := []struct {
 		name   string
@@ -19,11 +24,16 @@ func TestBackupReady(t *testing.T) {
 		reason string // a substring of the reason when not ready
 	}{
 		{"not the leader", BackupStatus{CurrentAt: now}, false, "does not lead"},
-		{"nothing stored", BackupStatus{Leader: true}, false, "nothing is stored"},
+		{"no timeline chosen yet", BackupStatus{Leader: true}, false, "own timeline in the store is not known yet"},
+		{"the member's history restarted: ready at once false, whatever was stored before",
+			BackupStatus{Leader: true, Ready: true, TimelineReason: "delta capture: the member's history restarted: the member's revision 90 is below revision 100"},
+			false, "not known yet: delta capture: the member's history restarted: the member's revision 90 is below revision 100"},
+		{"nothing stored on the member's timeline", BackupStatus{Leader: true, Timeline: 3, TimelineReason: "timeline 3 starts: the store holds no timeline of cluster a"},
+			false, "nothing of the member's history is stored on timeline 3 yet (timeline 3 starts: the store holds no timeline of cluster a)"},
 		{"current", current(time.Second, false), true, ""},
 		{"between 2 and 3 periods, was ready: stays ready", current(12*time.Second, true), true, ""},
 		{"between 2 and 3 periods, was not ready: stays not ready", current(12*time.Second, false), false, "not yet back within 10s"},
-		{"older than 3 periods", current(20*time.Second, true), false, "revision 42 was current 20s ago, more than 15s"},
+		{"older than 3 periods", current(20*time.Second, true), false, "revision 42 on timeline 2 was the member's revision 20s ago, more than 15s"},
 		{"older than 3 periods, with the last error", func() BackupStatus { s := current(time.Minute, true); s.LastError = "store down"; return s }(), false, "last error: store down"},
 	}
 	for _, tt := range tests {
@@ -31,6 +41,54 @@ func TestBackupReady(t *testing.T) {
 			ready, reason := backupReady(tt.s, now, period)
 			if ready != tt.ready || (ready && reason != "") || (!ready && !strings.Contains(reason, tt.reason)) {
 				t.Fatalf("backupReady = %t %q; want %t and a reason with %q", ready, reason, tt.ready, tt.reason)
+			}
+		})
+	}
+}
+
+func TestFullNeeded(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 30, 0, 0, time.UTC)
+	hourly, err := cron.ParseStandard("@hourly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := func(keys ...string) backup.Chain {
+		var objs []backup.Object
+		for _, k := range keys {
+			o, err := backup.ParseKey(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs = append(objs, o)
+		}
+		return backup.NewChain(objs)
+	}
+	recent, old := now.Add(-10*time.Minute), now.Add(-2*time.Hour)
+	for _, tc := range []struct {
+		name   string
+		p      snapshotter.Placed
+		reason string // "" when no full snapshot is needed
+	}{
+		{"a new timeline starts with one",
+			snapshotter.Placed{Placement: backup.Placement{Timeline: 2, New: true, Reason: "timeline 2 starts: revision below"}, Chain: chain(backup.FullKey(1, 100, recent))},
+			"timeline 2 starts: revision below"},
+		{"a continued timeline with a recent full snapshot and no hole",
+			snapshotter.Placed{Placement: backup.Placement{Timeline: 2, Resume: 300}, Chain: chain(backup.FullKey(1, 500, recent), backup.FullKey(2, 200, recent), backup.DeltaKey(2, 201, 300))},
+			""},
+		{"a continued timeline without a full snapshot (another timeline's does not count)",
+			snapshotter.Placed{Placement: backup.Placement{Timeline: 2, Resume: 300}, Chain: chain(backup.FullKey(1, 100, recent), backup.DeltaKey(2, 201, 300))},
+			"timeline 2 holds no full snapshot"},
+		{"the newest full snapshot is older than the schedule",
+			snapshotter.Placed{Placement: backup.Placement{Timeline: 1, Resume: 300}, Chain: chain(backup.FullKey(1, 200, old), backup.DeltaKey(1, 201, 300))},
+			"older than the schedule"},
+		{"a hole after the newest full snapshot",
+			snapshotter.Placed{Placement: backup.Placement{Timeline: 1, Resume: 300}, Chain: chain(backup.FullKey(1, 200, recent), backup.DeltaKey(1, 251, 300))},
+			"the chain has a hole"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, reason := fullNeeded(tc.p, hourly, now)
+			if (reason == "") != (tc.reason == "") || !strings.Contains(reason, tc.reason) {
+				t.Fatalf("fullNeeded = %q, want %q", reason, tc.reason)
 			}
 		})
 	}

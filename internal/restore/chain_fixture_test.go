@@ -109,7 +109,12 @@ func buildChain(t *testing.T, dir string, f *chainFixture) error {
 	if _, err := src.cli.Delete(ctx, "reborn"); err != nil {
 		return err
 	}
-	full, err := snapshotter.Full(ctx, m, s, nil)
+	st, err := src.cli.Status(ctx, src.clientURL)
+	if err != nil {
+		return err
+	}
+	tl := snapshotter.Timeline{ID: 1, ClusterID: st.Header.ClusterId}
+	full, err := snapshotter.Full(ctx, m, s, tl, nil)
 	if err != nil {
 		return fmt.Errorf("first full snapshot: %w", err)
 	}
@@ -125,7 +130,7 @@ func buildChain(t *testing.T, dir string, f *chainFixture) error {
 		deltaErr <- snapshotter.RunDeltas(dctx, m, s, full.Revision+1, snapshotter.DeltaOptions{
 			// Deltas end at 400 bytes (many deltas between the full snapshots) or every 100 ms
 			// (several revisions each while a put takes well under that): the shapes the tests need.
-			Period: 100 * time.Millisecond, MaxBytes: 400, ClusterID: full.ClusterID, EtcdVersion: "3.6.16",
+			Period: 100 * time.Millisecond, MaxBytes: 400, Timeline: tl, EtcdVersion: "3.6.16",
 			OnCurrent: func(rev int64, _ time.Time) {
 				current.Store(rev)
 				select {
@@ -175,7 +180,7 @@ func buildChain(t *testing.T, dir string, f *chainFixture) error {
 	if err := record(); err != nil {
 		return err
 	}
-	full, err = snapshotter.Full(ctx, m, s, nil)
+	full, err = snapshotter.Full(ctx, m, s, tl, nil)
 	if err != nil {
 		return fmt.Errorf("second full snapshot: %w", err)
 	}

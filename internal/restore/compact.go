@@ -26,6 +26,9 @@ import (
 // CompactOptions describe a compaction of a backup chain.
 type CompactOptions struct {
 	Store *store.Store
+	// Timeline is the timeline compacted (the new full snapshot goes to it); 0 means the
+	// newest.
+	Timeline uint32
 	// ScratchDir holds the scratch data dir (the database, twice while it is defragmented);
 	// default os.TempDir(). It is removed on every exit path.
 	ScratchDir string
@@ -76,12 +79,16 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	chain, err := backup.ListChain(ctx, o.Store)
+	all, err := backup.ListChain(ctx, o.Store)
 	if err != nil {
 		return res, fmt.Errorf("compact: %w", err)
 	}
+	chain := all
+	if o.Timeline != 0 {
+		chain = all.Timeline(o.Timeline)
+	}
 	if newest, ok := chain.Newest(); ok && chain.NewestRevision() <= newest.FirstRev {
-		res.Skipped = fmt.Sprintf("no delta follows the newest full snapshot %s: the chain is as short as it gets", newest.Key)
+		res.Skipped = fmt.Sprintf("no delta follows the newest full snapshot %s of timeline %d: the chain is as short as it gets", newest.Key, newest.Timeline)
 		return res, nil
 	}
 	scratch, err := os.MkdirTemp(o.ScratchDir, "steward-compact-")
@@ -100,7 +107,7 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 	const peer = "http://127.0.0.1:2380"
 	dataDir := filepath.Join(scratch, "data")
 	rres, err := Restore(ctx, Options{
-		Store: o.Store, DataDir: dataDir, ScratchDir: scratch,
+		Store: o.Store, Timeline: o.Timeline, DataDir: dataDir, ScratchDir: scratch,
 		Name: "compact", InitialCluster: "compact=" + peer, PeerURLs: []string{peer}, InitialClusterToken: "steward-compact",
 		Progress: o.Progress, Logger: lg,
 	})
@@ -110,7 +117,7 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 	}
 	rev := rres.Revision
 	res.Revision = rev
-	key := backup.FullKey(rev, rres.AsOf)
+	key := backup.FullKey(rres.Timeline, rev, rres.AsOf)
 	if _, err := o.Store.Stat(ctx, key); err == nil {
 		return res, fmt.Errorf("compact: %s already exists: the chain is already compacted at revision %d", key, rev)
 	} else if !store.IsNotFound(err) {
@@ -126,7 +133,7 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 		return res, fmt.Errorf("compact: after compaction the database is at revision %d (%v), expected %d; nothing was uploaded", got, err, rev)
 	}
 
-	hdr := backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, EtcdVersion: rres.EtcdVersion,
+	hdr := backup.Header{Kind: backup.KindFull, Timeline: rres.Timeline, Compression: backup.CompressionZstd, EtcdVersion: rres.EtcdVersion,
 		ClusterID: rres.ClusterID, FirstRev: rev, LastRev: rev, Created: rres.AsOf.UTC()}
 	total := res.DBSizeAfter
 	tr, err := uploadSnapshot(ctx, o.Store, key, hdr, dbPath, func(done int64) { progress(PhaseUpload, done, total) })

@@ -28,14 +28,14 @@ func chainOf(t *testing.T, keys ...string) backup.Chain {
 func TestPlanRestore(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	c := chainOf(t,
-		backup.FullKey(100, now),
-		backup.DeltaKey(101, 150),
-		backup.DeltaKey(140, 180), // overlaps
-		backup.DeltaKey(181, 200),
+		backup.FullKey(1, 100, now),
+		backup.DeltaKey(1, 101, 150),
+		backup.DeltaKey(1, 140, 180), // overlaps
+		backup.DeltaKey(1, 181, 200),
 		// hole 201-220
-		backup.DeltaKey(221, 250),
-		backup.FullKey(300, now),
-		backup.DeltaKey(301, 320),
+		backup.DeltaKey(1, 221, 250),
+		backup.FullKey(1, 300, now),
+		backup.DeltaKey(1, 301, 320),
 	)
 	cases := []struct {
 		target  int64
@@ -76,7 +76,7 @@ func TestPlanRestore(t *testing.T) {
 			t.Errorf("target %d: plan %+v, want full %d, %d deltas, to %d, missing %v", tc.target, p, tc.full, tc.deltas, tc.to, tc.missing)
 		}
 	}
-	if _, err := planRestore(chainOf(t, backup.DeltaKey(5, 6)), 0, false, "mem://x"); !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "no full snapshot") {
+	if _, err := planRestore(chainOf(t, backup.DeltaKey(1, 5, 6)), 0, false, "mem://x"); !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "no full snapshot") {
 		t.Errorf("deltas only: err %v", err)
 	}
 }

@@ -37,9 +37,13 @@ type Options struct {
 	InitialClusterToken string
 	PeerURLs            []string
 
+	// Timeline is the timeline to restore from (see backup.Chain); a restore never reads
+	// another. 0 means the newest timeline, or with ToTime the one that holds the history at
+	// that time (TimelineAt).
+	Timeline uint32
 	// ToRevision restores to exactly this revision. ToTime restores to the newest revision the
 	// backups prove existed at that time (see RevisionAt). At most one may be set; neither means
-	// the newest revision in the store.
+	// the newest revision of the timeline.
 	ToRevision int64
 	ToTime     time.Time
 	// AllowPartial restores up to a hole (missing, or damaged, backups) instead of failing; the
@@ -114,6 +118,8 @@ type Result struct {
 	// no backup.
 	TargetAfterEnd string `json:"targetAfterEnd,omitempty"`
 
+	// Timeline is the timeline restored from: every object read is of it.
+	Timeline uint32 `json:"timeline"`
 	// Full is the full snapshot used; SkippedFulls are newer ones whose database turned out to
 	// be past the target.
 	Full         ObjectRef `json:"full"`
@@ -281,10 +287,23 @@ func (r *restorer) progress(p Phase, done, total int64) {
 
 func (r *restorer) run(ctx context.Context, res *Result) (err error) {
 	s := r.o.Store
-	chain, err := backup.ListChain(ctx, s)
+	all, err := backup.ListChain(ctx, s)
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
+	tl := r.o.Timeline
+	switch {
+	case tl != 0:
+	case !r.o.ToTime.IsZero():
+		tl = TimelineAt(all, r.o.ToTime)
+	default:
+		tl = all.NewestTimeline()
+	}
+	chain := all.Timeline(tl)
+	if r.o.Timeline != 0 && len(chain.Objects()) == 0 {
+		return fmt.Errorf("restore: %w: %s holds no timeline %d; its timelines: %v (see steward backup list)", ErrOutOfRange, s, tl, all.Timelines())
+	}
+	res.Timeline = tl
 	target := r.o.ToRevision
 	if !r.o.ToTime.IsZero() {
 		t := r.o.ToTime

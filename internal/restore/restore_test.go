@@ -452,7 +452,7 @@ func TestRestoreOutOfRange(t *testing.T) {
 // that a test can also store them out of order.
 func writeDelta(t *testing.T, s *store.Store, key string, first, last int64, evs []*mvccpb.Event) {
 	t.Helper()
-	hdr := backup.Header{Kind: backup.KindDelta, Compression: backup.CompressionZstd, FirstRev: first, LastRev: last, Created: time.Now()}
+	hdr := backup.Header{Kind: backup.KindDelta, Timeline: 1, Compression: backup.CompressionZstd, FirstRev: first, LastRev: last, Created: time.Now()}
 	_, err := backup.WriteObject(testCtx(t), s, key, hdr, func(w *backup.ObjectWriter) error {
 		for _, ev := range evs {
 			b, err := ev.Marshal()
@@ -512,7 +512,7 @@ func TestRestoreOverlapsAndDisorder(t *testing.T) {
 		ds := after(s)
 		// An object from the last revision of ds[0] to the first of ds[2]: it overlaps both.
 		first, last := ds[0].LastRev, ds[2].FirstRev
-		writeDelta(t, s, backup.DeltaKey(first, last), first, last, eventsIn(t, s, listChain(t, s), first, last))
+		writeDelta(t, s, backup.DeltaKey(1, first, last), first, last, eventsIn(t, s, listChain(t, s), first, last))
 		o := restoreOptions(t, s)
 		res, err := Restore(testCtx(t), o)
 		if err != nil {
@@ -520,7 +520,7 @@ func TestRestoreOverlapsAndDisorder(t *testing.T) {
 		}
 		var used bool
 		for _, d := range res.Deltas {
-			used = used || d.Key == backup.DeltaKey(first, last)
+			used = used || d.Key == backup.DeltaKey(1, first, last)
 		}
 		if !used || res.Trimmed == 0 || res.Revision != c.last {
 			t.Fatalf("result %+v: want the overlapping delta used, events trimmed, revision %d", res, c.last)
@@ -574,7 +574,7 @@ func TestRestoreFallsBackToOlderFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	hdr.FirstRev, hdr.LastRev = f2.Revision-3, f2.Revision-3
-	early := backup.FullKey(hdr.FirstRev, hdr.Created)
+	early := backup.FullKey(1, hdr.FirstRev, hdr.Created)
 	_, err = backup.WriteObject(testCtx(t), s, early, hdr, func(w *backup.ObjectWriter) error {
 		_, err := io.Copy(w, or)
 		return err

@@ -10,8 +10,48 @@ import (
 	"github.com/etcd-steward/steward/internal/store"
 )
 
+// TimelineAt is the timeline a restore to time t reads: the newest timeline whose time range
+// holds t, else the newest that began before t (t is after its end), else the newest. A
+// timeline begins when its oldest full snapshot's second ended (see RevisionAt) and ends with
+// its newest object (a delta's store time: about when it was written).
+//
+// A timeline that starts while an older one still runs (a restore, a recovery) holds the
+// history from then on, so the newest one that holds t wins; where two clusters share a
+// prefix, name the timeline instead.
+func TimelineAt(c backup.Chain, t time.Time) uint32 {
+	tls := c.Timelines()
+	var began uint32
+	for i := len(tls) - 1; i >= 0; i-- {
+		tc := c.Timeline(tls[i])
+		if len(tc.Fulls) == 0 {
+			continue
+		}
+		start := tc.Fulls[0].Created.Add(time.Second)
+		if start.After(t) {
+			continue
+		}
+		end := start
+		for _, o := range tc.Objects() {
+			if o.Created.After(end) {
+				end = o.Created
+			}
+		}
+		if !t.After(end) {
+			return tls[i]
+		}
+		if began == 0 {
+			began = tls[i]
+		}
+	}
+	if began != 0 {
+		return began
+	}
+	return c.NewestTimeline()
+}
+
 // RevisionAt finds the revision to restore for a point in time t: the newest revision that the
-// backups prove existed at t. Events carry no time; what is known is when objects were made:
+// backups of chain c, of one timeline, prove existed at t. Events carry no time; what is known
+// is when objects were made:
 //
 //   - a delta's header records when it was written (flushed), after all of its events had been
 //     committed, so its last revision existed at that time;

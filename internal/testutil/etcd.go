@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,8 +28,17 @@ func FreePort(t testing.TB) int {
 // it with a client talking to it only. Both are closed when the test ends.
 func EmbeddedEtcd(t testing.TB) (*embed.Etcd, *clientv3.Client, string) {
 	t.Helper()
+	e, c, ep, _ := EtcdOn(t, t.TempDir())
+	return e, c, ep
+}
+
+// EtcdOn starts a one-member etcd named "test" in this process on data dir dir (new, or one
+// it served before) and returns it with a client talking to it only and a function that
+// stops both (called when the test ends, if not before).
+func EtcdOn(t testing.TB, dir string) (*embed.Etcd, *clientv3.Client, string, func()) {
+	t.Helper()
 	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
+	cfg.Dir = dir
 	cfg.Name = "test"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	clientURL, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
@@ -40,16 +50,25 @@ func EmbeddedEtcd(t testing.TB) (*embed.Etcd, *clientv3.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Close)
+	var c *clientv3.Client
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			if c != nil {
+				c.Close()
+			}
+			e.Close()
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(60 * time.Second):
 		t.Fatal("embedded etcd did not start")
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{clientURL.String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	c, err = clientv3.New(clientv3.Config{Endpoints: []string{clientURL.String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	return e, c, clientURL.String()
+	return e, c, clientURL.String(), stop
 }

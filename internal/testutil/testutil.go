@@ -4,6 +4,7 @@ package testutil
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,5 +99,37 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 	t.Helper()
 	if err := Poll(timeout, 100*time.Millisecond, cond); err != nil {
 		t.Fatalf("%s: not within %s: %v", what, timeout, err)
+	}
+}
+
+// CopyDir copies the tree at src to dst (a data dir of a stopped member, say).
+func CopyDir(t testing.TB, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(path string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		to := filepath.Join(dst, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(to, 0o700)
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -353,9 +353,14 @@ func (c *cluster) verifyBackups(ctx context.Context, rev int64) error {
 	if err != nil {
 		return fmt.Errorf("verify the backups: %w", err)
 	}
-	if !vr.OK() || len(vr.Coverage) != 1 || vr.Coverage[0].To < rev {
-		return fmt.Errorf("backup chain: bad objects %v, issues %v, coverage %v; want one range reaching revision %d", vr.Bad, vr.Issues, vr.Coverage, rev)
+	// The cluster's history is the newest timeline (a recovery below the store starts one).
+	var cov []backup.Range
+	if n := len(vr.Timelines); n > 0 {
+		cov = vr.Timelines[n-1].Coverage
 	}
-	c.logf("backup chain verified: %d objects, %d delta events, coverage %v, issues %v", vr.Objects, vr.Events, vr.Coverage, vr.Issues)
+	if !vr.OK() || len(cov) != 1 || cov[0].To < rev {
+		return fmt.Errorf("backup chain: bad objects %v, issues %v, newest timeline's coverage %v; want one range reaching revision %d", vr.Bad, vr.Issues, cov, rev)
+	}
+	c.logf("backup chain verified: %d objects, %d delta events, timelines %+v, issues %v", vr.Objects, vr.Events, vr.Timelines, vr.Issues)
 	return nil
 }

@@ -67,9 +67,23 @@ func ParsePolicy(s string) (Policy, error) {
 	return Policy{}, fmt.Errorf("unknown retention policy %q: use %s or %s:N", s, Exponential, Limit)
 }
 
-// Plan returns the objects to delete from chain under policy at time now,
-// oldest first. It is pure: same inputs, same answer.
+// Plan returns the objects to delete from chain under policy at time now, oldest first. Each
+// timeline is a chain of its own: the policy applies to each, and each keeps its newest full
+// snapshot and the deltas after it. It is pure: same inputs, same answer.
 func Plan(chain backup.Chain, p Policy, now time.Time) ([]backup.Object, error) {
+	var del []backup.Object
+	for _, tl := range chain.Timelines() {
+		d, err := planTimeline(chain.Timeline(tl), p, now)
+		if err != nil {
+			return nil, err
+		}
+		del = append(del, d...)
+	}
+	return del, nil
+}
+
+// planTimeline is Plan for the chain of one timeline.
+func planTimeline(chain backup.Chain, p Policy, now time.Time) ([]backup.Object, error) {
 	if len(chain.Fulls) == 0 {
 		return nil, nil // nothing to anchor a decision on: delete nothing
 	}
@@ -186,21 +200,43 @@ func sortOldestFirst(objs []backup.Object) {
 	})
 }
 
-// Collect applies policy p to the backups in s, after reading the newest full snapshot back
-// to its end (backup.VerifyObject): nothing is deleted unless the snapshot that everything
-// kept hangs on is sound. It returns what it deleted.
-func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time) ([]backup.Object, error) {
+// Collect applies policy p to the timelines in s of cluster clusterID (0: to every timeline),
+// after reading back to its end (backup.VerifyObject) the newest full snapshot of every
+// timeline it deletes from: nothing is deleted unless the snapshots that everything kept hangs
+// on are sound. A sidecar passes its cluster's ID: the timelines of another cluster sharing
+// the prefix follow that cluster's policy, not this one's. It returns what it deleted.
+func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64) ([]backup.Object, error) {
 	chain, err := backup.ListChain(ctx, s)
 	if err != nil {
 		return nil, err
+	}
+	if clusterID != 0 {
+		tls, err := backup.ObserveTimelines(ctx, s, chain)
+		if err != nil {
+			return nil, err
+		}
+		var own []backup.Object
+		for _, tl := range tls {
+			if tl.ClusterID == clusterID {
+				own = append(own, chain.Timeline(tl.Timeline).Objects()...)
+			}
+		}
+		chain = backup.NewChain(own)
 	}
 	doomed, err := Plan(chain, p, now)
 	if err != nil || len(doomed) == 0 {
 		return nil, err
 	}
-	newest, _ := chain.Newest()
-	if err := backup.VerifyObject(ctx, s, newest); err != nil {
-		return nil, fmt.Errorf("retention: nothing deleted: the newest full snapshot %s does not read back: %w", newest.Key, err)
+	checked := map[uint32]bool{}
+	for _, o := range doomed {
+		if checked[o.Timeline] {
+			continue
+		}
+		checked[o.Timeline] = true
+		newest, _ := chain.Timeline(o.Timeline).Newest()
+		if err := backup.VerifyObject(ctx, s, newest); err != nil {
+			return nil, fmt.Errorf("retention: nothing deleted: the newest full snapshot %s of timeline %d does not read back: %w", newest.Key, o.Timeline, err)
+		}
 	}
 	return doomed, Apply(ctx, s, doomed)
 }

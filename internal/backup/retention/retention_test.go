@@ -31,14 +31,14 @@ const (
 func chain(fulls []f, deltas [][2]int64) backup.Chain {
 	var objs []backup.Object
 	for _, x := range fulls {
-		o, err := backup.ParseKey(backup.FullKey(x.rev, now.Add(-x.age)))
+		o, err := backup.ParseKey(backup.FullKey(1, x.rev, now.Add(-x.age)))
 		if err != nil {
 			panic(err)
 		}
 		objs = append(objs, o)
 	}
 	for _, r := range deltas {
-		o, err := backup.ParseKey(backup.DeltaKey(r[0], r[1]))
+		o, err := backup.ParseKey(backup.DeltaKey(1, r[0], r[1]))
 		if err != nil {
 			panic(err)
 		}
@@ -195,7 +195,7 @@ func TestPlanKeepsRestorability(t *testing.T) {
 	c := chain(every(20*m, 40*d), nil)
 	var deltas []backup.Object
 	for r := 100000 - int64(40*d/(20*m)); r < 100000; r++ {
-		o, _ := backup.ParseKey(backup.DeltaKey(r+1, r+1))
+		o, _ := backup.ParseKey(backup.DeltaKey(1, r+1, r+1))
 		deltas = append(deltas, o)
 	}
 	c = backup.NewChain(append(c.Objects(), deltas...))
@@ -257,6 +257,55 @@ func TestParsePolicy(t *testing.T) {
 	}
 }
 
+// putFull stores a full snapshot of cluster on timeline tl, of a small database.
+func putFull(t *testing.T, s *store.Store, tl uint32, cluster uint64, rev int64, at time.Time) string {
+	t.Helper()
+	db := bytes.Repeat([]byte{byte(rev)}, 512)
+	sum := sha256.Sum256(db)
+	key := backup.FullKey(tl, rev, at)
+	hdr := backup.Header{Kind: backup.KindFull, Timeline: tl, Compression: backup.CompressionZstd, EtcdVersion: "3.6.4", ClusterID: cluster, FirstRev: rev, Created: at}
+	if _, err := backup.WriteObject(context.Background(), s, key, hdr, func(w *backup.ObjectWriter) error {
+		w.SetLastRev(rev)
+		_, err := w.Write(append(db, sum[:]...))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// TestCollectKeepsToItsCluster: a sidecar's retention deletes from its own cluster's
+// timelines only, not from another cluster's that shares the prefix.
+func TestCollectKeepsToItsCluster(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, "mem://"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old1 := putFull(t, s, 1, 42, 100, now.Add(-2*h))
+	putFull(t, s, 1, 42, 200, now.Add(-h))
+	putFull(t, s, 2, 43, 10, now.Add(-2*h))
+	putFull(t, s, 2, 43, 20, now.Add(-h))
+	old3 := putFull(t, s, 3, 42, 50, now.Add(-2*h))
+	putFull(t, s, 3, 42, 60, now.Add(-h))
+	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(keysOf(del)); got != fmt.Sprint([]string{old1, old3}) {
+		t.Fatalf("deleted %s, want the older full snapshots of cluster 42's timelines 1 and 3", got)
+	}
+}
+
+func keysOf(objs []backup.Object) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.Key)
+	}
+	return out
+}
+
 // Retention deletes nothing while the newest full snapshot does not read back.
 func TestCollectReadsTheNewestFullBack(t *testing.T) {
 	ctx := context.Background()
@@ -265,20 +314,7 @@ func TestCollectReadsTheNewestFullBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	full := func(rev int64, at time.Time) string {
-		db := bytes.Repeat([]byte{byte(rev)}, 512)
-		sum := sha256.Sum256(db)
-		key := backup.FullKey(rev, at)
-		hdr := backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 42, FirstRev: rev, Created: at}
-		if _, err := backup.WriteObject(ctx, s, key, hdr, func(w *backup.ObjectWriter) error {
-			w.SetLastRev(rev)
-			_, err := w.Write(append(db, sum[:]...))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return key
-	}
+	full := func(rev int64, at time.Time) string { return putFull(t, s, 1, 42, rev, at) }
 	old := full(100, now.Add(-2*h))
 	newest := full(200, now.Add(-h))
 	keys := func() string {
@@ -299,12 +335,12 @@ func TestCollectReadsTheNewestFullBack(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now)
+	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
 	if err == nil || !strings.Contains(err.Error(), newest) || len(del) != 0 || !strings.Contains(keys(), old) {
 		t.Fatalf("Collect over a damaged newest full: deleted %v, err %v; left %s", del, err, keys())
 	}
 	newest = full(300, now)
-	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now)
+	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
 	if err != nil || len(del) != 2 || keys() != newest {
 		t.Fatalf("Collect: deleted %v, err %v; left %s, want only %s", del, err, keys(), newest)
 	}
@@ -318,8 +354,8 @@ func TestApply(t *testing.T) {
 	}
 	defer s.Close()
 	keys := []string{
-		backup.FullKey(100, now.Add(-2*h)), backup.DeltaKey(101, 200),
-		backup.FullKey(200, now.Add(-h)), backup.DeltaKey(201, 300),
+		backup.FullKey(1, 100, now.Add(-2*h)), backup.DeltaKey(1, 101, 200),
+		backup.FullKey(1, 200, now.Add(-h)), backup.DeltaKey(1, 201, 300),
 		"v1/full/not-a-backup",
 	}
 	for _, k := range keys {
@@ -351,8 +387,36 @@ func TestApply(t *testing.T) {
 	for _, o := range left {
 		got = append(got, o.Key)
 	}
-	want := []string{backup.DeltaKey(201, 300), backup.FullKey(200, now.Add(-h)), "v1/full/not-a-backup"}
+	want := []string{"v1/full/not-a-backup", backup.DeltaKey(1, 201, 300), backup.FullKey(1, 200, now.Add(-h))}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("left %v, want %v", got, want)
+	}
+}
+
+// TestPlanPerTimeline: each timeline keeps its newest full snapshot and the deltas after it.
+// As one history, timeline 2's full snapshot at revision 50 would be the oldest, and limit:1
+// would keep only timeline 1's newest.
+func TestPlanPerTimeline(t *testing.T) {
+	var objs []backup.Object
+	for _, k := range []string{
+		backup.FullKey(1, 100, now.Add(-3*d)), backup.DeltaKey(1, 101, 200), backup.FullKey(1, 200, now.Add(-2*d)), backup.DeltaKey(1, 201, 300),
+		backup.FullKey(2, 50, now.Add(-d)), backup.DeltaKey(2, 51, 60), backup.FullKey(2, 60, now.Add(-h)), backup.DeltaKey(2, 61, 70),
+	} {
+		o, err := backup.ParseKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, o)
+	}
+	del, err := Plan(backup.NewChain(objs), Policy{Name: Limit, Limit: 1}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range del {
+		got = append(got, fmt.Sprintf("%d:%s", o.Timeline, names([]backup.Object{o})))
+	}
+	if s := strings.Join(got, " "); s != "1:F100 1:D101-200 2:F50 2:D51-60" {
+		t.Fatalf("deleted %s", s)
 	}
 }

@@ -33,13 +33,16 @@ type DeltaOptions struct {
 	// 16 MiB; counted before compression, and held compressed). It bounds the memory delta
 	// capture uses, whatever the event rate.
 	MaxBytes int
-	// ClusterID and EtcdVersion go into each object's header.
-	ClusterID   uint64
+	// Timeline is where the objects go; its cluster ID and EtcdVersion go into each object's
+	// header. A member whose cluster ID differs, or whose revision is below the revision the
+	// capture continues from, ends the capture with ErrHistoryRestarted.
+	Timeline    Timeline
 	EtcdVersion string
 	// OnFlush is called after each delta object is stored.
 	OnFlush func(Delta)
-	// OnCurrent is called when everything up to rev is stored (after a flush, or after a
-	// round of reading the history that left nothing to store).
+	// OnCurrent is called when everything up to rev is stored, and the member's own revision
+	// was at most rev at time at: after a round of reading the history (that began at at)
+	// left nothing to store.
 	OnCurrent func(rev int64, at time.Time)
 	// OnError is called when storing fails; RunDeltas keeps retrying with backoff.
 	OnError func(error)
@@ -60,9 +63,9 @@ type Delta struct {
 }
 
 // RunDeltas captures the member's history from revision from and stores delta objects until
-// ctx ends (returns nil) or the chain cannot continue (ErrCompacted, ErrHole) or the watch
-// fails. Each object holds whole revisions; revisions are contiguous from from. The callbacks
-// in opts are called from RunDeltas' goroutine.
+// ctx ends (returns nil) or the chain cannot continue (ErrCompacted, ErrHole,
+// ErrHistoryRestarted) or the watch fails. Each object holds whole revisions; revisions are
+// contiguous from from. The callbacks in opts are called from RunDeltas' goroutine.
 //
 // The history is read in rounds: each round watches from the next revision to store up to
 // the member's revision when the watch starts, then ends the watch. etcd answers such a
@@ -112,7 +115,7 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 		}
 		if err != nil {
 			if !resumable(err) {
-				if (errors.Is(err, ErrCompacted) || errors.Is(err, ErrHole)) && d.pending() {
+				if (errors.Is(err, ErrCompacted) || errors.Is(err, ErrHole) || errors.Is(err, ErrHistoryRestarted)) && d.pending() {
 					// What was read before the history broke off is whole, contiguous
 					// revisions: stored, it narrows the gap before the next full snapshot.
 					if d.flush(ctx, s) != nil {
@@ -148,7 +151,7 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 			heldSince = time.Time{}
 			if complete && opts.OnCurrent != nil {
 				// Everything up to the member's revision when the round began is stored.
-				opts.OnCurrent(max(target, d.next-1), time.Now())
+				opts.OnCurrent(max(target, d.next-1), start)
 			}
 		}
 		timer.Reset(max(interval-time.Since(start), 0))
@@ -195,7 +198,7 @@ const (
 // failed. Not if etcd ended it because its member lost the leader (WithRequireLeader), as
 // clientv3's watcher does not either.
 func resumable(err error) bool {
-	if err == nil || errors.Is(err, ErrCompacted) || errors.Is(err, ErrHole) || errors.Is(err, rpctypes.ErrNoLeader) {
+	if err == nil || errors.Is(err, ErrCompacted) || errors.Is(err, ErrHole) || errors.Is(err, ErrHistoryRestarted) || errors.Is(err, rpctypes.ErrNoLeader) {
 		return false
 	}
 	return errors.Is(err, io.EOF) || errors.As(err, new(errRoundStalled)) || status.Code(err) == codes.Unavailable
@@ -228,6 +231,10 @@ func (d *deltaBuffer) round(ctx context.Context, conn grpc.ClientConnInterface, 
 		return failed(err)
 	}
 	onEvent := func(rev int64, event []byte) error {
+		// The header comes before the events: none of another cluster is buffered.
+		if err := d.sameCluster(w.msg.clusterID); err != nil {
+			return err
+		}
 		// A response holds many revisions: store the buffer once it holds MaxBytes, at the
 		// first revision that does not fit.
 		if rev != d.last && d.payload.Raw() >= int64(d.opts.MaxBytes) {
@@ -240,10 +247,13 @@ func (d *deltaBuffer) round(ctx context.Context, conn grpc.ClientConnInterface, 
 	for {
 		msg, err := w.recv(onEvent)
 		if err != nil {
-			if errors.Is(err, ErrHole) || ctx.Err() != nil {
+			if errors.Is(err, ErrHole) || errors.Is(err, ErrHistoryRestarted) || ctx.Err() != nil {
 				return 0, false, err
 			}
 			return failed(err)
+		}
+		if err := d.sameCluster(msg.clusterID); err != nil {
+			return 0, false, err
 		}
 		if msg.compactRev != 0 {
 			return 0, false, fmt.Errorf("%w: revision %d is below the compaction at %d", ErrCompacted, d.next, msg.compactRev)
@@ -253,11 +263,27 @@ func (d *deltaBuffer) round(ctx context.Context, conn grpc.ClientConnInterface, 
 		}
 		if msg.created {
 			target = msg.rev
+			if target < from-1 {
+				// Revisions the member does not have would never come: the store holds
+				// another history above the member's.
+				return 0, false, fmt.Errorf("delta capture: %w: the member's revision %d is below revision %d, the newest stored on timeline %d",
+					ErrHistoryRestarted, target, from-1, d.opts.Timeline.ID)
+			}
 		}
 		if target >= 0 && d.next > target {
 			return target, true, nil
 		}
 	}
+}
+
+// sameCluster fails with ErrHistoryRestarted if a response's cluster ID (0: none) is not the
+// timeline's.
+func (d *deltaBuffer) sameCluster(id uint64) error {
+	if id != 0 && id != d.opts.Timeline.ClusterID {
+		return fmt.Errorf("delta capture: %w: the member is of cluster %x, timeline %d holds cluster %x's history",
+			ErrHistoryRestarted, id, d.opts.Timeline.ID, d.opts.Timeline.ClusterID)
+	}
+	return nil
 }
 
 // roundTimeout is the least time a round may take before it ends where it is.
@@ -321,17 +347,14 @@ func (d *deltaBuffer) flush(ctx context.Context, s *store.Store) error {
 	backoff := 500 * time.Millisecond
 	for {
 		start := time.Now()
-		key := backup.DeltaKey(d.first, d.last)
-		hdr := backup.Header{Kind: backup.KindDelta, Compression: backup.CompressionZstd, EtcdVersion: d.opts.EtcdVersion,
-			ClusterID: d.opts.ClusterID, FirstRev: d.first, LastRev: d.last, Created: start.UTC()}
+		key := backup.DeltaKey(d.opts.Timeline.ID, d.first, d.last)
+		hdr := backup.Header{Kind: backup.KindDelta, Timeline: d.opts.Timeline.ID, Compression: backup.CompressionZstd, EtcdVersion: d.opts.EtcdVersion,
+			ClusterID: d.opts.Timeline.ClusterID, FirstRev: d.first, LastRev: d.last, Created: start.UTC()}
 		tr, err := backup.WriteBufferedObject(ctx, s, key, hdr, d.payload)
 		if err == nil {
 			if d.opts.OnFlush != nil {
 				d.opts.OnFlush(Delta{Key: key, FirstRev: d.first, LastRev: d.last, Events: d.events, Size: tr.PayloadSize,
 					Created: start.UTC(), FlushTook: time.Since(start)})
-			}
-			if d.opts.OnCurrent != nil {
-				d.opts.OnCurrent(d.last, time.Now())
 			}
 			d.payload.Reset(min(d.opts.MaxBytes, payloadKeep)) // what a burst needed beyond that goes back
 			d.events, d.failures = 0, 0

@@ -27,7 +27,8 @@ type Member struct {
 
 // FullResult describes a stored full snapshot.
 type FullResult struct {
-	Key string `json:"key"`
+	Key      string `json:"key"`
+	Timeline uint32 `json:"timeline"`
 	// Revision is the member's revision when the snapshot started: a lower bound of the
 	// revision inside it (restore reads the true one from the database).
 	Revision  int64  `json:"revision"`
@@ -39,19 +40,24 @@ type FullResult struct {
 	Created  time.Time     `json:"created"`
 }
 
-// Full streams a snapshot of the member into s as one full-snapshot object: no temporary
-// file, memory independent of the database size. It checks the SHA-256 that etcd appends to
-// the stream and discards the object if it does not match. progress, if set, gets the
-// number of database bytes read so far.
-func Full(ctx context.Context, m Member, s *store.Store, progress func(read int64)) (FullResult, error) {
+// Full streams a snapshot of the member into s as one full-snapshot object of timeline tl: no
+// temporary file, memory independent of the database size. It checks the SHA-256 that etcd
+// appends to the stream and discards the object if it does not match. A member of another
+// cluster than tl's is refused (ErrHistoryRestarted). progress, if set, gets the number of
+// database bytes read so far.
+func Full(ctx context.Context, m Member, s *store.Store, tl Timeline, progress func(read int64)) (FullResult, error) {
 	start := time.Now()
 	status, err := m.Client.Status(ctx, m.Endpoint)
 	if err != nil {
 		return FullResult{}, fmt.Errorf("full snapshot: status of %s: %w", m.Endpoint, err)
 	}
-	res := FullResult{Revision: status.Header.Revision, ClusterID: status.Header.ClusterId, Created: start.UTC()}
-	res.Key = backup.FullKey(res.Revision, res.Created)
-	hdr := backup.Header{Kind: backup.KindFull, Compression: backup.CompressionZstd, EtcdVersion: status.Version,
+	if status.Header.ClusterId != tl.ClusterID {
+		return FullResult{}, fmt.Errorf("full snapshot: %w: %s is a member of cluster %x, timeline %d holds cluster %x's history",
+			ErrHistoryRestarted, m.Endpoint, status.Header.ClusterId, tl.ID, tl.ClusterID)
+	}
+	res := FullResult{Timeline: tl.ID, Revision: status.Header.Revision, ClusterID: status.Header.ClusterId, Created: start.UTC()}
+	res.Key = backup.FullKey(tl.ID, res.Revision, res.Created)
+	hdr := backup.Header{Kind: backup.KindFull, Timeline: tl.ID, Compression: backup.CompressionZstd, EtcdVersion: status.Version,
 		ClusterID: res.ClusterID, FirstRev: res.Revision, LastRev: res.Revision, Created: res.Created}
 
 	snapCtx, cancel := context.WithCancel(ctx)

@@ -26,6 +26,7 @@ func TestIdleDeltasStayCurrent(t *testing.T) {
 	go func() {
 		done <- RunDeltas(ctx, Member{Client: cli, Endpoint: ep}, openStore(t, "mem://"+t.Name()), r.Header.Revision+1, DeltaOptions{
 			Period:    100 * time.Millisecond,
+			Timeline:  timelineOf(t, cli, ep),
 			OnCurrent: func(rev int64, _ time.Time) { calls.Add(1); last.Store(rev) },
 		})
 	}()

@@ -30,6 +30,16 @@ func stores(t *testing.T) map[string]string {
 	}
 }
 
+// timelineOf is timeline 1 of the cluster of the member at ep.
+func timelineOf(t *testing.T, cli *clientv3.Client, ep string) Timeline {
+	t.Helper()
+	st, err := cli.Status(context.Background(), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Timeline{ID: 1, ClusterID: st.Header.ClusterId}
+}
+
 func openStore(t *testing.T, url string) *store.Store {
 	t.Helper()
 	s, err := store.Open(context.Background(), url)
@@ -68,7 +78,7 @@ func testFullSnapshotRoundTrip(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := openStore(t, url)
 			var progressed int64
-			res, err := Full(ctx, Member{Client: cli, Endpoint: ep}, s, func(n int64) { progressed = n })
+			res, err := Full(ctx, Member{Client: cli, Endpoint: ep}, s, timelineOf(t, cli, ep), func(n int64) { progressed = n })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +91,7 @@ func testFullSnapshotRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer or.Close()
-			if hdr.Kind != backup.KindFull || hdr.FirstRev != res.Revision || hdr.ClusterID != res.ClusterID {
+			if hdr.Kind != backup.KindFull || hdr.Timeline != 1 || res.Timeline != 1 || hdr.FirstRev != res.Revision || hdr.ClusterID != res.ClusterID {
 				t.Fatalf("header %+v vs result %+v", hdr, res)
 			}
 			path := filepath.Join(t.TempDir(), "snapshot.db")
@@ -174,7 +184,7 @@ func testDeltasAreGaplessAndExact(t *testing.T) {
 	var current atomic.Int64
 	go func() {
 		done <- RunDeltas(ctx, Member{Client: cli, Endpoint: ep}, s, from, DeltaOptions{
-			Period: 50 * time.Millisecond, MaxBytes: 2048, ClusterID: st.Header.ClusterId,
+			Period: 50 * time.Millisecond, MaxBytes: 2048, Timeline: Timeline{ID: 1, ClusterID: st.Header.ClusterId},
 			OnFlush:   func(d Delta) { flushes = append(flushes, d) },
 			OnCurrent: func(rev int64, _ time.Time) { current.Store(rev) },
 		})
@@ -294,7 +304,7 @@ func testDeltasReportCompaction(t *testing.T) {
 	if _, err := cli.Compact(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
-	err := RunDeltas(ctx, Member{Client: cli, Endpoint: ep}, openStore(t, "mem://"+t.Name()), 2, DeltaOptions{Period: time.Second})
+	err := RunDeltas(ctx, Member{Client: cli, Endpoint: ep}, openStore(t, "mem://"+t.Name()), 2, DeltaOptions{Period: time.Second, Timeline: timelineOf(t, cli, ep)})
 	if !errors.Is(err, ErrCompacted) {
 		t.Fatalf("RunDeltas from a compacted revision: %v", err)
 	}
@@ -322,7 +332,7 @@ func TestDeltasStoreWhatWasReadBeforeCompaction(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		// A period long enough that nothing is stored by time.
-		done <- RunDeltas(ctx, Member{Client: cli, Endpoint: ep}, s, 2, DeltaOptions{Period: time.Hour, OnRead: func(rev int64) { readUpTo.Store(rev) }})
+		done <- RunDeltas(ctx, Member{Client: cli, Endpoint: ep}, s, 2, DeltaOptions{Period: time.Hour, Timeline: timelineOf(t, cli, ep), OnRead: func(rev int64) { readUpTo.Store(rev) }})
 	}()
 	testutil.Eventually(t, 20*time.Second, "the first revisions read", func() error {
 		if got := readUpTo.Load(); got < read {
@@ -337,11 +347,11 @@ func TestDeltasStoreWhatWasReadBeforeCompaction(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrCompacted) {
 		t.Fatalf("RunDeltas across a compaction: %v", err)
 	}
-	objs, err := s.List(ctx, "v1/delta/")
+	objs, err := s.List(ctx, backup.TimelineDir(1)+"delta/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objs) != 1 || objs[0].Key != backup.DeltaKey(2, read) {
+	if len(objs) != 1 || objs[0].Key != backup.DeltaKey(1, 2, read) {
 		t.Fatalf("stored %v, want one delta of revisions 2-%d", objs, read)
 	}
 }
@@ -399,7 +409,7 @@ func TestDeltaRoundTimeLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &deltaBuffer{opts: DeltaOptions{MaxBytes: 1 << 20}, next: 2, payload: payload}
+	d := &deltaBuffer{opts: DeltaOptions{MaxBytes: 1 << 20, Timeline: timelineOf(t, cli, ep)}, next: 2, payload: payload}
 	conn, own, err := memberConn(Member{Client: cli, Endpoint: ep}, watchWindow, watchReadBuffer)
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,8 @@ func (w *watchStream) recv(onEvent func(rev int64, event []byte) error) (*watchM
 // encoded it, while the message is decoded from gRPC's receive buffers (no copy of the
 // message; an event is copied only if it spans two of them).
 type watchMsg struct {
-	rev          int64 // the header's revision: the member's when it sent the response
+	rev          int64  // the header's revision: the member's when it sent the response
+	clusterID    uint64 // the header's cluster ID
 	created      bool
 	canceled     bool
 	compactRev   int64
@@ -96,6 +97,7 @@ const watchScratchKeep = 1 << 20
 // (api/etcdserverpb/rpc.proto, api/mvccpb/kv.proto).
 const (
 	watchHeaderField         = 1
+	headerClusterIDField     = 1
 	headerRevisionField      = 3
 	watchCreatedField        = 3
 	watchCanceledField       = 4
@@ -109,7 +111,7 @@ const (
 var errEventSink = errors.New("watch event not taken")
 
 func (w *watchMsg) unmarshal(data mem.BufferSlice) error {
-	w.rev, w.created, w.canceled, w.compactRev, w.cancelReason, w.events = 0, false, false, 0, "", 0
+	w.rev, w.clusterID, w.created, w.canceled, w.compactRev, w.cancelReason, w.events = 0, 0, false, false, 0, "", 0
 	r := &w.r
 	r.Reset(data) // takes a reference; released as it is read, or by the next Reset
 	defer r.Close()
@@ -164,8 +166,13 @@ func (w *watchMsg) unmarshal(data mem.BufferSlice) error {
 			switch num {
 			case watchHeaderField:
 				err = eachField(b, func(num protowire.Number, typ protowire.Type, v uint64, _ []byte) error {
-					if num == headerRevisionField && typ == protowire.VarintType {
-						w.rev = int64(v)
+					if typ == protowire.VarintType {
+						switch num {
+						case headerRevisionField:
+							w.rev = int64(v)
+						case headerClusterIDField:
+							w.clusterID = v
+						}
 					}
 					return nil
 				})

@@ -1,0 +1,181 @@
+package snapshotter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/store"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Timeline is where a writer's objects go: timeline ID, which holds the history of the
+// cluster ClusterID. A member of another cluster is refused with ErrHistoryRestarted.
+type Timeline struct {
+	ID        uint32
+	ClusterID uint64
+}
+
+// ErrHistoryRestarted means the member's history is not the timeline's any more: its cluster
+// ID changed, or its revision went below what the timeline holds. A new timeline must start
+// (see backup.Place).
+var ErrHistoryRestarted = errors.New("the member's history restarted")
+
+// Placed is where a member's backups go in a store (backup.Place), with what it was decided
+// on.
+type Placed struct {
+	Placement backup.Placement
+	Chain     backup.Chain             // the store's objects
+	Status    *clientv3.StatusResponse // the member's, read after the store's timelines
+}
+
+// Timeline is the timeline the member's objects go to.
+func (p Placed) Timeline() Timeline {
+	return Timeline{ID: p.Placement.Timeline, ClusterID: p.Status.Header.ClusterId}
+}
+
+// Place lists s, reads the headers backup.Place needs, then the member's status, and decides
+// which timeline the member's backups go to and where it continues. The status is read last:
+// a member's revision only grows, so the decision holds for the revision it reads.
+func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
+	c, err := backup.ListChain(ctx, s)
+	if err != nil {
+		return Placed{}, err
+	}
+	tls, err := backup.ObserveTimelines(ctx, s, c)
+	if err != nil {
+		return Placed{}, err
+	}
+	st, err := m.Client.Status(ctx, m.Endpoint)
+	if err != nil {
+		return Placed{}, fmt.Errorf("status of %s: %w", m.Endpoint, err)
+	}
+	// The revision of a linearizable read: everything committed before it is applied. A new
+	// leader may not have applied all that its predecessor stored when it takes over; what it
+	// has after this read is every committed revision, so one below the store's newest is a
+	// history restart, not a member catching up.
+	r, err := m.Client.Get(ctx, "\x00", clientv3.WithCountOnly())
+	if err != nil {
+		return Placed{}, fmt.Errorf("linearizable read from %s: %w", m.Endpoint, err)
+	}
+	if r.Header.ClusterId != st.Header.ClusterId {
+		return Placed{}, fmt.Errorf("%w: %s answered for cluster %x, then for cluster %x", ErrHistoryRestarted, m.Endpoint, st.Header.ClusterId, r.Header.ClusterId)
+	}
+	p := backup.Place(tls, r.Header.ClusterId, r.Header.Revision)
+	if !p.New {
+		// The revisions alone do not show that a member whose history restarted below the
+		// timeline's newest revision has not passed it since: compare the events of the
+		// newest revision a delta holds.
+		i := slices.IndexFunc(tls, func(tl backup.TimelineInfo) bool { return tl.Timeline == p.Timeline })
+		if d, ok := furthestDelta(c.Timeline(p.Timeline)); ok {
+			why, compacted, err := historyDiffers(ctx, m, s, d)
+			if err != nil {
+				return Placed{}, err
+			}
+			if compacted && d.LastRev < tls[i].Newest.LastRev {
+				// A full snapshot after the delta holds the compacted revisions: a member
+				// compacts its history, so this is no sign of another one.
+				why = ""
+			}
+			if why != "" {
+				tls[i].Disagrees = why
+				p = backup.Place(tls, r.Header.ClusterId, r.Header.Revision)
+			}
+		}
+	}
+	return Placed{Placement: p, Chain: c, Status: st}, nil
+}
+
+// furthestDelta is the delta of c that reaches the highest revision.
+func furthestDelta(c backup.Chain) (backup.Object, bool) {
+	var d backup.Object
+	for _, o := range c.Deltas {
+		if o.LastRev > d.LastRev {
+			d = o
+		}
+	}
+	return d, d.Key != ""
+}
+
+// historyDiffers compares the events of revision o.LastRev stored in delta o with the member's
+// own events of that revision, and says how they differ ("" if they do not). A member that
+// compacted that revision away cannot show that it continues the timeline (compacted is
+// true): that is a difference too.
+func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Object) (why string, compacted bool, err error) {
+	rev := o.LastRev
+	var stored [][]byte
+	_, or, err := backup.OpenObject(ctx, s, o.Key)
+	if err != nil {
+		return "", false, err
+	}
+	defer or.Close()
+	er := backup.NewEventReader(or, o.Key)
+	for {
+		ev, err := er.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if errors.Is(err, backup.ErrCorrupt) {
+			return err.Error(), false, nil
+		}
+		if err != nil {
+			return "", false, err
+		}
+		if ev.Kv.ModRevision == rev {
+			b, err := eventIdentity(ev)
+			if err != nil {
+				return "", false, err
+			}
+			stored = append(stored, b)
+		}
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, historyCheckTimeout)
+	defer cancel()
+	var own [][]byte
+	for resp := range m.Client.Watch(clientv3.WithRequireLeader(wctx), "\x00", clientv3.WithFromKey(), clientv3.WithRev(rev)) {
+		if resp.CompactRevision != 0 {
+			return fmt.Sprintf("the member compacted its history past revision %d (%s): it cannot show that it continues the timeline", rev, o.Key), true, nil
+		}
+		if err := resp.Err(); err != nil {
+			return "", false, fmt.Errorf("watch %s from revision %d: %w", m.Endpoint, rev, err)
+		}
+		// The events of one revision come in one response.
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision != rev {
+				break
+			}
+			b, err := eventIdentity((*mvccpb.Event)(ev))
+			if err != nil {
+				return "", false, err
+			}
+			own = append(own, b)
+		}
+		if len(resp.Events) > 0 {
+			break
+		}
+	}
+	if len(own) == 0 {
+		return "", false, fmt.Errorf("watch %s from revision %d: no events of that revision within %v", m.Endpoint, rev, historyCheckTimeout)
+	}
+	if !slices.EqualFunc(own, stored, bytes.Equal) {
+		return fmt.Sprintf("the member's events of revision %d are not those stored in %s: its history restarted below it", rev, o.Key), false, nil
+	}
+	return "", false, nil
+}
+
+// eventIdentity is what must agree between two events of one history: the type and the key
+// with its value and revisions (not prev_kv, which a watch sends only on request).
+func eventIdentity(ev *mvccpb.Event) ([]byte, error) {
+	kv, err := ev.Kv.Marshal()
+	return append([]byte{byte(ev.Type)}, kv...), err
+}
+
+// historyCheckTimeout bounds the watch that reads one revision's events from the member.
+const historyCheckTimeout = 30 * time.Second

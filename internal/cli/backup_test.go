@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/store"
+)
+
+// TestBackupListShowsTimelines: `backup list` shows each timeline with its cluster, revision
+// and time ranges and what it can restore, in JSON and in the table.
+func TestBackupListShowsTimelines(t *testing.T) {
+	ctx := context.Background()
+	url := "file://" + t.TempDir()
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	put := func(tl uint32, cluster uint64, kind backup.Kind, first, last int64, at time.Time) {
+		key := backup.FullKey(tl, first, at)
+		if kind == backup.KindDelta {
+			key = backup.DeltaKey(tl, first, last)
+		}
+		hdr := backup.Header{Kind: kind, Timeline: tl, ClusterID: cluster, FirstRev: first, LastRev: last, Created: at}
+		if _, err := backup.WriteObject(ctx, s, key, hdr, func(*backup.ObjectWriter) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1, 0xa, backup.KindFull, 100, 100, t0)
+	put(1, 0xa, backup.KindDelta, 101, 200, t0.Add(time.Minute))
+	put(2, 0xb, backup.KindFull, 50, 50, t0.Add(time.Hour))
+
+	run := func(args ...string) string {
+		cmd := NewRootCommand()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"backup", "list", "--store", url}, args...))
+		if err := cmd.ExecuteContext(ctx); err != nil {
+			t.Fatalf("backup list %v: %v\n%s", args, err, out.String())
+		}
+		return out.String()
+	}
+	var v listView
+	if err := json.Unmarshal([]byte(run("-o", "json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Timelines) != 2 || len(v.Objects) != 3 {
+		t.Fatalf("list: %+v", v)
+	}
+	tl1, tl2 := v.Timelines[0], v.Timelines[1]
+	if tl1.Timeline != 1 || tl1.ClusterID != "a" || tl1.Revisions != (backup.Range{From: 100, To: 200}) || !tl1.From.Equal(t0) ||
+		tl1.To.Before(tl1.From) || tl1.Objects != 2 || len(tl1.Coverage) != 1 || tl1.Coverage[0] != (backup.Range{From: 100, To: 200}) {
+		t.Fatalf("timeline 1: %+v", tl1)
+	}
+	if tl2.Timeline != 2 || tl2.ClusterID != "b" || tl2.Revisions != (backup.Range{From: 50, To: 50}) || !tl2.From.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("timeline 2: %+v", tl2)
+	}
+	table := run()
+	for _, want := range []string{"TIMELINE  CLUSTER  REVISIONS", "1         a        100-200", "2         b        50 ", backup.DeltaKey(1, 101, 200)} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table does not show %q:\n%s", want, table)
+		}
+	}
+}
