@@ -137,4 +137,4 @@ e2e-up: e2e-tools
 
 e2e-down:
 	$(GO) build -o $(BIN)/e2e-node ./test/e2e/cmd/e2e-node
-	STEWARD_E2E_BIN=$(BIN) $(BIN)/e2e-node down --dir $(E2E_DIR)
+	$(BIN)/e2e-node down --dir $(E2E_DIR) --bin $(BIN)

@@ -48,7 +48,7 @@ func run(m *testing.M) (code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// The machine as it is without a node: the teardown must give it back exactly so.
-	if err := node.Down(dir, os.Stdout); err != nil {
+	if err := node.Down(dir, bin, os.Stdout); err != nil {
 		fmt.Println("e2e: removing the node a previous run left:", err)
 		return 1
 	}
@@ -65,7 +65,7 @@ func run(m *testing.M) (code int) {
 			fmt.Printf("e2e: node kept (STEWARD_E2E_KEEP): export KUBECONFIG=%s\n", node.AdminKubeconfig(dir))
 			return
 		}
-		if err := node.Down(dir, os.Stdout); err != nil {
+		if err := node.Down(dir, bin, os.Stdout); err != nil {
 			fmt.Println("e2e: tearing the node down:", err)
 			code = 1
 		}

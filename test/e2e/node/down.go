@@ -20,11 +20,11 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Down stops the node in dir and undoes what Up changed on the machine: processes, pod
+// Down stops the node in dir (bin holds its binaries, as for Up) and undoes what Up changed on the machine: processes, pod
 // sandboxes (through CRI, which also runs CNI DEL), iptables chains, the bridge, the node IP,
 // mounts, cgroups, sysctls and the fixed paths outside dir. It goes on past errors and returns
 // them all.
-func Down(dir string, log io.Writer) error {
+func Down(dir, bin string, log io.Writer) error {
 	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -54,10 +54,6 @@ func Down(dir string, log io.Writer) error {
 		stop(st.PIDs[name])
 	}
 	killShims(dir)
-	bin := os.Getenv("STEWARD_E2E_BIN")
-	if bin == "" {
-		bin = "bin"
-	}
 	if _, err := os.Stat(filepath.Join(bin, "k8s", "kube-proxy")); err == nil {
 		_ = exec.Command(filepath.Join(bin, "k8s", "kube-proxy"), "--cleanup", "--proxy-mode=iptables").Run()
 	}

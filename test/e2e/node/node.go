@@ -96,7 +96,7 @@ func Up(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(cfg.Dir, "state.json")); err == nil {
-		if err := Down(cfg.Dir, cfg.Log); err != nil {
+		if err := Down(cfg.Dir, cfg.Bin, cfg.Log); err != nil {
 			return nil, fmt.Errorf("stopping the node left in %s: %w", cfg.Dir, err)
 		}
 	}

@@ -34,7 +34,7 @@ func main() {
 	case "up":
 		err = up(ctx, *dir, *bin)
 	case "down":
-		err = node.Down(*dir, os.Stderr)
+		err = node.Down(*dir, *bin, os.Stderr)
 	case "load":
 		err = load(*dir, *bin)
 	case "volumes":
