@@ -191,9 +191,15 @@ func startRecovery(o Observation, st Status, why string) Decision {
 }
 
 // restart abandons the directive in force for a new epoch.
+// A restore target (spec.bootstrap.restore) the seed never reached stays the target: the
+// new epoch restores it too, never another point.
 func restart(o Observation, st Status, why string) Decision {
-	old := st.Directive.Epoch
-	dec := startRecovery(o, st, fmt.Sprintf("directive %d abandoned (%s)", old, why))
+	old := *st.Directive
+	dec := startRecovery(o, st, fmt.Sprintf("directive %d abandoned (%s)", old.Epoch, why))
+	if old.Restore != nil && old.Ack == nil {
+		target := *old.Restore
+		dec.Status.Directive.Restore = &target
+	}
 	return dec
 }
 
@@ -239,6 +245,12 @@ func decideFenced(o Observation, st Status) Decision {
 		return Decision{Status: st}
 	}
 	c := Choose(st, o.Members, o.Backup)
+	if t := d.Restore; t != nil && len(o.Members) > 0 {
+		// Nothing was served since the target was set (restart keeps it only then): the
+		// cluster starts from it, whatever the members or the backup store hold.
+		c = Choice{Mode: member.RecoverFromBackup, Seed: backupSeed(o.Members),
+			Reason: fmt.Sprintf("the restore target, %s from %s, was never reached: restoring it", t.Point(), t.Store)}
+	}
 	if len(silent) > 0 {
 		c.Reason += fmt.Sprintf(" (%s did not report within %s and count as holding nothing)", strings.Join(silent, ", "), o.Timing.ReportTimeout)
 	}

@@ -223,6 +223,44 @@ func TestDecidePhases(t *testing.T) {
 	}
 }
 
+// A new cluster restored from a backup (spec.bootstrap.restore) whose seed never serves:
+// the new epoch keeps the target, and restores it even though the members now hold data
+// (a partial restore) and the backup store holds a newer revision.
+func TestUnreachedRestoreTargetSurvivesANewEpoch(t *testing.T) {
+	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute}
+	target := member.RestoreTarget{Store: "s3://b/p", Revision: 42}
+	seeding := Status{LastEpoch: 1, Directive: &member.Directive{Epoch: 1, Phase: member.PhaseSeeding, Mode: member.RecoverFromBackup,
+		Seed: "m0", Restore: &target, IssuedAt: t0, PhaseSince: t0}}
+	members := []Member{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}
+	d := Decide(Observation{Now: t0.Add(2 * time.Minute), Status: seeding, Members: members, Timing: timing,
+		Backup: Backup{Configured: true, Revision: 900}})
+	got := d.Status.Directive
+	if got == nil || got.Epoch != 2 || got.Phase != member.PhaseFencing || got.Restore == nil || *got.Restore != target {
+		t.Fatalf("after the seed timed out: %+v, want epoch 2 fencing with the target kept", got)
+	}
+	reports := []Member{stopped("m0", disk("m0", "a", 1, 3, 40)), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))}
+	for i := range reports {
+		reports[i].StoppedSince, reports[i].Report.At = t0.Add(2*time.Minute), t0.Add(2*time.Minute+time.Second)
+	}
+	d = Decide(Observation{Now: t0.Add(2*time.Minute + 2*time.Second), Status: d.Status, Members: reports, Timing: timing,
+		Backup: Backup{Configured: true, Revision: 900}})
+	got = d.Status.Directive
+	if got == nil || got.Phase != member.PhaseSeeding || got.Mode != member.RecoverFromBackup || got.Restore == nil || *got.Restore != target {
+		t.Fatalf("fenced: %+v, want seeding from the backup at the same target", got)
+	}
+
+	// Once the seed served (acknowledged), the target was reached: a later epoch chooses
+	// from what the members hold, as any recovery does.
+	acked := seeding
+	dir := *acked.Directive
+	dir.Phase, dir.Ack = member.PhaseRejoining, &member.DirectiveResult{Member: "m0", MemberID: "n", ClusterID: "c", Revision: 42}
+	acked.Directive, acked.ClusterID, acked.Voters, acked.QuorumLostSince = &dir, "c", []member.Voter{{ID: "n", Name: "m0"}}, t0
+	d = Decide(Observation{Now: t0.Add(time.Minute), Status: acked, Members: members, Timing: timing})
+	if got := d.Status.Directive; got == nil || got.Epoch != 2 || got.Restore != nil {
+		t.Fatalf("a reached target carried into a new epoch: %+v", got)
+	}
+}
+
 func TestStatusLostWithBackupsRestores(t *testing.T) {
 	members := []Member{stopped("m0", emptyDisk("m0")), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))}
 	o := Observation{Now: t0, Members: members, Backup: Backup{Configured: true, Revision: 40}, Timing: Timing{Grace: time.Second}}

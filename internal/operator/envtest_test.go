@@ -834,6 +834,16 @@ func TestDeployManifests(t *testing.T) {
 			t.Errorf("%s output refused by the API server: %v\n%s", name, err, out)
 		}
 	}
+	// The examples the docs tell users to apply pass the CRDs' validation.
+	examples, err := filepath.Glob(filepath.Join(root, "deploy", "examples", "*.yaml"))
+	if err != nil || len(examples) == 0 {
+		t.Fatalf("no examples in deploy/examples: %v", err)
+	}
+	for _, ex := range examples {
+		if out, err := kubectl(t, "apply", "--dry-run=server", "-n", "steward-system", "-f", ex); err != nil {
+			t.Errorf("%s refused by the API server: %v\n%s", filepath.Base(ex), err, out)
+		}
+	}
 }
 
 // TestEvenSizeWarns: the ValidatingAdmissionPolicy of deploy/ warns on even sizes and lets

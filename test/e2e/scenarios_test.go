@@ -176,13 +176,8 @@ func TestThreeMembers(t *testing.T) {
 		deletePods(t, ns, true, "main-0")
 		waitReplaced(t, ns, "main", pods, "main-0")
 		// Kill the etcd container as soon as it runs in the new pod: mid-join.
-		eventually(t, time.Minute, "the etcd container of the new main-0 running", func() error {
-			for _, cs := range memberPods(t, ns, "main")["main-0"].Status.ContainerStatuses {
-				if cs.Name == "etcd" && cs.State.Running != nil && cs.ContainerID != "" {
-					return killContainer(cs.ContainerID)
-				}
-			}
-			return fmt.Errorf("not running yet")
+		eventually(t, time.Minute, "the etcd container of the new main-0 killed", func() error {
+			return killEtcd(t, ns, "main", "main-0")
 		})
 		waitMemberReplaced(t, ns, "main", "main-0", before["main-0"])
 		ec = waitReady(t, ns, "main", 3, 3*time.Minute)
@@ -209,10 +204,19 @@ func TestThreeMembers(t *testing.T) {
 		}
 	})
 
-	step("two members and their volumes lost at once", func(t *testing.T) {
+	step("two members and their volumes lost at once, the seed crashing mid-recovery", func(t *testing.T) {
 		w := startWriter(t, ns, "main", "two-lost", 100*time.Millisecond)
 		pods := memberPods(t, ns, "main")
 		deletePods(t, ns, true, "main-0", "main-1")
+		// A second fault in the middle of the recovery: the seed's etcd crashes.
+		eventually(t, 3*time.Minute, "the seed's etcd killed mid-recovery", func() error {
+			phase := kubectl(t, ns, "get", "ec", "main", "-o", "jsonpath={.status.recovery.directive.phase}")
+			seed := kubectl(t, ns, "get", "ec", "main", "-o", "jsonpath={.status.recovery.directive.seed}")
+			if phase != "Seeding" && phase != "Rejoining" {
+				return fmt.Errorf("directive phase %q", phase)
+			}
+			return killEtcd(t, ns, "main", seed)
+		})
 		waitReplaced(t, ns, "main", pods, "main-0", "main-1")
 		ec = waitReady(t, ns, "main", 3, 4*time.Minute)
 		waitEvent(t, ns, "main", "QuorumLost", time.Minute)
@@ -316,7 +320,17 @@ func waitCondition(t *testing.T, ns, name, typ, status string, timeout time.Dura
 	})
 }
 
-// killContainer kills a container through the node's containerd, as a crash would.
+// killEtcd kills the etcd container of a member pod through the node's containerd, as a
+// crash would; an error while it is not running.
+func killEtcd(t *testing.T, ns, name, pod string) error {
+	for _, cs := range memberPods(t, ns, name)[pod].Status.ContainerStatuses {
+		if cs.Name == "etcd" && cs.State.Running != nil && cs.ContainerID != "" {
+			return killContainer(cs.ContainerID)
+		}
+	}
+	return fmt.Errorf("the etcd container of %s is not running", pod)
+}
+
 func killContainer(containerID string) error {
 	id := strings.TrimPrefix(containerID, "containerd://")
 	sock := envOr("STEWARD_E2E_DIR", "/var/lib/steward-e2e") + "/containerd/containerd.sock"
@@ -416,6 +430,8 @@ func TestQuorumLossManual(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	kubectl(t, ns, "annotate", "ec/m", v1alpha1.AnnotationConfirmRecovery+"="+epoch)
+	// A second fault as the recovery starts: the operator restarts.
+	kubectl(t, "steward-system", "delete", "pod", "-l", "app.kubernetes.io/component=operator", "--wait=false")
 	waitReplaced(t, ns, "m", pods, "m-0", "m-1")
 	waitReady(t, ns, "m", 3, 4*time.Minute)
 	assertKeysOnEveryMember(t, ns, "m", acked)

@@ -84,7 +84,7 @@ func run(m *testing.M) (code int) {
 		fmt.Println("e2e:", err)
 		return 1
 	}
-	if err := install(); err != nil {
+	if err := n.Install(filepath.Join(repoRoot(), "deploy", "helm", "steward")); err != nil {
 		fmt.Println("e2e: installing Steward:", err)
 		return 1
 	}
@@ -115,70 +115,10 @@ func connect() error {
 	return err
 }
 
-// install installs Steward as a user would, with the project's Helm chart, and the suite's
-// S3 server in its own namespace with its own volume.
-func install() error {
-	chart := filepath.Join(repoRoot(), "deploy", "helm", "steward")
-	out, err := exec.Command(filepath.Join(bin, "k8s", "helm"), "--kubeconfig", kubeconfig, "install", "steward", chart,
-		"--namespace", "steward-system", "--create-namespace", "--wait", "--timeout", "3m",
-		"--set", "image.repository=steward", "--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
-		"--set", "graces.unknown=10s", "--set", "graces.notReady=30s").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("helm install: %v: %s", err, out)
-	}
-	if _, err := kubectlIn("", s3YAML, "apply", "-f", "-"); err != nil {
-		return err
-	}
-	_, err = kubectlIn("", "", "-n", "steward-s3", "rollout", "status", "deployment/s3", "--timeout=2m")
-	return err
-}
-
-// The store the clusters back up to: s3://backups/<prefix> through the s3 Service.
-const s3Endpoint = "http://s3.steward-s3.svc:9000"
-
+// storeURL is a store on the node's S3 server (node.S3Endpoint), under prefix.
 func storeURL(prefix string) string {
-	return "s3://backups/" + prefix + "?endpoint=" + s3Endpoint + "&use_path_style=true&region=us-east-1"
+	return "s3://backups/" + prefix + "?endpoint=" + node.S3Endpoint + "&use_path_style=true&region=us-east-1"
 }
-
-const s3YAML = `apiVersion: v1
-kind: Namespace
-metadata: {name: steward-s3}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: s3, namespace: steward-s3}
-spec:
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 1Gi}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: s3, namespace: steward-s3}
-spec:
-  replicas: 1
-  strategy: {type: Recreate}
-  selector: {matchLabels: {app: s3}}
-  template:
-    metadata: {labels: {app: s3}}
-    spec:
-      securityContext: {runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532}
-      containers:
-      - name: s3
-        image: steward-e2e-s3:e2e
-        imagePullPolicy: Never
-        args: ["-db", "/data/s3.db", "-listen", ":9000", "-bucket", "backups"]
-        ports: [{containerPort: 9000}]
-        readinessProbe: {tcpSocket: {port: 9000}, periodSeconds: 1}
-        volumeMounts: [{name: data, mountPath: /data}]
-      volumes: [{name: data, persistentVolumeClaim: {claimName: s3}}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: s3, namespace: steward-s3}
-spec:
-  selector: {app: s3}
-  ports: [{port: 9000}]
-`
 
 func repoRoot() string {
 	wd, _ := os.Getwd()

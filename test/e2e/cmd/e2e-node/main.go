@@ -1,5 +1,6 @@
 // Command e2e-node starts and stops the single-node Kubernetes of Steward's end-to-end suite
-// (test/e2e/node) for work by hand: `make e2e-up`, then kubectl; `make e2e-down`.
+// (test/e2e/node) for work by hand: `make e2e-up` starts it with Steward installed, then
+// kubectl; `make e2e-down`.
 package main
 
 import (
@@ -18,6 +19,7 @@ func main() {
 	fs := flag.NewFlagSet("e2e-node", flag.ExitOnError)
 	dir := fs.String("dir", "/var/lib/steward-e2e", "work dir of the node")
 	bin := fs.String("bin", "bin", "directory that `make e2e-tools` built into")
+	chart := fs.String("chart", "deploy/helm/steward", "Steward's Helm chart, installed by up")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: e2e-node up|down|load|volumes [--dir DIR] [--bin BIN]\n")
 		fs.PrintDefaults()
@@ -32,7 +34,7 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(ctx, *dir, *bin)
+		err = up(ctx, *dir, *bin, *chart)
 	case "down":
 		err = node.Down(*dir, *bin, os.Stderr)
 	case "load":
@@ -49,7 +51,7 @@ func main() {
 	}
 }
 
-func up(ctx context.Context, dir, bin string) error {
+func up(ctx context.Context, dir, bin, chart string) error {
 	bin, err := filepath.Abs(bin)
 	if err != nil {
 		return err
@@ -63,6 +65,10 @@ func up(ctx context.Context, dir, bin string) error {
 	if err != nil {
 		return err
 	}
+	if err := n.Install(chart); err != nil {
+		return fmt.Errorf("installing Steward: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "e2e-node: Steward installed (namespace steward-system), an S3 store in steward-s3")
 	fmt.Printf("export KUBECONFIG=%s\n", n.Admin)
 	return nil
 }
