@@ -78,6 +78,12 @@ type backupAgent struct {
 	status BackupStatus
 	// fullRequests carries on-demand full snapshot requests to the running session.
 	fullRequests chan chan fullOutcome
+	// authAtFull is etcd's auth revision when the newest full snapshot this agent took began,
+	// and the timeline it went to (guarded by mu).
+	authAtFull struct {
+		timeline uint32
+		revision uint64
+	}
 }
 
 type fullOutcome struct {
@@ -271,6 +277,9 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 	tl := p.Timeline()
 	resume := p.Placement.Resume
 	newestFull, reason := fullNeeded(p, a.schedule, time.Now())
+	if reason == "" {
+		reason = a.authFullNeeded(ctx, m, tl.ID)
+	}
 	a.enterTimeline(p)
 	if reason != "" {
 		a.lg.Info("taking a full snapshot", zap.Uint32("timeline", tl.ID), zap.String("reason", reason))
@@ -387,8 +396,11 @@ func (a *backupAgent) leaveTimeline(err error) {
 	})
 }
 
-// fullLoop takes full snapshots on schedule and on demand while the session runs.
+// fullLoop takes full snapshots on schedule, on demand, and when etcd's auth state changed,
+// while the session runs. The auth revision is read every delta period.
 func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline, newest time.Time) {
+	authTick := time.NewTicker(a.cfg.DeltaPeriod)
+	defer authTick.Stop()
 	for {
 		next := a.schedule.Next(newest)
 		timer := time.NewTimer(time.Until(next))
@@ -396,6 +408,14 @@ func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl sna
 		case <-ctx.Done():
 			timer.Stop()
 			return
+		case <-authTick.C:
+			timer.Stop()
+			if reason := a.authFullNeeded(ctx, m, tl.ID); reason != "" {
+				a.lg.Info("taking a full snapshot", zap.Uint32("timeline", tl.ID), zap.String("reason", reason))
+				if res, err := a.full(ctx, m, tl); err == nil {
+					newest = res.Created
+				}
+			}
 		case <-timer.C:
 			if res, err := a.full(ctx, m, tl); err == nil {
 				newest = res.Created
@@ -413,12 +433,61 @@ func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl sna
 	}
 }
 
+// authFullNeeded reads etcd's auth revision and says why it calls for a full snapshot on
+// timeline tl (see authFullReason), or "" (also when it cannot be read: the next check tries
+// again).
+func (a *backupAgent) authFullNeeded(ctx context.Context, m snapshotter.Member, tl uint32) string {
+	now, err := authRevision(ctx, m)
+	if err != nil {
+		a.lg.Debug("cannot read etcd's auth revision", zap.Error(err))
+		return ""
+	}
+	a.mu.Lock()
+	at := a.authAtFull
+	a.mu.Unlock()
+	return authFullReason(at.revision, at.timeline == tl && at.revision != 0, now)
+}
+
+// authFullReason says why etcd's auth state calls for a full snapshot, or "". Users, roles
+// and whether auth is enabled are not key events: only full snapshots hold them, and a
+// restore would silently roll back a change made after the newest one. etcd counts every
+// change in its auth revision (1 on a new cluster). atFull is that revision when the newest
+// full snapshot of the timeline began; known=false when this sidecar did not take it (another
+// backup leader, or before a restart): then any auth change ever made may be missing from it.
+func authFullReason(atFull uint64, known bool, now uint64) string {
+	switch {
+	case known && now > atFull:
+		return fmt.Sprintf("etcd's auth state changed (auth revision %d; %d when the newest full snapshot began)", now, atFull)
+	case !known && now > 1:
+		return fmt.Sprintf("etcd's auth state was changed (auth revision %d) and this sidecar did not take the newest full snapshot: it may not hold it", now)
+	}
+	return ""
+}
+
+// authRevision is etcd's auth revision (a raft request: read it sparingly).
+func authRevision(ctx context.Context, m snapshotter.Member) (uint64, error) {
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := m.Client.AuthStatus(actx)
+	if err != nil {
+		return 0, err
+	}
+	return r.AuthRevision, nil
+}
+
 // full takes one full snapshot on timeline tl, records it and applies retention.
 func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline) (snapshotter.FullResult, error) {
+	// Read before the snapshot begins: a change while it streams is caught by the next check.
+	authRev, authErr := authRevision(ctx, m)
 	res, err := snapshotter.Full(ctx, m, a.store, tl, nil)
 	if err != nil {
 		a.fail("full", err)
 		return res, err
+	}
+	if authErr == nil {
+		a.mu.Lock()
+		a.authAtFull.timeline, a.authAtFull.revision = tl.ID, authRev
+		a.mu.Unlock()
 	}
 	a.lg.Info("full snapshot stored", zap.String("key", res.Key), zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision),
 		zap.Int64("dbBytes", res.DBSize), zap.Int64("storedBytes", res.Size), zap.Duration("took", res.Duration))

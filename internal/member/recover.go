@@ -14,10 +14,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// restoredLeaseTTL is the TTL given to leases granted after the full snapshot that a restore
-// replays keys of: such keys expire an hour after the restore instead of never.
-const restoredLeaseTTL = 3600
-
 // restoreFromBackup recovers a quorum lost with all data: restore the plan's target (on a
 // quorum loss, the newest revision of this cluster's newest timeline) into the data dir as a
 // one-member cluster, start alone, and take a full snapshot once serving (the others rejoin
@@ -48,7 +44,7 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name,
 		InitialCluster: self.Name + "=" + self.PeerURL, InitialClusterToken: spec.Token, PeerURLs: []string{self.PeerURL},
 		ToRevision: target.Revision, ToTime: target.Time, Timeline: target.Timeline,
-		MissingLeaseTTL: restoredLeaseTTL, Logger: s.lg.Named("restore")})
+		MissingLeaseTTL: restore.DefaultMissingLeaseTTL, Logger: s.lg.Named("restore")})
 	if mkErr := os.MkdirAll(s.cfg.DataDir, 0o700); mkErr != nil && err == nil {
 		err = mkErr
 	}
