@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -277,6 +278,13 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 	tl := p.Timeline()
 	resume := p.Placement.Resume
 	newestFull, reason := fullNeeded(p, a.schedule, time.Now())
+	if !p.Placement.New {
+		gap, err := a.repairDeltas(ctx, m, p, tl)
+		if err != nil {
+			return err
+		}
+		reason = firstNonEmpty(reason, gap)
+	}
 	if reason == "" {
 		reason = a.authFullNeeded(ctx, m, tl.ID)
 	}
@@ -361,6 +369,54 @@ func fullNeeded(p snapshotter.Placed, sched cron.Schedule, now time.Time) (newes
 		}
 	}
 	return newestFull, ""
+}
+
+// deltasToCheck are the deltas of timeline chain c that a restore of its newest revisions
+// needs: those reaching past its newest full snapshot (all of them without one). The member
+// most likely still has their revisions.
+func deltasToCheck(c backup.Chain) []backup.Object {
+	var fullRev int64
+	if n := len(c.Fulls); n > 0 {
+		fullRev = c.Fulls[n-1].FirstRev
+	}
+	var out []backup.Object
+	for _, d := range c.Deltas {
+		if d.LastRev > fullRev {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// repairDeltas reads back the deltas deltasToCheck names and writes each damaged one again
+// from the member's history (snapshotter.Recapture). A damaged delta whose revisions the
+// member compacted away cannot be: the gap is reported, and repairDeltas returns why a full
+// snapshot must restart the chain. Any other failure ends the session (it starts again).
+func (a *backupAgent) repairDeltas(ctx context.Context, m snapshotter.Member, p snapshotter.Placed, tl snapshotter.Timeline) (string, error) {
+	var gaps []string
+	for _, d := range deltasToCheck(p.Chain.Timeline(tl.ID)) {
+		err := backup.VerifyObject(ctx, a.store, d)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, backup.ErrCorrupt) {
+			return "", fmt.Errorf("read back %s: %w", d.Key, err)
+		}
+		a.lg.Warn("a stored delta is damaged: capturing its revisions again", zap.String("key", d.Key), zap.Error(err))
+		rerr := snapshotter.Recapture(ctx, m, a.store, d, tl, p.Status.Version)
+		switch {
+		case rerr == nil:
+			a.lg.Info("damaged delta captured again", zap.String("key", d.Key))
+		case errors.Is(rerr, snapshotter.ErrCompacted):
+			gap := fmt.Errorf("delta %s is damaged and the member compacted revisions %d-%d away: they are lost from the backups (restores to them fail; steward backup verify lists it); a full snapshot restarts the chain: %w",
+				d.Key, d.FirstRev, d.LastRev, err)
+			a.fail("delta", gap)
+			gaps = append(gaps, gap.Error())
+		default:
+			return "", rerr
+		}
+	}
+	return strings.Join(gaps, "; "), nil
 }
 
 // enterTimeline records where the session writes: the timeline, and what it holds so far.
