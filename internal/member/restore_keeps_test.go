@@ -21,9 +21,16 @@ import (
 
 // TestLeasesSurviveCompactionAndRestore: a key whose lease was granted after the full snapshot
 // is, after `backup compact` and a restore of the compacted snapshot, attached to a lease
-// that exists, with the compaction's missing-lease TTL (shorter than the one granted), and
-// expires; a lease of the full snapshot keeps its TTL.
+// that exists, with the missing-lease TTL (shorter than the one granted), and expires; a
+// lease of the full snapshot keeps its TTL. The compaction gives the lease its TTL; a
+// snapshot compacted without (by an older Steward) is repaired by the restore.
 func TestLeasesSurviveCompactionAndRestore(t *testing.T) {
+	const ttl = 3
+	t.Run("compacted with a missing-lease TTL", func(t *testing.T) { testLeasesAfterCompaction(t, ttl, 0) })
+	t.Run("compacted without, restored with", func(t *testing.T) { testLeasesAfterCompaction(t, 0, ttl) })
+}
+
+func testLeasesAfterCompaction(t *testing.T, compactTTL, restoreTTL int64) {
 	ctx := context.Background()
 	s := openTestStore(t)
 	_, cli, ep := testutil.EmbeddedEtcd(t)
@@ -47,30 +54,34 @@ func TestLeasesSurviveCompactionAndRestore(t *testing.T) {
 	waitStored(t, a, cli, ep, 1)
 	stop()
 
-	const compactTTL = 3
+	// The late lease is created once: by the compaction if it has a TTL, else by the restore.
+	byCompact, byRestore := int64(1), int64(0)
+	if compactTTL == 0 {
+		byCompact, byRestore = 0, 1
+	}
 	res, err := restore.Compact(ctx, restore.CompactOptions{Store: s, ScratchDir: t.TempDir(), MissingLeaseTTL: compactTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Key == "" || res.Restore.LeasesCreated != 1 {
-		t.Fatalf("compact: %+v (restore %+v); want a snapshot with 1 lease created", res, res.Restore)
+	if res.Key == "" || res.Restore.LeasesCreated != byCompact {
+		t.Fatalf("compact: %+v (restore %+v); want a snapshot with %d lease created", res, res.Restore, byCompact)
 	}
-	// The restore adds no leases of its own: the compacted snapshot holds them.
 	peer := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))
 	dir := filepath.Join(t.TempDir(), "restored")
-	rres, err := restore.Restore(ctx, restore.Options{Store: s, DataDir: dir, Name: "test", InitialCluster: "test=" + peer, PeerURLs: []string{peer}})
+	rres, err := restore.Restore(ctx, restore.Options{Store: s, DataDir: dir, Name: "test", InitialCluster: "test=" + peer, PeerURLs: []string{peer},
+		MissingLeaseTTL: restoreTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rres.Full.Key != res.Key || rres.LeasesCreated != 0 {
-		t.Fatalf("restore %+v; want it from the compacted snapshot %s, with no lease created", rres, res.Key)
+	if rres.Full.Key != res.Key || rres.LeasesCreated != byRestore {
+		t.Fatalf("restore %+v; want it from the compacted snapshot %s, with %d lease created", rres, res.Key, byRestore)
 	}
 	_, rcli, _, _ := testutil.EtcdOn(t, dir)
 	for _, tc := range []struct {
 		key     string
 		id      clientv3.LeaseID
 		granted int64
-	}{{"/lease/early", early.ID, 600}, {"/lease/late", late.ID, compactTTL}} {
+	}{{"/lease/early", early.ID, 600}, {"/lease/late", late.ID, max(compactTTL, restoreTTL)}} {
 		r, err := rcli.Get(ctx, tc.key)
 		if err != nil || len(r.Kvs) != 1 || clientv3.LeaseID(r.Kvs[0].Lease) != tc.id {
 			t.Fatalf("restored %s: %+v, %v; want it attached to lease %x", tc.key, r, err, tc.id)
