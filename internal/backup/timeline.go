@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/etcd-steward/steward/internal/store"
 )
@@ -73,6 +74,27 @@ func Place(tls []TimelineInfo, clusterID uint64, rev int64) Placement {
 	}
 	return Placement{Timeline: own.Timeline, Resume: own.Newest.LastRev,
 		Reason: fmt.Sprintf("timeline %d of cluster %x continues after revision %d", own.Timeline, clusterID, own.Newest.LastRev)}
+}
+
+// OwnTimeline is the newest timeline of a cluster known by any of the cluster IDs ids (a
+// cluster's ID changes when it is restored from backup): the one a recovery of that cluster
+// restores, and whose newest revision is what the backups hold of it. Timelines of other
+// clusters never count, whatever their number, and neither do timelines whose headers
+// disagree with the chain (they cannot say whose they are). ok=false: the store holds no
+// timeline of the cluster.
+func OwnTimeline(tls []TimelineInfo, ids []uint64) (own TimelineInfo, ok bool) {
+	for _, tl := range tls {
+		if tl.Of(ids) && (!ok || tl.Timeline > own.Timeline) {
+			own, ok = tl, true
+		}
+	}
+	return own, ok
+}
+
+// Of reports whether the timeline is of a cluster known by one of the IDs ids: its headers
+// agree with the chain and carry one of them.
+func (tl TimelineInfo) Of(ids []uint64) bool {
+	return tl.Disagrees == "" && slices.Contains(ids, tl.ClusterID)
 }
 
 // ObserveTimelines reads what Place needs from the store: for each timeline of c, the

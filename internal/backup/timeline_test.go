@@ -52,6 +52,34 @@ func TestPlace(t *testing.T) {
 	}
 }
 
+func TestOwnTimeline(t *testing.T) {
+	const a, a2, b = 0xa, 0xa2, 0xb
+	tl := func(n uint32, cluster uint64) TimelineInfo { return TimelineInfo{Timeline: n, ClusterID: cluster} }
+	for _, tc := range []struct {
+		name string
+		tls  []TimelineInfo
+		ids  []uint64
+		want uint32 // 0: none
+	}{
+		{"empty store", nil, []uint64{a}, 0},
+		{"no cluster ID known", []TimelineInfo{tl(1, a)}, nil, 0},
+		{"the cluster's only timeline", []TimelineInfo{tl(1, a)}, []uint64{a}, 1},
+		{"another cluster's newer timeline is not the cluster's", []TimelineInfo{tl(1, a), tl(2, b)}, []uint64{a}, 1},
+		{"the newest of the cluster's timelines (a history restarted below the store)", []TimelineInfo{tl(1, a), tl(2, b), tl(3, a)}, []uint64{a}, 3},
+		{"a timeline written under the cluster's earlier ID (before a restore)", []TimelineInfo{tl(1, a), tl(2, b)}, []uint64{a2, a}, 1},
+		{"the newest timeline of any of the cluster's IDs", []TimelineInfo{tl(1, a), tl(2, a2), tl(3, b)}, []uint64{a, a2}, 2},
+		{"only other clusters' timelines", []TimelineInfo{tl(1, b), tl(2, b)}, []uint64{a, a2}, 0},
+		{"a timeline whose headers disagree is no one's", []TimelineInfo{tl(1, a), {Timeline: 2, ClusterID: a, Disagrees: "two clusters"}}, []uint64{a}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := OwnTimeline(tc.tls, tc.ids)
+			if ok != (tc.want != 0) || got.Timeline != tc.want {
+				t.Fatalf("OwnTimeline = timeline %d, %t; want %d", got.Timeline, ok, tc.want)
+			}
+		})
+	}
+}
+
 // putObject writes an object named o, with a header of cluster and an empty payload.
 func putObject(t *testing.T, s *store.Store, o Object, cluster uint64) {
 	t.Helper()

@@ -294,7 +294,7 @@ func newBackupGCCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Delete backups the retention policy does not keep (never the newest full snapshot or the deltas after it)",
+		Short: "Delete backups the retention policy does not keep (never the newest full snapshot or the deltas after it; nothing unless that snapshot reads back)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -307,11 +307,7 @@ func newBackupGCCommand() *cobra.Command {
 				return err
 			}
 			defer s.Close()
-			c, err := backup.ListChain(ctx, s)
-			if err != nil {
-				return err
-			}
-			doomed, err := retention.Plan(c, p, time.Now())
+			doomed, err := retention.Doomed(ctx, s, p, time.Now(), 0)
 			if err != nil {
 				return err
 			}

@@ -14,6 +14,7 @@ func newBackupCompactCommand() *cobra.Command {
 	var (
 		url, scratch string
 		timeline     uint32
+		leaseTTL     int64
 		out          outputFlag
 		verbose      bool
 	)
@@ -23,6 +24,8 @@ func newBackupCompactCommand() *cobra.Command {
 		Long: `Compact restores the newest backed-up revision into a scratch data dir, compacts away the
 history before it, defragments the database, and uploads it as a new full snapshot at that
 revision (with the chain's cluster ID), on the same timeline: the newest, or --timeline.
+Keys whose lease was granted after the newest full snapshot get a lease record with
+--missing-lease-ttl in it, as a restore gives them, so they expire after any restore from it.
 Later restores start from it instead of replaying the deltas. Nothing is deleted: the older objects follow the retention policy ('steward backup gc').
 
 The scratch dir needs room for about twice the database; it is removed on every exit path.`,
@@ -34,7 +37,7 @@ The scratch dir needs room for about twice the database; it is removed on every 
 				return err
 			}
 			defer s.Close()
-			o := restore.CompactOptions{Store: s, Timeline: timeline, ScratchDir: scratch}
+			o := restore.CompactOptions{Store: s, Timeline: timeline, ScratchDir: scratch, MissingLeaseTTL: leaseTTL}
 			if verbose {
 				if o.Logger, err = newLogger("info"); err != nil {
 					return err
@@ -54,6 +57,9 @@ The scratch dir needs room for about twice the database; it is removed on every 
 				}
 				t.row(fmt.Sprintf("stored %s at revision %d", res.Key, res.Revision))
 				t.row(fmt.Sprintf("  from %s and %d deltas", res.Restore.Full.Key, len(res.Restore.Deltas)))
+				if n := res.Restore.LeasesCreated; n > 0 {
+					t.row(fmt.Sprintf("  %d leases granted after the full snapshot recreated with the missing-lease TTL", n))
+				}
 				t.row(fmt.Sprintf("  database %s before compaction and defragmentation, %s after; stored as %s, in %s",
 					humanBytes(res.DBSizeBefore), humanBytes(res.DBSizeAfter), humanBytes(res.Size), res.Duration.Round(time.Millisecond)))
 				t.row("  the older objects now follow the retention policy (steward backup gc)")
@@ -62,6 +68,7 @@ The scratch dir needs room for about twice the database; it is removed on every 
 	}
 	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
 	cmd.Flags().Uint32Var(&timeline, "timeline", 0, "the timeline to compact (default: the newest; see steward backup list)")
+	cmd.Flags().Int64Var(&leaseTTL, "missing-lease-ttl", restore.DefaultMissingLeaseTTL, "give leases that keys refer to and no backup holds (granted after the full snapshot) this TTL in seconds, in the new snapshot")
 	cmd.Flags().StringVar(&scratch, "scratch-dir", os.TempDir(), "directory for the scratch data dir (room for twice the database)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log etcd's messages")
 	out.register(cmd)

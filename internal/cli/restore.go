@@ -101,7 +101,7 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 	f.BoolVar(&o.AllowPartial, "allow-partial", false, "restore up to a hole or a damaged object instead of failing")
 	f.Int64Var(&o.BumpRevision, "bump-revision", 0, "raise the restored revision by this much (needs --mark-compacted)")
 	f.BoolVar(&o.MarkCompacted, "mark-compacted", false, "mark the bumped revision compacted, so watchers re-list (needs --bump-revision)")
-	f.Int64Var(&o.MissingLeaseTTL, "missing-lease-ttl", 0, "give leases granted after the full snapshot this TTL in seconds (default: their keys never expire)")
+	f.Int64Var(&o.MissingLeaseTTL, "missing-lease-ttl", restore.DefaultMissingLeaseTTL, "give leases that restored keys refer to and no backup holds (granted after the full snapshot) this TTL in seconds; 0: their keys never expire")
 	f.StringVar(&o.ScratchDir, "scratch-dir", "", "directory for the downloaded snapshot while it is restored (default: the data dir's parent)")
 	f.BoolVar(&o.DryRun, "dry-run", false, "say what would be restored (objects, revisions, bytes) without writing")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log etcd's and etcdutl's messages")

@@ -340,7 +340,10 @@ func (m *model) step(n *node, blind bool) {
 		return
 	}
 	obs := member.Observation{Self: n.name, SelfPeerURL: peer(n.name), ClusterSize: len(m.nodes), ClusterToken: modelToken, RelocatesData: true,
-		Status: m.clusterStatus(), Data: m.disk(n), Directive: m.status.Directive, BackupHolds: m.backup > 0}
+		Status: m.clusterStatus(), Data: m.disk(n), Directive: m.status.Directive}
+	if m.backup > 0 {
+		obs.BackupTimeline = 1
+	}
 	if n.data != nil {
 		obs.AppliedEpoch = n.data.epoch
 	}

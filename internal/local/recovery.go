@@ -27,8 +27,10 @@ type healer struct {
 	progressKey   string
 	progressSince time.Time
 	lastStuckLog  time.Time
-	// The backup store's newest revision, read at most every backupCheckEvery.
+	// The newest revision of this cluster in the backup store (of the cluster IDs
+	// backupIDs), read at most every backupCheckEvery.
 	backupRev     int64
+	backupIDs     []uint64
 	backupChecked time.Time
 }
 
@@ -65,7 +67,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	}
 	b := heal.Backup{Configured: spec.Backup != ""}
 	if ready, total := heal.Quorum(st.Voters, members); b.Configured && (total == 0 || ready <= total/2 || st.Directive != nil) {
-		b.Revision = h.backupRevision(ctx, spec.Backup)
+		b.Revision = h.backupRevision(ctx, spec.Backup, member.ClusterIDs(spec.memberView(), st.ClusterID))
 	}
 	dec := heal.Decide(heal.Observation{Now: time.Now(), Status: st, Members: members, Backup: b, Timing: h.timing})
 	if dec.Event != "" {
@@ -262,13 +264,15 @@ func moveData(from, to string, swap bool) error {
 	return os.MkdirAll(from, 0o700)
 }
 
-// backupRevision is the newest revision in the backup store (0 when it holds nothing, -1
-// when it cannot be read), read at most every backupCheckEvery.
-func (h *healer) backupRevision(ctx context.Context, url string) int64 {
-	if time.Since(h.backupChecked) < backupCheckEvery {
+// backupRevision is the newest revision of this cluster (known by the cluster IDs ids) in
+// the backup store: of its newest timeline, never of another cluster's (0 when the store
+// holds none, -1 when it cannot be read). It is read at most every backupCheckEvery while
+// the IDs stay the same.
+func (h *healer) backupRevision(ctx context.Context, url string, ids []uint64) int64 {
+	if time.Since(h.backupChecked) < backupCheckEvery && slices.Equal(ids, h.backupIDs) {
 		return h.backupRev
 	}
-	h.backupChecked, h.backupRev = time.Now(), -1
+	h.backupChecked, h.backupIDs, h.backupRev = time.Now(), ids, -1
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := store.Open(sctx, url)
@@ -280,7 +284,14 @@ func (h *healer) backupRevision(ctx context.Context, url string) int64 {
 	if err != nil {
 		return -1
 	}
-	h.backupRev = chain.NewestRevision()
+	tls, err := backup.ObserveTimelines(sctx, st, chain)
+	if err != nil {
+		return -1
+	}
+	h.backupRev = 0
+	if own, ok := backup.OwnTimeline(tls, ids); ok {
+		h.backupRev = own.Newest.LastRev
+	}
 	return h.backupRev
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +79,12 @@ type backupAgent struct {
 	status BackupStatus
 	// fullRequests carries on-demand full snapshot requests to the running session.
 	fullRequests chan chan fullOutcome
+	// authAtFull is etcd's auth revision when the newest full snapshot this agent took began,
+	// and the timeline it went to (guarded by mu).
+	authAtFull struct {
+		timeline uint32
+		revision uint64
+	}
 }
 
 type fullOutcome struct {
@@ -271,6 +278,16 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 	tl := p.Timeline()
 	resume := p.Placement.Resume
 	newestFull, reason := fullNeeded(p, a.schedule, time.Now())
+	if !p.Placement.New {
+		gap, err := a.repairDeltas(ctx, m, p, tl)
+		if err != nil {
+			return err
+		}
+		reason = firstNonEmpty(reason, gap)
+	}
+	if reason == "" {
+		reason = a.authFullNeeded(ctx, m, tl.ID)
+	}
 	a.enterTimeline(p)
 	if reason != "" {
 		a.lg.Info("taking a full snapshot", zap.Uint32("timeline", tl.ID), zap.String("reason", reason))
@@ -354,6 +371,54 @@ func fullNeeded(p snapshotter.Placed, sched cron.Schedule, now time.Time) (newes
 	return newestFull, ""
 }
 
+// deltasToCheck are the deltas of timeline chain c that a restore of its newest revisions
+// needs: those reaching past its newest full snapshot (all of them without one). The member
+// most likely still has their revisions.
+func deltasToCheck(c backup.Chain) []backup.Object {
+	var fullRev int64
+	if n := len(c.Fulls); n > 0 {
+		fullRev = c.Fulls[n-1].FirstRev
+	}
+	var out []backup.Object
+	for _, d := range c.Deltas {
+		if d.LastRev > fullRev {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// repairDeltas reads back the deltas deltasToCheck names and writes each damaged one again
+// from the member's history (snapshotter.Recapture). A damaged delta whose revisions the
+// member compacted away cannot be: the gap is reported, and repairDeltas returns why a full
+// snapshot must restart the chain. Any other failure ends the session (it starts again).
+func (a *backupAgent) repairDeltas(ctx context.Context, m snapshotter.Member, p snapshotter.Placed, tl snapshotter.Timeline) (string, error) {
+	var gaps []string
+	for _, d := range deltasToCheck(p.Chain.Timeline(tl.ID)) {
+		err := backup.VerifyObject(ctx, a.store, d)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, backup.ErrCorrupt) {
+			return "", fmt.Errorf("read back %s: %w", d.Key, err)
+		}
+		a.lg.Warn("a stored delta is damaged: capturing its revisions again", zap.String("key", d.Key), zap.Error(err))
+		rerr := snapshotter.Recapture(ctx, m, a.store, d, tl, p.Status.Version)
+		switch {
+		case rerr == nil:
+			a.lg.Info("damaged delta captured again", zap.String("key", d.Key))
+		case errors.Is(rerr, snapshotter.ErrCompacted):
+			gap := fmt.Errorf("delta %s is damaged and the member compacted revisions %d-%d away: they are lost from the backups (restores to them fail; steward backup verify lists it); a full snapshot restarts the chain: %w",
+				d.Key, d.FirstRev, d.LastRev, err)
+			a.fail("delta", gap)
+			gaps = append(gaps, gap.Error())
+		default:
+			return "", rerr
+		}
+	}
+	return strings.Join(gaps, "; "), nil
+}
+
 // enterTimeline records where the session writes: the timeline, and what it holds so far.
 // What was known to be stored on another timeline says nothing about this one.
 func (a *backupAgent) enterTimeline(p snapshotter.Placed) {
@@ -387,8 +452,11 @@ func (a *backupAgent) leaveTimeline(err error) {
 	})
 }
 
-// fullLoop takes full snapshots on schedule and on demand while the session runs.
+// fullLoop takes full snapshots on schedule, on demand, and when etcd's auth state changed,
+// while the session runs. The auth revision is read every delta period.
 func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline, newest time.Time) {
+	authTick := time.NewTicker(a.cfg.DeltaPeriod)
+	defer authTick.Stop()
 	for {
 		next := a.schedule.Next(newest)
 		timer := time.NewTimer(time.Until(next))
@@ -396,6 +464,14 @@ func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl sna
 		case <-ctx.Done():
 			timer.Stop()
 			return
+		case <-authTick.C:
+			timer.Stop()
+			if reason := a.authFullNeeded(ctx, m, tl.ID); reason != "" {
+				a.lg.Info("taking a full snapshot", zap.Uint32("timeline", tl.ID), zap.String("reason", reason))
+				if res, err := a.full(ctx, m, tl); err == nil {
+					newest = res.Created
+				}
+			}
 		case <-timer.C:
 			if res, err := a.full(ctx, m, tl); err == nil {
 				newest = res.Created
@@ -413,12 +489,61 @@ func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl sna
 	}
 }
 
+// authFullNeeded reads etcd's auth revision and says why it calls for a full snapshot on
+// timeline tl (see authFullReason), or "" (also when it cannot be read: the next check tries
+// again).
+func (a *backupAgent) authFullNeeded(ctx context.Context, m snapshotter.Member, tl uint32) string {
+	now, err := authRevision(ctx, m)
+	if err != nil {
+		a.lg.Debug("cannot read etcd's auth revision", zap.Error(err))
+		return ""
+	}
+	a.mu.Lock()
+	at := a.authAtFull
+	a.mu.Unlock()
+	return authFullReason(at.revision, at.timeline == tl && at.revision != 0, now)
+}
+
+// authFullReason says why etcd's auth state calls for a full snapshot, or "". Users, roles
+// and whether auth is enabled are not key events: only full snapshots hold them, and a
+// restore would silently roll back a change made after the newest one. etcd counts every
+// change in its auth revision (1 on a new cluster). atFull is that revision when the newest
+// full snapshot of the timeline began; known=false when this sidecar did not take it (another
+// backup leader, or before a restart): then any auth change ever made may be missing from it.
+func authFullReason(atFull uint64, known bool, now uint64) string {
+	switch {
+	case known && now > atFull:
+		return fmt.Sprintf("etcd's auth state changed (auth revision %d; %d when the newest full snapshot began)", now, atFull)
+	case !known && now > 1:
+		return fmt.Sprintf("etcd's auth state was changed (auth revision %d) and this sidecar did not take the newest full snapshot: it may not hold it", now)
+	}
+	return ""
+}
+
+// authRevision is etcd's auth revision (a raft request: read it sparingly).
+func authRevision(ctx context.Context, m snapshotter.Member) (uint64, error) {
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := m.Client.AuthStatus(actx)
+	if err != nil {
+		return 0, err
+	}
+	return r.AuthRevision, nil
+}
+
 // full takes one full snapshot on timeline tl, records it and applies retention.
 func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline) (snapshotter.FullResult, error) {
+	// Read before the snapshot begins: a change while it streams is caught by the next check.
+	authRev, authErr := authRevision(ctx, m)
 	res, err := snapshotter.Full(ctx, m, a.store, tl, nil)
 	if err != nil {
 		a.fail("full", err)
 		return res, err
+	}
+	if authErr == nil {
+		a.mu.Lock()
+		a.authAtFull.timeline, a.authAtFull.revision = tl.ID, authRev
+		a.mu.Unlock()
 	}
 	a.lg.Info("full snapshot stored", zap.String("key", res.Key), zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision),
 		zap.Int64("dbBytes", res.DBSize), zap.Int64("storedBytes", res.Size), zap.Duration("took", res.Duration))

@@ -93,3 +93,25 @@ func TestFullNeeded(t *testing.T) {
 		})
 	}
 }
+
+func TestAuthFullReason(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		atFull     uint64
+		known      bool
+		now        uint64
+		wantReason string // "" when no full snapshot is needed
+	}{
+		{"auth never changed, newest full snapshot not ours", 0, false, 1, ""},
+		{"auth unchanged since our full snapshot", 4, true, 4, ""},
+		{"a user, role or password changed since our full snapshot", 4, true, 5, "auth state changed (auth revision 5; 4 when"},
+		{"auth changed at some point, and the newest full snapshot is not ours", 0, false, 7, "did not take the newest full snapshot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := authFullReason(tc.atFull, tc.known, tc.now)
+			if (got == "") != (tc.wantReason == "") || !strings.Contains(got, tc.wantReason) {
+				t.Fatalf("authFullReason = %q, want %q", got, tc.wantReason)
+			}
+		})
+	}
+}

@@ -27,9 +27,13 @@ type Observation struct {
 	Directive *Directive
 	// AppliedEpoch is the newest directive this data dir has already carried out.
 	AppliedEpoch int64
-	// BackupHolds: the backup store holds a full snapshot. Asked only while the status has
-	// no cluster ID (a cluster that never formed, or a status that was lost).
-	BackupHolds bool
+	// BackupTimeline is the newest timeline of this cluster in the backup store (see
+	// ClusterIDs and backup.OwnTimeline; 0: it holds none), and ForeignTimelines counts the
+	// store's timelines of other clusters (sharing the prefix). Read only while the status
+	// has no cluster ID (a cluster that never formed, or a status that was lost) and by the
+	// seed of a recovery from this member's backup store.
+	BackupTimeline   uint32
+	ForeignTimelines int
 }
 
 // LiveCluster is the running cluster as seen from the other members.
@@ -96,8 +100,8 @@ type Plan struct {
 	CleanPartialRestore bool `json:"cleanPartialRestore,omitempty"`
 	// RecoveryEpoch is recorded in the data dir once this plan runs (quorum-loss directives).
 	RecoveryEpoch int64 `json:"recoveryEpoch,omitempty"`
-	// Restore is the backup and point to restore from (ActionRestoreFromBackup; nil: this
-	// member's backup store, its newest revision).
+	// Restore is the backup and point to restore from (ActionRestoreFromBackup; an empty
+	// Store: this member's backup store).
 	Restore *RestoreTarget `json:"restore,omitempty"`
 	// Reason explains the decision in words for logs and the init API.
 	Reason string `json:"reason"`
@@ -140,7 +144,7 @@ func decide(o Observation) Plan {
 			// Nothing was ever written: a cluster needs a quorum to write, and this one never
 			// had one. Waiting would wait forever for a quorum that needs this member.
 			return Plan{Case: "InvalidDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData,
-				Reason: fmt.Sprintf("data dir is %s, of a cluster that never formed, and the backup store holds nothing: wipe it and bootstrap again", data)}
+				Reason: fmt.Sprintf("data dir is %s, of a cluster that never formed, and %s: wipe it and bootstrap again", data, o.backupsHeld())}
 		}
 		return Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait,
 			Reason: fmt.Sprintf("data dir is %s and the cluster has no quorum: waiting (the supervisor or operator recovers a quorum lost for good)", data)}
@@ -163,12 +167,22 @@ func decide(o Observation) Plan {
 	case formed:
 		return Plan{Case: "LostDataWaitForQuorum", Action: ActionWait,
 			Reason: "empty data dir; the cluster has formed and no quorum answers: waiting (never bootstraps beside it; the supervisor or operator recovers a quorum lost for good)"}
-	case o.BackupHolds:
+	case o.BackupTimeline != 0:
 		return Plan{Case: "NoStatusBackupExistsWait", Seed: "001 initialisation case 1", Action: ActionWait,
-			Reason: "empty data dir and no cluster in the status, but the backup store holds backups: waiting for a restore directive (an empty new cluster would hide them)"}
+			Reason: fmt.Sprintf("empty data dir and no cluster in the status, but the backup store holds backups of this cluster (timeline %d): waiting for a restore directive (an empty new cluster would hide them)", o.BackupTimeline)}
 	}
 	return Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new",
-		Reason: fmt.Sprintf("empty data dir, the cluster has never formed and the backup store holds nothing: bootstrap a new %d-member cluster", o.ClusterSize)}
+		Reason: fmt.Sprintf("empty data dir, the cluster has never formed and %s: bootstrap a new %d-member cluster", o.backupsHeld(), o.ClusterSize)}
+}
+
+// backupsHeld says, for a cluster that bootstraps, what the backup store holds: nothing of
+// this cluster (another cluster's backups on the same prefix are no reason to wait; the new
+// cluster's backups go to a timeline of their own).
+func (o Observation) backupsHeld() string {
+	if o.ForeignTimelines > 0 {
+		return fmt.Sprintf("the backup store holds no backups of this cluster (its %d timelines are of other clusters)", o.ForeignTimelines)
+	}
+	return "the backup store holds nothing"
 }
 
 // decideValidData decides for a data dir that holds a member's valid WAL and database.
@@ -190,7 +204,7 @@ func decideValidData(o Observation, selfLive LiveMember, selfLiveOK bool) Plan {
 			Reason:         fmt.Sprintf("data dir belongs to someone else (%s): it is moved aside, never started on; rejoin as a new learner", foreign)}
 	case foreign != "" && o.neverFormed():
 		return Plan{Case: "ForeignDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: MoveDataAside,
-			Reason: fmt.Sprintf("data dir belongs to someone else (%s), of a cluster that never formed, and the backup store holds nothing: moved aside; bootstrap", foreign)}
+			Reason: fmt.Sprintf("data dir belongs to someone else (%s), of a cluster that never formed, and %s: moved aside; bootstrap", foreign, o.backupsHeld())}
 	case foreign != "":
 		return Plan{Case: "ForeignDataWaitForQuorum", Action: ActionWait,
 			Reason: fmt.Sprintf("data dir belongs to someone else (%s) and the cluster has no quorum to rejoin: waiting", foreign)}
@@ -280,9 +294,13 @@ func decideSeed(o Observation, d Directive) Plan {
 				Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: d.Restore,
 				Reason: fmt.Sprintf("a new cluster restored from %s (%s): restore it, start alone, take a full snapshot; the others join as learners", d.Restore.Store, d.Restore.Point())}
 		}
+		if o.BackupTimeline == 0 {
+			return Plan{Case: "QuorumLossSeedNoOwnBackup", Action: ActionWait,
+				Reason: fmt.Sprintf("directive %d restores this cluster from backup, but the backup store holds no timeline of it (%d of other clusters): waiting for a new directive", d.Epoch, o.ForeignTimelines)}
+		}
 		return Plan{Case: "QuorumLossRestoreFromBackup", Seed: "001 initialisation case 7", Action: ActionRestoreFromBackup, ClusterState: "new",
-			Disposal: MoveDataAside, RecoveryEpoch: d.Epoch,
-			Reason: "quorum lost for good and the backup holds the most: restore the backup chain (full + deltas), start alone, take a full snapshot; the others rejoin as learners"}
+			Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: &RestoreTarget{Timeline: o.BackupTimeline},
+			Reason: fmt.Sprintf("quorum lost for good and the backup holds the most: restore the newest revision of timeline %d, this cluster's newest (full + deltas), start alone, take a full snapshot; the others rejoin as learners", o.BackupTimeline)}
 	}
 	return Plan{Case: "UnknownRecoveryMode", Action: ActionWait, Reason: fmt.Sprintf("directive %d has unknown mode %q: waiting", d.Epoch, d.Mode)}
 }
@@ -343,10 +361,10 @@ func (o Observation) liveOwnerReason() string {
 }
 
 // neverFormed: no quorum answers, nothing says the cluster formed (the status, the other
-// members' reports, this data dir's identity) and the backup store holds nothing: whatever
+// members' reports, this data dir's identity) and the backup store holds nothing of it: whatever
 // the data dir holds was never written to by a quorum.
 func (o Observation) neverFormed() bool {
-	return !o.Live.Quorate && !o.formed() && (o.Data.Identity == nil || o.Data.Identity.ClusterID == "") && !o.BackupHolds
+	return !o.Live.Quorate && !o.formed() && (o.Data.Identity == nil || o.Data.Identity.ClusterID == "") && o.BackupTimeline == 0
 }
 
 // formed: the status records a cluster that formed, or another member reports data of one

@@ -114,9 +114,12 @@ func TestDecide(t *testing.T) {
 		{name: "001-1 member starting while its peers are still starting (no quorum, nothing formed)",
 			obs:  obs("m1", emptyData, bootstrapping, none),
 			want: Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new"}},
-		{name: "001-1 nothing formed but the backup store holds backups: wait for a restore directive",
-			obs:  with_(obs("m0", emptyData, LiveCluster{}, none), func(o *Observation) { o.BackupHolds = true }),
+		{name: "001-1 nothing formed but the backup store holds backups of this cluster: wait for a restore directive",
+			obs:  with_(obs("m0", emptyData, LiveCluster{}, none), func(o *Observation) { o.BackupTimeline, o.ForeignTimelines = 2, 1 }),
 			want: Plan{Case: "NoStatusBackupExistsWait", Seed: "001 initialisation case 1", Action: ActionWait}},
+		{name: "001-1 a new cluster on a prefix that holds only other clusters' backups: bootstrap (its backups start a timeline of their own)",
+			obs:  with_(obs("m0", emptyData, LiveCluster{}, none), func(o *Observation) { o.ForeignTimelines = 2 }),
+			want: Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new"}},
 		{name: "001-2 listed member that never started, the others formed a quorum: starts as that member (existing)",
 			obs:  obs("m1", emptyData, LiveCluster{Reachable: true, Quorate: true, ClusterID: "def", Members: bootstrapping.Members}, status(formed, ready("m0", "m2"))),
 			want: Plan{Case: "StartUnstartedMember", Seed: "001 initialisation case 2", Action: ActionJoinAsLearner, ClusterState: "existing"}},
@@ -139,8 +142,12 @@ func TestDecide(t *testing.T) {
 			obs:  obs("m1", validData, noQuorum, formed),
 			want: Plan{Case: "RestartNonQuorate", Seed: "001 initialisation case 6", Action: ActionRestart, ClusterState: "existing"}},
 		{name: "001-7 seed of a recovery from backup",
-			obs:  with_(obs("m1", emptyData, LiveCluster{}, all), func(o *Observation) { o.Directive = backupM1 }),
-			want: Plan{Case: "QuorumLossRestoreFromBackup", Seed: "001 initialisation case 7", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4}},
+			obs: with_(obs("m1", emptyData, LiveCluster{}, all), func(o *Observation) { o.Directive, o.BackupTimeline, o.ForeignTimelines = backupM1, 2, 1 }),
+			want: Plan{Case: "QuorumLossRestoreFromBackup", Seed: "001 initialisation case 7", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
+				Restore: &RestoreTarget{Timeline: 2}}},
+		{name: "001-7 seed of a recovery from backup, the store holds only other clusters' timelines: wait (never restores another cluster)",
+			obs:  with_(obs("m1", emptyData, LiveCluster{}, all), func(o *Observation) { o.Directive, o.ForeignTimelines = backupM1, 3 }),
+			want: Plan{Case: "QuorumLossSeedNoOwnBackup", Action: ActionWait}},
 		{name: "bootstrap.restore: the first member of a new cluster restores the target and starts alone",
 			obs: with_(obs("m0", emptyData, LiveCluster{}, none), func(o *Observation) {
 				d := *directive(1, PhaseSeeding, RecoverFromBackup, "m0")
@@ -262,9 +269,12 @@ func TestDecide(t *testing.T) {
 		{name: "damaged data of a cluster that never formed, no backups: wiped, bootstrap again (waiting would wait forever)",
 			obs:  obs("m1", damagedDB, LiveCluster{}, none),
 			want: Plan{Case: "InvalidDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData}},
-		{name: "damaged data of a cluster that never formed, but the backup store holds backups: wait",
-			obs:  with_(obs("m1", damagedDB, LiveCluster{}, none), func(o *Observation) { o.BackupHolds = true }),
+		{name: "damaged data of a cluster that never formed, but the backup store holds backups of it: wait",
+			obs:  with_(obs("m1", damagedDB, LiveCluster{}, none), func(o *Observation) { o.BackupTimeline = 1 }),
 			want: Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait}},
+		{name: "damaged data of a cluster that never formed, the backup store holds other clusters' backups: wiped, bootstrap again",
+			obs:  with_(obs("m1", damagedDB, LiveCluster{}, none), func(o *Observation) { o.ForeignTimelines = 1 }),
+			want: Plan{Case: "InvalidDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData}},
 		{name: "damaged data whose identity records that the cluster formed: wait, never bootstrap",
 			obs: obs("m1", func() datadir.State {
 				s := damagedDB
@@ -297,6 +307,9 @@ func TestDecide(t *testing.T) {
 			}
 			reason := got.Reason
 			got.Reason = ""
+			if got.Restore != nil && tt.want.Restore != nil && *got.Restore == *tt.want.Restore {
+				got.Restore = tt.want.Restore
+			}
 			if got != tt.want {
 				t.Fatalf("Decide() = %+v\nwant        %+v\n(reason: %s)", got, tt.want, reason)
 			}
@@ -307,7 +320,7 @@ func TestDecide(t *testing.T) {
 				}
 			}
 			// Never a new cluster on existing data, beside a formed one, or over backups.
-			if got.Action == ActionBootstrap && ((!tt.obs.Data.Empty() && got.Disposal == KeepData) || tt.obs.formed() || tt.obs.BackupHolds) {
+			if got.Action == ActionBootstrap && ((!tt.obs.Data.Empty() && got.Disposal == KeepData) || tt.obs.formed() || tt.obs.BackupTimeline != 0) {
 				t.Fatalf("bootstraps a new cluster where one exists: %+v", got)
 			}
 		})

@@ -194,14 +194,17 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 	if d := snap.Directive; d == nil || d.Epoch <= obs.AppliedEpoch || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name {
 		obs.Live = observeLive(ctx, others(spec, s.cfg.Name))
 	}
-	// Whether the store holds backups matters only to a member that might bootstrap a new
-	// cluster.
-	if !obs.Live.Quorate && snap.Status.ClusterID == "" && len(snap.Status.Voters) == 0 && s.cfg.Backup.StoreURL != "" {
-		holds, err := s.backupHolds(ctx)
+	// What the store holds of this cluster matters only to a member that might bootstrap a
+	// new cluster, and to the seed that restores this cluster from its own backup store.
+	mightBootstrap := !obs.Live.Quorate && snap.Status.ClusterID == "" && len(snap.Status.Voters) == 0
+	d := snap.Directive
+	restores := d != nil && d.Epoch > obs.AppliedEpoch && d.Phase == PhaseSeeding && d.Seed == s.cfg.Name && d.Mode == RecoverFromBackup && d.Restore == nil
+	if (mightBootstrap || restores) && s.cfg.Backup.StoreURL != "" {
+		ids := ClusterIDs(spec, snap.Status.ClusterID)
+		obs.BackupTimeline, obs.ForeignTimelines, err = s.ownBackup(ctx, ids)
 		if err != nil {
-			return spec, Observation{}, fmt.Errorf("the cluster has never formed and the backup store cannot say whether it holds backups (a new cluster is bootstrapped only when it holds none): %w", err)
+			return spec, Observation{}, fmt.Errorf("the backup store %s cannot say which of its timelines are of this cluster (a new cluster is bootstrapped only when it holds none, a recovery restores the newest): %w", s.cfg.Backup.StoreURL, err)
 		}
-		obs.BackupHolds = holds
 	}
 	return spec, obs, nil
 }

@@ -14,18 +14,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// restoredLeaseTTL is the TTL given to leases granted after the full snapshot that a restore
-// replays keys of: such keys expire an hour after the restore instead of never.
-const restoredLeaseTTL = 3600
-
-// restoreFromBackup recovers a quorum lost with all data: restore the newest state of the
-// backup chain into the data dir as a one-member cluster, start alone, and take a full
-// snapshot once serving (the others rejoin as learners).
+// restoreFromBackup recovers a quorum lost with all data: restore the plan's target (on a
+// quorum loss, the newest revision of this cluster's newest timeline) into the data dir as a
+// one-member cluster, start alone, and take a full snapshot once serving (the others rejoin
+// as learners).
 func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan Plan, identity datadir.Identity) ([]byte, error) {
-	storeURL, target := s.cfg.Backup.StoreURL, RestoreTarget{}
+	var target RestoreTarget
 	if plan.Restore != nil {
-		storeURL, target = plan.Restore.Store, *plan.Restore
+		target = *plan.Restore
 	}
+	storeURL := firstNonEmpty(target.Store, s.cfg.Backup.StoreURL)
 	if storeURL == "" {
 		return nil, errors.New("directed to restore from backup, but this member has no backup store (--store)")
 	}
@@ -45,8 +43,8 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	start := time.Now()
 	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name,
 		InitialCluster: self.Name + "=" + self.PeerURL, InitialClusterToken: spec.Token, PeerURLs: []string{self.PeerURL},
-		ToRevision: target.Revision, ToTime: target.Time,
-		MissingLeaseTTL: restoredLeaseTTL, Logger: s.lg.Named("restore")})
+		ToRevision: target.Revision, ToTime: target.Time, Timeline: target.Timeline,
+		MissingLeaseTTL: restore.DefaultMissingLeaseTTL, Logger: s.lg.Named("restore")})
 	if mkErr := os.MkdirAll(s.cfg.DataDir, 0o700); mkErr != nil && err == nil {
 		err = mkErr
 	}
@@ -56,7 +54,7 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	}
 	s.metrics.membership.WithLabelValues("restore", "ok").Inc()
 	s.metrics.membershipSeconds.WithLabelValues("restore").Observe(time.Since(start).Seconds())
-	s.lg.Info("restored from backup", zap.Int64("revision", res.Revision), zap.String("full", res.Full.Key),
+	s.lg.Info("restored from backup", zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision), zap.String("full", res.Full.Key),
 		zap.Int("deltas", len(res.Deltas)), zap.Duration("took", time.Since(start)))
 	// A new cluster and member: their IDs are recorded once etcd serves.
 	identity.ClusterID, identity.MemberID = "", ""
@@ -67,18 +65,28 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	return s.etcdConfig(spec, plan, self.Name+"="+self.PeerURL)
 }
 
-// backupHolds reports whether the backup store holds any backup: a member of a cluster that
-// never formed bootstraps a new one only when it holds none (seed 001 initialisation case 1).
-func (s *Sidecar) backupHolds(ctx context.Context) (bool, error) {
+// ownBackup reads which timelines of the backup store are this cluster's (known by the
+// cluster IDs ids): the newest of them (0: none) and how many are of other clusters (or
+// cannot say whose they are).
+func (s *Sidecar) ownBackup(ctx context.Context, ids []uint64) (timeline uint32, foreign int, err error) {
 	st, err := store.Open(ctx, s.cfg.Backup.StoreURL)
 	if err != nil {
-		return false, err
+		return 0, 0, err
 	}
 	defer st.Close()
 	chain, err := backup.ListChain(ctx, st)
 	if err != nil {
-		return false, err
+		return 0, 0, err
 	}
-	_, ok := chain.Newest()
-	return ok, nil
+	tls, err := backup.ObserveTimelines(ctx, st, chain)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, tl := range tls {
+		if !tl.Of(ids) {
+			foreign++
+		}
+	}
+	own, _ := backup.OwnTimeline(tls, ids)
+	return own.Timeline, foreign, nil
 }

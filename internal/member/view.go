@@ -188,7 +188,8 @@ type Directive struct {
 	// Ack is the seed's acknowledgement, once it serves.
 	Ack *DirectiveResult `json:"ack,omitempty"`
 	// Restore, on a RecoverFromBackup directive, names the backup and the point to restore
-	// (a new cluster's bootstrap.restore); nil: the seed's own backup store, newest revision.
+	// (a new cluster's bootstrap.restore); nil: the seed's own backup store, the newest
+	// revision of this cluster's newest timeline there (Observation.BackupTimeline).
 	Restore *RestoreTarget `json:"restore,omitempty"`
 }
 
@@ -198,6 +199,8 @@ type RestoreTarget struct {
 	Store    string    `json:"store"`
 	Revision int64     `json:"revision,omitempty"`
 	Time     time.Time `json:"time,omitempty"`
+	// Timeline is the timeline to restore (0: the newest, or the one of Time).
+	Timeline uint32 `json:"timeline,omitempty"`
 }
 
 // Point says which point of the history is restored, in words.
@@ -207,6 +210,8 @@ func (t RestoreTarget) Point() string {
 		return fmt.Sprintf("revision %d", t.Revision)
 	case !t.Time.IsZero():
 		return "the newest revision at " + t.Time.UTC().Format(time.RFC3339)
+	case t.Timeline != 0:
+		return fmt.Sprintf("the newest revision of timeline %d", t.Timeline)
 	}
 	return "the newest revision"
 }

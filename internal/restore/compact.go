@@ -29,6 +29,11 @@ type CompactOptions struct {
 	// Timeline is the timeline compacted (the new full snapshot goes to it); 0 means the
 	// newest.
 	Timeline uint32
+	// MissingLeaseTTL is Options.MissingLeaseTTL: the new snapshot holds a lease record with
+	// this TTL for every lease its keys refer to and the chain does not hold (granted after
+	// the full snapshot). 0 leaves those keys with leases that do not exist: they would never
+	// expire after a restore.
+	MissingLeaseTTL int64
 	// ScratchDir holds the scratch data dir (the database, twice while it is defragmented);
 	// default os.TempDir(). It is removed on every exit path.
 	ScratchDir string
@@ -109,7 +114,7 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 	rres, err := Restore(ctx, Options{
 		Store: o.Store, Timeline: o.Timeline, DataDir: dataDir, ScratchDir: scratch,
 		Name: "compact", InitialCluster: "compact=" + peer, PeerURLs: []string{peer}, InitialClusterToken: "steward-compact",
-		Progress: o.Progress, Logger: lg,
+		MissingLeaseTTL: o.MissingLeaseTTL, Progress: o.Progress, Logger: lg,
 	})
 	res.Restore = &rres
 	if err != nil {

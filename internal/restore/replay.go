@@ -44,9 +44,9 @@ type ReplayOptions struct {
 	BatchBytes int64
 	// MissingLeaseTTL, if > 0, creates a lease record with this TTL (seconds) for every lease
 	// that a live key refers to after the replay but that the database does not know (granted
-	// after the snapshot: lease grants are not key events). The restored member then expires
-	// those keys unless the lease's holder keeps it alive. With 0 such keys keep their lease ID
-	// but etcd never expires them.
+	// after the snapshot: lease grants are not key events; or missing from the snapshot
+	// itself). The restored member then expires those keys unless the lease's holder keeps it
+	// alive. With 0 such keys keep their lease ID but etcd never expires them.
 	MissingLeaseTTL int64
 	// Progress, if set, is called after each batch commit and at the end with the newest
 	// applied revision.
@@ -54,6 +54,11 @@ type ReplayOptions struct {
 	// Logger receives etcd's storage logs; nil discards them.
 	Logger *zap.Logger
 }
+
+// DefaultMissingLeaseTTL (seconds) is the TTL Steward gives a lease that restored keys refer
+// to but no backup holds the grant of: an hour, a Kubernetes API server's event TTL (the
+// leases it grants), so such keys expire instead of living forever.
+const DefaultMissingLeaseTTL = 3600
 
 // ReplayResult tells what Replay did.
 type ReplayResult struct {
@@ -134,7 +139,7 @@ func Replay(ctx context.Context, dataDir string, src EventSource, opts ReplayOpt
 	// can recover and return as errors.
 	lg = lg.WithOptions(zap.WithFatalHook(zapcore.WriteThenPanic))
 
-	r := &replayer{src: src, opts: opts, res: res, leases: map[int64]struct{}{}}
+	r := &replayer{src: src, opts: opts, res: res}
 	if err := r.open(lg, dbPath); err != nil {
 		return res, err
 	}
@@ -169,7 +174,6 @@ type replayer struct {
 	tw       mvcc.TxnWrite // open write txn for txRev, or nil
 	trace    *traceutil.Trace
 
-	leases        map[int64]struct{} // lease IDs of applied puts, for MissingLeaseTTL
 	pendingEvents int
 	pendingBytes  int64
 	broken        bool // a panic escaped etcd's storage; do not touch the backend again
@@ -328,9 +332,6 @@ func (r *replayer) apply(ev *mvccpb.Event) error {
 				ErrEventMismatch, kv.Key, r.txRev, kv.CreateRevision, kv.Version, got.CreateRevision, got.Version, rev)
 		}
 		r.pendingBytes += int64(len(kv.Key) + len(kv.Value))
-		if kv.Lease != 0 && r.opts.MissingLeaseTTL > 0 {
-			r.leases[kv.Lease] = struct{}{}
-		}
 	case mvccpb.DELETE:
 		if n, _ := r.tw.DeleteRange(kv.Key, nil); n != 1 {
 			return fmt.Errorf("replay: %w: delete %q at revision %d: the key does not exist in the database; discard the data dir and check that the deltas follow this snapshot",
@@ -419,23 +420,15 @@ func (inertLessor) GetLease(lease.LeaseItem) lease.LeaseID        { return lease
 func (inertLessor) Attach(lease.LeaseID, []lease.LeaseItem) error { return nil }
 func (inertLessor) Detach(lease.LeaseID, []lease.LeaseItem) error { return nil }
 
-// createMissingLeases writes lease records for leases that live keys refer to but the lease
-// bucket lacks. Only leases seen in replayed puts are candidates; a scan of the live keys keeps
-// the ones still in use (a lease revoked in the source left no key behind).
+// createMissingLeases writes a lease record for every lease that a live key refers to but the
+// lease bucket lacks. A scan of every live key, in chunks, finds them: the scan holds one
+// chunk and one entry per distinct lease in memory.
 func (r *replayer) createMissingLeases() error {
+	known := map[int64]bool{} // lease ID: the bucket holds it
 	tx := r.be.BatchTx()
 	tx.LockOutsideApply()
-	for id := range r.leases {
-		if schema.MustUnsafeGetLease(tx, id) != nil {
-			delete(r.leases, id)
-		}
-	}
+	schema.UnsafeCreateLeaseBucket(tx)
 	tx.Unlock()
-	if len(r.leases) == 0 {
-		return nil
-	}
-	used := map[int64]struct{}{}
-	// Every key from "\x00" on, in chunks: the scan holds one chunk in memory.
 	key, end := []byte{0}, []byte{}
 	for {
 		tr := r.kv.Read(mvcc.SharedBufReadTxMode, r.trace)
@@ -444,22 +437,25 @@ func (r *replayer) createMissingLeases() error {
 		if err != nil {
 			return fmt.Errorf("replay: scan keys for leases: %w", err)
 		}
+		tx.LockOutsideApply()
 		for _, kv := range res.KVs {
-			if _, ok := r.leases[kv.Lease]; ok {
-				used[kv.Lease] = struct{}{}
+			if _, seen := known[kv.Lease]; kv.Lease != 0 && !seen {
+				known[kv.Lease] = schema.MustUnsafeGetLease(tx, kv.Lease) != nil
 			}
 		}
+		tx.Unlock()
 		if len(res.KVs) < 1000 {
 			break
 		}
 		key = append(bytes.Clone(res.KVs[len(res.KVs)-1].Key), 0)
 	}
 	tx.LockOutsideApply()
-	schema.UnsafeCreateLeaseBucket(tx)
-	for id := range used {
-		schema.MustUnsafePutLease(tx, &leasepb.Lease{ID: id, TTL: r.opts.MissingLeaseTTL})
+	defer tx.Unlock()
+	for id, ok := range known {
+		if !ok {
+			schema.MustUnsafePutLease(tx, &leasepb.Lease{ID: id, TTL: r.opts.MissingLeaseTTL})
+			r.res.LeasesCreated++
+		}
 	}
-	tx.Unlock()
-	r.res.LeasesCreated = int64(len(used))
 	return nil
 }

@@ -56,8 +56,9 @@ type Options struct {
 	// go together.
 	BumpRevision  int64
 	MarkCompacted bool
-	// MissingLeaseTTL is ReplayOptions.MissingLeaseTTL: a TTL (seconds) for leases granted
-	// after the full snapshot, which the restored database would otherwise not know.
+	// MissingLeaseTTL is ReplayOptions.MissingLeaseTTL: a TTL (seconds) for the leases that
+	// restored keys refer to and the restored database lacks (granted after the full snapshot,
+	// whose TTL is in no backup). Steward's callers use DefaultMissingLeaseTTL.
 	MissingLeaseTTL int64
 
 	// DryRun plans the restore and reports what it would read, without writing anything.
@@ -385,7 +386,9 @@ func (r *restorer) run(ctx context.Context, res *Result) (err error) {
 	}
 
 	res.Revision = res.StartRevision
-	if want > res.StartRevision {
+	// With no deltas to apply, the replay still gives the keys of the snapshot whose leases it
+	// lacks a lease (a snapshot compacted without them).
+	if want > res.StartRevision || r.o.MissingLeaseTTL > 0 {
 		if err := r.replay(ctx, p, want, res); err != nil {
 			return err
 		}

@@ -181,15 +181,13 @@ func (s *Store) openCloud(ctx context.Context, u *url.URL) error {
 		// S3-compatible stores still need a signing region; almost all accept this one.
 		q.Set("region", "us-east-1")
 	}
-	if u.Scheme == "s3" && q.Get("endpoint") != "" {
-		// Many S3-compatible stores reject or omit the SDK's newer default
-		// checksums (and the SDK then logs on every read). Objects carry
-		// their own SHA-256, so ask for checksums only where S3 requires them.
-		for _, k := range []string{"request_checksum_calculation", "response_checksum_validation"} {
-			if q.Get(k) == "" {
-				q.Set(k, "when_required")
-			}
-		}
+	if u.Scheme == "s3" && q.Get("endpoint") != "" && q.Get("response_checksum_validation") == "" {
+		// Uploads carry the SDK's checksum (CRC-32 of every part; request_checksum_calculation
+		// stays when_supported), so the store refuses an upload damaged on the way. Many
+		// S3-compatible stores omit checksums in their responses, and the SDK then logs on
+		// every read: objects carry their own SHA-256, checked on every read, so responses are
+		// checked only where S3 requires it.
+		q.Set("response_checksum_validation", "when_required")
 	}
 	bu := &url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: q.Encode()}
 	b, err := blob.OpenBucket(ctx, bu.String())

@@ -6,10 +6,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/johannesboyne/gofakes3"
@@ -21,13 +23,25 @@ import (
 // a real deployment gets them.
 func fakeS3(t *testing.T, buckets ...string) (string, *s3mem.Backend) {
 	t.Helper()
+	return fakeS3Seeing(t, nil, buckets...)
+}
+
+// fakeS3Seeing is fakeS3 with every request shown to see first (nil: none).
+func fakeS3Seeing(t *testing.T, see func(*http.Request), buckets ...string) (string, *s3mem.Backend) {
+	t.Helper()
 	be := s3mem.New()
 	for _, b := range buckets {
 		if err := be.CreateBucket(b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(gofakes3.New(be).Server())
+	h := gofakes3.New(be).Server()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if see != nil {
+			see(r)
+		}
+		h.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	t.Setenv("AWS_ACCESS_KEY_ID", "steward")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "steward-secret")
@@ -302,6 +316,31 @@ func TestS3Store(t *testing.T) {
 	}
 	if len(list.CommonPrefixes) != 0 {
 		t.Fatalf("unexpected prefixes %v", list.CommonPrefixes)
+	}
+}
+
+// TestS3UploadsCarryChecksums: every upload request (a whole object or a part of one) to an
+// S3-compatible endpoint carries a checksum of its body, which the store accepts.
+func TestS3UploadsCarryChecksums(t *testing.T) {
+	var mu sync.Mutex
+	uploads, without := 0, []string{}
+	endpoint, _ := fakeS3Seeing(t, func(r *http.Request) {
+		if r.Method != http.MethodPut {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		uploads++
+		if r.Header.Get("X-Amz-Checksum-Crc32") == "" && r.Header.Get("X-Amz-Trailer") == "" {
+			without = append(without, r.URL.String())
+		}
+	}, "backups")
+	s := openT(t, s3URL(endpoint, "backups", "p"))
+	exercise(t, s, 20<<20) // multipart too
+	mu.Lock()
+	defer mu.Unlock()
+	if uploads == 0 || len(without) > 0 {
+		t.Fatalf("%d uploads; without a checksum: %v", uploads, without)
 	}
 }
 

@@ -1,11 +1,14 @@
 package testutil
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -18,6 +21,9 @@ import (
 type S3 struct {
 	URL  string
 	down atomic.Bool
+	// corrupt, when set, is a key substring: the next upload of a matching key is stored
+	// with one byte flipped.
+	corrupt atomic.Pointer[string]
 }
 
 // FakeS3 starts an S3 server with the given buckets and points the AWS SDK's credentials
@@ -36,6 +42,15 @@ func FakeS3(t testing.TB, buckets ...string) *S3 {
 		if s.down.Load() {
 			http.Error(w, "<Error><Code>ServiceUnavailable</Code><Message>outage</Message></Error>", http.StatusServiceUnavailable)
 			return
+		}
+		if m := s.corrupt.Load(); m != nil && r.Method == http.MethodPut && strings.Contains(r.URL.Path, *m) && s.corrupt.CompareAndSwap(m, nil) {
+			b, err := io.ReadAll(r.Body)
+			if err != nil || len(b) == 0 {
+				http.Error(w, "cannot read the body", http.StatusBadRequest)
+				return
+			}
+			b[len(b)/2] ^= 0xff
+			r.Body = io.NopCloser(bytes.NewReader(b))
 		}
 		h.ServeHTTP(w, r)
 	}))
@@ -57,6 +72,10 @@ func FakeS3(t testing.TB, buckets ...string) *S3 {
 func (s *S3) StoreURL(bucket, prefix string) string {
 	return fmt.Sprintf("s3://%s/%s?endpoint=%s&use_path_style=true&region=us-east-1", bucket, prefix, s.URL)
 }
+
+// CorruptNextUpload makes the server store the next upload of a key containing match with one
+// byte flipped, as a store that damages data in transit or at rest would.
+func (s *S3) CorruptNextUpload(match string) { s.corrupt.Store(&match) }
 
 // SetDown switches the outage on or off: while down every request gets 503.
 func (s *S3) SetDown(down bool) { s.down.Store(down) }

@@ -200,12 +200,22 @@ func sortOldestFirst(objs []backup.Object) {
 	})
 }
 
-// Collect applies policy p to the timelines in s of cluster clusterID (0: to every timeline),
-// after reading back to its end (backup.VerifyObject) the newest full snapshot of every
-// timeline it deletes from: nothing is deleted unless the snapshots that everything kept hangs
-// on are sound. A sidecar passes its cluster's ID: the timelines of another cluster sharing
-// the prefix follow that cluster's policy, not this one's. It returns what it deleted.
+// Collect deletes what Doomed names and returns it.
 func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64) ([]backup.Object, error) {
+	doomed, err := Doomed(ctx, s, p, now, clusterID)
+	if err != nil || len(doomed) == 0 {
+		return nil, err
+	}
+	return doomed, Apply(ctx, s, doomed)
+}
+
+// Doomed says what policy p deletes from the timelines in s of cluster clusterID (0: from
+// every timeline), oldest first, after reading back to its end (backup.VerifyObject) the
+// newest full snapshot of every timeline it would delete from: nothing is to be deleted unless
+// the snapshots that everything kept hangs on are sound. A sidecar passes its cluster's ID:
+// the timelines of another cluster sharing the prefix follow that cluster's policy, not this
+// one's. It deletes nothing.
+func Doomed(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64) ([]backup.Object, error) {
 	chain, err := backup.ListChain(ctx, s)
 	if err != nil {
 		return nil, err
@@ -235,10 +245,10 @@ func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clust
 		checked[o.Timeline] = true
 		newest, _ := chain.Timeline(o.Timeline).Newest()
 		if err := backup.VerifyObject(ctx, s, newest); err != nil {
-			return nil, fmt.Errorf("retention: nothing deleted: the newest full snapshot %s of timeline %d does not read back: %w", newest.Key, o.Timeline, err)
+			return nil, fmt.Errorf("retention: nothing deleted: the newest full snapshot %s of timeline %d does not read back (take a new one: steward backup save; steward backup verify lists the damage): %w", newest.Key, o.Timeline, err)
 		}
 	}
-	return doomed, Apply(ctx, s, doomed)
+	return doomed, nil
 }
 
 // Apply deletes objs from s in the given order (Plan's: oldest first). It

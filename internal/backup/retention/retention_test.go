@@ -335,6 +335,9 @@ func TestCollectReadsTheNewestFullBack(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if del, err := Doomed(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0); err == nil || !strings.Contains(err.Error(), newest) || len(del) != 0 {
+		t.Fatalf("Doomed over a damaged newest full: %v, err %v; want nothing, and the error naming %s", del, err, newest)
+	}
 	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
 	if err == nil || !strings.Contains(err.Error(), newest) || len(del) != 0 || !strings.Contains(keys(), old) {
 		t.Fatalf("Collect over a damaged newest full: deleted %v, err %v; left %s", del, err, keys())

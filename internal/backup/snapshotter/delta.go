@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -185,6 +186,44 @@ func roundInterval(period, span time.Duration, revs, raw int64) time.Duration {
 	return max(interval, roundMin)
 }
 
+// readBack reads the object just written at key to its end and checks it (backup.VerifyObject):
+// nothing counts as stored until it does.
+func readBack(ctx context.Context, s *store.Store, key string) error {
+	o, err := backup.ParseKey(key)
+	if err == nil {
+		err = backup.VerifyObject(ctx, s, o)
+	}
+	if err != nil {
+		return fmt.Errorf("%s was written but does not read back (written again): %w", key, err)
+	}
+	return nil
+}
+
+// Recapture writes delta object o again, from the member's history: the same revisions,
+// read anew, under the same key (a damaged object is replaced). ErrCompacted: the member no
+// longer has them.
+func Recapture(ctx context.Context, m Member, s *store.Store, o backup.Object, tl Timeline, etcdVersion string) error {
+	payload, err := backup.NewPayloadBuffer(backup.KindDelta)
+	if err != nil {
+		return err
+	}
+	conn, own, err := memberConn(m, watchWindow, watchReadBuffer)
+	if err != nil {
+		return fmt.Errorf("recapture %s: %w", o.Key, err)
+	}
+	if own {
+		defer conn.(io.Closer).Close()
+	}
+	d := &deltaBuffer{opts: DeltaOptions{Timeline: tl, EtcdVersion: etcdVersion, MaxBytes: math.MaxInt}, next: o.FirstRev, until: o.LastRev, payload: payload}
+	if _, _, err := d.round(ctx, conn, s, roundTimeout); err != nil {
+		return fmt.Errorf("recapture %s: %w", o.Key, err)
+	}
+	if d.first != o.FirstRev || d.last != o.LastRev {
+		return fmt.Errorf("recapture %s: the member gave revisions %d-%d", o.Key, d.first, d.last)
+	}
+	return d.flush(ctx, s)
+}
+
 // payloadKeep is how much of the compressed buffer's memory is kept between objects.
 const payloadKeep = 8 << 20
 
@@ -235,6 +274,9 @@ func (d *deltaBuffer) round(ctx context.Context, conn grpc.ClientConnInterface, 
 		if err := d.sameCluster(w.msg.clusterID); err != nil {
 			return err
 		}
+		if d.until > 0 && rev > d.until {
+			return nil
+		}
 		// A response holds many revisions: store the buffer once it holds MaxBytes, at the
 		// first revision that does not fit.
 		if rev != d.last && d.payload.Raw() >= int64(d.opts.MaxBytes) {
@@ -263,6 +305,9 @@ func (d *deltaBuffer) round(ctx context.Context, conn grpc.ClientConnInterface, 
 		}
 		if msg.created {
 			target = msg.rev
+			if d.until > 0 {
+				target = min(target, d.until)
+			}
 			if target < from-1 {
 				// Revisions the member does not have would never come: the store holds
 				// another history above the member's.
@@ -306,6 +351,7 @@ type deltaBuffer struct {
 	last     int64
 	events   int64
 	next     int64 // the next revision expected from the watch
+	until    int64 // the last revision to read (0: up to the member's revision)
 	failures int
 }
 
@@ -340,9 +386,10 @@ func (d *deltaBuffer) add(rev int64, event []byte) error {
 	return err
 }
 
-// flush stores the buffer as one delta object, retrying with backoff until it succeeds or
-// ctx ends (then it returns ctx's error and the buffer is dropped: the next backup leader
-// resumes from the store).
+// flush stores the buffer as one delta object and reads it back, retrying with backoff until
+// it succeeds or ctx ends (then it returns ctx's error and the buffer is dropped: the next
+// backup leader resumes from the store). An object that does not read back is written again
+// from the buffer.
 func (d *deltaBuffer) flush(ctx context.Context, s *store.Store) error {
 	backoff := 500 * time.Millisecond
 	for {
@@ -351,6 +398,9 @@ func (d *deltaBuffer) flush(ctx context.Context, s *store.Store) error {
 		hdr := backup.Header{Kind: backup.KindDelta, Timeline: d.opts.Timeline.ID, Compression: backup.CompressionZstd, EtcdVersion: d.opts.EtcdVersion,
 			ClusterID: d.opts.Timeline.ClusterID, FirstRev: d.first, LastRev: d.last, Created: start.UTC()}
 		tr, err := backup.WriteBufferedObject(ctx, s, key, hdr, d.payload)
+		if err == nil {
+			err = readBack(ctx, s, key)
+		}
 		if err == nil {
 			if d.opts.OnFlush != nil {
 				d.opts.OnFlush(Delta{Key: key, FirstRev: d.first, LastRev: d.last, Events: d.events, Size: tr.PayloadSize,

@@ -1,0 +1,174 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/restore"
+	"github.com/etcd-steward/steward/internal/store"
+	"github.com/etcd-steward/steward/internal/testutil"
+)
+
+func TestDeltasToCheck(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	obj := func(key string) backup.Object {
+		o, err := backup.ParseKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	for _, tc := range []struct {
+		name string
+		keys []string
+		want []string
+	}{
+		{"no delta", []string{backup.FullKey(1, 100, at)}, nil},
+		{"the deltas past the newest full snapshot, not those it covers",
+			[]string{backup.FullKey(1, 10, at), backup.DeltaKey(1, 11, 50), backup.FullKey(1, 60, at), backup.DeltaKey(1, 51, 70), backup.DeltaKey(1, 71, 90)},
+			[]string{backup.DeltaKey(1, 51, 70), backup.DeltaKey(1, 71, 90)}},
+		{"no full snapshot: every delta", []string{backup.DeltaKey(1, 11, 50), backup.DeltaKey(1, 51, 70)},
+			[]string{backup.DeltaKey(1, 11, 50), backup.DeltaKey(1, 51, 70)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []backup.Object
+			for _, k := range tc.keys {
+				objs = append(objs, obj(k))
+			}
+			var got []string
+			for _, o := range deltasToCheck(backup.NewChain(objs)) {
+				got = append(got, o.Key)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("deltasToCheck = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// damage flips a byte in the middle of the file store's object key.
+func damage(t *testing.T, s *store.Store, key string) {
+	t.Helper()
+	path := filepath.Join(strings.TrimPrefix(s.String(), "file://"), key)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, _ := backup.ParseKey(key)
+	if err := backup.VerifyObject(context.Background(), s, o); !errors.Is(err, backup.ErrCorrupt) {
+		t.Fatalf("damaged %s reads back with %v", key, err)
+	}
+}
+
+// chainWithMiddleDelta backs up the member at ep in several deltas after the full snapshot and
+// returns a delta from the middle of them.
+func chainWithMiddleDelta(t *testing.T, s *store.Store, cli *clientv3.Client, ep string) backup.Object {
+	t.Helper()
+	a, stop := startBackups(t, s, ep)
+	waitStored(t, a, cli, ep, 1)
+	for i := range 3 {
+		write(t, cli, fmt.Sprint("batch", i), 20)
+		waitStored(t, a, cli, ep, 1)
+	}
+	stop()
+	ds := deltasToCheck(checkTimelines(t, s, 1))
+	if len(ds) < 3 {
+		t.Fatalf("%d deltas after the full snapshot, want 3 or more", len(ds))
+	}
+	return ds[len(ds)/2]
+}
+
+// TestDamagedDeltaInTheMiddleIsRecaptured: a delta in the middle of the chain found damaged
+// when backups start is written again from the member's history, and the chain restores to
+// the member's state.
+func TestDamagedDeltaInTheMiddleIsRecaptured(t *testing.T) {
+	s := openTestStore(t)
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	mid := chainWithMiddleDelta(t, s, cli, ep)
+	damage(t, s, mid.Key)
+
+	a, _ := startBackups(t, s, ep)
+	testutil.Eventually(t, 30*time.Second, mid.Key+" written again", func() error {
+		return backup.VerifyObject(context.Background(), s, mid)
+	})
+	waitStored(t, a, cli, ep, 1)
+	want, rev := state(t, cli)
+	got, gotRev, _ := restored(t, restore.Options{Store: s})
+	if gotRev != rev {
+		t.Fatalf("restored revision %d, want %d", gotRev, rev)
+	}
+	sameState(t, "restore after the recapture", got, want)
+}
+
+// TestDamagedDeltaCompactedAwayTakesAFullSnapshot: a damaged delta whose revisions the member
+// compacted away cannot be captured again: the gap is reported and a full snapshot restarts
+// the chain.
+func TestDamagedDeltaCompactedAwayTakesAFullSnapshot(t *testing.T) {
+	s := openTestStore(t)
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	mid := chainWithMiddleDelta(t, s, cli, ep)
+	damage(t, s, mid.Key)
+	_, rev := state(t, cli)
+	if _, err := cli.Compact(context.Background(), rev); err != nil {
+		t.Fatal(err)
+	}
+
+	a, _ := startBackups(t, s, ep)
+	testutil.Eventually(t, 30*time.Second, "the gap reported and a full snapshot at the member's revision", func() error {
+		st := a.Status()
+		if !strings.Contains(st.LastError, mid.Key) || !strings.Contains(st.LastError, "lost from the backups") {
+			return fmt.Errorf("last error %q", st.LastError)
+		}
+		if st.LatestFullRevision < rev {
+			return fmt.Errorf("newest full snapshot at revision %d, want %d or later", st.LatestFullRevision, rev)
+		}
+		return nil
+	})
+	waitStored(t, a, cli, ep, 1)
+	want, wantRev := state(t, cli)
+	got, gotRev, _ := restored(t, restore.Options{Store: s})
+	if gotRev != wantRev {
+		t.Fatalf("restored revision %d, want %d", gotRev, wantRev)
+	}
+	sameState(t, "restore from the new full snapshot", got, want)
+}
+
+// TestDeltaThatDoesNotReadBackIsWrittenAgain: a delta the store damaged on upload is read
+// back, found damaged and written again before it counts as stored: the chain verifies.
+func TestDeltaThatDoesNotReadBackIsWrittenAgain(t *testing.T) {
+	s3 := testutil.FakeS3(t, "backups")
+	s, err := store.Open(context.Background(), s3.StoreURL("backups", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	a, stop := startBackups(t, s, ep)
+	waitStored(t, a, cli, ep, 1)
+	s3.CorruptNextUpload("/delta/")
+	write(t, cli, "after", 30)
+	waitStored(t, a, cli, ep, 1)
+	stop()
+	if st := a.Status(); st.Failures == 0 || !strings.Contains(st.LastError, "does not read back") {
+		t.Fatalf("backup status %+v: want the damaged upload reported", st)
+	}
+	chain := checkTimelines(t, s, 1)
+	for _, o := range chain.Objects() {
+		if err := backup.VerifyObject(context.Background(), s, o); err != nil {
+			t.Fatalf("%s: %v", o.Key, err)
+		}
+	}
+}

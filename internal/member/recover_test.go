@@ -1,0 +1,175 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/etcd-steward/steward/internal/store"
+	"github.com/etcd-steward/steward/internal/testutil"
+)
+
+// staticView is a cluster view that never changes.
+type staticView struct{ snap ClusterSnapshot }
+
+func (v staticView) Snapshot(context.Context) (ClusterSnapshot, error) { return v.snap, nil }
+func (v staticView) Watch(ctx context.Context) (<-chan struct{}, error) {
+	return make(chan struct{}), nil
+}
+func (v staticView) Report(context.Context, Report) error { return nil }
+func (v staticView) AckDirective(context.Context, int64, DirectiveResult) error {
+	return nil
+}
+
+// oneMember is the spec of a one-member cluster whose member "test" has fresh addresses.
+func oneMember(t *testing.T, token string) ClusterSpec {
+	url := func() string { return fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)) }
+	return ClusterSpec{Name: "c", Token: token, Members: []MemberSpec{{Name: "test", ClientURL: url(), PeerURL: url()}}}
+}
+
+// testSidecar is the sidecar of member "test" on a new data dir, backing up to s.
+func testSidecar(t *testing.T, s *store.Store, snap ClusterSnapshot) *Sidecar {
+	t.Helper()
+	sc, err := New(Config{Name: "test", DataDir: filepath.Join(t.TempDir(), "data"), View: staticView{snap},
+		Backup: BackupConfig{StoreURL: s.String()}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// decideOnce observes (the data dir, the cluster, the backup store) and decides, as one
+// initialisation attempt does.
+func decideOnce(t *testing.T, sc *Sidecar) (ClusterSpec, Observation, Plan) {
+	t.Helper()
+	spec, obs, err := sc.observe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, obs, Decide(obs)
+}
+
+// startFromConfig starts etcd on a configuration the sidecar generated.
+func startFromConfig(t *testing.T, cfg []byte) (*clientv3.Client, string) {
+	t.Helper()
+	ec, err := etcdproc.LoadConfigBytes(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		t.Fatal("etcd did not start on the generated configuration")
+	}
+	ep := ec.AdvertiseClientUrls[0].String()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli, ep
+}
+
+// twoClusters backs up clusters A (timeline 1) and B (timeline 2, the store's newest) to s,
+// and returns each one's cluster ID, keys and revision.
+func twoClusters(t *testing.T, s *store.Store) (ids [2]uint64, want [2]map[string]keyState, revs [2]int64, peerA string) {
+	t.Helper()
+	eA, cliA, epA := testutil.EmbeddedEtcd(t)
+	_, cliB, epB := testutil.EmbeddedEtcd(t)
+	a, stopA := startBackups(t, s, epA)
+	waitStored(t, a, cliA, epA, 1)
+	b, stopB := startBackups(t, s, epB)
+	waitStored(t, b, cliB, epB, 2)
+	write(t, cliA, "a", 60)
+	write(t, cliB, "b", 20)
+	waitStored(t, a, cliA, epA, 1)
+	waitStored(t, b, cliB, epB, 2)
+	stopA()
+	stopB()
+	for i, c := range []struct {
+		cli *clientv3.Client
+		ep  string
+	}{{cliA, epA}, {cliB, epB}} {
+		ids[i] = clusterIDOf(t, c.cli, c.ep)
+		want[i], revs[i] = state(t, c.cli)
+	}
+	return ids, want, revs, eA.Config().AdvertisePeerUrls[0].String()
+}
+
+// TestRecoveryFromBackupRestoresTheClustersOwnTimeline: two clusters share a store; a quorum
+// loss of either one restores that cluster's newest timeline, never the other cluster's
+// (timeline 2, B's, is the store's newest).
+func TestRecoveryFromBackupRestoresTheClustersOwnTimeline(t *testing.T) {
+	s := openTestStore(t)
+	ids, want, revs, _ := twoClusters(t, s)
+	for i, name := range []string{"A", "B"} {
+		t.Run(name, func(t *testing.T) {
+			spec := oneMember(t, "tok-"+name)
+			sc := testSidecar(t, s, ClusterSnapshot{Spec: spec,
+				Status:    ClusterStatus{ClusterID: strconv.FormatUint(ids[i], 16), Voters: []Voter{{ID: "1", Name: "test"}}},
+				Directive: &Directive{Epoch: 1, Phase: PhaseSeeding, Mode: RecoverFromBackup, Seed: "test"}})
+			spec, obs, plan := decideOnce(t, sc)
+			tl := uint32(i + 1)
+			if plan.Case != "QuorumLossRestoreFromBackup" || plan.Restore == nil || plan.Restore.Timeline != tl {
+				t.Fatalf("plan %+v (restore %+v); want QuorumLossRestoreFromBackup of timeline %d", plan, plan.Restore, tl)
+			}
+			cfg, err := sc.act(context.Background(), spec, obs, plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cli, _ := startFromConfig(t, cfg)
+			got, rev := state(t, cli)
+			if rev != revs[i] {
+				t.Fatalf("restored revision %d, want %d (cluster %s's newest)", rev, revs[i], name)
+			}
+			sameState(t, "cluster "+name+" restored", got, want[i])
+		})
+	}
+}
+
+// TestNewClusterBootstrapsBesideAnotherClustersBackups: a cluster that never formed, given a
+// store that holds only other clusters' backups, bootstraps (it would otherwise wait forever
+// for a restore directive); one that finds backups of its own waits for the restore.
+func TestNewClusterBootstrapsBesideAnotherClustersBackups(t *testing.T) {
+	s := openTestStore(t)
+	ids, _, _, peerA := twoClusters(t, s)
+
+	spec := oneMember(t, "new-cluster")
+	sc := testSidecar(t, s, ClusterSnapshot{Spec: spec, Status: ClusterStatus{Members: []StatusMember{{Name: "test"}}}})
+	spec, obs, plan := decideOnce(t, sc)
+	if plan.Case != "Bootstrap" || obs.BackupTimeline != 0 || obs.ForeignTimelines != 2 {
+		t.Fatalf("plan %+v with backup timeline %d and %d foreign; want Bootstrap beside 2 foreign timelines", plan, obs.BackupTimeline, obs.ForeignTimelines)
+	}
+	cfg, err := sc.act(context.Background(), spec, obs, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, ep := startFromConfig(t, cfg)
+	id := clusterIDOf(t, cli, ep)
+	if !slices.Contains(ClusterIDs(spec, ""), id) || slices.Contains(ids[:], id) {
+		t.Fatalf("bootstrapped cluster %x: ClusterIDs(spec) = %x, the store's clusters %x", id, ClusterIDs(spec, ""), ids)
+	}
+
+	// Cluster A again, its status lost (no cluster ID): its spec gives A's ID, so the
+	// backups are its own, and it waits for the restore rather than hide them.
+	lost := ClusterSpec{Name: "a", Token: "etcd-cluster", Members: []MemberSpec{{Name: "test", ClientURL: "http://127.0.0.1:1", PeerURL: peerA}}}
+	sc = testSidecar(t, s, ClusterSnapshot{Spec: lost, Status: ClusterStatus{Members: []StatusMember{{Name: "test"}}}})
+	if _, obs, plan := decideOnce(t, sc); plan.Case != "NoStatusBackupExistsWait" || obs.BackupTimeline != 1 {
+		t.Fatalf("plan %+v with backup timeline %d; want NoStatusBackupExistsWait on timeline 1", plan, obs.BackupTimeline)
+	}
+}
