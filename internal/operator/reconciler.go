@@ -314,7 +314,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		return o, err
 	}
 
-	storedRev := int64(-1) // the newest revision the backups hold, as the backup leader published it
+	stored := publication{revision: -1} // the newest revision the backups hold, as the backup leader published it
 	members := map[int]*MemberObservation{}
 	at := func(i int) *MemberObservation {
 		if m, ok := members[i]; ok {
@@ -354,9 +354,14 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 				continue
 			}
 			rev, err := strconv.ParseInt(*l.Spec.HolderIdentity, 10, 64)
-			if err == nil {
-				storedRev = max(storedRev, rev)
+			if err != nil {
+				continue
 			}
+			renewed := time.Time{}
+			if l.Spec.RenewTime != nil {
+				renewed = l.Spec.RenewTime.Time
+			}
+			stored = newerPublication(stored, publication{rev, renewed})
 			if l.Spec.RenewTime != nil {
 				if l.Labels[LabelLeaseKind] == "full-snapshot" {
 					o.Backup.LastFull, o.Backup.LastFullRevision = l.Spec.RenewTime.Time, rev
@@ -378,7 +383,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	}
 	o.Reports = map[string]member.Report{}
 	rec := Recovery{Acks: map[string]member.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
-		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: storedRev},
+		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: stored.revision},
 		Timing: heal.Timing{Grace: o.Graces.NotReady, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
 	for i := range ems.Items {
 		em := &ems.Items[i]
@@ -607,4 +612,20 @@ func nextDeadline(o Observation, d Decision, now time.Time) time.Duration {
 	// A second more, so that the deadline has passed when the reconciliation runs (status
 	// times are kept at second precision).
 	return next.Sub(now) + time.Second
+}
+
+// publication is a snapshot Lease's revision and when the backup leader renewed it.
+type publication struct {
+	revision int64
+	at       time.Time
+}
+
+// newerPublication is the later of two publications (on a tie, the higher revision). The
+// newer one is of the timeline backed up now: after a history restart, the other Lease still
+// names the old timeline's higher revision, which no restore of this cluster reaches.
+func newerPublication(a, b publication) publication {
+	if a.revision < 0 || b.at.After(a.at) || (b.at.Equal(a.at) && b.revision > a.revision) {
+		return b
+	}
+	return a
 }
