@@ -171,14 +171,7 @@ func compactDB(lg *zap.Logger, dbPath string, rev int64) (before, after int64, e
 			err = fmt.Errorf("compact: etcd storage failed on %s: %v", dbPath, p)
 		}
 	}()
-	bcfg := backend.DefaultBackendConfig(lg)
-	bcfg.Path = dbPath
-	bcfg.BatchInterval = 24 * time.Hour
-	bcfg.BatchLimit = math.MaxInt32
-	bcfg.BackendFreelistType = bolt.FreelistMapType
-	bcfg.UnsafeNoFsync = true // a scratch copy: it is uploaded, then deleted
-	be := backend.New(bcfg)
-	kv := mvcc.NewStore(lg, be, inertLessor{}, mvcc.StoreConfig{CompactionBatchLimit: 10_000, CompactionSleepInterval: time.Microsecond})
+	kv, be := openScratch(lg, dbPath)
 	done, cerr := kv.Compact(traceutil.TODO(), rev)
 	switch {
 	case cerr == nil:
@@ -207,6 +200,20 @@ func compactDB(lg *zap.Logger, dbPath string, rev int64) (before, after int64, e
 		return before, 0, fmt.Errorf("compact: %w", err)
 	}
 	return before, st.Size(), nil
+}
+
+// openScratch opens the mvcc store of a scratch copy of a database at dbPath, as etcd would
+// with no member: no fsync, one batch, compaction at full speed. lg must turn etcd's fatal logs
+// into panics for the caller to recover.
+func openScratch(lg *zap.Logger, dbPath string) (mvcc.KV, backend.Backend) {
+	bcfg := backend.DefaultBackendConfig(lg)
+	bcfg.Path = dbPath
+	bcfg.BatchInterval = 24 * time.Hour
+	bcfg.BatchLimit = math.MaxInt32
+	bcfg.BackendFreelistType = bolt.FreelistMapType
+	bcfg.UnsafeNoFsync = true // a scratch copy: it is deleted after use
+	be := backend.New(bcfg)
+	return mvcc.NewStore(lg, be, inertLessor{}, mvcc.StoreConfig{CompactionBatchLimit: 10_000, CompactionSleepInterval: time.Microsecond}), be
 }
 
 // uploadSnapshot stores the database file at dbPath as a full snapshot under key, in the form
