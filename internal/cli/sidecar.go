@@ -97,6 +97,8 @@ decides how the member starts, generates its etcd configuration, and serves:
 	f.DurationVar(&cfg.Backup.DeltaPeriod, "delta-period", 5*time.Second, "how often delta snapshots are written")
 	f.IntVar(&cfg.Backup.DeltaMaxBytes, "delta-max-bytes", 16<<20, "write a delta early once it holds this many bytes")
 	f.StringVar(&cfg.Backup.FullSchedule, "full-schedule", "@hourly", "cron schedule of full snapshots")
+	f.StringVar(&cfg.Backup.DrillSchedule, "drill-schedule", "@daily", "cron schedule of restore drills of the newest timeline on the backup leader (restore into a scratch dir, compare HashKV with its member); \""+member.DrillOff+"\" for none")
+	f.StringVar(&cfg.Backup.DrillScratchDir, "drill-scratch-dir", os.TempDir(), "directory for the restore drill's scratch data dir (room for twice the database)")
 	f.StringVar(&retention, "retention", "exponential", "backup retention policy: exponential or limit:N (empty: keep everything)")
 	_ = cmd.MarkFlagRequired("name")
 	_ = cmd.MarkFlagRequired("data-dir")
