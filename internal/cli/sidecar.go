@@ -131,6 +131,9 @@ func kubernetesView(ctx context.Context, cfg *member.Config, ns, cluster string)
 	cfg.Etcd.AutoCompactionMode, cfg.Etcd.AutoCompactionRetention = e.AutoCompactionMode, e.AutoCompactionRetention
 	if b := cc.Backup; b != nil {
 		cfg.Backup.StoreURL, cfg.Backup.FullSchedule = b.Store, b.FullSchedule
+		if b.DrillSchedule != "" {
+			cfg.Backup.DrillSchedule = b.DrillSchedule
+		}
 		if b.DeltaPeriod != "" {
 			if cfg.Backup.DeltaPeriod, err = time.ParseDuration(b.DeltaPeriod); err != nil {
 				return fmt.Errorf("cluster.yaml backup.deltaPeriod: %w", err)
