@@ -107,9 +107,17 @@ func Drill(ctx context.Context, o DrillOptions) (res DrillResult, err error) {
 	var compactTo int64
 	if o.Live != nil {
 		res.LiveEndpoint = o.LiveEndpoint
+		st, err := o.Live.Status(ctx, o.LiveEndpoint)
+		if err != nil {
+			return res, fmt.Errorf("restore drill of timeline %d: status of the live member %s: %w", res.Timeline, o.LiveEndpoint, err)
+		}
+		if id := st.Header.GetClusterId(); id != rres.ClusterID {
+			return res, fmt.Errorf("restore drill of timeline %d: the live member %s is of cluster %x, the timeline's backups of cluster %x: their revisions are unrelated; drill that cluster's timeline (steward backup list shows each timeline's cluster)",
+				res.Timeline, o.LiveEndpoint, id, rres.ClusterID)
+		}
 		live, err := o.Live.HashKV(ctx, o.LiveEndpoint, res.Revision)
 		if err != nil {
-			return res, fmt.Errorf("restore drill of timeline %d: HashKV at revision %d on the live member %s (a revision the member compacted away cannot be compared: drill more often than the cluster compacts): %w",
+			return res, fmt.Errorf("restore drill of timeline %d: HashKV at revision %d on the live member %s (the member must still hold that revision: a revision it compacted away cannot be compared, so drill more often than the cluster compacts): %w",
 				res.Timeline, res.Revision, o.LiveEndpoint, err)
 		}
 		res.LiveHash, compactTo = live.Hash, live.CompactRevision

@@ -146,6 +146,14 @@ func TestDrill(t *testing.T) {
 	}
 	checkEmpty(t, scratch)
 
+	// Another cluster's member: its revisions are unrelated to the timeline's.
+	_, other, otherEP := testutil.EmbeddedEtcd(t)
+	if _, err := Drill(ctx, DrillOptions{Store: c.store, Live: other, LiveEndpoint: otherEP, ScratchDir: scratch}); err == nil ||
+		errors.Is(err, ErrDrillMismatch) || !strings.Contains(err.Error(), otherEP) || !strings.Contains(err.Error(), "of cluster") {
+		t.Errorf("drill against another cluster's member: err = %v, want one naming the member and both clusters", err)
+	}
+	checkEmpty(t, scratch)
+
 	// Without the live cluster: the restored revision and the data's own hash.
 	alone, err := Drill(ctx, DrillOptions{Store: c.store, ScratchDir: scratch})
 	if err != nil {
