@@ -282,7 +282,10 @@ on every exit path.`,
 				v.Issues = append(v.Issues, is.String())
 			}
 			var drillErr error
-			if drill && v.OK {
+			switch {
+			case drill && !v.OK:
+				v.DrillError = "not run: the verification failed; restore drills need a chain that verifies"
+			case drill:
 				res, err := runDrill(cmd, s, timeline, endpoints, scratch, verbose)
 				v.Drill, drillErr = &res, err
 				if err != nil {
@@ -302,6 +305,9 @@ on every exit path.`,
 				}
 				if v.OK {
 					t.row("OK")
+				}
+				if v.DrillError != "" && drillErr == nil {
+					t.row("drill " + v.DrillError)
 				}
 				if d := v.Drill; d != nil && drillErr == nil {
 					t.row(fmt.Sprintf("drill: timeline %d restored to revision %d from %s and %d deltas in %s",

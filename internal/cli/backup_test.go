@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +87,8 @@ func TestBackupVerifyRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	url := "file://" + t.TempDir()
+	dir := t.TempDir()
+	url := "file://" + dir
 	run := func(args ...string) (string, error) {
 		cmd := NewRootCommand()
 		var out, errOut bytes.Buffer
@@ -125,5 +128,31 @@ func TestBackupVerifyRestore(t *testing.T) {
 	}
 	if _, err := run("verify", "--store", url, "--timeline", "1"); err == nil || !strings.Contains(err.Error(), "--restore") {
 		t.Errorf("verify --timeline without --restore: err = %v, want one asking for --restore", err)
+	}
+
+	// A damaged chain is not drilled: the verification already failed.
+	fulls, _ := filepath.Glob(filepath.Join(dir, "v1", "timeline", "*", "full", "*"))
+	if len(fulls) != 1 {
+		t.Fatalf("full snapshots in the store: %v", fulls)
+	}
+	b, err := os.ReadFile(fulls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(fulls[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("verify", "--store", url, "--restore", "--endpoints", ep, "-o", "json")
+	var exit *ExitError
+	if !errors.As(err, &exit) || exit.Code != 2 {
+		t.Fatalf("verify --restore of a damaged chain: err = %v, want exit code 2", err)
+	}
+	v = verifyView{}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.OK || v.Drill != nil || !strings.HasPrefix(v.DrillError, "not run") {
+		t.Errorf("verify --restore of a damaged chain: %s", out)
 	}
 }
