@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
@@ -82,23 +81,16 @@ func Drill(ctx context.Context, o DrillOptions) (res DrillResult, err error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	scratch, err := os.MkdirTemp(o.ScratchDir, "steward-drill-")
-	if err != nil {
-		return res, fmt.Errorf("restore drill: create a scratch dir (give a writable directory with room for twice the database): %w", err)
+	scratch, rres, err := scratchRestore(ctx, o.ScratchDir, "drill", Options{Store: o.Store, Timeline: o.Timeline, Progress: o.Progress, Logger: lg})
+	if scratch != "" {
+		defer os.RemoveAll(scratch)
 	}
-	defer os.RemoveAll(scratch)
-
-	// The member identity does not matter: no member is started on the scratch copy.
-	const peer = "http://127.0.0.1:2380"
-	dataDir := filepath.Join(scratch, "data")
-	rres, err := Restore(ctx, Options{
-		Store: o.Store, Timeline: o.Timeline, DataDir: dataDir, ScratchDir: scratch,
-		Name: "drill", InitialCluster: "drill=" + peer, PeerURLs: []string{peer}, InitialClusterToken: "steward-drill",
-		Progress: o.Progress, Logger: lg,
-	})
 	res.Restore = &rres
 	res.Timeline, res.Revision = rres.Timeline, rres.Target
 	if err != nil {
+		if rres.Timeline == 0 { // none chosen yet
+			return res, fmt.Errorf("restore drill: %w", err)
+		}
 		return res, fmt.Errorf("restore drill of timeline %d: %w", rres.Timeline, err)
 	}
 	if o.Progress != nil {
@@ -122,7 +114,7 @@ func Drill(ctx context.Context, o DrillOptions) (res DrillResult, err error) {
 		}
 		res.LiveHash, compactTo = live.Hash, live.CompactRevision
 	}
-	h, rev, err := hashDB(lg, DBPath(dataDir), compactTo, res.Revision)
+	h, rev, err := hashDB(lg, DBPath(scratchDataDir(scratch)), compactTo, res.Revision)
 	if rev != 0 && rev != res.Revision {
 		return res, fmt.Errorf("%w: timeline %d: the restored database is at revision %d, the chain's last revision is %d",
 			ErrDrillMismatch, res.Timeline, rev, res.Revision)
