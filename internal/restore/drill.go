@@ -131,8 +131,8 @@ func Drill(ctx context.Context, o DrillOptions) (res DrillResult, err error) {
 			res.Timeline, h.CompactRevision, o.LiveEndpoint, compactTo, res.Revision, h.CompactRevision)
 	}
 	if h.Hash != res.LiveHash {
-		return res, fmt.Errorf("%w: timeline %d, revision %d (compact revision %d): restored hash %d, live member %s hash %d; restore from another timeline or take a full snapshot (`steward backup save`)",
-			ErrDrillMismatch, res.Timeline, res.Revision, compactTo, h.Hash, o.LiveEndpoint, res.LiveHash)
+		return res, fmt.Errorf("%w: timeline %d, revision %d (compact revision %d): restored hash %d, live member %s hash %d; the backups or the member's data are damaged: compare the members (etcdctl endpoint hashkv --cluster --rev %d); if they agree, take a full snapshot now (steward backup save) so that restores past it are exact",
+			ErrDrillMismatch, res.Timeline, res.Revision, compactTo, h.Hash, o.LiveEndpoint, res.LiveHash, res.Revision)
 	}
 	return res, nil
 }
