@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -81,6 +82,27 @@ func TestSidecarDrill(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(leader.metrics.drillRevision); got < float64(written) {
 		t.Errorf("steward_backup_drill_revision = %v, want %d or more", got, written)
+	}
+	// GET /v1/backup carries it.
+	body, err := json.Marshal(backupStatusResponse{Enabled: true, BackupStatus: leader.Status()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		LastDrill struct {
+			Timeline uint32 `json:"timeline"`
+			Revision int64  `json:"revision"`
+			Time     string `json:"time"`
+			Duration int64  `json:"duration"`
+			OK       bool   `json:"ok"`
+			Result   string `json:"result"`
+		} `json:"lastDrill"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if d := got.LastDrill; d.Timeline != 1 || d.Revision < written || d.Time == "" || d.Duration <= 0 || !d.OK || d.Result != "ok" {
+		t.Errorf("GET /v1/backup lastDrill: %s", body)
 	}
 	for i, a := range agents {
 		if st := a.Status(); !st.Leader && !st.LastDrill.Time.IsZero() {
