@@ -66,6 +66,8 @@ type BackupConfig struct {
 	FullSchedule string `json:"fullSchedule"`
 	DeltaPeriod  string `json:"deltaPeriod"`
 	Retention    string `json:"retention"`
+	// DrillSchedule is BackupSpec.DrillSchedule; empty for the sidecar's default.
+	DrillSchedule string `json:"drillSchedule,omitempty"`
 }
 
 // RestoreConfig is where a new cluster bootstraps from.

@@ -136,6 +136,12 @@ type BackupSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == 'exponential' || self == 'keep' || self.matches('^limit:[1-9][0-9]*$')",message="spec.backup.retention must be exponential, keep, or limit:N with N >= 1"
 	// +optional
 	Retention string `json:"retention,omitempty"`
+	// DrillSchedule is the cron schedule of restore drills: the backup leader restores the
+	// newest backed-up revision into a scratch dir and compares its HashKV with its member's
+	// (see docs/restore.md); "off" for none.
+	// +kubebuilder:default="@daily"
+	// +optional
+	DrillSchedule string `json:"drillSchedule,omitempty"`
 }
 
 // EtcdSpec tunes the etcd members.

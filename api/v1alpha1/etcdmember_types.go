@@ -57,6 +57,26 @@ type MemberBackup struct {
 	// LastError is the newest failure, if any.
 	// +optional
 	LastError string `json:"lastError,omitempty"`
+	// LastDrill is the newest restore drill: the timeline being written restored into a
+	// scratch dir and its HashKV compared with the backup leader's member.
+	// +optional
+	LastDrill *MemberDrill `json:"lastDrill,omitempty"`
+}
+
+// MemberDrill is the outcome of a restore drill.
+type MemberDrill struct {
+	// Timeline is the timeline drilled.
+	Timeline int64 `json:"timeline"`
+	// Revision is the revision restored and compared.
+	Revision int64 `json:"revision"`
+	// Time is when the drill began.
+	Time metav1.Time `json:"time"`
+	// Duration is how long the drill took.
+	Duration metav1.Duration `json:"duration"`
+	// OK is true when the restored data's HashKV equalled the member's.
+	OK bool `json:"ok"`
+	// Result is "ok" or why the drill failed.
+	Result string `json:"result"`
 }
 
 // EtcdMemberList is a list of EtcdMembers.

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/backup/retention"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -221,6 +224,9 @@ type verifyView struct {
 	Bad       []badView               `json:"bad"`
 	Issues    []string                `json:"issues"`
 	Timelines []backup.TimelineReport `json:"timelines"`
+	// Drill is the restore drill's result (--restore), DrillError why it failed.
+	Drill      *restore.DrillResult `json:"drill,omitempty"`
+	DrillError string               `json:"drillError,omitempty"`
 }
 
 type badView struct {
@@ -230,15 +236,32 @@ type badView struct {
 
 func newBackupVerifyCommand() *cobra.Command {
 	var (
-		url string
-		out outputFlag
+		url, endpoints, scratch string
+		drill, verbose          bool
+		timeline                uint32
+		out                     outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
-		Short: "Read every object, check every checksum and, timeline by timeline, the chain; exit 2 if anything is wrong",
-		Args:  cobra.NoArgs,
+		Short: "Read every object, check every checksum and, timeline by timeline, the chain; with --restore, restore it and prove the result; exit 2 if anything is wrong",
+		Long: `Verify reads every object, checks every checksum and, timeline by timeline, that the
+revisions follow each other.
+
+With --restore it then runs a restore drill: it restores the newest revision of a timeline (the
+newest, or --timeline) into a scratch data dir and proves the result exact. The restored
+database must be at the chain's last revision, and its HashKV (etcd's hash of the key space) at
+that revision is computed. With --endpoints, the first endpoint's member computes its own
+HashKV at that revision and the two must be equal; the restored copy is first compacted to
+that member's compact revision, since HashKV covers the revisions above it (the live cluster is
+never compacted). The revision must still be above the member's compact revision: drill soon
+after the last backup. The scratch dir needs room for about twice the database; it is removed
+on every exit path.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if !drill && (endpoints != "" || timeline != 0) {
+				return errors.New("--endpoints and --timeline belong to the restore drill: add --restore")
+			}
 			s, err := openStore(ctx, url)
 			if err != nil {
 				return err
@@ -258,6 +281,17 @@ func newBackupVerifyCommand() *cobra.Command {
 			for _, is := range rep.Issues {
 				v.Issues = append(v.Issues, is.String())
 			}
+			var drillErr error
+			switch {
+			case drill && !v.OK:
+				v.DrillError = "not run: the verification failed; restore drills need a chain that verifies"
+			case drill:
+				res, err := runDrill(cmd, s, timeline, endpoints, scratch, verbose)
+				v.Drill, drillErr = &res, err
+				if err != nil {
+					v.DrillError = err.Error()
+				}
+			}
 			if err := out.print(cmd.OutOrStdout(), v, func(t *table) {
 				t.row(fmt.Sprintf("%d objects, %s, %d delta events read from %s", v.Objects, humanBytes(v.Bytes), v.Events, v.Store))
 				for _, b := range v.Bad {
@@ -272,18 +306,68 @@ func newBackupVerifyCommand() *cobra.Command {
 				if v.OK {
 					t.row("OK")
 				}
+				if v.DrillError != "" && drillErr == nil {
+					t.row("drill " + v.DrillError)
+				}
+				if d := v.Drill; d != nil && drillErr == nil {
+					t.row(fmt.Sprintf("drill: timeline %d restored to revision %d from %s and %d deltas in %s",
+						d.Timeline, d.Revision, d.Restore.Full.Key, len(d.Restore.Deltas), d.Duration.Round(time.Millisecond)))
+					if d.LiveEndpoint == "" {
+						t.row(fmt.Sprintf("  HashKV at revision %d (compact revision %d): %d (give --endpoints to compare it with the live cluster)", d.Revision, d.CompactRevision, d.Hash))
+					} else {
+						t.row(fmt.Sprintf("  HashKV at revision %d (compact revision %d): %d, equal to live member %s's", d.Revision, d.CompactRevision, d.Hash, d.LiveEndpoint))
+					}
+				}
 			}); err != nil {
 				return err
 			}
 			if !v.OK {
 				return &ExitError{Code: 2, Message: fmt.Sprintf("verification failed: %d damaged objects, %d chain issues", len(v.Bad), len(v.Issues))}
 			}
+			if drillErr != nil {
+				if errors.Is(drillErr, restore.ErrDrillMismatch) || errors.Is(drillErr, backup.ErrCorrupt) || errors.Is(drillErr, restore.ErrMissingRevisions) {
+					return &ExitError{Code: 2, Message: drillErr.Error()}
+				}
+				return drillErr
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	cmd.Flags().BoolVar(&drill, "restore", false, "also restore the newest revision into a scratch dir and prove it exact (a restore drill)")
+	cmd.Flags().Uint32Var(&timeline, "timeline", 0, "the timeline to drill (default: the newest; see steward backup list)")
+	cmd.Flags().StringVar(&endpoints, "endpoints", "", "client URLs of the live cluster: the first one's member HashKV is compared with the restored data's")
+	cmd.Flags().StringVar(&scratch, "scratch-dir", os.TempDir(), "directory for the drill's scratch data dir (room for twice the database)")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log etcd's messages during the drill")
 	out.register(cmd)
 	return cmd
+}
+
+// runDrill runs verify's restore drill, with progress on stderr.
+func runDrill(cmd *cobra.Command, s *store.Store, timeline uint32, endpoints, scratch string, verbose bool) (restore.DrillResult, error) {
+	ctx := cmd.Context()
+	o := restore.DrillOptions{Store: s, Timeline: timeline, ScratchDir: scratch}
+	if verbose {
+		lg, err := newLogger("info")
+		if err != nil {
+			return restore.DrillResult{}, err
+		}
+		o.Logger = lg
+	}
+	if endpoints != "" {
+		eps := strings.Split(endpoints, ",")
+		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return restore.DrillResult{}, fmt.Errorf("connect to %s: %w", endpoints, err)
+		}
+		defer cli.Close()
+		o.Live, o.LiveEndpoint = cli, eps[0]
+	}
+	prog := &phaseProgress{w: cmd.ErrOrStderr()}
+	o.Progress = prog.update
+	res, err := restore.Drill(ctx, o)
+	prog.done()
+	return res, err
 }
 
 func newBackupGCCommand() *cobra.Command {

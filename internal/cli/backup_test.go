@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
+	"github.com/etcd-steward/steward/internal/testutil"
 )
 
 // TestBackupListShowsTimelines: `backup list` shows each timeline with its cluster, revision
@@ -68,5 +73,86 @@ func TestBackupListShowsTimelines(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("table does not show %q:\n%s", want, table)
 		}
+	}
+}
+
+// TestBackupVerifyRestore: `backup verify --restore --endpoints` restores the newest revision
+// and reports the HashKV it shares with the live member, in JSON and in the table; the drill's
+// flags need --restore.
+func TestBackupVerifyRestore(t *testing.T) {
+	ctx := context.Background()
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	for i := range 20 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/k/%d", i%3), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	url := "file://" + dir
+	run := func(args ...string) (string, error) {
+		cmd := NewRootCommand()
+		var out, errOut bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		cmd.SetArgs(append([]string{"backup"}, args...))
+		err := cmd.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	if out, err := run("save", "--store", url, "--endpoints", ep); err != nil {
+		t.Fatalf("backup save: %v\n%s", err, out)
+	}
+	scratch := t.TempDir()
+	out, err := run("verify", "--store", url, "--restore", "--endpoints", ep, "--scratch-dir", scratch, "-o", "json")
+	if err != nil {
+		t.Fatalf("backup verify --restore: %v\n%s", err, out)
+	}
+	var v verifyView
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, "/k/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := v.Drill
+	if !v.OK || d == nil || v.DrillError != "" || d.Timeline != 1 || d.Revision != resp.Header.Revision || d.Hash != d.LiveHash || d.LiveEndpoint != ep {
+		t.Fatalf("verify --restore: %s", out)
+	}
+	if left, _ := os.ReadDir(scratch); len(left) > 0 {
+		t.Errorf("scratch dir holds %d entries after the drill", len(left))
+	}
+	out, err = run("verify", "--store", url, "--restore", "--endpoints", ep, "--scratch-dir", scratch)
+	if err != nil || !strings.Contains(out, fmt.Sprintf("drill: timeline 1 restored to revision %d", d.Revision)) ||
+		!strings.Contains(out, fmt.Sprintf("%d, equal to live member %s's", d.Hash, ep)) {
+		t.Errorf("verify --restore table (err %v):\n%s", err, out)
+	}
+	if _, err := run("verify", "--store", url, "--timeline", "1"); err == nil || !strings.Contains(err.Error(), "--restore") {
+		t.Errorf("verify --timeline without --restore: err = %v, want one asking for --restore", err)
+	}
+
+	// A damaged chain is not drilled: the verification already failed.
+	fulls, _ := filepath.Glob(filepath.Join(dir, "v1", "timeline", "*", "full", "*"))
+	if len(fulls) != 1 {
+		t.Fatalf("full snapshots in the store: %v", fulls)
+	}
+	b, err := os.ReadFile(fulls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(fulls[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("verify", "--store", url, "--restore", "--endpoints", ep, "-o", "json")
+	var exit *ExitError
+	if !errors.As(err, &exit) || exit.Code != 2 {
+		t.Fatalf("verify --restore of a damaged chain: err = %v, want exit code 2", err)
+	}
+	v = verifyView{}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.OK || v.Drill != nil || !strings.HasPrefix(v.DrillError, "not run") {
+		t.Errorf("verify --restore of a damaged chain: %s", out)
 	}
 }

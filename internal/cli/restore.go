@@ -199,6 +199,8 @@ func (p *phaseProgress) endPhase() {
 		p.bar.Done("compacted and defragmented")
 	case restore.PhaseVerify:
 		p.bar.Done("read back and verified")
+	case restore.PhaseHash:
+		p.bar.Done("hashed as etcd's HashKV")
 	default:
 		p.bar.Done("done")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -67,6 +68,11 @@ decides how the member starts, generates its etcd configuration, and serves:
 				if err := kubernetesView(cmd.Context(), &cfg, kubeNamespace, kubeCluster); err != nil {
 					return err
 				}
+				if !cmd.Flags().Changed("drill-scratch-dir") {
+					// A pod's /tmp is a small emptyDir: the drill's scratch goes on the data
+					// volume, beside the data dir, as a recovery's does.
+					cfg.Backup.DrillScratchDir = filepath.Dir(cfg.DataDir)
+				}
 			default:
 				return errors.New("give --local-dir (a local supervisor's directory) or --kubernetes-cluster (an EtcdCluster's name): the sidecar needs a cluster view")
 			}
@@ -97,6 +103,8 @@ decides how the member starts, generates its etcd configuration, and serves:
 	f.DurationVar(&cfg.Backup.DeltaPeriod, "delta-period", 5*time.Second, "how often delta snapshots are written")
 	f.IntVar(&cfg.Backup.DeltaMaxBytes, "delta-max-bytes", 16<<20, "write a delta early once it holds this many bytes")
 	f.StringVar(&cfg.Backup.FullSchedule, "full-schedule", "@hourly", "cron schedule of full snapshots")
+	f.StringVar(&cfg.Backup.DrillSchedule, "drill-schedule", "@daily", "cron schedule of restore drills of the newest timeline on the backup leader (restore into a scratch dir, compare HashKV with its member); \""+member.DrillOff+"\" for none")
+	f.StringVar(&cfg.Backup.DrillScratchDir, "drill-scratch-dir", os.TempDir(), "directory for the restore drill's scratch data dir (room for twice the database; with --kubernetes-cluster the default is the data volume)")
 	f.StringVar(&retention, "retention", "exponential", "backup retention policy: exponential or limit:N (empty: keep everything)")
 	_ = cmd.MarkFlagRequired("name")
 	_ = cmd.MarkFlagRequired("data-dir")
@@ -129,6 +137,9 @@ func kubernetesView(ctx context.Context, cfg *member.Config, ns, cluster string)
 	cfg.Etcd.AutoCompactionMode, cfg.Etcd.AutoCompactionRetention = e.AutoCompactionMode, e.AutoCompactionRetention
 	if b := cc.Backup; b != nil {
 		cfg.Backup.StoreURL, cfg.Backup.FullSchedule = b.Store, b.FullSchedule
+		if b.DrillSchedule != "" {
+			cfg.Backup.DrillSchedule = b.DrillSchedule
+		}
 		if b.DeltaPeriod != "" {
 			if cfg.Backup.DeltaPeriod, err = time.ParseDuration(b.DeltaPeriod); err != nil {
 				return fmt.Errorf("cluster.yaml backup.deltaPeriod: %w", err)

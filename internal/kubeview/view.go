@@ -26,6 +26,7 @@ import (
 	"github.com/etcd-steward/steward/internal/member"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -312,6 +313,16 @@ func holderOf(r member.Report) string {
 	return r.MemberID + ":" + role
 }
 
+// memberBackup is the EtcdMember's account of the backup status s.
+func memberBackup(s member.BackupStatus) v1alpha1.MemberBackup {
+	mb := v1alpha1.MemberBackup{Ready: s.Ready, Reason: s.ReadyReason, LastError: s.LastError}
+	if d := s.LastDrill; !d.Time.IsZero() {
+		mb.LastDrill = &v1alpha1.MemberDrill{Timeline: int64(d.Timeline), Revision: d.Revision, Time: metav1.NewTime(d.Time),
+			Duration: metav1.Duration{Duration: d.Duration}, OK: d.OK, Result: d.Result}
+	}
+	return mb
+}
+
 // snapshotLease is what a snapshot Lease says: the revision stored (holder) and when.
 type snapshotLease struct {
 	revision int64
@@ -330,9 +341,9 @@ func (v *View) PublishBackup(ctx context.Context, s member.BackupStatus) error {
 	if !s.CurrentAt.IsZero() {
 		want[v1alpha1.DeltaSnapshotLeaseName(v.cluster)] = snapshotLease{s.CurrentRevision, s.CurrentAt}
 	}
-	mb := v1alpha1.MemberBackup{Ready: s.Ready, Reason: s.ReadyReason, LastError: s.LastError}
+	mb := memberBackup(s)
 	v.mu.Lock()
-	changed := v.lastBackup == nil || *v.lastBackup != mb
+	changed := v.lastBackup == nil || !equality.Semantic.DeepEqual(*v.lastBackup, mb)
 	v.mu.Unlock()
 	if changed {
 		if err := v.writeStatus(ctx, func(st *v1alpha1.EtcdMemberStatus) { st.Backup = &mb }); err != nil {

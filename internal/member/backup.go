@@ -4,17 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/backup/retention"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/robfig/cron/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // BackupConfig configures continuous backups. Only the sidecar whose etcd is the raft
@@ -32,7 +36,15 @@ type BackupConfig struct {
 	Retention retention.Policy
 	// CheckInterval is how often leadership is checked (default 2s).
 	CheckInterval time.Duration
+	// DrillSchedule is a cron schedule for restore drills of the timeline being written
+	// (default daily, DrillOff for none); DrillScratchDir holds each drill's scratch data dir
+	// (default os.TempDir()).
+	DrillSchedule   string
+	DrillScratchDir string
 }
+
+// DrillOff as BackupConfig.DrillSchedule turns restore drills off.
+const DrillOff = "off"
 
 // BackupStatus is what the sidecar reports about backups (GET /v1/backup).
 type BackupStatus struct {
@@ -64,12 +76,27 @@ type BackupStatus struct {
 	Failures        int64     `json:"failures"`
 	LastError       string    `json:"lastError,omitempty"`
 	LastErrorTime   time.Time `json:"lastErrorTime"`
+	// LastDrill is the newest restore drill this sidecar ran (zero before the first).
+	LastDrill DrillStatus `json:"lastDrill,omitzero"`
+}
+
+// DrillStatus is the outcome of a restore drill (restore.Drill) of the timeline being written,
+// compared with this member's HashKV.
+type DrillStatus struct {
+	Timeline uint32        `json:"timeline"`
+	Revision int64         `json:"revision"`
+	Time     time.Time     `json:"time"`
+	Duration time.Duration `json:"duration"`
+	OK       bool          `json:"ok"`
+	// Result is "ok" or why the drill failed.
+	Result string `json:"result"`
 }
 
 // backupAgent runs the backup leader loop of one sidecar.
 type backupAgent struct {
 	cfg      BackupConfig
 	schedule cron.Schedule
+	drills   cron.Schedule // nil: drills are off
 	lg       *zap.Logger
 	metrics  *metrics
 	endpoint string // this member's client URL
@@ -108,11 +135,20 @@ func newBackupAgent(cfg BackupConfig, endpoint string, st *store.Store, lg *zap.
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = 2 * time.Second
 	}
+	if cfg.DrillSchedule == "" {
+		cfg.DrillSchedule = "@daily"
+	}
 	sched, err := cron.ParseStandard(cfg.FullSchedule)
 	if err != nil {
 		return nil, fmt.Errorf("--full-schedule %q: %w (use cron syntax, e.g. \"0 * * * *\" or @hourly)", cfg.FullSchedule, err)
 	}
-	return &backupAgent{cfg: cfg, schedule: sched, lg: lg.Named("backup"), metrics: m, endpoint: endpoint, store: st,
+	var drills cron.Schedule
+	if cfg.DrillSchedule != DrillOff {
+		if drills, err = cron.ParseStandard(cfg.DrillSchedule); err != nil {
+			return nil, fmt.Errorf("--drill-schedule %q: %w (use cron syntax, e.g. \"0 3 * * *\" or @daily, or %q)", cfg.DrillSchedule, err, DrillOff)
+		}
+	}
+	return &backupAgent{cfg: cfg, schedule: sched, drills: drills, lg: lg.Named("backup"), metrics: m, endpoint: endpoint, store: st,
 		status: BackupStatus{Store: st.String(), DeltaPeriod: cfg.DeltaPeriod}, fullRequests: make(chan chan fullOutcome)}, nil
 }
 
@@ -302,6 +338,7 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 	fullCtx, stopFull := context.WithCancel(ctx)
 	defer stopFull()
 	go a.fullLoop(fullCtx, m, tl, newestFull)
+	go a.drillLoop(fullCtx, m, tl.ID, time.Now())
 
 	for {
 		a.lg.Info("capturing deltas", zap.Uint32("timeline", tl.ID), zap.Int64("from", resume+1))
@@ -592,4 +629,92 @@ func (a *backupAgent) RequestFull(ctx context.Context) (snapshotter.FullResult, 
 	case <-ctx.Done():
 		return snapshotter.FullResult{}, ctx.Err()
 	}
+}
+
+// nextDrill is when the next restore drill is due: the schedule's next time after the last
+// drill, or after the session began if no drill ran since (a new backup leader does not drill
+// at once).
+func nextDrill(sched cron.Schedule, last, since time.Time) time.Time {
+	if last.After(since) {
+		return sched.Next(last)
+	}
+	return sched.Next(since)
+}
+
+// drillLoop runs restore drills of timeline tl on the drill schedule while the session writes
+// it; since is when the session began.
+func (a *backupAgent) drillLoop(ctx context.Context, m snapshotter.Member, tl uint32, since time.Time) {
+	if a.drills == nil {
+		return
+	}
+	for {
+		timer := time.NewTimer(time.Until(nextDrill(a.drills, a.Status().LastDrill.Time, since)))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		a.drill(ctx, m, tl)
+	}
+}
+
+// drill restores the newest revision of timeline tl into a scratch dir and compares its
+// HashKV with this member's (restore.Drill), and reports the outcome in the status and the
+// metrics. A drill that ends because the session ends is not reported.
+func (a *backupAgent) drill(ctx context.Context, m snapshotter.Member, tl uint32) {
+	start := time.Now()
+	a.lg.Info("restore drill", zap.Uint32("timeline", tl))
+	var res restore.DrillResult
+	err := a.drillRoom(ctx, m)
+	if err == nil {
+		res, err = restore.Drill(ctx, restore.DrillOptions{Store: a.store, Timeline: tl, Live: m.Client, LiveEndpoint: m.Endpoint,
+			ScratchDir: a.cfg.DrillScratchDir, Logger: a.lg.WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))})
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	d := DrillStatus{Timeline: tl, Revision: res.Revision, Time: start.UTC(), Duration: res.Duration, OK: err == nil, Result: "ok"}
+	a.metrics.drillRevision.Set(float64(d.Revision))
+	a.metrics.drillTime.Set(float64(start.Unix()))
+	a.metrics.drillDuration.Set(d.Duration.Seconds())
+	if err != nil {
+		d.Result = err.Error()
+		a.metrics.drillOK.Set(0)
+		a.fail("drill", err)
+	} else {
+		a.metrics.drillOK.Set(1)
+		a.lg.Info("restore drill: the restored data equals the member's", zap.Uint32("timeline", tl), zap.Int64("revision", res.Revision),
+			zap.Uint32("hash", res.Hash), zap.Int64("compactRevision", res.CompactRevision), zap.Duration("took", res.Duration))
+	}
+	a.update(func(s *BackupStatus) { s.LastDrill = d })
+}
+
+// drillRoom reads the member's database size and the space free where the drill's scratch dir
+// goes, and refuses a drill that would not fit (see drillFits).
+func (a *backupAgent) drillRoom(ctx context.Context, m snapshotter.Member) error {
+	dir := a.cfg.DrillScratchDir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	st, err := m.Client.Status(ctx, m.Endpoint)
+	if err != nil {
+		return fmt.Errorf("restore drill not run: status of %s: %w", m.Endpoint, err)
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		return fmt.Errorf("restore drill not run: free space in the scratch dir %s: %w", dir, err)
+	}
+	return drillFits(dir, int64(fs.Bavail)*int64(fs.Bsize), st.DbSize)
+}
+
+// drillFits says whether a drill of a database of dbSize bytes may use a scratch dir with free
+// bytes free: the drill needs twice the database, and leaves at least the database's size free
+// besides, since the scratch dir may share etcd's own volume and etcd must keep room to grow.
+func drillFits(dir string, free, dbSize int64) error {
+	if need := 3 * dbSize; free < need {
+		return fmt.Errorf("restore drill not run: the scratch dir %s has %d bytes free, and a drill of the %d-byte database needs %d (twice the database, and as much left for etcd): free space there or give --drill-scratch-dir on a larger disk",
+			dir, free, dbSize, need)
+	}
+	return nil
 }

@@ -39,8 +39,15 @@ func openTestStore(t *testing.T) *store.Store {
 // (or the test ends).
 func startBackups(t *testing.T, s *store.Store, ep string) (a *backupAgent, stop func()) {
 	t.Helper()
-	a, err := newBackupAgent(BackupConfig{StoreURL: s.String(), DeltaPeriod: testDeltaPeriod, CheckInterval: 100 * time.Millisecond},
-		ep, s, zap.NewNop(), newMetrics())
+	return startBackupsWith(t, BackupConfig{}, s, ep)
+}
+
+// startBackupsWith is startBackups with cfg, whose store, delta period and check interval it
+// sets.
+func startBackupsWith(t *testing.T, cfg BackupConfig, s *store.Store, ep string) (a *backupAgent, stop func()) {
+	t.Helper()
+	cfg.StoreURL, cfg.DeltaPeriod, cfg.CheckInterval = s.String(), testDeltaPeriod, 100*time.Millisecond
+	a, err := newBackupAgent(cfg, ep, s, zap.NewNop(), newMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}

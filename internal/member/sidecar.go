@@ -223,6 +223,11 @@ type metrics struct {
 	latestFullRevision  prometheus.Gauge
 	latestFullTime      prometheus.Gauge
 	fullDuration        prometheus.Histogram
+
+	drillRevision prometheus.Gauge
+	drillTime     prometheus.Gauge
+	drillDuration prometheus.Gauge
+	drillOK       prometheus.Gauge
 }
 
 func gauge(name, help string) prometheus.Gauge {
@@ -267,6 +272,11 @@ func newMetrics() *metrics {
 		Help: "Time to stream one full snapshot into the store.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)})
 	m.registry.MustRegister(m.backupReady, m.backupFailures, m.deltaEvents, m.latestDeltaRevision, m.latestDeltaTime,
 		m.latestFullRevision, m.latestFullTime, m.fullDuration)
+	m.drillRevision = gauge("steward_backup_drill_revision", "Revision the newest restore drill restored and compared.")
+	m.drillTime = gauge("steward_backup_drill_timestamp_seconds", "Unix time the newest restore drill began.")
+	m.drillDuration = gauge("steward_backup_drill_duration_seconds", "Time the newest restore drill took.")
+	m.drillOK = gauge("steward_backup_drill_success", "1 if the newest restore drill restored data equal to the member's (HashKV), 0 if not.")
+	m.registry.MustRegister(m.drillRevision, m.drillTime, m.drillDuration, m.drillOK)
 	m.registry.MustRegister(m.initTotal, m.initDuration, m.dataValid,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

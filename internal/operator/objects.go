@@ -104,7 +104,7 @@ func clusterConfig(ec *v1alpha1.EtcdCluster, n int) v1alpha1.ClusterConfig {
 		c.Etcd.ElectionMillis = e.ElectionTimeout.Milliseconds()
 	}
 	if b := ec.Spec.Backup; b != nil {
-		c.Backup = &v1alpha1.BackupConfig{Store: b.Store, FullSchedule: b.FullSchedule, Retention: b.Retention, DeltaPeriod: "5s"}
+		c.Backup = &v1alpha1.BackupConfig{Store: b.Store, FullSchedule: b.FullSchedule, Retention: b.Retention, DeltaPeriod: "5s", DrillSchedule: b.DrillSchedule}
 		if b.DeltaPeriod != nil {
 			c.Backup.DeltaPeriod = b.DeltaPeriod.Duration.String()
 		}

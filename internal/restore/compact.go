@@ -96,30 +96,24 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 		res.Skipped = fmt.Sprintf("no delta follows the newest full snapshot %s of timeline %d: the chain is as short as it gets", newest.Key, newest.Timeline)
 		return res, nil
 	}
-	scratch, err := os.MkdirTemp(o.ScratchDir, "steward-compact-")
-	if err != nil {
-		return res, fmt.Errorf("compact: create a scratch dir (set --scratch-dir to a writable directory with room for twice the database): %w", err)
-	}
-	defer os.RemoveAll(scratch)
 	progress := func(p Phase, done, total int64) {
 		if o.Progress != nil {
 			o.Progress(Progress{Phase: p, Done: done, Total: total})
 		}
 	}
 
-	// The member identity does not matter: only the database is uploaded, and any restore of it
-	// gets a new identity from etcdutl.
-	const peer = "http://127.0.0.1:2380"
-	dataDir := filepath.Join(scratch, "data")
-	rres, err := Restore(ctx, Options{
-		Store: o.Store, Timeline: o.Timeline, DataDir: dataDir, ScratchDir: scratch,
-		Name: "compact", InitialCluster: "compact=" + peer, PeerURLs: []string{peer}, InitialClusterToken: "steward-compact",
-		MissingLeaseTTL: o.MissingLeaseTTL, Progress: o.Progress, Logger: lg,
+	// Only the database is uploaded, and any restore of it gets a new identity from etcdutl.
+	scratch, rres, err := scratchRestore(ctx, o.ScratchDir, "compact", Options{
+		Store: o.Store, Timeline: o.Timeline, MissingLeaseTTL: o.MissingLeaseTTL, Progress: o.Progress, Logger: lg,
 	})
+	if scratch != "" {
+		defer os.RemoveAll(scratch)
+	}
 	res.Restore = &rres
 	if err != nil {
 		return res, fmt.Errorf("compact: %w", err)
 	}
+	dataDir := scratchDataDir(scratch)
 	rev := rres.Revision
 	res.Revision = rev
 	key := backup.FullKey(rres.Timeline, rev, rres.AsOf)
@@ -171,14 +165,7 @@ func compactDB(lg *zap.Logger, dbPath string, rev int64) (before, after int64, e
 			err = fmt.Errorf("compact: etcd storage failed on %s: %v", dbPath, p)
 		}
 	}()
-	bcfg := backend.DefaultBackendConfig(lg)
-	bcfg.Path = dbPath
-	bcfg.BatchInterval = 24 * time.Hour
-	bcfg.BatchLimit = math.MaxInt32
-	bcfg.BackendFreelistType = bolt.FreelistMapType
-	bcfg.UnsafeNoFsync = true // a scratch copy: it is uploaded, then deleted
-	be := backend.New(bcfg)
-	kv := mvcc.NewStore(lg, be, inertLessor{}, mvcc.StoreConfig{CompactionBatchLimit: 10_000, CompactionSleepInterval: time.Microsecond})
+	kv, be := openScratch(lg, dbPath)
 	done, cerr := kv.Compact(traceutil.TODO(), rev)
 	switch {
 	case cerr == nil:
@@ -207,6 +194,39 @@ func compactDB(lg *zap.Logger, dbPath string, rev int64) (before, after int64, e
 		return before, 0, fmt.Errorf("compact: %w", err)
 	}
 	return before, st.Size(), nil
+}
+
+// scratchRestore restores the newest revision of o.Timeline (with o's other settings) into a
+// data dir inside a new scratch directory under dir (default os.TempDir()), for work on its
+// database alone: no member is started on it, so its identity does not matter. The caller
+// removes scratch, which is "" only if it could not be created.
+func scratchRestore(ctx context.Context, dir, name string, o Options) (scratch string, res Result, err error) {
+	scratch, err = os.MkdirTemp(dir, "steward-"+name+"-")
+	if err != nil {
+		return "", res, fmt.Errorf("create a scratch dir (give a writable directory with room for twice the database): %w", err)
+	}
+	const peer = "http://127.0.0.1:2380"
+	o.DataDir, o.ScratchDir = scratchDataDir(scratch), scratch
+	o.Name, o.InitialCluster, o.PeerURLs, o.InitialClusterToken = name, name+"="+peer, []string{peer}, "steward-"+name
+	res, err = Restore(ctx, o)
+	return scratch, res, err
+}
+
+// scratchDataDir is the data dir scratchRestore restores into.
+func scratchDataDir(scratch string) string { return filepath.Join(scratch, "data") }
+
+// openScratch opens the mvcc store of a scratch copy of a database at dbPath, as etcd would
+// with no member: no fsync, one batch, compaction at full speed. lg must turn etcd's fatal logs
+// into panics for the caller to recover.
+func openScratch(lg *zap.Logger, dbPath string) (mvcc.KV, backend.Backend) {
+	bcfg := backend.DefaultBackendConfig(lg)
+	bcfg.Path = dbPath
+	bcfg.BatchInterval = 24 * time.Hour
+	bcfg.BatchLimit = math.MaxInt32
+	bcfg.BackendFreelistType = bolt.FreelistMapType
+	bcfg.UnsafeNoFsync = true // a scratch copy: it is deleted after use
+	be := backend.New(bcfg)
+	return mvcc.NewStore(lg, be, inertLessor{}, mvcc.StoreConfig{CompactionBatchLimit: 10_000, CompactionSleepInterval: time.Microsecond}), be
 }
 
 // uploadSnapshot stores the database file at dbPath as a full snapshot under key, in the form

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -71,4 +72,58 @@ func EtcdOn(t testing.TB, dir string) (*embed.Etcd, *clientv3.Client, string, fu
 		t.Fatal(err)
 	}
 	return e, c, clientURL.String(), stop
+}
+
+// ClusterMember is one member of a Cluster, with a client talking to it only.
+type ClusterMember struct {
+	Etcd     *embed.Etcd
+	Client   *clientv3.Client
+	Endpoint string
+}
+
+// Cluster starts an n-member etcd cluster in this process, on loopback ports and temporary
+// data dirs, and returns its members once every one serves; all stop when the test ends.
+func Cluster(t testing.TB, n int) []ClusterMember {
+	t.Helper()
+	cfgs := make([]*embed.Config, n)
+	var initial []string
+	for i := range cfgs {
+		cfg := embed.NewConfig()
+		cfg.Name = fmt.Sprintf("m%d", i)
+		cfg.Dir = t.TempDir()
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		clientURL, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
+		peerURL, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*clientURL}, []url.URL{*clientURL}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peerURL}, []url.URL{*peerURL}
+		initial = append(initial, cfg.Name+"="+peerURL.String())
+		cfgs[i] = cfg
+	}
+	ms := make([]ClusterMember, n)
+	for i, cfg := range cfgs {
+		cfg.InitialCluster = strings.Join(initial, ",")
+		e, err := embed.StartEtcd(cfg)
+		if err != nil {
+			t.Fatalf("start member %s: %v", cfg.Name, err)
+		}
+		t.Cleanup(e.Close)
+		ms[i] = ClusterMember{Etcd: e, Endpoint: cfg.AdvertiseClientUrls[0].String()}
+	}
+	deadline := time.After(60 * time.Second)
+	for i := range ms {
+		select {
+		case <-ms[i].Etcd.Server.ReadyNotify():
+		case err := <-ms[i].Etcd.Err():
+			t.Fatalf("member %s failed: %v", cfgs[i].Name, err)
+		case <-deadline:
+			t.Fatalf("member %s did not serve within 60s", cfgs[i].Name)
+		}
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{ms[i].Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		ms[i].Client = c
+	}
+	return ms
 }

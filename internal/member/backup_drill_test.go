@@ -1,0 +1,134 @@
+package member
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/robfig/cron/v3"
+
+	stewardtest "github.com/etcd-steward/steward/internal/testutil"
+)
+
+func TestNextDrill(t *testing.T) {
+	daily, err := cron.ParseStandard("@daily")
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := func(d, h int) time.Time { return time.Date(2026, 11, d, h, 0, 0, 0, time.Local) }
+	for _, tc := range []struct {
+		name        string
+		last, since time.Time
+		want        time.Time
+	}{
+		{"no drill yet: the first scheduled time after the session began", time.Time{}, day(23, 10), day(24, 0)},
+		{"a drill before this session: counted from the session's start, not at once", day(20, 0), day(23, 10), day(24, 0)},
+		{"a drill in this session: the next scheduled time after it", day(24, 0), day(23, 10), day(25, 0)},
+		{"a drill that ran late: the next scheduled time after it", day(24, 5), day(23, 10), day(25, 0)},
+	} {
+		if got := nextDrill(daily, tc.last, tc.since); !got.Equal(tc.want) {
+			t.Errorf("%s: next drill %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestSidecarDrill: on a real 3-member cluster whose three sidecars back up into one store,
+// the backup leader's sidecar drills the timeline it writes on schedule and reports an equal
+// HashKV in its status and metrics; the others do not drill.
+func TestSidecarDrill(t *testing.T) {
+	ctx := context.Background()
+	ms := stewardtest.Cluster(t, 3)
+	s := openTestStore(t)
+	var agents []*backupAgent
+	for _, m := range ms {
+		a, _ := startBackupsWith(t, BackupConfig{DrillSchedule: "@every 1s", DrillScratchDir: t.TempDir()}, s, m.Endpoint)
+		agents = append(agents, a)
+	}
+	for i := range 30 {
+		if _, err := ms[i%3].Client.Put(ctx, fmt.Sprintf("/k/%d", i%4), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := ms[0].Client.Get(ctx, "/k/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := resp.Header.Revision
+	var leader *backupAgent
+	stewardtest.Eventually(t, 60*time.Second, fmt.Sprintf("a drill at revision %d or later on the backup leader", written), func() error {
+		for _, a := range agents {
+			st := a.Status()
+			if !st.Leader {
+				continue
+			}
+			d := st.LastDrill
+			if d.Time.IsZero() || d.Revision < written {
+				return fmt.Errorf("newest drill: %+v", d)
+			}
+			if !d.OK || d.Result != "ok" || d.Timeline != 1 || d.Duration <= 0 {
+				return fmt.Errorf("drill failed: %+v", d)
+			}
+			leader = a
+			return nil
+		}
+		return fmt.Errorf("no backup leader")
+	})
+	if got := testutil.ToFloat64(leader.metrics.drillOK); got != 1 {
+		t.Errorf("steward_backup_drill_success = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(leader.metrics.drillRevision); got < float64(written) {
+		t.Errorf("steward_backup_drill_revision = %v, want %d or more", got, written)
+	}
+	// GET /v1/backup carries it.
+	body, err := json.Marshal(backupStatusResponse{Enabled: true, BackupStatus: leader.Status()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		LastDrill struct {
+			Timeline uint32 `json:"timeline"`
+			Revision int64  `json:"revision"`
+			Time     string `json:"time"`
+			Duration int64  `json:"duration"`
+			OK       bool   `json:"ok"`
+			Result   string `json:"result"`
+		} `json:"lastDrill"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if d := got.LastDrill; d.Timeline != 1 || d.Revision < written || d.Time == "" || d.Duration <= 0 || !d.OK || d.Result != "ok" {
+		t.Errorf("GET /v1/backup lastDrill: %s", body)
+	}
+	for i, a := range agents {
+		if st := a.Status(); !st.Leader && !st.LastDrill.Time.IsZero() {
+			t.Errorf("member %d is not the backup leader and drilled: %+v", i, st.LastDrill)
+		}
+	}
+}
+
+func TestDrillFits(t *testing.T) {
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		name         string
+		free, dbSize int64
+		fits         bool
+	}{
+		{"room for the drill and as much again for etcd", 3 * gib, gib, true},
+		{"room for the drill only: etcd would be left without", 2 * gib, gib, false},
+		{"a byte short", 3*gib - 1, gib, false},
+		{"plenty", 100 * gib, gib, true},
+	} {
+		err := drillFits("/scratch", tc.free, tc.dbSize)
+		if (err == nil) != tc.fits {
+			t.Errorf("%s: drillFits(%d free, %d database) = %v, want fits %t", tc.name, tc.free, tc.dbSize, err, tc.fits)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "/scratch") || !strings.Contains(err.Error(), fmt.Sprint(3*tc.dbSize))) {
+			t.Errorf("%s: %v does not name the scratch dir and the space needed", tc.name, err)
+		}
+	}
+}
