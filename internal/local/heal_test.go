@@ -182,10 +182,11 @@ func TestTotalLossRestoresFromBackup(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if rep.Backup == nil || !rep.Backup.Ready || rep.Backup.LatestDeltaRevision < 101 {
+		// A full snapshot taken after the writes holds them as well as a delta would.
+		if rep.Backup == nil || !rep.Backup.Ready || max(rep.Backup.LatestDeltaRevision, rep.Backup.LatestFullRevision) < 101 {
 			return fmt.Errorf("backup %+v", rep.Backup)
 		}
-		backedUp = rep.Backup.LatestDeltaRevision
+		backedUp = max(rep.Backup.LatestDeltaRevision, rep.Backup.LatestFullRevision)
 		return nil
 	})
 
