@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/operator"
+	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -102,7 +103,7 @@ func putKeys(t *testing.T, ns, name, prefix string, n int) map[string]string {
 	keys := map[string]string{}
 	for i := 0; i < n; i++ {
 		k, v := fmt.Sprintf("%s/%04d", prefix, i), fmt.Sprintf("v%d", i)
-		eventually(t, 30*time.Second, "put "+k, func() error {
+		testutil.Eventually(t, 30*time.Second, "put "+k, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			_, err := c.Put(ctx, k, v)
@@ -122,7 +123,7 @@ func assertKeysOnEveryMember(t *testing.T, ns, name string, want map[string]stri
 	}
 	for podName, pod := range memberPods(t, ns, name) {
 		c := etcdClient(t, fmt.Sprintf("%s:%d", pod.Status.PodIP, operator.ClientPort))
-		eventually(t, time.Minute, fmt.Sprintf("member %s holds all %d acknowledged keys", podName, len(want)), func() error {
+		testutil.Eventually(t, time.Minute, fmt.Sprintf("member %s holds all %d acknowledged keys", podName, len(want)), func() error {
 			missing := 0
 			var example string
 			for k, v := range want {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -43,7 +44,7 @@ func deletePods(t *testing.T, ns string, claims bool, pods ...string) {
 // waitReplaced waits until each pod is a new pod (another UID) and running.
 func waitReplaced(t *testing.T, ns, name string, before map[string]corev1.Pod, pods ...string) {
 	t.Helper()
-	eventually(t, 2*time.Minute, fmt.Sprintf("pods %v replaced", pods), func() error {
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("pods %v replaced", pods), func() error {
 		now := memberPods(t, ns, name)
 		for _, p := range pods {
 			if pod, ok := now[p]; !ok || pod.UID == before[p].UID || pod.Status.Phase != corev1.PodRunning {
@@ -58,7 +59,7 @@ func waitReplaced(t *testing.T, ns, name string, before map[string]corev1.Pod, p
 // voters, the lost member gone and none a learner.
 func waitMemberReplaced(t *testing.T, ns, name, pod, oldID string) {
 	t.Helper()
-	eventually(t, 3*time.Minute, fmt.Sprintf("%s a new member, promoted", pod), func() error {
+	testutil.Eventually(t, 3*time.Minute, fmt.Sprintf("%s a new member, promoted", pod), func() error {
 		e, err := getEC(ns, name)
 		if err != nil {
 			return err
@@ -149,7 +150,7 @@ func TestThreeMembers(t *testing.T) {
 				&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}})
 		}
 		pods := memberPods(t, ns, "main")
-		eventually(t, time.Minute, "the PodDisruptionBudget allows one disruption", func() error {
+		testutil.Eventually(t, time.Minute, "the PodDisruptionBudget allows one disruption", func() error {
 			var pdb policyv1.PodDisruptionBudget
 			if err := kube.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "main"}, &pdb); err != nil {
 				return err
@@ -176,7 +177,7 @@ func TestThreeMembers(t *testing.T) {
 		deletePods(t, ns, true, "main-0")
 		waitReplaced(t, ns, "main", pods, "main-0")
 		// Kill the etcd container as soon as it runs in the new pod: mid-join.
-		eventually(t, time.Minute, "the etcd container of the new main-0 killed", func() error {
+		testutil.Eventually(t, time.Minute, "the etcd container of the new main-0 killed", func() error {
 			return killEtcd(t, ns, "main", "main-0")
 		})
 		waitMemberReplaced(t, ns, "main", "main-0", before["main-0"])
@@ -209,7 +210,7 @@ func TestThreeMembers(t *testing.T) {
 		pods := memberPods(t, ns, "main")
 		deletePods(t, ns, true, "main-0", "main-1")
 		// A second fault in the middle of the recovery: the seed's etcd crashes.
-		eventually(t, 3*time.Minute, "the seed's etcd killed mid-recovery", func() error {
+		testutil.Eventually(t, 3*time.Minute, "the seed's etcd killed mid-recovery", func() error {
 			phase := kubectl(t, ns, "get", "ec", "main", "-o", "jsonpath={.status.recovery.directive.phase}")
 			seed := kubectl(t, ns, "get", "ec", "main", "-o", "jsonpath={.status.recovery.directive.seed}")
 			if phase != "Seeding" && phase != "Rejoining" {
@@ -231,7 +232,7 @@ func TestThreeMembers(t *testing.T) {
 	step("every pod and volume lost: restored from the backups", func(t *testing.T) {
 		putKeys(t, ns, "main", "before-loss", 1)
 		var backedUp int64
-		eventually(t, time.Minute, "the newest write backed up", func() error {
+		testutil.Eventually(t, time.Minute, "the newest write backed up", func() error {
 			e, err := getEC(ns, "main")
 			if err != nil {
 				return err
@@ -307,7 +308,7 @@ spec:
 // waitCondition waits until the cluster's condition has the status.
 func waitCondition(t *testing.T, ns, name, typ, status string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("%s=%s", typ, status), func() error {
+	testutil.Eventually(t, timeout, fmt.Sprintf("%s=%s", typ, status), func() error {
 		e, err := getEC(ns, name)
 		if err != nil {
 			return err
@@ -355,7 +356,7 @@ func TestScaleUnderLoad(t *testing.T) {
 		start := time.Now()
 		kubectl(t, ns, "scale", "ec/s", fmt.Sprintf("--replicas=%d", n))
 		waitReady(t, ns, "s", n, 4*time.Minute)
-		eventually(t, 2*time.Minute, fmt.Sprintf("etcd lists %d voters", n), func() error {
+		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("etcd lists %d voters", n), func() error {
 			vs, err := voters(t, ns, "s")
 			if err != nil {
 				return err
@@ -371,7 +372,7 @@ func TestScaleUnderLoad(t *testing.T) {
 			}
 			return nil
 		})
-		eventually(t, 2*time.Minute, fmt.Sprintf("%d member pods", n), func() error {
+		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d member pods", n), func() error {
 			if pods := memberPods(t, ns, "s"); int32(len(pods)) != n {
 				return fmt.Errorf("%d pods", len(pods))
 			}
@@ -400,7 +401,7 @@ func TestQuorumLossManual(t *testing.T) {
 	pods := memberPods(t, ns, "m")
 	deletePods(t, ns, true, "m-0", "m-1")
 	var epoch string
-	eventually(t, 3*time.Minute, "QuorumLost awaiting confirmation, naming m-2", func() error {
+	testutil.Eventually(t, 3*time.Minute, "QuorumLost awaiting confirmation, naming m-2", func() error {
 		e, err := getEC(ns, "m")
 		if err != nil {
 			return err

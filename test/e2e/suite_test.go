@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/testutil"
 	"github.com/etcd-steward/steward/test/e2e/node"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -84,7 +85,7 @@ func run(m *testing.M) (code int) {
 		fmt.Println("e2e:", err)
 		return 1
 	}
-	if err := n.Install(filepath.Join(repoRoot(), "deploy", "helm", "steward")); err != nil {
+	if err := n.Install(filepath.Join(testutil.RepoRoot(), "deploy", "helm", "steward")); err != nil {
 		fmt.Println("e2e: installing Steward:", err)
 		return 1
 	}
@@ -118,11 +119,6 @@ func connect() error {
 // storeURL is a store on the node's S3 server (node.S3Endpoint), under prefix.
 func storeURL(prefix string) string {
 	return "s3://backups/" + prefix + "?endpoint=" + node.S3Endpoint + "&use_path_style=true&region=us-east-1"
-}
-
-func repoRoot() string {
-	wd, _ := os.Getwd()
-	return filepath.Join(wd, "..", "..")
 }
 
 // kubectlIn runs kubectl with stdin and returns its trimmed output.
@@ -184,22 +180,6 @@ func namespace(t *testing.T) string {
 	return ns
 }
 
-// eventually polls f until it returns nil, failing the test with f's last error at the deadline.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 func getEC(ns, name string) (*v1alpha1.EtcdCluster, error) {
 	ec := &v1alpha1.EtcdCluster{}
 	err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, ec)
@@ -219,7 +199,7 @@ func condition(ec *v1alpha1.EtcdCluster, typ string) string {
 func waitReady(t *testing.T, ns, name string, n int32, timeout time.Duration) *v1alpha1.EtcdCluster {
 	t.Helper()
 	var ec *v1alpha1.EtcdCluster
-	eventually(t, timeout, fmt.Sprintf("cluster %s/%s Ready with %d members", ns, name, n), func() error {
+	testutil.Eventually(t, timeout, fmt.Sprintf("cluster %s/%s Ready with %d members", ns, name, n), func() error {
 		var err error
 		if ec, err = getEC(ns, name); err != nil {
 			return err
@@ -277,7 +257,7 @@ stringData: {AWS_ACCESS_KEY_ID: steward, AWS_SECRET_ACCESS_KEY: steward-e2e-secr
 // waitEvent waits for an Event with the reason on the EtcdCluster.
 func waitEvent(t *testing.T, ns, name, reason string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("an Event %s on %s", reason, name), func() error {
+	testutil.Eventually(t, timeout, fmt.Sprintf("an Event %s on %s", reason, name), func() error {
 		var events corev1.EventList
 		if err := kube.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
 			return err
