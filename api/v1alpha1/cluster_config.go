@@ -16,6 +16,14 @@ func ConfigMapName(cluster string) string          { return cluster + "-config" 
 func FullSnapshotLeaseName(cluster string) string  { return cluster + "-full-snapshot" }
 func DeltaSnapshotLeaseName(cluster string) string { return cluster + "-delta-snapshot" }
 
+// SidecarTokenSecretName is the Secret that holds cluster's sidecar API token under
+// SidecarTokenKey: the operator makes it, the member pods mount it, the operator sends it.
+func SidecarTokenSecretName(cluster string) string { return cluster + "-sidecar-token" }
+
+// SidecarTokenKey is the key of the token in the Secret SidecarTokenSecretName: one token per
+// line, the first one sent (see docs/kubernetes.md for rotation).
+const SidecarTokenKey = "token"
+
 // ClusterConfigKey is the key, in the ConfigMap <cluster>-config, of the ClusterConfig that the
 // operator writes and the sidecars read.
 const ClusterConfigKey = "cluster.yaml"
@@ -28,12 +36,13 @@ type ClusterConfig struct {
 	Namespace string `json:"namespace"`
 	// Token is the initial cluster token: the EtcdCluster's UID, so that a new cluster of the
 	// same name never mixes with the data of an old one.
-	Token            string         `json:"token"`
-	Members          []MemberConfig `json:"members"`
-	Etcd             EtcdConfig     `json:"etcd"`
-	Backup           *BackupConfig  `json:"backup,omitempty"`
-	Restore          *RestoreConfig `json:"restore,omitempty"`
-	QuorumLossPolicy string         `json:"quorumLossPolicy"`
+	Token            string             `json:"token"`
+	Members          []MemberConfig     `json:"members"`
+	Etcd             EtcdConfig         `json:"etcd"`
+	Backup           *BackupConfig      `json:"backup,omitempty"`
+	Maintenance      *MaintenanceConfig `json:"maintenance,omitempty"`
+	Restore          *RestoreConfig     `json:"restore,omitempty"`
+	QuorumLossPolicy string             `json:"quorumLossPolicy"`
 }
 
 // MemberConfig is one desired member's addresses.
@@ -68,6 +77,16 @@ type BackupConfig struct {
 	Retention    string `json:"retention"`
 	// DrillSchedule is BackupSpec.DrillSchedule; empty for the sidecar's default.
 	DrillSchedule string `json:"drillSchedule,omitempty"`
+}
+
+// MaintenanceConfig is MaintenanceSpec, resolved.
+//
+// +kubebuilder:object:generate=false
+type MaintenanceConfig struct {
+	DefragSchedule string `json:"defragSchedule,omitempty"`
+	// DefragThreshold is a share (0.45), DefragMinReclaim bytes; negative: the sidecar's default.
+	DefragThreshold  float64 `json:"defragThreshold"`
+	DefragMinReclaim int64   `json:"defragMinReclaim"`
 }
 
 // RestoreConfig is where a new cluster bootstraps from.

@@ -15,6 +15,10 @@ const (
 	// AnnotationConfirmRecovery confirms a quorum-loss recovery held by the Manual policy.
 	// Its value must be the epoch that the QuorumLost condition names.
 	AnnotationConfirmRecovery = "etcd.steward.dev/confirm-recovery"
+	// AnnotationCancelRestore asks to withdraw the restore in place whose directive epoch is
+	// its value (the EtcdRestore's status.epoch); the operator sets it when an EtcdRestore is
+	// deleted while its restore runs. It is done only while that is safe (heal.CancelRestore).
+	AnnotationCancelRestore = "etcd.steward.dev/cancel-restore"
 )
 
 // Quorum-loss policies.
@@ -53,6 +57,11 @@ type EtcdClusterSpec struct {
 	// +optional
 	Backup *BackupSpec `json:"backup,omitempty"`
 
+	// Maintenance tunes the leader's housekeeping: scheduled defragmentation (the NOSPACE and
+	// CORRUPT alarms are always handled).
+	// +optional
+	Maintenance *MaintenanceSpec `json:"maintenance,omitempty"`
+
 	// Etcd tunes the etcd members.
 	// +optional
 	Etcd EtcdSpec `json:"etcd,omitempty"`
@@ -84,6 +93,34 @@ type EtcdClusterSpec struct {
 	// QuorumLoss says how a quorum lost for good is recovered.
 	// +optional
 	QuorumLoss QuorumLossSpec `json:"quorumLoss,omitempty"`
+
+	// UpdateStrategy says how the members are restarted when their pod template changes.
+	// +optional
+	UpdateStrategy UpdateStrategySpec `json:"updateStrategy,omitempty"`
+}
+
+// Leader update methods of a rolling update.
+const (
+	LeaderUpdateMoveLeader = "moveLeader"
+	LeaderUpdateRestart    = "restart"
+)
+
+// UpdateStrategySpec says how a changed pod template reaches the members. The operator
+// deletes the member pods one at a time, only while every member is Ready: the followers by
+// name, each Ready and caught up before the next, the leader last.
+type UpdateStrategySpec struct {
+	// LeaderUpdateMethod is moveLeader (leadership moves to an updated voter before the
+	// leader's pod is deleted: writes pause for a transfer only) or restart (the leader's pod
+	// is deleted as it leads, and the cluster elects another).
+	// +kubebuilder:default=moveLeader
+	// +kubebuilder:validation:Enum=moveLeader;restart
+	// +optional
+	LeaderUpdateMethod string `json:"leaderUpdateMethod,omitempty"`
+	// SkipBackup starts a rolling update without taking a full snapshot first. By default
+	// (with spec.backup set) a full snapshot newer than the template change is stored
+	// before the first pod is deleted.
+	// +optional
+	SkipBackup bool `json:"skipBackup,omitempty"`
 }
 
 // StorageSpec is a member's data volume: a PersistentVolumeClaim, or an emptyDir.
@@ -142,6 +179,26 @@ type BackupSpec struct {
 	// +kubebuilder:default="@daily"
 	// +optional
 	DrillSchedule string `json:"drillSchedule,omitempty"`
+}
+
+// MaintenanceSpec tunes the defragmentation the leader's sidecar runs: the members worth it,
+// followers one at a time, the leader last after moving its leadership.
+type MaintenanceSpec struct {
+	// DefragSchedule is the cron schedule of the check; "off" for none.
+	// +kubebuilder:default="@hourly"
+	// +optional
+	DefragSchedule string `json:"defragSchedule,omitempty"`
+	// DefragThresholdPercent is the share of a member's database file that must be free pages
+	// for it to be worth defragmenting.
+	// +kubebuilder:default=45
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	DefragThresholdPercent *int32 `json:"defragThresholdPercent,omitempty"`
+	// DefragMinReclaim is the least a member must give back to be worth defragmenting.
+	// +kubebuilder:default="100Mi"
+	// +optional
+	DefragMinReclaim *resource.Quantity `json:"defragMinReclaim,omitempty"`
 }
 
 // EtcdSpec tunes the etcd members.
@@ -257,7 +314,27 @@ const (
 	ConditionProgressing     = "Progressing"
 	ConditionDegraded        = "Degraded"
 	ConditionQuorumLost      = "QuorumLost"
+	// ConditionAlarmsActive is true while etcd reports an alarm (NOSPACE, CORRUPT), as the
+	// leader's sidecar last saw it.
+	ConditionAlarmsActive = "AlarmsActive"
 )
+
+// Defragmentation is one defragmentation round: followers one at a time, the leader last
+// after its leadership moved.
+type Defragmentation struct {
+	// Time is when the round ended.
+	Time metav1.Time `json:"time"`
+	// Trigger is "schedule" or "NOSPACE".
+	Trigger string `json:"trigger"`
+	// ReclaimedBytes is what the round gave back, over every member.
+	ReclaimedBytes int64 `json:"reclaimedBytes"`
+	// Members says, per member in order, its database size before and after.
+	// +optional
+	Members []string `json:"members,omitempty"`
+	// Error says why the round stopped early.
+	// +optional
+	Error string `json:"error,omitempty"`
+}
 
 // MemberStatus is one member as the operator last saw it.
 type MemberStatus struct {
@@ -358,6 +435,10 @@ type EtcdClusterStatus struct {
 	LastFullSnapshot *SnapshotRef `json:"lastFullSnapshot,omitempty"`
 	// +optional
 	LastDeltaSnapshot *SnapshotRef `json:"lastDeltaSnapshot,omitempty"`
+	// LastDefragmentation is the newest defragmentation round the leader's sidecar ran
+	// (scheduled, or to recover from NOSPACE).
+	// +optional
+	LastDefragmentation *Defragmentation `json:"lastDefragmentation,omitempty"`
 	// LastBackupTime is the time of the newest full or delta snapshot.
 	// +optional
 	LastBackupTime *metav1.Time `json:"lastBackupTime,omitempty"`
@@ -371,8 +452,51 @@ type EtcdClusterStatus struct {
 	// +kubebuilder:validation:Type=object
 	// +optional
 	Recovery *runtime.RawExtension `json:"recovery,omitempty"`
+	// Rollout is the rolling update in progress (nil: none): the member pods run an older
+	// template than the StatefulSet's.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
 	// +optional
 	LastErrors []LastError `json:"lastErrors,omitempty"`
+}
+
+// RolloutStatus is a rolling update's progress, as the operator recorded it: its decisions
+// across reconciliations come from this record and from what the members report.
+type RolloutStatus struct {
+	// Revision is the StatefulSet's update revision the members are restarted on.
+	Revision string `json:"revision"`
+	// StartTime is when the operator first saw members on an older revision.
+	StartTime metav1.Time `json:"startTime"`
+	// SnapshotKey and SnapshotRevision are the full snapshot stored before the first pod was
+	// deleted (empty with spec.updateStrategy.skipBackup, or without spec.backup).
+	// +optional
+	SnapshotKey string `json:"snapshotKey,omitempty"`
+	// +optional
+	SnapshotRevision int64 `json:"snapshotRevision,omitempty"`
+	// Updated lists the members whose pods this rolling update deleted, in order.
+	// +optional
+	Updated []string `json:"updated,omitempty"`
+	// Current is the member whose pod was deleted last, and CurrentSince when: the next pod
+	// is deleted only once it is Ready, healthy and caught up.
+	// +optional
+	Current string `json:"current,omitempty"`
+	// +optional
+	CurrentSince *metav1.Time `json:"currentSince,omitempty"`
+	// LeaderMoves counts the leadership transfers asked for; LeaderMovedFrom and
+	// LeaderMovedAt are the newest one's leader and time.
+	// +optional
+	LeaderMoves int32 `json:"leaderMoves,omitempty"`
+	// +optional
+	LeaderMovedFrom string `json:"leaderMovedFrom,omitempty"`
+	// +optional
+	LeaderMovedAt *metav1.Time `json:"leaderMovedAt,omitempty"`
+	// Stalled: the member restarted last did not become healthy in time; no other pod is
+	// deleted until it does (the Progressing condition says RollingUpdateStalled).
+	// +optional
+	Stalled bool `json:"stalled,omitempty"`
+	// Message is the current step, or what the rolling update waits for.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // Voter is one voting member of the formed cluster.

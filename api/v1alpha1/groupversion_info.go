@@ -1,4 +1,4 @@
-// Package v1alpha1 is Steward's Kubernetes API: EtcdCluster, EtcdBackup and EtcdMember, and
+// Package v1alpha1 is Steward's Kubernetes API: EtcdCluster, EtcdBackup, EtcdRestore and EtcdMember, and
 // the cluster.yaml that the operator writes for the sidecars (ClusterConfig).
 //
 // +kubebuilder:object:generate=true
@@ -18,7 +18,7 @@ var GroupVersion = schema.GroupVersion{Group: "etcd.steward.dev", Version: "v1al
 // apimachinery, so that clients can import it cheaply.
 func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion, &EtcdCluster{}, &EtcdClusterList{}, &EtcdBackup{}, &EtcdBackupList{},
-		&EtcdMember{}, &EtcdMemberList{})
+		&EtcdRestore{}, &EtcdRestoreList{}, &EtcdMember{}, &EtcdMemberList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -149,7 +149,9 @@ func run(ctx context.Context, o options) (err error) {
 		clusterDir, result.Human(o.size), o.valueSize, o.grace, o.deltaPeriod)
 	if _, err := cluster.Run(ctx, o.steward, "local", "up", "--detach", "--dir", clusterDir, "--members", "3",
 		"--base-port", strconv.Itoa(o.basePort), "--backup", storeURL, "--quorum-loss-grace", o.grace.String(),
-		"--sidecar-arg=--delta-period="+o.deltaPeriod.String(), "--timeout", "3m"); err != nil {
+		"--sidecar-arg=--delta-period="+o.deltaPeriod.String(),
+		// Each quorum-loss round asks for a full snapshot, sooner than the default spacing.
+		"--sidecar-arg=--full-snapshot-min-interval=1ms", "--timeout", "3m"); err != nil {
 		return err
 	}
 	c := &cluster.Cluster{Steward: o.steward, Dir: clusterDir}
@@ -761,7 +763,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	if err != nil {
 		return r, err
 	}
-	if r.full, err = fullSnapshot(ctx, sidecarURL); err != nil {
+	if r.full, err = fullSnapshot(ctx, c.Dir, sidecarURL); err != nil {
 		return r, err
 	}
 	fmt.Printf("full snapshot %s at revision %d: %s of database, %s stored, in %v\n", r.full.Key, r.full.Revision, result.Human(r.full.DBSize), result.Human(r.full.Size), r.full.Duration.Round(time.Millisecond))
@@ -867,12 +869,12 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	return r, nil
 }
 
-func fullSnapshot(ctx context.Context, sidecarURL string) (fullResult, error) {
+func fullSnapshot(ctx context.Context, dir, sidecarURL string) (fullResult, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sidecarURL+"/v1/snapshots/full", nil)
 	if err != nil {
 		return fullResult{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := local.SidecarClient(dir, nil).Do(req)
 	if err != nil {
 		return fullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: %w", sidecarURL, err)
 	}

@@ -37,19 +37,7 @@ func NewChain(objs []Object) Chain {
 			c.Deltas = append(c.Deltas, o)
 		}
 	}
-	sort.SliceStable(c.Fulls, func(i, j int) bool {
-		a, b := c.Fulls[i], c.Fulls[j]
-		if a.Timeline != b.Timeline {
-			return a.Timeline < b.Timeline
-		}
-		if a.FirstRev != b.FirstRev {
-			return a.FirstRev < b.FirstRev
-		}
-		if !a.Created.Equal(b.Created) {
-			return a.Created.Before(b.Created)
-		}
-		return a.Key < b.Key
-	})
+	sortFulls(c.Fulls)
 	sort.SliceStable(c.Deltas, func(i, j int) bool {
 		a, b := c.Deltas[i], c.Deltas[j]
 		if a.Timeline != b.Timeline {
@@ -66,26 +54,19 @@ func NewChain(objs []Object) Chain {
 	return c
 }
 
-// ListChain lists the backup objects in s. It reads names only; Verify
-// reads the bytes.
+// ListChain lists every backup object in s into memory. It reads names only; Verify reads the
+// bytes. A store holds hundreds of thousands of deltas: code that runs against real stores uses
+// ReadIndex, LoadTimeline or Scan, which hold a bounded part of the listing; ListChain is for
+// small stores and tests.
 func ListChain(ctx context.Context, s *store.Store) (Chain, error) {
-	infos, err := s.List(ctx, LayoutPrefix)
-	if err != nil {
-		return Chain{}, fmt.Errorf("list backups: %w", err)
-	}
 	var objs []Object
 	var foreign []string
-	for _, info := range infos {
-		o, err := ParseKey(info.Key)
-		if err != nil {
-			foreign = append(foreign, info.Key)
-			continue
-		}
-		o.Size, o.ModTime = info.Size, info.ModTime
-		if o.Kind == KindDelta {
-			o.Created = info.ModTime
-		}
+	err := Scan(ctx, s, func(o Object) error {
 		objs = append(objs, o)
+		return nil
+	}, func(key string) { foreign = append(foreign, key) })
+	if err != nil {
+		return Chain{}, err
 	}
 	c := NewChain(objs)
 	c.Foreign = foreign
@@ -239,66 +220,99 @@ func (c Chain) Check() []Issue {
 
 // checkTimeline is Check of a chain of one timeline.
 func (c Chain) checkTimeline() []Issue {
-	var issues []Issue
-	if len(c.Fulls) == 0 {
-		if len(c.Deltas) > 0 {
-			first, last := c.Deltas[0], c.Deltas[len(c.Deltas)-1]
-			issues = append(issues, Issue{Severity: Error, Kind: IssueNoFull,
-				From: first.FirstRev, To: last.LastRev, Keys: []string{first.Key, last.Key},
-				Message: fmt.Sprintf("%d deltas (revisions %d-%d) but no full snapshot to apply them to: take a full snapshot", len(c.Deltas), first.FirstRev, last.LastRev)})
-		}
-		return issues
+	k := newChecker(c.Fulls)
+	for _, d := range c.Deltas {
+		k.delta(d)
 	}
-	oldest := c.Fulls[0]
-	cov, covKey := oldest.FirstRev, oldest.Key // revisions up to cov are restorable
-	var lastDelta *Object
-	fi, di := 1, 0
-	for fi < len(c.Fulls) || di < len(c.Deltas) {
-		// A full snapshot goes before a delta that starts at the same revision.
-		if fi < len(c.Fulls) && (di == len(c.Deltas) || c.Fulls[fi].FirstRev <= c.Deltas[di].FirstRev) {
-			f := c.Fulls[fi]
-			fi++
-			if f.FirstRev > cov+1 {
-				issues = append(issues, Issue{Severity: Warning, Kind: IssueGap,
-					From: cov + 1, To: f.FirstRev - 1, Keys: []string{covKey, f.Key},
-					Message: fmt.Sprintf("revisions %d-%d are in no backup (between %s and %s): they cannot be restored to; revision %d and later can", cov+1, f.FirstRev-1, covKey, f.Key, f.FirstRev)})
-			}
-			if f.FirstRev >= cov {
-				cov, covKey = f.FirstRev, f.Key
-			}
-			continue
-		}
-		d := c.Deltas[di]
-		di++
-		if d.LastRev <= oldest.FirstRev {
-			issues = append(issues, Issue{Severity: Info, Kind: IssueUnused,
-				From: d.FirstRev, To: d.LastRev, Keys: []string{d.Key},
-				Message: fmt.Sprintf("delta %s (revisions %d-%d) is older than the oldest full snapshot %s and is never used", d.Key, d.FirstRev, d.LastRev, oldest.Key)})
-			continue
-		}
-		if lastDelta != nil && d.FirstRev <= lastDelta.LastRev {
-			issues = append(issues, Issue{Severity: Info, Kind: IssueOverlap,
-				From: d.FirstRev, To: min(d.LastRev, lastDelta.LastRev), Keys: []string{lastDelta.Key, d.Key},
-				Message: fmt.Sprintf("deltas %s and %s both hold revisions %d-%d; the repeat is skipped on restore", lastDelta.Key, d.Key, d.FirstRev, min(d.LastRev, lastDelta.LastRev))})
-		}
-		if d.FirstRev > cov+1 {
-			issues = append(issues, Issue{Severity: Error, Kind: IssueHole,
-				From: cov + 1, To: d.FirstRev - 1, Keys: []string{covKey, d.Key},
-				Message: fmt.Sprintf("hole: revisions %d-%d are missing between %s and %s: nothing after revision %d can be restored from full snapshots before it; take a full snapshot", cov+1, d.FirstRev-1, covKey, d.Key, cov)})
-		}
-		if d.LastRev > cov {
-			cov, covKey = d.LastRev, d.Key
-		}
-		if lastDelta == nil || d.LastRev > lastDelta.LastRev {
-			dd := d
-			lastDelta = &dd
-		}
-	}
-	return issues
+	return k.finish()
 }
 
-// Range is an inclusive range of revisions.
-type Range struct{ From, To int64 }
+// checker is Check of one timeline, fed its deltas one by one in chain order (by first, then
+// last revision): it holds the full snapshots, the issues, and no delta but the last.
+type checker struct {
+	fulls     []Object
+	fi        int
+	cov       int64 // revisions up to cov are restorable
+	covKey    string
+	lastDelta Object
+	noFull    int // deltas seen without any full snapshot
+	issues    []Issue
+}
+
+func newChecker(fulls []Object) *checker {
+	k := &checker{fulls: fulls, fi: 1}
+	if len(fulls) > 0 {
+		k.cov, k.covKey = fulls[0].FirstRev, fulls[0].Key
+	}
+	return k
+}
+
+// full takes the full snapshots that start at or before rev: a full snapshot goes before a
+// delta that starts at the same revision.
+func (k *checker) full(rev int64) {
+	for ; k.fi < len(k.fulls) && k.fulls[k.fi].FirstRev <= rev; k.fi++ {
+		f := k.fulls[k.fi]
+		if f.FirstRev > k.cov+1 {
+			k.issues = append(k.issues, Issue{Severity: Warning, Kind: IssueGap,
+				From: k.cov + 1, To: f.FirstRev - 1, Keys: []string{k.covKey, f.Key},
+				Message: fmt.Sprintf("revisions %d-%d are in no backup (between %s and %s): they cannot be restored to; revision %d and later can", k.cov+1, f.FirstRev-1, k.covKey, f.Key, f.FirstRev)})
+		}
+		if f.FirstRev >= k.cov {
+			k.cov, k.covKey = f.FirstRev, f.Key
+		}
+	}
+}
+
+func (k *checker) delta(d Object) {
+	if len(k.fulls) == 0 {
+		if k.lastDelta.Key == "" {
+			k.issues = append(k.issues, Issue{Severity: Error, Kind: IssueNoFull, From: d.FirstRev, To: d.LastRev, Keys: []string{d.Key, d.Key}})
+		}
+		k.noFull++
+		is := &k.issues[len(k.issues)-1]
+		is.To, is.Keys[1] = max(is.To, d.LastRev), d.Key
+		is.Message = fmt.Sprintf("%d deltas (revisions %d-%d) but no full snapshot to apply them to: take a full snapshot", k.noFull, is.From, is.To)
+		k.lastDelta = d
+		return
+	}
+	k.full(d.FirstRev)
+	oldest := k.fulls[0]
+	if d.LastRev <= oldest.FirstRev {
+		k.issues = append(k.issues, Issue{Severity: Info, Kind: IssueUnused,
+			From: d.FirstRev, To: d.LastRev, Keys: []string{d.Key},
+			Message: fmt.Sprintf("delta %s (revisions %d-%d) is older than the oldest full snapshot %s and is never used", d.Key, d.FirstRev, d.LastRev, oldest.Key)})
+		return
+	}
+	last := k.lastDelta
+	if last.Key != "" && d.FirstRev <= last.LastRev {
+		k.issues = append(k.issues, Issue{Severity: Info, Kind: IssueOverlap,
+			From: d.FirstRev, To: min(d.LastRev, last.LastRev), Keys: []string{last.Key, d.Key},
+			Message: fmt.Sprintf("deltas %s and %s both hold revisions %d-%d; the repeat is skipped on restore", last.Key, d.Key, d.FirstRev, min(d.LastRev, last.LastRev))})
+	}
+	if d.FirstRev > k.cov+1 {
+		k.issues = append(k.issues, Issue{Severity: Error, Kind: IssueHole,
+			From: k.cov + 1, To: d.FirstRev - 1, Keys: []string{k.covKey, d.Key},
+			Message: fmt.Sprintf("hole: revisions %d-%d are missing between %s and %s: nothing after revision %d can be restored from full snapshots before it; take a full snapshot", k.cov+1, d.FirstRev-1, k.covKey, d.Key, k.cov)})
+	}
+	if d.LastRev > k.cov {
+		k.cov, k.covKey = d.LastRev, d.Key
+	}
+	if last.Key == "" || d.LastRev > last.LastRev {
+		k.lastDelta = d
+	}
+}
+
+func (k *checker) finish() []Issue {
+	k.full(1<<63 - 1)
+	return k.issues
+}
+
+// Range is an inclusive range of revisions. In JSON (steward backup list/verify -o json):
+// {"from": 100, "to": 200}.
+type Range struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
 
 func (r Range) String() string {
 	if r.From == r.To {
@@ -311,22 +325,11 @@ func (r Range) String() string {
 // snapshot through the deltas that continue it without a hole.
 func (c Chain) Coverage() []Range {
 	c = c.newest()
-	var out []Range
-	di := 0
-	for _, f := range c.Fulls {
-		if n := len(out); n > 0 && f.FirstRev <= out[n-1].To+1 {
-			out[n-1].To = max(out[n-1].To, f.FirstRev)
-		} else {
-			out = append(out, Range{f.FirstRev, f.FirstRev})
-		}
-		r := &out[len(out)-1]
-		// Deltas that start inside a hole are passed over here and picked up
-		// (harmlessly) by the next full snapshot's range.
-		for ; di < len(c.Deltas) && c.Deltas[di].FirstRev <= r.To+1; di++ {
-			r.To = max(r.To, c.Deltas[di].LastRev)
-		}
+	var runs []Range
+	for _, d := range c.Deltas {
+		runs = addRun(runs, Range{d.FirstRev, d.LastRev})
 	}
-	return out
+	return coverage(c.Fulls, runs)
 }
 
 func describeRanges(rs []Range) string {

@@ -97,22 +97,20 @@ func (tl TimelineInfo) Of(ids []uint64) bool {
 	return tl.Disagrees == "" && slices.Contains(ids, tl.ClusterID)
 }
 
-// ObserveTimelines reads what Place needs from the store: for each timeline of c, the
-// header of its newest object (the one holding its newest revision) and of its oldest full
-// snapshot. A damaged header makes the timeline disagree; a store that cannot be read is an
-// error.
+// ObserveTimelines is ObserveIndex of a chain held in memory.
 func ObserveTimelines(ctx context.Context, s *store.Store, c Chain) ([]TimelineInfo, error) {
+	return ObserveIndex(ctx, s, IndexOf(c))
+}
+
+// ObserveIndex reads what Place needs from the store: for each timeline of ix, the header of
+// its newest object (the one holding its newest revision) and of its oldest full snapshot. A
+// damaged header makes the timeline disagree; a store that cannot be read is an error.
+func ObserveIndex(ctx context.Context, s *store.Store, ix Index) ([]TimelineInfo, error) {
 	var out []TimelineInfo
-	for _, tl := range c.Timelines() {
-		tc := c.Timeline(tl)
-		info := TimelineInfo{Timeline: tl}
-		var newest Object
-		for _, o := range tc.Objects() {
-			if newest.Key == "" || o.LastRev > newest.LastRev || (o.LastRev == newest.LastRev && o.Kind == KindDelta) {
-				newest = o
-			}
-		}
-		info.Newest = newest
+	for _, t := range ix.Timelines {
+		tl := t.Timeline
+		newest := t.Newest
+		info := TimelineInfo{Timeline: tl, Newest: newest}
 		hdr, err := readObjectHeader(ctx, s, newest)
 		switch {
 		case errors.Is(err, ErrCorrupt):
@@ -122,8 +120,8 @@ func ObserveTimelines(ctx context.Context, s *store.Store, c Chain) ([]TimelineI
 		default:
 			info.ClusterID = hdr.ClusterID
 		}
-		if len(tc.Fulls) > 0 && tc.Fulls[0].Key != newest.Key && info.Disagrees == "" {
-			first, err := readObjectHeader(ctx, s, tc.Fulls[0])
+		if len(t.Fulls) > 0 && t.Fulls[0].Key != newest.Key && info.Disagrees == "" {
+			first, err := readObjectHeader(ctx, s, t.Fulls[0])
 			switch {
 			case errors.Is(err, ErrCorrupt):
 				info.Disagrees = err.Error()
@@ -131,7 +129,7 @@ func ObserveTimelines(ctx context.Context, s *store.Store, c Chain) ([]TimelineI
 				return nil, fmt.Errorf("read the oldest full snapshot of timeline %d: %w", tl, err)
 			case first.ClusterID != hdr.ClusterID:
 				info.Disagrees = fmt.Sprintf("its oldest full snapshot %s is of cluster %x, its newest object %s of cluster %x",
-					tc.Fulls[0].Key, first.ClusterID, newest.Key, hdr.ClusterID)
+					t.Fulls[0].Key, first.ClusterID, newest.Key, hdr.ClusterID)
 			}
 		}
 		out = append(out, info)

@@ -64,15 +64,19 @@ func (r Report) OK() bool {
 // The error is for failures to verify at all (listing, ctx); what is
 // wrong with the backups is in the report.
 func Verify(ctx context.Context, s *store.Store, progress func(done, total int64)) (Report, error) {
-	c, err := ListChain(ctx, s)
+	// It streams: per timeline, the full snapshots are held (few), the deltas are listed page
+	// by page and checked as they come; per cluster of a timeline, a count and one key.
+	ix, err := ReadIndex(ctx, s)
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Foreign: c.Foreign}
-	objs := c.Objects()
+	rep := Report{Foreign: ix.ForeignKeys}
+	if ix.Foreign > len(ix.ForeignKeys) {
+		rep.Foreign = append(rep.Foreign, fmt.Sprintf("(and %d more)", ix.Foreign-len(ix.ForeignKeys)))
+	}
 	var total, done int64
-	for _, o := range objs {
-		total += o.Size
+	for _, t := range ix.Timelines {
+		total += t.Bytes
 	}
 	report := func() {
 		if progress != nil {
@@ -80,11 +84,14 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 		}
 	}
 	report()
-	bad := map[string]bool{}
-	clusters := map[uint32]map[uint64][]string{} // timeline -> cluster ID -> keys
-	for _, o := range objs {
+	type seen struct {
+		n   int
+		key string
+	}
+	// read verifies one object; ok=false: it is bad (recorded in the report).
+	read := func(o Object, clusters map[uint64]*seen) (bool, error) {
 		if err := ctx.Err(); err != nil {
-			return rep, fmt.Errorf("verify %s: %w", s, err)
+			return false, fmt.Errorf("verify %s: %w", s, err)
 		}
 		start, reported := done, done
 		hdr, events, err := verifyObject(ctx, s, o, func(n int64) {
@@ -95,40 +102,75 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 			}
 		})
 		if ctx.Err() != nil {
-			return rep, fmt.Errorf("verify %s: %w", s, ctx.Err())
+			return false, fmt.Errorf("verify %s: %w", s, ctx.Err())
 		}
 		rep.Objects++
 		rep.Events += events
 		rep.Bytes += done - start
-		if err != nil {
-			rep.Bad = append(rep.Bad, BadObject{Key: o.Key, Err: err})
-			bad[o.Key] = true
-		} else {
-			if clusters[o.Timeline] == nil {
-				clusters[o.Timeline] = map[uint64][]string{}
-			}
-			clusters[o.Timeline][hdr.ClusterID] = append(clusters[o.Timeline][hdr.ClusterID], o.Key)
-		}
 		// Count what was not read (a bad object stops early) as done.
 		if done-start < o.Size {
 			done = start + o.Size
 		}
 		report()
+		if err != nil {
+			rep.Bad = append(rep.Bad, BadObject{Key: o.Key, Err: err})
+			return false, nil
+		}
+		if clusters[hdr.ClusterID] == nil {
+			clusters[hdr.ClusterID] = &seen{key: o.Key}
+		}
+		clusters[hdr.ClusterID].n++
+		return true, nil
 	}
-	good := c.Without(bad)
-	rep.Issues = good.Check()
-	for _, tl := range good.Timelines() {
-		tr := TimelineReport{Timeline: tl, Coverage: good.Timeline(tl).Coverage()}
-		ids := slices.Sorted(maps.Keys(clusters[tl]))
+	for _, t := range ix.Timelines {
+		tl := t.Timeline
+		clusters := map[uint64]*seen{}
+		var fulls []Object
+		for _, f := range t.Fulls {
+			ok, err := read(f, clusters)
+			if err != nil {
+				return rep, err
+			}
+			if ok {
+				fulls = append(fulls, f)
+			}
+		}
+		k := newChecker(fulls)
+		var runs []Range
+		for d, err := range Deltas(ctx, s, tl) {
+			if err != nil {
+				return rep, err
+			}
+			ok, err := read(d, clusters)
+			if err != nil {
+				return rep, err
+			}
+			if ok {
+				k.delta(d)
+				runs = addRun(runs, Range{d.FirstRev, d.LastRev})
+			}
+		}
+		issues := k.finish()
+		for i := range issues {
+			issues[i].Timeline = tl
+		}
+		rep.Issues = append(rep.Issues, issues...)
+		if len(fulls) == 0 && len(runs) == 0 {
+			continue // nothing sound left on it
+		}
+		tr := TimelineReport{Timeline: tl, Coverage: coverage(fulls, runs)}
+		if tr.Coverage == nil {
+			tr.Coverage = []Range{} // JSON: [] rather than null
+		}
+		ids := slices.Sorted(maps.Keys(clusters))
 		if len(ids) == 1 {
 			tr.ClusterID = ids[0]
-		} else {
+		} else if len(ids) > 1 {
 			var parts []string
 			for _, id := range ids {
-				keys := clusters[tl][id]
-				parts = append(parts, fmt.Sprintf("cluster %x (%d objects, e.g. %s)", id, len(keys), keys[0]))
+				parts = append(parts, fmt.Sprintf("cluster %x (%d objects, e.g. %s)", id, clusters[id].n, clusters[id].key))
 			}
-			rep.Issues = append(rep.Issues, Issue{Severity: Error, Kind: IssueClusters, Timeline: tl, Keys: []string{clusters[tl][ids[0]][0], clusters[tl][ids[1]][0]},
+			rep.Issues = append(rep.Issues, Issue{Severity: Error, Kind: IssueClusters, Timeline: tl, Keys: []string{clusters[ids[0]].key, clusters[ids[1]].key},
 				Message: fmt.Sprintf("the objects hold the histories of %d clusters: %s; a timeline is one cluster's history: restore another timeline, or a revision the older objects reach alone", len(ids), strings.Join(parts, ", "))})
 		}
 		rep.Timelines = append(rep.Timelines, tr)

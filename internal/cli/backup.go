@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
@@ -14,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
+	"github.com/etcd-steward/steward/internal/units"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -64,7 +69,7 @@ type listView struct {
 	Store     string         `json:"store"`
 	Timelines []timelineView `json:"timelines"`
 	Objects   []objectView   `json:"objects"`
-	Issues    []string       `json:"issues,omitempty"`
+	Issues    []string       `json:"issues"`
 }
 
 func newBackupListCommand() *cobra.Command {
@@ -86,62 +91,38 @@ revisions it can restore, then every object.`,
 				return err
 			}
 			defer s.Close()
-			c, err := backup.ListChain(ctx, s)
+			ix, err := backup.ReadIndex(ctx, s)
 			if err != nil {
 				return err
 			}
-			infos, err := backup.ObserveTimelines(ctx, s, c)
+			infos, err := backup.ObserveIndex(ctx, s, ix)
 			if err != nil {
 				return err
 			}
-			v := listView{Store: s.String(), Timelines: []timelineView{}, Objects: []objectView{}}
-			for _, info := range infos {
-				tc := c.Timeline(info.Timeline)
-				tv := timelineView{Timeline: info.Timeline, ClusterID: fmt.Sprintf("%x", info.ClusterID), Coverage: tc.Coverage(), Disagrees: info.Disagrees}
-				for _, o := range tc.Objects() {
+			v := listView{Store: s.String(), Timelines: []timelineView{}, Issues: []string{}}
+			for i, info := range infos {
+				t := ix.Timelines[i]
+				tv := timelineView{Timeline: info.Timeline, ClusterID: fmt.Sprintf("%x", info.ClusterID), Coverage: t.Coverage(), Disagrees: info.Disagrees,
+					Revisions: backup.Range{From: t.FirstRev(), To: t.NewestRevision()}, From: t.From.UTC(), To: t.To.UTC(), Objects: t.Objects(), Size: t.Bytes}
+				if tv.Coverage == nil {
+					tv.Coverage = []backup.Range{}
+				}
+				v.Timelines = append(v.Timelines, tv)
+				v.Issues = append(v.Issues, listIssues(t)...)
+			}
+			if ix.Foreign > 0 {
+				v.Issues = append(v.Issues, fmt.Sprintf("info: %d keys under v1/ are not backup objects (left alone), e.g. %s", ix.Foreign, ix.ForeignKeys[0]))
+			}
+			// The objects stream from the store to the output, page by page: a store holds
+			// hundreds of thousands of deltas.
+			return printList(cmd.OutOrStdout(), out.format, v, func(each func(objectView) error) error {
+				return backup.Scan(ctx, s, func(o backup.Object) error {
 					created := o.Created
 					if created.IsZero() {
 						created = o.ModTime
 					}
-					created = created.UTC()
-					if tv.Objects == 0 || o.FirstRev < tv.Revisions.From {
-						tv.Revisions.From = o.FirstRev
-					}
-					if tv.Objects == 0 || created.Before(tv.From) {
-						tv.From = created
-					}
-					tv.Revisions.To, tv.To = max(tv.Revisions.To, o.LastRev), maxTime(tv.To, created)
-					tv.Objects++
-					tv.Size += o.Size
-					v.Objects = append(v.Objects, objectView{Timeline: o.Timeline, Kind: o.Kind.String(), Key: o.Key, FirstRev: o.FirstRev, LastRev: o.LastRev, Size: o.Size, Created: created})
-				}
-				v.Timelines = append(v.Timelines, tv)
-			}
-			for _, is := range c.Check() {
-				v.Issues = append(v.Issues, is.String())
-			}
-			return out.print(cmd.OutOrStdout(), v, func(t *table) {
-				t.header("TIMELINE", "CLUSTER", "REVISIONS", "FROM", "TO", "OBJECTS", "SIZE", "RESTORABLE")
-				for _, tv := range v.Timelines {
-					cluster := tv.ClusterID
-					if tv.Disagrees != "" {
-						cluster += " (disagrees: " + tv.Disagrees + ")"
-					}
-					t.row(strconv.FormatUint(uint64(tv.Timeline), 10), cluster, tv.Revisions.String(), tv.From.Format(time.RFC3339), tv.To.Format(time.RFC3339),
-						strconv.Itoa(tv.Objects), humanBytes(tv.Size), rangesString(tv.Coverage))
-				}
-				t.row("")
-				t.row("TIMELINE", "KIND", "REVISIONS", "SIZE", "CREATED", "KEY")
-				for _, o := range v.Objects {
-					revs := strconv.FormatInt(o.FirstRev, 10)
-					if o.Kind == backup.KindDelta.String() {
-						revs += "-" + strconv.FormatInt(o.LastRev, 10)
-					}
-					t.row(strconv.FormatUint(uint64(o.Timeline), 10), o.Kind, revs, humanBytes(o.Size), o.Created.Format(time.RFC3339), o.Key)
-				}
-				for _, is := range v.Issues {
-					t.row(is)
-				}
+					return each(objectView{Timeline: o.Timeline, Kind: o.Kind.String(), Key: o.Key, FirstRev: o.FirstRev, LastRev: o.LastRev, Size: o.Size, Created: created.UTC()})
+				}, nil)
 			})
 		},
 	}
@@ -150,11 +131,100 @@ revisions it can restore, then every object.`,
 	return cmd
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
+// listIssues says what a timeline cannot restore: deltas without a full snapshot, revisions
+// between the restorable ranges. `backup verify` reads the objects and says more.
+func listIssues(t backup.TimelineIndex) []string {
+	var out []string
+	if len(t.Fulls) == 0 && t.Deltas > 0 {
+		out = append(out, fmt.Sprintf("error: timeline %d: %d deltas (revisions %d-%d) but no full snapshot to apply them to: take a full snapshot",
+			t.Timeline, t.Deltas, t.FirstDelta.FirstRev, t.FurthestDelta.LastRev))
 	}
-	return a
+	cov := t.Coverage()
+	for i := 1; i < len(cov); i++ {
+		out = append(out, fmt.Sprintf("warning: timeline %d: revisions %d-%d cannot be restored to (no backup holds them, or a hole cuts them off from a full snapshot); revision %d and later can",
+			t.Timeline, cov[i-1].To+1, cov[i].From-1, cov[i].From))
+	}
+	if n := len(cov); n > 0 && cov[n-1].To < t.NewestRevision() {
+		out = append(out, fmt.Sprintf("error: timeline %d: deltas reach revision %d, but a hole after revision %d cuts them off from every full snapshot: take a full snapshot",
+			t.Timeline, t.NewestRevision(), cov[n-1].To))
+	}
+	return out
+}
+
+// printList writes `backup list`'s view, then the objects objects gives, as they come:
+// nothing holds them all. JSON: {"store", "timelines", "issues", "objects"}, the same shape
+// as listView, every field always present.
+func printList(w io.Writer, format string, v listView, objects func(each func(objectView) error) error) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	switch format {
+	case "json":
+		head, err := json.MarshalIndent(struct {
+			Store     string         `json:"store"`
+			Timelines []timelineView `json:"timelines"`
+			Issues    []string       `json:"issues"`
+		}{v.Store, v.Timelines, v.Issues}, "", "  ")
+		if err != nil {
+			return err
+		}
+		// Reopen the object to append "objects".
+		bw.Write(head[:len(head)-2])
+		bw.WriteString(",\n  \"objects\": [")
+		n := 0
+		err = objects(func(o objectView) error {
+			b, err := json.MarshalIndent(o, "    ", "  ")
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				bw.WriteString(",")
+			}
+			n++
+			bw.WriteString("\n    ")
+			_, err = bw.Write(b)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			bw.WriteString("\n  ")
+		}
+		bw.WriteString("]\n}\n")
+		return bw.Flush()
+	case "table", "":
+		t := &table{tw: tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)}
+		t.header("TIMELINE", "CLUSTER", "REVISIONS", "FROM", "TO", "OBJECTS", "SIZE", "RESTORABLE")
+		for _, tv := range v.Timelines {
+			cluster := tv.ClusterID
+			if tv.Disagrees != "" {
+				cluster += " (disagrees: " + tv.Disagrees + ")"
+			}
+			t.row(strconv.FormatUint(uint64(tv.Timeline), 10), cluster, tv.Revisions.String(), tv.From.Format(time.RFC3339), tv.To.Format(time.RFC3339),
+				strconv.Itoa(tv.Objects), units.Bytes(tv.Size), rangesString(tv.Coverage))
+		}
+		for _, is := range v.Issues {
+			t.row(is)
+		}
+		if err := t.tw.Flush(); err != nil {
+			return err
+		}
+		// Fixed widths rather than a tabwriter, which would hold every row to align them.
+		fmt.Fprintf(bw, "\n%-10s %-5s %-41s %9s %-20s %s\n", "TIMELINE", "KIND", "REVISIONS", "SIZE", "CREATED", "KEY")
+		err := objects(func(o objectView) error {
+			revs := strconv.FormatInt(o.FirstRev, 10)
+			if o.Kind == backup.KindDelta.String() {
+				revs += "-" + strconv.FormatInt(o.LastRev, 10)
+			}
+			_, err := fmt.Fprintf(bw, "%-10d %-5s %-41s %9s %-20s %s\n", o.Timeline, o.Kind, revs, units.Bytes(o.Size), o.Created.Format(time.RFC3339), o.Key)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		return bw.Flush()
+	default:
+		return fmt.Errorf("unknown output format %q: use -o table or -o json", format)
+	}
 }
 
 func rangesString(rs []backup.Range) string {
@@ -205,7 +275,7 @@ func newBackupSaveCommand() *cobra.Command {
 				bar.Done("")
 				return err
 			}
-			bar.Done(fmt.Sprintf("%s of database stored as %s", humanBytes(res.DBSize), humanBytes(res.Size)))
+			bar.Done(fmt.Sprintf("%s of database stored as %s", units.Bytes(res.DBSize), units.Bytes(res.Size)))
 			fmt.Fprintf(cmd.OutOrStdout(), "%s (timeline %d, revision %d)\n", res.Key, res.Timeline, res.Revision)
 			return nil
 		},
@@ -293,7 +363,7 @@ on every exit path.`,
 				}
 			}
 			if err := out.print(cmd.OutOrStdout(), v, func(t *table) {
-				t.row(fmt.Sprintf("%d objects, %s, %d delta events read from %s", v.Objects, humanBytes(v.Bytes), v.Events, v.Store))
+				t.row(fmt.Sprintf("%d objects, %s, %d delta events read from %s", v.Objects, units.Bytes(v.Bytes), v.Events, v.Store))
 				for _, b := range v.Bad {
 					t.row("BAD " + b.Key + ": " + b.Error)
 				}
@@ -391,29 +461,52 @@ func newBackupGCCommand() *cobra.Command {
 				return err
 			}
 			defer s.Close()
-			doomed, err := retention.Doomed(ctx, s, p, time.Now(), 0)
-			if err != nil {
-				return err
-			}
-			keys := []string{}
-			for _, o := range doomed {
-				keys = append(keys, o.Key)
-			}
-			if !dryRun {
-				if err := retention.Apply(ctx, s, doomed); err != nil {
-					return err
-				}
-			}
 			verb := "deleted"
 			if dryRun {
 				verb = "would delete"
 			}
-			return out.print(cmd.OutOrStdout(), map[string]any{"policy": p.String(), "dryRun": dryRun, "deleted": keys}, func(t *table) {
-				for _, k := range keys {
-					t.row(verb, k)
+			// Deletions stream from the listing to the output: a first gc of a long-kept store
+			// can delete hundreds of thousands of deltas.
+			bw := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
+			defer bw.Flush()
+			asJSON := out.format == "json"
+			switch out.format {
+			case "json":
+				fmt.Fprintf(bw, "{\n  \"policy\": %q,\n  \"dryRun\": %t,\n  \"deleted\": [", p.String(), dryRun)
+			case "table", "":
+			default:
+				return fmt.Errorf("unknown output format %q: use -o table or -o json", out.format)
+			}
+			n := 0
+			err = retention.Walk(ctx, s, p, time.Now(), 0, func(o backup.Object) error {
+				if !dryRun {
+					if err := s.Delete(ctx, o.Key); err != nil {
+						return fmt.Errorf("retention: deleted %d objects, then: %w", n, err)
+					}
 				}
-				t.row(fmt.Sprintf("%s %d objects (policy %s)", verb, len(keys), p))
+				if asJSON {
+					if n > 0 {
+						bw.WriteString(",")
+					}
+					fmt.Fprintf(bw, "\n    %q", o.Key)
+				} else {
+					fmt.Fprintf(bw, "%s  %s\n", verb, o.Key)
+				}
+				n++
+				return nil
 			})
+			if asJSON {
+				if n > 0 {
+					bw.WriteString("\n  ")
+				}
+				fmt.Fprintf(bw, "],\n  \"count\": %d\n}\n", n)
+			} else {
+				fmt.Fprintf(bw, "%s %d objects (policy %s)\n", verb, n, p)
+			}
+			if ferr := bw.Flush(); err == nil {
+				err = ferr
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&url, "store", "", "backup store URL")

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/restore"
+	"github.com/etcd-steward/steward/internal/units"
 )
 
 func newBackupCompactCommand() *cobra.Command {
@@ -61,7 +62,7 @@ The scratch dir needs room for about twice the database; it is removed on every 
 					t.row(fmt.Sprintf("  %d leases granted after the full snapshot recreated with the missing-lease TTL", n))
 				}
 				t.row(fmt.Sprintf("  database %s before compaction and defragmentation, %s after; stored as %s, in %s",
-					humanBytes(res.DBSizeBefore), humanBytes(res.DBSizeAfter), humanBytes(res.Size), res.Duration.Round(time.Millisecond)))
+					units.Bytes(res.DBSizeBefore), units.Bytes(res.DBSizeAfter), units.Bytes(res.Size), res.Duration.Round(time.Millisecond)))
 				t.row("  the older objects now follow the retention policy (steward backup gc)")
 			})
 		},

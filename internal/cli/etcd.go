@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -11,6 +12,7 @@ import (
 func newEtcdCommand() *cobra.Command {
 	var (
 		sidecar, configFile, healthListen, logLevel string
+		tokenFile                                   string
 		flagCfg                                     etcdproc.Config
 	)
 	cmd := &cobra.Command{
@@ -19,7 +21,8 @@ func newEtcdCommand() *cobra.Command {
 		Long: `Run an etcd member (embedded etcd server) in this process.
 
 With --sidecar URL it asks its sidecar to initialise the member, waits until it has, fetches
-the generated configuration and starts on it. Standalone it takes an etcd configuration file
+the generated configuration and starts on it; --api-token-file names the file holding the
+cluster's sidecar API token it authenticates with. Standalone it takes an etcd configuration file
 (--config-file, etcd's own format) or the flags below.
 
 --listen-health serves /readyz (200 only when a linearizable read succeeds) and /livez.
@@ -36,8 +39,13 @@ On SIGTERM or SIGINT it stops cleanly and leaves a clean-shutdown marker in the 
 			switch {
 			case sidecar != "" && configFile != "":
 				return errors.New("--sidecar and --config-file exclude each other: the sidecar generates the configuration")
+			case sidecar != "" && tokenFile == "":
+				return errors.New("--sidecar needs --api-token-file: the sidecar API takes only requests with the cluster's token")
 			case sidecar != "":
-				b, err := etcdproc.ConfigFromSidecar(ctx, lg, sidecar)
+				if _, err := sidecarapi.ReadTokenFile(tokenFile); err != nil {
+					return err
+				}
+				b, err := etcdproc.ConfigFromSidecar(ctx, lg, sidecar, sidecarapi.NewFile(tokenFile))
 				if err != nil {
 					if ctx.Err() != nil {
 						return nil
@@ -73,6 +81,7 @@ On SIGTERM or SIGINT it stops cleanly and leaves a clean-shutdown marker in the 
 	}
 	f := cmd.Flags()
 	f.StringVar(&sidecar, "sidecar", "", "base URL of this member's sidecar; the configuration comes from it")
+	f.StringVar(&tokenFile, "api-token-file", "", "file holding the cluster's sidecar API token (with --sidecar)")
 	f.StringVar(&configFile, "config-file", "", "etcd configuration file (etcd's YAML format)")
 	f.StringVar(&healthListen, "listen-health", "", "host:port to serve /readyz and /livez on")
 	f.StringVar(&logLevel, "log-level", "info", "log level of steward's own messages")

@@ -13,7 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/maintenance"
+	"github.com/etcd-steward/steward/internal/units"
 	"github.com/spf13/cobra"
 )
 
@@ -22,7 +25,7 @@ func newLocalCommand() *cobra.Command {
 		Use:   "local",
 		Short: "Run a multi-member etcd cluster on this machine (no Kubernetes)",
 	}
-	cmd.AddCommand(newLocalUpCommand(), newLocalStatusCommand(), newLocalDownCommand(), newLocalFaultCommand(), newLocalScaleCommand())
+	cmd.AddCommand(newLocalUpCommand(), newLocalStatusCommand(), newLocalDownCommand(), newLocalFaultCommand(), newLocalScaleCommand(), newLocalRestoreCommand(), newLocalUpgradeCommand())
 	return cmd
 }
 
@@ -202,7 +205,7 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 		t.header("NAME", "ID", "ROLE", "HEALTHY", "REVISION", "DB SIZE", "CLIENT URL", "ETCD PID", "SIDECAR PID")
 		for _, m := range rep.Members {
 			t.row(m.Name, m.ID, m.Role, strconv.FormatBool(m.Healthy), strconv.FormatInt(m.Revision, 10),
-				humanBytes(m.DBSize), m.ClientURL, strconv.Itoa(m.EtcdPID), strconv.Itoa(m.SidecarPID))
+				units.Bytes(m.DBSize), m.ClientURL, strconv.Itoa(m.EtcdPID), strconv.Itoa(m.SidecarPID))
 		}
 	})
 	if err != nil {
@@ -215,6 +218,9 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 	fmt.Fprintf(w, "\ncluster %s  id %s  size %d  leader %s  supervisor %s\n", rep.Cluster.Name, orDash(rep.Cluster.ClusterID), rep.Cluster.Size, orDash(rep.Cluster.Leader), sup)
 	if d := rep.Supervisor.Recovery; d != nil {
 		fmt.Fprintf(w, "recovery  directive %d  phase %s  seed %s (%s)  %s\n", d.Epoch, d.Phase, orDash(d.Seed), orDash(d.Mode), d.Reason)
+		if t := d.Restore; t != nil {
+			fmt.Fprintf(w, "restore  to %s of timeline %d (cancel with `steward local restore --cancel` while its seed has not restored it)\n", t.Point(), t.Timeline)
+		}
 	}
 	if rep.Supervisor.Waiting != "" {
 		fmt.Fprintf(w, "waiting  %s\n", rep.Supervisor.Waiting)
@@ -305,6 +311,199 @@ The supervisor restarts the process; the sidecar detects the damage and heals th
 	return cmd
 }
 
+func newLocalRestoreCommand() *cobra.Command {
+	var (
+		opts         local.RestoreOptions
+		toTime       string
+		cancelIt     bool
+		out          outputFlag
+		timelineFlag uint32
+	)
+	cmd := &cobra.Command{
+		Use:   "restore [--to-revision R | --to-time T] [--timeline N]",
+		Short: "Restore the running cluster back in time from its own backups, as one operation",
+		Long: `Restore the running local cluster to a point of its own backups (its own timelines; another
+cluster's timelines on the same store are never used):
+
+  1. the target is checked against the backup store (a revision the timeline covers, a time
+     after its first backup); a bad target, no backup store, a cluster that is not running or a
+     restore already in progress is an error, and nothing is changed;
+  2. the backup leader takes a full snapshot, stored before anything else happens: the present
+     stays restorable (steward restore --timeline <old> restores it);
+  3. every member is stopped; one member moves its data aside (kept beside its data dir) and
+     restores the target; it starts alone as a new cluster (a new cluster ID);
+  4. the others move their data aside and rejoin it as learners, one at a time, and are promoted;
+  5. the backups continue on a new timeline.
+
+Waits, printing each step, until every member serves the restored cluster, then prints the
+restored revision, the timeline the backups continue on and the new cluster ID. Clients see
+the cluster unavailable from step 3 until the restored member serves, and revisions go back
+to the target's (watchers must re-list).
+
+A member killed, or the supervisor restarted, during the restore does not change the target:
+the restore goes on (in a new epoch if need be) until the target is reached. If the backup store
+cannot be read while the member restores, it retries; 'steward local status' says what it waits
+for. --cancel withdraws a restore whose seed has not restored the target yet (a store that
+cannot be read, say), so the members restart on their own data: only while a majority of them
+still holds it (the seed has moved its data aside); otherwise it is refused and says why.`,
+		Example: `  steward local restore --to-revision 1234
+  steward local restore --to-time 2026-11-23T12:00:00Z
+  steward local restore --timeline 1 --to-revision 1234 -o json
+  steward local restore --cancel`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := absDir(opts.Dir)
+			if err != nil {
+				return err
+			}
+			opts.Dir, opts.Timeline = dir, timelineFlag
+			if out.format != "json" && out.format != "table" {
+				return fmt.Errorf("unknown output format %q: use -o table or -o json", out.format)
+			}
+			stderr := cmd.ErrOrStderr()
+			progress := func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+			if cancelIt {
+				if cmd.Flags().Changed("to-revision") || toTime != "" || timelineFlag != 0 {
+					return errors.New("--cancel takes no target: it withdraws the restore in progress")
+				}
+				epoch, err := local.CancelRestore(cmd.Context(), dir, opts.Timeout, progress)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "Restore cancelled (directive %d): every member serves its own data again.\n", epoch)
+				return nil
+			}
+			if toTime != "" {
+				t, err := time.Parse(time.RFC3339Nano, toTime)
+				if err != nil {
+					return fmt.Errorf("--to-time %q: use RFC 3339, e.g. 2026-11-23T12:00:00Z", toTime)
+				}
+				opts.ToTime = t
+			}
+			if opts.ToRevision < 0 {
+				return fmt.Errorf("--to-revision %d: a revision is positive", opts.ToRevision)
+			}
+			if opts.ToRevision > 0 && !opts.ToTime.IsZero() {
+				return errors.New("give --to-revision or --to-time, not both")
+			}
+			opts.Progress = progress
+			res, err := local.Restore(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				t.header("RESTORED REVISION", "TIMELINE", "CLUSTER ID", "PREVIOUS CLUSTER ID", "SEED", "TOOK")
+				t.row(strconv.FormatInt(res.Revision, 10), strconv.FormatUint(uint64(res.Timeline), 10), res.ClusterID, orDash(res.PreviousClusterID),
+					res.Seed, res.Duration.Round(100*time.Millisecond).String())
+				t.row("")
+				t.row(fmt.Sprintf("restored %s of timeline %d; backups continue on timeline %d", res.Target.Point(), res.Target.Timeline, res.Timeline))
+				t.row(fmt.Sprintf("before it: full snapshot %s (revision %d, timeline %d) keeps the present restorable", res.Snapshot.Key, res.Snapshot.Revision, res.Snapshot.Timeline))
+				if res.TargetAfterEnd != "" {
+					t.row("WARNING: " + res.TargetAfterEnd)
+				}
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Dir, "dir", "./steward-data", "directory of the local cluster")
+	f.Int64Var(&opts.ToRevision, "to-revision", 0, "restore exactly this revision (default: the newest)")
+	f.StringVar(&toTime, "to-time", "", "restore the newest revision the backups prove existed at this time (RFC 3339)")
+	f.Uint32Var(&timelineFlag, "timeline", 0, "restore from this timeline of the cluster (default: its newest, or the one of --to-time)")
+	f.BoolVar(&cancelIt, "cancel", false, "withdraw the restore in progress, while its seed has not restored the target")
+	f.DurationVar(&opts.Timeout, "timeout", 10*time.Minute, "how long to wait for the cluster to serve again")
+	out.register(cmd)
+	return cmd
+}
+
+func newLocalUpgradeCommand() *cobra.Command {
+	var (
+		opts         local.UpgradeOptions
+		setFlags     []string
+		leaderUpdate string
+		out          outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "upgrade [--binary PATH] [--set-flag NAME=VALUE ...] [--unset-flag NAME ...]",
+		Short: "Change what the members run (steward binary, etcd flags) and roll them onto it one at a time",
+		Long: `Change the running local cluster's specification, the steward binary its members run and
+the extra etcd flags they start with, and restart the members onto it one at a time:
+
+  1. the input is checked: the binary must be a steward executable whose etcd is the cluster's
+     minor version or the next (etcd upgrades one minor version at a time; downgrades need etcd's
+     downgrade procedure, not supported); flags must be etcd's and not ones Steward sets itself;
+     every member must be a healthy voter and no recovery or restore in progress. Bad input
+     changes nothing;
+  2. the backup leader takes a full snapshot the store holds (unless --skip-snapshot);
+  3. the new specification is recorded (cluster.json, a new generation): members started from
+     now on run it, and a supervisor restart keeps it;
+  4. followers restart one at a time, each healthy and caught up before the next; the leader
+     last, after its leadership moved to an updated member (--leader-update moveLeader), or
+     restarted as it leads (restart). While a recovery or restore is in progress it waits.
+
+An interrupted upgrade (Ctrl-C, a supervisor restart) is completed by running the command again.
+Run without --binary or flags it completes an unfinished upgrade, else restarts every member
+(a rolling restart). A member that does not come back healthy within --wait-timeout stops the
+rollout there, with the other members untouched; the error says how to go back (run upgrade
+again with the previous binary and flags: the member that is down restarts first).`,
+		Example: `  steward local upgrade --binary ./steward-v0.2.0
+  steward local upgrade --set-flag quota-backend-bytes=4294967296 --set-flag snapshot-count=50000
+  steward local upgrade --unset-flag snapshot-count -o json
+  steward local upgrade            # a rolling restart, or completes an interrupted upgrade`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := absDir(opts.Dir)
+			if err != nil {
+				return err
+			}
+			opts.Dir = dir
+			if out.format != "json" && out.format != "table" {
+				return fmt.Errorf("unknown output format %q: use -o table or -o json", out.format)
+			}
+			if opts.Leader, err = maintenance.ParseLeaderUpdate(leaderUpdate); err != nil {
+				return fmt.Errorf("--leader-update: %w", err)
+			}
+			if opts.SetFlags, err = etcdproc.ParseFlags(setFlags); err != nil {
+				return fmt.Errorf("--set-flag: %w", err)
+			}
+			if opts.Binary != "" {
+				if opts.Binary, err = filepath.Abs(opts.Binary); err != nil {
+					return err
+				}
+			}
+			stderr := cmd.ErrOrStderr()
+			opts.Progress = func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+			res, err := local.Upgrade(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				t.header("GENERATION", "RESTARTED (IN ORDER)", "LEADERSHIP MOVES", "TOOK")
+				var moves []string
+				for _, m := range res.LeaderMoves {
+					moves = append(moves, m.From+"->"+m.To)
+				}
+				t.row(strconv.FormatInt(res.Generation, 10), orDash(strings.Join(res.Restarted, ",")), orDash(strings.Join(moves, ",")),
+					res.Duration.Round(100*time.Millisecond).String())
+				t.row("")
+				t.row(fmt.Sprintf("members run %s with etcd flags [%s]", res.Binary, strings.Join(etcdproc.FlagList(res.EtcdFlags), " ")))
+				if res.Snapshot != nil {
+					t.row(fmt.Sprintf("before it: full snapshot %s (revision %d, timeline %d)", res.Snapshot.Key, res.Snapshot.Revision, res.Snapshot.Timeline))
+				}
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Dir, "dir", "./steward-data", "directory of the local cluster")
+	f.StringVar(&opts.Binary, "binary", "", "the steward executable the members run from now on (copied into DIR/bin)")
+	f.StringArrayVar(&setFlags, "set-flag", nil, "set an extra etcd flag, NAME=VALUE with etcd's flag name, e.g. snapshot-count=50000 (repeatable)")
+	f.StringArrayVar(&opts.UnsetFlags, "unset-flag", nil, "remove an extra etcd flag set earlier: etcd's default applies again (repeatable)")
+	f.StringVar(&leaderUpdate, "leader-update", string(maintenance.LeaderMoveLeader), "how the leader, last, restarts: moveLeader (hand leadership to an updated member first) or restart (the cluster elects another)")
+	f.BoolVar(&opts.SkipSnapshot, "skip-snapshot", false, "do not take a full snapshot before the first restart")
+	f.DurationVar(&opts.WaitTimeout, "wait-timeout", 5*time.Minute, "how long to wait for a restarted member (or the cluster) to be healthy before the rollout stops")
+	out.register(cmd)
+	return cmd
+}
+
 func newLocalDownCommand() *cobra.Command {
 	var opts local.DownOptions
 	cmd := &cobra.Command{
@@ -331,19 +530,6 @@ func newLocalDownCommand() *cobra.Command {
 	cmd.Flags().StringVar(&opts.Dir, "dir", "./steward-data", "directory of the local cluster")
 	cmd.Flags().BoolVar(&opts.Purge, "purge", false, "also delete the directory with all data, logs and backups")
 	return cmd
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func ago(t time.Time) string {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/units"
 )
 
 // progressBar draws a one-line progress bar on a terminal; elsewhere it stays silent except
@@ -47,9 +49,9 @@ func (p *progressBar) Update(done, total int64) {
 		frac := min(float64(done)/float64(total), 1)
 		n := int(frac * 30)
 		fmt.Fprintf(p.w, "\r%s [%s%s] %3.0f%% %s/%s %s/s ", p.label, strings.Repeat("=", n), strings.Repeat(" ", 30-n),
-			frac*100, humanBytes(done), humanBytes(total), humanBytes(int64(rate)))
+			frac*100, units.Bytes(done), units.Bytes(total), units.Bytes(int64(rate)))
 	} else {
-		fmt.Fprintf(p.w, "\r%s %s %s/s ", p.label, humanBytes(done), humanBytes(int64(rate)))
+		fmt.Fprintf(p.w, "\r%s %s %s/s ", p.label, units.Bytes(done), units.Bytes(int64(rate)))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/restore"
+	"github.com/etcd-steward/steward/internal/units"
 )
 
 func newRestoreCommand() *cobra.Command {
@@ -113,16 +114,16 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 func restoreTable(t *table, r restore.Result) {
 	if r.DryRun {
 		t.header("KIND", "REVISIONS", "SIZE", "KEY")
-		t.row("full", strconv.FormatInt(r.Full.FirstRev, 10)+"+", humanBytes(r.Full.Size), r.Full.Key)
+		t.row("full", strconv.FormatInt(r.Full.FirstRev, 10)+"+", units.Bytes(r.Full.Size), r.Full.Key)
 		for _, d := range r.Deltas {
-			t.row("delta", fmt.Sprintf("%d-%d", d.FirstRev, d.LastRev), humanBytes(d.Size), d.Key)
+			t.row("delta", fmt.Sprintf("%d-%d", d.FirstRev, d.LastRev), units.Bytes(d.Size), d.Key)
 		}
 		t.row("")
 		where := ""
 		if r.DataDir != "" {
 			where = " into " + r.DataDir
 		}
-		t.row(fmt.Sprintf("would restore revision %d of timeline %d%s, reading %d objects (%s)", r.Revision, r.Timeline, where, 1+len(r.Deltas), humanBytes(r.Bytes)))
+		t.row(fmt.Sprintf("would restore revision %d of timeline %d%s, reading %d objects (%s)", r.Revision, r.Timeline, where, 1+len(r.Deltas), units.Bytes(r.Bytes)))
 		t.row(fmt.Sprintf("the full snapshot's name gives a lower bound of its revision (%d); the restore reads the true one from its database", r.Full.FirstRev))
 	} else {
 		t.row(fmt.Sprintf("restored revision %d of timeline %d into %s", r.Revision, r.Timeline, r.DataDir))
@@ -130,7 +131,7 @@ func restoreTable(t *table, r restore.Result) {
 		if len(r.Deltas) > 0 {
 			t.row(fmt.Sprintf("  then %d revisions (%d events) from %d deltas; %d repeated events skipped", r.Revisions, r.Events, len(r.Deltas), r.Trimmed))
 		}
-		t.row(fmt.Sprintf("  %s read from the store, database %s, in %s", humanBytes(r.Bytes), humanBytes(r.DBSize), r.Duration.Round(time.Millisecond)))
+		t.row(fmt.Sprintf("  %s read from the store, database %s, in %s", units.Bytes(r.Bytes), units.Bytes(r.DBSize), r.Duration.Round(time.Millisecond)))
 		if r.BumpedRevision > 0 {
 			t.row(fmt.Sprintf("  revision bumped to %d and marked compacted", r.BumpedRevision))
 		}
@@ -188,7 +189,7 @@ func (p *phaseProgress) endPhase() {
 	}
 	switch p.phase {
 	case restore.PhaseDownload, restore.PhaseUpload:
-		p.bar.Done(humanBytes(p.last.Done))
+		p.bar.Done(units.Bytes(p.last.Done))
 	case restore.PhaseReplay:
 		p.bar.Done(fmt.Sprintf("%d revisions", p.last.Done))
 	case restore.PhaseSnapshot:

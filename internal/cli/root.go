@@ -55,6 +55,9 @@ func NewRootCommand() *cobra.Command {
 		newBackupCommand(),
 		newRestoreCommand(),
 		newOperatorCommand(),
+		newDefragCommand(),
+		newMoveLeaderCommand(),
+		newCompactCommand(),
 	)
 	return root
 }

@@ -12,9 +12,12 @@ import (
 
 	retentionpkg "github.com/etcd-steward/steward/internal/backup/retention"
 
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -27,7 +30,12 @@ func newSidecarCommand() *cobra.Command {
 	var (
 		cfg                                 member.Config
 		listen, localDir, logLvl, retention string
+		fullAfterBytes                      string
 		kubeCluster, kubeNamespace          string
+		defragThreshold                     float64
+		defragMinReclaim                    string
+		tokenFile                           string
+		etcdFlags                           []string
 	)
 	cmd := &cobra.Command{
 		Use:   "sidecar",
@@ -35,11 +43,19 @@ func newSidecarCommand() *cobra.Command {
 		Long: `Run the sidecar beside one etcd member: it inspects the member's data dir and the cluster,
 decides how the member starts, generates its etcd configuration, and serves:
 
-  POST /v1/init     start initialising the member
-  GET  /v1/init     initialisation state: new | running | succeeded | failed, with a message
-  GET  /v1/config   the generated etcd configuration (after a successful initialisation)
-  GET  /healthz     the sidecar is up
-  GET  /metrics     Prometheus metrics`,
+  POST /v1/init              start initialising the member
+  GET  /v1/init              initialisation state: new | running | succeeded | failed, with a message
+  GET  /v1/config            the generated etcd configuration (after a successful initialisation)
+  GET  /v1/report            the member's live report
+  GET  /v1/backup            backup status
+  GET  /v1/snapshots/latest  the newest full and delta snapshots
+  POST /v1/snapshots/full    take a full snapshot now (at most one per --full-snapshot-min-interval)
+  GET  /healthz, /readyz     the sidecar is up (open)
+  GET  /metrics              Prometheus metrics (open)
+
+Every endpoint but the open ones needs the header "Authorization: Bearer <token>" with a
+token of --api-token-file (one token per line; the first is sent to other sidecars; the
+file is read again when it changes).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lg, err := newLogger(logLvl)
@@ -51,6 +67,15 @@ decides how the member starts, generates its etcd configuration, and serves:
 				// A soft limit keeps the sidecar small beside etcd: the garbage collector works
 				// harder near it instead of letting the heap double (GOMEMLIMIT overrides).
 				debug.SetMemoryLimit(memoryLimit)
+			}
+			if cfg.EtcdFlags, err = etcdproc.ParseFlags(etcdFlags); err != nil {
+				return fmt.Errorf("--etcd-flag: %w", err)
+			}
+			if err := etcdproc.CheckFlags(cfg.EtcdFlags); err != nil {
+				return fmt.Errorf("--etcd-flag: %w", err)
+			}
+			if err := member.ValidateSchedules(cfg.Backup); err != nil {
+				return err
 			}
 			if retention != "" {
 				p, err := retentionpkg.ParsePolicy(retention)
@@ -76,6 +101,22 @@ decides how the member starts, generates its etcd configuration, and serves:
 			default:
 				return errors.New("give --local-dir (a local supervisor's directory) or --kubernetes-cluster (an EtcdCluster's name): the sidecar needs a cluster view")
 			}
+			if cfg.Backup.FullAfterBytes, err = parseSize("--full-after-bytes", fullAfterBytes); err != nil {
+				return err
+			}
+			if cfg.Backup.FullAfterRevisions < 0 {
+				return fmt.Errorf("--full-after-revisions %d: give a number of revisions, or 0 for no limit", cfg.Backup.FullAfterRevisions)
+			}
+			if cfg.Maintenance.Defrag, err = defragPolicy("--defrag-threshold", defragThreshold, "--defrag-min-reclaim", defragMinReclaim); err != nil {
+				return err
+			}
+			if tokenFile == "" {
+				return errors.New("give --api-token-file: the sidecar API takes only requests with the cluster's token (steward local and the operator make one)")
+			}
+			if _, err := sidecarapi.ReadTokenFile(tokenFile); err != nil {
+				return err
+			}
+			cfg.APITokens = sidecarapi.NewFile(tokenFile)
 			cfg.Logger = lg
 			sc, err := member.New(cfg)
 			if err != nil {
@@ -97,14 +138,22 @@ decides how the member starts, generates its etcd configuration, and serves:
 	f.StringVar(&kubeCluster, "kubernetes-cluster", "", "name of the EtcdCluster this member belongs to (in a pod: the cluster view is the API server)")
 	f.StringVar(&kubeNamespace, "kubernetes-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the EtcdCluster (default: POD_NAMESPACE)")
 	f.StringVar(&logLvl, "log-level", "info", "log level")
+	f.StringVar(&tokenFile, "api-token-file", "", "file holding the cluster's sidecar API token(s), one per line (required)")
+	f.DurationVar(&cfg.FullSnapshotInterval, "full-snapshot-min-interval", member.DefaultFullSnapshotInterval, "least time between two on-demand full snapshots (POST /v1/snapshots/full)")
 	f.StringVar(&cfg.Etcd.LogLevel, "etcd-log-level", "info", "log level written into the generated etcd configuration")
 	f.Uint64Var(&cfg.Etcd.SnapshotCount, "etcd-snapshot-count", 10000, "etcd snapshot-count for the generated configuration")
+	f.StringArrayVar(&etcdFlags, "etcd-flag", nil, "extra etcd option for the generated configuration, as NAME=VALUE with etcd's flag name (repeatable; Steward's own options are refused)")
 	f.StringVar(&cfg.Backup.StoreURL, "store", "", "backup store URL (file://, mem://, s3://, gs://, azblob://); empty: no backups")
 	f.DurationVar(&cfg.Backup.DeltaPeriod, "delta-period", 5*time.Second, "how often delta snapshots are written")
 	f.IntVar(&cfg.Backup.DeltaMaxBytes, "delta-max-bytes", 16<<20, "write a delta early once it holds this many bytes")
 	f.StringVar(&cfg.Backup.FullSchedule, "full-schedule", "@hourly", "cron schedule of full snapshots")
+	f.Int64Var(&cfg.Backup.FullAfterRevisions, "full-after-revisions", 1_000_000, "take a full snapshot as soon as the deltas since the newest one span this many revisions, so a restore replays no more (0: no limit)")
+	f.StringVar(&fullAfterBytes, "full-after-bytes", "1Gi", "take a full snapshot as soon as the deltas since the newest one hold this much (0: no limit)")
 	f.StringVar(&cfg.Backup.DrillSchedule, "drill-schedule", "@daily", "cron schedule of restore drills of the newest timeline on the backup leader (restore into a scratch dir, compare HashKV with its member); \""+member.DrillOff+"\" for none")
 	f.StringVar(&cfg.Backup.DrillScratchDir, "drill-scratch-dir", os.TempDir(), "directory for the restore drill's scratch data dir (room for twice the database; with --kubernetes-cluster the default is the data volume)")
+	f.StringVar(&cfg.Maintenance.DefragSchedule, "defrag-schedule", member.DefaultMaintenance.DefragSchedule, "cron schedule on which the leader's sidecar defragments the members worth it, followers first, the leader last after moving leadership; \""+member.MaintenanceOff+"\" for none")
+	f.Float64Var(&defragThreshold, "defrag-threshold", 100*member.DefaultMaintenance.Defrag.Threshold, "percentage of a member's database file that must be free pages for it to be defragmented")
+	f.StringVar(&defragMinReclaim, "defrag-min-reclaim", "100Mi", "the least a member must give back to be defragmented")
 	f.StringVar(&retention, "retention", "exponential", "backup retention policy: exponential or limit:N (empty: keep everything)")
 	_ = cmd.MarkFlagRequired("name")
 	_ = cmd.MarkFlagRequired("data-dir")
@@ -128,13 +177,43 @@ func kubernetesView(ctx context.Context, cfg *member.Config, ns, cluster string)
 		return err
 	}
 	cfg.View, cfg.ListenHost, cfg.RemoveUndesired = v, "0.0.0.0", true
+	return applyClusterConfig(cfg, cc)
+}
+
+// applyClusterConfig copies the operator's ClusterConfig (the ConfigMap the sidecar reads)
+// into the sidecar's configuration, refusing what the backup loop would only refuse later:
+// a period that is not positive, a schedule or a retention policy that does not parse.
+func applyClusterConfig(cfg *member.Config, cc v1alpha1.ClusterConfig) error {
+	var err error
 	e := cc.Etcd
 	if e.SnapshotCount > 0 {
 		cfg.Etcd.SnapshotCount = uint64(e.SnapshotCount)
 	}
+	if e.HeartbeatMillis < 0 || e.ElectionMillis < 0 || e.QuotaBackendBytes < 0 {
+		return fmt.Errorf("cluster.yaml etcd: heartbeatMillis %d, electionMillis %d, quotaBackendBytes %d: none may be negative", e.HeartbeatMillis, e.ElectionMillis, e.QuotaBackendBytes)
+	}
 	cfg.Etcd.HeartbeatIntervalMs, cfg.Etcd.ElectionTimeoutMs = uint(e.HeartbeatMillis), uint(e.ElectionMillis)
 	cfg.Etcd.QuotaBackendBytes = e.QuotaBackendBytes
 	cfg.Etcd.AutoCompactionMode, cfg.Etcd.AutoCompactionRetention = e.AutoCompactionMode, e.AutoCompactionRetention
+	if m := cc.Maintenance; m != nil {
+		if m.DefragSchedule != "" {
+			cfg.Maintenance.DefragSchedule = m.DefragSchedule
+		}
+		if m.DefragThreshold >= 0 {
+			if m.DefragThreshold > 1 {
+				return fmt.Errorf("cluster.yaml maintenance.defragThreshold %g: give a share from 0 to 1", m.DefragThreshold)
+			}
+			cfg.Maintenance.Defrag.Threshold = m.DefragThreshold
+		}
+		if m.DefragMinReclaim >= 0 {
+			cfg.Maintenance.Defrag.MinReclaim = m.DefragMinReclaim
+		}
+		if s := cfg.Maintenance.DefragSchedule; s != "" && s != member.MaintenanceOff {
+			if _, err := member.ParseSchedule(s); err != nil {
+				return fmt.Errorf("cluster.yaml maintenance.defragSchedule %q: %w", s, err)
+			}
+		}
+	}
 	if b := cc.Backup; b != nil {
 		cfg.Backup.StoreURL, cfg.Backup.FullSchedule = b.Store, b.FullSchedule
 		if b.DrillSchedule != "" {
@@ -143,6 +222,17 @@ func kubernetesView(ctx context.Context, cfg *member.Config, ns, cluster string)
 		if b.DeltaPeriod != "" {
 			if cfg.Backup.DeltaPeriod, err = time.ParseDuration(b.DeltaPeriod); err != nil {
 				return fmt.Errorf("cluster.yaml backup.deltaPeriod: %w", err)
+			}
+			if cfg.Backup.DeltaPeriod <= 0 {
+				return fmt.Errorf("cluster.yaml backup.deltaPeriod %q: a period is positive", b.DeltaPeriod)
+			}
+		}
+		for what, sched := range map[string]string{"fullSchedule": cfg.Backup.FullSchedule, "drillSchedule": cfg.Backup.DrillSchedule} {
+			if sched == "" || sched == member.DrillOff && what == "drillSchedule" {
+				continue
+			}
+			if _, err := member.ParseSchedule(sched); err != nil {
+				return fmt.Errorf("cluster.yaml backup.%s %q: %w", what, sched, err)
 			}
 		}
 		cfg.Backup.Retention = retentionpkg.Policy{}

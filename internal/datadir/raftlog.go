@@ -6,6 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
@@ -113,7 +117,7 @@ func walSnapshot(lg *zap.Logger, dataDir string) (walpb.Snapshot, error) {
 	if err != nil {
 		return walpb.Snapshot{}, fmt.Errorf("read the WAL's snapshot entries: %w", err)
 	}
-	s, err := snap.New(lg, etcddatadir.ToSnapDir(dataDir)).LoadNewestAvailable(walSnaps)
+	s, err := newestSnapshot(lg, etcddatadir.ToSnapDir(dataDir), walSnaps)
 	switch {
 	case err == nil:
 		return walpb.Snapshot{Index: s.Metadata.Index, Term: s.Metadata.Term, ConfState: &s.Metadata.ConfState}, nil
@@ -122,6 +126,37 @@ func walSnapshot(lg *zap.Logger, dataDir string) (walpb.Snapshot, error) {
 		return walpb.Snapshot{}, nil
 	}
 	return walpb.Snapshot{}, fmt.Errorf("load the newest snapshot: %w", err)
+}
+
+// newestSnapshot is the newest snap file in dir that the WAL's snapshot entries name, as
+// etcd's Snapshotter.LoadNewestAvailable finds it, but reading only. The Snapshotter deletes
+// every db.tmp* file and renames unreadable snap files: on a member that runs, those are the
+// database a defragmentation is writing (etcd exits when it is gone) and a snap file being
+// written.
+func newestSnapshot(lg *zap.Logger, dir string, walSnaps []walpb.Snapshot) (*raftpb.Snapshot, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".snap") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(names))) // newest first: names are term-index in hex
+	for _, name := range names {
+		s, err := snap.Read(lg, filepath.Join(dir, name))
+		if err != nil {
+			continue // being written, or broken: etcd falls back to an older one too
+		}
+		for _, w := range walSnaps {
+			if s.Metadata.Term == w.Term && s.Metadata.Index == w.Index {
+				return s, nil
+			}
+		}
+	}
+	return nil, snap.ErrNoSnapshot
 }
 
 // Member is one entry of the member list a database holds (as applied by its member).

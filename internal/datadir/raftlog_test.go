@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -341,4 +342,58 @@ func forceNewClusterHas(t *testing.T, cfg *embed.Config, key string) bool {
 		t.Fatal(err)
 	}
 	return len(resp.Kvs) > 0
+}
+
+// TestReadingALiveDataDirChangesNothing: the sidecar reads its member's raft log while etcd
+// runs. Reading must leave the snap dir as it is: a db.tmp* file there is the database a
+// defragmentation is writing (etcd exits if it disappears), and a snap file that does not
+// read yet is being written. Under defragmentations the member keeps serving.
+func TestReadingALiveDataDirChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	_, cli, endpoint, _ := testutil.EtcdOn(t, dir)
+	ctx := context.Background()
+	for i := 0; i < 200; i++ {
+		if _, err := cli.Put(ctx, fmt.Sprintf("k%d", i%20), strings.Repeat("v", 4096)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snapDir := etcddatadir.ToSnapDir(dir)
+	planted := []string{"db.tmp.123456", "0000000000000002-0000000000000010.snap"}
+	for _, name := range planted {
+		if err := os.WriteFile(filepath.Join(snapDir, name), []byte("in progress"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := ReadRaftLog(dir); err != nil {
+				t.Errorf("ReadRaftLog of a live member: %v", err)
+				return
+			}
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		if _, err := cli.Defragment(ctx, endpoint); err != nil {
+			t.Fatalf("defragmentation %d while the data dir is read: %v", i, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for _, name := range planted {
+		if _, err := os.Stat(filepath.Join(snapDir, name)); err != nil {
+			t.Errorf("reading the raft log touched %s: %v", name, err)
+		}
+	}
+	if _, err := cli.Put(ctx, "after", "ok"); err != nil {
+		t.Fatalf("the member stopped serving: %v", err)
+	}
 }

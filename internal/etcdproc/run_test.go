@@ -2,9 +2,7 @@ package etcdproc_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -37,16 +36,6 @@ func (v staticView) AckDirective(context.Context, int64, member.DirectiveResult)
 	return nil
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func httpStatus(url string) int {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -56,47 +45,56 @@ func httpStatus(url string) int {
 	return resp.StatusCode
 }
 
+// apiTokens is the sidecar API token of these tests' clusters.
+var apiTokens = sidecarapi.Static{List: []string{strings.Repeat("k", sidecarapi.MinTokenLen)}, From: "the test's token"}
+
+// apiStatus is the status of an authenticated request to the sidecar API.
+func apiStatus(method, url string) int {
+	_, err := sidecarapi.NewClient(apiTokens, nil).Call(context.Background(), method, url)
+	if err != nil {
+		return sidecarapi.StatusCode(err)
+	}
+	return http.StatusOK
+}
+
 // TestMemberStartsThroughSidecar runs the handshake steward etcd does with its sidecar:
 // POST /v1/init, wait, GET /v1/config, start; then /readyz, a clean stop and its marker, and
 // a restart on the same data that the sidecar recognises as a restart.
 func TestMemberStartsThroughSidecar(t *testing.T) {
 	dataDir := t.TempDir()
-	clientURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))
 	view := staticView{spec: member.ClusterSpec{Name: "t", Token: "t-token",
-		Members: []member.MemberSpec{{Name: "m0", ClientURL: clientURL, PeerURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}}}}
-	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view, Etcd: etcdproc.Config{LogLevel: "error"}})
+		Members: []member.MemberSpec{{Name: "m0", ClientURL: clientURL, PeerURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))}}}}
+	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view, Etcd: etcdproc.Config{LogLevel: "error"}, APITokens: apiTokens})
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := httptest.NewServer(sc.Handler())
 	defer api.Close()
 
-	if code := httpStatus(api.URL + "/v1/config"); code != http.StatusConflict {
+	if code := apiStatus("GET", api.URL+"/v1/config"); code != http.StatusConflict {
 		t.Fatalf("GET /v1/config before init: %d, want 409", code)
 	}
 
 	start := func(wantCase string) (stop func()) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		b, err := etcdproc.ConfigFromSidecar(ctx, zap.NewNop(), api.URL)
+		b, err := etcdproc.ConfigFromSidecar(ctx, zap.NewNop(), api.URL, apiTokens)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.Get(api.URL + "/v1/init")
+		body, err := sidecarapi.NewClient(apiTokens, nil).Call(ctx, "GET", api.URL+"/v1/init")
 		if err != nil {
 			t.Fatal(err)
 		}
-		body := make([]byte, 4096)
-		n, _ := resp.Body.Read(body)
-		resp.Body.Close()
-		if !strings.Contains(string(body[:n]), `"case":"`+wantCase+`"`) {
-			t.Fatalf("init status %s; want case %s", body[:n], wantCase)
+		if !strings.Contains(string(body), `"case":"`+wantCase+`"`) {
+			t.Fatalf("init status %s; want case %s", body, wantCase)
 		}
 		cfg, err := etcdproc.LoadConfigBytes(b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg.LogLevel = "error"
-		health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		health := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 		done := make(chan error, 1)
 		go func() { done <- etcdproc.Run(ctx, etcdproc.Options{Config: cfg, HealthListen: health}) }()
 		testutil.Eventually(t, 30*time.Second, "/readyz", func() error {
@@ -162,30 +160,23 @@ func TestSidecarWaitsOnDamagedDataWithoutQuorum(t *testing.T) {
 	}
 	view := staticView{spec: member.ClusterSpec{Name: "t", Token: "x", Members: []member.MemberSpec{
 		{Name: "m0", ClientURL: "http://127.0.0.1:1", PeerURL: "http://127.0.0.1:2"},
-		{Name: "m1", ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), PeerURL: "http://127.0.0.1:4"}}},
+		{Name: "m1", ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)), PeerURL: "http://127.0.0.1:4"}}},
 		status: member.ClusterStatus{ClusterID: "c1", Voters: []member.Voter{{ID: "1", Name: "m0"}, {ID: "2", Name: "m1"}},
 			Members: []member.StatusMember{{Name: "m0", ID: "1"}, {Name: "m1", ID: "2"}}}}
-	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view})
+	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view, APITokens: apiTokens})
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := httptest.NewServer(sc.Handler())
 	defer api.Close()
-	resp, err := http.Post(api.URL+"/v1/init", "application/json", nil)
-	if err != nil {
-		t.Fatal(err)
+	if code := apiStatus("POST", api.URL+"/v1/init"); code != http.StatusOK {
+		t.Fatalf("POST /v1/init: %d", code)
 	}
-	resp.Body.Close()
 	testutil.Eventually(t, 20*time.Second, "init waits and says why", func() error {
 		var st struct {
 			State, Message, Case string
 		}
-		r, err := http.Get(api.URL + "/v1/init")
-		if err != nil {
-			return err
-		}
-		defer r.Body.Close()
-		if err := json.NewDecoder(r.Body).Decode(&st); err != nil {
+		if err := sidecarapi.NewClient(apiTokens, nil).GetJSON(context.Background(), api.URL+"/v1/init", &st); err != nil {
 			return err
 		}
 		if st.State != etcdproc.InitRunning || st.Case != "InvalidDataWaitForQuorum" || !strings.Contains(st.Message, "damaged") {
@@ -193,7 +184,7 @@ func TestSidecarWaitsOnDamagedDataWithoutQuorum(t *testing.T) {
 		}
 		return nil
 	})
-	if code := httpStatus(api.URL + "/v1/config"); code != http.StatusConflict {
+	if code := apiStatus("GET", api.URL+"/v1/config"); code != http.StatusConflict {
 		t.Fatalf("config served while waiting: %d", code)
 	}
 	if b, _ := os.ReadFile(datadir.DBPath(dataDir)); string(b) != "not a database" {

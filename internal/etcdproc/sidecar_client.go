@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"go.uber.org/zap"
 )
 
@@ -29,10 +30,12 @@ const (
 
 // ConfigFromSidecar asks the sidecar at base to initialise this member, waits until it has,
 // and returns the etcd configuration it generated. It keeps retrying while the sidecar is
-// unreachable (it may still be starting) until ctx ends.
-func ConfigFromSidecar(ctx context.Context, lg *zap.Logger, base string) ([]byte, error) {
+// unreachable (it may still be starting) until ctx ends. tokens authenticate it (the
+// cluster's sidecar API token file); a refused token is reported at once, then retried (a
+// rotation may be under way).
+func ConfigFromSidecar(ctx context.Context, lg *zap.Logger, base string, tokens sidecarapi.Tokens) ([]byte, error) {
 	base = strings.TrimRight(base, "/")
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := sidecarapi.NewClient(tokens, &http.Client{Timeout: 5 * time.Second})
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 
@@ -40,24 +43,22 @@ func ConfigFromSidecar(ctx context.Context, lg *zap.Logger, base string) ([]byte
 	var last string
 	for {
 		if !requested {
-			resp, err := hc.Post(base+"/v1/init", "application/json", nil)
-			if err == nil {
-				drain(resp)
-				requested = resp.StatusCode < 300
-				if !requested {
-					last = fmt.Sprintf("POST /v1/init answered %s", resp.Status)
+			_, err := hc.Call(ctx, http.MethodPost, base+"/v1/init")
+			requested = err == nil
+			if err != nil {
+				if code := sidecarapi.StatusCode(err); (code == http.StatusUnauthorized || code == http.StatusForbidden) && err.Error() != last {
+					lg.Error("the sidecar refused this member's API token; retrying", zap.Error(err))
 				}
-			} else {
 				last = err.Error()
 			}
 		} else {
 			var st InitStatus
-			if err := getJSON(ctx, hc, base+"/v1/init", &st); err != nil {
+			if err := hc.GetJSON(ctx, base+"/v1/init", &st); err != nil {
 				last = err.Error()
 			} else {
 				switch st.State {
 				case InitSucceeded:
-					return getBody(ctx, hc, base+"/v1/config")
+					return hc.Call(ctx, http.MethodGet, base+"/v1/config")
 				case InitFailed:
 					return nil, fmt.Errorf("sidecar %s failed to initialise this member: %s", base, st.Message)
 				case InitNew:
@@ -78,35 +79,17 @@ func ConfigFromSidecar(ctx context.Context, lg *zap.Logger, base string) ([]byte
 	}
 }
 
-func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
-	b, err := getBody(ctx, hc, url)
+// FullSnapshot asks the sidecar at base for a full snapshot now (POST /v1/snapshots/full; a
+// sidecar that is not the backup leader forwards it to the leader's) and returns once the
+// snapshot is stored, or ctx ends.
+func FullSnapshot(ctx context.Context, c *sidecarapi.Client, base string) (snapshotter.FullResult, error) {
+	var res snapshotter.FullResult
+	b, err := c.Call(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/v1/snapshots/full")
 	if err != nil {
-		return err
+		return res, fmt.Errorf("full snapshot through sidecar %s: %w", base, err)
 	}
-	return json.Unmarshal(b, v)
-}
-
-func getBody(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, fmt.Errorf("full snapshot through sidecar %s: unreadable answer: %w", base, err)
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
-	}
-	return b, nil
-}
-
-func drain(resp *http.Response) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	resp.Body.Close()
+	return res, nil
 }

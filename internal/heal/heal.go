@@ -6,6 +6,7 @@
 package heal
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -190,6 +191,96 @@ func startRecovery(o Observation, st Status, why string) Decision {
 	return Decision{Status: st, Event: fmt.Sprintf("directive %d: %s", st.LastEpoch, st.Directive.Reason)}
 }
 
+// StartRestore starts restoring a running cluster back to target (seed 003, "restore a
+// cluster back to a backup"): a new directive fences every member, restores target into one
+// of them, and the others rejoin it as learners, their data moved aside. Until the seed
+// serves, every new epoch restores the same target (restart). The caller checks the target
+// against the store and takes a full snapshot first: this function only decides.
+func StartRestore(o Observation, target member.RestoreTarget) (Decision, error) {
+	if d := o.Status.Directive; d != nil {
+		return Decision{Status: o.Status}, fmt.Errorf("directive %d is in progress (%s): a restore can start only once it completes", d.Epoch, d.Phase)
+	}
+	dec := startRecovery(o, o.Status, "restore to "+target.Point()+" requested")
+	d := dec.Status.Directive
+	d.Restore = &target
+	d.Reason = fmt.Sprintf("restore to %s requested: stopping every member; then one restores it alone and the others rejoin it as learners", target.Point())
+	dec.Status.Waiting = d.Reason
+	dec.Event = fmt.Sprintf("directive %d: %s", d.Epoch, d.Reason)
+	return dec, nil
+}
+
+// CancelRestore withdraws a restore (StartRestore) whose seed has not restored the target
+// yet: a new epoch fences every member again without the target, and once each is confirmed
+// stopped and has reported from disk, Decide finds a majority of the voters holding their
+// own data and withdraws it, so they restart on that data (the former seed, whose data was
+// moved aside, rejoins as a learner). It is refused, with the reason, when that could lose
+// data or form a second cluster: once the seed has restored the target (it starts on it, and
+// the others then move their data aside to rejoin it), or when fewer than a majority of the
+// voters, the seed aside, are known to hold their own data of the formed cluster (serving,
+// or reported from disk since they stopped).
+func CancelRestore(o Observation) (Decision, error) {
+	st, d := o.Status, o.Status.Directive
+	switch {
+	case d == nil:
+		return Decision{Status: st}, errors.New("no restore is in progress: nothing to cancel")
+	case d.Restore == nil:
+		return Decision{Status: st}, fmt.Errorf("directive %d is a quorum-loss recovery, not a restore: it cannot be cancelled", d.Epoch)
+	case d.Ack != nil || d.Phase == member.PhaseRejoining:
+		return Decision{Status: st}, fmt.Errorf("the restore to %s cannot be cancelled: %s already serves the restored cluster and the others rejoin it with their data moved aside; let it complete, then restore again to the point you want", d.Restore.Point(), d.Seed)
+	}
+	if r := seedReport(o.Members, *d); d.Phase == member.PhaseSeeding && r != nil && r.AppliedEpoch >= d.Epoch && r.ClusterID != "" {
+		return Decision{Status: st}, fmt.Errorf("the restore to %s cannot be cancelled: %s has restored it (cluster %s) and starts on it; let it complete, then restore again to the point you want", d.Restore.Point(), d.Seed, r.ClusterID)
+	}
+	voters := latestVoters(st, o.Members)
+	var intact, unknown []string
+	for _, m := range o.Members {
+		if !isVoterData(voters, m.Name, reportedID(m)) || (d.Phase == member.PhaseSeeding && m.Name == d.Seed) {
+			continue
+		}
+		switch r := m.Report; {
+		case r == nil || (!(m.Ready && !m.Learner) && !freshDiskReport(m)):
+			unknown = append(unknown, m.Name)
+		case r.DataValid && r.Foreign == "" && !r.Learner && r.Formed && (st.ClusterID == "" || r.ClusterID == st.ClusterID) && r.AppliedEpoch < d.Epoch:
+			// Formed: a restore an earlier epoch left behind, never served, is not the
+			// cluster's data, even where it has the same member and cluster IDs (a restore
+			// onto the same member with the same token makes them again).
+			intact = append(intact, m.Name)
+		}
+	}
+	if n := len(voters); len(intact) <= n/2 {
+		why := fmt.Sprintf("only %d of the %d voters (%s) are known to hold their own data of the cluster to restart on", len(intact), n, orNone(intact))
+		if d.Phase == member.PhaseSeeding {
+			why += fmt.Sprintf("; the seed %s moved its data aside to restore", d.Seed)
+		}
+		if len(unknown) > 0 {
+			why += fmt.Sprintf("; not yet known: %s (stopped, not reported from disk yet: try again in a few seconds)", strings.Join(unknown, ", "))
+		}
+		return Decision{Status: st}, fmt.Errorf("the restore to %s cannot be cancelled: %s; let it complete, then restore again to the point you want", d.Restore.Point(), why)
+	}
+	st.LastEpoch = max(st.LastEpoch, d.Epoch) // the new epoch is above the cancelled one, whatever the status says
+	dec := startRecovery(o, st, fmt.Sprintf("restore to %s cancelled", d.Restore.Point()))
+	nd := dec.Status.Directive
+	nd.Reason = fmt.Sprintf("directive %d, the restore to %s, cancelled: stopping every member; then %s restart on their own data", d.Epoch, d.Restore.Point(), strings.Join(intact, ", "))
+	dec.Status.Waiting = nd.Reason
+	dec.Event = fmt.Sprintf("directive %d: %s", nd.Epoch, nd.Reason)
+	return dec, nil
+}
+
+// reportedID is the member ID of the data m last reported ("" without a report).
+func reportedID(m Member) string {
+	if m.Report == nil {
+		return m.ID
+	}
+	return m.Report.MemberID
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
 // restart abandons the directive in force for a new epoch.
 // A restore target (spec.bootstrap.restore) the seed never reached stays the target: the
 // new epoch restores it too, never another point.
@@ -249,7 +340,7 @@ func decideFenced(o Observation, st Status) Decision {
 		// Nothing was served since the target was set (restart keeps it only then): the
 		// cluster starts from it, whatever the members or the backup store hold.
 		c = Choice{Mode: member.RecoverFromBackup, Seed: backupSeed(o.Members),
-			Reason: fmt.Sprintf("the restore target, %s from %s, was never reached: restoring it", t.Point(), t.Store)}
+			Reason: fmt.Sprintf("the restore target, %s from %s, was never reached: restoring it", t.Point(), storeName(*t))}
 	}
 	if len(silent) > 0 {
 		c.Reason += fmt.Sprintf(" (%s did not report within %s and count as holding nothing)", strings.Join(silent, ", "), o.Timing.ReportTimeout)
@@ -271,6 +362,14 @@ func decideFenced(o Observation, st Status) Decision {
 	st.Directive = &d
 	st.Waiting = fmt.Sprintf("directive %d: %s recovers alone (%s)", d.Epoch, d.Seed, d.Mode)
 	return Decision{Status: st, Event: fmt.Sprintf("directive %d: seed %s, from %s: %s", d.Epoch, d.Seed, d.Mode, c.Reason)}
+}
+
+// storeName names a restore target's backup store in words.
+func storeName(t member.RestoreTarget) string {
+	if t.Store == "" {
+		return "the cluster's own backup store"
+	}
+	return t.Store
 }
 
 // mayBeVoter: the member is among voters, by name or by the member ID it last reported.

@@ -1,6 +1,7 @@
 package heal
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -258,6 +259,127 @@ func TestUnreachedRestoreTargetSurvivesANewEpoch(t *testing.T) {
 	d = Decide(Observation{Now: t0.Add(time.Minute), Status: acked, Members: members, Timing: timing})
 	if got := d.Status.Directive; got == nil || got.Epoch != 2 || got.Restore != nil {
 		t.Fatalf("a reached target carried into a new epoch: %+v", got)
+	}
+}
+
+func TestStartRestore(t *testing.T) {
+	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute}
+	target := member.RestoreTarget{Revision: 42}
+	voters := []member.Voter{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+	healthy := Status{ClusterID: "c1", Voters: voters, LastEpoch: 3}
+	serving := []Member{{Name: "m0", Ready: true, ID: "a"}, {Name: "m1", Ready: true, ID: "b"}, {Name: "m2", Ready: true, ID: "c"}}
+	serving[1].Report = &member.Report{AppliedEpoch: 7}
+
+	d, err := StartRestore(Observation{Now: t0, Status: healthy, Members: serving, Timing: timing}, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := d.Status.Directive
+	if got == nil || got.Phase != member.PhaseFencing || got.Epoch != 8 || got.Restore == nil || *got.Restore != target || d.Event == "" {
+		t.Fatalf("restore requested: %+v (event %q), want epoch 8 (above every applied epoch) fencing with the target", got, d.Event)
+	}
+	if fenced := got.Fenced([]string{"m0", "m1", "m2"}); len(fenced) != 3 {
+		t.Fatalf("fenced %v, want every member", fenced)
+	}
+
+	// Fenced with every member's data intact (a majority that could re-form the quorum,
+	// which an ordinary recovery would withdraw for): the target is restored all the same.
+	reports := []Member{stopped("m0", disk("m0", "a", 2, 90, 80)), stopped("m1", disk("m1", "b", 2, 90, 80)), stopped("m2", disk("m2", "c", 2, 90, 80))}
+	for i := range reports {
+		reports[i].StoppedSince, reports[i].Report.At = t0.Add(time.Second), t0.Add(2*time.Second)
+	}
+	d = Decide(Observation{Now: t0.Add(3 * time.Second), Status: d.Status, Members: reports, Timing: timing, Backup: Backup{Configured: true, Revision: 80}})
+	if got := d.Status.Directive; got == nil || got.Phase != member.PhaseSeeding || got.Mode != member.RecoverFromBackup || got.Restore == nil || *got.Restore != target {
+		t.Fatalf("fenced: %+v, want seeding from the backup at the target", got)
+	}
+
+	if _, err := StartRestore(Observation{Now: t0, Status: d.Status, Members: reports, Timing: timing}, target); err == nil {
+		t.Fatal("a second restore was accepted while a directive is in progress")
+	}
+}
+
+// TestCancelRestore: a restore is withdrawn only while the members it would restart hold
+// their own data and the seed has not served; then the members restart on their data.
+func TestCancelRestore(t *testing.T) {
+	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute}
+	target := member.RestoreTarget{Revision: 42, Timeline: 1}
+	restoreIn := func(phase, seed string) Status {
+		return Status{ClusterID: "cid", Voters: voters3, LastEpoch: 4, Directive: &member.Directive{Epoch: 4, Phase: phase,
+			Seed: seed, Mode: member.RecoverFromBackup, Restore: &target, IssuedAt: t0, PhaseSince: t0}}
+	}
+	intact := func(name, id string) Member {
+		r := disk(name, id, 2, 90, 80)
+		r.Formed = true
+		return stopped(name, r)
+	}
+	serving := func(name, id string) Member {
+		return Member{Name: name, ID: id, Ready: true, Report: &member.Report{Name: name, At: t0, Source: member.ReportFromEtcd, Serving: true,
+			DataValid: true, MemberID: id, ClusterID: "cid", Owner: name, Formed: true}}
+	}
+	// A restore an earlier epoch of the same restore left in m1's dir: valid, with m1's
+	// member ID and the cluster's ID (the same token and peer URL make the same IDs), never served.
+	leftover := stopped("m1", disk("m1", "b", 1, 3, 30))
+	leftover.Report.AppliedEpoch = 3
+	movedAside := stopped("m0", emptyDisk("m0"))
+	restored := stopped("m0", &member.Report{Name: "m0", At: t0.Add(time.Second), Source: member.ReportFromDisk, DataValid: true,
+		MemberID: "n", ClusterID: "new", Owner: "m0", AppliedEpoch: 4})
+	notReported := intact("m1", "b")
+	notReported.StoppedSince = t0.Add(5 * time.Second)
+	recovery := restoreIn(member.PhaseSeeding, "m1")
+	recovery.Directive.Restore = nil
+	acked := restoreIn(member.PhaseRejoining, "m0")
+	acked.Directive.Ack = &member.DirectiveResult{Member: "m0", ClusterID: "new", Revision: 42}
+
+	tests := []struct {
+		name    string
+		status  Status
+		members []Member
+		wantErr string // "" : accepted
+	}{
+		{"no directive", Status{ClusterID: "cid", Voters: voters3}, []Member{intact("m0", "a"), intact("m1", "b"), intact("m2", "c")}, "no restore is in progress"},
+		{"a quorum-loss recovery", recovery, []Member{intact("m0", "a"), intact("m1", "b"), intact("m2", "c")}, "not a restore"},
+		{"the seed serves the restored cluster", acked, []Member{restored, intact("m1", "b"), intact("m2", "c")}, "already serves the restored cluster"},
+		{"the seed restored the target, not acknowledged yet", restoreIn(member.PhaseSeeding, "m0"), []Member{restored, intact("m1", "b"), intact("m2", "c")}, "has restored it"},
+		{"fencing, every member still serving", restoreIn(member.PhaseFencing, ""), []Member{serving("m0", "a"), serving("m1", "b"), serving("m2", "c")}, ""},
+		{"seeding, the others intact", restoreIn(member.PhaseSeeding, "m0"), []Member{movedAside, intact("m1", "b"), intact("m2", "c")}, ""},
+		{"seeding, the seed's data intact does not count", restoreIn(member.PhaseSeeding, "m0"), []Member{intact("m0", "a"), intact("m1", "b"), stopped("m2", emptyDisk("m2"))}, "only 1 of the 3 voters (m1)"},
+		{"seeding, another member lost its data", restoreIn(member.PhaseSeeding, "m0"), []Member{movedAside, intact("m1", "b"), stopped("m2", emptyDisk("m2"))}, "the seed m0 moved its data aside"},
+		{"fencing again, an earlier epoch's unserved restore does not count", restoreIn(member.PhaseFencing, ""), []Member{intact("m0", "a"), leftover, stopped("m2", emptyDisk("m2"))}, "only 1 of the 3 voters (m0)"},
+		{"seeding, a member not reported since it stopped", restoreIn(member.PhaseSeeding, "m0"), []Member{movedAside, notReported, intact("m2", "c")}, "not yet known: m1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := Observation{Now: t0.Add(10 * time.Second), Status: tt.status, Members: tt.members, Timing: timing}
+			d, err := CancelRestore(o)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want one saying %q", err, tt.wantErr)
+				}
+				if !reflect.DeepEqual(d.Status, tt.status) {
+					t.Fatalf("a refused cancel changed the status: %+v", d.Status)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := d.Status.Directive
+			if got == nil || got.Epoch != 5 || got.Phase != member.PhaseFencing || got.Restore != nil || d.Event == "" {
+				t.Fatalf("cancelled: %+v (event %q), want epoch 5 fencing without a target", got, d.Event)
+			}
+			// Once every member stopped and reported from disk, the voters restart on their data.
+			after := []Member{intact("m0", "a"), intact("m1", "b"), intact("m2", "c")}
+			if tt.members[0].Report.DataEmpty {
+				after[0] = movedAside
+			}
+			for i := range after {
+				after[i].StoppedSince, after[i].Report.At = t0.Add(11*time.Second), t0.Add(12*time.Second)
+			}
+			d = Decide(Observation{Now: t0.Add(13 * time.Second), Status: d.Status, Members: after, Timing: timing, Backup: Backup{Configured: true, Revision: 80}})
+			if d.Status.Directive != nil || d.Status.ClusterID != "cid" {
+				t.Fatalf("after the cancel: %+v, want the directive withdrawn and cluster cid kept", d.Status)
+			}
+		})
 	}
 }
 

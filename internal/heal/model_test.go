@@ -94,14 +94,18 @@ type model struct {
 	nextID   uint64
 	nextName int
 	// mustKeep is the newest acknowledged write some voter's data (or the backup) still holds.
-	mustKeep  int
-	trace     []string
-	violation string
+	mustKeep int
+	// restoreTo is the write a restore in place was asked to go back to (0: none pending);
+	// restoreInc the incarnation that restore started (-1 until it ran).
+	restoreTo  int
+	restoreInc int
+	trace      []string
+	violation  string
 }
 
 func newModel(seed int64, size int, backup bool) *model {
 	m := &model{rng: rand.New(rand.NewSource(seed)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nextID: 0x1000,
-		timing: heal.Timing{Grace: 5 * time.Second, ReportTimeout: 4 * time.Second, SeedTimeout: 60 * time.Second}, backup: -1}
+		timing: heal.Timing{Grace: 5 * time.Second, ReportTimeout: 4 * time.Second, SeedTimeout: 60 * time.Second}, backup: -1, restoreInc: -1}
 	if backup {
 		m.backup = 0
 	}
@@ -498,6 +502,12 @@ func (m *model) finishJoin(n *node) {
 // recoverAlone is a seed's force-new-cluster or restore: the invariants of a recovery are
 // checked as it happens.
 func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
+	// A restore in place goes back to its target on purpose, while the members hold data.
+	inPlace := fromBackup && p.Restore != nil && p.Restore.Revision > 0
+	if inPlace && int(p.Restore.Revision) != m.restoreTo {
+		m.failf("%s restores write %d; the restore asked for %d", n.name, p.Restore.Revision, m.restoreTo)
+		return
+	}
 	what := "force-new-cluster"
 	if fromBackup {
 		what = "restore"
@@ -508,7 +518,7 @@ func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
 		return
 	}
 	for ix, inc := range m.incs {
-		if inc.superseded {
+		if inc.superseded || inPlace {
 			continue
 		}
 		voters, intact := 0, 0
@@ -542,7 +552,12 @@ func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
 			return
 		}
 		inc = &incarnation{clusterID: m.newID(), term: 1, history: m.backup}
-		n.data = &data{id: m.newID(), owner: n.name, log: m.backup}
+		if inPlace {
+			// Writes after the target are dropped as asked. The seed's full snapshot starts the
+			// timeline the backups continue on (at once, in the model).
+			inc.history, m.mustKeep, m.backup, m.restoreInc = m.restoreTo, m.restoreTo, m.restoreTo, len(m.incs)
+		}
+		n.data = &data{id: m.newID(), owner: n.name, log: inc.history}
 	} else {
 		old := m.incs[n.data.inc]
 		for _, em := range old.members {
@@ -599,14 +614,7 @@ func (m *model) supervise() {
 			break
 		}
 	}
-	var members []heal.Member
-	for _, n := range m.nodes {
-		hm := heal.Member{Name: n.name, Report: n.report, Stopped: n.fenced && !n.running, StoppedSince: n.stoppedAt}
-		if _, em, ok := m.member(n); ok {
-			hm.ID, hm.Learner, hm.Ready = hex(em.id), em.learner, m.serving(n)
-		}
-		members = append(members, hm)
-	}
+	members := m.healMembers()
 	{
 		if rels := heal.Relocations(members); len(rels) > 0 {
 			for _, rel := range rels {
@@ -649,6 +657,47 @@ func (m *model) supervise() {
 	}
 }
 
+// healMembers is what heal.Decide reads about each member.
+func (m *model) healMembers() []heal.Member {
+	var members []heal.Member
+	for _, n := range m.nodes {
+		hm := heal.Member{Name: n.name, Report: n.report, Stopped: n.fenced && !n.running, StoppedSince: n.stoppedAt}
+		if _, em, ok := m.member(n); ok {
+			hm.ID, hm.Learner, hm.Ready = hex(em.id), em.learner, m.serving(n)
+		}
+		members = append(members, hm)
+	}
+	return members
+}
+
+// requestRestore is `steward local restore` to a random backed-up write, while the cluster
+// serves (the command takes a full snapshot through the leader first).
+func (m *model) requestRestore() {
+	if m.backup <= 0 || m.current() < 0 {
+		return
+	}
+	target := 1 + m.rng.Intn(m.backup)
+	dec, err := heal.StartRestore(heal.Observation{Now: m.now, Status: m.status, Members: m.healMembers(), Timing: m.timing},
+		member.RestoreTarget{Timeline: 1, Revision: int64(target)})
+	if err != nil {
+		m.trace = append(m.trace, "    refused: "+err.Error())
+		return
+	}
+	m.trace = append(m.trace, "    supervisor: "+dec.Event)
+	m.status, m.restoreTo, m.restoreInc = dec.Status, target, -1
+}
+
+// cancelRestore is `steward local restore --cancel`.
+func (m *model) cancelRestore() {
+	dec, err := heal.CancelRestore(heal.Observation{Now: m.now, Status: m.status, Members: m.healMembers(), Timing: m.timing})
+	if err != nil {
+		m.trace = append(m.trace, "    refused: "+err.Error())
+		return
+	}
+	m.trace = append(m.trace, "    supervisor: "+dec.Event)
+	m.status, m.restoreTo = dec.Status, 0
+}
+
 func (m *model) node(name string) *node {
 	for _, n := range m.nodes {
 		if n.name == name {
@@ -666,6 +715,9 @@ func (m *model) restartSupervisor(lost bool) {
 	}
 	if !lost {
 		return
+	}
+	if m.restoreInc < 0 {
+		m.restoreTo = 0 // the directive, with its target, was in the lost state
 	}
 	var names []string
 	var dirs []heal.DataDir
@@ -843,7 +895,7 @@ func (m *model) calm(rounds int, writes bool) bool {
 // with faults among them.
 func (m *model) randomAction() {
 	n := m.nodes[m.rng.Intn(len(m.nodes))]
-	switch k := m.rng.Intn(100); {
+	switch k := m.rng.Intn(104); {
 	case k < 20:
 		m.action("step "+n.name, func() { m.step(n, false) })
 	case k < 42:
@@ -887,8 +939,12 @@ func (m *model) randomAction() {
 		m.action("restart supervisor, state lost", func() { m.restartSupervisor(true) })
 	case k < 97:
 		m.action("scale up", m.scaleUp)
-	default:
+	case k < 100:
 		m.action("scale down", m.scaleDown)
+	case k < 102:
+		m.action("restore in place", m.requestRestore)
+	default:
+		m.action("cancel the restore", m.cancelRestore)
 	}
 }
 
@@ -934,6 +990,9 @@ func runSequence(t *testing.T, seed int64, size int) {
 		t.Fatalf("seed %d (%d members): no progress: the cluster never became healthy with no more faults\n%s", seed, size, m.dump())
 	case !ok && m.status.Waiting == "":
 		t.Fatalf("seed %d (%d members): every copy is gone, and the status does not say what it waits for\n%s", seed, size, m.dump())
+	case ok && m.restoreTo > 0 && (m.restoreInc < 0 || m.current() < m.restoreInc):
+		t.Fatalf("seed %d (%d members): a restore to write %d was asked for and not cancelled, and the healthy cluster (incarnation %d) does not start from it (%d)\n%s",
+			seed, size, m.restoreTo, m.current(), m.restoreInc, m.dump())
 	}
 }
 

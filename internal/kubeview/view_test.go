@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/operator"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -79,6 +80,7 @@ func needAPI(t *testing.T) client.Client {
 
 type testMember struct {
 	name, cluster, kubeconfig     string
+	tokenFile                     string // the cluster's sidecar API token, as the pods mount it
 	client, peer, sidecar, health int
 	dataDir                       string
 	procs                         []*exec.Cmd
@@ -105,6 +107,20 @@ func clusterNamed(t *testing.T, c client.Client, ns, name string, n int, store s
 	cc := v1alpha1.ClusterConfig{Name: name, Namespace: ns, Token: "token-" + ns + "-" + name, QuorumLossPolicy: v1alpha1.QuorumLossAutomatic,
 		Backup:  &v1alpha1.BackupConfig{Store: store, FullSchedule: "@hourly", DeltaPeriod: "1s", Retention: "keep"},
 		Restore: restore}
+	// The sidecar API token: a file for the members (the pods' mount) and the Secret the
+	// operator sends it from.
+	tokenFile := filepath.Join(dir, "api-token")
+	if _, err := sidecarapi.EnsureTokenFile(tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.SidecarTokenSecretName(name), Labels: labels},
+		Data: map[string][]byte{v1alpha1.SidecarTokenKey: token}}); err != nil {
+		t.Fatal(err)
+	}
 	var ms []*testMember
 	for _, l := range []string{name + "-full-snapshot", name + "-delta-snapshot"} {
 		if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: l, Labels: labels}}); err != nil {
@@ -114,7 +130,7 @@ func clusterNamed(t *testing.T, c client.Client, ns, name string, n int, store s
 	for i := 0; i < n; i++ {
 		mn := fmt.Sprintf("%s-%d", name, i)
 		m := &testMember{name: mn, cluster: name, client: testutil.FreePort(t), peer: testutil.FreePort(t),
-			sidecar: testutil.FreePort(t), health: testutil.FreePort(t), dataDir: filepath.Join(dir, mn)}
+			sidecar: testutil.FreePort(t), health: testutil.FreePort(t), dataDir: filepath.Join(dir, mn), tokenFile: tokenFile}
 		ms = append(ms, m)
 		cc.Members = append(cc.Members, v1alpha1.MemberConfig{Name: m.name, ClientURL: fmt.Sprintf("http://127.0.0.1:%d", m.client),
 			PeerURL: fmt.Sprintf("http://127.0.0.1:%d", m.peer), SidecarURL: fmt.Sprintf("http://127.0.0.1:%d", m.sidecar)})
@@ -179,10 +195,10 @@ func (m *testMember) start(t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 	sidecar := exec.Command(bin, "sidecar", "--name", m.name, "--data-dir", m.dataDir,
-		"--listen", fmt.Sprintf("127.0.0.1:%d", m.sidecar), "--kubernetes-cluster", m.cluster, "--log-level", "warn")
+		"--listen", fmt.Sprintf("127.0.0.1:%d", m.sidecar), "--kubernetes-cluster", m.cluster, "--log-level", "warn", "--api-token-file", m.tokenFile)
 	sidecar.Env = append(os.Environ(), "KUBECONFIG="+m.kubeconfig, "POD_NAMESPACE="+ns)
 	etcd := exec.Command(bin, "etcd", "--sidecar", fmt.Sprintf("http://127.0.0.1:%d", m.sidecar),
-		"--listen-health", fmt.Sprintf("127.0.0.1:%d", m.health), "--log-level", "warn")
+		"--listen-health", fmt.Sprintf("127.0.0.1:%d", m.health), "--log-level", "warn", "--api-token-file", m.tokenFile)
 	for _, p := range []*exec.Cmd{sidecar, etcd} {
 		p.Stdout, p.Stderr = out, out
 		if err := p.Start(); err != nil {

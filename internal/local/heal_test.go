@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/testutil"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -140,6 +142,33 @@ func TestMembersHealThemselves(t *testing.T) {
 			everyMemberHas(t, ctx, r.spec, acked)
 		})
 	}
+
+	// etcd's hash check marks a member whose data disagrees CORRUPT, and the cluster then
+	// refuses every request. The alarm is raised here as the check raises it.
+	t.Run("CORRUPT alarm on m1", func(t *testing.T) {
+		before, _ := ReadState(dir)
+		id, err := strconv.ParseUint(ids["m1"], 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: pb.AlarmType_CORRUPT}); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range writeKeys(t, ctx, cli, "/after-corrupt-alarm", 10) {
+			acked[k] = v
+		}
+		now := healthyVoters(t, ctx, dir, 2*time.Minute)
+		if now["m1"] == ids["m1"] {
+			t.Fatalf("m1 kept ID %s: the member marked CORRUPT must have been replaced", ids["m1"])
+		}
+		if resp, err := cli.AlarmList(ctx); err != nil || len(resp.Alarms) != 0 {
+			t.Fatalf("alarms after the replacement: %v %v", resp, err)
+		}
+		if after, _ := ReadState(dir); after.LastEpoch != before.LastEpoch {
+			t.Errorf("a quorum-loss recovery ran (directive %d) for one member marked CORRUPT", after.LastEpoch)
+		}
+		everyMemberHas(t, ctx, r.spec, acked)
+	})
 }
 
 // TestQuorumLossRecoversFromSurvivor wipes two of three members: the survivor seeds the

@@ -37,7 +37,14 @@ func startClusterWith(t *testing.T, opts UpOptions) *running {
 	ready := make(chan Spec, 1)
 	r := &running{t: t, dir: opts.Dir, cancel: cancel, done: make(chan error, 1)}
 	opts.Binary = testutil.StewardBinary(t)
-	opts.ReadyTimeout, opts.StopGrace, opts.Logf = 90*time.Second, 20*time.Second, t.Logf
+	logf := opts.Logf
+	opts.ReadyTimeout, opts.StopGrace = 90*time.Second, 20*time.Second
+	opts.Logf = func(format string, args ...any) {
+		t.Logf(format, args...)
+		if logf != nil {
+			logf(format, args...)
+		}
+	}
 	opts.OnReady = func(s Spec) { ready <- s }
 	go func() { r.done <- Up(ctx, opts) }()
 	select {

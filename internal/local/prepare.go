@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 )
 
 // UpOptions configure Up.
@@ -35,7 +37,7 @@ type UpOptions struct {
 	StopGrace time.Duration
 	// Logf receives the supervisor's log lines.
 	Logf func(format string, args ...any)
-	// SidecarArgs are extra flags for every sidecar when backups are on (e.g. --delta-period 1s).
+	// SidecarArgs are extra flags for every sidecar (e.g. --delta-period 1s, --defrag-schedule off).
 	SidecarArgs []string
 	// OnReady is called once, when every member is healthy.
 	OnReady func(spec Spec)
@@ -95,7 +97,8 @@ func Prepare(opts UpOptions) (Spec, error) {
 				return Spec{}, err
 			}
 		}
-		return spec, nil
+		// A cluster made by an older steward has no token yet: it gets one now.
+		return spec, ensureToken(dir, opts.Logf)
 	}
 	if err := checkForeignDir(dir); err != nil {
 		return Spec{}, err
@@ -129,7 +132,20 @@ func Prepare(opts UpOptions) (Spec, error) {
 	if err := writeSpec(dir, spec); err != nil {
 		return Spec{}, fmt.Errorf("write %s: %w", filepath.Join(dir, specFile), err)
 	}
-	return spec, nil
+	return spec, ensureToken(dir, opts.Logf)
+}
+
+// ensureToken makes the cluster's sidecar API token once (256 random bits, mode 0600) and
+// keeps it after; the log names the file, never the token.
+func ensureToken(dir string, logf func(string, ...any)) error {
+	created, err := sidecarapi.EnsureTokenFile(TokenPath(dir))
+	if err != nil {
+		return err
+	}
+	if created {
+		logf("generated the sidecar API token in %s (mode 0600)", TokenPath(dir))
+	}
+	return nil
 }
 
 // backupURL resolves the --backup flag: default file://DIR/backups, "none" for no backups.
@@ -221,30 +237,30 @@ func SupervisorRunning(dir string) (pid int, running bool) {
 	return pid, true
 }
 
-// installBinary copies the running steward executable into DIR/bin, so members keep a
+// installBinary copies a steward executable to rel under DIR (bin/...), so members keep a
 // binary to restart from even when the original goes away (e.g. `go run`'s temporary build).
-func installBinary(dir, src string) (string, error) {
-	dst := filepath.Join(dir, binFile)
+func installBinary(dir, src, rel string) error {
+	dst := filepath.Join(dir, rel)
 	in, err := os.Open(src)
 	if err != nil {
-		return "", fmt.Errorf("read steward executable %s: %w", src, err)
+		return fmt.Errorf("read steward executable %s: %w", src, err)
 	}
 	defer in.Close()
 	tmp, err := os.CreateTemp(filepath.Dir(dst), ".steward-*")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := io.Copy(tmp, in); err != nil {
 		tmp.Close()
-		return "", fmt.Errorf("copy steward executable to %s: %w", dst, err)
+		return fmt.Errorf("copy steward executable to %s: %w", dst, err)
 	}
 	if err := tmp.Chmod(0o755); err != nil {
 		tmp.Close()
-		return "", err
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return "", err
+		return err
 	}
-	return dst, os.Rename(tmp.Name(), dst)
+	return os.Rename(tmp.Name(), dst)
 }

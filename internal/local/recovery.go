@@ -43,6 +43,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	runs, spec := s.memberRuns(), s.currentSpec()
 	s.refreshVoters(ctx, runs)
 	members := s.healMembers(runs)
+	s.takeRestoreRequest(h, members, spec)
 	s.mu.Lock()
 	st := s.state.Status
 	s.mu.Unlock()
@@ -280,11 +281,11 @@ func (h *healer) backupRevision(ctx context.Context, url string, ids []uint64) i
 		return -1
 	}
 	defer st.Close()
-	chain, err := backup.ListChain(sctx, st)
+	ix, err := backup.ReadIndex(sctx, st)
 	if err != nil {
 		return -1
 	}
-	tls, err := backup.ObserveTimelines(sctx, st, chain)
+	tls, err := backup.ObserveIndex(sctx, st, ix)
 	if err != nil {
 		return -1
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/etcdutil"
+	"github.com/etcd-steward/steward/internal/maintenance"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -98,6 +99,7 @@ func (s *supervisor) reconcileMembers(ctx context.Context) error {
 	if err != nil || !ok {
 		return fmt.Errorf("read cluster.json: %v", err)
 	}
+	s.adoptSpec(want)
 	if d := s.currentDirective(); d != nil {
 		// A membership change needs a quorum and would race the recovery's own.
 		return fmt.Errorf("a quorum-loss recovery (directive %d, %s) is in progress; scaling waits for it", d.Epoch, d.Phase)
@@ -180,7 +182,7 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 	}
 	if id != 0 {
 		if isLeader {
-			if err := etcdutil.MoveLeaderAway(ctx, r.client, cli, id); err != nil {
+			if _, _, err := maintenance.MoveLeader(ctx, cli, ""); err != nil {
 				return fmt.Errorf("move leadership away from %s: %w", r.spec.Name, err)
 			}
 			s.logf("moved leadership away from %s", r.spec.Name)

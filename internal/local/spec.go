@@ -10,12 +10,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 )
 
 // Layout of a local directory.
@@ -24,7 +30,18 @@ const (
 	stateFile = "run/state.json"
 	lockFile  = "run/supervisor.lock"
 	binFile   = "bin/steward"
+	tokenFile = "run/api-token"
 )
+
+// TokenPath is the cluster's sidecar API token file (mode 0600): every sidecar accepts its
+// token, and every local caller of a sidecar (etcd, the supervisor, the CLI) sends it.
+func TokenPath(dir string) string { return filepath.Join(dir, tokenFile) }
+
+// SidecarClient calls the sidecars of the cluster in dir with its token. Every call the
+// supervisor or the CLI makes to a sidecar goes through one.
+func SidecarClient(dir string, hc *http.Client) *sidecarapi.Client {
+	return sidecarapi.FileClient(TokenPath(dir), hc)
+}
 
 // Spec is the desired cluster, kept in DIR/cluster.json. Its ports are part of each member's
 // identity (peer URLs), so they are chosen once and kept.
@@ -36,6 +53,23 @@ type Spec struct {
 	// Backup is the backup store URL the sidecars write to; empty: no backups.
 	Backup  string       `json:"backup,omitempty"`
 	Members []MemberSpec `json:"members"`
+	// Generation counts the changes `steward local upgrade` made to what the members run
+	// (Binary, EtcdFlags, or a rolling restart); each member records the generation its
+	// processes were started with.
+	Generation int64 `json:"generation,omitempty"`
+	// Binary is the steward executable the members run, relative to DIR; empty: bin/steward,
+	// which `steward local up` installs from itself at every start.
+	Binary string `json:"binary,omitempty"`
+	// EtcdFlags are extra etcd options (etcd's flag names) every member's etcd runs with.
+	EtcdFlags map[string]string `json:"etcdFlags,omitempty"`
+}
+
+// memberBinary is the steward executable the members of spec run.
+func memberBinary(dir string, spec Spec) string {
+	if spec.Binary == "" {
+		return filepath.Join(dir, binFile)
+	}
+	return filepath.Join(dir, spec.Binary)
 }
 
 // MemberSpec is one member's name and ports.
@@ -89,20 +123,71 @@ func LogPath(dir, name, kind string) string {
 
 // ReadSpec loads DIR/cluster.json; ok=false if DIR holds no local cluster.
 func ReadSpec(dir string) (spec Spec, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(dir, specFile))
+	path := filepath.Join(dir, specFile)
+	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return spec, false, nil
 	}
 	if err != nil {
 		return spec, false, err
 	}
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return spec, false, fmt.Errorf("%s is damaged: %w; restore it or start in another --dir", filepath.Join(dir, specFile), err)
-	}
-	if len(spec.Members) == 0 {
-		return spec, false, fmt.Errorf("%s lists no members; restore it or start in another --dir", filepath.Join(dir, specFile))
+	if spec, err = parseSpec(b); err != nil {
+		return spec, false, fmt.Errorf("%s is damaged: %w; restore it or start in another --dir", path, err)
 	}
 	return spec, true, nil
+}
+
+// memberNameRE is what a member name may be: it names directories and log files under DIR,
+// so it is one DNS label, never a path.
+var memberNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// hostRE is a host name or an IPv4 address (an IPv6 address is checked with net.ParseIP).
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`)
+
+// parseSpec decodes and checks cluster.json: the supervisor makes directories, log files,
+// URLs and listeners from it, and deletes a removed member's directory.
+func parseSpec(b []byte) (Spec, error) {
+	var spec Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return spec, err
+	}
+	if len(spec.Members) == 0 {
+		return spec, errors.New("it lists no members")
+	}
+	if spec.Token == "" || strings.ContainsFunc(spec.Token, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		return spec, errors.New("its token is empty or not printable ASCII")
+	}
+	if net.ParseIP(spec.Host) == nil && (!hostRE.MatchString(spec.Host) || strings.Contains(spec.Host, "..")) {
+		return spec, fmt.Errorf("host %q is not an IP address or a host name", spec.Host)
+	}
+	if spec.Backup != "" {
+		if u, err := url.Parse(spec.Backup); err != nil || u.Scheme == "" {
+			return spec, errors.New("its backup store is not a URL with a scheme")
+		}
+	}
+	if spec.Binary != "" && (!filepath.IsLocal(spec.Binary) || filepath.Dir(spec.Binary) != "bin") {
+		return spec, fmt.Errorf("binary %q is not a file in DIR/bin", spec.Binary)
+	}
+	names, ports := map[string]bool{}, map[int]string{}
+	for _, m := range spec.Members {
+		if !memberNameRE.MatchString(m.Name) {
+			return spec, fmt.Errorf("member name %q is not a DNS label (a-z, 0-9, -)", m.Name)
+		}
+		if names[m.Name] {
+			return spec, fmt.Errorf("member %s is listed twice", m.Name)
+		}
+		names[m.Name] = true
+		for _, p := range []int{m.ClientPort, m.PeerPort, m.SidecarPort, m.HealthPort} {
+			if p < 1 || p > 65535 {
+				return spec, fmt.Errorf("member %s: port %d is not in 1-65535", m.Name, p)
+			}
+			if other, ok := ports[p]; ok {
+				return spec, fmt.Errorf("port %d is used twice (members %s and %s)", p, other, m.Name)
+			}
+			ports[p] = m.Name
+		}
+	}
+	return spec, nil
 }
 
 func writeSpec(dir string, spec Spec) error {

@@ -38,6 +38,12 @@ type State struct {
 	heal.Status
 	// Stuck names the step that has made no progress for a while ("" while progressing).
 	Stuck string `json:"stuck,omitempty"`
+	// RestoreAnswer answers the newest restore request (`steward local restore`), written
+	// with the directive it issued.
+	RestoreAnswer *RestoreAnswer `json:"restoreAnswer,omitempty"`
+	// RestartAnswer answers the newest restart request (`steward local upgrade`), written
+	// with the generation the member restarted on.
+	RestartAnswer *RestartAnswer `json:"restartAnswer,omitempty"`
 }
 
 // MemberState is the supervisor's record of one member.
@@ -48,11 +54,14 @@ type MemberState struct {
 	Ready   bool   `json:"ready"`
 	Learner bool   `json:"learner,omitempty"`
 	// Fenced: the supervisor holds the member's etcd stopped (a recovery or a relocation).
-	Fenced          bool `json:"fenced,omitempty"`
-	EtcdPID         int  `json:"etcdPid,omitempty"`
-	SidecarPID      int  `json:"sidecarPid,omitempty"`
-	EtcdRestarts    int  `json:"etcdRestarts"`
-	SidecarRestarts int  `json:"sidecarRestarts"`
+	Fenced bool `json:"fenced,omitempty"`
+	// Generation is the spec generation the member's processes were started with: older than
+	// the spec's, the member is outdated (an upgrade has not restarted it yet).
+	Generation      int64 `json:"generation,omitempty"`
+	EtcdPID         int   `json:"etcdPid,omitempty"`
+	SidecarPID      int   `json:"sidecarPid,omitempty"`
+	EtcdRestarts    int   `json:"etcdRestarts"`
+	SidecarRestarts int   `json:"sidecarRestarts"`
 }
 
 // ReadState loads DIR/run/state.json (zero State if there is none). A damaged file is an

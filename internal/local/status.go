@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -34,6 +34,9 @@ type BackupReport struct {
 	LatestDeltaRevision int64     `json:"latestDeltaRevision"`
 	LatestDeltaTime     time.Time `json:"latestDeltaTime"`
 	Store               string    `json:"store"`
+	// Timeline is the timeline the backup leader writes the cluster's history to (0 until
+	// it has chosen one).
+	Timeline uint32 `json:"timeline,omitempty"`
 	// Leader is the member whose sidecar writes backups.
 	Leader    string `json:"leader,omitempty"`
 	Failures  int64  `json:"failures"`
@@ -47,6 +50,8 @@ type ClusterReport struct {
 	// Size is the number of members in etcd's member list (the desired size if no member answers).
 	Size   int    `json:"size"`
 	Leader string `json:"leader"`
+	// Generation is the spec generation the members should run (`steward local upgrade`).
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // MemberReport is one member as etcd and the supervisor see it.
@@ -62,6 +67,8 @@ type MemberReport struct {
 	DataDir    string `json:"dataDir"`
 	EtcdPID    int    `json:"etcdPid"`
 	SidecarPID int    `json:"sidecarPid"`
+	// Generation is the spec generation the member's processes started with.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // SupervisorReport says whether the supervisor runs, and what the cluster's healing waits for.
@@ -94,7 +101,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	}
 	pid, running := SupervisorRunning(dir)
 	rep := Report{
-		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members)},
+		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation},
 		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error,
 			Waiting: st.Waiting, Stuck: st.Stuck, Recovery: st.Directive, LastRecovery: st.LastRecovery},
 	}
@@ -136,7 +143,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 		*r = MemberReport{Name: ms.Name, ClientURL: spec.ClientURL(ms), PeerURL: spec.PeerURL(ms),
 			DataDir: MemberDataDir(dir, ms.Name), Role: "follower"}
 		if running {
-			r.EtcdPID, r.SidecarPID = states[ms.Name].EtcdPID, states[ms.Name].SidecarPID
+			r.EtcdPID, r.SidecarPID, r.Generation = states[ms.Name].EtcdPID, states[ms.Name].SidecarPID, states[ms.Name].Generation
 		}
 		if em, ok := byName[ms.Name]; ok {
 			r.ID = fmt.Sprintf("%x", em.ID)
@@ -187,40 +194,33 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	if spec.Backup != "" {
 		rep.Backup = &BackupReport{Store: spec.Backup}
 		if running {
-			backupStatus(ctx, hc, spec, rep.Backup)
+			backupStatus(ctx, SidecarClient(dir, hc), spec, rep.Backup)
 		}
 	}
 	return rep, nil
 }
 
-// backupStatus asks the sidecars for their backup status and keeps the backup leader's.
-func backupStatus(ctx context.Context, hc *http.Client, spec Spec, out *BackupReport) {
+// backupStatus asks the sidecars for their backup status and keeps the backup leader's. If
+// no sidecar answers as the leader, the first refusal of the token (401/403) is reported in
+// LastError: it names the token file sent.
+func backupStatus(ctx context.Context, sc *sidecarapi.Client, spec Spec, out *BackupReport) {
+	var refused error
 	for _, m := range spec.Members {
 		var st member.BackupStatus
-		if err := getJSON(ctx, hc, spec.SidecarURL(m)+"/v1/backup", &st); err != nil || !st.Leader {
+		if err := sc.GetJSON(ctx, spec.SidecarURL(m)+"/v1/backup", &st); err != nil || !st.Leader {
+			if code := sidecarapi.StatusCode(err); refused == nil && (code == http.StatusUnauthorized || code == http.StatusForbidden) {
+				refused = err
+			}
 			continue
 		}
 		*out = BackupReport{Ready: st.Ready, ReadyReason: st.ReadyReason, LatestFullRevision: st.LatestFullRevision, LatestFullTime: st.LatestFullTime,
-			LatestDeltaRevision: st.LatestDeltaRevision, LatestDeltaTime: st.LatestDeltaTime, Store: st.Store,
+			LatestDeltaRevision: st.LatestDeltaRevision, LatestDeltaTime: st.LatestDeltaTime, Store: st.Store, Timeline: st.Timeline,
 			Leader: m.Name, Failures: st.Failures, LastError: st.LastError}
 		return
 	}
-}
-
-func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
+	if refused != nil {
+		out.LastError = refused.Error()
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 func roleOf(m *etcdserverpb.Member) string {

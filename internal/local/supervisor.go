@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,13 +40,17 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 	}
 	defer lockF.Close()
 
-	src := opts.Binary
-	if src == "" {
-		src = "/proc/self/exe"
-	}
-	bin, err := installBinary(opts.Dir, src)
-	if err != nil {
-		return err
+	if spec.Binary == "" {
+		src := opts.Binary
+		if src == "" {
+			src = "/proc/self/exe"
+		}
+		if err := installBinary(opts.Dir, src, binFile); err != nil {
+			return err
+		}
+	} else if _, err := os.Stat(memberBinary(opts.Dir, spec)); err != nil {
+		// An upgrade installed it (generation spec.Generation); `up` keeps it.
+		return fmt.Errorf("the members' steward binary (installed by `steward local upgrade`, generation %d) cannot be used: %w; put the steward binary the members ran back at that path, or remove \"binary\" from %s to run this steward's own", spec.Generation, err, filepath.Join(opts.Dir, specFile))
 	}
 
 	// SIGHUP: cluster.json changed (`steward local scale`): reconcile the members. Caught from
@@ -65,8 +70,8 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 		opts.Logf("%v; moved aside to %s, rebuilding the status from the members", err, to)
 		previous = State{}
 	}
-	s := &supervisor{dir: opts.Dir, bin: bin, opts: opts, logf: opts.Logf, spec: spec,
-		state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting, Version: previous.Version, Status: previous.Status}}
+	s := &supervisor{dir: opts.Dir, opts: opts, logf: opts.Logf, spec: spec,
+		state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting, Version: previous.Version, Status: previous.Status, RestoreAnswer: previous.RestoreAnswer}}
 	// The member IDs recorded earlier are part of the cluster's status: they persist across
 	// restarts of the supervisor, as an EtcdCluster's status does.
 	recorded := map[string]string{}
@@ -127,6 +132,7 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 			case <-ctx.Done():
 				return
 			case <-pending:
+				s.takeRestartRequest()
 				if err := s.reconcileMembers(ctx); err != nil && ctx.Err() == nil {
 					s.logf("scaling failed: %v; retrying in %s", err, scaleRetry)
 					time.AfterFunc(scaleRetry, func() {
@@ -162,6 +168,13 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 			}
 			continue
 		case <-tick.C:
+			if _, err := os.Stat(filepath.Join(s.dir, restartRequestFile)); err == nil {
+				// Signalled with SIGHUP; this catches a request left while no supervisor ran.
+				select {
+				case pending <- struct{}{}:
+				default:
+				}
+			}
 		case <-reports:
 			// A recovery moves on as soon as a member reports or acknowledges, but no
 			// faster than 4 rounds a second.
@@ -177,7 +190,6 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 
 type supervisor struct {
 	dir  string
-	bin  string
 	opts UpOptions
 	logf func(string, ...any)
 
@@ -223,23 +235,40 @@ func (s *supervisor) memberRuns() []*memberRun {
 
 // startMember starts a member's sidecar and etcd processes.
 func (s *supervisor) startMember(m MemberSpec) error {
+	r, err := s.startRun(m)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.runs = append(s.runs, r)
+	s.mu.Unlock()
+	return nil
+}
+
+// startRun starts a member's processes on the current spec, and records its generation.
+func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 	spec := s.currentSpec()
 	dataDir := MemberDataDir(s.dir, m.Name)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
+	bin := memberBinary(s.dir, spec)
 	sidecarArgs := []string{"sidecar", "--name", m.Name, "--data-dir", dataDir,
-		"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", s.dir}
+		"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", s.dir, "--api-token-file", TokenPath(s.dir)}
 	if spec.Backup != "" {
 		sidecarArgs = append(sidecarArgs, "--store", spec.Backup)
-		sidecarArgs = append(sidecarArgs, s.opts.SidecarArgs...)
 	}
+	for _, f := range etcdproc.FlagList(spec.EtcdFlags) {
+		sidecarArgs = append(sidecarArgs, "--etcd-flag="+f)
+	}
+	sidecarArgs = append(sidecarArgs, s.opts.SidecarArgs...)
 	r := &memberRun{spec: m, etcdDone: make(chan struct{}), sidecarDone: make(chan struct{}),
-		sidecar: &process{member: m.Name, kind: "sidecar", bin: s.bin, log: LogPath(s.dir, m.Name, "sidecar"),
+		sidecar: &process{member: m.Name, kind: "sidecar", bin: bin, log: LogPath(s.dir, m.Name, "sidecar"),
 			stopGrace: s.opts.StopGrace, logf: s.logf, args: sidecarArgs},
-		etcd: &process{member: m.Name, kind: "etcd", bin: s.bin, log: LogPath(s.dir, m.Name, "etcd"),
+		etcd: &process{member: m.Name, kind: "etcd", bin: bin, log: LogPath(s.dir, m.Name, "etcd"),
 			stopGrace: s.opts.StopGrace, logf: s.logf,
-			args: []string{"etcd", "--sidecar", spec.SidecarURL(m), "--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}},
+			args: []string{"etcd", "--sidecar", spec.SidecarURL(m), "--api-token-file", TokenPath(s.dir),
+				"--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}},
 	}
 	if c, err := clientv3.New(clientv3.Config{Endpoints: []string{spec.ClientURL(m)}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err == nil {
 		r.client = c
@@ -255,9 +284,11 @@ func (s *supervisor) startMember(m MemberSpec) error {
 	go func() { defer close(r.sidecarDone); r.sidecar.run(sidecarCtx) }()
 	go func() { defer close(r.etcdDone); r.etcd.run(etcdCtx) }()
 	s.mu.Lock()
-	s.runs = append(s.runs, r)
+	if ms := s.memberStateLocked(m.Name); ms != nil {
+		ms.Generation = spec.Generation
+	}
 	s.mu.Unlock()
-	return nil
+	return r, nil
 }
 
 func (s *supervisor) setPhase(phase, msg string) {

@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
+	"github.com/etcd-steward/steward/internal/units"
 	"github.com/robfig/cron/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -41,6 +42,11 @@ type BackupConfig struct {
 	// (default os.TempDir()).
 	DrillSchedule   string
 	DrillScratchDir string
+	// FullAfterRevisions and FullAfterBytes compact the chain: a full snapshot is taken as soon
+	// as the deltas since the newest one span this many revisions or hold this many (stored)
+	// bytes, so a restore never replays more than that. 0: no limit.
+	FullAfterRevisions int64
+	FullAfterBytes     int64
 }
 
 // DrillOff as BackupConfig.DrillSchedule turns restore drills off.
@@ -112,6 +118,11 @@ type backupAgent struct {
 		timeline uint32
 		revision uint64
 	}
+	// sinceFull is the newest full snapshot's revision on the session's timeline, and the
+	// newest revision and the bytes of the deltas stored after it (guarded by mu).
+	sinceFull struct {
+		revision, last, bytes int64
+	}
 }
 
 type fullOutcome struct {
@@ -138,18 +149,41 @@ func newBackupAgent(cfg BackupConfig, endpoint string, st *store.Store, lg *zap.
 	if cfg.DrillSchedule == "" {
 		cfg.DrillSchedule = "@daily"
 	}
-	sched, err := cron.ParseStandard(cfg.FullSchedule)
+	sched, drills, err := parseSchedules(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("--full-schedule %q: %w (use cron syntax, e.g. \"0 * * * *\" or @hourly)", cfg.FullSchedule, err)
-	}
-	var drills cron.Schedule
-	if cfg.DrillSchedule != DrillOff {
-		if drills, err = cron.ParseStandard(cfg.DrillSchedule); err != nil {
-			return nil, fmt.Errorf("--drill-schedule %q: %w (use cron syntax, e.g. \"0 3 * * *\" or @daily, or %q)", cfg.DrillSchedule, err, DrillOff)
-		}
+		return nil, err
 	}
 	return &backupAgent{cfg: cfg, schedule: sched, drills: drills, lg: lg.Named("backup"), metrics: m, endpoint: endpoint, store: st,
 		status: BackupStatus{Store: st.String(), DeltaPeriod: cfg.DeltaPeriod}, fullRequests: make(chan chan fullOutcome)}, nil
+}
+
+// ValidateSchedules refuses a --full-schedule or --drill-schedule that does not parse, naming
+// the flag and the forms it takes, so that a sidecar refuses it at start rather than running
+// without backups (the agent that parses them starts only when backups begin). Empty means the
+// default.
+func ValidateSchedules(cfg BackupConfig) error {
+	_, _, err := parseSchedules(cfg)
+	return err
+}
+
+func parseSchedules(cfg BackupConfig) (full, drills cron.Schedule, err error) {
+	fs, ds := cfg.FullSchedule, cfg.DrillSchedule
+	if fs == "" {
+		fs = "@hourly"
+	}
+	if ds == "" {
+		ds = "@daily"
+	}
+	full, err = ParseSchedule(fs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--full-schedule %q: %w: use a cron schedule of 5 fields (minute hour day-of-month month day-of-week, e.g. \"0 * * * *\"), @hourly, @daily, @weekly, @monthly, @yearly or @every <duration> (e.g. @every 30m)", fs, err)
+	}
+	if ds != DrillOff {
+		if drills, err = ParseSchedule(ds); err != nil {
+			return nil, nil, fmt.Errorf("--drill-schedule %q: %w: use a cron schedule of 5 fields (e.g. \"0 3 * * *\"), @daily, @weekly, @every <duration>, or %q for no drills", ds, err, DrillOff)
+		}
+	}
+	return full, drills, nil
 }
 
 // Status returns the current backup status, with Ready evaluated now.
@@ -254,13 +288,7 @@ func (a *backupAgent) Run(ctx context.Context) {
 				cli = c
 			}
 		}
-		leader := false
-		if cli != nil {
-			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			st, err := cli.Status(sctx, a.endpoint)
-			cancel()
-			leader = err == nil && st.Leader == st.Header.MemberId && st.Leader != 0
-		}
+		leader := cli != nil && leads(ctx, cli, a.endpoint, 2*time.Second)
 		switch {
 		case leader && cur == nil:
 			a.lg.Info("this member leads: starting backups", zap.String("store", a.store.String()))
@@ -334,17 +362,30 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 		resume, newestFull = max(resume, res.Revision), res.Created
 	}
 
-	// Scheduled and on-demand full snapshots run beside the delta capture.
+	// Scheduled and on-demand full snapshots, and drills, run beside the delta capture. The
+	// session ends only once they have: the store is closed after it.
 	fullCtx, stopFull := context.WithCancel(ctx)
-	defer stopFull()
-	go a.fullLoop(fullCtx, m, tl, newestFull)
-	go a.drillLoop(fullCtx, m, tl.ID, time.Now())
+	var beside sync.WaitGroup
+	defer func() {
+		stopFull()
+		beside.Wait()
+	}()
+	a.startSinceFull(p.Chain.Timeline(tl.ID))
+	compact := make(chan struct{}, 1)
+	beside.Go(func() { a.fullLoop(fullCtx, m, tl, newestFull, compact) })
+	beside.Go(func() { a.drillLoop(fullCtx, m, tl.ID, time.Now()) })
 
 	for {
 		a.lg.Info("capturing deltas", zap.Uint32("timeline", tl.ID), zap.Int64("from", resume+1))
 		err := snapshotter.RunDeltas(ctx, m, a.store, resume+1, snapshotter.DeltaOptions{
 			Period: a.cfg.DeltaPeriod, MaxBytes: a.cfg.DeltaMaxBytes, Timeline: tl, EtcdVersion: p.Status.Version,
 			OnFlush: func(d snapshotter.Delta) {
+				if a.deltaStored(d) != "" {
+					select {
+					case compact <- struct{}{}:
+					default:
+					}
+				}
 				a.metrics.deltaEvents.Add(float64(d.Events))
 				a.metrics.latestDeltaRevision.Set(float64(d.LastRev))
 				a.metrics.latestDeltaTime.Set(float64(d.Created.Unix()))
@@ -475,6 +516,9 @@ func (a *backupAgent) enterTimeline(p snapshotter.Placed) {
 		if n := len(c.Deltas); n > 0 {
 			d := c.Deltas[n-1]
 			s.LatestDeltaKey, s.LatestDeltaRevision, s.LatestDeltaTime = d.Key, d.LastRev, d.ModTime
+		} else if ti, _ := p.Index.Timeline(p.Placement.Timeline); ti.Deltas > 0 {
+			d := ti.FurthestDelta // none after the newest full snapshot (p.Chain holds no older)
+			s.LatestDeltaKey, s.LatestDeltaRevision, s.LatestDeltaTime = d.Key, d.LastRev, d.ModTime
 		}
 	})
 }
@@ -491,7 +535,7 @@ func (a *backupAgent) leaveTimeline(err error) {
 
 // fullLoop takes full snapshots on schedule, on demand, and when etcd's auth state changed,
 // while the session runs. The auth revision is read every delta period.
-func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline, newest time.Time) {
+func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline, newest time.Time, compact <-chan struct{}) {
 	authTick := time.NewTicker(a.cfg.DeltaPeriod)
 	defer authTick.Stop()
 	for {
@@ -515,6 +559,14 @@ func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl sna
 			} else {
 				newest = time.Now() // retry at the next scheduled time
 			}
+		case <-compact:
+			timer.Stop()
+			if reason := a.compactionDue(); reason != "" { // not taken meanwhile for another cause
+				a.lg.Info("taking a full snapshot", zap.Uint32("timeline", tl.ID), zap.String("reason", reason))
+				if res, err := a.full(ctx, m, tl); err == nil {
+					newest = res.Created
+				}
+			}
 		case reply := <-a.fullRequests:
 			timer.Stop()
 			res, err := a.full(ctx, m, tl)
@@ -524,6 +576,51 @@ func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl sna
 			reply <- fullOutcome{res, err}
 		}
 	}
+}
+
+// startSinceFull records where timeline chain c stands: its newest full snapshot and the
+// bytes of the deltas after it.
+func (a *backupAgent) startSinceFull(c backup.Chain) {
+	var rev, bytes int64
+	if n := len(c.Fulls); n > 0 {
+		rev = c.Fulls[n-1].FirstRev
+	}
+	last := rev
+	for _, d := range c.Deltas {
+		if d.FirstRev > rev {
+			bytes, last = bytes+d.Size, max(last, d.LastRev)
+		}
+	}
+	a.mu.Lock()
+	a.sinceFull.revision, a.sinceFull.last, a.sinceFull.bytes = rev, last, bytes
+	a.mu.Unlock()
+}
+
+// deltaStored counts delta d towards the chain's compaction and says why a full snapshot is
+// due now ("" when none is).
+func (a *backupAgent) deltaStored(d snapshotter.Delta) string {
+	a.mu.Lock()
+	a.sinceFull.bytes, a.sinceFull.last = a.sinceFull.bytes+d.Size, max(a.sinceFull.last, d.LastRev)
+	a.mu.Unlock()
+	return a.compactionDue()
+}
+
+func (a *backupAgent) compactionDue() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return compactionReason(a.sinceFull.last-a.sinceFull.revision, a.sinceFull.bytes, a.cfg.FullAfterRevisions, a.cfg.FullAfterBytes)
+}
+
+// compactionReason says why deltas spanning revs revisions and holding bytes bytes since the
+// newest full snapshot call for a new one under the limits (0: none), or "".
+func compactionReason(revs, bytes, maxRevs, maxBytes int64) string {
+	switch {
+	case maxRevs > 0 && revs >= maxRevs:
+		return fmt.Sprintf("the deltas since the newest full snapshot span %d revisions (limit %d): compacting the chain", revs, maxRevs)
+	case maxBytes > 0 && bytes >= maxBytes:
+		return fmt.Sprintf("the deltas since the newest full snapshot hold %s (limit %s): compacting the chain", units.Bytes(bytes), units.Bytes(maxBytes))
+	}
+	return ""
 }
 
 // authFullNeeded reads etcd's auth revision and says why it calls for a full snapshot on
@@ -577,11 +674,12 @@ func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapsho
 		a.fail("full", err)
 		return res, err
 	}
+	a.mu.Lock()
 	if authErr == nil {
-		a.mu.Lock()
 		a.authAtFull.timeline, a.authAtFull.revision = tl.ID, authRev
-		a.mu.Unlock()
 	}
+	a.sinceFull.revision, a.sinceFull.last, a.sinceFull.bytes = res.Revision, max(a.sinceFull.last, res.Revision), 0
+	a.mu.Unlock()
 	a.lg.Info("full snapshot stored", zap.String("key", res.Key), zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision),
 		zap.Int64("dbBytes", res.DBSize), zap.Int64("storedBytes", res.Size), zap.Duration("took", res.Duration))
 	a.metrics.fullDuration.Observe(res.Duration.Seconds())
@@ -592,8 +690,11 @@ func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapsho
 			return
 		}
 		s.LatestFullKey, s.LatestFullRevision, s.LatestFullTime = res.Key, res.Revision, res.Created
-		if res.Revision >= s.CurrentRevision {
-			// The member's revision was res.Revision when the snapshot began.
+		if res.Revision >= s.CurrentRevision && s.LatestDeltaRevision == 0 {
+			// The member's revision was res.Revision when the snapshot began, and no delta of
+			// the timeline is below it. With deltas, the revisions between theirs and the
+			// snapshot's are stored only once the deltas catch up: "stored up to" waits for
+			// them (a restore to one of them would find a hole meanwhile).
 			s.CurrentRevision, s.CurrentAt = res.Revision, res.Created
 		}
 	})
@@ -607,8 +708,8 @@ func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapsho
 
 func (a *backupAgent) collect(ctx context.Context, clusterID uint64) error {
 	deleted, err := retention.Collect(ctx, a.store, a.cfg.Retention, time.Now(), clusterID)
-	if len(deleted) > 0 {
-		a.lg.Info("retention: deleted old backups", zap.Int("objects", len(deleted)), zap.String("policy", a.cfg.Retention.String()))
+	if deleted > 0 {
+		a.lg.Info("retention: deleted old backups", zap.Int("objects", deleted), zap.String("policy", a.cfg.Retention.String()))
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -98,12 +99,16 @@ func (s *Sidecar) handleLatestSnapshots(w http.ResponseWriter, r *http.Request) 
 // handleFullSnapshot takes a full snapshot now: on the backup leader directly, elsewhere by
 // forwarding to the leader's sidecar.
 func (s *Sidecar) handleFullSnapshot(w http.ResponseWriter, r *http.Request) {
+	if err := sidecarapi.DecodeBody(r, &noBody{}); err != nil {
+		sidecarapi.WriteBodyError(w, err)
+		return
+	}
 	a := s.backups.Load()
 	if s.cfg.Backup.StoreURL == "" || a == nil {
 		http.Error(w, "backups are off or the store is unreachable on this member", http.StatusServiceUnavailable)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(r.Context(), fullSnapshotTimeout)
 	defer cancel()
 	if a.Status().Leader {
 		res, err := a.RequestFull(ctx)
@@ -119,6 +124,9 @@ func (s *Sidecar) handleFullSnapshot(w http.ResponseWriter, r *http.Request) {
 	s.forwardToLeader(w, r.WithContext(ctx), a.endpoint)
 }
 
+// fullSnapshotTimeout bounds an on-demand full snapshot.
+const fullSnapshotTimeout = 30 * time.Minute
+
 // forwardToLeader passes a request on to the backup leader's sidecar, once.
 func (s *Sidecar) forwardToLeader(w http.ResponseWriter, r *http.Request, endpoint string) {
 	if r.Header.Get("X-Steward-Forwarded") != "" {
@@ -132,13 +140,24 @@ func (s *Sidecar) forwardToLeader(w http.ResponseWriter, r *http.Request, endpoi
 	}
 	req, _ := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimRight(leaderURL, "/")+r.URL.Path, nil)
 	req.Header.Set("X-Steward-Forwarded", s.cfg.Name)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		http.Error(w, "forward to the backup leader "+leaderURL+": "+err.Error(), http.StatusBadGateway)
 		return
 	}
 	defer resp.Body.Close()
-	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	if resp.StatusCode == http.StatusUnauthorized {
+		// The caller was authenticated here: the leader refusing this sidecar's token is a
+		// misconfiguration between members, not the caller's fault.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		http.Error(w, "the backup leader's sidecar "+leaderURL+" refused this member's token: "+strings.TrimSpace(string(body)), http.StatusBadGateway)
+		return
+	}
+	for _, h := range []string{"Content-Type", "Retry-After"} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
 }

@@ -1,6 +1,8 @@
 package member
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/testutil"
 )
 
 func TestBackupReady(t *testing.T) {
@@ -114,4 +117,62 @@ func TestAuthFullReason(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestCompactionReason(t *testing.T) {
+	for _, tc := range []struct {
+		name                        string
+		revs, bytes, maxRevs, maxBy int64
+		want                        string
+	}{
+		{name: "below both limits", revs: 99, bytes: 99, maxRevs: 100, maxBy: 100},
+		{name: "revisions reach the limit", revs: 100, bytes: 1, maxRevs: 100, maxBy: 100, want: "span 100 revisions (limit 100)"},
+		{name: "bytes reach the limit", revs: 1, bytes: 2 << 20, maxRevs: 100, maxBy: 1 << 20, want: "hold 2.0 MiB (limit 1.0 MiB)"},
+		{name: "no limits", revs: 1 << 40, bytes: 1 << 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := compactionReason(tc.revs, tc.bytes, tc.maxRevs, tc.maxBy)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("compactionReason = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFullSnapshotCompactsTheChain: with a limit on the revisions the deltas may span, full
+// snapshots follow the writes, and a restore never replays more than the limit and a delta.
+func TestFullSnapshotCompactsTheChain(t *testing.T) {
+	const limit, bursts = 40, 5
+	s := openTestStore(t)
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	a, _ := startBackupsWith(t, BackupConfig{FullAfterRevisions: limit}, s, ep)
+	waitStored(t, a, cli, ep, 1)
+	for b := range bursts { // each burst alone reaches the limit
+		for i := range limit {
+			if _, err := cli.Put(context.Background(), fmt.Sprintf("k%d-%03d", b, i), "v"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitStored(t, a, cli, ep, 1)
+	}
+	testutil.Eventually(t, time.Minute, "full snapshots taken as the deltas reached the limit", func() error {
+		c, err := backup.ListChain(context.Background(), s)
+		if err != nil {
+			return err
+		}
+		// The first, and at least every other burst's: a full snapshot taken during a burst
+		// counts the rest of that burst towards the next.
+		if len(c.Fulls) < 1+bursts/2 {
+			return fmt.Errorf("%d full snapshots after %d bursts of %d revisions with a limit of %d", len(c.Fulls), bursts, limit, limit)
+		}
+		newest := c.Fulls[len(c.Fulls)-1]
+		var widest int64
+		for _, d := range c.Deltas {
+			widest = max(widest, d.LastRev-d.FirstRev+1)
+		}
+		if left := c.NewestRevision() - newest.FirstRev; left > limit+widest {
+			return fmt.Errorf("a restore of the newest revision replays %d revisions after %s, more than the limit %d and a delta (%d)", left, newest.Key, limit, widest)
+		}
+		return nil
+	})
 }

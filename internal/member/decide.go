@@ -289,6 +289,13 @@ func decideSeed(o Observation, d Directive) Plan {
 		return Plan{Case: "QuorumLossSeedWithoutData", Action: ActionWait,
 			Reason: fmt.Sprintf("directive %d names this member as survivor seed, but its data dir is %s: waiting for a new directive", d.Epoch, describeData(o.Data))}
 	case RecoverFromBackup:
+		if d.Restore != nil && d.Restore.Store == "" {
+			// A running cluster restored back in time (steward local restore, the operator's
+			// restore): its own store, a timeline and revision checked when it was asked for.
+			return Plan{Case: "RestoreInPlace", Seed: "003 restore a cluster back to a backup", Action: ActionRestoreFromBackup, ClusterState: "new",
+				Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: d.Restore,
+				Reason: fmt.Sprintf("directive %d restores the cluster back to %s from its own backup store: this member's data is moved aside (kept), the target restored, start alone, take a full snapshot (a new timeline); the others rejoin as learners", d.Epoch, d.Restore.Point())}
+		}
 		if d.Restore != nil {
 			return Plan{Case: "BootstrapRestore", Action: ActionRestoreFromBackup, ClusterState: "new",
 				Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: d.Restore,

@@ -155,6 +155,21 @@ func TestDecide(t *testing.T) {
 				o.Directive = &d
 			}),
 			want: Plan{Case: "BootstrapRestore", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 1, Restore: bootTarget}},
+		{name: "003 restore in place: the seed moves its data aside and restores the target from its own store",
+			obs: with_(obs("m0", validData, noQuorum, formed), func(o *Observation) {
+				d := *directive(6, PhaseSeeding, RecoverFromBackup, "m0")
+				d.Restore = &RestoreTarget{Timeline: 2, Revision: 77}
+				o.Directive = &d
+			}),
+			want: Plan{Case: "RestoreInPlace", Seed: "003 restore a cluster back to a backup", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 6,
+				Restore: &RestoreTarget{Timeline: 2, Revision: 77}}},
+		{name: "003 restore in place: the others wait with their data for the seed",
+			obs: with_(obs("m1", validData, noQuorum, formed), func(o *Observation) {
+				d := *directive(6, PhaseSeeding, RecoverFromBackup, "m0")
+				d.Restore = &RestoreTarget{Timeline: 2, Revision: 77}
+				o.Directive = &d
+			}),
+			want: Plan{Case: "QuorumLossFollowerWait", Action: ActionWait}},
 		{name: "bootstrap.restore: the other members wait for the seed",
 			obs: with_(obs("m1", emptyData, LiveCluster{}, none), func(o *Observation) {
 				d := *directive(1, PhaseSeeding, RecoverFromBackup, "m0")

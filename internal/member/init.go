@@ -480,5 +480,5 @@ func (s *Sidecar) etcdConfig(spec ClusterSpec, plan Plan, initialCluster string)
 	c.InitialClusterState = plan.ClusterState
 	c.InitialClusterToken = spec.Token
 	c.ForceNewCluster = plan.Action == ActionForceNewCluster
-	return c.Marshal()
+	return c.MarshalWith(s.cfg.EtcdFlags)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdutil"
+	"github.com/etcd-steward/steward/internal/maintenance"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -246,7 +247,7 @@ func (s *Sidecar) leaveLeadership(ctx context.Context, cli *clientv3.Client, sel
 	if err != nil || st.Leader != st.Header.MemberId {
 		return
 	}
-	if err := etcdutil.MoveLeaderAway(ctx, cli, cli, st.Header.MemberId); err != nil {
+	if _, _, err := maintenance.MoveLeader(ctx, cli, ""); err != nil {
 		s.lg.Warn("this member is leaving the cluster but cannot hand leadership over yet", zap.Error(err))
 		return
 	}

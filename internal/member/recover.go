@@ -61,8 +61,41 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	if err := s.writeIdentity(identity); err != nil {
 		return nil, err
 	}
+	if err := s.stillSeeding(ctx, plan.RecoveryEpoch); err != nil {
+		// Kept beside, never started on: a restore onto the same member with the same token
+		// makes the same member and cluster IDs, so left in place it could pass for this
+		// member's data of the running cluster.
+		to, mvErr := datadir.MoveAside(s.cfg.DataDir, "restored")
+		if mvErr != nil {
+			return nil, fmt.Errorf("%v; moving the restored data aside failed: %w", err, mvErr)
+		}
+		s.lg.Warn("the restore's directive is no longer in force: the restored data is moved aside", zap.String("to", to), zap.Error(err))
+		return nil, err
+	}
 	s.fullAfterStart.Store(true)
 	return s.etcdConfig(spec, plan, self.Name+"="+self.PeerURL)
+}
+
+// stillSeeding checks, after a restore that may have taken long, that directive epoch still
+// names this member as its seed. A restore cancelled meanwhile (the members restart on their
+// own data) or replaced by a new epoch must not start: a one-member cluster on the restored
+// data would form beside them.
+func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64) error {
+	if epoch == 0 {
+		return nil
+	}
+	snap, err := s.cfg.View.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: restored; cannot read the cluster view to check that directive %d is still in force: %v", errTryAgain, epoch, err)
+	}
+	if d := snap.Directive; d == nil || d.Epoch != epoch || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name {
+		now := "no directive"
+		if d != nil {
+			now = fmt.Sprintf("directive %d (%s, seed %q)", d.Epoch, d.Phase, d.Seed)
+		}
+		return fmt.Errorf("%w: restored for directive %d, which is no longer in force (now %s): not starting on the restored data", errTryAgain, epoch, now)
+	}
+	return nil
 }
 
 // ownBackup reads which timelines of the backup store are this cluster's (known by the
@@ -74,11 +107,11 @@ func (s *Sidecar) ownBackup(ctx context.Context, ids []uint64) (timeline uint32,
 		return 0, 0, err
 	}
 	defer st.Close()
-	chain, err := backup.ListChain(ctx, st)
+	ix, err := backup.ReadIndex(ctx, st)
 	if err != nil {
 		return 0, 0, err
 	}
-	tls, err := backup.ObserveTimelines(ctx, st, chain)
+	tls, err := backup.ObserveIndex(ctx, st, ix)
 	if err != nil {
 		return 0, 0, err
 	}

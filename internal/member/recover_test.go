@@ -2,10 +2,13 @@ package member
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,5 +174,56 @@ func TestNewClusterBootstrapsBesideAnotherClustersBackups(t *testing.T) {
 	sc = testSidecar(t, s, ClusterSnapshot{Spec: lost, Status: ClusterStatus{Members: []StatusMember{{Name: "test"}}}})
 	if _, obs, plan := decideOnce(t, sc); plan.Case != "NoStatusBackupExistsWait" || obs.BackupTimeline != 1 {
 		t.Fatalf("plan %+v with backup timeline %d; want NoStatusBackupExistsWait on timeline 1", plan, obs.BackupTimeline)
+	}
+}
+
+// changingView is a cluster view whose snapshot a test replaces.
+type changingView struct {
+	staticView
+	snap *atomic.Pointer[ClusterSnapshot]
+}
+
+func (v changingView) Snapshot(context.Context) (ClusterSnapshot, error) { return *v.snap.Load(), nil }
+
+// TestRestoreInPlaceWithdrawnWhileRestoringDoesNotStart: the seed of a restore in place
+// restores the target; the directive was withdrawn meanwhile (a cancelled restore). The
+// sidecar must not start a one-member cluster on the restored data beside the members that
+// restart on theirs: the restored data is moved aside (kept), and it observes again.
+func TestRestoreInPlaceWithdrawnWhileRestoringDoesNotStart(t *testing.T) {
+	s := openTestStore(t)
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	a, stop := startBackups(t, s, ep)
+	waitStored(t, a, cli, ep, 1) // the first full snapshot, before the writes: they are restorable
+	rev := write(t, cli, "k", 10)
+	waitStored(t, a, cli, ep, 1)
+	stop()
+	spec := oneMember(t, "tok")
+	status := ClusterStatus{ClusterID: strconv.FormatUint(clusterIDOf(t, cli, ep), 16), Voters: []Voter{{ID: "1", Name: "test"}}}
+	seeding := ClusterSnapshot{Spec: spec, Status: status, Directive: &Directive{Epoch: 3, Phase: PhaseSeeding, Mode: RecoverFromBackup, Seed: "test",
+		Restore: &RestoreTarget{Timeline: 1, Revision: rev - 3}}}
+	var snap atomic.Pointer[ClusterSnapshot]
+	snap.Store(&seeding)
+	sc, err := New(Config{Name: "test", DataDir: filepath.Join(t.TempDir(), "data"), View: changingView{snap: &snap},
+		Backup: BackupConfig{StoreURL: s.String()}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, obs, plan := decideOnce(t, sc)
+	if plan.Case != "RestoreInPlace" || plan.RecoveryEpoch != 3 {
+		t.Fatalf("plan %+v; want RestoreInPlace for directive 3", plan)
+	}
+	withdrawn := ClusterSnapshot{Spec: spec, Status: status}
+	snap.Store(&withdrawn)
+	cfg, err := sc.act(context.Background(), spec, obs, plan)
+	if !errors.Is(err, errTryAgain) || !strings.Contains(err.Error(), "no longer in force") || cfg != nil {
+		t.Fatalf("act after the directive was withdrawn: config %t, err %v; want no configuration and an error saying why", cfg != nil, err)
+	}
+	_, obs, plan = decideOnce(t, sc)
+	if !obs.Data.Empty() || plan.Case != "LostDataWaitForQuorum" {
+		t.Fatalf("after: data %+v, plan %+v; want the restored data out of the data dir and the member waiting for the cluster to rejoin", obs.Data, plan)
+	}
+	aside, _ := filepath.Glob(sc.cfg.DataDir + ".restored-*")
+	if len(aside) != 1 {
+		t.Fatalf("restored data kept beside the data dir: %v; want one data.restored-<time>", aside)
 	}
 }

@@ -75,7 +75,7 @@ func (s *Sidecar) publishBackup(ctx context.Context) {
 
 // buildReport reports from the running etcd when it answers, else from the data dir.
 func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self MemberSpec, snap ClusterSnapshot) Report {
-	r := Report{Name: s.cfg.Name, At: time.Now().UTC()}
+	r := Report{Name: s.cfg.Name, At: time.Now().UTC(), Maintenance: s.maintenance.Load()}
 	s.mu.Lock()
 	if s.plan != nil {
 		r.Case, r.Reason = s.plan.Case, s.plan.Reason
@@ -95,6 +95,9 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 			// serving member's log reaches within a heartbeat.
 			r.Term, r.Commit, r.LastIndex, r.Applied = st.RaftTerm, st.RaftIndex, st.RaftIndex, st.RaftAppliedIndex
 			r.Revision, r.Formed, r.Leader = st.Header.Revision, st.Leader != 0, st.Leader == st.Header.MemberId
+			if st.Leader != 0 {
+				r.LeaderID = fmt.Sprintf("%x", st.Leader)
+			}
 			mctx, cancel := context.WithTimeout(ctx, time.Second)
 			if ml, err := cli.MemberList(mctx, clientv3.WithSerializable()); err == nil {
 				for _, m := range ml.Members {

@@ -14,9 +14,13 @@ import (
 
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/etcd-steward/steward/internal/maintenance"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/robfig/cron/v3"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -30,6 +34,9 @@ type Config struct {
 	View ClusterView
 	// Etcd carries etcd settings copied into every generated configuration (tuning, log level).
 	Etcd etcdproc.Config
+	// EtcdFlags are extra etcd options (etcd's flag names) set over Etcd in every generated
+	// configuration; etcdproc.CheckFlags has accepted them.
+	EtcdFlags map[string]string
 	// Backup configures continuous backups; an empty store URL turns them off.
 	Backup BackupConfig
 	// RemoveUndesired: the leader's sidecar removes members the spec no longer has even while
@@ -39,10 +46,23 @@ type Config struct {
 	// ListenHost, when set, is the address etcd listens on (e.g. 0.0.0.0 in a pod), on the
 	// ports of the member's URLs; the URLs (DNS names) are what etcd advertises.
 	ListenHost string
+	// Maintenance configures the housekeeping the leader's sidecar does (zero: DefaultMaintenance).
+	Maintenance MaintenanceConfig
 	// ObserveTimeout bounds one observation of the cluster.
 	ObserveTimeout time.Duration
-	Logger         *zap.Logger
+	// APITokens are the tokens the API accepts (the cluster's token file); every route but
+	// /healthz, /readyz and /metrics refuses a request without one of them. The sidecar sends
+	// the first when it forwards a request to another member's sidecar. Nil: every such
+	// request is refused.
+	APITokens sidecarapi.Tokens
+	// FullSnapshotInterval is the least time between two on-demand full snapshots (POST
+	// /v1/snapshots/full; each runs retention). Default DefaultFullSnapshotInterval.
+	FullSnapshotInterval time.Duration
+	Logger               *zap.Logger
 }
+
+// DefaultFullSnapshotInterval is the default least time between on-demand full snapshots.
+const DefaultFullSnapshotInterval = 30 * time.Second
 
 // Sidecar is the per-member agent. Create it with New and serve its Handler.
 type Sidecar struct {
@@ -68,6 +88,11 @@ type Sidecar struct {
 	lastReport  atomic.Pointer[Report]
 	lastRaftLog atomic.Pointer[fromDataDir[datadir.RaftLog]]
 	reportKick  chan struct{}
+	// maintenance is what the housekeeping last did (nil: never led); defragSchedule its
+	// schedule (nil: off).
+	maintenance         atomic.Pointer[MaintenanceReport]
+	defragSchedule      cron.Schedule
+	housekeepingMetrics *housekeepingMetrics
 
 	mu     sync.Mutex
 	status etcdproc.InitStatus
@@ -83,12 +108,24 @@ func New(cfg Config) (*Sidecar, error) {
 	if cfg.ObserveTimeout == 0 {
 		cfg.ObserveTimeout = 10 * time.Second
 	}
+	if cfg.FullSnapshotInterval == 0 {
+		cfg.FullSnapshotInterval = DefaultFullSnapshotInterval
+	}
+	if cfg.Maintenance.DefragSchedule == "" {
+		cfg.Maintenance = DefaultMaintenance
+	}
+	sched, err := parseDefragSchedule(cfg.Maintenance.DefragSchedule)
+	if err != nil {
+		return nil, err
+	}
 	lg := cfg.Logger
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	return &Sidecar{cfg: cfg, lg: lg.With(zap.String("member", cfg.Name)), metrics: newMetrics(),
-		status: etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
+	m := newMetrics()
+	return &Sidecar{cfg: cfg, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched,
+		housekeepingMetrics: newHousekeepingMetrics(m.registry),
+		status:              etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
 }
 
 // Serve serves the sidecar API on ln and runs the backup loop until ctx ends.
@@ -98,7 +135,8 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	go s.maintainMember(ctx)
 	go s.reportLoop(ctx)
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go s.housekeeping(ctx, s.defragSchedule, housekeepingInterval)
+	srv := sidecarapi.NewServer(s.Handler())
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -111,20 +149,44 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Handler is the sidecar HTTP API.
+// Handler is the sidecar HTTP API (see Routes).
 func (s *Sidecar) Handler() http.Handler {
-	m := http.NewServeMux()
-	m.HandleFunc("POST /v1/init", s.handleStartInit)
-	m.HandleFunc("GET /v1/init", s.handleInitStatus)
-	m.HandleFunc("GET /v1/config", s.handleConfig)
-	m.HandleFunc("GET /v1/backup", s.handleBackupStatus)
-	m.HandleFunc("GET /v1/snapshots/latest", s.handleLatestSnapshots)
-	m.HandleFunc("POST /v1/snapshots/full", s.handleFullSnapshot)
-	m.HandleFunc("GET /v1/report", s.handleReport)
-	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	m.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
-	return m
+	return sidecarapi.NewHandler(s.Routes(), s.cfg.APITokens)
 }
+
+// Routes are the API's endpoints and who may call them: the server and its tests use this one
+// list, so an endpoint cannot be added without an access level. Only /healthz, /readyz and
+// /metrics are open; everything else needs the cluster's token.
+func (s *Sidecar) Routes() []sidecarapi.Route {
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+	return []sidecarapi.Route{
+		// Initialisation restarts the decision; one start a second is plenty (a caller that is
+		// refused retries, as steward etcd does).
+		{Method: "POST", Path: "/v1/init", Access: sidecarapi.Control, MinInterval: time.Second, Handler: s.handleStartInit},
+		{Method: "GET", Path: "/v1/init", Access: sidecarapi.Read, Handler: s.handleInitStatus},
+		{Method: "GET", Path: "/v1/config", Access: sidecarapi.Read, Handler: s.handleConfig},
+		{Method: "GET", Path: "/v1/backup", Access: sidecarapi.Read, Handler: s.handleBackupStatus},
+		{Method: "GET", Path: "/v1/snapshots/latest", Access: sidecarapi.Read, Handler: s.handleLatestSnapshots},
+		// A full snapshot runs retention: with limit:N, N snapshots in a row would push every
+		// older one (and its deltas) out. They are spaced.
+		{Method: "POST", Path: "/v1/snapshots/full", Access: sidecarapi.Control, MinInterval: s.cfg.FullSnapshotInterval,
+			Timeout: fullSnapshotTimeout + time.Minute, Handler: s.handleFullSnapshot},
+		{Method: "GET", Path: "/v1/report", Access: sidecarapi.Read, Handler: s.handleReport},
+		// Moving leadership interrupts writes for an election's worth of time; the operator asks
+		// once per step of a rolling update.
+		{Method: "POST", Path: "/v1/leader/move", Access: sidecarapi.Control, MinInterval: time.Second, Handler: s.handleMoveLeader},
+		{Method: "GET", Path: "/healthz", Access: sidecarapi.Open, Handler: ok},
+		{Method: "GET", Path: "/readyz", Access: sidecarapi.Open, Handler: ok},
+		{Method: "GET", Path: "/metrics", Access: sidecarapi.Open, Handler: promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP},
+	}
+}
+
+// client calls other members' sidecars with this cluster's token.
+func (s *Sidecar) client() *sidecarapi.Client { return sidecarapi.NewClient(s.cfg.APITokens, nil) }
+
+// noBody is the body the POST endpoints take today: nothing, or an empty JSON object.
+// Anything else is refused, so a future field is never silently ignored by an old sidecar.
+type noBody struct{}
 
 // initResponse is the body of GET/POST /v1/init.
 type initResponse struct {
@@ -132,7 +194,11 @@ type initResponse struct {
 	Plan *Plan `json:"plan,omitempty"`
 }
 
-func (s *Sidecar) handleStartInit(w http.ResponseWriter, _ *http.Request) {
+func (s *Sidecar) handleStartInit(w http.ResponseWriter, r *http.Request) {
+	if err := sidecarapi.DecodeBody(r, &noBody{}); err != nil {
+		sidecarapi.WriteBodyError(w, err)
+		return
+	}
 	s.mu.Lock()
 	if s.status.State != etcdproc.InitRunning {
 		// Every (re)start of etcd re-initialises: the data dir or the cluster may have changed.
@@ -286,4 +352,50 @@ func newMetrics() *metrics {
 func (s *Sidecar) desired(ctx context.Context) (ClusterSpec, error) {
 	snap, err := s.cfg.View.Snapshot(ctx)
 	return snap.Spec, err
+}
+
+// MoveLeaderRequest is the body of POST /v1/leader/move: the member to hand leadership to
+// (its name or hex ID); empty, the voter furthest along.
+type MoveLeaderRequest struct {
+	To string `json:"to,omitempty"`
+}
+
+// MoveLeaderResponse is the answer of POST /v1/leader/move: who led, and who leads now.
+type MoveLeaderResponse struct {
+	From   string `json:"from"`
+	Leader string `json:"leader"`
+}
+
+// handleMoveLeader serves POST /v1/leader/move: leadership moves to the member asked for
+// (maintenance.MoveLeader, through this member's etcd), and the answer comes once it has. A
+// cluster that cannot move it now (no leader, the target a learner or down) gets 409 with why.
+func (s *Sidecar) handleMoveLeader(w http.ResponseWriter, r *http.Request) {
+	var req MoveLeaderRequest
+	if err := sidecarapi.DecodeBody(r, &req); err != nil {
+		sidecarapi.WriteBodyError(w, err)
+		return
+	}
+	spec, err := s.desired(r.Context())
+	if err != nil {
+		http.Error(w, "cannot read the cluster's specification: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	self, ok := spec.Member(s.cfg.Name)
+	if !ok {
+		http.Error(w, fmt.Sprintf("member %s is not in the cluster's specification", s.cfg.Name), http.StatusServiceUnavailable)
+		return
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		http.Error(w, "etcd client: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	defer cli.Close()
+	from, now, err := maintenance.MoveLeader(r.Context(), cli, req.To)
+	if err != nil {
+		http.Error(w, "leadership not moved: "+err.Error(), http.StatusConflict)
+		return
+	}
+	s.lg.Info("leadership moved on request", zap.String("from", from.Name), zap.String("to", now.Name))
+	writeJSON(w, http.StatusOK, MoveLeaderResponse{From: from.Name, Leader: now.Name})
 }

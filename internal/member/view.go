@@ -120,6 +120,9 @@ type Report struct {
 	Learner bool   `json:"learner,omitempty"`
 	// Leader: this member leads (etcd's status says so).
 	Leader bool `json:"leader,omitempty"`
+	// LeaderID is the leader this member follows (hex; empty while it knows none): members
+	// agreeing on it is part of a healthy cluster (a rolling update checks it).
+	LeaderID string `json:"leaderID,omitempty"`
 	// MemberID and ClusterID are whose data this is (hex, as etcdctl prints them).
 	MemberID  string `json:"memberID,omitempty"`
 	ClusterID string `json:"clusterID,omitempty"`
@@ -154,6 +157,9 @@ type Report struct {
 	Reason string `json:"reason,omitempty"`
 	// Problem says why the figures are incomplete (e.g. the WAL could not be read).
 	Problem string `json:"problem,omitempty"`
+	// Maintenance is what this member's sidecar last did as the leader's housekeeper
+	// (alarms seen, the newest defragmentation round); nil if it never led.
+	Maintenance *MaintenanceReport `json:"maintenance,omitempty"`
 }
 
 // Report sources.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/kubeview"
+	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,8 +31,10 @@ const backupWait = 10 * time.Minute
 // BackupReconciler carries out EtcdBackups: one full snapshot each, taken by the backup
 // leader's sidecar (any member's sidecar forwards the request to it).
 type BackupReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads the cluster's sidecar API token Secret uncached (Client when nil).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 	// HTTP reaches the sidecars (http.DefaultClient when nil).
 	HTTP *http.Client
 	Now  func() time.Time
@@ -71,11 +74,28 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.setPhase(ctx, eb, v1alpha1.BackupRunning, "taking a full snapshot through "+url); err != nil {
 		return ctrl.Result{}, err
 	}
-	res, err := r.takeFull(ctx, url)
+	res, err := r.takeFull(ctx, eb.Namespace, eb.Spec.Cluster, url)
 	if err != nil {
+		if retry, ok := retryLater(err); ok && now.Sub(eb.CreationTimestamp.Time) <= backupWait {
+			return ctrl.Result{RequeueAfter: retry}, r.setPhase(ctx, eb, v1alpha1.BackupPending, fmt.Sprintf("%v; retrying in %s", err, retry))
+		}
 		return ctrl.Result{}, r.finish(ctx, eb, nil, err.Error())
 	}
 	return ctrl.Result{}, r.finish(ctx, eb, &res, "")
+}
+
+// retryLater says whether a full snapshot refused by a sidecar is worth asking again, and
+// when: snapshots are spaced (429), or the token is not yet everywhere after a rotation
+// (401/403).
+func retryLater(err error) (time.Duration, bool) {
+	switch sidecarapi.StatusCode(err) {
+	case http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden:
+		if d, ok := sidecarapi.RetryAfter(err); ok {
+			return d, true
+		}
+		return 10 * time.Second, true
+	}
+	return 0, false
 }
 
 func (r *BackupReconciler) now() time.Time {
@@ -98,6 +118,12 @@ func (r *BackupReconciler) target(ctx context.Context, eb *v1alpha1.EtcdBackup) 
 	case ec.Spec.Backup == nil:
 		return "", "", fmt.Sprintf("EtcdCluster %s has no spec.backup: set a store there, then create another EtcdBackup", ec.Name)
 	}
+	return r.sidecar(ctx, ec)
+}
+
+// sidecar finds the sidecar of ec that takes a full snapshot: the leader's when it reports,
+// else any serving voter's (it forwards the request to the backup leader).
+func (r *BackupReconciler) sidecar(ctx context.Context, ec *v1alpha1.EtcdCluster) (url, wait, fatal string) {
 	var cm corev1.ConfigMap
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); err != nil {
 		return "", fmt.Sprintf("ConfigMap %s: %v", configMapName(ec), err), ""
@@ -131,32 +157,71 @@ func (r *BackupReconciler) target(ctx context.Context, eb *v1alpha1.EtcdBackup) 
 	return "", fmt.Sprintf("no member of %s serves yet", ec.Name), ""
 }
 
-// takeFull asks a sidecar for a full snapshot and waits for it.
-func (r *BackupReconciler) takeFull(ctx context.Context, sidecarURL string) (snapshotter.FullResult, error) {
+// takeFull asks a sidecar for a full snapshot and waits for it, with the cluster's sidecar
+// API token.
+func (r *BackupReconciler) takeFull(ctx context.Context, ns, cluster, sidecarURL string) (snapshotter.FullResult, error) {
 	var res snapshotter.FullResult
-	hc := r.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(sidecarURL, "/")+"/v1/snapshots/full", nil)
+	tokens, err := r.tokens(ctx, ns, cluster)
 	if err != nil {
 		return res, err
 	}
-	resp, err := hc.Do(req)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	body, err := sidecarapi.NewClient(tokens, r.HTTP).Call(ctx, http.MethodPost, strings.TrimRight(sidecarURL, "/")+"/v1/snapshots/full")
 	if err != nil {
-		return res, fmt.Errorf("asking %s for a full snapshot: %w", sidecarURL, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return res, fmt.Errorf("full snapshot through %s: %s: %s", sidecarURL, resp.Status, strings.TrimSpace(string(body)))
+		return res, fmt.Errorf("full snapshot through %s: %w", sidecarURL, err)
 	}
 	if err := json.Unmarshal(body, &res); err != nil {
 		return res, fmt.Errorf("full snapshot through %s: unreadable answer: %w", sidecarURL, err)
 	}
 	return res, nil
+}
+
+// moveLeader asks the sidecar of member from to hand leadership to member to, and waits for it.
+func (r *BackupReconciler) moveLeader(ctx context.Context, ec *v1alpha1.EtcdCluster, from, to string) (member.MoveLeaderResponse, error) {
+	var res member.MoveLeaderResponse
+	var cm corev1.ConfigMap
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); err != nil {
+		return res, fmt.Errorf("ConfigMap %s: %w", configMapName(ec), err)
+	}
+	cc, err := v1alpha1.ParseClusterConfig(cm.Data)
+	if err != nil {
+		return res, fmt.Errorf("ConfigMap %s: %w", configMapName(ec), err)
+	}
+	i := slices.IndexFunc(cc.Members, func(m v1alpha1.MemberConfig) bool { return m.Name == from })
+	if i < 0 {
+		return res, fmt.Errorf("member %s is not in the ConfigMap %s", from, configMapName(ec))
+	}
+	tokens, err := r.tokens(ctx, ec.Namespace, ec.Name)
+	if err != nil {
+		return res, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	url := strings.TrimRight(cc.Members[i].SidecarURL, "/") + "/v1/leader/move"
+	if err := sidecarapi.NewClient(tokens, r.HTTP).PostJSON(ctx, url, member.MoveLeaderRequest{To: to}, &res); err != nil {
+		return res, fmt.Errorf("moving leadership from %s to %s: %w", from, to, err)
+	}
+	return res, nil
+}
+
+// tokens reads the cluster's sidecar API tokens from its Secret.
+func (r *BackupReconciler) tokens(ctx context.Context, ns, cluster string) (sidecarapi.Tokens, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	name := v1alpha1.SidecarTokenSecretName(cluster)
+	var s corev1.Secret
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
+		return nil, fmt.Errorf("reading the sidecar API token Secret %s/%s: %w", ns, name, err)
+	}
+	from := fmt.Sprintf("Secret %s/%s key %s", ns, name, v1alpha1.SidecarTokenKey)
+	toks, err := sidecarapi.ParseTokens(s.Data[v1alpha1.SidecarTokenKey])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	return sidecarapi.Static{List: toks, From: from}, nil
 }
 
 func (r *BackupReconciler) setPhase(ctx context.Context, eb *v1alpha1.EtcdBackup, phase, msg string) error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +31,9 @@ type component struct {
 
 // run is one reconciliation of one cluster: what the components sync from.
 type run struct {
-	c        client.Client
+	c client.Client
+	// reader reads Secrets uncached (the operator does not watch Secrets).
+	reader   client.Reader
 	ec       *v1alpha1.EtcdCluster
 	image    string
 	decision Decision
@@ -42,6 +45,7 @@ type run struct {
 // them. Deletion runs in reverse.
 var components = []component{
 	{code: "RBAC", sync: syncRBAC, delete: deleteRBAC},
+	{code: "TOKEN", sync: syncToken, delete: deleteByName(&corev1.Secret{}, tokenSecretName)},
 	{code: "CONFIGMAP", sync: syncConfigMap, delete: deleteByName(&corev1.ConfigMap{}, configMapName)},
 	{code: "SERVICES", sync: syncServices, delete: deleteServices},
 	{code: "MEMBERS", sync: syncMembers, delete: deleteMembers},
@@ -80,6 +84,43 @@ func deleteByName(proto client.Object, name func(*v1alpha1.EtcdCluster) string) 
 		obj.SetNamespace(r.ec.Namespace)
 		return client.IgnoreNotFound(r.c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 	}
+}
+
+// syncToken makes the cluster's sidecar API token Secret once: 256 random bits, owned by the
+// EtcdCluster. An existing Secret is never rewritten (a token replaced by hand stays), only
+// checked; a Secret deleted by hand is made anew at the next reconciliation. The token is
+// never logged, recorded in the status or put in an Event.
+func syncToken(ctx context.Context, r *run) error {
+	name := tokenSecretName(r.ec)
+	reader := r.reader
+	if reader == nil {
+		reader = r.c
+	}
+	var cur corev1.Secret
+	err := reader.Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+	if err == nil {
+		if _, err := sidecarapi.ParseTokens(cur.Data[v1alpha1.SidecarTokenKey]); err != nil {
+			return fmt.Errorf("the sidecar API token Secret %s/%s, key %s: %w; put a valid token there, or delete the Secret to have a new one made", r.ec.Namespace, name, v1alpha1.SidecarTokenKey, err)
+		}
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading the sidecar API token Secret %s/%s: %w", r.ec.Namespace, name, err)
+	}
+	tok, err := sidecarapi.GenerateToken()
+	if err != nil {
+		return err
+	}
+	s := &corev1.Secret{ObjectMeta: objectMeta(r, name), Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{v1alpha1.SidecarTokenKey: []byte(tok + "\n")}}
+	s.Labels = commonLabels(r.ec, "sidecar-token")
+	if err := controllerutil.SetControllerReference(r.ec, s, r.c.Scheme()); err != nil {
+		return err
+	}
+	if err := r.c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the sidecar API token Secret %s/%s: %w", r.ec.Namespace, name, err)
+	}
+	return nil
 }
 
 func syncConfigMap(ctx context.Context, r *run) error {

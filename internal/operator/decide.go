@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/units"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -47,10 +48,13 @@ type Graces struct {
 	NotReady time.Duration
 	// Volume: a member's volume claim Pending this long is reported.
 	Volume time.Duration
+	// Rollout: a member restarted by a rolling update that is not back healthy this long
+	// stalls the rolling update (it stays stopped until the member is back).
+	Rollout time.Duration
 }
 
 // DefaultGraces are the graces of a cluster that does not set its own.
-var DefaultGraces = Graces{Unknown: 60 * time.Second, NotReady: 5 * time.Minute, Volume: 2 * time.Minute}
+var DefaultGraces = Graces{Unknown: 60 * time.Second, NotReady: 5 * time.Minute, Volume: 2 * time.Minute, Rollout: 10 * time.Minute}
 
 // Observation is everything Decide looks at, read in one reconciliation.
 type Observation struct {
@@ -79,7 +83,9 @@ type Observation struct {
 	BootstrapRestore *member.RestoreTarget
 	// UnboundVolumes are member volume claims that stayed Pending past a grace, with why.
 	UnboundVolumes []string
-	Graces         Graces
+	// Rollout is what a rolling update decides from (nil: no StatefulSet yet).
+	Rollout *RolloutObservation
+	Graces  Graces
 }
 
 // MemberObservation is one ordinal's pod and Lease.
@@ -95,6 +101,9 @@ type PodState struct {
 	Ready    bool
 	Created  time.Time
 	Deleting bool
+	// Revision is the StatefulSet revision the pod was created from (its
+	// controller-revision-hash label).
+	Revision string
 }
 
 // LeaseState is a member Lease as the sidecar last renewed it.
@@ -144,8 +153,14 @@ type Decision struct {
 	ClusterID string
 	Voters    []v1alpha1.Voter
 	Revision  int64
+	// Alarms are the active etcd alarms and LastDefrag the newest defragmentation round, as
+	// the leader's sidecar reports them.
+	Alarms     []string
+	LastDefrag *v1alpha1.Defragmentation
 	// Recovery is the recovery step's outcome (nil when not evaluated).
 	Recovery *recoveryOutcome
+	// Rollout is the rolling update's next step.
+	Rollout rolloutDecision
 }
 
 // Decide computes the status and the actions from an observation. It is pure.
@@ -237,6 +252,7 @@ func Decide(o Observation) Decision {
 		}
 	}
 	d.ClusterID, d.Voters, d.Revision = fromReports(o)
+	d.Alarms, d.LastDefrag = maintenanceFromReports(o)
 	if o.Recovery != nil && (o.Formed || o.Recovery.Status.Directive != nil || o.BootstrapRestore != nil) {
 		rec := *o.Recovery
 		if t := o.BootstrapRestore; t != nil && !o.Formed && rec.Status.Directive == nil && rec.Status.LastEpoch == 0 {
@@ -257,6 +273,7 @@ func Decide(o Observation) Decision {
 			d.DeletePods = nil
 		}
 	}
+	d.Rollout = decideRollout(o, &d, quorate, all)
 	d.Conditions = conditions(o, &d, quorate, all)
 	d.MinAvailable = minAvailable(size, d.Ready, all, o.Backup == nil || backupReady(o))
 	if len(d.Cases) == 0 {
@@ -320,6 +337,32 @@ func fromReports(o Observation) (clusterID string, voters []v1alpha1.Voter, revi
 		}
 	}
 	return clusterID, voters, revision
+}
+
+// maintenanceFromReports is what the housekeeping of the leader's sidecar last reported: the
+// active alarms, and the newest defragmentation round of any member's sidecar (leadership
+// moves during a round, and each sidecar reports the rounds it ran).
+func maintenanceFromReports(o Observation) (alarms []string, last *v1alpha1.Defragmentation) {
+	last = o.Previous.LastDefragmentation
+	for _, name := range slices.Sorted(maps.Keys(o.Reports)) {
+		r := o.Reports[name]
+		m := r.Maintenance
+		if m == nil {
+			continue
+		}
+		if r.Leader && r.Serving {
+			alarms = m.Alarms
+		}
+		// Whole seconds, as the status stores times: a round must compare equal once recorded,
+		// or every reconcile would record it again.
+		if d := m.LastDefrag; d != nil && (last == nil || d.End.Truncate(time.Second).After(last.Time.Time)) {
+			last = &v1alpha1.Defragmentation{Time: metav1.NewTime(d.End.Truncate(time.Second)), Trigger: d.Trigger, ReclaimedBytes: d.Reclaimed, Error: d.Error}
+			for _, mr := range d.Members {
+				last.Members = append(last.Members, fmt.Sprintf("%s: %s -> %s in %s", mr.Name, units.Bytes(mr.Before), units.Bytes(mr.After), mr.Duration.Round(time.Millisecond)))
+			}
+		}
+	}
+	return alarms, last
 }
 
 // nextSizes is the StatefulSet size and the number of members in the ConfigMap to write:
@@ -477,8 +520,17 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	case !all:
 		reason, msg = "WaitingForMembers", members
 	}
+	if d.Rollout.Status != nil && (reason == "Reconciled" || reason == "WaitingForMembers") {
+		progressing, reason, msg = true, d.Rollout.Reason, d.Rollout.Message
+	}
 	if len(o.UnboundVolumes) > 0 {
 		reason, msg = "VolumeNotBound", "volume claims not bound: "+strings.Join(o.UnboundVolumes, "; ")
+	}
+	if r := d.Recovery; r != nil && o.Formed && r.Status.Directive != nil && r.Status.Directive.Restore != nil {
+		// An EtcdRestore's restore in place (a new cluster's bootstrap.restore is Bootstrapping).
+		dir := r.Status.Directive
+		progressing, reason = true, "Restoring"
+		msg = fmt.Sprintf("restoring %s: directive %d, %s: %s", dir.Restore.Point(), dir.Epoch, dir.Phase, dir.Reason)
 	}
 	set(v1alpha1.ConditionProgressing, progressing, reason, msg)
 
@@ -497,6 +549,11 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	}
 	set(v1alpha1.ConditionQuorumLost, d.QuorumLost || recovering, lostReason, lost)
 
+	if len(d.Alarms) > 0 {
+		set(v1alpha1.ConditionAlarmsActive, true, "Alarms", strings.Join(d.Alarms, "; ")+": the leader's sidecar recovers NOSPACE by compacting and defragmenting")
+	} else {
+		set(v1alpha1.ConditionAlarmsActive, false, "NoAlarms", "no alarm reported by the leader")
+	}
 	if o.Backup != nil {
 		ok, why := backupCurrent(o)
 		set(v1alpha1.ConditionBackupReady, ok, pick(ok, "BackupCurrent", "BackupStale"), why)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/heal"
+	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/member"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -353,6 +354,35 @@ func TestDecideRecovery(t *testing.T) {
 	}
 }
 
+// TestDecideCancelRestore: the cancel annotation naming the restore directive in force
+// withdraws it while every voter still holds its own data (a new epoch without the target);
+// one naming another epoch changes nothing.
+func TestDecideCancelRestore(t *testing.T) {
+	w := healthy(3)
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+	w.o.Reports = map[string]member.Report{}
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("c-%d", i)
+		w.o.Reports[name] = member.Report{Name: name, At: t0, Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+			MemberID: fmt.Sprintf("%x", 100+i), ClusterID: "c1", Owner: name, Formed: true}
+	}
+	target := member.RestoreTarget{Revision: 40, Timeline: 1}
+	restoring := heal.Status{ClusterID: "c1", LastEpoch: 4, Directive: &member.Directive{Epoch: 4, Phase: member.PhaseFencing,
+		Restore: &target, IssuedAt: t0.Add(-time.Second), PhaseSince: t0.Add(-time.Second)}}
+	rec := &Recovery{Status: restoring, CancelRestore: 3, Timing: heal.Timing{Grace: time.Minute, ReportTimeout: time.Minute, SeedTimeout: time.Hour}}
+	w.o.Recovery = rec
+	if dir := Decide(w.o).Recovery.Status.Directive; dir == nil || dir.Epoch != 4 || dir.Restore == nil {
+		t.Fatalf("a cancel of epoch 3 changed directive 4: %+v", dir)
+	}
+	rec.CancelRestore = 4
+	d := Decide(w.o)
+	if dir := d.Recovery.Status.Directive; dir == nil || dir.Epoch != 5 || dir.Restore != nil || dir.Phase != member.PhaseFencing ||
+		!strings.Contains(d.Recovery.Event, "cancelled") {
+		t.Fatalf("cancel of directive 4: %+v (event %q), want epoch 5 fencing without the target", dir, d.Recovery.Event)
+	}
+}
+
 // TestDecideBootstrapRestore: a new cluster with spec.bootstrap.restore starts as a recovery
 // from that backup: epoch 1, Seeding, its first member the seed, the target carried in the
 // directive; every pod starts (the others wait for the seed), none is fenced.
@@ -374,6 +404,67 @@ func TestDecideBootstrapRestore(t *testing.T) {
 	o.Now = t0.Add(time.Second)
 	if d := Decide(o); d.Recovery.Status.LastEpoch != 1 || d.Recovery.Status.Directive.IssuedAt != t0 {
 		t.Errorf("directive reissued: %+v", d.Recovery.Status)
+	}
+}
+
+// TestDecideRestoreInPlace: an EtcdRestore's directive (heal.StartRestore) on a healthy,
+// formed cluster: every pod older than it is fenced, nothing is scaled, and Progressing says
+// Restoring with the target.
+func TestDecideRestoreInPlace(t *testing.T) {
+	w := healthy(3)
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+	hd, err := heal.StartRestore(heal.Observation{Now: t0}, member.RestoreTarget{Revision: 400, Timeline: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.o.Desired = 5 // a scale asked for meanwhile waits
+	w.o.Recovery = &Recovery{Status: hd.Status, Timing: heal.DefaultTiming}
+	d := Decide(w.o)
+	if dir := d.Recovery.Status.Directive; dir == nil || dir.Phase != member.PhaseFencing || dir.Restore == nil || dir.Restore.Revision != 400 {
+		t.Fatalf("directive %+v", dir)
+	}
+	if len(d.Recovery.FencePods) != 3 || d.StatefulSetReplicas != 3 {
+		t.Errorf("fence %v, replicas %d: every member is stopped, nothing scaled", d.Recovery.FencePods, d.StatefulSetReplicas)
+	}
+	c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionProgressing)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "Restoring" || !strings.Contains(c.Message, "restoring revision 400") {
+		t.Errorf("Progressing %+v", c)
+	}
+}
+
+// TestDecideMaintenance: the alarms the leader's sidecar reports make AlarmsActive true; the
+// newest defragmentation round of any sidecar becomes status.lastDefragmentation.
+func TestDecideMaintenance(t *testing.T) {
+	w := healthy(3)
+	end := t0.Add(-time.Minute + 300*time.Millisecond) // fractions of a second are not stored
+	w.o.Reports = map[string]member.Report{
+		"c-0": {Serving: true, Leader: true, Maintenance: &member.MaintenanceReport{Alarms: []string{"NOSPACE on 64"}}},
+		"c-1": {Serving: true, Maintenance: &member.MaintenanceReport{LastDefrag: &member.DefragReport{End: end, Trigger: "NOSPACE", Reclaimed: 3 << 20,
+			Members: []maintenance.MemberResult{{Name: "c-2", Before: 4 << 20, After: 1 << 20, Duration: time.Second}}}}},
+		"c-2": {Serving: true, Maintenance: &member.MaintenanceReport{Alarms: []string{"stale, not the leader"},
+			LastDefrag: &member.DefragReport{End: end.Add(-time.Hour), Trigger: "schedule"}}},
+	}
+	d := Decide(w.o)
+	c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionAlarmsActive)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "NOSPACE on 64") || strings.Contains(c.Message, "stale") {
+		t.Fatalf("AlarmsActive = %+v, want true with the leader's alarm only", c)
+	}
+	if l := d.LastDefrag; l == nil || l.Trigger != "NOSPACE" || l.ReclaimedBytes != 3<<20 || len(l.Members) != 1 || l.Members[0] != "c-2: 4.0 MiB -> 1.0 MiB in 1s" {
+		t.Fatalf("lastDefragmentation = %+v, want the newest round (NOSPACE, 3 MiB, c-2's sizes)", l)
+	}
+
+	// The alarm gone, the same round reported again beside an older one: no alarm, the
+	// recorded round stays as it was stored.
+	w.o.Previous.LastDefragmentation = d.LastDefrag
+	w.o.Reports = map[string]member.Report{"c-0": {Serving: true, Leader: true, Maintenance: &member.MaintenanceReport{
+		LastDefrag: &member.DefragReport{End: end.Add(-time.Hour), Trigger: "schedule"}}}, "c-1": w.o.Reports["c-1"]}
+	d = Decide(w.o)
+	if c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionAlarmsActive); c == nil || c.Status != metav1.ConditionFalse {
+		t.Fatalf("AlarmsActive = %+v, want false", c)
+	}
+	if l := d.LastDefrag; l != w.o.Previous.LastDefragmentation {
+		t.Fatalf("lastDefragmentation = %+v, want the recorded round kept as it was (%+v)", l, w.o.Previous.LastDefragmentation)
 	}
 }
 

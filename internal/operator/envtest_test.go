@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"k8s.io/client-go/util/retry"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,6 +50,10 @@ var (
 	kubeconfig string
 	reconciler *ClusterReconciler
 	envErr     string
+	// restoreReconciler takes its full snapshots from sidecars, the tests' stand-in for the
+	// members' sidecars (no member runs here).
+	restoreReconciler *RestoreReconciler
+	sidecars          *fakeSidecars
 )
 
 func TestMain(m *testing.M) {
@@ -75,12 +81,26 @@ func runSuite(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
+	sidecars = newFakeSidecars()
+	defer sidecars.Close()
 	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second}}
+		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second},
+		Sidecars: &BackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"), HTTP: sidecars.Client()}}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	if err := (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator")}).SetupWithManager(mgr); err != nil {
+	if err := (&BackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
+		HTTP: &http.Client{Transport: sidecarTransport{}}}).SetupWithManager(mgr); err != nil {
+		panic(err)
+	}
+	steward, err := testutil.BuildSteward()
+	if err != nil {
+		panic(err)
+	}
+	restoreReconciler = &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
+		Snapshots: &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), HTTP: sidecars.Client()},
+		Steward:   steward}
+	if err := restoreReconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
 	k8s, err = client.New(restConfig, client.Options{Scheme: scheme})
@@ -133,6 +153,19 @@ func getCluster(t *testing.T, ns, name string) *v1alpha1.EtcdCluster {
 		t.Fatal(err)
 	}
 	return ec
+}
+
+// updateCluster changes the cluster as a user would, again on a conflict: the operator writes
+// the status meanwhile, which changes the object's version.
+func updateCluster(t *testing.T, ns, name string, change func(*v1alpha1.EtcdCluster)) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ec := getCluster(t, ns, name)
+		change(ec)
+		return k8s.Update(context.Background(), ec)
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // members plays the StatefulSet controller, the kubelet and the sidecars: it makes the pods
@@ -582,11 +615,7 @@ func TestPauseStopsReconciliation(t *testing.T) {
 	if err := get(t, ns, "p", &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a paused cluster got its StatefulSet: %v", err)
 	}
-	ec = getCluster(t, ns, "p")
-	delete(ec.Annotations, v1alpha1.AnnotationPaused)
-	if err := k8s.Update(ctx, ec); err != nil {
-		t.Fatal(err)
-	}
+	updateCluster(t, ns, "p", func(ec *v1alpha1.EtcdCluster) { delete(ec.Annotations, v1alpha1.AnnotationPaused) })
 	testutil.Eventually(t, 20*time.Second, "StatefulSet after resuming", func() error { return get(t, ns, "p", &appsv1.StatefulSet{}) })
 }
 
@@ -669,8 +698,8 @@ func TestDeleteCleansUp(t *testing.T) {
 				return fmt.Errorf("%T d still exists (%v)", obj, err)
 			}
 		}
-		for _, name := range []string{"d-config", "d-peer", "d-client", "d-0", "d-full-snapshot"} {
-			for _, obj := range []client.Object{&corev1.ConfigMap{}, &corev1.Service{}, &coordinationv1.Lease{}} {
+		for _, name := range []string{"d-config", "d-peer", "d-client", "d-0", "d-full-snapshot", "d-sidecar-token"} {
+			for _, obj := range []client.Object{&corev1.ConfigMap{}, &corev1.Service{}, &coordinationv1.Lease{}, &corev1.Secret{}} {
 				if err := get(t, ns, name, obj); err == nil {
 					return fmt.Errorf("%T %s still exists", obj, name)
 				}
@@ -967,11 +996,9 @@ func quorumLossRecovery(t *testing.T, policy string) {
 		if d == nil || d.Phase != member.PhaseFencing {
 			t.Fatalf("Manual: directive %+v, want Fencing until confirmed", d)
 		}
-		ec := getCluster(t, ns, "q")
-		ec.Annotations = map[string]string{v1alpha1.AnnotationConfirmRecovery: fmt.Sprint(d.Epoch)}
-		if err := k8s.Update(ctx, ec); err != nil {
-			t.Fatal(err)
-		}
+		updateCluster(t, ns, "q", func(ec *v1alpha1.EtcdCluster) {
+			ec.Annotations = map[string]string{v1alpha1.AnnotationConfirmRecovery: fmt.Sprint(d.Epoch)}
+		})
 		testutil.Eventually(t, 30*time.Second, "Seeding after the confirmation", func() error {
 			membersRenewing(t, ns, "q", none, none)
 			diskReports()

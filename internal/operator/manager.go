@@ -48,7 +48,7 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// NewManager returns a manager running the EtcdCluster reconciler.
+// NewManager returns a manager running the EtcdCluster, EtcdBackup and EtcdRestore reconcilers.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	scheme, err := Scheme()
 	if err != nil {
@@ -78,13 +78,22 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
+	b := &BackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator")}
 	r := &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Image: o.Image, Graces: o.Graces}
+		Image: o.Image, Graces: o.Graces, Sidecars: b}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	b := &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator")}
 	if err := b.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("the operator's own binary (it checks restore targets against the store): %w", err)
+	}
+	rr := &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
+		Snapshots: b, Steward: self}
+	if err := rr.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	return mgr, nil

@@ -1,6 +1,9 @@
 package operator
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strconv"
@@ -22,6 +25,10 @@ const (
 	SidecarPort = 2381
 	HealthPort  = 2382
 	DataMount   = "/var/lib/etcd"
+	// TokenMount is where the member pods mount the sidecar API token Secret; TokenFile is the
+	// token file both containers read.
+	TokenMount = "/var/run/steward/sidecar-api"
+	TokenFile  = TokenMount + "/token"
 )
 
 // Labels on every owned object; LabelCluster alone selects a cluster's pods.
@@ -35,11 +42,16 @@ const (
 	LabelLeaseKind = "etcd.steward.dev/lease"
 	// annotationTemplateHash on the StatefulSet identifies the pod template it was given.
 	annotationTemplateHash = "etcd.steward.dev/template-hash"
+	// annotationConfigHash on the pod template identifies the member settings of the ConfigMap.
+	annotationConfigHash = "etcd.steward.dev/config-hash"
 )
 
 // Names of a cluster's objects (DESIGN.md, "Kubernetes objects").
-func statefulSetName(ec *v1alpha1.EtcdCluster) string   { return ec.Name }
-func configMapName(ec *v1alpha1.EtcdCluster) string     { return v1alpha1.ConfigMapName(ec.Name) }
+func statefulSetName(ec *v1alpha1.EtcdCluster) string { return ec.Name }
+func configMapName(ec *v1alpha1.EtcdCluster) string   { return v1alpha1.ConfigMapName(ec.Name) }
+func tokenSecretName(ec *v1alpha1.EtcdCluster) string {
+	return v1alpha1.SidecarTokenSecretName(ec.Name)
+}
 func clientServiceName(ec *v1alpha1.EtcdCluster) string { return ec.Name + "-client" }
 func peerServiceName(ec *v1alpha1.EtcdCluster) string   { return ec.Name + "-peer" }
 func memberName(ec *v1alpha1.EtcdCluster, i int) string { return fmt.Sprintf("%s-%d", ec.Name, i) }
@@ -73,6 +85,22 @@ func commonLabels(ec *v1alpha1.EtcdCluster, component string) map[string]string 
 // memberDNS is a member's stable DNS name through the peer Service.
 func memberDNS(ec *v1alpha1.EtcdCluster, i int) string {
 	return fmt.Sprintf("%s.%s.%s.svc", memberName(ec, i), peerServiceName(ec), ec.Namespace)
+}
+
+// memberConfigHash identifies what the ConfigMap sets for every member alike (etcd tuning,
+// backups, maintenance); the member list, which scaling changes, is not part of it.
+func memberConfigHash(ec *v1alpha1.EtcdCluster) string {
+	c := clusterConfig(ec, 0)
+	b, err := json.Marshal(struct {
+		Etcd        v1alpha1.EtcdConfig
+		Backup      *v1alpha1.BackupConfig
+		Maintenance *v1alpha1.MaintenanceConfig
+	}{c.Etcd, c.Backup, c.Maintenance})
+	if err != nil {
+		panic(err) // plain structs always marshal
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // clusterConfig renders the ConfigMap content for a cluster of n members.
@@ -109,6 +137,15 @@ func clusterConfig(ec *v1alpha1.EtcdCluster, n int) v1alpha1.ClusterConfig {
 			c.Backup.DeltaPeriod = b.DeltaPeriod.Duration.String()
 		}
 	}
+	if m := ec.Spec.Maintenance; m != nil {
+		c.Maintenance = &v1alpha1.MaintenanceConfig{DefragSchedule: m.DefragSchedule, DefragThreshold: -1, DefragMinReclaim: -1}
+		if m.DefragThresholdPercent != nil {
+			c.Maintenance.DefragThreshold = float64(*m.DefragThresholdPercent) / 100
+		}
+		if m.DefragMinReclaim != nil {
+			c.Maintenance.DefragMinReclaim = m.DefragMinReclaim.Value()
+		}
+	}
 	if b := ec.Spec.Bootstrap; b != nil && b.Restore != nil {
 		c.Restore = &v1alpha1.RestoreConfig{Store: b.Restore.Store, Time: b.Restore.Time}
 		if b.Restore.Revision != nil {
@@ -135,6 +172,12 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	maps.Copy(labels, ec.Spec.PodMetadata.Labels)
 	maps.Copy(labels, selectorLabels(ec)) // user labels never override the selector
 	annotations := maps.Clone(ec.Spec.PodMetadata.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	// The sidecars read the ConfigMap when they start: a change of what it sets for every
+	// member changes the template, and reaches the members by a rolling update.
+	annotations[annotationConfigHash] = memberConfigHash(ec)
 
 	env := []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
@@ -145,7 +188,10 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		envFrom = append(envFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: s}}})
 	}
 	// The root file system is read-only; /tmp holds the etcd container's generated config.
-	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataMount}, {Name: "tmp", MountPath: "/tmp"}}
+	// The sidecar API token is mounted as a directory (not subPath), so a token replaced in
+	// the Secret reaches the running containers.
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataMount}, {Name: "tmp", MountPath: "/tmp"},
+		{Name: "api-token", MountPath: TokenMount, ReadOnly: true}}
 	nonRoot := true
 	noEscalation := false
 	secCtx := &corev1.SecurityContext{AllowPrivilegeEscalation: &noEscalation, ReadOnlyRootFilesystem: &nonRoot,
@@ -158,7 +204,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		Name:            "etcd",
 		Image:           image,
 		ImagePullPolicy: ec.Spec.ImagePullPolicy,
-		Command: []string{"/steward", "etcd", "--sidecar", fmt.Sprintf("http://127.0.0.1:%d", SidecarPort),
+		Command: []string{"/steward", "etcd", "--sidecar", fmt.Sprintf("http://127.0.0.1:%d", SidecarPort), "--api-token-file", TokenFile,
 			"--listen-health", fmt.Sprintf("0.0.0.0:%d", HealthPort)},
 		Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: ClientPort}, {Name: "peer", ContainerPort: PeerPort},
 			{Name: "health", ContainerPort: HealthPort}},
@@ -175,7 +221,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		Image:           image,
 		ImagePullPolicy: ec.Spec.ImagePullPolicy,
 		Command: []string{"/steward", "sidecar", "--name", "$(POD_NAME)", "--data-dir", DataMount + "/data",
-			"--listen", fmt.Sprintf("0.0.0.0:%d", SidecarPort), "--kubernetes-cluster", ec.Name},
+			"--listen", fmt.Sprintf("0.0.0.0:%d", SidecarPort), "--kubernetes-cluster", ec.Name, "--api-token-file", TokenFile},
 		Ports:           []corev1.ContainerPort{{Name: "sidecar", ContainerPort: SidecarPort}},
 		Env:             env,
 		EnvFrom:         envFrom,
@@ -197,7 +243,10 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		TerminationGracePeriodSeconds: ptr(int64(60)),
 		Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{
-			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("64Mi"))}}}},
+			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("64Mi"))}}},
+			// Readable by the pod's group (fsGroup) only.
+			{Name: "api-token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: tokenSecretName(ec),
+				Items: []corev1.KeyToPath{{Key: v1alpha1.SidecarTokenKey, Path: "token"}}, DefaultMode: ptr(int32(0o440))}}}},
 	}
 	if podSpec.Affinity == nil && len(podSpec.TopologySpreadConstraints) == 0 {
 		// Spread over nodes first, then zones; ScheduleAnyway keeps small clusters schedulable.

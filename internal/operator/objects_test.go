@@ -23,3 +23,28 @@ func TestClusterConfigBackup(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberSettingsRollThePods: spec.maintenance reaches the sidecars' configuration, and a
+// change of what the ConfigMap sets for every member (etcd tuning, backups, maintenance)
+// changes the pod template, so a rolling update carries it to the members; scaling does not.
+func TestMemberSettingsRollThePods(t *testing.T) {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+	template := func() string { return templateHash(statefulSetSpec(ec, "img", 3).Template) }
+	base := template()
+	if ec.Spec.Replicas = 5; template() != base {
+		t.Error("scaling changed the pod template")
+	}
+	threshold := int32(30)
+	ec.Spec.Maintenance = &v1alpha1.MaintenanceSpec{DefragSchedule: "0 3 * * *", DefragThresholdPercent: &threshold}
+	if c := clusterConfig(ec, 3).Maintenance; c == nil || c.DefragSchedule != "0 3 * * *" || c.DefragThreshold != 0.3 || c.DefragMinReclaim != -1 {
+		t.Errorf("maintenance config %+v, want the schedule, a 0.3 threshold and the sidecar's own minimum", c)
+	}
+	withMaintenance := template()
+	if withMaintenance == base {
+		t.Error("spec.maintenance did not change the pod template")
+	}
+	count := int64(5000)
+	if ec.Spec.Etcd.SnapshotCount = &count; template() == withMaintenance {
+		t.Error("spec.etcd.snapshotCount did not change the pod template")
+	}
+}

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -13,7 +14,9 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/kubeview"
+	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/units"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +59,9 @@ type ClusterReconciler struct {
 	// Image runs the members when a cluster does not name one (the operator's own image).
 	Image  string
 	Graces Graces
+	// Sidecars calls the members' sidecars with the cluster's token: the full snapshot
+	// before a rolling update, and the leadership move before the leader's pod is deleted.
+	Sidecars *BackupReconciler
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -110,7 +116,7 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
@@ -149,7 +155,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	d := Decide(obs)
-	run := &run{c: r.Client, ec: ec, image: r.Image, decision: d,
+	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d,
 		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas))}
 
 	var errs []v1alpha1.LastError
@@ -166,14 +172,14 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	for _, name := range d.DeletePods {
-		if err := r.deletePod(ctx, ec, name, "MemberRestarted", fmt.Sprintf(
+		if err := r.deletePod(ctx, ec, name, corev1.EventTypeWarning, "MemberRestarted", fmt.Sprintf(
 			"member %s was NotReady for more than %s: its pod was deleted to restart it", name, r.graces().NotReady)); err != nil {
 			fail("ERR_DELETE_POD", err)
 		}
 	}
 	if rec := d.Recovery; rec != nil {
 		for _, name := range rec.FencePods {
-			if err := r.deletePod(ctx, ec, name, "Fenced", fmt.Sprintf(
+			if err := r.deletePod(ctx, ec, name, corev1.EventTypeWarning, "Fenced", fmt.Sprintf(
 				"member %s is stopped for recovery %d: its pod was deleted; the new one waits for the directive", name, rec.Status.Directive.Epoch)); err != nil {
 				fail("ERR_FENCE_POD", err)
 			}
@@ -181,6 +187,10 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if rec.Event != "" {
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "Recovery", "Recover", "%s", rec.Event)
 		}
+	}
+	requeue := nextDeadline(obs, d, now)
+	if code, err := r.rollout(ctx, ec, &d.Rollout, &requeue); err != nil {
+		fail(code, err)
 	}
 	r.recordEvents(ec, obs, d)
 
@@ -192,6 +202,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		status.Recovery = &runtime.RawExtension{Raw: raw}
 	}
+	status.Rollout = roundRollout(d.Rollout.Status)
 	status.LastErrors = errs
 	if len(errs) == 0 {
 		status.ObservedGeneration = ec.Generation
@@ -209,17 +220,91 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if len(errs) > 0 {
 		return ctrl.Result{}, fmt.Errorf("%s: %s", errs[0].Code, errs[0].Description)
 	}
-	return ctrl.Result{RequeueAfter: nextDeadline(obs, d, now)}, nil
+	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 // deletePod deletes a member pod (one already gone counts as deleted) and records why.
-func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdCluster, name, reason, why string) error {
+func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdCluster, name, typ, reason, why string) error {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ec.Namespace}}
 	if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod)); err != nil {
 		return fmt.Errorf("pod %s: %w", name, err)
 	}
-	r.Recorder.Eventf(ec, pod, corev1.EventTypeWarning, reason, "DeletePod", "%s", why)
+	r.Recorder.Eventf(ec, pod, typ, reason, "DeletePod", "%s", why)
 	return nil
+}
+
+// rollout carries out the rolling update's step (decideRollout): the full snapshot, the
+// leadership move or the pod deletion, with an Event each; what went wrong is recorded in
+// status.rollout.message and returned with its stable code. A snapshot refused for now (429)
+// is asked again after the Retry-After.
+func (r *ClusterReconciler) rollout(ctx context.Context, ec *v1alpha1.EtcdCluster, rd *rolloutDecision, requeue *time.Duration) (string, error) {
+	st := rd.Status
+	if rd.Snapshot || rd.MoveFrom != "" || rd.Delete != "" {
+		// A step is decided from status.rollout as the last pass wrote it: from a cache that
+		// is behind it, the same step would be taken twice. The newer object triggers another pass.
+		fresh := &v1alpha1.EtcdCluster{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ec), fresh); err != nil {
+			return "ERR_ROLLOUT_READ", err
+		}
+		if fresh.ResourceVersion != ec.ResourceVersion {
+			*rd = rolloutDecision{Status: ec.Status.Rollout}
+			*requeue = time.Second
+			return "", nil
+		}
+	}
+	switch {
+	case rd.Done:
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "RollingUpdateDone", "RollingUpdate", "%s", rd.Why)
+	case rd.Stalled:
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, ReasonRollingUpdateStalled, "RollingUpdate", "%s", st.Message)
+	case rd.Snapshot:
+		if r.Sidecars == nil {
+			return "ERR_ROLLOUT_SNAPSHOT", errors.New("the operator has no sidecar client for the full snapshot before a rolling update")
+		}
+		url, wait, fatal := r.Sidecars.sidecar(ctx, ec)
+		if url == "" {
+			st.Message = fmt.Sprintf("no sidecar takes the full snapshot before the rolling update yet: %s%s", wait, fatal)
+			*requeue = min(*requeue, 10*time.Second)
+			return "", nil
+		}
+		res, err := r.Sidecars.takeFull(ctx, ec.Namespace, ec.Name, url)
+		if retry, ok := retryLater(err); ok {
+			st.Message = fmt.Sprintf("the full snapshot before the rolling update is not taken yet (%v): retrying in %s; no pod was deleted", err, retry)
+			*requeue = min(*requeue, retry)
+			return "", nil
+		}
+		if err != nil {
+			st.Message = fmt.Sprintf("the full snapshot before the rolling update failed, so no pod was deleted: %v (set spec.updateStrategy.skipBackup to update without it)", err)
+			return "ERR_ROLLOUT_SNAPSHOT", err
+		}
+		st.SnapshotKey, st.SnapshotRevision = res.Key, res.Revision
+		st.Message = fmt.Sprintf("full snapshot %s at revision %d stored; restarting the members", res.Key, res.Revision)
+		*requeue = time.Second
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "RollingUpdateSnapshot", "RollingUpdate",
+			"full snapshot %s at revision %d stored before the rolling update to revision %s", res.Key, res.Revision, st.Revision)
+	case rd.MoveFrom != "":
+		if r.Sidecars == nil {
+			return "ERR_ROLLOUT_MOVE_LEADER", errors.New("the operator has no sidecar client to move leadership before restarting the leader")
+		}
+		res, err := r.Sidecars.moveLeader(ctx, ec, rd.MoveFrom, rd.MoveTo)
+		if retry, ok := retryLater(err); ok {
+			st.Message = fmt.Sprintf("%v: retrying in %s", err, retry)
+			*requeue = min(*requeue, retry)
+			return "", nil
+		}
+		if err != nil {
+			st.Message = fmt.Sprintf("%v; %s's pod is not deleted while it leads (the move is retried, at most %d times)", err, rd.MoveFrom, maintenance.MaxMoves)
+			return "ERR_ROLLOUT_MOVE_LEADER", err
+		}
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "LeadershipMoved", "RollingUpdate",
+			"leadership moved from %s to %s before %s's pod is deleted (%s)", res.From, res.Leader, rd.MoveFrom, rd.Why)
+	case rd.Delete != "":
+		if err := r.deletePod(ctx, ec, rd.Delete, corev1.EventTypeNormal, ReasonRollingUpdate, fmt.Sprintf(
+			"member %s's pod was deleted to restart it on revision %s: %s", rd.Delete, st.Revision, rd.Why)); err != nil {
+			return "ERR_ROLLOUT_DELETE_POD", err
+		}
+	}
+	return "", nil
 }
 
 func (r *ClusterReconciler) graces() Graces {
@@ -233,6 +318,9 @@ func (r *ClusterReconciler) graces() Graces {
 	if g.Volume == 0 {
 		g.Volume = DefaultGraces.Volume
 	}
+	if g.Rollout == 0 {
+		g.Rollout = DefaultGraces.Rollout
+	}
 	return g
 }
 
@@ -243,7 +331,7 @@ func (r *ClusterReconciler) finalize(ctx context.Context, ec *v1alpha1.EtcdClust
 	if !controllerutil.ContainsFinalizer(ec, Finalizer) {
 		return nil
 	}
-	run := &run{c: r.Client, ec: ec}
+	run := &run{c: r.Client, reader: r.APIReader, ec: ec}
 	for _, c := range slices.Backward(components) {
 		if err := c.delete(ctx, run); err != nil {
 			return fmt.Errorf("%s: %w", errCode("DELETE", c.code), err)
@@ -300,6 +388,16 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 			if sts.Spec.Replicas != nil {
 				o.StatefulSetReplicas = *sts.Spec.Replicas
 			}
+			leader, err := maintenance.ParseLeaderUpdate(ec.Spec.UpdateStrategy.LeaderUpdateMethod)
+			if err != nil {
+				return o, fmt.Errorf("spec.updateStrategy: %w", err)
+			}
+			o.Rollout = &RolloutObservation{Leader: leader, Snapshot: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup}
+			if sts.Status.ObservedGeneration >= sts.Generation {
+				// The StatefulSet controller has seen the newest template: pods it creates
+				// from now on carry this revision.
+				o.Rollout.Revision = sts.Status.UpdateRevision
+			}
 		}
 	case !apierrors.IsNotFound(err):
 		return o, err
@@ -330,7 +428,8 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if n, ok := ordinal(ec, p.Name); ok {
-			at(n).Pod = &PodState{Ready: podReady(p), Created: p.CreationTimestamp.Time, Deleting: !p.DeletionTimestamp.IsZero()}
+			at(n).Pod = &PodState{Ready: podReady(p), Created: p.CreationTimestamp.Time, Deleting: !p.DeletionTimestamp.IsZero(),
+				Revision: p.Labels[appsv1.ControllerRevisionHashLabelKey]}
 		}
 	}
 	for i := range leases.Items {
@@ -401,6 +500,9 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	if c, err := strconv.ParseInt(ec.Annotations[v1alpha1.AnnotationConfirmRecovery], 10, 64); err == nil {
 		rec.Confirmed = c
 	}
+	if c, err := strconv.ParseInt(ec.Annotations[v1alpha1.AnnotationCancelRestore], 10, 64); err == nil {
+		rec.CancelRestore = c
+	}
 	if ec.Status.Recovery != nil {
 		st, err := decodeRecovery(ec.Status.Recovery.Raw)
 		if err != nil {
@@ -464,20 +566,21 @@ func leaseState(l *coordinationv1.Lease) *LeaseState {
 // the caller).
 func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d Decision) v1alpha1.EtcdClusterStatus {
 	s := v1alpha1.EtcdClusterStatus{
-		ObservedGeneration: ec.Status.ObservedGeneration,
-		Conditions:         d.Conditions,
-		Members:            d.Members,
-		ClusterSize:        d.ClusterSize,
-		Replicas:           max(o.StatefulSetReplicas, 0),
-		ReadyReplicas:      d.Ready,
-		ReadyMembers:       fmt.Sprintf("%d/%d", d.Ready, ec.Spec.Replicas),
-		Selector:           labels.SelectorFromSet(selectorLabels(ec)).String(),
-		ClusterID:          d.ClusterID,
-		Voters:             d.Voters,
-		Leader:             d.Leader,
-		Revision:           d.Revision,
-		Recoverability:     ec.Status.Recoverability,
-		Recovery:           ec.Status.Recovery,
+		ObservedGeneration:  ec.Status.ObservedGeneration,
+		Conditions:          d.Conditions,
+		Members:             d.Members,
+		ClusterSize:         d.ClusterSize,
+		Replicas:            max(o.StatefulSetReplicas, 0),
+		ReadyReplicas:       d.Ready,
+		ReadyMembers:        fmt.Sprintf("%d/%d", d.Ready, ec.Spec.Replicas),
+		Selector:            labels.SelectorFromSet(selectorLabels(ec)).String(),
+		ClusterID:           d.ClusterID,
+		Voters:              d.Voters,
+		Leader:              d.Leader,
+		Revision:            d.Revision,
+		LastDefragmentation: d.LastDefrag,
+		Recoverability:      ec.Status.Recoverability,
+		Recovery:            ec.Status.Recovery,
 		Endpoints: v1alpha1.Endpoints{
 			Client: fmt.Sprintf("http://%s.%s.svc:%d", clientServiceName(ec), ec.Namespace, ClientPort),
 		},
@@ -504,6 +607,22 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 	// Timestamps in the status are stored at second precision; compare them as stored so
 	// that an unchanged status is never written again.
 	return roundTimes(s)
+}
+
+// roundRollout is status.rollout with its times as stored (see roundTimes).
+func roundRollout(st *v1alpha1.RolloutStatus) *v1alpha1.RolloutStatus {
+	if st == nil {
+		return nil
+	}
+	st = st.DeepCopy()
+	st.StartTime = metav1.NewTime(st.StartTime.Rfc3339Copy().Time)
+	for _, p := range []**metav1.Time{&st.CurrentSince, &st.LeaderMovedAt} {
+		if *p != nil {
+			t := metav1.NewTime((*p).Rfc3339Copy().Time)
+			*p = &t
+		}
+	}
+	return st
 }
 
 func roundTimes(s v1alpha1.EtcdClusterStatus) v1alpha1.EtcdClusterStatus {
@@ -560,6 +679,18 @@ func (r *ClusterReconciler) recordEvents(ec *v1alpha1.EtcdCluster, o Observation
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "BackupStale", "Observe", "%s", c.Message)
 		}
 	}
+	if c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionAlarmsActive); c != nil && c.Status == metav1.ConditionTrue {
+		if p := apimeta.FindStatusCondition(o.Previous.Conditions, v1alpha1.ConditionAlarmsActive); p == nil || p.Status != metav1.ConditionTrue {
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "AlarmsActive", "Observe", "%s", c.Message)
+		}
+	}
+	if l, p := d.LastDefrag, o.Previous.LastDefragmentation; l != nil && (p == nil || !l.Time.Equal(&p.Time)) {
+		typ, reason, msg := corev1.EventTypeNormal, "Defragmented", fmt.Sprintf("%s round: %s reclaimed (%s)", l.Trigger, units.Bytes(l.ReclaimedBytes), strings.Join(l.Members, "; "))
+		if l.Error != "" {
+			typ, reason, msg = corev1.EventTypeWarning, "DefragmentationStopped", msg+"; stopped: "+l.Error
+		}
+		r.Recorder.Eventf(ec, nil, typ, reason, "Maintain", "%s", msg)
+	}
 	for _, c := range d.Cases {
 		switch c {
 		case CaseScaleUp:
@@ -604,6 +735,11 @@ func nextDeadline(o Observation, d Decision, now time.Time) time.Duration {
 	}
 	if r := d.Recovery; d.QuorumLost || (r != nil && (r.Status.Directive != nil || !r.Status.QuorumLostSince.IsZero())) {
 		consider(now.Add(2 * time.Second)) // a recovery's waits end by time
+	}
+	if d.Rollout.Status != nil {
+		// A rolling update waits for members' Lease renewals (which do not wake the
+		// operator), for reports, for the leadership move to be reported, for the stall grace.
+		consider(now.Add(2 * time.Second))
 	}
 	if b := o.Backup; b != nil {
 		consider(b.LastFull.Add(3 * b.DeltaPeriod))

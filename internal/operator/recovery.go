@@ -21,6 +21,9 @@ type Recovery struct {
 	// Policy is Automatic or Manual; Confirmed the epoch the confirm annotation names (0: none).
 	Policy    string
 	Confirmed int64
+	// CancelRestore is the epoch of a restore in place to withdraw (0: none): an EtcdRestore
+	// deleted while its restore runs.
+	CancelRestore int64
 	// Backup is what the store holds, as the backup leader last published it.
 	Backup heal.Backup
 	Timing heal.Timing
@@ -76,8 +79,20 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 		}
 		hm = append(hm, m)
 	}
-	dec := heal.Decide(heal.Observation{Now: o.Now, Status: st, Members: hm, Backup: rec.Backup, Timing: rec.Timing})
+	ho := heal.Observation{Now: o.Now, Status: st, Members: hm, Backup: rec.Backup, Timing: rec.Timing}
+	var refused string
+	if d := st.Directive; rec.CancelRestore != 0 && d != nil && d.Epoch == rec.CancelRestore && d.Restore != nil {
+		dec, err := heal.CancelRestore(ho)
+		if err == nil {
+			return withFence(o, recoveryOutcome{Status: dec.Status, Event: dec.Event})
+		}
+		refused = err.Error()
+	}
+	dec := heal.Decide(ho)
 	out := recoveryOutcome{Status: dec.Status, Event: dec.Event}
+	if refused != "" {
+		out.Status.Waiting = refused + "; " + out.Status.Waiting
+	}
 	if nd := dec.Status.Directive; rec.Policy == v1alpha1.QuorumLossManual && nd != nil && nd.Phase == member.PhaseSeeding &&
 		(st.Directive == nil || st.Directive.Phase == member.PhaseFencing) && rec.Confirmed != nd.Epoch {
 		// Manual: stop before anything is changed on disk, and say what would happen.
@@ -89,6 +104,11 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 		out.Held += fmt.Sprintf(". To go ahead: kubectl annotate etcdcluster %s %s=%d", o.Name, v1alpha1.AnnotationConfirmRecovery, nd.Epoch)
 		out.Status.Waiting = out.Held
 	}
+	return withFence(o, out)
+}
+
+// withFence lists the member pods the directive in force fences: those older than it.
+func withFence(o Observation, out recoveryOutcome) recoveryOutcome {
 	if d := out.Status.Directive; d != nil {
 		for _, m := range o.Members {
 			if m.Pod != nil && !m.Pod.Deleting && !m.Pod.Created.After(d.IssuedAt) {

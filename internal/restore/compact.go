@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -84,15 +86,16 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	all, err := backup.ListChain(ctx, o.Store)
+	ix, err := backup.ReadIndex(ctx, o.Store)
 	if err != nil {
 		return res, fmt.Errorf("compact: %w", err)
 	}
-	chain := all
-	if o.Timeline != 0 {
-		chain = all.Timeline(o.Timeline)
+	tl := o.Timeline
+	if tl == 0 {
+		tl = ix.NewestTimeline()
 	}
-	if newest, ok := chain.Newest(); ok && chain.NewestRevision() <= newest.FirstRev {
+	ti, _ := ix.Timeline(tl)
+	if newest, ok := ti.NewestFull(); ok && ti.NewestRevision() <= newest.FirstRev {
 		res.Skipped = fmt.Sprintf("no delta follows the newest full snapshot %s of timeline %d: the chain is as short as it gets", newest.Key, newest.Timeline)
 		return res, nil
 	}
@@ -103,12 +106,10 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 	}
 
 	// Only the database is uploaded, and any restore of it gets a new identity from etcdutl.
-	scratch, rres, err := scratchRestore(ctx, o.ScratchDir, "compact", Options{
+	scratch, release, rres, err := scratchRestore(ctx, o.ScratchDir, "compact", Options{
 		Store: o.Store, Timeline: o.Timeline, MissingLeaseTTL: o.MissingLeaseTTL, Progress: o.Progress, Logger: lg,
 	})
-	if scratch != "" {
-		defer os.RemoveAll(scratch)
-	}
+	defer release()
 	res.Restore = &rres
 	if err != nil {
 		return res, fmt.Errorf("compact: %w", err)
@@ -200,16 +201,70 @@ func compactDB(lg *zap.Logger, dbPath string, rev int64) (before, after int64, e
 // data dir inside a new scratch directory under dir (default os.TempDir()), for work on its
 // database alone: no member is started on it, so its identity does not matter. The caller
 // removes scratch, which is "" only if it could not be created.
-func scratchRestore(ctx context.Context, dir, name string, o Options) (scratch string, res Result, err error) {
+func scratchRestore(ctx context.Context, dir, name string, o Options) (scratch string, release func(), res Result, err error) {
+	release = func() {}
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	removeStaleScratch(dir, name)
 	scratch, err = os.MkdirTemp(dir, "steward-"+name+"-")
 	if err != nil {
-		return "", res, fmt.Errorf("create a scratch dir (give a writable directory with room for twice the database): %w", err)
+		return "", release, res, fmt.Errorf("create a scratch dir (give a writable directory with room for twice the database): %w", err)
+	}
+	lock, err := lockScratch(scratch)
+	if err != nil {
+		os.RemoveAll(scratch)
+		return "", release, res, err
+	}
+	// Held until the caller is done with the scratch dir: another drill or compaction sweeping
+	// stale ones leaves a locked one alone.
+	release = func() {
+		os.RemoveAll(scratch)
+		lock.Close()
 	}
 	const peer = "http://127.0.0.1:2380"
 	o.DataDir, o.ScratchDir = scratchDataDir(scratch), scratch
 	o.Name, o.InitialCluster, o.PeerURLs, o.InitialClusterToken = name, name+"="+peer, []string{peer}, "steward-"+name
 	res, err = Restore(ctx, o)
-	return scratch, res, err
+	return scratch, release, res, err
+}
+
+// scratchLock is the file in a scratch dir that its user holds locked (flock) while it works.
+const scratchLock = ".lock"
+
+func lockScratch(scratch string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(scratch, scratchLock), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock the scratch dir %s: %w", scratch, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock the scratch dir %s: %w", scratch, err)
+	}
+	return f, nil
+}
+
+// removeStaleScratch removes the scratch dirs of this kind in dir that a process killed
+// mid-way left behind (each may hold a whole database): those whose lock no one holds. One
+// without a lock file (killed between creating it and locking it) goes once it is an hour old.
+func removeStaleScratch(dir, name string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "steward-"+name+"-*"))
+	for _, scratch := range old {
+		f, err := os.OpenFile(filepath.Join(scratch, scratchLock), os.O_RDWR, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			if fi, err := os.Stat(scratch); err == nil && fi.IsDir() && time.Since(fi.ModTime()) > time.Hour {
+				os.RemoveAll(scratch)
+			}
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			os.RemoveAll(scratch) // no one works in it
+		}
+		f.Close()
+	}
 }
 
 // scratchDataDir is the data dir scratchRestore restores into.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,6 +13,7 @@ import (
 	"go.etcd.io/etcd/pkg/v3/traceutil"
 	"go.etcd.io/etcd/server/v3/storage/mvcc"
 
+	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
 )
 
@@ -81,10 +81,14 @@ func Drill(ctx context.Context, o DrillOptions) (res DrillResult, err error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	scratch, rres, err := scratchRestore(ctx, o.ScratchDir, "drill", Options{Store: o.Store, Timeline: o.Timeline, Progress: o.Progress, Logger: lg})
-	if scratch != "" {
-		defer os.RemoveAll(scratch)
+	if o.Live != nil {
+		// Before restoring a whole database: the live member must be of the timeline's cluster.
+		if err := sameCluster(ctx, o); err != nil {
+			return res, err
+		}
 	}
+	scratch, release, rres, err := scratchRestore(ctx, o.ScratchDir, "drill", Options{Store: o.Store, Timeline: o.Timeline, Progress: o.Progress, Logger: lg})
+	defer release()
 	res.Restore = &rres
 	res.Timeline, res.Revision = rres.Timeline, rres.Target
 	if err != nil {
@@ -104,8 +108,7 @@ func Drill(ctx context.Context, o DrillOptions) (res DrillResult, err error) {
 			return res, fmt.Errorf("restore drill of timeline %d: status of the live member %s: %w", res.Timeline, o.LiveEndpoint, err)
 		}
 		if id := st.Header.GetClusterId(); id != rres.ClusterID {
-			return res, fmt.Errorf("restore drill of timeline %d: the live member %s is of cluster %x, the timeline's backups of cluster %x: their revisions are unrelated; drill that cluster's timeline (steward backup list shows each timeline's cluster)",
-				res.Timeline, o.LiveEndpoint, id, rres.ClusterID)
+			return res, otherCluster(res.Timeline, o.LiveEndpoint, id, rres.ClusterID)
 		}
 		live, err := o.Live.HashKV(ctx, o.LiveEndpoint, res.Revision)
 		if err != nil {
@@ -167,4 +170,39 @@ func hashDB(lg *zap.Logger, dbPath string, compactTo, rev int64) (h mvcc.KeyValu
 		return h, current, fmt.Errorf("hash %s at revision %d: %w", dbPath, rev, err)
 	}
 	return h, current, nil
+}
+
+// sameCluster checks, from the header of the newest full snapshot of the timeline the drill
+// restores, that the live member is of the cluster whose backups they are.
+func sameCluster(ctx context.Context, o DrillOptions) error {
+	st, err := o.Live.Status(ctx, o.LiveEndpoint)
+	if err != nil {
+		return fmt.Errorf("restore drill: status of the live member %s: %w", o.LiveEndpoint, err)
+	}
+	ix, err := backup.ReadIndex(ctx, o.Store)
+	if err != nil {
+		return fmt.Errorf("restore drill: %w", err)
+	}
+	tl := o.Timeline
+	if tl == 0 {
+		tl = ix.NewestTimeline()
+	}
+	ti, ok := ix.Timeline(tl)
+	if !ok || len(ti.Fulls) == 0 {
+		return nil // the restore says what is missing
+	}
+	hdr, r, err := backup.OpenObject(ctx, o.Store, ti.Fulls[len(ti.Fulls)-1].Key)
+	if err != nil {
+		return nil // the restore falls back to an older full snapshot, or says why it cannot
+	}
+	r.Close()
+	if id := st.Header.GetClusterId(); id != hdr.ClusterID {
+		return otherCluster(tl, o.LiveEndpoint, id, hdr.ClusterID)
+	}
+	return nil
+}
+
+func otherCluster(tl uint32, endpoint string, live, backups uint64) error {
+	return fmt.Errorf("restore drill of timeline %d: the live member %s is of cluster %x, the timeline's backups of cluster %x: their revisions are unrelated; drill that cluster's timeline (steward backup list shows each timeline's cluster)",
+		tl, endpoint, live, backups)
 }

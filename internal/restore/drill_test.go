@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -148,9 +149,9 @@ func TestDrill(t *testing.T) {
 
 	// Another cluster's member: its revisions are unrelated to the timeline's.
 	_, other, otherEP := testutil.EmbeddedEtcd(t)
-	if _, err := Drill(ctx, DrillOptions{Store: c.store, Live: other, LiveEndpoint: otherEP, ScratchDir: scratch}); err == nil ||
-		errors.Is(err, ErrDrillMismatch) || !strings.Contains(err.Error(), otherEP) || !strings.Contains(err.Error(), "of cluster") {
-		t.Errorf("drill against another cluster's member: err = %v, want one naming the member and both clusters", err)
+	if res, err := Drill(ctx, DrillOptions{Store: c.store, Live: other, LiveEndpoint: otherEP, ScratchDir: scratch}); err == nil ||
+		errors.Is(err, ErrDrillMismatch) || !strings.Contains(err.Error(), otherEP) || !strings.Contains(err.Error(), "of cluster") || res.Restore != nil {
+		t.Errorf("drill against another cluster's member: err = %v, restore %+v; want one naming the member and both clusters, before restoring anything", err, res.Restore)
 	}
 	checkEmpty(t, scratch)
 
@@ -209,4 +210,41 @@ func TestDrillDetectsAlteredDelta(t *testing.T) {
 		t.Errorf("hashes %d equal in a mismatch", res.Hash)
 	}
 	checkEmpty(t, scratch)
+}
+
+// TestStaleScratchRemoved: a drill removes the scratch dirs that a killed drill left behind
+// (no one holds their lock), and leaves one in use by another drill alone.
+func TestStaleScratchRemoved(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "steward-drill-killed")
+	if err := os.MkdirAll(filepath.Join(stale, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale, scratchLock), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inUse, err := os.MkdirTemp(dir, "steward-drill-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := lockScratch(inUse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	unlockedYoung := filepath.Join(dir, "steward-drill-starting") // no lock file yet, just made
+	if err := os.Mkdir(unlockedYoung, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "steward-compact-killed") // another kind: its own sweep
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	removeStaleScratch(dir, "drill")
+	for path, want := range map[string]bool{stale: false, inUse: true, unlockedYoung: true, other: true} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s: exists %t, want %t", filepath.Base(path), err == nil, want)
+		}
+	}
 }

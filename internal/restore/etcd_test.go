@@ -2,12 +2,14 @@ package restore
 
 import (
 	"context"
-	"net"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/internal/testutil"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -22,15 +24,9 @@ type member struct {
 	clientURL string
 }
 
-// freeURL returns an http URL on a loopback port that was free a moment ago.
+// freeURL returns an http URL on a loopback port that is free now (testutil.FreePort).
 func freeURL(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("find a free port: %v", err)
-	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
+	return fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(tb))
 }
 
 // startMember starts a single-member etcd on dir. For a restored dir, name and peerURL must be

@@ -18,18 +18,45 @@ type plan struct {
 	missing   *backup.Range
 }
 
-// planRestore picks the newest full snapshot at or below target and the deltas after it.
-// target <= 0 means the newest revision any object holds, so that a hole before the newest
-// deltas is reported rather than silently restored around. storeName is for messages.
+// planRestore is planFrom for a chain of one timeline held whole in memory.
 func planRestore(c backup.Chain, target int64, allowPartial bool, storeName string) (plan, error) {
+	ix := backup.IndexOf(c)
+	var ti backup.TimelineIndex
+	if n := len(ix.Timelines); n > 0 {
+		ti = ix.Timelines[n-1]
+	}
+	return planFrom(c, ti, target, allowPartial, storeName)
+}
+
+// planBase is the full snapshot planFrom starts from for target (<= 0: the newest revision of
+// ti), of those not excluded: the deltas it needs are those backup.DeltasBetween(base,
+// target) keeps.
+func planBase(ti backup.TimelineIndex, target int64, excluded map[string]bool) (base, resolved int64) {
+	if target <= 0 {
+		target = ti.NewestRevision()
+	}
+	for _, f := range ti.Fulls {
+		if f.FirstRev <= target && !excluded[f.Key] {
+			base = f.FirstRev
+		}
+	}
+	return base, target
+}
+
+// planFrom picks the newest full snapshot at or below target and the deltas after it. c holds
+// the timeline's full snapshots and (at least) the deltas between the newest of them at or
+// below target and target; ti summarises the whole timeline, for the newest revision and the
+// messages. target <= 0 means the newest revision any object holds, so that a hole before the
+// newest deltas is reported rather than silently restored around. storeName is for messages.
+func planFrom(c backup.Chain, ti backup.TimelineIndex, target int64, allowPartial bool, storeName string) (plan, error) {
 	if len(c.Fulls) == 0 {
-		if len(c.Deltas) > 0 {
-			return plan{}, fmt.Errorf("restore: %w: %s holds %d deltas but no full snapshot to apply them to; nothing can be restored", ErrOutOfRange, storeName, len(c.Deltas))
+		if ti.Deltas > 0 {
+			return plan{}, fmt.Errorf("restore: %w: %s holds %d deltas but no full snapshot to apply them to; nothing can be restored", ErrOutOfRange, storeName, ti.Deltas)
 		}
 		return plan{}, fmt.Errorf("restore: %w: %s holds no backups (check the store URL and its prefix)", ErrOutOfRange, storeName)
 	}
-	cov := c.Coverage()
-	newest := c.NewestRevision()
+	cov := ti.Coverage()
+	newest := ti.NewestRevision()
 	if target <= 0 {
 		target = newest
 	}
@@ -53,10 +80,8 @@ func planRestore(c backup.Chain, target int64, allowPartial bool, storeName stri
 	}
 	reach := reachFrom(c, base.FirstRev)
 	next := newest + 1 // the first revision after reach that any object holds
-	for _, o := range c.Objects() {
-		if o.FirstRev > reach {
-			next = min(next, o.FirstRev)
-		}
+	if n := ti.NextAfter(reach); n > 0 {
+		next = min(next, n)
 	}
 	missing := backup.Range{From: reach + 1, To: next - 1}
 	if !allowPartial {

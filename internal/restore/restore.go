@@ -288,7 +288,9 @@ func (r *restorer) progress(p Phase, done, total int64) {
 
 func (r *restorer) run(ctx context.Context, res *Result) (err error) {
 	s := r.o.Store
-	all, err := backup.ListChain(ctx, s)
+	// The listing is summarised (backup.ReadIndex), then read again for the deltas of this
+	// restore only: a store holds a month of deltas, a restore reads one full snapshot's worth.
+	ix, err := backup.ReadIndex(ctx, s)
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
@@ -296,24 +298,28 @@ func (r *restorer) run(ctx context.Context, res *Result) (err error) {
 	switch {
 	case tl != 0:
 	case !r.o.ToTime.IsZero():
-		tl = TimelineAt(all, r.o.ToTime)
+		tl = TimelineAt(ix, r.o.ToTime)
 	default:
-		tl = all.NewestTimeline()
+		tl = ix.NewestTimeline()
 	}
-	chain := all.Timeline(tl)
-	if r.o.Timeline != 0 && len(chain.Objects()) == 0 {
-		return fmt.Errorf("restore: %w: %s holds no timeline %d; its timelines: %v (see steward backup list)", ErrOutOfRange, s, tl, all.Timelines())
+	ti, found := ix.Timeline(tl)
+	if r.o.Timeline != 0 && !found {
+		return fmt.Errorf("restore: %w: %s holds no timeline %d; its timelines: %v (see steward backup list)", ErrOutOfRange, s, tl, ix.TimelineIDs())
 	}
 	res.Timeline = tl
 	target := r.o.ToRevision
 	if !r.o.ToTime.IsZero() {
 		t := r.o.ToTime
-		rev, basis, err := RevisionAt(ctx, s, chain, t)
+		around, err := backup.LoadTimeline(ctx, s, tl, deltasAround(ti, t))
+		if err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		rev, basis, err := RevisionAt(ctx, s, around, t)
 		if err != nil {
 			return err
 		}
 		target, res.TargetTime, res.TargetBasis = rev, &t, basis.Key
-		if newest := chain.NewestRevision(); rev >= newest && t.After(basis.Created) {
+		if newest := ti.NewestRevision(); rev >= newest && t.After(basis.Created) {
 			res.TargetAfterEnd = fmt.Sprintf("%s is after the newest backup (%s, stored at %s): revision %d is the newest stored; writes made after it are in no backup",
 				t.Format(time.RFC3339Nano), basis.Key, basis.Created.Format(time.RFC3339Nano), rev)
 		}
@@ -342,11 +348,18 @@ func (r *restorer) run(ctx context.Context, res *Result) (err error) {
 	var p plan
 	var hdr backup.Header
 	for {
-		c := chain
-		if len(excluded) > 0 {
-			c = chain.Without(excluded)
+		var keep func(backup.Object) bool // none without a base: planFrom refuses
+		if base, to := planBase(ti, target, excluded); base > 0 {
+			keep = backup.DeltasBetween(base, to)
 		}
-		p, err = planRestore(c, target, r.o.AllowPartial, s.String())
+		c, err := backup.LoadTimeline(ctx, s, tl, keep)
+		if err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		if len(excluded) > 0 {
+			c = c.Without(excluded)
+		}
+		p, err = planFrom(c, ti, target, r.o.AllowPartial, s.String())
 		if err != nil {
 			if len(excluded) > 0 {
 				return fmt.Errorf("%w (full snapshots %s were skipped: their databases are past revision %d)", err, strings.Join(res.SkippedFulls, ", "), target)

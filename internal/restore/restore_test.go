@@ -194,7 +194,7 @@ func TestRestoreFromS3(t *testing.T) {
 	checkRestored(t, c, o, res.Revision)
 }
 
-// expectedAt is RevisionAt's rule applied to every object, without the binary search.
+// expectedAt is RevisionAt's rule applied to every object, reading every header.
 func expectedAt(t *testing.T, s *store.Store, chain backup.Chain, at time.Time) int64 {
 	t.Helper()
 	var rev int64

@@ -1,10 +1,13 @@
 package restore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
@@ -18,11 +21,10 @@ import (
 // A timeline that starts while an older one still runs (a restore, a recovery) holds the
 // history from then on, so the newest one that holds t wins; where two clusters share a
 // prefix, name the timeline instead.
-func TimelineAt(c backup.Chain, t time.Time) uint32 {
-	tls := c.Timelines()
+func TimelineAt(ix backup.Index, t time.Time) uint32 {
 	var began uint32
-	for i := len(tls) - 1; i >= 0; i-- {
-		tc := c.Timeline(tls[i])
+	for i := len(ix.Timelines) - 1; i >= 0; i-- {
+		tc := ix.Timelines[i]
 		if len(tc.Fulls) == 0 {
 			continue
 		}
@@ -31,22 +33,42 @@ func TimelineAt(c backup.Chain, t time.Time) uint32 {
 			continue
 		}
 		end := start
-		for _, o := range tc.Objects() {
-			if o.Created.After(end) {
-				end = o.Created
-			}
+		if tc.To.After(end) {
+			end = tc.To
 		}
 		if !t.After(end) {
-			return tls[i]
+			return tc.Timeline
 		}
 		if began == 0 {
-			began = tls[i]
+			began = tc.Timeline
 		}
 	}
 	if began != 0 {
 		return began
 	}
-	return c.NewestTimeline()
+	return ix.NewestTimeline()
+}
+
+// deltasAround keeps the deltas of timeline ti that RevisionAt may pick for time t: those
+// reaching past the newest full snapshot made by t, and starting before the second full
+// snapshot begun after t (a delta made by t was written before a snapshot begun after it; one
+// snapshot more allows for the clocks of two leaders). A month of deltas is not read for
+// one period's worth.
+func deltasAround(ti backup.TimelineIndex, t time.Time) func(backup.Object) bool {
+	var lo int64
+	hi := int64(1<<63 - 2)
+	after := 0
+	for _, f := range ti.Fulls {
+		if !f.Created.Add(time.Second).After(t) {
+			lo = max(lo, f.FirstRev)
+		} else if f.Created.After(t) {
+			if after++; after == 2 {
+				hi = f.FirstRev
+				break
+			}
+		}
+	}
+	return backup.DeltasBetween(lo, hi)
 }
 
 // RevisionAt finds the revision to restore for a point in time t: the newest revision that the
@@ -58,14 +80,18 @@ func TimelineAt(c backup.Chain, t time.Time) uint32 {
 //   - a full snapshot's name records, to the second, when it began; the revision in its name
 //     was read from the member right then, so it counts from the end of that second.
 //
-// So RevisionAt returns the last revision of the newest delta created at or before t, or the
-// revision of a full snapshot whose second ended at or before t, whichever is newer, and the
-// object that proves it. The state at t may include later revisions, up to those of the next
-// object (one delta period, 5 s by default); they are not restored because nothing shows they
-// were committed by t. Times are the writing member's clock.
+// So RevisionAt returns the newest revision among the deltas created at or before t and the
+// full snapshots whose second ended at or before t, and the object that proves it. The state
+// at t may include later revisions, up to those of the next object (one delta period, 5 s by
+// default); they are not restored because nothing shows they were committed by t. Times are
+// the writing member's clock.
 //
-// Delta headers are read by binary search, in revision order (creation times grow with
-// revisions: each object is written after the one before it).
+// Creation times do not grow with revisions: at a handover the new backup leader starts from
+// what the store holds while the old one still captures, and the old one's last delta may be
+// stored after the new one's first. So delta headers are read newest revisions first, a batch
+// at a time, until a delta made by t is found or no delta left could beat the answer: a restore
+// to a recent time reads a few headers, one to an old time reads at most the deltas it would
+// replay anyway.
 func RevisionAt(ctx context.Context, s *store.Store, c backup.Chain, t time.Time) (int64, backup.Object, error) {
 	var best backup.Object
 	var rev int64
@@ -74,27 +100,24 @@ func RevisionAt(ctx context.Context, s *store.Store, c backup.Chain, t time.Time
 			rev, best = f.FirstRev, f
 		}
 	}
-	var readErr error
-	created := func(i int) time.Time {
-		if readErr != nil {
-			return time.Time{}
-		}
-		h, or, err := backup.OpenObject(ctx, s, c.Deltas[i].Key)
+	ds := slices.Clone(c.Deltas)
+	slices.SortFunc(ds, func(a, b backup.Object) int { return cmp.Compare(b.LastRev, a.LastRev) })
+	for len(ds) > 0 && ds[0].LastRev > rev {
+		batch := ds[:min(len(ds), headerBatch)]
+		ds = ds[len(batch):]
+		created, err := createdTimes(ctx, s, batch)
 		if err != nil {
-			readErr = fmt.Errorf("restore to %s: read the creation time of %s: %w", t.Format(time.RFC3339Nano), c.Deltas[i].Key, err)
-			return time.Time{}
+			return 0, backup.Object{}, fmt.Errorf("restore to %s: %w", t.Format(time.RFC3339Nano), err)
 		}
-		or.Close()
-		return h.Created
-	}
-	// The first delta created after t; the ones before it were created at or before t.
-	n := sort.Search(len(c.Deltas), func(i int) bool { return created(i).After(t) })
-	if readErr != nil {
-		return 0, backup.Object{}, readErr
-	}
-	for _, d := range c.Deltas[:n] {
-		if d.LastRev > rev {
-			rev, best = d.LastRev, d
+		found := false
+		for i, d := range batch { // newest revision first: the first made by t is the answer
+			if !created[i].After(t) && d.LastRev > rev {
+				rev, best, found = d.LastRev, d, true
+				break
+			}
+		}
+		if found {
+			break
 		}
 	}
 	if rev == 0 {
@@ -106,4 +129,25 @@ func RevisionAt(ctx context.Context, s *store.Store, c backup.Chain, t time.Time
 		return 0, backup.Object{}, fmt.Errorf("restore to %s: %w: no backup was made by then; %s", t.Format(time.RFC3339Nano), ErrOutOfRange, msg)
 	}
 	return rev, best, nil
+}
+
+// headerBatch is how many delta headers RevisionAt reads at once.
+const headerBatch = 16
+
+// createdTimes reads the creation times in the headers of objects, in parallel.
+func createdTimes(ctx context.Context, s *store.Store, objs []backup.Object) ([]time.Time, error) {
+	created := make([]time.Time, len(objs))
+	g, ctx := errgroup.WithContext(ctx)
+	for i, o := range objs {
+		g.Go(func() error {
+			h, or, err := backup.OpenObject(ctx, s, o.Key)
+			if err != nil {
+				return fmt.Errorf("read the creation time of %s: %w", o.Key, err)
+			}
+			or.Close()
+			created[i] = h.Created
+			return nil
+		})
+	}
+	return created, g.Wait()
 }

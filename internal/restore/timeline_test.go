@@ -55,7 +55,7 @@ func TestTimelineAt(t *testing.T) {
 		{"before any backup: the newest (the restore says no backup was made by then)", at(-10), 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := TimelineAt(c, tc.t); got != tc.want {
+			if got := TimelineAt(backup.IndexOf(c), tc.t); got != tc.want {
 				t.Fatalf("TimelineAt(%s) = %d, want %d", tc.t.Format(time.TimeOnly), got, tc.want)
 			}
 		})

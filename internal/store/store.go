@@ -23,10 +23,13 @@ package store
 
 import (
 	"bufio"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"iter"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -73,9 +76,9 @@ type Store struct {
 // is reachable, so a wrong URL or missing credentials fail here rather than
 // at the first backup.
 func Open(ctx context.Context, rawURL string) (*Store, error) {
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("store URL %q is not a valid URL: %w", redactRaw(rawURL), err)
+		return nil, err
 	}
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("store URL %q has no scheme: use one of %s, e.g. file://%s", redactRaw(rawURL), schemeList(), absHint(rawURL))
@@ -99,6 +102,20 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// parseURL parses a store URL. Its error never holds the URL's credentials: url.Parse's own
+// error quotes the whole URL, so only its reason is kept.
+func parseURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("store URL %q is not a valid URL: %w", redactRaw(rawURL), err)
+	}
+	return u, nil
 }
 
 func (s *Store) openFile(u *url.URL) error {
@@ -400,25 +417,206 @@ func (r *Reader) Size() int64 { return r.r.Size() }
 // ModTime is when the object was last written.
 func (r *Reader) ModTime() time.Time { return r.r.ModTime() }
 
-// List returns every object whose key starts with prefix, sorted by key.
+// List returns every object whose key starts with prefix, sorted by key. It holds the whole
+// listing: for listings that may be large (a backup store holds one delta per few seconds),
+// use Walk or All, which stream.
 func (s *Store) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
-	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	var out []ObjectInfo
-	for {
-		o, err := it.Next(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, s.opError("list", prefix+"*", err)
-		}
-		if o.IsDir || (s.dir != "" && fileTempRE.MatchString(o.Key)) {
-			continue
-		}
-		out = append(out, ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.ModTime})
+	err := s.Walk(ctx, prefix, func(o ObjectInfo) error {
+		out = append(out, o)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
+}
+
+// ListPageSize is how many keys one listing request asks for: S3's ListObjectsV2 returns at
+// most 1000 a page, and Walk holds no more than one page.
+const ListPageSize = 1000
+
+// Walk calls fn for every object whose key starts with prefix, in key order, and stops at
+// fn's first error, which it returns. It streams: memory holds one page of the listing
+// (ListPageSize keys; for file:// stores a window of fileWindow names of one directory), never
+// the whole of it, however many objects the store holds.
+//
+// The order is the store's: byte order of the keys for object stores; for file:// stores the
+// order of a walk of the directories with each directory's names in byte order, which is key
+// order unless a file's name sorts between a directory's name and that name plus "/" (no key
+// Steward writes does).
+func (s *Store) Walk(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	for o, err := range s.All(ctx, prefix) {
+		if err != nil {
+			return err
+		}
+		if err := fn(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// All is Walk as an iterator: each object whose key starts with prefix, or a final error.
+func (s *Store) All(ctx context.Context, prefix string) iter.Seq2[ObjectInfo, error] {
+	return func(yield func(ObjectInfo, error) bool) {
+		var err error
+		if s.dir != "" {
+			_, err = s.walkFileDir(ctx, dirOf(prefix), prefix, func(o ObjectInfo) bool { return yield(o, nil) })
+		} else {
+			err = s.walkPages(ctx, prefix, func(o ObjectInfo) bool { return yield(o, nil) })
+		}
+		if err != nil {
+			yield(ObjectInfo{}, err)
+		}
+	}
+}
+
+// walkPages lists an object store page by page (S3: one ListObjectsV2 request a page).
+func (s *Store) walkPages(ctx context.Context, prefix string, yield func(ObjectInfo) bool) error {
+	token := blob.FirstPageToken
+	for {
+		page, next, err := s.bucket.ListPage(ctx, token, ListPageSize, &blob.ListOptions{Prefix: prefix})
+		if err != nil {
+			return s.opError("list", prefix+"*", err)
+		}
+		for _, o := range page {
+			if o.IsDir {
+				continue
+			}
+			if !yield(ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.ModTime}) {
+				return nil
+			}
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		token = next
+	}
+}
+
+// dirOf is the directory part of a key prefix: "v1/timeline/" for "v1/timeline/00", "" for "v1".
+func dirOf(prefix string) string {
+	if i := strings.LastIndex(prefix, "/"); i >= 0 {
+		return prefix[:i+1]
+	}
+	return ""
+}
+
+// fileWindow is how many names of one directory a file:// listing holds at a time. A
+// directory's entries come from the kernel in no order; a walk reads the directory once per
+// window and keeps the fileWindow smallest names after the last one it gave out, so a
+// directory of n names costs n/fileWindow reads of its names (no stat: names only) and memory
+// for fileWindow names (a few MiB), whatever n is.
+var fileWindow = 1 << 16
+
+// walkFileDir lists the objects of a file:// store under the directory of key dirKey ("" is
+// the root, else it ends in "/") whose keys start with prefix, in name order, window by
+// window. fileblob's own listing reads and stats every file of the tree for each page of
+// 1000, which at 500k objects is hours; this reads each directory's names once per window
+// and stats only what it gives out. cont is false when yield asked to stop.
+func (s *Store) walkFileDir(ctx context.Context, dirKey, prefix string, yield func(ObjectInfo) bool) (cont bool, err error) {
+	path := filepath.Join(s.dir, filepath.FromSlash(dirKey))
+	after, first := "", true
+	for {
+		if err := ctx.Err(); err != nil {
+			return false, s.opError("list", prefix+"*", err)
+		}
+		names, more, err := sortedWindow(path, after, first, fileWindow)
+		if err != nil {
+			return false, s.opError("list", prefix+"*", err)
+		}
+		for _, name := range names {
+			key := dirKey + name
+			// Names that cannot lead to the prefix need no stat.
+			if !strings.HasPrefix(key, prefix) && !strings.HasPrefix(prefix, key+"/") && !strings.HasPrefix(key+"/", prefix) {
+				continue
+			}
+			fi, err := os.Lstat(filepath.Join(path, name))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // deleted since the directory was read
+			}
+			if err != nil {
+				return false, s.opError("list", key, err)
+			}
+			if fi.IsDir() {
+				if cont, err := s.walkFileDir(ctx, key+"/", prefix, yield); !cont || err != nil {
+					return cont, err
+				}
+				continue
+			}
+			if !strings.HasPrefix(key, prefix) || fileTempRE.MatchString(key) || strings.HasSuffix(key, ".attrs") || !fi.Mode().IsRegular() {
+				continue
+			}
+			if !yield(ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}) {
+				return false, nil
+			}
+		}
+		if !more {
+			return true, nil
+		}
+		after, first = names[len(names)-1], false
+	}
+}
+
+// sortedWindow reads the names in directory path and returns, in byte order, its (at most) n
+// smallest names after after (all names if first), and whether more follow. A missing
+// directory holds no names.
+func sortedWindow(path, after string, first bool, n int) (names []string, more bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	h := &nameHeap{}
+	for {
+		batch, err := f.Readdirnames(1024)
+		for _, name := range batch {
+			if !first && name <= after {
+				continue
+			}
+			if h.Len() == n {
+				more = true
+				if name >= (*h)[0] {
+					continue
+				}
+				// A copy: the names of one read may share one allocation, which a name kept
+				// from each read would pin, the whole directory's names in the end.
+				(*h)[0] = strings.Clone(name)
+				heap.Fix(h, 0)
+				continue
+			}
+			heap.Push(h, strings.Clone(name))
+		}
+		if err == io.EOF || (err == nil && len(batch) == 0) {
+			break
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	names = []string(*h)
+	sort.Strings(names)
+	return names, more, nil
+}
+
+// nameHeap is a max-heap of names: the window's largest is at the top, to be replaced by a
+// smaller one.
+type nameHeap []string
+
+func (h nameHeap) Len() int           { return len(h) }
+func (h nameHeap) Less(i, j int) bool { return h[i] > h[j] }
+func (h nameHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *nameHeap) Push(x any)        { *h = append(*h, x.(string)) }
+func (h *nameHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // fileTempRE matches fileblob's in-flight temporary files ("<key>.<hex nanos>.tmp").
@@ -550,21 +748,35 @@ func redact(u *url.URL) string {
 	if changed {
 		c.RawQuery = q.Encode()
 	}
-	return c.String()
+	c.Fragment, c.RawFragment = "", "" // a store has no use for one; a "#" in user info starts it
+	r := c.String()
+	// User info that url.Parse did not take as such (a "/" in it) is left in the path: show
+	// nothing before the last "@".
+	if i := strings.LastIndex(r, "@"); i >= 0 {
+		return c.Scheme + "://…" + r[i:]
+	}
+	return r
 }
 
 func redactRaw(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return redact(u)
 	}
-	if i := strings.Index(raw, "@"); i >= 0 {
+	// Unparseable: no query is shown (its parameters cannot be told apart), and the user
+	// info ends at the last "@" (a password may hold one).
+	if i := strings.IndexByte(raw, '?'); i >= 0 {
+		raw = raw[:i] + "?…"
+	}
+	if i := strings.LastIndex(raw, "@"); i >= 0 {
 		return "…" + raw[i:]
 	}
 	return raw
 }
 
+// absHint is the example path for a store URL without a scheme: the path given, when it is
+// a plain absolute path (nothing that could be user info).
 func absHint(raw string) string {
-	if strings.HasPrefix(raw, "/") {
+	if strings.HasPrefix(raw, "/") && !strings.ContainsAny(raw, "@:?#") {
 		return raw
 	}
 	return "/abs/dir"

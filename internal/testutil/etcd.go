@@ -1,7 +1,10 @@
 package testutil
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
@@ -9,21 +12,41 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
-// FreePort returns a TCP port that was free a moment ago.
+// FreePort returns a loopback port that is free now, for a server the test starts next. It
+// comes from below the kernel's ephemeral range (32768 and up on Linux): a port from that
+// range, released, may be taken by any outgoing connection on the machine before the server
+// binds it. Ports are not handed out twice in one process; fixed-port tests use 21000 and up.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := 15000 + rand.IntN(6000)
+		if portsGiven[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		portsGiven[p] = true
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free loopback port in 15000-20999")
+	return 0
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // EmbeddedEtcd starts a one-member etcd in this process on a temporary data dir and returns
 // it with a client talking to it only. Both are closed when the test ends.
@@ -79,11 +102,14 @@ type ClusterMember struct {
 	Etcd     *embed.Etcd
 	Client   *clientv3.Client
 	Endpoint string
+	// Stop stops the member (a test's fault); it may be called again, as the cleanup does.
+	Stop func()
 }
 
 // Cluster starts an n-member etcd cluster in this process, on loopback ports and temporary
 // data dirs, and returns its members once every one serves; all stop when the test ends.
-func Cluster(t testing.TB, n int) []ClusterMember {
+// configure, if given, adjusts each member's configuration.
+func Cluster(t testing.TB, n int, configure ...func(*embed.Config)) []ClusterMember {
 	t.Helper()
 	cfgs := make([]*embed.Config, n)
 	var initial []string
@@ -97,6 +123,9 @@ func Cluster(t testing.TB, n int) []ClusterMember {
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*clientURL}, []url.URL{*clientURL}
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peerURL}, []url.URL{*peerURL}
 		initial = append(initial, cfg.Name+"="+peerURL.String())
+		for _, f := range configure {
+			f(cfg)
+		}
 		cfgs[i] = cfg
 	}
 	ms := make([]ClusterMember, n)
@@ -106,8 +135,9 @@ func Cluster(t testing.TB, n int) []ClusterMember {
 		if err != nil {
 			t.Fatalf("start member %s: %v", cfg.Name, err)
 		}
-		t.Cleanup(e.Close)
-		ms[i] = ClusterMember{Etcd: e, Endpoint: cfg.AdvertiseClientUrls[0].String()}
+		stop := sync.OnceFunc(e.Close)
+		t.Cleanup(stop)
+		ms[i] = ClusterMember{Etcd: e, Endpoint: cfg.AdvertiseClientUrls[0].String(), Stop: stop}
 	}
 	deadline := time.After(60 * time.Second)
 	for i := range ms {
@@ -126,4 +156,49 @@ func Cluster(t testing.TB, n int) []ClusterMember {
 		ms[i].Client = c
 	}
 	return ms
+}
+
+// Filled is what FillUntilNoSpace wrote: the newest acknowledged value of each key, and the
+// write that raised the NOSPACE alarm (etcd may have applied it all the same, then answered
+// NOSPACE: after a recovery its key holds either value).
+type Filled struct {
+	Acked                  map[string]string
+	FailedKey, FailedValue string
+}
+
+// FillUntilNoSpace overwrites a few keys with 64 KiB values through cli until the history
+// fills the backend quota and etcd answers NOSPACE: the live data stays small.
+func FillUntilNoSpace(t testing.TB, cli *clientv3.Client) Filled {
+	t.Helper()
+	value := strings.Repeat("v", 64<<10)
+	f := Filled{Acked: map[string]string{}}
+	for i := 0; i <= 10000; i++ {
+		k, v := fmt.Sprintf("key%d", i%8), fmt.Sprintf("%d:%s", i, value)
+		_, err := cli.Put(context.Background(), k, v)
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			f.FailedKey, f.FailedValue = k, v
+			return f
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Acked[k] = v
+	}
+	t.Fatal("no NOSPACE after 10000 writes")
+	return f
+}
+
+// Check fails t unless every key holds its newest acknowledged value (or, for the key whose
+// write raised the alarm, that write's).
+func (f Filled) Check(t testing.TB, cli *clientv3.Client) {
+	t.Helper()
+	for k, v := range f.Acked {
+		resp, err := cli.Get(context.Background(), k)
+		if err != nil {
+			t.Fatalf("read %s: %v", k, err)
+		}
+		if len(resp.Kvs) != 1 || (string(resp.Kvs[0].Value) != v && (k != f.FailedKey || string(resp.Kvs[0].Value) != f.FailedValue)) {
+			t.Fatalf("%s does not hold its newest acknowledged value", k)
+		}
+	}
 }

@@ -25,6 +25,15 @@ var (
 // StewardBinary builds cmd/steward once per test process and returns its path.
 func StewardBinary(t testing.TB) string {
 	t.Helper()
+	p, err := BuildSteward()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// BuildSteward is StewardBinary for a TestMain, which has no testing.TB.
+func BuildSteward() (string, error) {
 	buildOnce.Do(func() {
 		removeStaleBinaries()
 		dir := filepath.Join(os.TempDir(), fmt.Sprintf("steward-test-bin-%d", os.Getpid()))
@@ -39,10 +48,7 @@ func StewardBinary(t testing.TB) string {
 			buildErr = fmt.Errorf("go build steward: %v\n%s", err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return binPath, buildErr
 }
 
 // removeStaleBinaries deletes the binaries of test processes that have ended (a test process

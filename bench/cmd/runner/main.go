@@ -108,6 +108,36 @@ var benchmarks = []benchmark{
 		},
 	},
 	{
+		name: "defrag",
+		pkg:  "./bench/defrag",
+		args: func(full bool, t tools) []string {
+			if full {
+				return []string{"-steward", t.steward, "-etcdctl", t.etcdctl, "-size", "1GiB", "-rounds", "2"}
+			}
+			return []string{"-steward", t.steward, "-etcdctl", t.etcdctl, "-size", "128MiB", "-rounds", "2"}
+		},
+	},
+	{
+		name: "rollout",
+		pkg:  "./bench/rollout",
+		args: func(full bool, t tools) []string {
+			if full {
+				return []string{"-steward", t.steward, "-size", "1GiB", "-rounds", "3"}
+			}
+			return []string{"-steward", t.steward, "-size", "64MiB", "-rounds", "2"}
+		},
+	},
+	{
+		name: "listing",
+		pkg:  "./bench/listing",
+		args: func(full bool, _ tools) []string {
+			if full {
+				return []string{"-n", "500000", "-rounds", "3", "-fileblob-n", "20000"}
+			}
+			return []string{"-n", "100000", "-rounds", "2", "-fileblob-n", "10000"}
+		},
+	},
+	{
 		name: "validate",
 		pkg:  "./bench/validate",
 		args: func(full bool, t tools) []string {
@@ -151,7 +181,7 @@ func main() {
 		for _, n := range strings.Split(only, ",") {
 			n = strings.TrimSpace(n)
 			if !known[n] {
-				fail(fmt.Errorf("-only: no benchmark %q (have snapshot, delta, replay, restore, heal, validate)", n))
+				fail(fmt.Errorf("-only: no benchmark %q (have snapshot, delta, replay, restore, heal, operator, listing, validate)", n))
 			}
 			o.only[n] = true
 		}

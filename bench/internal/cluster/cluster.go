@@ -26,7 +26,7 @@ type Options struct {
 	Members int
 	// Backup is the store URL, or "none" to switch backups off.
 	Backup string
-	// SidecarArgs are extra sidecar flags (only used when backups are on).
+	// SidecarArgs are extra sidecar flags.
 	SidecarArgs []string
 	// Timeout bounds the wait for the cluster to become healthy.
 	Timeout time.Duration

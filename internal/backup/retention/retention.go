@@ -84,40 +84,9 @@ func Plan(chain backup.Chain, p Policy, now time.Time) ([]backup.Object, error) 
 
 // planTimeline is Plan for the chain of one timeline.
 func planTimeline(chain backup.Chain, p Policy, now time.Time) ([]backup.Object, error) {
-	if len(chain.Fulls) == 0 {
-		return nil, nil // nothing to anchor a decision on: delete nothing
-	}
-	var keep map[string]bool
-	switch p.Name {
-	case Exponential:
-		keep = keepExponential(chain.Fulls, now)
-	case Limit:
-		if p.Limit < 1 {
-			return nil, fmt.Errorf("retention policy %s: keep at least 1 full snapshot", p)
-		}
-		keep = map[string]bool{}
-		for i := max(0, len(chain.Fulls)-p.Limit); i < len(chain.Fulls); i++ {
-			keep[chain.Fulls[i].Key] = true
-		}
-	default:
-		return nil, fmt.Errorf("unknown retention policy %q: use %s or %s:N", p.Name, Exponential, Limit)
-	}
-	newest := chain.Fulls[len(chain.Fulls)-1]
-	keep[newest.Key] = true
-
-	// Fulls are sorted by revision, so the first kept one is the oldest.
-	var oldestKept int64
-	for _, f := range chain.Fulls {
-		if keep[f.Key] {
-			oldestKept = f.FirstRev
-			break
-		}
-	}
-	var del []backup.Object
-	for _, f := range chain.Fulls {
-		if !keep[f.Key] {
-			del = append(del, f)
-		}
+	del, oldestKept, err := planFulls(chain.Fulls, p, now)
+	if err != nil {
+		return nil, err
 	}
 	for _, d := range chain.Deltas {
 		if d.LastRev <= oldestKept {
@@ -126,6 +95,45 @@ func planTimeline(chain backup.Chain, p Policy, now time.Time) ([]backup.Object,
 	}
 	sortOldestFirst(del)
 	return del, nil
+}
+
+// planFulls decides which of the full snapshots of one timeline (sorted by revision) policy p
+// deletes, and the revision of the oldest it keeps: deltas that end at or below it go too
+// (oldestKept is 0, nothing to delete, when there are no full snapshots).
+func planFulls(fulls []backup.Object, p Policy, now time.Time) (del []backup.Object, oldestKept int64, err error) {
+	if len(fulls) == 0 {
+		return nil, 0, nil // nothing to anchor a decision on: delete nothing
+	}
+	var keep map[string]bool
+	switch p.Name {
+	case Exponential:
+		keep = keepExponential(fulls, now)
+	case Limit:
+		if p.Limit < 1 {
+			return nil, 0, fmt.Errorf("retention policy %s: keep at least 1 full snapshot", p)
+		}
+		keep = map[string]bool{}
+		for i := max(0, len(fulls)-p.Limit); i < len(fulls); i++ {
+			keep[fulls[i].Key] = true
+		}
+	default:
+		return nil, 0, fmt.Errorf("unknown retention policy %q: use %s or %s:N", p.Name, Exponential, Limit)
+	}
+	keep[fulls[len(fulls)-1].Key] = true
+
+	// Fulls are sorted by revision, so the first kept one is the oldest.
+	for _, f := range fulls {
+		if keep[f.Key] {
+			oldestKept = f.FirstRev
+			break
+		}
+	}
+	for _, f := range fulls {
+		if !keep[f.Key] {
+			del = append(del, f)
+		}
+	}
+	return del, oldestKept, nil
 }
 
 // keepExponential marks, newest first, each snapshot that is the newest in
@@ -200,55 +208,105 @@ func sortOldestFirst(objs []backup.Object) {
 	})
 }
 
-// Collect deletes what Doomed names and returns it.
-func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64) ([]backup.Object, error) {
-	doomed, err := Doomed(ctx, s, p, now, clusterID)
-	if err != nil || len(doomed) == 0 {
-		return nil, err
-	}
-	return doomed, Apply(ctx, s, doomed)
+// Collect deletes what Walk names, as it names it (oldest first), and returns how many
+// objects it deleted. It stops at the first failure; running it again is safe.
+func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64) (int, error) {
+	n := 0
+	err := Walk(ctx, s, p, now, clusterID, func(o backup.Object) error {
+		if err := s.Delete(ctx, o.Key); err != nil {
+			return fmt.Errorf("retention: deleted %d objects, then: %w", n, err)
+		}
+		n++
+		return nil
+	})
+	return n, err
 }
 
-// Doomed says what policy p deletes from the timelines in s of cluster clusterID (0: from
-// every timeline), oldest first, after reading back to its end (backup.VerifyObject) the
-// newest full snapshot of every timeline it would delete from: nothing is to be deleted unless
-// the snapshots that everything kept hangs on are sound. A sidecar passes its cluster's ID:
-// the timelines of another cluster sharing the prefix follow that cluster's policy, not this
-// one's. It deletes nothing.
+// Doomed is Walk's objects as a slice (for a dry run of a small store, and tests).
 func Doomed(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64) ([]backup.Object, error) {
-	chain, err := backup.ListChain(ctx, s)
+	var out []backup.Object
+	err := Walk(ctx, s, p, now, clusterID, func(o backup.Object) error {
+		out = append(out, o)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// Walk calls fn for each object policy p deletes from the timelines in s of cluster clusterID
+// (0: from every timeline), timeline by timeline, oldest first, after reading back to its end
+// (backup.VerifyObject) the newest full snapshot of the timeline: nothing is to be deleted
+// unless the snapshot that everything kept hangs on is sound. A sidecar passes its cluster's
+// ID: the timelines of another cluster sharing the prefix follow that cluster's policy, not
+// this one's. It deletes nothing itself, and it streams: the full snapshots are held (they
+// are few), the deltas are read page by page and passed on, however many the store holds.
+// fn may delete what it is given. fn's error stops the walk and is returned.
+func Walk(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64, fn func(backup.Object) error) error {
+	ix, err := backup.ReadIndex(ctx, s)
+	if err != nil {
+		return err
+	}
+	own := map[uint32]bool{}
 	if clusterID != 0 {
-		tls, err := backup.ObserveTimelines(ctx, s, chain)
+		tls, err := backup.ObserveIndex(ctx, s, ix)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		var own []backup.Object
 		for _, tl := range tls {
-			if tl.ClusterID == clusterID {
-				own = append(own, chain.Timeline(tl.Timeline).Objects()...)
-			}
+			own[tl.Timeline] = tl.ClusterID == clusterID
 		}
-		chain = backup.NewChain(own)
 	}
-	doomed, err := Plan(chain, p, now)
-	if err != nil || len(doomed) == 0 {
-		return nil, err
-	}
-	checked := map[uint32]bool{}
-	for _, o := range doomed {
-		if checked[o.Timeline] {
+	for _, t := range ix.Timelines {
+		if clusterID != 0 && !own[t.Timeline] {
 			continue
 		}
-		checked[o.Timeline] = true
-		newest, _ := chain.Timeline(o.Timeline).Newest()
+		fullsDel, oldestKept, err := planFulls(t.Fulls, p, now)
+		if err != nil {
+			return err
+		}
+		if len(fullsDel) == 0 && (t.Deltas == 0 || t.FirstDelta.LastRev > oldestKept) {
+			continue
+		}
+		newest, _ := t.NewestFull()
 		if err := backup.VerifyObject(ctx, s, newest); err != nil {
-			return nil, fmt.Errorf("retention: nothing deleted: the newest full snapshot %s of timeline %d does not read back (take a new one: steward backup save; steward backup verify lists the damage): %w", newest.Key, o.Timeline, err)
+			return fmt.Errorf("retention: nothing deleted from timeline %d: its newest full snapshot %s does not read back (take a new one: steward backup save; steward backup verify lists the damage): %w", t.Timeline, newest.Key, err)
+		}
+		// Deltas in revision order, each after the doomed full snapshots at or below its
+		// first revision: an interrupted walk leaves the newest objects standing.
+		fi := 0
+		emitFulls := func(upTo int64) error {
+			for ; fi < len(fullsDel) && fullsDel[fi].FirstRev <= upTo; fi++ {
+				if err := fn(fullsDel[fi]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if t.Deltas > 0 && t.FirstDelta.LastRev <= oldestKept {
+			for d, err := range backup.Deltas(ctx, s, t.Timeline) {
+				if err != nil {
+					return err
+				}
+				if d.FirstRev > oldestKept {
+					break // the deltas come by first revision: none further ends at or below it
+				}
+				if err := emitFulls(d.FirstRev); err != nil {
+					return err
+				}
+				if d.LastRev <= oldestKept {
+					if err := fn(d); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if err := emitFulls(1<<63 - 1); err != nil {
+			return err
 		}
 	}
-	return doomed, nil
+	return nil
 }
 
 // Apply deletes objs from s in the given order (Plan's: oldest first). It

@@ -289,12 +289,19 @@ func TestCollectKeepsToItsCluster(t *testing.T) {
 	putFull(t, s, 2, 43, 20, now.Add(-h))
 	old3 := putFull(t, s, 3, 42, 50, now.Add(-2*h))
 	putFull(t, s, 3, 42, 60, now.Add(-h))
-	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42)
+	doomed, err := Doomed(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(keysOf(del)); got != fmt.Sprint([]string{old1, old3}) {
-		t.Fatalf("deleted %s, want the older full snapshots of cluster 42's timelines 1 and 3", got)
+	if got := fmt.Sprint(keysOf(doomed)); got != fmt.Sprint([]string{old1, old3}) {
+		t.Fatalf("doomed %s, want the older full snapshots of cluster 42's timelines 1 and 3", got)
+	}
+	n, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42)
+	if err != nil || n != 2 {
+		t.Fatalf("Collect deleted %d objects, err %v; want 2", n, err)
+	}
+	if left, _ := Doomed(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42); len(left) != 0 {
+		t.Fatalf("after Collect, still doomed: %v", keysOf(left))
 	}
 }
 
@@ -339,12 +346,12 @@ func TestCollectReadsTheNewestFullBack(t *testing.T) {
 		t.Fatalf("Doomed over a damaged newest full: %v, err %v; want nothing, and the error naming %s", del, err, newest)
 	}
 	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
-	if err == nil || !strings.Contains(err.Error(), newest) || len(del) != 0 || !strings.Contains(keys(), old) {
+	if err == nil || !strings.Contains(err.Error(), newest) || del != 0 || !strings.Contains(keys(), old) {
 		t.Fatalf("Collect over a damaged newest full: deleted %v, err %v; left %s", del, err, keys())
 	}
 	newest = full(300, now)
 	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
-	if err != nil || len(del) != 2 || keys() != newest {
+	if err != nil || del != 2 || keys() != newest {
 		t.Fatalf("Collect: deleted %v, err %v; left %s, want only %s", del, err, keys(), newest)
 	}
 }

@@ -31,8 +31,13 @@ var ErrHistoryRestarted = errors.New("the member's history restarted")
 // on.
 type Placed struct {
 	Placement backup.Placement
-	Chain     backup.Chain             // the store's objects
-	Status    *clientv3.StatusResponse // the member's, read after the store's timelines
+	// Index summarises the store (every timeline, bounded: no delta names).
+	Index backup.Index
+	// Chain is the placed timeline as far as continuing it needs: every full snapshot and
+	// the deltas that reach past the newest one (empty for a new timeline). The older
+	// deltas, up to a month of them, are not read into memory.
+	Chain  backup.Chain
+	Status *clientv3.StatusResponse // the member's, read after the store's timelines
 }
 
 // Timeline is the timeline the member's objects go to.
@@ -40,15 +45,16 @@ func (p Placed) Timeline() Timeline {
 	return Timeline{ID: p.Placement.Timeline, ClusterID: p.Status.Header.ClusterId}
 }
 
-// Place lists s, reads the headers backup.Place needs, then the member's status, and decides
-// which timeline the member's backups go to and where it continues. The status is read last:
-// a member's revision only grows, so the decision holds for the revision it reads.
+// Place lists s (streaming: backup.ReadIndex), reads the headers backup.Place needs, then the
+// member's status, and decides which timeline the member's backups go to and where it
+// continues. The status is read last: a member's revision only grows, so the decision holds
+// for the revision it reads.
 func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
-	c, err := backup.ListChain(ctx, s)
+	ix, err := backup.ReadIndex(ctx, s)
 	if err != nil {
 		return Placed{}, err
 	}
-	tls, err := backup.ObserveTimelines(ctx, s, c)
+	tls, err := backup.ObserveIndex(ctx, s, ix)
 	if err != nil {
 		return Placed{}, err
 	}
@@ -73,7 +79,8 @@ func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
 		// timeline's newest revision has not passed it since: compare the events of the
 		// newest revision a delta holds.
 		i := slices.IndexFunc(tls, func(tl backup.TimelineInfo) bool { return tl.Timeline == p.Timeline })
-		if d, ok := furthestDelta(c.Timeline(p.Timeline)); ok {
+		if ti, _ := ix.Timeline(p.Timeline); ti.Deltas > 0 {
+			d := ti.FurthestDelta
 			why, compacted, err := historyDiffers(ctx, m, s, d)
 			if err != nil {
 				return Placed{}, err
@@ -89,18 +96,18 @@ func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
 			}
 		}
 	}
-	return Placed{Placement: p, Chain: c, Status: st}, nil
-}
-
-// furthestDelta is the delta of c that reaches the highest revision.
-func furthestDelta(c backup.Chain) (backup.Object, bool) {
-	var d backup.Object
-	for _, o := range c.Deltas {
-		if o.LastRev > d.LastRev {
-			d = o
+	placed := Placed{Placement: p, Index: ix, Status: st}
+	if !p.New {
+		var fullRev int64
+		if ti, _ := ix.Timeline(p.Timeline); len(ti.Fulls) > 0 {
+			fullRev = ti.Fulls[len(ti.Fulls)-1].FirstRev
+		}
+		placed.Chain, err = backup.LoadTimeline(ctx, s, p.Timeline, backup.DeltasAfter(fullRev))
+		if err != nil {
+			return Placed{}, err
 		}
 	}
-	return d, d.Key != ""
+	return placed, nil
 }
 
 // historyDiffers compares the events of revision o.LastRev stored in delta o with the member's

@@ -167,6 +167,14 @@ type chunkSink struct {
 // remaining_bytes = 2, blob = 3, version = 4).
 const snapshotBlobField = 3
 
+// snapshotFieldTypes are the wire types of pb.SnapshotResponse's fields.
+var snapshotFieldTypes = map[protowire.Number]protowire.Type{
+	1: protowire.BytesType,  // header
+	2: protowire.VarintType, // remaining_bytes
+	3: protowire.BytesType,  // blob
+	4: protowire.BytesType,  // version
+}
+
 var errSinkWrite = errors.New("snapshot chunk not written")
 
 func (c *chunkSink) unmarshal(data mem.BufferSlice) error {
@@ -182,6 +190,14 @@ func (c *chunkSink) unmarshal(data mem.BufferSlice) error {
 			return fmt.Errorf("snapshot response: bad field tag: %w", err)
 		}
 		num, typ := protowire.DecodeTag(tag)
+		if tag>>3 < uint64(protowire.MinValidNumber) || tag>>3 > uint64(protowire.MaxValidNumber) {
+			return fmt.Errorf("snapshot response: field number %d is not a protobuf field: the message is damaged", tag>>3)
+		}
+		// The fields etcd defines have one wire type each; another is a damaged message, as
+		// etcd's own decoding says (found by FuzzSnapshotChunk: a version sent as a varint).
+		if want, known := snapshotFieldTypes[num]; known && typ != want {
+			return fmt.Errorf("snapshot response field %d: wire type %d, want %d: the message is damaged", num, typ, want)
+		}
 		var skip uint64
 		switch typ {
 		case protowire.VarintType:

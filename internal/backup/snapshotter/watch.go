@@ -108,6 +108,18 @@ const (
 	keyValueModRevisionField = 3
 )
 
+// watchFieldTypes are the wire types of pb.WatchResponse's fields.
+var watchFieldTypes = map[protowire.Number]protowire.Type{
+	watchHeaderField:       protowire.BytesType,
+	2:                      protowire.VarintType, // watch_id
+	watchCreatedField:      protowire.VarintType,
+	watchCanceledField:     protowire.VarintType,
+	watchCompactRevField:   protowire.VarintType,
+	watchCancelReasonField: protowire.BytesType,
+	7:                      protowire.VarintType, // fragment
+	watchEventsField:       protowire.BytesType,
+}
+
 var errEventSink = errors.New("watch event not taken")
 
 func (w *watchMsg) unmarshal(data mem.BufferSlice) error {
@@ -121,6 +133,14 @@ func (w *watchMsg) unmarshal(data mem.BufferSlice) error {
 			return fmt.Errorf("watch response: bad field tag: %w", err)
 		}
 		num, typ := protowire.DecodeTag(tag)
+		if tag>>3 < uint64(protowire.MinValidNumber) || tag>>3 > uint64(protowire.MaxValidNumber) {
+			return fmt.Errorf("watch response: field number %d is not a protobuf field: the message is damaged", tag>>3)
+		}
+		// The fields etcd defines have one wire type each; another is a damaged message, as
+		// etcd's own decoding says (found by FuzzWatchResponse: canceled sent as bytes).
+		if want, known := watchFieldTypes[num]; known && typ != want {
+			return fmt.Errorf("watch response field %d: wire type %d, want %d: the message is damaged", num, typ, want)
+		}
 		switch typ {
 		case protowire.VarintType:
 			v, err := binary.ReadUvarint(r)
@@ -224,13 +244,42 @@ func (w *watchMsg) flat(n int) ([]byte, error) {
 	return w.scratch, nil
 }
 
+// Wire types of mvccpb.Event's and mvccpb.KeyValue's fields. An event is stored as etcd sent
+// it, and restores decode it with etcd's own decoding: one that decoding refuses must not be
+// stored (found by FuzzWatchResponse: a lease sent as bytes).
+var (
+	eventFieldTypes = map[protowire.Number]protowire.Type{1: protowire.VarintType, eventKVField: protowire.BytesType, 3: protowire.BytesType}
+	kvFieldTypes    = map[protowire.Number]protowire.Type{1: protowire.BytesType, 2: protowire.VarintType, keyValueModRevisionField: protowire.VarintType,
+		4: protowire.VarintType, 5: protowire.BytesType, 6: protowire.VarintType}
+)
+
+func checkType(what string, types map[protowire.Number]protowire.Type, num protowire.Number, typ protowire.Type) error {
+	if want, known := types[num]; known && typ != want {
+		return fmt.Errorf("%s field %d: wire type %d, want %d: the event is damaged", what, num, typ, want)
+	}
+	return nil
+}
+
+// checkKV checks the wire types of an encoded mvccpb.KeyValue's fields.
+func checkKV(kv []byte) error {
+	return eachField(kv, func(num protowire.Number, typ protowire.Type, _ uint64, _ []byte) error {
+		return checkType("key-value", kvFieldTypes, num, typ)
+	})
+}
+
 // eventRevision returns the mod revision of an encoded mvccpb.Event's kv.
 func eventRevision(ev []byte) (int64, error) {
 	var kv []byte
 	hasKV := false
 	err := eachField(ev, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
-		if num == eventKVField && typ == protowire.BytesType {
+		if err := checkType("event", eventFieldTypes, num, typ); err != nil {
+			return err
+		}
+		switch {
+		case num == eventKVField:
 			kv, hasKV = b, true
+		case num == 3: // prev_kv
+			return checkKV(b)
 		}
 		return nil
 	})
@@ -242,7 +291,10 @@ func eventRevision(ev []byte) (int64, error) {
 	}
 	var rev int64
 	err = eachField(kv, func(num protowire.Number, typ protowire.Type, v uint64, _ []byte) error {
-		if num == keyValueModRevisionField && typ == protowire.VarintType {
+		if err := checkType("key-value", kvFieldTypes, num, typ); err != nil {
+			return err
+		}
+		if num == keyValueModRevisionField {
 			rev = int64(v)
 		}
 		return nil

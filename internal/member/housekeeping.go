@@ -1,0 +1,326 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/maintenance"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/robfig/cron/v3"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// MaintenanceConfig configures the leader's housekeeping.
+type MaintenanceConfig struct {
+	// DefragSchedule is when the leader's sidecar checks which members are worth
+	// defragmenting (cron, or MaintenanceOff).
+	DefragSchedule string
+	// Defrag says which members are worth it.
+	Defrag maintenance.Policy
+}
+
+// MaintenanceOff turns scheduled defragmentation off.
+const MaintenanceOff = "off"
+
+// DefaultMaintenance is a sidecar's housekeeping unless configured otherwise.
+var DefaultMaintenance = MaintenanceConfig{DefragSchedule: "@hourly", Defrag: maintenance.DefaultPolicy}
+
+// housekeepingInterval is how often the leader's sidecar looks at the alarms and the schedule.
+const housekeepingInterval = 10 * time.Second
+
+// MaintenanceReport is what the leader's housekeeping last did, in the member's report.
+type MaintenanceReport struct {
+	// Alarms are the cluster's active alarms ("NOSPACE on 8e9e05c52164694d").
+	Alarms []string `json:"alarms,omitempty"`
+	// LastDefrag is the newest defragmentation round this sidecar ran that defragmented a
+	// member or stopped early; LastCheck when it last looked (a round finding nothing worth it).
+	LastDefrag *DefragReport `json:"lastDefrag,omitempty"`
+	LastCheck  time.Time     `json:"lastCheck,omitempty"`
+	// NextDefrag is when the next round's check is due.
+	NextDefrag time.Time `json:"nextDefrag,omitempty"`
+	// LastCorrupt is this sidecar's newest pass at a CORRUPT alarm.
+	LastCorrupt *CorruptReport `json:"lastCorrupt,omitempty"`
+	// RoundSince is when the round this sidecar runs now began (zero: none). A round outlives
+	// its sidecar's leadership (it moves leadership away before the leader's turn), so the
+	// next leader's sidecar waits while this is set in a fresh report.
+	RoundSince time.Time `json:"roundSince,omitempty"`
+}
+
+// CorruptReport is one pass at a CORRUPT alarm (maintenance.RecoverCorrupt).
+type CorruptReport struct {
+	At time.Time `json:"at"`
+	maintenance.CorruptResult
+	// Error says why the alarm is still there (it needs a person, or a step failed).
+	Error string `json:"error,omitempty"`
+}
+
+func (s *Sidecar) recoverCorrupt(ctx context.Context, cli *clientv3.Client) *CorruptReport {
+	res, err := maintenance.RecoverCorrupt(ctx, cli, func(st maintenance.Step) {
+		if st.Kind != maintenance.StepDone {
+			s.lg.Warn("CORRUPT alarm", zap.String("step", string(st.Kind)), zap.String("member", st.Member.Name), zap.String("why", st.Reason))
+		}
+	})
+	r := &CorruptReport{At: time.Now(), CorruptResult: res}
+	if res.Replaced != "" {
+		s.housekeepingMetrics.replaced.Inc()
+	}
+	if err != nil {
+		r.Error = err.Error()
+		s.lg.Warn("CORRUPT alarm not resolved", zap.Error(err))
+	}
+	return r
+}
+
+// chore is what the housekeeping does in one pass.
+type chore int
+
+const (
+	choreNone chore = iota
+	choreCorrupt
+	choreNoSpace
+	choreDefrag
+)
+
+// roundFresh is how old a report may be and still show a round running: a sidecar that
+// died mid-round stops reporting, and its round stops holding the others back.
+const roundFresh = 30 * time.Second
+
+// nextChore decides one housekeeping pass of the leader's sidecar self: replace a member
+// marked CORRUPT (maintenance.NextCorrupt), recover NOSPACE at once, defragment when the schedule is due (due), nothing while another member's sidecar
+// still runs a round (it began while it led, and moves leadership on its own). The reason
+// says why nothing happens when that is not the ordinary case.
+func nextChore(st ClusterStatus, self string, alarms []maintenance.Alarm, due bool, now time.Time) (chore, string) {
+	if hasAlarm(alarms, "CORRUPT") {
+		return choreCorrupt, "" // etcd refuses every request meanwhile; a round waits for it
+	}
+	if !hasAlarm(alarms, "NOSPACE") && !due {
+		return choreNone, ""
+	}
+	for _, m := range st.Members {
+		r := m.Report
+		if m.Name == self || r == nil || r.Maintenance == nil || r.Maintenance.RoundSince.IsZero() || now.Sub(r.At) > roundFresh {
+			continue
+		}
+		return choreNone, fmt.Sprintf("%s's sidecar runs a round since %s", m.Name, r.Maintenance.RoundSince.Format(time.RFC3339))
+	}
+	if hasAlarm(alarms, "NOSPACE") {
+		return choreNoSpace, ""
+	}
+	return choreDefrag, ""
+}
+
+// DefragReport is one defragmentation round.
+type DefragReport struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Trigger is "schedule" or "NOSPACE".
+	Trigger   string                     `json:"trigger"`
+	Members   []maintenance.MemberResult `json:"members,omitempty"`
+	Reclaimed int64                      `json:"reclaimed"`
+	// Error says why the round stopped early (postponed, a member failed); "" when it completed.
+	Error string `json:"error,omitempty"`
+}
+
+// parseDefragSchedule parses the schedule (nil: off).
+func parseDefragSchedule(s string) (cron.Schedule, error) {
+	if s == MaintenanceOff {
+		return nil, nil
+	}
+	sched, err := ParseSchedule(s)
+	if err != nil {
+		return nil, fmt.Errorf("defragmentation schedule %q: %v; give a cron expression (\"0 3 * * *\", \"@hourly\") or %q", s, err, MaintenanceOff)
+	}
+	return sched, nil
+}
+
+type housekeepingMetrics struct {
+	rounds    *prometheus.CounterVec
+	reclaimed prometheus.Counter
+	alarms    *prometheus.GaugeVec
+	replaced  prometheus.Counter
+}
+
+func newHousekeepingMetrics(reg *prometheus.Registry) *housekeepingMetrics {
+	m := &housekeepingMetrics{
+		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steward_defrag_rounds_total",
+			Help: "Defragmentation rounds run by this sidecar while its etcd led, by trigger (schedule, NOSPACE) and result (completed, postponed, failed)."},
+			[]string{"trigger", "result"}),
+		reclaimed: prometheus.NewCounter(prometheus.CounterOpts{Name: "steward_defrag_reclaimed_bytes_total",
+			Help: "Bytes given back by the defragmentations this sidecar ran."}),
+		alarms: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_alarms_active",
+			Help: "Active etcd alarms of the cluster by type, as the leader's sidecar last saw them."}, []string{"type"}),
+	}
+	m.replaced = prometheus.NewCounter(prometheus.CounterOpts{Name: "steward_corrupt_members_replaced_total",
+		Help: "Members that etcd marked CORRUPT and this sidecar removed to rejoin with empty data."})
+	reg.MustRegister(m.rounds, m.reclaimed, m.alarms, m.replaced)
+	return m
+}
+
+// housekeeping runs while the sidecar lives. While its etcd leads and no directive is in
+// force, it recovers from a NOSPACE alarm at once and defragments on its schedule, the
+// leader last (maintenance.Next), one round in the cluster at a time (nextChore).
+func (s *Sidecar) housekeeping(ctx context.Context, sched cron.Schedule, interval time.Duration) {
+	var cli *clientv3.Client
+	defer func() {
+		if cli != nil {
+			cli.Close()
+		}
+	}()
+	var next time.Time
+	var waiting string // why the last pass did nothing, logged once
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+		snap, err := s.cfg.View.Snapshot(ctx)
+		if err != nil || snap.Directive != nil {
+			continue // a recovery owns the members
+		}
+		self, ok := snap.Spec.Member(s.cfg.Name)
+		if !ok {
+			continue
+		}
+		if cli == nil {
+			if cli, err = clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()}); err != nil {
+				continue
+			}
+		}
+		if !leads(ctx, cli, self.ClientURL, 5*time.Second) {
+			continue
+		}
+		now := time.Now()
+		if sched != nil && next.IsZero() {
+			next = sched.Next(now)
+		}
+		rep := s.lastMaintenance()
+		rep.NextDefrag = next
+		alarms, err := maintenance.Alarms(ctx, cli)
+		if err == nil {
+			rep.Alarms = s.recordAlarms(alarms)
+		}
+		do, why := nextChore(snap.Status, s.cfg.Name, alarms, sched != nil && !now.Before(next), now)
+		if why != "" && why != waiting {
+			s.lg.Info("maintenance waits", zap.String("why", why))
+		}
+		waiting = why
+		if do == choreNoSpace || do == choreDefrag { // advertised while it runs
+			running := rep
+			running.RoundSince = now
+			s.maintenance.Store(&running)
+			s.kickReport()
+		}
+		var round *DefragReport
+		switch do {
+		case choreCorrupt:
+			rep.LastCorrupt = s.recoverCorrupt(ctx, cli)
+		case choreNoSpace:
+			round = s.recoverNoSpace(ctx, cli)
+		case choreDefrag:
+			round = s.defragRound(ctx, cli)
+			next = sched.Next(time.Now())
+			rep.NextDefrag = next
+		}
+		if round != nil {
+			rep.LastCheck = round.End
+			if len(round.Members) > 0 || round.Error != "" {
+				rep.LastDefrag = round
+			}
+		}
+		s.maintenance.Store(&rep)
+		if do != choreNone {
+			s.kickReport() // the round's result, and that it no longer runs
+		}
+	}
+}
+
+func (s *Sidecar) lastMaintenance() MaintenanceReport {
+	if p := s.maintenance.Load(); p != nil {
+		return *p
+	}
+	return MaintenanceReport{}
+}
+
+// leads says whether the member at endpoint is the leader (false if it does not answer
+// within timeout).
+func leads(ctx context.Context, cli *clientv3.Client, endpoint string, timeout time.Duration) bool {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := cli.Status(sctx, endpoint)
+	return err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId
+}
+
+func hasAlarm(alarms []maintenance.Alarm, typ string) bool {
+	for _, a := range alarms {
+		if a.Type == typ {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Sidecar) recordAlarms(alarms []maintenance.Alarm) []string {
+	counts := map[string]float64{"NOSPACE": 0, "CORRUPT": 0}
+	var out []string
+	for _, a := range alarms {
+		counts[a.Type]++
+		out = append(out, fmt.Sprintf("%s on %x", a.Type, a.MemberID))
+	}
+	for typ, n := range counts {
+		s.housekeepingMetrics.alarms.WithLabelValues(typ).Set(n)
+	}
+	return out
+}
+
+func (s *Sidecar) defragRound(ctx context.Context, cli *clientv3.Client) *DefragReport {
+	r := &DefragReport{Start: time.Now(), Trigger: "schedule"}
+	res, err := maintenance.Defragment(ctx, cli, maintenance.Options{Policy: s.cfg.Maintenance.Defrag, Progress: s.logStep})
+	return s.finishRound(r, res, err)
+}
+
+func (s *Sidecar) recoverNoSpace(ctx context.Context, cli *clientv3.Client) *DefragReport {
+	r := &DefragReport{Start: time.Now(), Trigger: "NOSPACE"}
+	s.lg.Warn("NOSPACE alarm: compacting the history, defragmenting every member (leader last), then disarming")
+	res, err := maintenance.RecoverNoSpace(ctx, cli, maintenance.Options{Progress: s.logStep})
+	if err == nil {
+		s.lg.Info("NOSPACE alarm disarmed", zap.Int64("compactedAt", res.CompactedAt))
+	}
+	return s.finishRound(r, res.Defrag, err)
+}
+
+func (s *Sidecar) finishRound(r *DefragReport, res maintenance.Result, err error) *DefragReport {
+	r.End, r.Members, r.Reclaimed = time.Now(), res.Members, res.Reclaimed()
+	result := "completed"
+	switch {
+	case errors.Is(err, maintenance.ErrPostponed):
+		result = "postponed"
+	case err != nil:
+		result = "failed"
+	}
+	if err != nil {
+		r.Error = err.Error()
+		s.lg.Warn("defragmentation stopped", zap.String("trigger", r.Trigger), zap.Error(err))
+	}
+	s.housekeepingMetrics.rounds.WithLabelValues(r.Trigger, result).Inc()
+	s.housekeepingMetrics.reclaimed.Add(float64(r.Reclaimed))
+	for _, m := range res.Members {
+		s.lg.Info("defragmented", zap.String("target", m.Name), zap.Int64("before", m.Before), zap.Int64("after", m.After),
+			zap.Duration("took", m.Duration), zap.String("movedLeadershipTo", m.MovedTo))
+	}
+	return r
+}
+
+func (s *Sidecar) logStep(st maintenance.Step) {
+	switch st.Kind {
+	case maintenance.StepDefrag:
+		s.lg.Info("defragmenting", zap.String("target", st.Member.Name), zap.String("why", st.Reason))
+	case maintenance.StepMoveLeader:
+		s.lg.Info("moving leadership before defragmenting the leader", zap.String("to", st.To.Name), zap.String("why", st.Reason))
+	case maintenance.StepWait:
+		s.lg.Info("defragmentation waits", zap.String("why", st.Reason))
+	}
+}

@@ -1,0 +1,532 @@
+package operator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/heal"
+	"github.com/etcd-steward/steward/internal/kubeview"
+	"github.com/etcd-steward/steward/internal/restore"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// storeCheckTimeout bounds the dry run that checks a target against the store.
+const storeCheckTimeout = 2 * time.Minute
+
+// RestoreReconciler carries out EtcdRestores: a running cluster restored in place back to a
+// point of its backups (seed 003, "restore a cluster back to a backup"), the way a recovery
+// from backup runs. In order, one step per pass, each recorded in the EtcdRestore's status
+// before the next:
+//  1. refuse (Failed, saying what to do) a cluster without spec.backup, one that recovers,
+//     or a second restore of a cluster; wait (Pending, then Failed) for a cluster that does
+//     not exist, is paused, has not formed or has no serving member;
+//  2. take a full snapshot of the present through a sidecar, as an EtcdBackup does;
+//  3. check the target against the store (a dry run of the restore the seed will run) and
+//     against that snapshot, so that a target the store cannot give fails before anything
+//     is stopped;
+//  4. record the directive's epoch, then write the directive (heal.StartRestore) into the
+//     cluster's status.recovery: the ClusterReconciler carries it out (fence, restore into
+//     one member, rejoin the others);
+//  5. follow the directive until it retires: Succeeded with the restored revision and the
+//     new cluster ID.
+//
+// Nothing is stopped before step 4; from then on a finalizer keeps the EtcdRestore until
+// the restore is over.
+type RestoreReconciler struct {
+	Client client.Client
+	// APIReader reads the credentials Secret uncached (see ClusterReconciler).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Snapshots takes the full snapshot of the present, as it does for EtcdBackups.
+	Snapshots *BackupReconciler
+	// Steward is the steward binary whose `restore --dry-run` checks a target against the
+	// store ("": only the checks against the snapshot are made).
+	Steward string
+	Now     func() time.Time
+}
+
+// SetupWithManager registers the reconciler: it watches EtcdRestores and the EtcdClusters
+// they restore (whose status.recovery carries the directive).
+func (r *RestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	clusterToRestores := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list v1alpha1.EtcdRestoreList
+		if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, er := range list.Items {
+			if er.Spec.Cluster == o.GetName() && (!terminal(er.Status.Phase) || !er.DeletionTimestamp.IsZero()) {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: er.Namespace, Name: er.Name}})
+			}
+		}
+		return out
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.EtcdRestore{}).
+		Watches(&v1alpha1.EtcdCluster{}, clusterToRestores).
+		Named("etcdrestore").
+		// One at a time: which restore of a cluster goes first is decided from the others' status.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r)
+}
+
+// +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdrestores,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdrestores/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etcd.steward.dev,resources=etcdrestores/finalizers,verbs=update
+
+// errStatusMoved: the EtcdRestore changed since it was read; nothing after the failed write
+// was done, and the next pass decides from the newer object.
+var errStatusMoved = errors.New("EtcdRestore status changed meanwhile")
+
+// Reconcile moves one EtcdRestore one step (see RestoreReconciler).
+func (r *RestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if errors.Is(err, errStatusMoved) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return res, err
+}
+
+func (r *RestoreReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	er := &v1alpha1.EtcdRestore{}
+	if err := r.Client.Get(ctx, req.NamespacedName, er); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	o := restoreObservation{Now: r.now(), Restore: er}
+	before := er.Status.DeepCopy()
+	ec := &v1alpha1.EtcdCluster{}
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: er.Namespace, Name: er.Spec.Cluster}, ec); {
+	case err == nil:
+		o.Cluster = ec
+		if ec.Status.Recovery != nil {
+			st, err := decodeRecovery(ec.Status.Recovery.Raw)
+			if err != nil {
+				return ctrl.Result{}, fmt.Errorf("EtcdCluster %s: status.recovery cannot be read: %w", ec.Name, err)
+			}
+			o.Recovery = st
+		}
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, err
+	}
+	if er.Status.Epoch == 0 && !terminal(er.Status.Phase) {
+		rival, err := r.rival(ctx, er)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		o.Rival = rival
+		if o.Cluster != nil && er.Status.Snapshot == nil {
+			_, wait, fatal := r.Snapshots.sidecar(ctx, ec)
+			o.SidecarWait = wait + fatal
+		}
+		if o.Cluster != nil && er.Status.Snapshot != nil {
+			o.DeltaRevision = r.deltaRevision(ctx, ec)
+		}
+	}
+	dec := decideRestore(o)
+	switch dec.Step {
+	case stepRelease:
+		if controllerutil.RemoveFinalizer(er, v1alpha1.RestoreFinalizer) {
+			return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, er))
+		}
+		return ctrl.Result{}, nil
+	case stepSnapshot:
+		return r.snapshot(ctx, er, ec, dec, before)
+	case stepCheck:
+		t, err := r.checkTarget(ctx, ec, er.Spec, *er.Status.Snapshot)
+		if err != nil {
+			dec.Phase, dec.Message = v1alpha1.RestoreFailed, err.Error()+" (nothing was stopped)"
+			r.setCondition(er, v1alpha1.RestoreConditionTargetChecked, false, "TargetUnavailable", err.Error())
+		} else {
+			er.Status.Target = &t
+			r.setCondition(er, v1alpha1.RestoreConditionTargetChecked, true, "Checked", t.Checked)
+		}
+		return ctrl.Result{}, r.writeStatus(ctx, er, ec, dec, before)
+	case stepIssue:
+		return r.issue(ctx, er, ec, o, dec, before)
+	case stepCancel:
+		if want := strconv.FormatInt(dec.Cancel, 10); ec.Annotations[v1alpha1.AnnotationCancelRestore] != want {
+			patch := client.MergeFrom(ec.DeepCopy())
+			if ec.Annotations == nil {
+				ec.Annotations = map[string]string{}
+			}
+			ec.Annotations[v1alpha1.AnnotationCancelRestore] = want
+			if err := r.Client.Patch(ctx, ec, patch); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		if err := r.writeStatus(ctx, er, ec, dec, before); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	if err := r.writeStatus(ctx, er, ec, dec, before); err != nil {
+		return ctrl.Result{}, err
+	}
+	switch {
+	case terminal(er.Status.Phase):
+		if controllerutil.RemoveFinalizer(er, v1alpha1.RestoreFinalizer) {
+			return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, er))
+		}
+		return ctrl.Result{}, nil
+	case er.Status.Phase == v1alpha1.RestorePending:
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+	case er.Status.Phase == v1alpha1.RestoreSnapshotting:
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil // the deltas catch up within a delta period
+	}
+	// The directive moves with the EtcdCluster's status, which wakes this reconciler; the
+	// requeue is a backstop.
+	return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+}
+
+func (r *RestoreReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// deltaRevision is the newest revision the deltas hold, from the delta-snapshot Lease that
+// the backup leader renews (-1 when it has not yet).
+func (r *RestoreReconciler) deltaRevision(ctx context.Context, ec *v1alpha1.EtcdCluster) int64 {
+	var l coordinationv1.Lease
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: deltaLeaseName(ec)}, &l); err != nil || l.Spec.HolderIdentity == nil {
+		return -1
+	}
+	rev, err := strconv.ParseInt(*l.Spec.HolderIdentity, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return rev
+}
+
+// rival is another EtcdRestore of the same cluster that goes first: one that has gone past
+// Pending, or an older one still Pending (by creation, then name). One restore acts on a
+// cluster at a time; a later one fails rather than wait, since its target was chosen in a
+// history the first restore is about to replace.
+func (r *RestoreReconciler) rival(ctx context.Context, er *v1alpha1.EtcdRestore) (string, error) {
+	var list v1alpha1.EtcdRestoreList
+	if err := r.Client.List(ctx, &list, client.InNamespace(er.Namespace)); err != nil {
+		return "", err
+	}
+	for _, o := range list.Items {
+		if o.UID == er.UID || o.Spec.Cluster != er.Spec.Cluster || terminal(o.Status.Phase) {
+			continue
+		}
+		if o.Status.Epoch != 0 || (o.Status.Phase != "" && o.Status.Phase != v1alpha1.RestorePending) {
+			return o.Name, nil
+		}
+		older := o.CreationTimestamp.Before(&er.CreationTimestamp) ||
+			(o.CreationTimestamp.Equal(&er.CreationTimestamp) && o.Name < er.Name)
+		if older && o.DeletionTimestamp.IsZero() {
+			return o.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// snapshot takes the full snapshot of the present through a sidecar (step 2). Snapshotting
+// is recorded first; an operator restarted during the snapshot takes another (one more full
+// snapshot in the store does no harm).
+func (r *RestoreReconciler) snapshot(ctx context.Context, er *v1alpha1.EtcdRestore, ec *v1alpha1.EtcdCluster, dec restoreDecision, before *v1alpha1.EtcdRestoreStatus) (ctrl.Result, error) {
+	// The cache may be behind the status written last: the snapshot is taken only from the
+	// newest EtcdRestore, so that it is not taken twice.
+	fresh := &v1alpha1.EtcdRestore{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(er), fresh); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if fresh.ResourceVersion != er.ResourceVersion {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	url, wait, fatal := r.Snapshots.sidecar(ctx, ec)
+	if url == "" {
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, fmt.Errorf("no sidecar for the full snapshot: %s", wait+fatal)
+	}
+	if err := r.writeStatus(ctx, er, ec, dec, before); err != nil {
+		return ctrl.Result{}, err
+	}
+	before = er.Status.DeepCopy()
+	res, err := r.Snapshots.takeFull(ctx, ec.Namespace, ec.Name, url)
+	if retry, ok := retryLater(err); ok && r.now().Sub(er.CreationTimestamp.Time) <= restoreWait {
+		dec.Message = fmt.Sprintf("the full snapshot of the present is not taken yet (%v): retrying in %s; nothing was stopped", err, retry)
+		return ctrl.Result{RequeueAfter: retry}, r.writeStatus(ctx, er, ec, dec, before)
+	}
+	if err != nil {
+		dec.Phase, dec.Message = v1alpha1.RestoreFailed, fmt.Sprintf("the full snapshot of the present failed, so the restore did not start (nothing was stopped): %v", err)
+		r.setCondition(er, v1alpha1.RestoreConditionSnapshotTaken, false, "SnapshotFailed", err.Error())
+		return ctrl.Result{}, r.writeStatus(ctx, er, ec, dec, before)
+	}
+	t := metav1.NewTime(res.Created)
+	er.Status.Snapshot = &v1alpha1.RestoreSnapshot{Key: res.Key, Revision: res.Revision, Timeline: int64(res.Timeline), Time: &t}
+	r.setCondition(er, v1alpha1.RestoreConditionSnapshotTaken, true, "Stored",
+		fmt.Sprintf("full snapshot %s at revision %d of timeline %d: the present stays restorable", res.Key, res.Revision, res.Timeline))
+	dec.Message = "checking the target against the backup store"
+	return ctrl.Result{}, r.writeStatus(ctx, er, ec, dec, before)
+}
+
+// checkTarget checks the target against the cluster's backup store as the seed's restore
+// will read it: `steward restore --dry-run` (the restore's own plan: the timeline, the full
+// snapshot and deltas, holes, the time's revision) as a child process whose environment
+// holds the credentials Secret's keys, as the sidecars' does. A store the operator cannot
+// read (a file:// store on the members' volumes, a mem:// store) is not checked here; the
+// status says so, and the check against the full snapshot (pinTarget) still applies.
+func (r *RestoreReconciler) checkTarget(ctx context.Context, ec *v1alpha1.EtcdCluster, spec v1alpha1.EtcdRestoreSpec, snap v1alpha1.RestoreSnapshot) (v1alpha1.RestoreTargetStatus, error) {
+	t := v1alpha1.RestoreTargetStatus{Time: spec.Time}
+	if spec.Revision != nil {
+		t.Revision = *spec.Revision
+	}
+	switch {
+	case spec.Timeline != nil:
+		t.Timeline = *spec.Timeline
+	case spec.Time == nil:
+		t.Timeline = snap.Timeline // the present history
+	}
+	storeURL := ec.Spec.Backup.Store
+	why := unreadableStore(storeURL)
+	if r.Steward == "" {
+		why = "the operator has no steward binary to read it with"
+	}
+	if why != "" {
+		t.Checked = fmt.Sprintf("not against the store (%s): only that the target is not beyond the full snapshot taken first; the restoring member reads the store", why)
+		return t, nil
+	}
+	args := []string{"restore", "--dry-run", "-o", "json", "--store", storeURL}
+	if t.Revision > 0 {
+		args = append(args, "--to-revision", strconv.FormatInt(t.Revision, 10))
+	}
+	if t.Time != nil {
+		args = append(args, "--to-time", t.Time.UTC().Format(time.RFC3339Nano))
+	}
+	if t.Timeline > 0 {
+		args = append(args, "--timeline", strconv.FormatInt(t.Timeline, 10))
+	}
+	env := os.Environ()
+	if s := ec.Spec.Backup.CredentialsSecret; s != nil {
+		var sec corev1.Secret
+		if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: s.Name}, &sec); err != nil {
+			return t, fmt.Errorf("reading the credentials Secret %s/%s to check the target against the store: %w", ec.Namespace, s.Name, err)
+		}
+		for k, v := range sec.Data {
+			env = append(env, k+"="+string(v))
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, r.Steward, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := lastErrorLine(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return t, fmt.Errorf("the backup store %s cannot give the target: %s", storeURL, msg)
+	}
+	var res restore.Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return t, fmt.Errorf("checking the target against the store: unreadable dry run: %w", err)
+	}
+	t.Timeline = int64(res.Timeline)
+	t.Checked = fmt.Sprintf("against the store: timeline %d gives revision %d now (full snapshot %s and %d deltas)",
+		res.Timeline, res.Target, res.Full.Key, len(res.Deltas))
+	if res.TargetAfterEnd != "" {
+		t.Checked += "; " + res.TargetAfterEnd
+	}
+	return t, nil
+}
+
+// unreadableStore says why the operator cannot read a store ("" when it can try).
+func unreadableStore(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err.Error()
+	}
+	switch u.Scheme {
+	case "mem":
+		return "a mem:// store lives in the sidecars' memory"
+	case "file":
+		dir := u.Path
+		if u.Host == "." {
+			dir = "." + dir
+		}
+		if _, err := os.Stat(dir); err != nil {
+			return fmt.Sprintf("the file:// store is on the members' volumes, which the operator does not mount (%v)", err)
+		}
+	}
+	return ""
+}
+
+func lastErrorLine(stderr string) string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if msg, ok := strings.CutPrefix(lines[i], "Error: "); ok {
+			return msg
+		}
+	}
+	return ""
+}
+
+// issue starts the restore (step 4), exactly once: the finalizer first (a restore that has
+// fenced must finish), then the directive's epoch in the EtcdRestore's status, then the
+// directive in the cluster's status.recovery. A pass that finds the epoch recorded but no
+// directive of it (the operator restarted in between, or the cluster's write lost a race)
+// writes it then; one that finds it written follows it (decideCommitted).
+func (r *RestoreReconciler) issue(ctx context.Context, er *v1alpha1.EtcdRestore, ec *v1alpha1.EtcdCluster, o restoreObservation, dec restoreDecision, before *v1alpha1.EtcdRestoreStatus) (ctrl.Result, error) {
+	if controllerutil.AddFinalizer(er, v1alpha1.RestoreFinalizer) {
+		if err := r.Client.Update(ctx, er); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{}, errStatusMoved
+			}
+			return ctrl.Result{}, err
+		}
+	}
+	members, err := r.healMembers(ctx, ec)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	st := o.Recovery
+	st.ClusterID, st.Voters = ec.Status.ClusterID, toMemberVoters(ec.Status.Voters)
+	hd, err := heal.StartRestore(heal.Observation{Now: o.Now, Status: st, Members: members}, dec.Target)
+	if err != nil {
+		dec.Phase, dec.Message = v1alpha1.RestoreFailed, err.Error()
+		return ctrl.Result{}, r.writeStatus(ctx, er, ec, dec, before)
+	}
+	epoch := hd.Status.Directive.Epoch
+	if er.Status.Epoch != epoch {
+		er.Status.Epoch = epoch
+		t := dec.Target
+		checked := ""
+		if er.Status.Target != nil {
+			checked = er.Status.Target.Checked
+		}
+		er.Status.Target = &v1alpha1.RestoreTargetStatus{Revision: t.Revision, Timeline: int64(t.Timeline), Checked: checked}
+		if !t.Time.IsZero() {
+			tt := metav1.NewTime(t.Time)
+			er.Status.Target.Time = &tt
+		}
+		if err := r.writeStatus(ctx, er, ec, dec, before); err != nil {
+			return ctrl.Result{}, err
+		}
+		before = er.Status.DeepCopy()
+	}
+	raw, err := encodeRecovery(hd.Status)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	ec.Status.Recovery = &runtime.RawExtension{Raw: raw}
+	if err := r.Client.Status().Update(ctx, ec); err != nil {
+		if apierrors.IsConflict(err) {
+			// The cluster's status moved meanwhile: decide again from the new one.
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	r.Recorder.Eventf(ec, er, corev1.EventTypeWarning, "RestoreStarted", "Restore",
+		"EtcdRestore %s: directive %d restores %s: every member is stopped, one restores it and starts alone, the others rejoin it; "+
+			"the full snapshot %s (revision %d) keeps the present restorable", er.Name, epoch, dec.Target.Point(), er.Status.Snapshot.Key, er.Status.Snapshot.Revision)
+	r.setCondition(er, v1alpha1.RestoreConditionDirectiveIssued, true, "Issued", fmt.Sprintf("directive %d in EtcdCluster %s's status.recovery", epoch, ec.Name))
+	return ctrl.Result{}, r.writeStatus(ctx, er, ec, dec, before)
+}
+
+// healMembers are the cluster's members with their reports, for heal.StartRestore (a new
+// epoch is above every epoch a member reports having carried out).
+func (r *RestoreReconciler) healMembers(ctx context.Context, ec *v1alpha1.EtcdCluster) ([]heal.Member, error) {
+	var ems v1alpha1.EtcdMemberList
+	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), client.MatchingLabels(selectorLabels(ec))); err != nil {
+		return nil, err
+	}
+	var out []heal.Member
+	for i := range ems.Items {
+		m := heal.Member{Name: ems.Items[i].Name}
+		if rep, ok := kubeview.MemberReport(&ems.Items[i], time.Time{}); ok {
+			m.Report = &rep
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (r *RestoreReconciler) setCondition(er *v1alpha1.EtcdRestore, typ string, ok bool, reason, msg string) {
+	apimeta.SetStatusCondition(&er.Status.Conditions, metav1.Condition{Type: typ, Status: boolStatus(ok), Reason: reason, Message: msg,
+		ObservedGeneration: er.Generation, LastTransitionTime: metav1.NewTime(r.now())})
+}
+
+// writeStatus records a decision: phase, message, the seed's acknowledgement, times, the
+// Complete condition, Events on a phase change, and observedGeneration last. A status
+// unchanged since before (as last read or written) is not written.
+func (r *RestoreReconciler) writeStatus(ctx context.Context, er *v1alpha1.EtcdRestore, ec *v1alpha1.EtcdCluster, dec restoreDecision, before *v1alpha1.EtcdRestoreStatus) error {
+	st := &er.Status
+	now := metav1.NewTime(r.now().Truncate(time.Second))
+	if dec.Ack != nil {
+		st.RestoredRevision, st.ClusterID = dec.Ack.Revision, dec.Ack.ClusterID
+	}
+	if st.StartTime == nil && dec.Phase != v1alpha1.RestorePending && dec.Phase != v1alpha1.RestoreFailed {
+		st.StartTime = &now
+	}
+	if dec.Phase != before.Phase {
+		r.phaseEvent(er, ec, dec)
+	}
+	st.Phase, st.Message = dec.Phase, dec.Message
+	if st.Epoch != 0 && dec.Phase != v1alpha1.RestoreFencing && !terminal(dec.Phase) {
+		r.setCondition(er, v1alpha1.RestoreConditionDirectiveIssued, true, "Issued", fmt.Sprintf("directive %d", st.Epoch))
+	}
+	if terminal(dec.Phase) {
+		if st.EndTime == nil {
+			st.EndTime = &now
+		}
+		r.setCondition(er, v1alpha1.RestoreConditionComplete, true, dec.Phase, dec.Message)
+	}
+	st.ObservedGeneration = er.Generation
+	if reflect.DeepEqual(before, st) {
+		return nil
+	}
+	err := r.Client.Status().Update(ctx, er)
+	if apierrors.IsConflict(err) {
+		return errStatusMoved
+	}
+	return err
+}
+
+// phaseEvent records a phase change on the EtcdRestore, and its outcome on the cluster too.
+func (r *RestoreReconciler) phaseEvent(er *v1alpha1.EtcdRestore, ec *v1alpha1.EtcdCluster, dec restoreDecision) {
+	switch dec.Phase {
+	case v1alpha1.RestorePending:
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "Waiting", "Restore", "%s", dec.Message)
+	case v1alpha1.RestoreFailed:
+		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, "RestoreFailed", "Restore", "%s", dec.Message)
+		if ec != nil && er.Status.Epoch != 0 {
+			r.Recorder.Eventf(ec, er, corev1.EventTypeWarning, "RestoreFailed", "Restore", "EtcdRestore %s: %s", er.Name, dec.Message)
+		}
+	case v1alpha1.RestoreSucceeded:
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "Restored", "Restore", "%s", dec.Message)
+		if ec != nil {
+			r.Recorder.Eventf(ec, er, corev1.EventTypeNormal, "Restored", "Restore", "EtcdRestore %s: %s", er.Name, dec.Message)
+		}
+	default:
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, dec.Phase, "Restore", "%s", dec.Message)
+	}
+}
