@@ -384,11 +384,21 @@ func TestUpgradeThreeMembers(t *testing.T) {
 	})
 }
 
+// etcdPIDs reads every member's etcd pid once the supervisor has recorded all of them (just
+// after a restart it records 0 until the new process runs).
 func etcdPIDs(t *testing.T, dir string) map[string]int {
+	t.Helper()
 	out := map[string]int{}
-	for _, m := range stateNow(t, dir).Members {
-		out[m.Name] = m.EtcdPID
-	}
+	testutil.Eventually(t, 30*time.Second, "every member's etcd pid recorded", func() error {
+		clear(out)
+		for _, m := range stateNow(t, dir).Members {
+			if m.EtcdPID == 0 {
+				return fmt.Errorf("member %s has no etcd pid yet", m.Name)
+			}
+			out[m.Name] = m.EtcdPID
+		}
+		return nil
+	})
 	return out
 }
 

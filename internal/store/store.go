@@ -734,20 +734,8 @@ var secretParam = regexp.MustCompile(`(?i)secret|token|password|passwd|signature
 // redact renders u without user info and with secret-looking query values hidden.
 func redact(u *url.URL) string {
 	c := *u
-	if c.User != nil {
-		c.User = nil
-	}
-	q := c.Query()
-	changed := false
-	for k := range q {
-		if secretParam.MatchString(k) {
-			q[k] = []string{"REDACTED"}
-			changed = true
-		}
-	}
-	if changed {
-		c.RawQuery = q.Encode()
-	}
+	c.User = nil
+	c.RawQuery = redactQuery(c.RawQuery)
 	c.Fragment, c.RawFragment = "", "" // a store has no use for one; a "#" in user info starts it
 	r := c.String()
 	// User info that url.Parse did not take as such (a "/" in it) is left in the path: show
@@ -758,19 +746,56 @@ func redact(u *url.URL) string {
 	return r
 }
 
+// redactQuery hides the value of every secret-looking parameter of a raw query, pair by
+// pair: url.ParseQuery drops a pair it cannot unescape, so a key it cannot unescape is
+// hidden too, and so is a key any word of which looks secret ("x?sig" glued to what
+// precedes it).
+func redactQuery(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	pairs := strings.Split(raw, "&")
+	for i, pair := range pairs {
+		k, _, hasValue := strings.Cut(pair, "=")
+		if !hasValue {
+			continue
+		}
+		if key, err := url.QueryUnescape(k); err != nil || secretKey(key) {
+			pairs[i] = k + "=REDACTED"
+		}
+	}
+	return strings.Join(pairs, "&")
+}
+
+func secretKey(key string) bool {
+	if secretParam.MatchString(key) {
+		return true
+	}
+	words := strings.FieldsFunc(key, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_')
+	})
+	for _, w := range words {
+		if secretParam.MatchString(w) {
+			return true
+		}
+	}
+	return false
+}
+
 func redactRaw(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return redact(u)
 	}
-	// Unparseable: no query is shown (its parameters cannot be told apart), and the user
-	// info ends at the last "@" (a password may hold one).
+	// Unparseable: the user info ends at the last "@" (a password may hold one, and a "?"),
+	// and no query is shown (its parameters cannot be told apart).
+	prefix := ""
+	if i := strings.LastIndex(raw, "@"); i >= 0 {
+		prefix, raw = "…", raw[i:]
+	}
 	if i := strings.IndexByte(raw, '?'); i >= 0 {
 		raw = raw[:i] + "?…"
 	}
-	if i := strings.LastIndex(raw, "@"); i >= 0 {
-		return "…" + raw[i:]
-	}
-	return raw
+	return prefix + raw
 }
 
 // absHint is the example path for a store URL without a scheme: the path given, when it is

@@ -420,3 +420,25 @@ func TestString(t *testing.T) {
 		t.Errorf("redact(%s) = %s", u, got)
 	}
 }
+
+// TestRedactMalformedQuery: secrets in URLs the standard parser half-understands stay out of
+// errors: a pair url.ParseQuery drops for a bad escape, a parameter glued to what precedes
+// it, a "?" inside the password of an unparseable URL, and a scheme in upper case.
+func TestRedactMalformedQuery(t *testing.T) {
+	for _, tc := range []struct{ raw, secret string }{
+		{"aZblob://:p@container?sig=%0XSECRETVALUE", "SECRETVALUE"},
+		{"ftp://h/x?a=%zz&sig=SECRETVALUE", "SECRETVALUE"},
+		{"ftp://h?://0?sig=SECRETVALUE", "SECRETVALUE"},
+		{"ftp://h/x?%zz=SECRETVALUE", "SECRETVALUE"},
+		{"s3://u:pa?ss=SECRETVALUE@b%zz", "SECRETVALUE"},
+		{"FTP://u:SECRETVALUE@h/x", "SECRETVALUE"},
+	} {
+		_, err := Open(context.Background(), tc.raw)
+		if err == nil {
+			t.Fatalf("Open(%q) succeeded", tc.raw)
+		}
+		if strings.Contains(err.Error(), tc.secret) {
+			t.Errorf("Open(%q) error holds the secret: %v", tc.raw, err)
+		}
+	}
+}
