@@ -34,10 +34,10 @@ func FuzzOpenURLRedaction(f *testing.F) {
 		if len(pass) >= 6 && !strings.Contains(scheme+user+host+rest+schemeList(), pass) && strings.Contains(msg, pass) {
 			t.Fatalf("Open(%q) error holds the password: %s", raw, msg)
 		}
-		_, query, _ := strings.Cut(rest, "?")
+		path, query, _ := strings.Cut(rest, "?")
 		for _, kv := range strings.Split(query, "&") {
 			k, v, ok := strings.Cut(kv, "=")
-			if ok && secretParam.MatchString(k) && len(v) >= 6 && !strings.Contains(scheme+user+host+k+schemeList(), v) && strings.Contains(msg, v) {
+			if ok && secretParam.MatchString(k) && len(v) >= 6 && !strings.Contains(scheme+user+host+path+k+schemeList(), v) && strings.Contains(msg, v) {
 				t.Fatalf("Open(%q) error holds the value of %s: %s", raw, k, msg)
 			}
 		}
