@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"k8s.io/client-go/util/retry"
 	"net/http"
 	"os"
@@ -71,7 +72,9 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	defer api.Stop()
-	log.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	// The operator logs at every level into operatorLog (the secret-grep test reads it);
+	// errors also go to stderr.
+	log.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(operatorLog, errorLines{os.Stderr})), zap.Level(zapcore.Level(-10))))
 	restConfig, kubeconfig = api.Config, api.Kubeconfig
 	scheme, err := Scheme()
 	if err != nil {
