@@ -29,8 +29,10 @@ const (
 //
 //   - only when exactly one member is named: with two or more, which data is right is not
 //     clear, and nothing is done automatically;
-//   - only with at least 3 voters, so that a majority vouches for the others' data;
-//   - only when the voters left after its removal still have a quorum among those answering;
+//   - a voter only with at least 3 voters, so that a majority vouches for the others' data,
+//     and only when the voters left after its removal still have a quorum among those
+//     answering (a learner is removed whatever the voters: its data is never a source and
+//     its removal leaves the quorum as it is);
 //   - a leader named corrupt hands its leadership over first.
 //
 // Once the member is out of the cluster, its alarm is disarmed.
@@ -75,10 +77,12 @@ func NextCorrupt(alarms []Alarm, members []Member) Step {
 		voters++
 	}
 	switch {
+	case bad.Learner:
+		// A learner's data is never a source and its removal leaves the quorum as it is.
 	case voters < 3:
 		return Step{Kind: StepWait, Member: bad, Reason: fmt.Sprintf("%s is marked CORRUPT, but with %d voters no majority vouches for the others' data: "+
 			"check it by hand (etcdctl endpoint hashkv)", bad.Name, voters)}
-	case !bad.Learner && answering <= (voters-1)/2:
+	case answering <= (voters-1)/2:
 		return Step{Kind: StepWait, Member: bad, Reason: fmt.Sprintf("%s is marked CORRUPT; only %d of the other %d voters answer: removing it would lose the quorum",
 			bad.Name, answering, voters-1)}
 	}

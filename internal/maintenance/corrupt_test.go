@@ -46,7 +46,7 @@ func TestNextCorrupt(t *testing.T) {
 		{name: "one other voter down of five: the quorum holds", alarms: corrupt(2),
 			members: with(five, 4, func(m *Member) { *m = Member{ID: 5, Name: "m4"} }), want: StepRemove, member: "m1"},
 		{name: "a corrupt learner is removed", alarms: corrupt(3), members: with(healthy(1), 2, func(m *Member) { m.Learner = true }),
-			want: StepWait, member: "m2", reason: "with 2 voters"},
+			want: StepRemove, member: "m2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := NextCorrupt(tc.alarms, tc.members)
