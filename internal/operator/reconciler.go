@@ -275,6 +275,7 @@ func (r *ClusterReconciler) rollout(ctx context.Context, ec *v1alpha1.EtcdCluste
 		}
 		if err != nil {
 			st.Message = fmt.Sprintf("the full snapshot before the rolling update failed, so no pod was deleted: %v (set spec.updateStrategy.skipBackup to update without it)", err)
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "RollingUpdateSnapshotFailed", "RollingUpdate", "%s", st.Message)
 			return "ERR_ROLLOUT_SNAPSHOT", err
 		}
 		st.SnapshotKey, st.SnapshotRevision = res.Key, res.Revision

@@ -314,3 +314,49 @@ func TestRollingUpdateStalls(t *testing.T) {
 		t.Errorf("pods deleted %v, want %v", p.deletions, want)
 	}
 }
+
+// TestRollingUpdateSnapshotFails: while the full snapshot before a rolling update fails, no
+// pod is deleted; status.rollout says why and what to do, with a Warning Event. Once the
+// snapshot is taken, the rolling update goes on.
+func TestRollingUpdateSnapshotFails(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns, name := namespace(t), "rf"
+	ec := newCluster(ns, name, 3)
+	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "mem://rf"}
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, name, &appsv1.StatefulSet{}) })
+	waitReady(t, ns, name, 3)
+	p := newRolloutPlayer(t, ns, name)
+	testutil.Eventually(t, 20*time.Second, "cluster formed", func() error {
+		p.step()
+		if ec := getCluster(t, ns, name); ec.Status.ClusterID != "c1" || ec.Status.Leader != name+"-0" {
+			return fmt.Errorf("cluster %q leader %q", ec.Status.ClusterID, ec.Status.Leader)
+		}
+		return nil
+	})
+	updateCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) {
+		ec.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")}
+	})
+	testutil.Eventually(t, 30*time.Second, "the failed snapshot reported", func() error {
+		p.step()
+		ro := getCluster(t, ns, name).Status.Rollout
+		if ro == nil || !strings.Contains(ro.Message, "failed, so no pod was deleted") || !strings.Contains(ro.Message, "skipBackup") {
+			return fmt.Errorf("status.rollout %+v", ro)
+		}
+		return findEventWith(ns, "RollingUpdateSnapshotFailed", "EtcdCluster", "no pod was deleted")
+	})
+	if len(p.deletions) > 0 || sidecars.count(ns) == 0 {
+		t.Fatalf("pods deleted %v, %d snapshots asked: want none deleted after a failed snapshot", p.deletions, sidecars.count(ns))
+	}
+	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000077-1.snap.zst", Revision: 77})
+	testutil.Eventually(t, 120*time.Second, "rolling update done", func() error {
+		p.step()
+		if ec := getCluster(t, ns, name); len(p.deletions) < 3 || ec.Status.Rollout != nil {
+			return fmt.Errorf("deletions %v, status.rollout %+v", p.deletions, ec.Status.Rollout)
+		}
+		return nil
+	})
+}
