@@ -196,7 +196,30 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("%w; spec generation %d stays recorded: run `steward local upgrade --dir %s` again to complete it", err, spec.Generation, dir)
 	}
+	if err := pruneBinaries(dir, spec.Binary, previous.Binary); err != nil {
+		progress(fmt.Sprintf("could not remove older member binaries: %v", err))
+	}
 	return res, nil
+}
+
+// pruneBinaries removes the member binaries of earlier generations (DIR/bin/steward-gN) but
+// those kept: the one the members run and the one they ran before, to go back to.
+func pruneBinaries(dir string, keep ...string) error {
+	old, err := filepath.Glob(filepath.Join(dir, "bin", "steward-g*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, path := range old {
+		rel, err := filepath.Rel(dir, path)
+		if err != nil || slices.Contains(keep, rel) {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // stalled explains a rollout that stopped on a member that did not come back: which, what

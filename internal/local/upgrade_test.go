@@ -422,3 +422,31 @@ func TestUpgradeFiveMembersUnderWriteLoad(t *testing.T) {
 	checkRollout(t, res, r.spec, leader, epoch, stateNow(t, dir))
 	everyMemberHas(t, ctx, r.spec, acked)
 }
+
+// TestPruneBinaries: after an upgrade, the member binaries of earlier generations go but the
+// one the members run and the one they ran before; the supervisor's own binary stays.
+func TestPruneBinaries(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"steward", "steward-g1", "steward-g2", "steward-g3", "steward-g4"} {
+		if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "bin", name), nil, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pruneBinaries(dir, "bin/steward-g4", "bin/steward-g2"); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{"steward", "steward-g2", "steward-g4"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v; want %v", left, want)
+	}
+}
