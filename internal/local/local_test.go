@@ -319,3 +319,41 @@ func TestDownWithoutCluster(t *testing.T) {
 		t.Fatalf("down on an empty dir: %v", err)
 	}
 }
+
+// TestStillLocked: a supervisor notices when its lock file is no longer the one it holds (the
+// directory removed, or removed and made again, under it), so that it stops its members
+// before a second supervisor could take the new lock.
+func TestStillLocked(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	held, err := lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := stillLocked(dir, held); err != nil {
+		t.Fatalf("the lock just taken: %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "run")); err != nil {
+		t.Fatal(err)
+	}
+	if err := stillLocked(dir, held); err == nil || !strings.Contains(err.Error(), "removed or replaced") {
+		t.Fatalf("after the directory was removed: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	second, err := lock(dir)
+	if err != nil {
+		t.Fatalf("a second supervisor on the new directory: %v", err)
+	}
+	defer second.Close()
+	if err := stillLocked(dir, held); err == nil {
+		t.Fatal("the first supervisor still thinks it holds the lock of the new directory")
+	}
+	if err := stillLocked(dir, second); err != nil {
+		t.Fatalf("the second supervisor: %v", err)
+	}
+}

@@ -222,6 +222,21 @@ func lock(dir string) (*os.File, error) {
 	return f, nil
 }
 
+// stillLocked fails when dir's lock file is no longer the one this supervisor holds: the
+// directory was removed or replaced under it, and another supervisor could take the new
+// lock and run a second cluster of the same members.
+func stillLocked(dir string, held *os.File) error {
+	mine, err := held.Stat()
+	if err != nil {
+		return err
+	}
+	now, err := os.Stat(filepath.Join(dir, lockFile))
+	if err != nil || !os.SameFile(mine, now) {
+		return fmt.Errorf("%s was removed or replaced while this supervisor ran it: stopping its members, so that no second supervisor runs them beside it; start the cluster again with `steward local up --dir %s`", filepath.Join(dir, lockFile), dir)
+	}
+	return nil
+}
+
 // SupervisorRunning reports whether a supervisor holds dir's lock, and its pid.
 func SupervisorRunning(dir string) (pid int, running bool) {
 	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR, 0)

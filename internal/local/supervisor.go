@@ -168,6 +168,9 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 			}
 			continue
 		case <-tick.C:
+			if err := stillLocked(opts.Dir, lockF); err != nil {
+				return err
+			}
 			if _, err := os.Stat(filepath.Join(s.dir, restartRequestFile)); err == nil {
 				// Signalled with SIGHUP; this catches a request left while no supervisor ran.
 				select {
