@@ -184,22 +184,14 @@ func (p *rolloutPlayer) report(pn string, i, n int) {
 // status.rollout, the Progressing condition and Events; and clear status.rollout at the end.
 func TestRollingUpdateOrdered(t *testing.T) {
 	needEnv(t)
-	ctx := context.Background()
 	ns, name := namespace(t), "ru"
 	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000042-1.snap.zst", Revision: 42})
-	ec := newCluster(ns, name, 3)
-	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "mem://ru"}
-	if err := k8s.Create(ctx, ec); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, name, &appsv1.StatefulSet{}) })
-	waitReady(t, ns, name, 3)
-	p := newRolloutPlayer(t, ns, name)
-	testutil.Eventually(t, 20*time.Second, "cluster formed, on revision r1", func() error {
+	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "mem://ru"} })
+	testutil.Eventually(t, 20*time.Second, "every member ready, on revision r1", func() error {
 		p.step()
 		ec := getCluster(t, ns, name)
-		if ec.Status.ClusterID != "c1" || ec.Status.Leader != name+"-0" || condition(ec, v1alpha1.ConditionAllMembersReady) != metav1.ConditionTrue {
-			return fmt.Errorf("cluster %q leader %q conditions %v", ec.Status.ClusterID, ec.Status.Leader, ec.Status.Conditions)
+		if condition(ec, v1alpha1.ConditionAllMembersReady) != metav1.ConditionTrue {
+			return fmt.Errorf("conditions %v", ec.Status.Conditions)
 		}
 		if ec.Status.Rollout != nil || len(p.deletions) > 0 {
 			return fmt.Errorf("rollout %+v, deletions %v before any change", ec.Status.Rollout, p.deletions)
@@ -265,23 +257,8 @@ func TestRollingUpdateOrdered(t *testing.T) {
 // Event; once the member is back, the rolling update goes on.
 func TestRollingUpdateStalls(t *testing.T) {
 	needEnv(t)
-	ctx := context.Background()
 	ns, name := namespace(t), "rs"
-	ec := newCluster(ns, name, 3)
-	ec.Spec.UpdateStrategy.SkipBackup = true
-	if err := k8s.Create(ctx, ec); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, name, &appsv1.StatefulSet{}) })
-	waitReady(t, ns, name, 3)
-	p := newRolloutPlayer(t, ns, name)
-	testutil.Eventually(t, 20*time.Second, "cluster formed", func() error {
-		p.step()
-		if ec := getCluster(t, ns, name); ec.Status.ClusterID != "c1" || ec.Status.Leader != name+"-0" {
-			return fmt.Errorf("cluster %q leader %q", ec.Status.ClusterID, ec.Status.Leader)
-		}
-		return nil
-	})
+	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) { ec.Spec.UpdateStrategy.SkipBackup = true })
 	p.readyAfter = time.Hour // the new template does not start
 	updateCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) {
 		ec.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
@@ -320,23 +297,8 @@ func TestRollingUpdateStalls(t *testing.T) {
 // snapshot is taken, the rolling update goes on.
 func TestRollingUpdateSnapshotFails(t *testing.T) {
 	needEnv(t)
-	ctx := context.Background()
 	ns, name := namespace(t), "rf"
-	ec := newCluster(ns, name, 3)
-	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "mem://rf"}
-	if err := k8s.Create(ctx, ec); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, name, &appsv1.StatefulSet{}) })
-	waitReady(t, ns, name, 3)
-	p := newRolloutPlayer(t, ns, name)
-	testutil.Eventually(t, 20*time.Second, "cluster formed", func() error {
-		p.step()
-		if ec := getCluster(t, ns, name); ec.Status.ClusterID != "c1" || ec.Status.Leader != name+"-0" {
-			return fmt.Errorf("cluster %q leader %q", ec.Status.ClusterID, ec.Status.Leader)
-		}
-		return nil
-	})
+	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "mem://rf"} })
 	updateCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) {
 		ec.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")}
 	})
@@ -359,4 +321,26 @@ func TestRollingUpdateSnapshotFails(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// formedCluster creates a 3-member cluster (changed by setup), plays its members until it is
+// Ready and formed with name-0 leading, and returns the player that goes on playing them.
+func formedCluster(t *testing.T, ns, name string, setup func(*v1alpha1.EtcdCluster)) *rolloutPlayer {
+	t.Helper()
+	ec := newCluster(ns, name, 3)
+	setup(ec)
+	if err := k8s.Create(context.Background(), ec); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, name, &appsv1.StatefulSet{}) })
+	waitReady(t, ns, name, 3)
+	p := newRolloutPlayer(t, ns, name)
+	testutil.Eventually(t, 20*time.Second, "cluster formed", func() error {
+		p.step()
+		if ec := getCluster(t, ns, name); ec.Status.ClusterID != "c1" || ec.Status.Leader != name+"-0" {
+			return fmt.Errorf("cluster %q leader %q", ec.Status.ClusterID, ec.Status.Leader)
+		}
+		return nil
+	})
+	return p
 }
