@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// operatorLog holds everything the suite's operator logs, at every level.
+// operatorLog holds everything the suite's operator logs at debug level and above.
 var operatorLog = &syncBuffer{}
 
 type syncBuffer struct {
@@ -56,7 +56,7 @@ func (e errorLines) Write(p []byte) (int, error) {
 // Secret, with its sidecar API token Secret; an EtcdBackup that fails, and an EtcdRestore
 // refused by the store, which the operator checks with the credentials' values. None of the
 // secret values appears in any Event (both APIs), any Steward object, the StatefulSet,
-// ConfigMaps or Pods, the operator's log at every level, or its metrics.
+// ConfigMaps or Pods, the operator's log at debug level, or its metrics.
 func TestSecretsStayOutOfKubernetes(t *testing.T) {
 	needEnv(t)
 	ctx := context.Background()
