@@ -186,6 +186,9 @@ func (w *watchMsg) unmarshal(data mem.BufferSlice) error {
 			switch num {
 			case watchHeaderField:
 				err = eachField(b, func(num protowire.Number, typ protowire.Type, v uint64, _ []byte) error {
+					if err := checkType("response header", headerFieldTypes, num, typ); err != nil {
+						return err
+					}
 					if typ == protowire.VarintType {
 						switch num {
 						case headerRevisionField:
@@ -248,14 +251,17 @@ func (w *watchMsg) flat(n int) ([]byte, error) {
 // it, and restores decode it with etcd's own decoding: one that decoding refuses must not be
 // stored (found by FuzzWatchResponse: a lease sent as bytes).
 var (
-	eventFieldTypes = map[protowire.Number]protowire.Type{1: protowire.VarintType, eventKVField: protowire.BytesType, 3: protowire.BytesType}
-	kvFieldTypes    = map[protowire.Number]protowire.Type{1: protowire.BytesType, 2: protowire.VarintType, keyValueModRevisionField: protowire.VarintType,
+	// pb.ResponseHeader: cluster_id, member_id, revision, raft_term (found by
+	// FuzzWatchResponse: a raft term sent as bytes).
+	headerFieldTypes = map[protowire.Number]protowire.Type{1: protowire.VarintType, 2: protowire.VarintType, 3: protowire.VarintType, 4: protowire.VarintType}
+	eventFieldTypes  = map[protowire.Number]protowire.Type{1: protowire.VarintType, eventKVField: protowire.BytesType, 3: protowire.BytesType}
+	kvFieldTypes     = map[protowire.Number]protowire.Type{1: protowire.BytesType, 2: protowire.VarintType, keyValueModRevisionField: protowire.VarintType,
 		4: protowire.VarintType, 5: protowire.BytesType, 6: protowire.VarintType}
 )
 
 func checkType(what string, types map[protowire.Number]protowire.Type, num protowire.Number, typ protowire.Type) error {
 	if want, known := types[num]; known && typ != want {
-		return fmt.Errorf("%s field %d: wire type %d, want %d: the event is damaged", what, num, typ, want)
+		return fmt.Errorf("%s field %d: wire type %d, want %d: the message is damaged", what, num, typ, want)
 	}
 	return nil
 }
