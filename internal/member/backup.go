@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"strings"
 	"sync"
@@ -103,10 +104,12 @@ type backupAgent struct {
 	cfg      BackupConfig
 	schedule cron.Schedule
 	drills   cron.Schedule // nil: drills are off
-	lg       *zap.Logger
-	metrics  *metrics
-	endpoint string // this member's client URL
-	store    *store.Store
+	// drillOffset: drills run this long after each scheduled time (drillOffset).
+	drillOffset time.Duration
+	lg          *zap.Logger
+	metrics     *metrics
+	endpoint    string // this member's client URL
+	store       *store.Store
 
 	mu     sync.Mutex
 	status BackupStatus
@@ -153,7 +156,11 @@ func newBackupAgent(cfg BackupConfig, endpoint string, st *store.Store, lg *zap.
 	if err != nil {
 		return nil, err
 	}
-	return &backupAgent{cfg: cfg, schedule: sched, drills: drills, lg: lg.Named("backup"), metrics: m, endpoint: endpoint, store: st,
+	var offset time.Duration
+	if drills != nil {
+		offset = drillOffset(drills, st.String())
+	}
+	return &backupAgent{cfg: cfg, schedule: sched, drills: drills, drillOffset: offset, lg: lg.Named("backup"), metrics: m, endpoint: endpoint, store: st,
 		status: BackupStatus{Store: st.String(), DeltaPeriod: cfg.DeltaPeriod}, fullRequests: make(chan chan fullOutcome)}, nil
 }
 
@@ -732,14 +739,35 @@ func (a *backupAgent) RequestFull(ctx context.Context) (snapshotter.FullResult, 
 	}
 }
 
-// nextDrill is when the next restore drill is due: the schedule's next time after the last
-// drill, or after the session began if no drill ran since (a new backup leader does not drill
-// at once).
-func nextDrill(sched cron.Schedule, last, since time.Time) time.Time {
+// nextDrill is when the next restore drill is due: offset after the schedule's next time
+// after the last drill, or after the session began if no drill ran since (a new backup leader
+// does not drill at once).
+func nextDrill(sched cron.Schedule, offset time.Duration, last, since time.Time) time.Time {
+	from := since
 	if last.After(since) {
-		return sched.Next(last)
+		from = last
 	}
-	return sched.Next(since)
+	return sched.Next(from.Add(-offset)).Add(offset)
+}
+
+// maxDrillOffset bounds drillOffset.
+const maxDrillOffset = 30 * time.Minute
+
+// drillOffset is how long after each scheduled time the drills of the store at storeURL run:
+// a fixed share, from a hash of the URL, of 30 minutes or a quarter of the schedule's period,
+// whichever is less. Clusters sharing a node or a bucket then do not all restore their
+// databases at once (every @daily drill at midnight), and a drill never runs past the next
+// scheduled time.
+func drillOffset(sched cron.Schedule, storeURL string) time.Duration {
+	ref := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	first := sched.Next(ref)
+	limit := min(maxDrillOffset, sched.Next(first).Sub(first)/4)
+	if limit <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(storeURL))
+	return time.Duration(h.Sum64() % uint64(limit))
 }
 
 // drillLoop runs restore drills of timeline tl on the drill schedule while the session writes
@@ -749,7 +777,7 @@ func (a *backupAgent) drillLoop(ctx context.Context, m snapshotter.Member, tl ui
 		return
 	}
 	for {
-		timer := time.NewTimer(time.Until(nextDrill(a.drills, a.Status().LastDrill.Time, since)))
+		timer := time.NewTimer(time.Until(nextDrill(a.drills, a.drillOffset, a.Status().LastDrill.Time, since)))
 		select {
 		case <-ctx.Done():
 			timer.Stop()

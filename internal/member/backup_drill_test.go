@@ -19,19 +19,60 @@ func TestNextDrill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	day := func(d, h int) time.Time { return time.Date(2026, 11, d, h, 0, 0, 0, time.Local) }
+	day := func(d, h, m int) time.Time { return time.Date(2026, 11, d, h, m, 0, 0, time.Local) }
+	const off = 17 * time.Minute
 	for _, tc := range []struct {
 		name        string
+		offset      time.Duration
 		last, since time.Time
 		want        time.Time
 	}{
-		{"no drill yet: the first scheduled time after the session began", time.Time{}, day(23, 10), day(24, 0)},
-		{"a drill before this session: counted from the session's start, not at once", day(20, 0), day(23, 10), day(24, 0)},
-		{"a drill in this session: the next scheduled time after it", day(24, 0), day(23, 10), day(25, 0)},
-		{"a drill that ran late: the next scheduled time after it", day(24, 5), day(23, 10), day(25, 0)},
+		{"no drill yet: the first scheduled time after the session began", 0, time.Time{}, day(23, 10, 0), day(24, 0, 0)},
+		{"a drill before this session: counted from the session's start, not at once", 0, day(20, 0, 0), day(23, 10, 0), day(24, 0, 0)},
+		{"a drill in this session: the next scheduled time after it", 0, day(24, 0, 0), day(23, 10, 0), day(25, 0, 0)},
+		{"a drill that ran late: the next scheduled time after it", 0, day(24, 5, 0), day(23, 10, 0), day(25, 0, 0)},
+		{"offset: the slot plus the offset", off, time.Time{}, day(23, 10, 0), day(24, 0, 17)},
+		{"offset: a session that began between the slot and its offset drills at that slot's offset", off, time.Time{}, day(24, 0, 5), day(24, 0, 17)},
+		{"offset: after a drill at its offset, the next slot's", off, day(24, 0, 17), day(23, 10, 0), day(25, 0, 17)},
+		{"offset: after a drill that ran late, the next slot's", off, day(24, 3, 0), day(23, 10, 0), day(25, 0, 17)},
 	} {
-		if got := nextDrill(daily, tc.last, tc.since); !got.Equal(tc.want) {
+		if got := nextDrill(daily, tc.offset, tc.last, tc.since); !got.Equal(tc.want) {
 			t.Errorf("%s: next drill %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestDrillOffset: a store's drills run a fixed time after each scheduled one, below 30
+// minutes and a quarter of the schedule's period; stores get offsets spread over that range.
+func TestDrillOffset(t *testing.T) {
+	for _, tc := range []struct {
+		schedule string
+		limit    time.Duration
+	}{
+		{"@daily", 30 * time.Minute},
+		{"0 3 * * *", 30 * time.Minute},
+		{"@hourly", 15 * time.Minute},
+		{"@every 1s", 250 * time.Millisecond},
+		{"*/4 * * * *", time.Minute},
+	} {
+		sched, err := cron.ParseStandard(tc.schedule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[time.Duration]bool{}
+		for i := range 200 {
+			url := fmt.Sprintf("s3://backups/cluster-%d?region=eu-west-1", i)
+			off := drillOffset(sched, url)
+			if off < 0 || off >= tc.limit {
+				t.Fatalf("%s, %s: offset %s outside [0, %s)", tc.schedule, url, off, tc.limit)
+			}
+			if again := drillOffset(sched, url); again != off {
+				t.Fatalf("%s, %s: offset %s then %s", tc.schedule, url, off, again)
+			}
+			seen[off.Truncate(tc.limit/20)] = true
+		}
+		if len(seen) < 15 {
+			t.Errorf("%s: 200 stores fall in %d of 20 slices of the offset range", tc.schedule, len(seen))
 		}
 	}
 }
