@@ -97,6 +97,7 @@ FUZZTARGETS := \
 	./internal/backup/snapshotter:FuzzSnapshotChunk \
 	./internal/backup/snapshotter:FuzzSnapshotTrailer \
 	./internal/backup/snapshotter:FuzzWatchResponse \
+	./internal/restore:FuzzEtcdHash \
 	./internal/sidecarapi:FuzzDecodeBody \
 	./internal/sidecarapi:FuzzParseTokens \
 	./internal/sidecarapi:FuzzAuthenticate \
