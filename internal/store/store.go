@@ -221,17 +221,46 @@ func (s *Store) openCloud(ctx context.Context, u *url.URL) error {
 // probe lists one object so that a missing bucket or bad credentials are
 // reported at Open, with what to do about them.
 func (s *Store) probe(ctx context.Context) error {
-	_, _, err := s.bucket.ListPage(ctx, blob.FirstPageToken, 1, nil)
+	var err error
+	code := gcerrors.Unknown
+	if s.dir != "" {
+		code, err = probeDir(s.dir)
+	} else if _, _, err = s.bucket.ListPage(ctx, blob.FirstPageToken, 1, nil); err != nil {
+		code = gcerrors.Code(err)
+	}
 	if err == nil {
 		return nil
 	}
-	switch gcerrors.Code(err) {
+	switch code {
 	case gcerrors.NotFound:
 		return fmt.Errorf("%s does not exist at %s: create it or fix --store (%s): %w", s.what, s.where, s.display, err)
 	case gcerrors.PermissionDenied:
 		return fmt.Errorf("access to %s at %s denied: %s (%s): %w", s.what, s.where, credentialHint(s.scheme), s.display, err)
 	}
 	return fmt.Errorf("cannot reach %s at %s (%s): check the URL, the network and %s: %w", s.what, s.where, s.display, credentialHint(s.scheme), err)
+}
+
+// probeDir reads one name of a file:// store's directory. (A listing of one key through the
+// bucket would not do: fileblob walks and stats the whole tree, and holds every name, before
+// it returns the first.) It says what kind of error it met as a bucket would.
+func probeDir(dir string) (gcerrors.ErrorCode, error) {
+	f, err := os.Open(dir)
+	if err == nil {
+		_, err = f.ReadDir(1)
+		f.Close()
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
+	}
+	switch {
+	case err == nil:
+		return gcerrors.OK, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return gcerrors.NotFound, err
+	case errors.Is(err, fs.ErrPermission):
+		return gcerrors.PermissionDenied, err
+	}
+	return gcerrors.Unknown, err
 }
 
 // String returns the store URL without credentials.
