@@ -128,6 +128,16 @@ var benchmarks = []benchmark{
 		},
 	},
 	{
+		name: "restore-drill",
+		pkg:  "./bench/drill",
+		args: func(full bool, t tools) []string {
+			if full {
+				return []string{"-steward", t.steward, "-etcdctl", t.etcdctl, "-etcdutl", t.etcdutl, "-size", "1GiB", "-rounds", "2"}
+			}
+			return []string{"-steward", t.steward, "-etcdctl", t.etcdctl, "-etcdutl", t.etcdutl, "-size", "64MiB", "-rounds", "2"}
+		},
+	},
+	{
 		name: "listing",
 		pkg:  "./bench/listing",
 		args: func(full bool, _ tools) []string {
