@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // memberIDs maps each member pod to its etcd member ID, from the status.
@@ -495,4 +498,83 @@ func TestRestoreInPlace(t *testing.T) {
 		})
 	}
 	assertKeysOnEveryMember(t, ns, "r", putKeys(t, ns, "r", "restored", 10))
+}
+
+// TestRollingUpdateUnderLoad changes the members' etcd settings of a running 3-member
+// cluster while a client writes every 100 ms: the operator takes a full snapshot, then
+// deletes the pods of the OnDelete StatefulSet one at a time, followers first and the leader
+// last after moving its leadership, each back and caught up before the next. Every member
+// keeps its ID (its volume), every acknowledged write is on every member, and the cluster
+// reports the rolling update in its Events.
+func TestRollingUpdateUnderLoad(t *testing.T) {
+	ns := namespace(t)
+	storeSecret(t, ns)
+	apply(t, ns, clusterYAML(ns, "ru", 3, ""))
+	ec := waitReady(t, ns, "ru", 3, 3*time.Minute)
+	leader, ids, before := ec.Status.Leader, memberIDs(ec), memberPods(t, ns, "ru")
+	if leader == "" || len(ids) != 3 {
+		t.Fatalf("leader %q, member IDs %v", leader, ids)
+	}
+	w := startWriter(t, ns, "ru", "roll", 100*time.Millisecond)
+	start := time.Now()
+	kubectl(t, ns, "patch", "ec/ru", "--type=merge", "-p", `{"spec":{"etcd":{"snapshotCount":20000}}}`)
+	testutil.Eventually(t, 8*time.Minute, "every member pod replaced, the rolling update over", func() error {
+		pods := memberPods(t, ns, "ru")
+		for name, p := range before {
+			if now, ok := pods[name]; !ok || now.UID == p.UID {
+				return fmt.Errorf("pod %s not replaced yet", name)
+			}
+		}
+		e, err := getEC(ns, "ru")
+		if err != nil {
+			return err
+		}
+		if e.Status.Rollout != nil || condition(e, v1alpha1.ConditionReady) != "True" || e.Status.ReadyReplicas != 3 {
+			return fmt.Errorf("rollout %+v, ready %d", e.Status.Rollout, e.Status.ReadyReplicas)
+		}
+		return nil
+	})
+	t.Logf("rolling update of 3 members in %s", time.Since(start).Round(100*time.Millisecond))
+	w.Stop()
+	t.Logf("%d writes acknowledged, %d failed", len(w.Acked()), w.fails)
+	if after := memberIDs(waitReady(t, ns, "ru", 3, time.Minute)); !maps.Equal(after, ids) {
+		t.Errorf("member IDs %v after the rolling update, were %v: a member was replaced, not restarted", after, ids)
+	}
+	// The pods went in order: followers first, the leader last.
+	var deleted []string
+	testutil.Eventually(t, time.Minute, "three RollingUpdate Events", func() error {
+		var events corev1.EventList
+		if err := kube.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		sort.Slice(events.Items, func(i, j int) bool { return eventTime(events.Items[i]).Before(eventTime(events.Items[j])) })
+		deleted = deleted[:0]
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "EtcdCluster" && e.Reason == "RollingUpdate" {
+				name, _, _ := strings.Cut(strings.TrimPrefix(e.Message, "member "), "'s pod")
+				deleted = append(deleted, name)
+			}
+		}
+		if len(deleted) != 3 {
+			return fmt.Errorf("pods deleted by the rolling update: %v", deleted)
+		}
+		return nil
+	})
+	if deleted[2] != leader {
+		t.Errorf("pods deleted %v: the leader %s was not last", deleted, leader)
+	}
+	waitEvent(t, ns, "ru", "RollingUpdateSnapshot", time.Minute)
+	waitEvent(t, ns, "ru", "LeadershipMoved", time.Minute)
+	waitEvent(t, ns, "ru", "RollingUpdateDone", time.Minute)
+	assertKeysOnEveryMember(t, ns, "ru", w.Acked())
+}
+
+func eventTime(e corev1.Event) time.Time {
+	if !e.EventTime.IsZero() {
+		return e.EventTime.Time
+	}
+	if !e.LastTimestamp.IsZero() {
+		return e.LastTimestamp.Time
+	}
+	return e.CreationTimestamp.Time
 }
