@@ -158,26 +158,14 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
-	median := func(ms []measured, f func(measured) float64) float64 {
-		xs := make([]float64, len(ms))
-		for i, m := range ms {
-			xs[i] = f(m)
-		}
-		return result.Summarise(xs).Median
-	}
 	ms := func(f func(measured) time.Duration) func(measured) float64 {
 		return func(m measured) float64 { return float64(f(m).Microseconds()) / 1000 }
 	}
-	ours, ref := results[0], results[1]
+	rounds := result.Rounds[measured]{OursName: methods[0].name, RefName: methods[1].name, Ours: results[0], Ref: results[1]}
 	res := result.Result{Benchmark: "defrag", Title: fmt.Sprintf("Defragmentation of a 3-member cluster with %s databases, half of it free pages, under %g writes/s", result.Human(o.size), o.rate),
 		Params: map[string]any{"dbSize": result.Human(o.size), "valueSize": o.valueSize, "rate": o.rate, "rounds": o.rounds}}
 	row := func(measure, unit string, f func(measured) float64, goal string, met func(o, r float64) bool) {
-		o, r := median(ours, f), median(ref, f)
-		rw := result.Compare(measure, unit, methods[0].name, o, methods[1].name, r)
-		if goal != "" {
-			rw = rw.WithGoal(goal, met(o, r))
-		}
-		res.Rows = append(res.Rows, rw)
+		res.Rows = append(res.Rows, rounds.Row(measure, unit, f, goal, met))
 	}
 	row("longest time with no successful write", "ms", ms(func(m measured) time.Duration { return m.Stall }), "shorter than in place", func(o, r float64) bool { return o < r })
 	row("longest wait of one writer", "ms", ms(func(m measured) time.Duration { return m.Gap }), "", nil)

@@ -161,24 +161,12 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
-	median := func(ms []measured, f func(measured) float64) float64 {
-		xs := make([]float64, len(ms))
-		for i, m := range ms {
-			xs[i] = f(m)
-		}
-		return result.Summarise(xs).Median
-	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	ours, ref := results[0], results[1]
+	rounds := result.Rounds[measured]{OursName: ways[0].name, RefName: ways[1].name, Ours: results[0], Ref: results[1]}
 	res := result.Result{Benchmark: "restore-drill", Title: fmt.Sprintf("Restore drill of a 3-member cluster holding %s, under %g writes/s", result.Human(o.size), o.rate),
 		Params: map[string]any{"size": result.Human(o.size), "rate": o.rate, "rounds": o.rounds}}
 	row := func(measure, unit string, f func(measured) float64, goal string, met func(o, r float64) bool) {
-		o, r := median(ours, f), median(ref, f)
-		rw := result.Compare(measure, unit, ways[0].name, o, ways[1].name, r)
-		if goal != "" {
-			rw = rw.WithGoal(goal, met(o, r))
-		}
-		res.Rows = append(res.Rows, rw)
+		res.Rows = append(res.Rows, rounds.Row(measure, unit, f, goal, met))
 	}
 	row("drill time", "s", func(m measured) float64 { return m.took.Seconds() }, "no slower than etcd's tools", func(o, r float64) bool { return o <= r })
 	row("peak RSS of the largest process", "MiB", func(m measured) float64 { return result.MiB(m.peakRSS) }, "", nil)

@@ -110,26 +110,14 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
-	median := func(ds []load.Disruption, f func(load.Disruption) float64) float64 {
-		xs := make([]float64, len(ds))
-		for i, d := range ds {
-			xs[i] = f(d)
-		}
-		return result.Summarise(xs).Median
-	}
 	ms := func(f func(load.Disruption) time.Duration) func(load.Disruption) float64 {
 		return func(d load.Disruption) float64 { return float64(f(d).Microseconds()) / 1000 }
 	}
-	ours, ref := results[0], results[1]
+	rounds := result.Rounds[load.Disruption]{OursName: methods[0].name, RefName: methods[1].name, Ours: results[0], Ref: results[1]}
 	res := result.Result{Benchmark: "rollout", Title: fmt.Sprintf("Rolling restart of a 3-member cluster holding %s, under %g writes/s", result.Human(o.size), o.rate),
 		Params: map[string]any{"size": result.Human(o.size), "rate": o.rate, "rounds": o.rounds}}
 	row := func(measure, unit string, f func(load.Disruption) float64, goal string, met func(o, r float64) bool) {
-		o, r := median(ours, f), median(ref, f)
-		rw := result.Compare(measure, unit, methods[0].name, o, methods[1].name, r)
-		if goal != "" {
-			rw = rw.WithGoal(goal, met(o, r))
-		}
-		res.Rows = append(res.Rows, rw)
+		res.Rows = append(res.Rows, rounds.Row(measure, unit, f, goal, met))
 	}
 	row("longest time with no successful write", "ms", ms(func(d load.Disruption) time.Duration { return d.Stall }), "shorter than restarting the leader as it leads", func(o, r float64) bool { return o < r })
 	row("longest wait of one writer", "ms", ms(func(d load.Disruption) time.Duration { return d.Gap }), "", nil)

@@ -185,3 +185,27 @@ func ParseBytes(s string) (int64, error) {
 
 // Round3 rounds to three decimals, as results are reported.
 func Round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// Rounds holds the per-round samples of the two methods a benchmark compares: Steward's
+// (Ours) and the reference.
+type Rounds[T any] struct {
+	OursName, RefName string
+	Ours, Ref         []T
+}
+
+// Row compares the medians over the rounds of f of both methods, with a goal when met is set.
+func (r Rounds[T]) Row(measure, unit string, f func(T) float64, goal string, met func(ours, ref float64) bool) Row {
+	median := func(samples []T) float64 {
+		xs := make([]float64, len(samples))
+		for i, s := range samples {
+			xs[i] = f(s)
+		}
+		return Summarise(xs).Median
+	}
+	o, ref := median(r.Ours), median(r.Ref)
+	row := Compare(measure, unit, r.OursName, o, r.RefName, ref)
+	if met != nil {
+		row = row.WithGoal(goal, met(o, ref))
+	}
+	return row
+}
