@@ -172,6 +172,13 @@ func namespace(t *testing.T) string {
 			}
 			out, _ := kubectlIn("steward-system", "", "logs", "deployment/steward-operator", "--tail=80")
 			t.Logf("operator log:\n%s", out)
+			// The sidecars say what they decided and what they backed up (pods deleted by
+			// the test are gone with their logs).
+			pods, _ := kubectlIn(ns, "", "get", "pods", "-o", "jsonpath={.items[*].metadata.name}")
+			for _, pod := range strings.Fields(pods) {
+				out, _ := kubectlIn(ns, "", "logs", pod, "-c", "sidecar", "--tail=150")
+				t.Logf("sidecar log of %s:\n%s", pod, out)
+			}
 		}
 		if _, err := kubectlIn("", "", "delete", "namespace", ns, "--timeout=3m"); err != nil {
 			t.Logf("deleting namespace %s: %v", ns, err)
