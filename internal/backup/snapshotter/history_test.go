@@ -145,3 +145,70 @@ func TestPlaceComparesTheNewestRevisionsEvents(t *testing.T) {
 		t.Fatalf("Place on a member past another history, ending with a full snapshot: %+v, %v", p.Placement, err)
 	}
 }
+
+// TestPlaceComparesEveryRevisionOfTheNewestDelta: histories that agree at the newest stored
+// revision but not before it (the same request landing at the same revision in both, as a
+// request retried after a failover may) are told apart: Place compares every revision of the
+// newest delta, and starts a new timeline naming the first that differs.
+func TestPlaceComparesEveryRevisionOfTheNewestDelta(t *testing.T) {
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := Member{Client: cli, Endpoint: ep}
+	s := openStore(t, "file://"+t.TempDir())
+	tl := timelineOf(t, cli, ep)
+	full, err := Full(ctx, m, s, tl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := cli.Put(ctx, "/a", "real")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cli.Put(ctx, "/b", "same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := a.Header.Revision, b.Header.Revision
+	if first != full.Revision+1 || last != first+1 {
+		t.Fatalf("revisions %d and %d after the full snapshot at %d", first, last, full.Revision)
+	}
+	// The store holds another history at first, and the member's own event at last.
+	events := []*mvccpb.Event{
+		{Kv: &mvccpb.KeyValue{Key: []byte("/a"), Value: []byte("other"), CreateRevision: first, ModRevision: first, Version: 1}},
+		{Kv: &mvccpb.KeyValue{Key: []byte("/b"), Value: []byte("same"), CreateRevision: last, ModRevision: last, Version: 1}},
+	}
+	hdr := backup.Header{Kind: backup.KindDelta, Timeline: 1, Compression: backup.CompressionZstd, ClusterID: tl.ClusterID, FirstRev: first, LastRev: last}
+	if _, err := backup.WriteObject(ctx, s, backup.DeltaKey(1, first, last), hdr, func(w *backup.ObjectWriter) error {
+		ew := backup.NewEventWriter(w)
+		for _, ev := range events {
+			if err := ew.WriteEvent(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Place(ctx, m, s)
+	if err != nil || !p.Placement.New || p.Placement.Timeline != 2 || !strings.Contains(p.Placement.Reason, fmt.Sprintf("events of revision %d are not those stored", first)) {
+		t.Fatalf("Place on a member whose history agrees at the newest stored revision only: %+v, %v", p.Placement, err)
+	}
+	// The member's own delta of the same revisions continues timeline 1.
+	events[0].Kv.Value = []byte("real")
+	if _, err := backup.WriteObject(ctx, s, backup.DeltaKey(1, first, last), hdr, func(w *backup.ObjectWriter) error {
+		ew := backup.NewEventWriter(w)
+		for _, ev := range events {
+			if err := ew.WriteEvent(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err = Place(ctx, m, s)
+	if err != nil || p.Placement.New || p.Placement.Timeline != 1 || p.Placement.Resume != last {
+		t.Fatalf("Place on the member's own history: %+v, %v", p.Placement, err)
+	}
+}

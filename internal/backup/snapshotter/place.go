@@ -77,7 +77,7 @@ func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
 	if !p.New {
 		// The revisions alone do not show that a member whose history restarted below the
 		// timeline's newest revision has not passed it since: compare the events of the
-		// newest revision a delta holds.
+		// revisions the newest delta holds.
 		i := slices.IndexFunc(tls, func(tl backup.TimelineInfo) bool { return tl.Timeline == p.Timeline })
 		if ti, _ := ix.Timeline(p.Timeline); ti.Deltas > 0 {
 			d := ti.FurthestDelta
@@ -110,13 +110,14 @@ func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
 	return placed, nil
 }
 
-// historyDiffers compares the events of revision o.LastRev stored in delta o with the member's
-// own events of that revision, and says how they differ ("" if they do not). A member that
-// compacted that revision away cannot show that it continues the timeline (compacted is
+// historyDiffers compares the events of every revision stored in delta o with the member's
+// own events of those revisions, and says where they first differ ("" if they do not). Every
+// revision, not only the last: two histories can agree at one revision and not before it (a
+// request retried after a failover lands at the same revision in both). A member that
+// compacted those revisions away cannot show that it continues the timeline (compacted is
 // true): that is a difference too.
 func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Object) (why string, compacted bool, err error) {
-	rev := o.LastRev
-	var stored [][]byte
+	stored := map[int64][][]byte{}
 	_, or, err := backup.OpenObject(ctx, s, o.Key)
 	if err != nil {
 		return "", false, err
@@ -134,45 +135,47 @@ func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Obje
 		if err != nil {
 			return "", false, err
 		}
-		if ev.Kv.ModRevision == rev {
-			b, err := eventIdentity(ev)
-			if err != nil {
-				return "", false, err
-			}
-			stored = append(stored, b)
+		b, err := eventIdentity(ev)
+		if err != nil {
+			return "", false, err
 		}
+		stored[ev.Kv.ModRevision] = append(stored[ev.Kv.ModRevision], b)
 	}
 
 	wctx, cancel := context.WithTimeout(ctx, historyCheckTimeout)
 	defer cancel()
-	var own [][]byte
-	for resp := range m.Client.Watch(clientv3.WithRequireLeader(wctx), "\x00", clientv3.WithFromKey(), clientv3.WithRev(rev)) {
+	own := map[int64][][]byte{}
+	var seen int64 // the newest revision whose events were read
+	for resp := range m.Client.Watch(clientv3.WithRequireLeader(wctx), "\x00", clientv3.WithFromKey(), clientv3.WithRev(o.FirstRev)) {
 		if resp.CompactRevision != 0 {
-			return fmt.Sprintf("the member compacted its history past revision %d (%s): it cannot show that it continues the timeline", rev, o.Key), true, nil
+			return fmt.Sprintf("the member compacted its history past revision %d (%s): it cannot show that it continues the timeline", o.FirstRev, o.Key), true, nil
 		}
 		if err := resp.Err(); err != nil {
-			return "", false, fmt.Errorf("watch %s from revision %d: %w", m.Endpoint, rev, err)
+			return "", false, fmt.Errorf("watch %s from revision %d: %w", m.Endpoint, o.FirstRev, err)
 		}
-		// The events of one revision come in one response.
 		for _, ev := range resp.Events {
-			if ev.Kv.ModRevision != rev {
+			if ev.Kv.ModRevision > o.LastRev {
 				break
 			}
 			b, err := eventIdentity((*mvccpb.Event)(ev))
 			if err != nil {
 				return "", false, err
 			}
-			own = append(own, b)
+			own[ev.Kv.ModRevision] = append(own[ev.Kv.ModRevision], b)
+			seen = ev.Kv.ModRevision
 		}
-		if len(resp.Events) > 0 {
+		// The events of one revision come in one response.
+		if n := len(resp.Events); n > 0 && (seen >= o.LastRev || resp.Events[n-1].Kv.ModRevision > o.LastRev) {
 			break
 		}
 	}
-	if len(own) == 0 {
-		return "", false, fmt.Errorf("watch %s from revision %d: no events of that revision within %v", m.Endpoint, rev, historyCheckTimeout)
+	if seen < o.LastRev && wctx.Err() != nil {
+		return "", false, fmt.Errorf("watch %s from revision %d: its events up to revision %d not read within %v", m.Endpoint, o.FirstRev, o.LastRev, historyCheckTimeout)
 	}
-	if !slices.EqualFunc(own, stored, bytes.Equal) {
-		return fmt.Sprintf("the member's events of revision %d are not those stored in %s: its history restarted below it", rev, o.Key), false, nil
+	for rev := o.FirstRev; rev <= o.LastRev; rev++ {
+		if !slices.EqualFunc(own[rev], stored[rev], bytes.Equal) {
+			return fmt.Sprintf("the member's events of revision %d are not those stored in %s: its history restarted below it", rev, o.Key), false, nil
+		}
 	}
 	return "", false, nil
 }
