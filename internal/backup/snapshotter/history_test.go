@@ -211,4 +211,24 @@ func TestPlaceComparesEveryRevisionOfTheNewestDelta(t *testing.T) {
 	if err != nil || p.Placement.New || p.Placement.Timeline != 1 || p.Placement.Resume != last {
 		t.Fatalf("Place on the member's own history: %+v, %v", p.Placement, err)
 	}
+	// A member that compacted the delta's first revisions away still shows the rest of them.
+	if _, err := cli.Compact(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	p, err = Place(ctx, m, s)
+	if err != nil || p.Placement.New || p.Placement.Timeline != 1 || p.Placement.Resume != last {
+		t.Fatalf("Place on the member's own history, compacted to the delta's newest revision: %+v, %v", p.Placement, err)
+	}
+	// One that compacted every revision of it away cannot.
+	c, err := cli.Put(ctx, "/c", "later")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, c.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	p, err = Place(ctx, m, s)
+	if err != nil || !p.Placement.New || p.Placement.Timeline != 2 || !strings.Contains(p.Placement.Reason, "compacted") {
+		t.Fatalf("Place on a member that compacted the newest stored delta away: %+v, %v", p.Placement, err)
+	}
 }

@@ -113,9 +113,9 @@ func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
 // historyDiffers compares the events of every revision stored in delta o with the member's
 // own events of those revisions, and says where they first differ ("" if they do not). Every
 // revision, not only the last: two histories can agree at one revision and not before it (a
-// request retried after a failover lands at the same revision in both). A member that
-// compacted those revisions away cannot show that it continues the timeline (compacted is
-// true): that is a difference too.
+// request retried after a failover lands at the same revision in both). Revisions the member
+// compacted away are not compared; a member that compacted the delta's newest revision away
+// cannot show that it continues the timeline (compacted is true): that is a difference too.
 func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Object) (why string, compacted bool, err error) {
 	stored := map[int64][][]byte{}
 	_, or, err := backup.OpenObject(ctx, s, o.Key)
@@ -144,40 +144,63 @@ func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Obje
 
 	wctx, cancel := context.WithTimeout(ctx, historyCheckTimeout)
 	defer cancel()
-	own := map[int64][][]byte{}
-	var seen int64 // the newest revision whose events were read
-	for resp := range m.Client.Watch(clientv3.WithRequireLeader(wctx), "\x00", clientv3.WithFromKey(), clientv3.WithRev(o.FirstRev)) {
-		if resp.CompactRevision != 0 {
-			return fmt.Sprintf("the member compacted its history past revision %d (%s): it cannot show that it continues the timeline", o.FirstRev, o.Key), true, nil
+	// A member compacts its history: the revisions it still holds are compared, and only one
+	// that compacted the delta's newest revision away cannot show anything.
+	from := o.FirstRev
+	var own map[int64][][]byte
+	for {
+		var compactRev int64
+		own, compactRev, err = memberEvents(wctx, m, from, o.LastRev)
+		if err != nil {
+			return "", false, err
 		}
-		if err := resp.Err(); err != nil {
-			return "", false, fmt.Errorf("watch %s from revision %d: %w", m.Endpoint, o.FirstRev, err)
-		}
-		for _, ev := range resp.Events {
-			if ev.Kv.ModRevision > o.LastRev {
-				break
-			}
-			b, err := eventIdentity((*mvccpb.Event)(ev))
-			if err != nil {
-				return "", false, err
-			}
-			own[ev.Kv.ModRevision] = append(own[ev.Kv.ModRevision], b)
-			seen = ev.Kv.ModRevision
-		}
-		// The events of one revision come in one response.
-		if n := len(resp.Events); n > 0 && (seen >= o.LastRev || resp.Events[n-1].Kv.ModRevision > o.LastRev) {
+		if compactRev == 0 {
 			break
 		}
+		if compactRev > o.LastRev {
+			return fmt.Sprintf("the member compacted its history past revision %d (%s): it cannot show that it continues the timeline", o.LastRev, o.Key), true, nil
+		}
+		from = compactRev
 	}
-	if seen < o.LastRev && wctx.Err() != nil {
-		return "", false, fmt.Errorf("watch %s from revision %d: its events up to revision %d not read within %v", m.Endpoint, o.FirstRev, o.LastRev, historyCheckTimeout)
-	}
-	for rev := o.FirstRev; rev <= o.LastRev; rev++ {
+	for rev := from; rev <= o.LastRev; rev++ {
 		if !slices.EqualFunc(own[rev], stored[rev], bytes.Equal) {
 			return fmt.Sprintf("the member's events of revision %d are not those stored in %s: its history restarted below it", rev, o.Key), false, nil
 		}
 	}
 	return "", false, nil
+}
+
+// memberEvents reads the member's events of revisions from..to, by revision. If the member
+// compacted revision from away, it returns its compact revision instead.
+func memberEvents(ctx context.Context, m Member, from, to int64) (map[int64][][]byte, int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	own := map[int64][][]byte{}
+	var seen int64 // the newest revision whose events were read
+	for resp := range m.Client.Watch(clientv3.WithRequireLeader(ctx), "\x00", clientv3.WithFromKey(), clientv3.WithRev(from)) {
+		if resp.CompactRevision != 0 {
+			return nil, resp.CompactRevision, nil
+		}
+		if err := resp.Err(); err != nil {
+			return nil, 0, fmt.Errorf("watch %s from revision %d: %w", m.Endpoint, from, err)
+		}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision > to {
+				break
+			}
+			b, err := eventIdentity((*mvccpb.Event)(ev))
+			if err != nil {
+				return nil, 0, err
+			}
+			own[ev.Kv.ModRevision] = append(own[ev.Kv.ModRevision], b)
+			seen = ev.Kv.ModRevision
+		}
+		// The events of one revision come in one response.
+		if n := len(resp.Events); n > 0 && (seen >= to || resp.Events[n-1].Kv.ModRevision > to) {
+			return own, 0, nil
+		}
+	}
+	return nil, 0, fmt.Errorf("watch %s from revision %d: its events up to revision %d not read within %v", m.Endpoint, from, to, historyCheckTimeout)
 }
 
 // eventIdentity is what must agree between two events of one history: the type and the key
