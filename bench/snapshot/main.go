@@ -328,7 +328,7 @@ func writerCeiling(ctx context.Context, etcdctl, endpoint, path string) (float64
 		return 0, err
 	}
 	t0 := time.Now()
-	w, err := backup.NewObjectWriter(io.Discard, backup.Header{Kind: backup.KindFull, Timeline: 1, Compression: backup.CompressionZstd, FirstRev: 1, LastRev: 1})
+	w, err := backup.NewObjectWriter(io.Discard, backup.Header{Kind: backup.KindFull, Timeline: 1, Compression: backup.CompressionZstd, FirstRev: 1, LastRev: 1}, nil)
 	if err != nil {
 		return 0, err
 	}

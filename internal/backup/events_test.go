@@ -180,7 +180,7 @@ func TestEventsThroughObject(t *testing.T) {
 	obj := writeObject(t, hdr, encodeEvents(t, testEvents()), 0)
 
 	read := func(b []byte) (int, error) {
-		_, or, err := NewObjectReader(bytes.NewReader(b), deltaTestKey)
+		_, or, err := NewObjectReader(bytes.NewReader(b), deltaTestKey, nil)
 		if err != nil {
 			return 0, err
 		}

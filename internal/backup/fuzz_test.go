@@ -45,7 +45,7 @@ func FuzzParseKey(f *testing.F) {
 func FuzzObjectReader(f *testing.F) {
 	for _, c := range []Compression{CompressionZstd, CompressionNone} {
 		var buf bytes.Buffer
-		ow, err := NewObjectWriter(&buf, testHeader(c))
+		ow, err := NewObjectWriter(&buf, testHeader(c), nil)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func FuzzObjectReader(f *testing.F) {
 	}
 	f.Add([]byte("not a backup"))
 	f.Fuzz(func(t *testing.T, obj []byte) {
-		hdr, or, err := NewObjectReader(bytes.NewReader(obj), testKey)
+		hdr, or, err := NewObjectReader(bytes.NewReader(obj), testKey, nil)
 		if err != nil {
 			return
 		}

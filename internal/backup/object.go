@@ -12,11 +12,17 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/etcd-steward/steward/internal/seal"
 )
 
-// FormatVersion is the object format this code writes. It reads versions 1 (before
-// timelines: timeline 1) and 2.
-const FormatVersion = 2
+// FormatVersion is the newest object format this code writes: encrypted objects are
+// version 3, others version 2 (readable by Steward before encryption). It reads versions 1
+// (before timelines: timeline 1), 2 and 3.
+const (
+	FormatVersion          = 3
+	formatVersionPlaintext = 2
+)
 
 // Object byte layout (all integers big-endian; docs/backup-format.md has
 // the same tables):
@@ -25,8 +31,12 @@ const FormatVersion = 2
 //	        compression u8 | reserved u16 (0) | cluster ID u64 |
 //	        first revision i64 | last revision i64 | created unix ns i64 |
 //	        timeline u32 (version 2 only) |
-//	        etcd version length u8 | etcd version | CRC-32C u32 of all before
-//	payload the (compressed) bytes, length known only at the end
+//	        etcd version length u8 | etcd version |
+//	        key ID length u8 | key ID | salt [32] (version 3 only) |
+//	        CRC-32C u32 of all before
+//	payload the (compressed) bytes, length known only at the end; in version 3 sealed
+//	        (package seal) with the key derived from the key ID's key and the salt, the
+//	        header as associated data and the trailer's last revision with the last segment
 //	trailer magic "STEWEND\n" | payload length u64 | raw length u64 |
 //	        last revision i64 | SHA-256 of payload [32] | CRC-32C u32 of all before
 //
@@ -88,7 +98,14 @@ type Header struct {
 	FirstRev int64
 	LastRev  int64
 	Created  time.Time
+	// KeyID names the keyring key the payload is encrypted with; "" if it is not. Salt
+	// derives the object's own key from it.
+	KeyID string
+	Salt  [seal.SaltSize]byte
 }
+
+// Encrypted says whether the payload is encrypted.
+func (h Header) Encrypted() bool { return h.KeyID != "" }
 
 // Trailer is what an object says about itself at the end, once the
 // payload is written.
@@ -111,6 +128,8 @@ func (h Header) validate() error {
 		return fmt.Errorf("timeline %d: timelines start at 1", h.Timeline)
 	case len(h.EtcdVersion) > maxEtcdVersion:
 		return fmt.Errorf("etcd version string is %d bytes, at most %d fit", len(h.EtcdVersion), maxEtcdVersion)
+	case len(h.KeyID) > 255:
+		return fmt.Errorf("key ID is %d bytes, at most 255 fit", len(h.KeyID))
 	case h.FirstRev < 1 || h.LastRev < 0:
 		return fmt.Errorf("revisions %d-%d: etcd revisions start at 1", h.FirstRev, h.LastRev)
 	case h.LastRev != 0 && h.LastRev < h.FirstRev:
@@ -126,10 +145,13 @@ func (h Header) MarshalBinary() ([]byte, error) {
 	if err := h.validate(); err != nil {
 		return nil, fmt.Errorf("backup header: %w", err)
 	}
-	n := headerFixedLen + len(h.EtcdVersion) + headerCRCLen
+	n, version := headerFixedLen+len(h.EtcdVersion)+headerCRCLen, uint16(formatVersionPlaintext)
+	if h.Encrypted() {
+		n, version = n+1+len(h.KeyID)+seal.SaltSize, FormatVersion
+	}
 	b := make([]byte, 0, n)
 	b = append(b, headerMagic[:]...)
-	b = binary.BigEndian.AppendUint16(b, FormatVersion)
+	b = binary.BigEndian.AppendUint16(b, version)
 	b = binary.BigEndian.AppendUint16(b, uint16(n))
 	b = append(b, byte(h.Kind), byte(h.Compression), 0, 0)
 	b = binary.BigEndian.AppendUint64(b, h.ClusterID)
@@ -139,6 +161,11 @@ func (h Header) MarshalBinary() ([]byte, error) {
 	b = binary.BigEndian.AppendUint32(b, h.Timeline)
 	b = append(b, byte(len(h.EtcdVersion)))
 	b = append(b, h.EtcdVersion...)
+	if h.Encrypted() {
+		b = append(b, byte(len(h.KeyID)))
+		b = append(b, h.KeyID...)
+		b = append(b, h.Salt[:]...)
+	}
 	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	return b, nil
 }
@@ -146,50 +173,62 @@ func (h Header) MarshalBinary() ([]byte, error) {
 // readHeader reads and checks the header at the start of r. Every format
 // version starts with magic, version and header length and ends its
 // header with a CRC-32C, so damage is told apart from a newer version.
-func readHeader(r io.Reader) (Header, error) {
+func readHeader(r io.Reader) (Header, []byte, error) {
 	var pre [12]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return Header{}, fmt.Errorf("%w: truncated: the object is shorter than a header", ErrCorrupt)
+			return Header{}, nil, fmt.Errorf("%w: truncated: the object is shorter than a header", ErrCorrupt)
 		}
-		return Header{}, fmt.Errorf("read header: %w", err)
+		return Header{}, nil, fmt.Errorf("read header: %w", err)
 	}
 	if !bytes.Equal(pre[:8], headerMagic[:]) {
-		return Header{}, fmt.Errorf("%w: no backup header (magic %q, want %q)", ErrCorrupt, pre[:8], headerMagic[:])
+		return Header{}, nil, fmt.Errorf("%w: no backup header (magic %q, want %q)", ErrCorrupt, pre[:8], headerMagic[:])
 	}
 	total := int(binary.BigEndian.Uint16(pre[10:]))
 	if total < headerFixedLenV1+headerCRCLen || total > maxHeaderLen {
-		return Header{}, fmt.Errorf("%w: header length %d is impossible", ErrCorrupt, total)
+		return Header{}, nil, fmt.Errorf("%w: header length %d is impossible", ErrCorrupt, total)
 	}
 	b := make([]byte, total)
 	copy(b, pre[:])
 	if _, err := io.ReadFull(r, b[len(pre):]); err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return Header{}, fmt.Errorf("%w: truncated inside the header", ErrCorrupt)
+			return Header{}, nil, fmt.Errorf("%w: truncated inside the header", ErrCorrupt)
 		}
-		return Header{}, fmt.Errorf("read header: %w", err)
+		return Header{}, nil, fmt.Errorf("read header: %w", err)
 	}
 	body := b[:total-headerCRCLen]
 	if got, want := binary.BigEndian.Uint32(b[len(body):]), crc32.Checksum(body, castagnoli); got != want {
-		return Header{}, fmt.Errorf("%w: header checksum mismatch (stored %08x, computed %08x)", ErrCorrupt, got, want)
+		return Header{}, nil, fmt.Errorf("%w: header checksum mismatch (stored %08x, computed %08x)", ErrCorrupt, got, want)
 	}
 	fixed, tl := headerFixedLen, uint32(0)
-	switch v := binary.BigEndian.Uint16(b[8:]); {
+	v := binary.BigEndian.Uint16(b[8:])
+	switch {
 	case v == 1:
 		fixed, tl = headerFixedLenV1, 1 // before timelines
-	case v == FormatVersion:
+	case v == formatVersionPlaintext || v == FormatVersion:
 		if total < fixed+headerCRCLen {
-			return Header{}, fmt.Errorf("%w: header length %d is impossible", ErrCorrupt, total)
+			return Header{}, nil, fmt.Errorf("%w: header length %d is impossible", ErrCorrupt, total)
 		}
 		tl = binary.BigEndian.Uint32(b[48:])
 	case v > FormatVersion:
-		return Header{}, fmt.Errorf("format version %d was written by a newer steward (this one reads up to %d): upgrade steward", v, FormatVersion)
+		return Header{}, nil, fmt.Errorf("format version %d was written by a newer steward (this one reads up to %d): upgrade steward", v, FormatVersion)
 	default:
-		return Header{}, fmt.Errorf("%w: format version %d is not one steward ever wrote", ErrCorrupt, v)
+		return Header{}, nil, fmt.Errorf("%w: format version %d is not one steward ever wrote", ErrCorrupt, v)
 	}
 	vlen := int(b[fixed-1])
-	if total != fixed+vlen+headerCRCLen {
-		return Header{}, fmt.Errorf("%w: header length %d does not match its etcd version length %d", ErrCorrupt, total, vlen)
+	rest := body[min(fixed+vlen, len(body)):] // what follows the etcd version
+	var keyID string
+	var salt [seal.SaltSize]byte
+	if v == FormatVersion {
+		if len(rest) < 1 || int(rest[0]) == 0 || len(rest) != 1+int(rest[0])+seal.SaltSize {
+			return Header{}, nil, fmt.Errorf("%w: header length %d does not match its etcd version and key ID lengths", ErrCorrupt, total)
+		}
+		keyID = string(rest[1 : 1+rest[0]])
+		copy(salt[:], rest[1+rest[0]:])
+		rest = nil
+	}
+	if fixed+vlen > len(body) || len(rest) != 0 {
+		return Header{}, nil, fmt.Errorf("%w: header length %d does not match its etcd version length %d", ErrCorrupt, total, vlen)
 	}
 	h := Header{
 		Kind:        Kind(b[12]),
@@ -200,11 +239,13 @@ func readHeader(r io.Reader) (Header, error) {
 		LastRev:     int64(binary.BigEndian.Uint64(b[32:])),
 		Created:     time.Unix(0, int64(binary.BigEndian.Uint64(b[40:]))).UTC(),
 		EtcdVersion: string(b[fixed : fixed+vlen]),
+		KeyID:       keyID,
+		Salt:        salt,
 	}
 	if err := h.validate(); err != nil {
-		return Header{}, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
+		return Header{}, nil, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
 	}
-	return h, nil
+	return h, b, nil
 }
 
 func (t Trailer) marshal() []byte {
@@ -240,7 +281,9 @@ func parseTrailer(b []byte) (Trailer, error) {
 // It does not close the writer beneath it.
 type ObjectWriter struct {
 	hdr     Header
-	out     *hashWriter
+	out     *hashWriter   // the stored bytes
+	sealer  *seal.Writer  // nil without encryption
+	payload io.Writer     // sealer or out
 	enc     *zstd.Encoder // nil without compression
 	raw     int64
 	lastRev int64
@@ -250,18 +293,31 @@ type ObjectWriter struct {
 }
 
 // NewObjectWriter writes hdr to w and returns a writer for the payload.
-// A zero hdr.Created is set to now. Close writes the trailer; an object
-// without its trailer is rejected by readers, so a writer abandoned half
-// way can never pass for a complete one.
-func NewObjectWriter(w io.Writer, hdr Header) (*ObjectWriter, error) {
-	return newObjectWriter(w, hdr, true)
+// A zero hdr.Created is set to now. With keys, the payload is encrypted with
+// their active key. Close writes the trailer; an object without its trailer
+// is rejected by readers, so a writer abandoned half way can never pass for
+// a complete one.
+func NewObjectWriter(w io.Writer, hdr Header, keys *seal.Keyring) (*ObjectWriter, error) {
+	return newObjectWriter(w, hdr, keys, true)
 }
 
 // newObjectWriter is NewObjectWriter; without encode, a compressed payload comes already
 // compressed, through writeEncoded.
-func newObjectWriter(w io.Writer, hdr Header, encode bool) (*ObjectWriter, error) {
+func newObjectWriter(w io.Writer, hdr Header, keys *seal.Keyring, encode bool) (*ObjectWriter, error) {
 	if hdr.Created.IsZero() {
 		hdr.Created = time.Now()
+	}
+	var key []byte
+	hdr.KeyID = ""
+	if keys != nil {
+		salt, err := seal.NewSalt()
+		if err != nil {
+			return nil, err
+		}
+		hdr.KeyID, hdr.Salt = keys.Active(), salt
+		if key, err = keys.Key(hdr.KeyID); err != nil {
+			return nil, err
+		}
 	}
 	hb, err := hdr.MarshalBinary()
 	if err != nil {
@@ -271,8 +327,15 @@ func newObjectWriter(w io.Writer, hdr Header, encode bool) (*ObjectWriter, error
 		return nil, fmt.Errorf("write backup header: %w", err)
 	}
 	ow := &ObjectWriter{hdr: hdr, out: &hashWriter{w: w, h: sha256.New()}}
+	ow.payload = ow.out
+	if hdr.Encrypted() {
+		if ow.sealer, err = seal.NewWriter(ow.out, key, hdr.Salt, hb); err != nil {
+			return nil, err
+		}
+		ow.payload = ow.sealer
+	}
 	if hdr.Compression == CompressionZstd && encode {
-		if ow.enc, err = newEncoder(ow.out, hdr.Kind); err != nil {
+		if ow.enc, err = newEncoder(ow.payload, hdr.Kind); err != nil {
 			return nil, err
 		}
 	}
@@ -321,7 +384,7 @@ func (o *ObjectWriter) Write(p []byte) (int, error) {
 	if o.enc != nil {
 		n, err = o.enc.Write(p)
 	} else {
-		n, err = o.out.Write(p)
+		n, err = o.payload.Write(p)
 	}
 	o.raw += int64(n)
 	if err != nil {
@@ -343,7 +406,7 @@ func (o *ObjectWriter) writeEncoded(payload *chunkBuffer, raw int64) error {
 	if o.enc != nil {
 		return errors.New("backup object writer compresses its payload itself")
 	}
-	err := payload.writeTo(o.out)
+	err := payload.writeTo(o.payload)
 	o.raw += raw
 	if err != nil {
 		o.err = fmt.Errorf("write backup payload: %w", err)
@@ -374,6 +437,12 @@ func (o *ObjectWriter) Close() error {
 		o.err = fmt.Errorf("backup trailer: last revision %d is before first revision %d", o.lastRev, o.hdr.FirstRev)
 		return o.err
 	}
+	if o.sealer != nil {
+		if err := o.sealer.Close(sealedEnd(o.lastRev)); err != nil {
+			o.err = fmt.Errorf("write backup payload: %w", err)
+			return o.err
+		}
+	}
 	o.trailer = Trailer{PayloadSize: o.out.n, RawSize: o.raw, LastRev: o.lastRev}
 	o.out.h.Sum(o.trailer.SHA256[:0])
 	if _, err := o.out.w.Write(o.trailer.marshal()); err != nil {
@@ -384,6 +453,12 @@ func (o *ObjectWriter) Close() error {
 
 // Trailer returns the trailer written by a successful Close.
 func (o *ObjectWriter) Trailer() Trailer { return o.trailer }
+
+// sealedEnd is what the last sealed segment of an encrypted payload authenticates besides the
+// header: the trailer's last revision, the one trailer field not checked against the payload.
+func sealedEnd(lastRev int64) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(lastRev))
+}
 
 type hashWriter struct {
 	w io.Writer
@@ -406,8 +481,9 @@ type ObjectReader struct {
 	key     string
 	hdr     Header
 	pr      *payloadReader
+	plain   io.Reader // the payload decrypted: pr, or an opener of it
 	dec     *zstd.Decoder
-	src     io.Reader // pr or dec
+	src     io.Reader // plain or dec
 	raw     int64
 	err     error // sticky, io.EOF once verified
 	closer  io.Closer
@@ -418,18 +494,53 @@ type ObjectReader struct {
 // for; our encoder's windows are far smaller.
 const maxWindow = 64 << 20
 
+// notEncrypted is the error for an object that is not encrypted, read with keys.
+func notEncrypted(keys *seal.Keyring) error {
+	return fmt.Errorf("%w: it is not encrypted, and backups with keys %s are: it was written without the keys (planted in the store, or before encryption was turned on); it is not read with keys", ErrCorrupt, keys)
+}
+
+// ErrNoKey is wrapped by the error for an encrypted object read without the key it was
+// encrypted with.
+var ErrNoKey = errors.New("encryption key missing")
+
 // NewObjectReader reads the header from r and returns it with a reader of
 // the payload. key names the object in errors. Close the reader when done;
 // it does not close r.
-func NewObjectReader(r io.Reader, key string) (Header, *ObjectReader, error) {
-	hdr, err := readHeader(r)
+//
+// With keys, only encrypted objects are read: one that is not was written by someone without
+// the keys (planted), or before encryption was turned on, and is refused as damaged. Without
+// keys, an encrypted object is refused with ErrNoKey.
+func NewObjectReader(r io.Reader, key string, keys *seal.Keyring) (Header, *ObjectReader, error) {
+	hdr, hb, err := readHeader(r)
 	if err != nil {
 		return Header{}, nil, fmt.Errorf("backup object %s: %w", key, err)
 	}
 	or := &ObjectReader{key: key, hdr: hdr, pr: newPayloadReader(r)}
-	or.src = or.pr
+	or.plain = or.pr
+	switch {
+	case keys == nil && hdr.Encrypted():
+		return Header{}, nil, fmt.Errorf("backup object %s: %w: it is encrypted with key %q: give the backups' encryption keys (--encryption-keys)", key, ErrNoKey, hdr.KeyID)
+	case keys != nil && !hdr.Encrypted():
+		return Header{}, nil, fmt.Errorf("backup object %s: %w", key, notEncrypted(keys))
+	case keys != nil:
+		k, err := keys.Key(hdr.KeyID)
+		if err != nil {
+			return Header{}, nil, fmt.Errorf("backup object %s: %w: %v", key, ErrNoKey, err)
+		}
+		pr := or.pr
+		end := func() ([]byte, error) {
+			if pr.err != io.EOF {
+				return nil, pr.err // the trailer did not verify
+			}
+			return sealedEnd(pr.trailer.LastRev), nil
+		}
+		if or.plain, err = seal.NewReader(or.pr, k, hdr.Salt, hb, end); err != nil {
+			return Header{}, nil, fmt.Errorf("backup object %s: %w", key, err)
+		}
+	}
+	or.src = or.plain
 	if hdr.Compression == CompressionZstd {
-		or.dec, err = zstd.NewReader(or.pr,
+		or.dec, err = zstd.NewReader(or.plain,
 			zstd.WithDecoderConcurrency(1),
 			zstd.WithDecoderLowmem(true),
 			zstd.WithDecoderMaxWindow(maxWindow))
@@ -463,6 +574,8 @@ func (o *ObjectReader) Read(p []byte) (int, error) {
 		// The root cause is below the decoder (damage, truncation or the
 		// store); report that rather than the decoder's view of it.
 		err = o.pr.err
+	case errors.Is(err, seal.ErrAuthentication):
+		err = fmt.Errorf("%w: it does not decrypt with key %q: the key is not the one it was written with, or the object was altered or planted (%v)", ErrCorrupt, o.hdr.KeyID, err)
 	case o.dec != nil && !errors.Is(err, ErrCorrupt):
 		// The compressed stream itself is broken.
 		err = fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
@@ -481,7 +594,7 @@ func (o *ObjectReader) finish() error {
 		// The decoder may stop at the end of its last frame before it has
 		// seen the end of the payload; anything left over is damage.
 		var one [1]byte
-		if n, err := o.pr.Read(one[:]); n > 0 {
+		if n, err := o.plain.Read(one[:]); n > 0 {
 			return fmt.Errorf("%w: bytes after the end of the zstd stream", ErrCorrupt)
 		} else if err == nil {
 			return fmt.Errorf("%w: payload did not end with the compressed stream", ErrCorrupt)

@@ -48,7 +48,7 @@ func payload(n int, seed int64) []byte {
 func writeObject(t *testing.T, hdr Header, data []byte, lastRev int64) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	ow, err := NewObjectWriter(&buf, hdr)
+	ow, err := NewObjectWriter(&buf, hdr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func writeObject(t *testing.T, hdr Header, data []byte, lastRev int64) []byte {
 // that is not io.EOF; it fails the test if a read returns io.EOF before
 // the trailer was verified.
 func readObject(obj []byte, key string, chunk int) (Header, []byte, *ObjectReader, error) {
-	hdr, or, err := NewObjectReader(bytes.NewReader(obj), key)
+	hdr, or, err := NewObjectReader(bytes.NewReader(obj), key, nil)
 	if err != nil {
 		return Header{}, nil, nil, err
 	}
@@ -112,7 +112,7 @@ func TestHeaderBytes(t *testing.T) {
 	if got != golden {
 		t.Fatalf("header bytes\n got %s\nwant %s", got, golden)
 	}
-	h, err := readHeader(bytes.NewReader(b))
+	h, _, err := readHeader(bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestHeaderBytes(t *testing.T) {
 func TestHeaderVersion1ReadsAsTimeline1(t *testing.T) {
 	b, _ := hex.DecodeString("5354455742414b0a" + "0001" + "003a" + "01" + "01" + "0000" + "0102030405060708" +
 		"0000000000000064" + "0000000000000000" + "17979cfe362a0000" + "05" + "332e362e34" + "e2657985")
-	h, err := readHeader(bytes.NewReader(b))
+	h, _, err := readHeader(bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestObjectStreamsThroughPipe(t *testing.T) {
 	pr, pw := io.Pipe()
 	const size = 16 << 20
 	go func() {
-		ow, err := NewObjectWriter(pw, testHeader(CompressionZstd))
+		ow, err := NewObjectWriter(pw, testHeader(CompressionZstd), nil)
 		if err != nil {
 			pw.CloseWithError(err)
 			return
@@ -210,7 +210,7 @@ func TestObjectStreamsThroughPipe(t *testing.T) {
 		}
 		pw.CloseWithError(ow.Close())
 	}()
-	_, or, err := NewObjectReader(pr, testKey)
+	_, or, err := NewObjectReader(pr, testKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,16 +287,16 @@ func TestTruncatedMessages(t *testing.T) {
 
 func TestNewerFormatVersion(t *testing.T) {
 	obj := writeObject(t, testHeader(CompressionZstd), nil, 0)
-	obj[9] = 3 // version 3, with its header CRC made right
+	obj[9] = 4 // version 4, with its header CRC made right
 	binary.BigEndian.PutUint32(obj[58:], crc32.Checksum(obj[:58], crc32.MakeTable(crc32.Castagnoli)))
-	_, _, err := NewObjectReader(bytes.NewReader(obj), testKey)
+	_, _, err := NewObjectReader(bytes.NewReader(obj), testKey, nil)
 	if err == nil || !strings.Contains(err.Error(), "upgrade steward") || !strings.Contains(err.Error(), testKey) {
 		t.Fatalf("newer version: %v", err)
 	}
 }
 
 func TestNotABackup(t *testing.T) {
-	_, _, err := NewObjectReader(strings.NewReader("SQLite format 3\x00 and then a lot more bytes than a header"), testKey)
+	_, _, err := NewObjectReader(strings.NewReader("SQLite format 3\x00 and then a lot more bytes than a header"), testKey, nil)
 	mustCorrupt(t, err, "foreign file")
 	if !strings.Contains(err.Error(), "no backup header") {
 		t.Fatalf("foreign file: %v", err)
@@ -317,12 +317,12 @@ func TestHeaderValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := testHeader(CompressionZstd)
 			tc.mod(&h)
-			if _, err := NewObjectWriter(io.Discard, h); err == nil {
+			if _, err := NewObjectWriter(io.Discard, h, nil); err == nil {
 				t.Fatal("NewObjectWriter accepted a bad header")
 			}
 		})
 	}
-	ow, _ := NewObjectWriter(io.Discard, testHeader(CompressionZstd))
+	ow, _ := NewObjectWriter(io.Discard, testHeader(CompressionZstd), nil)
 	ow.SetLastRev(99) // before FirstRev 100
 	if err := ow.Close(); err == nil {
 		t.Fatal("Close accepted a final revision before the first")
@@ -332,7 +332,7 @@ func TestHeaderValidation(t *testing.T) {
 func TestWriterErrorsPropagate(t *testing.T) {
 	fail := errors.New("disk full")
 	w := &failAfter{n: 200, err: fail}
-	ow, err := NewObjectWriter(w, testHeader(CompressionNone))
+	ow, err := NewObjectWriter(w, testHeader(CompressionNone), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

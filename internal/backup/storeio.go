@@ -36,7 +36,7 @@ func storeObject(ctx context.Context, s *store.Store, key string, hdr Header, en
 	if err != nil {
 		return Trailer{}, err
 	}
-	ow, err := newObjectWriter(sw, hdr, encode)
+	ow, err := newObjectWriter(sw, hdr, s.Keys(), encode)
 	if err != nil {
 		sw.Abort()
 		return Trailer{}, fmt.Errorf("backup object %s: %w", key, err)
@@ -63,13 +63,33 @@ func OpenObject(ctx context.Context, s *store.Store, key string) (Header, *Objec
 	if err != nil {
 		return Header{}, nil, err
 	}
-	hdr, or, err := NewObjectReader(sr, key)
+	hdr, or, err := NewObjectReader(sr, key, s.Keys())
 	if err != nil {
 		sr.Close()
 		return Header{}, nil, err
 	}
 	or.closer = sr
 	return hdr, or, nil
+}
+
+// ReadHeader reads the header of the object at key in s, and nothing more: no key is needed
+// to read an encrypted object's header (list, timelines and times are read without one). Only
+// a read of the payload authenticates the header; but with keys, an object that is not
+// encrypted is refused here too (see NewObjectReader).
+func ReadHeader(ctx context.Context, s *store.Store, key string) (Header, error) {
+	sr, err := s.NewReader(ctx, key)
+	if err != nil {
+		return Header{}, err
+	}
+	defer sr.Close()
+	hdr, _, err := readHeader(sr)
+	if err == nil && s.Keys() != nil && !hdr.Encrypted() {
+		err = notEncrypted(s.Keys())
+	}
+	if err != nil {
+		return Header{}, fmt.Errorf("backup object %s: %w", key, err)
+	}
+	return hdr, nil
 }
 
 // CheckHeader checks that an object's header agrees with its name.

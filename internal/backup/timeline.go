@@ -66,7 +66,11 @@ func Place(tls []TimelineInfo, clusterID uint64, rev int64) Placement {
 	case len(tls) == 0:
 		return start("the store holds no backups")
 	case own == nil:
-		return start("the store holds no timeline of cluster %x (its %d timelines are of other clusters)", clusterID, len(tls))
+		why := ""
+		if i := slices.IndexFunc(tls, func(tl TimelineInfo) bool { return tl.Disagrees != "" }); i >= 0 {
+			why = fmt.Sprintf(", or cannot say whose they are: timeline %d: %s", tls[i].Timeline, tls[i].Disagrees)
+		}
+		return start("the store holds no timeline of cluster %x (its %d timelines are of other clusters%s)", clusterID, len(tls), why)
 	case own.Disagrees != "":
 		return start("timeline %d cannot be continued: %s", own.Timeline, own.Disagrees)
 	case rev < own.Newest.LastRev:
@@ -139,11 +143,10 @@ func ObserveIndex(ctx context.Context, s *store.Store, ix Index) ([]TimelineInfo
 
 // readObjectHeader reads o's header and checks it against o's name.
 func readObjectHeader(ctx context.Context, s *store.Store, o Object) (Header, error) {
-	hdr, or, err := OpenObject(ctx, s, o.Key)
+	hdr, err := ReadHeader(ctx, s, o.Key)
 	if err != nil {
 		return Header{}, err
 	}
-	or.Close()
 	if err := CheckHeader(o, hdr); err != nil {
 		return Header{}, err
 	}

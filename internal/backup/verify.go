@@ -191,7 +191,7 @@ func verifyObject(ctx context.Context, s *store.Store, o Object, onRead func(int
 		return hdr, 0, err
 	}
 	defer sr.Close()
-	hdr, or, err := NewObjectReader(&countingReader{r: sr, fn: onRead}, o.Key)
+	hdr, or, err := NewObjectReader(&countingReader{r: sr, fn: onRead}, o.Key, s.Keys())
 	if err != nil {
 		return hdr, 0, err
 	}

@@ -17,9 +17,11 @@ import (
 	"github.com/etcd-steward/steward/internal/backup/retention"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/restore"
+	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/units"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -33,11 +35,47 @@ func newBackupCommand() *cobra.Command {
 	return cmd
 }
 
-func openStore(ctx context.Context, url string) (*store.Store, error) {
-	if url == "" {
+// storeFlags open a backup store: its URL, and the keys its backups are encrypted with.
+type storeFlags struct {
+	url, keys, keyID string
+}
+
+func (sf *storeFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&sf.url, "store", "", "backup store URL (file://, s3://, gs://, azblob://)")
+	registerKeyFlags(f, &sf.keys, &sf.keyID)
+}
+
+func (sf *storeFlags) open(ctx context.Context) (*store.Store, error) {
+	if sf.url == "" {
 		return nil, fmt.Errorf("--store is required (e.g. file:///var/backups/etcd or s3://bucket/prefix)")
 	}
-	return store.Open(ctx, url)
+	keys, err := loadKeys(sf.keys, sf.keyID)
+	if err != nil {
+		return nil, err
+	}
+	s, err := store.Open(ctx, sf.url)
+	if err != nil {
+		return nil, err
+	}
+	s.SetKeys(keys)
+	return s, nil
+}
+
+// registerKeyFlags adds the flags naming the backups' encryption keys.
+func registerKeyFlags(f *pflag.FlagSet, keys, keyID *string) {
+	f.StringVar(keys, "encryption-keys", "", "encrypt backups (AES-256-GCM) with the keys at this path, and read them with these keys only: a directory with one key per file named by its ID (a mounted Secret), or a file of \"ID KEY\" lines; a key is 32 bytes in base64 or hex")
+	f.StringVar(keyID, "encryption-key-id", "", "the ID of the key new backups are encrypted with (needed when --encryption-keys holds several)")
+}
+
+// loadKeys loads the keyring at path; none if path is empty.
+func loadKeys(path, keyID string) (*seal.Keyring, error) {
+	if path == "" {
+		if keyID != "" {
+			return nil, fmt.Errorf("--encryption-key-id %q without --encryption-keys: give the keys too", keyID)
+		}
+		return nil, nil
+	}
+	return seal.LoadKeyring(path, keyID)
 }
 
 // objectView is one backup object as printed by `backup list`.
@@ -74,7 +112,7 @@ type listView struct {
 
 func newBackupListCommand() *cobra.Command {
 	var (
-		url string
+		sf  storeFlags
 		out outputFlag
 	)
 	cmd := &cobra.Command{
@@ -86,7 +124,7 @@ revisions it can restore, then every object.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			s, err := openStore(ctx, url)
+			s, err := sf.open(ctx)
 			if err != nil {
 				return err
 			}
@@ -126,7 +164,7 @@ revisions it can restore, then every object.`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	sf.register(cmd.Flags())
 	out.register(cmd)
 	return cmd
 }
@@ -239,7 +277,8 @@ func rangesString(rs []backup.Range) string {
 }
 
 func newBackupSaveCommand() *cobra.Command {
-	var url, endpoint string
+	var sf storeFlags
+	var endpoint string
 	cmd := &cobra.Command{
 		Use:   "save",
 		Short: "Take a full snapshot of one member now and store it",
@@ -249,7 +288,7 @@ func newBackupSaveCommand() *cobra.Command {
 			if endpoint == "" || strings.Contains(endpoint, ",") {
 				return fmt.Errorf("--endpoints must name exactly one member (the snapshot is streamed from it), got %q", endpoint)
 			}
-			s, err := openStore(ctx, url)
+			s, err := sf.open(ctx)
 			if err != nil {
 				return err
 			}
@@ -280,7 +319,7 @@ func newBackupSaveCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	sf.register(cmd.Flags())
 	cmd.Flags().StringVar(&endpoint, "endpoints", "", "client URL of the member to snapshot")
 	return cmd
 }
@@ -306,10 +345,11 @@ type badView struct {
 
 func newBackupVerifyCommand() *cobra.Command {
 	var (
-		url, endpoints, scratch string
-		drill, verbose          bool
-		timeline                uint32
-		out                     outputFlag
+		sf                 storeFlags
+		endpoints, scratch string
+		drill, verbose     bool
+		timeline           uint32
+		out                outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -332,7 +372,7 @@ on every exit path.`,
 			if !drill && (endpoints != "" || timeline != 0) {
 				return errors.New("--endpoints and --timeline belong to the restore drill: add --restore")
 			}
-			s, err := openStore(ctx, url)
+			s, err := sf.open(ctx)
 			if err != nil {
 				return err
 			}
@@ -403,7 +443,7 @@ on every exit path.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	sf.register(cmd.Flags())
 	cmd.Flags().BoolVar(&drill, "restore", false, "also restore the newest revision into a scratch dir and prove it exact (a restore drill)")
 	cmd.Flags().Uint32Var(&timeline, "timeline", 0, "the timeline to drill (default: the newest; see steward backup list)")
 	cmd.Flags().StringVar(&endpoints, "endpoints", "", "client URLs of the live cluster: the first one's member HashKV is compared with the restored data's")
@@ -442,9 +482,10 @@ func runDrill(cmd *cobra.Command, s *store.Store, timeline uint32, endpoints, sc
 
 func newBackupGCCommand() *cobra.Command {
 	var (
-		url, policy string
-		dryRun      bool
-		out         outputFlag
+		sf     storeFlags
+		policy string
+		dryRun bool
+		out    outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "gc",
@@ -456,7 +497,7 @@ func newBackupGCCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := openStore(ctx, url)
+			s, err := sf.open(ctx)
 			if err != nil {
 				return err
 			}
@@ -509,7 +550,7 @@ func newBackupGCCommand() *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	sf.register(cmd.Flags())
 	cmd.Flags().StringVar(&policy, "policy", "", "retention policy: exponential or limit:N")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only say what would be deleted")
 	out.register(cmd)

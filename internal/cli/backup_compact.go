@@ -13,11 +13,12 @@ import (
 
 func newBackupCompactCommand() *cobra.Command {
 	var (
-		url, scratch string
-		timeline     uint32
-		leaseTTL     int64
-		out          outputFlag
-		verbose      bool
+		sf       storeFlags
+		scratch  string
+		timeline uint32
+		leaseTTL int64
+		out      outputFlag
+		verbose  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "compact",
@@ -33,7 +34,7 @@ The scratch dir needs room for about twice the database; it is removed on every 
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			s, err := openStore(ctx, url)
+			s, err := sf.open(ctx)
 			if err != nil {
 				return err
 			}
@@ -67,7 +68,7 @@ The scratch dir needs room for about twice the database; it is removed on every 
 			})
 		},
 	}
-	cmd.Flags().StringVar(&url, "store", "", "backup store URL")
+	sf.register(cmd.Flags())
 	cmd.Flags().Uint32Var(&timeline, "timeline", 0, "the timeline to compact (default: the newest; see steward backup list)")
 	cmd.Flags().Int64Var(&leaseTTL, "missing-lease-ttl", restore.DefaultMissingLeaseTTL, "give leases that keys refer to and no backup holds (granted after the full snapshot) this TTL in seconds, in the new snapshot")
 	cmd.Flags().StringVar(&scratch, "scratch-dir", os.TempDir(), "directory for the scratch data dir (room for twice the database)")

@@ -16,11 +16,12 @@ import (
 
 func newRestoreCommand() *cobra.Command {
 	var (
-		o                           restore.Options
-		url, toTime, initialCluster string
-		peerURLs                    []string
-		out                         outputFlag
-		verbose                     bool
+		o                      restore.Options
+		sf                     storeFlags
+		toTime, initialCluster string
+		peerURLs               []string
+		out                    outputFlag
+		verbose                bool
 	)
 	cmd := &cobra.Command{
 		Use:   "restore",
@@ -73,7 +74,7 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 				}
 				o.Logger = lg
 			}
-			s, err := openStore(ctx, url)
+			s, err := sf.open(ctx)
 			if err != nil {
 				return err
 			}
@@ -90,7 +91,7 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&url, "store", "", "backup store URL (file://, s3://, gs://, azblob://)")
+	sf.register(f)
 	f.StringVar(&o.DataDir, "data-dir", "", "member data dir to create; must not exist or be empty")
 	f.StringVar(&o.Name, "name", "default", "member name")
 	f.StringVar(&initialCluster, "initial-cluster", "", "initial cluster configuration, name=peerURL,... (default: this member alone)")

@@ -34,7 +34,7 @@ func newSidecarCommand() *cobra.Command {
 		kubeCluster, kubeNamespace          string
 		defragThreshold                     float64
 		defragMinReclaim                    string
-		tokenFile                           string
+		tokenFile, keysPath, keyID          string
 		etcdFlags                           []string
 	)
 	cmd := &cobra.Command{
@@ -110,6 +110,9 @@ file is read again when it changes).`,
 			if cfg.Maintenance.Defrag, err = defragPolicy("--defrag-threshold", defragThreshold, "--defrag-min-reclaim", defragMinReclaim); err != nil {
 				return err
 			}
+			if cfg.Backup.Keys, err = loadKeys(keysPath, keyID); err != nil {
+				return err
+			}
 			if tokenFile == "" {
 				return errors.New("give --api-token-file: the sidecar API takes only requests with the cluster's token (steward local and the operator make one)")
 			}
@@ -144,6 +147,7 @@ file is read again when it changes).`,
 	f.Uint64Var(&cfg.Etcd.SnapshotCount, "etcd-snapshot-count", 10000, "etcd snapshot-count for the generated configuration")
 	f.StringArrayVar(&etcdFlags, "etcd-flag", nil, "extra etcd option for the generated configuration, as NAME=VALUE with etcd's flag name (repeatable; Steward's own options are refused)")
 	f.StringVar(&cfg.Backup.StoreURL, "store", "", "backup store URL (file://, mem://, s3://, gs://, azblob://); empty: no backups")
+	registerKeyFlags(f, &keysPath, &keyID)
 	f.DurationVar(&cfg.Backup.DeltaPeriod, "delta-period", 5*time.Second, "how often delta snapshots are written")
 	f.IntVar(&cfg.Backup.DeltaMaxBytes, "delta-max-bytes", 16<<20, "write a delta early once it holds this many bytes")
 	f.StringVar(&cfg.Backup.FullSchedule, "full-schedule", "@hourly", "cron schedule of full snapshots")

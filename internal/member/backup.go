@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup/retention"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/restore"
+	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/units"
 	"github.com/robfig/cron/v3"
@@ -48,6 +49,19 @@ type BackupConfig struct {
 	// bytes, so a restore never replays more than that. 0: no limit.
 	FullAfterRevisions int64
 	FullAfterBytes     int64
+	// Keys, if set, encrypt every object written and are needed to read any (see package
+	// seal).
+	Keys *seal.Keyring
+}
+
+// openStore opens the backup store at url with the configured keys.
+func (c BackupConfig) openStore(ctx context.Context, url string) (*store.Store, error) {
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	s.SetKeys(c.Keys)
+	return s, nil
 }
 
 // DrillOff as BackupConfig.DrillSchedule turns restore drills off.

@@ -30,7 +30,7 @@ func (s *Sidecar) runBackups(ctx context.Context) {
 		}
 		var st *store.Store
 		if err == nil {
-			st, err = store.Open(ctx, s.cfg.Backup.StoreURL)
+			st, err = s.cfg.Backup.openStore(ctx, s.cfg.Backup.StoreURL)
 		}
 		if err == nil {
 			agent, aerr := newBackupAgent(s.cfg.Backup, self.ClientURL, st, s.lg, s.metrics)

@@ -10,7 +10,6 @@ import (
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/restore"
-	"github.com/etcd-steward/steward/internal/store"
 	"go.uber.org/zap"
 )
 
@@ -30,7 +29,7 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	if err := s.dispose(plan.Disposal); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, storeURL)
+	st, err := s.cfg.Backup.openStore(ctx, storeURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: backup store: %v", errTryAgain, err)
 	}
@@ -102,7 +101,7 @@ func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64) error {
 // cluster IDs ids): the newest of them (0: none) and how many are of other clusters (or
 // cannot say whose they are).
 func (s *Sidecar) ownBackup(ctx context.Context, ids []uint64) (timeline uint32, foreign int, err error) {
-	st, err := store.Open(ctx, s.cfg.Backup.StoreURL)
+	st, err := s.cfg.Backup.openStore(ctx, s.cfg.Backup.StoreURL)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -119,7 +119,7 @@ func (d *deltaSource) open(o backup.Object) (*checkedEvents, io.Closer, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("delta %s: %w", o.Key, err)
 	}
-	hdr, or, err := backup.NewObjectReader(&byteCounter{r: sr, n: &d.bytes}, o.Key)
+	hdr, or, err := backup.NewObjectReader(&byteCounter{r: sr, n: &d.bytes}, o.Key, d.s.Keys())
 	if err != nil {
 		sr.Close()
 		return nil, nil, err

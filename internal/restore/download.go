@@ -28,7 +28,7 @@ func downloadFull(ctx context.Context, s *store.Store, o backup.Object, f *os.Fi
 	}
 	defer sr.Close()
 	cr := &countingReader{r: sr, progress: progress}
-	hdr, or, err := backup.NewObjectReader(cr, o.Key)
+	hdr, or, err := backup.NewObjectReader(cr, o.Key, s.Keys())
 	if err != nil {
 		return backup.Header{}, cr.n, fmt.Errorf("restore: %w", err)
 	}

@@ -191,11 +191,10 @@ func sameCluster(ctx context.Context, o DrillOptions) error {
 	if !ok || len(ti.Fulls) == 0 {
 		return nil // the restore says what is missing
 	}
-	hdr, r, err := backup.OpenObject(ctx, o.Store, ti.Fulls[len(ti.Fulls)-1].Key)
+	hdr, err := backup.ReadHeader(ctx, o.Store, ti.Fulls[len(ti.Fulls)-1].Key)
 	if err != nil {
 		return nil // the restore falls back to an older full snapshot, or says why it cannot
 	}
-	r.Close()
 	if id := st.Header.GetClusterId(); id != hdr.ClusterID {
 		return otherCluster(tl, o.LiveEndpoint, id, hdr.ClusterID)
 	}

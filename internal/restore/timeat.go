@@ -140,11 +140,10 @@ func createdTimes(ctx context.Context, s *store.Store, objs []backup.Object) ([]
 	g, ctx := errgroup.WithContext(ctx)
 	for i, o := range objs {
 		g.Go(func() error {
-			h, or, err := backup.OpenObject(ctx, s, o.Key)
+			h, err := backup.ReadHeader(ctx, s, o.Key)
 			if err != nil {
 				return fmt.Errorf("read the creation time of %s: %w", o.Key, err)
 			}
-			or.Close()
 			created[i] = h.Created
 			return nil
 		})

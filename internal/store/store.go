@@ -47,6 +47,8 @@ import (
 	"gocloud.dev/blob/memblob"
 	_ "gocloud.dev/blob/s3blob" // registers s3://
 	"gocloud.dev/gcerrors"
+
+	"github.com/etcd-steward/steward/internal/seal"
 )
 
 // ErrNotFound is wrapped by errors for objects that do not exist.
@@ -70,7 +72,15 @@ type Store struct {
 	what    string // "bucket X", for error messages
 	where   string // "endpoint Y", for error messages
 	dir     string // file:// only: the directory, for fsync
+	keys    *seal.Keyring
 }
+
+// SetKeys makes backup objects written to s encrypted with keys, and objects read from it
+// decrypted with them (see backup.NewObjectReader). Call it once, right after Open.
+func (s *Store) SetKeys(keys *seal.Keyring) { s.keys = keys }
+
+// Keys returns the keys set with SetKeys, or nil: objects are not encrypted.
+func (s *Store) Keys() *seal.Keyring { return s.keys }
 
 // Open opens the store at rawURL. It checks that the bucket (or directory)
 // is reachable, so a wrong URL or missing credentials fail here rather than

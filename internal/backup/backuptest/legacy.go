@@ -11,12 +11,12 @@ import (
 	"github.com/etcd-steward/steward/internal/backup"
 )
 
-// Version1 rewrites an object of timeline 1 as format version 1 wrote it: the header
-// without its timeline field. Payload and trailer do not change (the trailer does not cover
+// Version1 rewrites an unencrypted object of timeline 1 (format version 2) as format
+// version 1 wrote it: the header without its timeline field. Payload and trailer do not change (the trailer does not cover
 // the header).
 func Version1(obj []byte) ([]byte, error) {
-	if len(obj) < 12 || binary.BigEndian.Uint16(obj[8:]) != backup.FormatVersion {
-		return nil, fmt.Errorf("not an object of format version %d", backup.FormatVersion)
+	if len(obj) < 12 || binary.BigEndian.Uint16(obj[8:]) != 2 {
+		return nil, fmt.Errorf("not an unencrypted object of format version 2")
 	}
 	total := int(binary.BigEndian.Uint16(obj[10:]))
 	if total < 57 || len(obj) < total || binary.BigEndian.Uint32(obj[48:]) != 1 {

@@ -119,6 +119,11 @@ func Place(ctx context.Context, m Member, s *store.Store) (Placed, error) {
 func historyDiffers(ctx context.Context, m Member, s *store.Store, o backup.Object) (why string, compacted bool, err error) {
 	stored := map[int64][][]byte{}
 	_, or, err := backup.OpenObject(ctx, s, o.Key)
+	if errors.Is(err, backup.ErrCorrupt) || errors.Is(err, backup.ErrNoKey) {
+		// Damaged, not encrypted while backups are, or encrypted with a key no longer held:
+		// the timeline cannot be continued, or restored, from here.
+		return err.Error(), false, nil
+	}
 	if err != nil {
 		return "", false, err
 	}
