@@ -179,6 +179,24 @@ type BackupSpec struct {
 	// +kubebuilder:default="@daily"
 	// +optional
 	DrillSchedule string `json:"drillSchedule,omitempty"`
+	// Encryption encrypts backups before they leave the pod (AES-256-GCM, see
+	// docs/backup-format.md): the store never holds a key or value in the clear, and an
+	// object planted in it by someone without the keys is never restored.
+	// +optional
+	Encryption *BackupEncryption `json:"encryption,omitempty"`
+}
+
+// BackupEncryption names the keys backups are encrypted with.
+type BackupEncryption struct {
+	// KeysSecret holds the keys: each data key is a key ID (letters, digits, '-', '_', '.'),
+	// each value 32 random bytes in base64 or hex (head -c32 /dev/urandom | base64). Every
+	// key stays readable; to rotate, add a key and make it active.
+	KeysSecret corev1.LocalObjectReference `json:"keysSecret"`
+	// ActiveKeyID is the key new backups are encrypted with; needed when the Secret holds
+	// more than one.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]{0,64}$`
+	// +optional
+	ActiveKeyID string `json:"activeKeyID,omitempty"`
 }
 
 // MaintenanceSpec tunes the defragmentation the leader's sidecar runs: the members worth it,

@@ -85,6 +85,7 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f.IntVar(&opts.BasePort, "base-port", 2379, "first port to try; members take the first free ports from here up")
 	f.StringVar(&opts.Name, "name", "steward", "name of a new cluster")
 	f.StringVar(&opts.Backup, "backup", "", "backup store URL (default file://DIR/backups for a new cluster; \"none\" turns backups off)")
+	f.BoolVar(&opts.EncryptBackups, "encrypt-backups", false, "encrypt the cluster's backups (AES-256-GCM) from now on, with a key generated into DIR/backup-keys (keep a copy elsewhere: backups cannot be restored without it)")
 	f.StringSliceVar(&opts.SidecarArgs, "sidecar-arg", nil, "extra flag for every sidecar, e.g. --sidecar-arg=--delta-period=1s (repeatable)")
 	f.DurationVar(&opts.QuorumLossGrace, "quorum-loss-grace", 30*time.Second, "how long a quorum must be lost before it is recovered automatically")
 	f.BoolVar(&detach, "detach", false, "run the supervisor in the background; return once the cluster is healthy")
@@ -231,6 +232,9 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 	if b := rep.Backup; b != nil {
 		fmt.Fprintf(w, "backup  ready %t  full rev %d (%s)  delta rev %d (%s)  store %s\n", b.Ready,
 			b.LatestFullRevision, ago(b.LatestFullTime), b.LatestDeltaRevision, ago(b.LatestDeltaTime), b.Store)
+		if b.EncryptionKeys != "" {
+			fmt.Fprintf(w, "backup  encrypted: give `steward backup` and `steward restore` --encryption-keys %s\n", b.EncryptionKeys)
+		}
 		if b.ReadyReason != "" {
 			fmt.Fprintf(w, "backup  not ready: %s\n", b.ReadyReason)
 		} else if b.LastError != "" {

@@ -1,6 +1,8 @@
 package local
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 )
 
@@ -24,6 +28,9 @@ type UpOptions struct {
 	// Backup is the backup store URL: "" keeps the cluster's setting (file://DIR/backups for a
 	// new cluster), "none" turns backups off.
 	Backup string
+	// EncryptBackups encrypts the cluster's backups from now on, with a key generated into
+	// DIR/backup-keys (kept once made).
+	EncryptBackups bool
 	// BasePort is where the search for free ports starts for a new cluster.
 	BasePort int
 	// Binary is the steward executable the members run; default: this process's own.
@@ -91,8 +98,17 @@ func Prepare(opts UpOptions) (Spec, error) {
 				}
 			}
 		}
+		changed := false
 		if opts.Backup != "" && backupURL(dir, opts.Backup) != spec.Backup {
-			spec.Backup = backupURL(dir, opts.Backup)
+			spec.Backup, changed = backupURL(dir, opts.Backup), true
+		}
+		if opts.EncryptBackups && spec.BackupKeys == "" {
+			if spec.BackupKeys, err = ensureBackupKey(dir, opts.Logf); err != nil {
+				return Spec{}, err
+			}
+			changed = true
+		}
+		if changed {
 			if err := writeSpec(dir, spec); err != nil {
 				return Spec{}, err
 			}
@@ -110,6 +126,11 @@ func Prepare(opts UpOptions) (Spec, error) {
 		return Spec{}, fmt.Errorf("--members %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", opts.Members)
 	}
 	spec = Spec{Name: opts.Name, Token: newToken(opts.Name), Host: "127.0.0.1", CreatedAt: time.Now().UTC(), Backup: backupURL(dir, opts.Backup)}
+	if opts.EncryptBackups {
+		if spec.BackupKeys, err = ensureBackupKey(dir, opts.Logf); err != nil {
+			return Spec{}, err
+		}
+	}
 	ports, err := freePorts(spec.Host, opts.BasePort, 4*opts.Members)
 	if err != nil {
 		return Spec{}, err
@@ -148,6 +169,32 @@ func ensureToken(dir string, logf func(string, ...any)) error {
 	return nil
 }
 
+// backupKeysDir is where `steward local up --encrypt-backups` keeps the backup keys, in DIR.
+const backupKeysDir = "backup-keys"
+
+// ensureBackupKey makes the cluster's backup key once (32 random bytes, base64, mode 0600 in
+// a 0700 directory, as a mounted Secret holds one: the file's name is the key ID) and keeps it
+// after. It returns the keyring's path relative to dir; the log names the file, never the key.
+func ensureBackupKey(dir string, logf func(string, ...any)) (string, error) {
+	kd := filepath.Join(dir, backupKeysDir)
+	if ents, err := os.ReadDir(kd); err == nil && len(ents) > 0 {
+		return backupKeysDir, nil
+	}
+	if err := os.MkdirAll(kd, 0o700); err != nil {
+		return "", fmt.Errorf("create %s: %w", kd, err)
+	}
+	key := make([]byte, seal.KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return "", err
+	}
+	p := filepath.Join(kd, "k1")
+	if err := datadir.WriteFileAtomic(p, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	logf("generated the backup encryption key in %s (mode 0600): keep a copy elsewhere, backups cannot be restored without it", p)
+	return backupKeysDir, nil
+}
+
 // backupURL resolves the --backup flag: default file://DIR/backups, "none" for no backups.
 func backupURL(dir, flag string) string {
 	switch flag {
@@ -170,7 +217,7 @@ func checkForeignDir(dir string) error {
 	}
 	for _, e := range entries {
 		switch e.Name() {
-		case "run", "logs", "bin", "members", "backups":
+		case "run", "logs", "bin", "members", "backups", backupKeysDir:
 			continue // left by an `up` that failed before it wrote cluster.json
 		}
 		return fmt.Errorf("%s is not empty and holds no steward cluster (found %q); choose an empty or new --dir", dir, e.Name())

@@ -180,7 +180,7 @@ func Restore(ctx context.Context, opts RestoreOptions) (RestoreResult, error) {
 	if err != nil {
 		return RestoreResult{}, err
 	}
-	s, err := store.Open(ctx, spec.Backup)
+	s, err := openBackupStore(ctx, opts.Dir, spec)
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("the backup store %s of the cluster in %s cannot be opened: %w; nothing was changed", spec.Backup, opts.Dir, err)
 	}

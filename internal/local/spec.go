@@ -5,6 +5,7 @@
 package local
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -21,7 +22,9 @@ import (
 
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
+	"github.com/etcd-steward/steward/internal/store"
 )
 
 // Layout of a local directory.
@@ -51,8 +54,11 @@ type Spec struct {
 	Host      string    `json:"host"`
 	CreatedAt time.Time `json:"createdAt"`
 	// Backup is the backup store URL the sidecars write to; empty: no backups.
-	Backup  string       `json:"backup,omitempty"`
-	Members []MemberSpec `json:"members"`
+	Backup string `json:"backup,omitempty"`
+	// BackupKeys is the keyring backups are encrypted with (see package seal), relative to
+	// DIR; empty: backups are not encrypted.
+	BackupKeys string       `json:"backupKeys,omitempty"`
+	Members    []MemberSpec `json:"members"`
 	// Generation counts the changes `steward local upgrade` made to what the members run
 	// (Binary, EtcdFlags, or a rolling restart); each member records the generation its
 	// processes were started with.
@@ -62,6 +68,32 @@ type Spec struct {
 	Binary string `json:"binary,omitempty"`
 	// EtcdFlags are extra etcd options (etcd's flag names) every member's etcd runs with.
 	EtcdFlags map[string]string `json:"etcdFlags,omitempty"`
+}
+
+// BackupKeysPath is the path of the keyring the backups of the cluster in dir are encrypted
+// with, "" if they are not.
+func BackupKeysPath(dir string, spec Spec) string {
+	if spec.BackupKeys == "" || filepath.IsAbs(spec.BackupKeys) {
+		return spec.BackupKeys
+	}
+	return filepath.Join(dir, spec.BackupKeys)
+}
+
+// openBackupStore opens the backup store of the cluster in dir, with its keys.
+func openBackupStore(ctx context.Context, dir string, spec Spec) (*store.Store, error) {
+	var keys *seal.Keyring
+	if p := BackupKeysPath(dir, spec); p != "" {
+		var err error
+		if keys, err = seal.LoadKeyring(p, ""); err != nil {
+			return nil, err
+		}
+	}
+	s, err := store.Open(ctx, spec.Backup)
+	if err != nil {
+		return nil, err
+	}
+	s.SetKeys(keys)
+	return s, nil
 }
 
 // memberBinary is the steward executable the members of spec run.

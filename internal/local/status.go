@@ -34,6 +34,9 @@ type BackupReport struct {
 	LatestDeltaRevision int64     `json:"latestDeltaRevision"`
 	LatestDeltaTime     time.Time `json:"latestDeltaTime"`
 	Store               string    `json:"store"`
+	// EncryptionKeys is the keyring the backups are encrypted with; `steward backup` and
+	// `steward restore` need it as --encryption-keys. Empty: not encrypted.
+	EncryptionKeys string `json:"encryptionKeys,omitempty"`
 	// Timeline is the timeline the backup leader writes the cluster's history to (0 until
 	// it has chosen one).
 	Timeline uint32 `json:"timeline,omitempty"`
@@ -192,7 +195,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	sort.SliceStable(reports, func(i, j int) bool { return reports[i].Name < reports[j].Name })
 	rep.Members = reports
 	if spec.Backup != "" {
-		rep.Backup = &BackupReport{Store: spec.Backup}
+		rep.Backup = &BackupReport{Store: spec.Backup, EncryptionKeys: BackupKeysPath(dir, spec)}
 		if running {
 			backupStatus(ctx, SidecarClient(dir, hc), spec, rep.Backup)
 		}
@@ -215,7 +218,7 @@ func backupStatus(ctx context.Context, sc *sidecarapi.Client, spec Spec, out *Ba
 		}
 		*out = BackupReport{Ready: st.Ready, ReadyReason: st.ReadyReason, LatestFullRevision: st.LatestFullRevision, LatestFullTime: st.LatestFullTime,
 			LatestDeltaRevision: st.LatestDeltaRevision, LatestDeltaTime: st.LatestDeltaTime, Store: st.Store, Timeline: st.Timeline,
-			Leader: m.Name, Failures: st.Failures, LastError: st.LastError}
+			Leader: m.Name, Failures: st.Failures, LastError: st.LastError, EncryptionKeys: out.EncryptionKeys}
 		return
 	}
 	if refused != nil {

@@ -260,6 +260,9 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 		"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", s.dir, "--api-token-file", TokenPath(s.dir)}
 	if spec.Backup != "" {
 		sidecarArgs = append(sidecarArgs, "--store", spec.Backup)
+		if p := BackupKeysPath(s.dir, spec); p != "" {
+			sidecarArgs = append(sidecarArgs, "--encryption-keys", p)
+		}
 	}
 	for _, f := range etcdproc.FlagList(spec.EtcdFlags) {
 		sidecarArgs = append(sidecarArgs, "--etcd-flag="+f)

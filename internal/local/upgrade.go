@@ -18,7 +18,6 @@ import (
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/maintenance"
-	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -318,7 +317,7 @@ func snapshotBeforeUpgrade(ctx context.Context, dir string, spec Spec, progress 
 	if spec.Backup == "" {
 		return nil, fmt.Errorf("the cluster in %s has no backup store, so no full snapshot can be taken before the upgrade: pass --skip-snapshot to upgrade without one; nothing was changed", dir)
 	}
-	s, err := store.Open(ctx, spec.Backup)
+	s, err := openBackupStore(ctx, dir, spec)
 	if err != nil {
 		return nil, fmt.Errorf("the backup store %s cannot be opened: %w; nothing was changed", spec.Backup, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,8 @@ const (
 	// token file both containers read.
 	TokenMount = "/var/run/steward/sidecar-api"
 	TokenFile  = TokenMount + "/token"
+	// BackupKeysMount is where the sidecar mounts the backup encryption keys Secret.
+	BackupKeysMount = "/var/run/steward/backup-keys"
 )
 
 // Labels on every owned object; LabelCluster alone selects a cluster's pods.
@@ -230,6 +233,14 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		LivenessProbe:   probe("/healthz", SidecarPort, 6),
 		SecurityContext: secCtx,
 	}
+	if enc := backupEncryption(ec); enc != nil {
+		// Only the sidecar reads and writes backups: only it sees the keys.
+		sidecar.VolumeMounts = append(slices.Clone(mounts), corev1.VolumeMount{Name: "backup-keys", MountPath: BackupKeysMount, ReadOnly: true})
+		sidecar.Command = append(sidecar.Command, "--encryption-keys", BackupKeysMount)
+		if enc.ActiveKeyID != "" {
+			sidecar.Command = append(sidecar.Command, "--encryption-key-id", enc.ActiveKeyID)
+		}
+	}
 	podSpec := corev1.PodSpec{
 		ServiceAccountName:        ec.Name,
 		Containers:                []corev1.Container{etcd, sidecar},
@@ -247,6 +258,10 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 			// Readable by the pod's group (fsGroup) only.
 			{Name: "api-token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: tokenSecretName(ec),
 				Items: []corev1.KeyToPath{{Key: v1alpha1.SidecarTokenKey, Path: "token"}}, DefaultMode: ptr(int32(0o440))}}}},
+	}
+	if enc := backupEncryption(ec); enc != nil {
+		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "backup-keys", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: enc.KeysSecret.Name, DefaultMode: ptr(int32(0o440))}}})
 	}
 	if podSpec.Affinity == nil && len(podSpec.TopologySpreadConstraints) == 0 {
 		// Spread over nodes first, then zones; ScheduleAnyway keeps small clusters schedulable.
@@ -293,6 +308,14 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		},
 		VolumeClaimTemplates: claims,
 	}
+}
+
+// backupEncryption is the cluster's backup encryption, nil if backups are not encrypted.
+func backupEncryption(ec *v1alpha1.EtcdCluster) *v1alpha1.BackupEncryption {
+	if b := ec.Spec.Backup; b != nil {
+		return b.Encryption
+	}
+	return nil
 }
 
 // credentialSecrets are the Secrets the member pods read store credentials from.

@@ -1,8 +1,11 @@
 package operator
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -46,5 +49,42 @@ func TestMemberSettingsRollThePods(t *testing.T) {
 	count := int64(5000)
 	if ec.Spec.Etcd.SnapshotCount = &count; template() == withMaintenance {
 		t.Error("spec.etcd.snapshotCount did not change the pod template")
+	}
+}
+
+// TestBackupEncryptionReachesTheSidecarOnly: spec.backup.encryption mounts the keys Secret
+// into the sidecar, the one container that reads and writes backups, with the flags naming
+// it and the active key; a new active key rolls the pods.
+func TestBackupEncryptionReachesTheSidecarOnly(t *testing.T) {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "s3://b/c"}
+	plain := statefulSetSpec(ec, "img", 3).Template
+	ec.Spec.Backup.Encryption = &v1alpha1.BackupEncryption{KeysSecret: corev1.LocalObjectReference{Name: "keys"}, ActiveKeyID: "k2"}
+	tpl := statefulSetSpec(ec, "img", 3).Template
+	var secretVolume string
+	for _, v := range tpl.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "keys" {
+			secretVolume = v.Name
+		}
+	}
+	if secretVolume == "" {
+		t.Fatalf("no volume of Secret keys: %+v", tpl.Spec.Volumes)
+	}
+	for _, c := range tpl.Spec.Containers {
+		mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == secretVolume && m.MountPath == BackupKeysMount && m.ReadOnly
+		})
+		args := strings.Join(c.Command, " ")
+		flags := strings.Contains(args, "--encryption-keys "+BackupKeysMount) && strings.Contains(args, "--encryption-key-id k2")
+		if want := c.Name == "sidecar"; mounted != want || flags != want {
+			t.Errorf("container %s: keys mounted %t, flags %t (%s), want %t", c.Name, mounted, flags, args, want)
+		}
+	}
+	if templateHash(plain) == templateHash(tpl) {
+		t.Error("turning encryption on did not change the pod template")
+	}
+	ec.Spec.Backup.Encryption.ActiveKeyID = "k3"
+	if templateHash(statefulSetSpec(ec, "img", 3).Template) == templateHash(tpl) {
+		t.Error("a new active key did not change the pod template")
 	}
 }
