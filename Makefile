@@ -98,6 +98,8 @@ FUZZTARGETS := \
 	./internal/backup/snapshotter:FuzzSnapshotTrailer \
 	./internal/backup/snapshotter:FuzzWatchResponse \
 	./internal/restore:FuzzEtcdHash \
+	./internal/seal:FuzzKeyringFile \
+	./internal/seal:FuzzOpen \
 	./internal/sidecarapi:FuzzDecodeBody \
 	./internal/sidecarapi:FuzzParseTokens \
 	./internal/sidecarapi:FuzzAuthenticate \
