@@ -11,7 +11,9 @@
 //   - `steward backup save` into a file:// store (zstd), a separate process whose peak RSS is
 //     its rusage maxrss (= VmHWM at exit);
 //   - POST /v1/snapshots/full on the member's sidecar, whose VmHWM is reset before and read
-//     after (the sidecar's peak RSS while snapshotting).
+//     after (the sidecar's peak RSS while snapshotting);
+//   - `steward backup save --encryption-keys` (AES-256-GCM after zstd), against the same save
+//     without encryption.
 //
 // Throughput is database bytes per second of wall time. The last line of output is the JSON
 // result (see bench/internal/result).
@@ -19,6 +21,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -37,6 +41,7 @@ import (
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/seal"
 )
 
 type options struct {
@@ -168,7 +173,15 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 
-	var ref, save, side []measurement
+	keys := filepath.Join(dir, "backup-keys")
+	key := make([]byte, seal.KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	if err := os.WriteFile(keys, []byte("k1 "+base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return err
+	}
+	var ref, save, side, enc []measurement
 	for i := 0; i < o.repeat; i++ {
 		steps := []func() error{
 			func() error {
@@ -179,6 +192,11 @@ func run(ctx context.Context, o options) (err error) {
 			func() error {
 				m, err := stewardSave(ctx, o.steward, endpoint, filepath.Join(dir, "save-store"))
 				save = append(save, m)
+				return err
+			},
+			func() error {
+				m, err := stewardSave(ctx, o.steward, endpoint, filepath.Join(dir, "save-store"), "--encryption-keys", keys)
+				enc = append(enc, m)
 				return err
 			},
 		}
@@ -199,7 +217,7 @@ func run(ctx context.Context, o options) (err error) {
 				return err
 			}
 		}
-		fmt.Printf("round %d: etcdctl %s; steward backup save %s", i+1, ref[i].String(dbSize), save[i].String(dbSize))
+		fmt.Printf("round %d: etcdctl %s; steward backup save %s; encrypted %s", i+1, ref[i].String(dbSize), save[i].String(dbSize), enc[i].String(dbSize))
 		if o.sidecar {
 			fmt.Printf("; sidecar %s", side[i].String(dbSize))
 		}
@@ -207,11 +225,11 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	// Steward's object writer alone (zstd and SHA-256, no etcd, no network) on the same bytes:
 	// the ceiling of Steward's snapshot throughput on this machine.
-	if diag.writerRate, err = writerCeiling(ctx, o.etcdctl, endpoint, filepath.Join(dir, "ceiling.db")); err != nil {
+	if diag.writerRate, diag.encWriterRate, err = writerCeiling(ctx, o.etcdctl, endpoint, filepath.Join(dir, "ceiling.db")); err != nil {
 		return err
 	}
-	fmt.Printf("object writer alone (zstd + SHA-256 into io.Discard): %.0f MiB/s\n", diag.writerRate)
-	res := report(o, fill, caughtUp, dbSize, ref, save, side, diag)
+	fmt.Printf("object writer alone (zstd + SHA-256 into io.Discard): %.0f MiB/s, encrypted %.0f MiB/s\n", diag.writerRate, diag.encWriterRate)
+	res := report(o, fill, caughtUp, dbSize, ref, save, side, enc, diag)
 	return res.Print(os.Stdout)
 }
 
@@ -242,10 +260,10 @@ func etcdctlSave(ctx context.Context, etcdctl, endpoint, path string) (measureme
 	return measurement{took: took, peakRSS: proc.MaxRSS(cmd.ProcessState), stored: fi.Size()}, nil
 }
 
-func stewardSave(ctx context.Context, steward, endpoint, storeDir string) (measurement, error) {
+func stewardSave(ctx context.Context, steward, endpoint, storeDir string, extra ...string) (measurement, error) {
 	os.RemoveAll(storeDir)
 	defer os.RemoveAll(storeDir)
-	cmd := exec.CommandContext(ctx, steward, "backup", "save", "--endpoints", endpoint, "--store", "file://"+storeDir)
+	cmd := exec.CommandContext(ctx, steward, append([]string{"backup", "save", "--endpoints", endpoint, "--store", "file://" + storeDir}, extra...)...)
 	out, took, err := timed(cmd)
 	if err != nil {
 		return measurement{}, fmt.Errorf("steward backup save: %w: %s", err, out)
@@ -294,6 +312,7 @@ type diagnostics struct {
 	binaryRSS                        int64   // `steward version`: the binary's RSS doing nothing
 	sidecarIdleRSS, sidecarFilledRSS int64   // the sidecar's RSS on an empty cluster and after the fill
 	writerRate                       float64 // MiB/s of backup.ObjectWriter alone
+	encWriterRate                    float64 // the same, encrypting
 }
 
 func binaryRSS(ctx context.Context, steward string) int64 {
@@ -306,39 +325,50 @@ func binaryRSS(ctx context.Context, steward string) int64 {
 
 // writerCeiling saves a snapshot with etcdctl and pushes it through Steward's object writer
 // (the same zstd settings and checksums as a full snapshot) into io.Discard, in 32 KiB writes
-// like the gRPC stream's.
-func writerCeiling(ctx context.Context, etcdctl, endpoint, path string) (float64, error) {
+// like the gRPC stream's: once as it is, once encrypting.
+func writerCeiling(ctx context.Context, etcdctl, endpoint, path string) (plain, encrypted float64, err error) {
 	os.Remove(path)
 	defer os.Remove(path)
 	cmd := exec.CommandContext(ctx, etcdctl, "--endpoints="+endpoint, "snapshot", "save", path)
 	if out, _, err := timed(cmd); err != nil {
-		return 0, fmt.Errorf("etcdctl snapshot save: %w: %s", err, out)
+		return 0, 0, fmt.Errorf("etcdctl snapshot save: %w: %s", err, out)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer f.Close()
 	// Read it once so that the file is in the page cache for the timed pass.
 	n, err := io.Copy(io.Discard, f)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return 0, err
-	}
-	t0 := time.Now()
-	w, err := backup.NewObjectWriter(io.Discard, backup.Header{Kind: backup.KindFull, Timeline: 1, Compression: backup.CompressionZstd, FirstRev: 1, LastRev: 1}, nil)
+	keys, err := seal.NewKeyring("bench", "k1", map[string][]byte{"k1": make([]byte, seal.KeySize)})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if _, err := io.CopyBuffer(w, f, make([]byte, 32<<10)); err != nil {
-		return 0, err
+	pass := func(keys *seal.Keyring) (float64, error) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		w, err := backup.NewObjectWriter(io.Discard, backup.Header{Kind: backup.KindFull, Timeline: 1, Compression: backup.CompressionZstd, FirstRev: 1, LastRev: 1}, keys)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := io.CopyBuffer(w, f, make([]byte, 32<<10)); err != nil {
+			return 0, err
+		}
+		if err := w.Close(); err != nil {
+			return 0, err
+		}
+		return result.MiB(n) / time.Since(t0).Seconds(), nil
 	}
-	if err := w.Close(); err != nil {
-		return 0, err
+	if plain, err = pass(nil); err != nil {
+		return 0, 0, err
 	}
-	return result.MiB(n) / time.Since(t0).Seconds(), nil
+	encrypted, err = pass(keys)
+	return plain, encrypted, err
 }
 
 func timed(cmd *exec.Cmd) (string, time.Duration, error) {
@@ -363,7 +393,7 @@ func dirSize(dir string) (int64, error) {
 	return n, err
 }
 
-func report(o options, fill load.FillResult, caughtUp time.Duration, dbSize int64, ref, save, side []measurement, diag diagnostics) result.Result {
+func report(o options, fill load.FillResult, caughtUp time.Duration, dbSize int64, ref, save, side, enc []measurement, diag diagnostics) result.Result {
 	rates := func(ms []measurement) []float64 {
 		var out []float64
 		for _, m := range ms {
@@ -433,6 +463,20 @@ func report(o options, fill load.FillResult, caughtUp time.Duration, dbSize int6
 	res.Rows = append(res.Rows, result.Compare("stored size", "MiB", "steward (zstd)", storedMed/(1<<20), "etcdctl (raw)", result.MiB(ref[0].stored)))
 	row := result.Compare("object writer alone (zstd + SHA-256, no etcd)", "MiB/s", "backup.ObjectWriter", diag.writerRate, "etcdctl snapshot save", refRate.Median)
 	res.Rows = append(res.Rows, row.WithSpread("one pass over the etcdctl snapshot file from the page cache into io.Discard, in 32 KiB writes: the ceiling of Steward's snapshot throughput here"))
+	// Encryption: the same save with and without --encryption-keys, same rounds.
+	var encRatios []float64
+	for i := range enc {
+		encRatios = append(encRatios, enc[i].rate(dbSize)/save[i].rate(dbSize))
+	}
+	er, es, ps := result.Summarise(encRatios), result.Summarise(rates(enc)), result.Summarise(rates(save))
+	row = result.Compare("full snapshot throughput, encrypted", "MiB/s", "steward backup save --encryption-keys", es.Median, "steward backup save (not encrypted)", ps.Median)
+	row.Ratio = er.Median
+	res.Rows = append(res.Rows, row.WithGoal("ratio ≥ 0.9", er.Median >= 0.9).
+		WithSpread("ratio %.2f–%.2f over %d rounds", er.Min, er.Max, er.N))
+	encRSS, plainRSS := rss(enc), rss(save)
+	res.Rows = append(res.Rows, result.Compare("peak RSS, encrypted", "MiB", "steward backup save --encryption-keys", encRSS.Max, "steward backup save (not encrypted)", plainRSS.Max).
+		WithGoal("≤ 1.1×", encRSS.Max <= 1.1*plainRSS.Max).WithSpread("highest of %d rounds", encRSS.N))
+	res.Rows = append(res.Rows, result.Compare("object writer alone, encrypted (zstd + AES-256-GCM + SHA-256)", "MiB/s", "encrypting", diag.encWriterRate, "not encrypting", diag.writerRate))
 	if len(o.sidecarArgs) > 0 {
 		res.Params["sidecarArgs"] = strings.Join(o.sidecarArgs, " ")
 	}

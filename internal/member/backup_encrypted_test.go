@@ -102,9 +102,15 @@ func TestEncryptedBackups(t *testing.T) {
 		{"another key ID", keyDir(t, "", map[string][]byte{"k2": k2}), backup.ErrNoKey},
 		{"another key under the same ID", keyDir(t, "", map[string][]byte{"k1": k2}), backup.ErrCorrupt},
 	} {
-		_, err := restore.Restore(ctx, restore.Options{Store: storeWith(t, s, tc.keys), DataDir: filepath.Join(t.TempDir(), "r"), Name: "r", InitialCluster: "r=http://127.0.0.1:1", PeerURLs: []string{"http://127.0.0.1:1"}})
+		dataDir := filepath.Join(t.TempDir(), "r")
+		_, err := restore.Restore(ctx, restore.Options{Store: storeWith(t, s, tc.keys), DataDir: dataDir, Name: "r", InitialCluster: "r=http://127.0.0.1:1", PeerURLs: []string{"http://127.0.0.1:1"}})
 		if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), `"k1"`) {
 			t.Fatalf("restore with %s: %v, want %v naming key k1", tc.name, err, tc.is)
+		}
+		for _, d := range []string{dataDir, dataDir + ".part"} {
+			if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("restore with %s left %s behind (%v)", tc.name, d, err)
+			}
 		}
 	}
 
