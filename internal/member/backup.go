@@ -710,12 +710,9 @@ func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapsho
 		if s.Timeline != res.Timeline {
 			return
 		}
+		first := s.LatestFullRevision == 0 && s.LatestDeltaRevision == 0
 		s.LatestFullKey, s.LatestFullRevision, s.LatestFullTime = res.Key, res.Revision, res.Created
-		if res.Revision >= s.CurrentRevision && s.LatestDeltaRevision == 0 {
-			// The member's revision was res.Revision when the snapshot began, and no delta of
-			// the timeline is below it. With deltas, the revisions between theirs and the
-			// snapshot's are stored only once the deltas catch up: "stored up to" waits for
-			// them (a restore to one of them would find a hole meanwhile).
+		if storedThroughFull(first, s.CurrentRevision, res.Revision) {
 			s.CurrentRevision, s.CurrentAt = res.Revision, res.Created
 		}
 	})
@@ -725,6 +722,15 @@ func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapsho
 		}
 	}
 	return res, nil
+}
+
+// storedThroughFull says whether a full snapshot at revision full makes every revision of the
+// timeline up to it stored, given that every one up to current was: only if it is the
+// timeline's first object (the timeline starts there), or it follows current at once. The
+// revisions between current and the snapshot are held by the delta capture until it flushes
+// them, and a restore to one of them would find a hole meanwhile: "stored up to" waits.
+func storedThroughFull(first bool, current, full int64) bool {
+	return full >= current && (first || full <= current+1)
 }
 
 func (a *backupAgent) collect(ctx context.Context, clusterID uint64) error {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/restore"
@@ -169,6 +170,72 @@ func TestDeltaThatDoesNotReadBackIsWrittenAgain(t *testing.T) {
 	for _, o := range chain.Objects() {
 		if err := backup.VerifyObject(context.Background(), s, o); err != nil {
 			t.Fatalf("%s: %v", o.Key, err)
+		}
+	}
+}
+
+func TestStoredThroughFull(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		first         bool
+		current, full int64
+		want          bool
+	}{
+		{"the timeline's first object", true, 0, 5000, true},
+		{"right after what is stored", false, 51, 52, true},
+		{"at what is stored (an idle cluster)", false, 52, 52, true},
+		{"past revisions the deltas still hold", false, 1, 52, false},
+		{"a new session, nothing known stored yet", false, 0, 52, false},
+		{"behind what is stored", false, 60, 52, false},
+	} {
+		if got := storedThroughFull(tc.first, tc.current, tc.full); got != tc.want {
+			t.Errorf("%s: storedThroughFull(%t, %d, %d) = %t, want %t", tc.name, tc.first, tc.current, tc.full, got, tc.want)
+		}
+	}
+}
+
+// TestStoredRevisionWaitsForTheDeltas: a full snapshot taken while the delta capture still
+// holds the revisions before it does not make them "stored": the revision the status (and the
+// delta-snapshot Lease, which a restore in place waits on) calls stored is always one the
+// store can restore to, with every revision below it.
+func TestStoredRevisionWaitsForTheDeltas(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	cfg := BackupConfig{StoreURL: s.String(), DeltaPeriod: 2 * time.Second, CheckInterval: 100 * time.Millisecond}
+	a, err := newBackupAgent(cfg, ep, s, zap.NewNop(), newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testutil.Eventually(t, 30*time.Second, "the first full snapshot", func() error {
+		if st := a.Status(); st.CurrentRevision == 0 {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	for round := range 3 {
+		from := write(t, cli, fmt.Sprint("round", round), 1)
+		write(t, cli, fmt.Sprint("round", round), 20)
+		res, err := a.RequestFull(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := a.Status().CurrentRevision
+		ix, err := backup.ReadIndex(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ti, _ := ix.Timeline(1)
+		ok := stored < from // not yet stored: nothing claimed
+		for _, r := range ti.Coverage() {
+			ok = ok || r.From <= from && stored <= r.To
+		}
+		if !ok {
+			t.Fatalf("round %d: status says revisions up to %d are stored (full snapshot at %d), but the store restores %v: not every revision from %d", round, stored, res.Revision, ti.Coverage(), from)
 		}
 	}
 }
