@@ -53,12 +53,7 @@ func (sf *storeFlags) open(ctx context.Context) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := store.Open(ctx, sf.url)
-	if err != nil {
-		return nil, err
-	}
-	s.SetKeys(keys)
-	return s, nil
+	return store.OpenWithKeys(ctx, sf.url, keys)
 }
 
 // registerKeyFlags adds the flags naming the backups' encryption keys.

@@ -88,12 +88,7 @@ func openBackupStore(ctx context.Context, dir string, spec Spec) (*store.Store, 
 			return nil, err
 		}
 	}
-	s, err := store.Open(ctx, spec.Backup)
-	if err != nil {
-		return nil, err
-	}
-	s.SetKeys(keys)
-	return s, nil
+	return store.OpenWithKeys(ctx, spec.Backup, keys)
 }
 
 // memberBinary is the steward executable the members of spec run.

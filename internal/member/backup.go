@@ -56,12 +56,7 @@ type BackupConfig struct {
 
 // openStore opens the backup store at url with the configured keys.
 func (c BackupConfig) openStore(ctx context.Context, url string) (*store.Store, error) {
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	s.SetKeys(c.Keys)
-	return s, nil
+	return store.OpenWithKeys(ctx, url, c.Keys)
 }
 
 // DrillOff as BackupConfig.DrillSchedule turns restore drills off.

@@ -75,6 +75,17 @@ type Store struct {
 	keys    *seal.Keyring
 }
 
+// OpenWithKeys is Open, with the store's backup objects encrypted with keys (nil: not
+// encrypted; see SetKeys).
+func OpenWithKeys(ctx context.Context, rawURL string, keys *seal.Keyring) (*Store, error) {
+	s, err := Open(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	s.SetKeys(keys)
+	return s, nil
+}
+
 // SetKeys makes backup objects written to s encrypted with keys, and objects read from it
 // decrypted with them (see backup.NewObjectReader). Call it once, right after Open.
 func (s *Store) SetKeys(keys *seal.Keyring) { s.keys = keys }
