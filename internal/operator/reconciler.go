@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/units"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -364,6 +365,22 @@ func (r *ClusterReconciler) checkSecrets(ctx context.Context, ec *v1alpha1.EtcdC
 		}
 		if err != nil {
 			return fmt.Errorf("reading the credentials Secret %s/%s: %w", ec.Namespace, name, err)
+		}
+	}
+	if enc := backupEncryption(ec); enc != nil {
+		// Checked here, so that a missing or bad Secret is one clear error, not pods that
+		// never start or sidecars that refuse their flags.
+		var s corev1.Secret
+		name := enc.KeysSecret.Name
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &s)
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the backup keys Secret %s/%s (spec.backup.encryption.keysSecret) does not exist: create it, each key ID a data key and each value 32 random bytes in base64 (kubectl create secret generic %s --from-literal=k1=$(head -c32 /dev/urandom | base64))", ec.Namespace, name, name)
+		}
+		if err != nil {
+			return fmt.Errorf("reading the backup keys Secret %s/%s: %w", ec.Namespace, name, err)
+		}
+		if _, err := seal.KeyringFromData("in Secret "+ec.Namespace+"/"+name, enc.ActiveKeyID, s.Data); err != nil {
+			return fmt.Errorf("%w (spec.backup.encryption)", err)
 		}
 	}
 	return nil

@@ -39,24 +39,51 @@ func LoadKeyring(path, active string) (*Keyring, error) {
 	} else {
 		err = k.loadFile(path)
 	}
+	if err == nil {
+		err = k.activate(active)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("encryption keys %s: %w", path, err)
 	}
-	if len(k.keys) == 0 {
-		return nil, fmt.Errorf("encryption keys %s: no key in it: add one (32 random bytes in base64: head -c32 /dev/urandom | base64)", path)
+	return k, nil
+}
+
+// KeyringFromData is LoadKeyring of a directory holding data's values under its names (a
+// Kubernetes Secret's data, checked before it is mounted). source names it in errors.
+func KeyringFromData(source, active string, data map[string][]byte) (*Keyring, error) {
+	k := &Keyring{source: source, keys: map[string][]byte{}}
+	ids := make([]string, 0, len(data))
+	for id := range data {
+		ids = append(ids, id)
 	}
+	slices.Sort(ids) // the first bad key is the same one every time
+	for _, id := range ids {
+		if err := k.add(id, string(bytes.TrimSpace(data[id]))); err != nil {
+			return nil, fmt.Errorf("encryption keys %s: %w", source, err)
+		}
+	}
+	if err := k.activate(active); err != nil {
+		return nil, fmt.Errorf("encryption keys %s: %w", source, err)
+	}
+	return k, nil
+}
+
+// activate makes active the key new objects are sealed with (the only key, if active is "").
+func (k *Keyring) activate(active string) error {
 	switch {
+	case len(k.keys) == 0:
+		return fmt.Errorf("no key in it: add one (32 random bytes in base64: head -c32 /dev/urandom | base64)")
 	case active != "":
 		if _, ok := k.keys[active]; !ok {
-			return nil, fmt.Errorf("encryption keys %s: no key with ID %q to encrypt with (it holds %s)", path, active, strings.Join(k.IDs(), ", "))
+			return fmt.Errorf("no key with ID %q to encrypt with (it holds %s)", active, strings.Join(k.IDs(), ", "))
 		}
 		k.active = active
 	case len(k.keys) == 1:
 		k.active = k.IDs()[0]
 	default:
-		return nil, fmt.Errorf("encryption keys %s: it holds %d keys (%s): name the one new backups are encrypted with", path, len(k.keys), strings.Join(k.IDs(), ", "))
+		return fmt.Errorf("it holds %d keys (%s): name the one new backups are encrypted with", len(k.keys), strings.Join(k.IDs(), ", "))
 	}
-	return k, nil
+	return nil
 }
 
 func (k *Keyring) loadDir(dir string) error {
