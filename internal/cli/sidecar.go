@@ -113,6 +113,7 @@ file is read again when it changes).`,
 			if cfg.Backup.Keys, err = loadKeys(keysPath, keyID); err != nil {
 				return err
 			}
+			cfg.Backup.KeysPath, cfg.Backup.KeyID = keysPath, keyID
 			if tokenFile == "" {
 				return errors.New("give --api-token-file: the sidecar API takes only requests with the cluster's token (steward local and the operator make one)")
 			}

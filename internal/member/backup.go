@@ -50,13 +50,32 @@ type BackupConfig struct {
 	FullAfterRevisions int64
 	FullAfterBytes     int64
 	// Keys, if set, encrypt every object written and are needed to read any (see package
-	// seal).
-	Keys *seal.Keyring
+	// seal). KeysPath and KeyID, when KeysPath is set, are where they were loaded from: they
+	// are read again at every backup session and store opening, so a key added to a mounted
+	// Secret reaches a running sidecar (a member that leads again after a rotation it missed
+	// reads the new key's objects).
+	Keys     *seal.Keyring
+	KeysPath string
+	KeyID    string
+}
+
+// currentKeys are the keys as KeysPath holds them now; if they cannot be read, the keys
+// loaded before and why.
+func (c BackupConfig) currentKeys() (*seal.Keyring, error) {
+	if c.KeysPath == "" {
+		return c.Keys, nil
+	}
+	k, err := seal.LoadKeyring(c.KeysPath, c.KeyID)
+	if err != nil {
+		return c.Keys, fmt.Errorf("reading the backup keys again (the ones read before stay in use): %w", err)
+	}
+	return k, nil
 }
 
 // openStore opens the backup store at url with the configured keys.
 func (c BackupConfig) openStore(ctx context.Context, url string) (*store.Store, error) {
-	return store.OpenWithKeys(ctx, url, c.Keys)
+	keys, _ := c.currentKeys() // an error keeps the keys read before: the session reports it
+	return store.OpenWithKeys(ctx, url, keys)
 }
 
 // DrillOff as BackupConfig.DrillSchedule turns restore drills off.
@@ -351,6 +370,13 @@ func (a *backupAgent) session(ctx context.Context, m snapshotter.Member) {
 // member's history restarts meanwhile, it returns ErrHistoryRestarted and the next session
 // starts a new timeline.
 func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) error {
+	if a.cfg.KeysPath != "" {
+		if keys, err := a.cfg.currentKeys(); err != nil {
+			a.fail("keys", err)
+		} else {
+			a.store.SetKeys(keys)
+		}
+	}
 	p, err := snapshotter.Place(ctx, m, a.store)
 	if err != nil {
 		return err

@@ -178,3 +178,51 @@ func TestEncryptionTurnedOnStartsATimeline(t *testing.T) {
 	}
 	sameState(t, "restore of the timeline before encryption, without keys", got, before)
 }
+
+// TestRotationMissedByAMemberThatLeadsAgain: a sidecar started before a key was added (its
+// keys a mounted Secret's directory) leads again after another member wrote the timeline's
+// newest objects with the new key: it reads its keys again when its session starts, so it
+// continues the timeline instead of starting a new one.
+func TestRotationMissedByAMemberThatLeadsAgain(t *testing.T) {
+	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	dir := t.TempDir()
+	writeKey := func(id string, k []byte) {
+		if err := os.WriteFile(filepath.Join(dir, id), []byte(base64.StdEncoding.EncodeToString(k)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeKey("k1", k1)
+	oldKeys, err := seal.LoadKeyring(dir, "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := openTestStore(t)
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	old := storeWith(t, base, oldKeys)
+	a, stop := startBackupsWith(t, BackupConfig{Keys: oldKeys, KeysPath: dir, KeyID: "k1"}, old, ep)
+	write(t, cli, "before", 20)
+	waitStored(t, a, cli, ep, 1)
+	stop()
+
+	// Another member, rolled with the new key active, leads meanwhile.
+	rotated := storeWith(t, base, keyDir(t, "k2", map[string][]byte{"k1": k1, "k2": k2}))
+	b, stop := startBackups(t, rotated, ep)
+	write(t, cli, "rotated", 20)
+	waitStored(t, b, cli, ep, 1)
+	stop()
+
+	// The Secret now holds k2 too; the first member leads again, k1 still its active key.
+	writeKey("k2", k2)
+	a, _ = startBackupsWith(t, BackupConfig{Keys: oldKeys, KeysPath: dir, KeyID: "k1"}, old, ep)
+	write(t, cli, "after", 20)
+	waitStored(t, a, cli, ep, 1)
+	if st := a.Status(); st.Timeline != 1 {
+		t.Fatalf("timeline %d (%s): the member that missed the rotation did not continue timeline 1", st.Timeline, st.TimelineReason)
+	}
+	want, rev := state(t, cli)
+	got, gotRev, _ := restored(t, restore.Options{Store: rotated})
+	if gotRev != rev {
+		t.Fatalf("restored revision %d, want %d", gotRev, rev)
+	}
+	sameState(t, "restore across both keys", got, want)
+}

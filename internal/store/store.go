@@ -37,6 +37,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -72,7 +73,7 @@ type Store struct {
 	what    string // "bucket X", for error messages
 	where   string // "endpoint Y", for error messages
 	dir     string // file:// only: the directory, for fsync
-	keys    *seal.Keyring
+	keys    atomic.Pointer[seal.Keyring]
 }
 
 // OpenWithKeys is Open, with the store's backup objects encrypted with keys (nil: not
@@ -86,12 +87,12 @@ func OpenWithKeys(ctx context.Context, rawURL string, keys *seal.Keyring) (*Stor
 	return s, nil
 }
 
-// SetKeys makes backup objects written to s encrypted with keys, and objects read from it
-// decrypted with them (see backup.NewObjectReader). Call it once, right after Open.
-func (s *Store) SetKeys(keys *seal.Keyring) { s.keys = keys }
+// SetKeys makes backup objects written to s from now on encrypted with keys, and objects read
+// from it decrypted with them (see backup.NewObjectReader).
+func (s *Store) SetKeys(keys *seal.Keyring) { s.keys.Store(keys) }
 
 // Keys returns the keys set with SetKeys, or nil: objects are not encrypted.
-func (s *Store) Keys() *seal.Keyring { return s.keys }
+func (s *Store) Keys() *seal.Keyring { return s.keys.Load() }
 
 // Open opens the store at rawURL. It checks that the bucket (or directory)
 // is reachable, so a wrong URL or missing credentials fail here rather than
