@@ -187,6 +187,9 @@ const (
 	IssueNoFull  = "no-full" // deltas but no full snapshot to apply them to
 	// IssueClusters: a timeline holds objects of more than one cluster (Verify reads the headers).
 	IssueClusters = "clusters"
+	// IssueDiverged: overlapping deltas hold different events at one revision (Verify reads
+	// them): two histories in one timeline.
+	IssueDiverged = "diverged"
 )
 
 // Issue is one finding of Check.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"hash"
 	"io"
@@ -88,13 +89,14 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 		n   int
 		key string
 	}
-	// read verifies one object; ok=false: it is bad (recorded in the report).
-	read := func(o Object, clusters map[uint64]*seen) (bool, error) {
+	// read verifies one object; ok=false: it is bad (recorded in the report). A delta's
+	// revisions are handed to onRevision with the digest of their events.
+	read := func(o Object, clusters map[uint64]*seen, onRevision func(rev int64, digest [sha256.Size]byte)) (bool, error) {
 		if err := ctx.Err(); err != nil {
 			return false, fmt.Errorf("verify %s: %w", s, err)
 		}
 		start, reported := done, done
-		hdr, events, err := verifyObject(ctx, s, o, func(n int64) {
+		hdr, events, err := verifyObject(ctx, s, o, onRevision, func(n int64) {
 			done += n
 			if done-reported >= 1<<20 {
 				reported = done
@@ -127,7 +129,7 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 		clusters := map[uint64]*seen{}
 		var fulls []Object
 		for _, f := range t.Fulls {
-			ok, err := read(f, clusters)
+			ok, err := read(f, clusters, nil)
 			if err != nil {
 				return rep, err
 			}
@@ -137,20 +139,23 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 		}
 		k := newChecker(fulls)
 		var runs []Range
+		var div divergence
 		for d, err := range Deltas(ctx, s, tl) {
 			if err != nil {
 				return rep, err
 			}
-			ok, err := read(d, clusters)
+			div.next(d)
+			ok, err := read(d, clusters, div.revision)
 			if err != nil {
 				return rep, err
 			}
 			if ok {
+				div.keep()
 				k.delta(d)
 				runs = addRun(runs, Range{d.FirstRev, d.LastRev})
 			}
 		}
-		issues := k.finish()
+		issues := append(k.finish(), div.issues...)
 		for i := range issues {
 			issues[i].Timeline = tl
 		}
@@ -181,11 +186,11 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 // VerifyObject reads one object to the end and checks it as Verify does.
 // Snapshotters can use it to prove what they just wrote.
 func VerifyObject(ctx context.Context, s *store.Store, o Object) error {
-	_, _, err := verifyObject(ctx, s, o, nil)
+	_, _, err := verifyObject(ctx, s, o, nil, nil)
 	return err
 }
 
-func verifyObject(ctx context.Context, s *store.Store, o Object, onRead func(int64)) (hdr Header, events int64, err error) {
+func verifyObject(ctx context.Context, s *store.Store, o Object, onRevision func(int64, [sha256.Size]byte), onRead func(int64)) (hdr Header, events int64, err error) {
 	sr, err := s.NewReader(ctx, o.Key)
 	if err != nil {
 		return hdr, 0, err
@@ -202,23 +207,101 @@ func verifyObject(ctx context.Context, s *store.Store, o Object, onRead func(int
 	if o.Kind == KindFull {
 		return hdr, 0, verifyFull(or, o)
 	}
-	events, err = verifyDelta(or, o)
+	events, err = verifyDelta(or, o, onRevision)
 	return hdr, events, err
 }
 
-func verifyDelta(or *ObjectReader, o Object) (int64, error) {
+// verifyDelta checks a delta's events (DeltaCheck) and, with onRevision, hands it each
+// revision with the digest of its events: type and key-value, not prev_kv, which a watch sends
+// only on request.
+func verifyDelta(or *ObjectReader, o Object, onRevision func(int64, [sha256.Size]byte)) (int64, error) {
 	er := NewEventReader(or, o.Key)
 	check := NewDeltaCheck(o)
+	var rev int64
+	h := sha256.New()
+	emit := func() {
+		if onRevision != nil && rev != 0 {
+			var sum [sha256.Size]byte
+			h.Sum(sum[:0])
+			onRevision(rev, sum)
+		}
+		h.Reset()
+	}
 	for {
 		ev, err := er.ReadEvent()
 		if err == io.EOF {
-			return er.Count(), check.Done()
+			if err := check.Done(); err != nil {
+				return er.Count(), err
+			}
+			emit()
+			return er.Count(), nil
 		}
 		if err != nil {
 			return er.Count(), err
 		}
 		if err := check.Next(ev.Kv.ModRevision); err != nil {
 			return er.Count(), err
+		}
+		if ev.Kv.ModRevision != rev {
+			emit()
+			rev = ev.Kv.ModRevision
+		}
+		if onRevision != nil {
+			kv, err := ev.Kv.Marshal()
+			if err != nil {
+				return er.Count(), fmt.Errorf("backup object %s: %w: %v", o.Key, ErrCorrupt, err)
+			}
+			h.Write([]byte{byte(ev.Type)})
+			h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(kv))))
+			h.Write(kv)
+		}
+	}
+}
+
+// divergence finds overlapping deltas of a timeline that hold different events at one
+// revision: deltas come in the order of their first revision, and the digests of the
+// revisions that a later delta can still overlap are held (at most about one delta's).
+type divergence struct {
+	held    map[int64]heldRevision
+	cur     Object
+	pending map[int64][sha256.Size]byte
+	issues  []Issue
+}
+
+type heldRevision struct {
+	digest [sha256.Size]byte
+	key    string
+}
+
+// next starts delta d: revisions below its first can no longer be overlapped.
+func (v *divergence) next(d Object) {
+	if v.held == nil {
+		v.held = map[int64]heldRevision{}
+	}
+	for r := range v.held {
+		if r < d.FirstRev {
+			delete(v.held, r)
+		}
+	}
+	v.cur, v.pending = d, map[int64][sha256.Size]byte{}
+}
+
+// revision records one revision of the current delta.
+func (v *divergence) revision(rev int64, digest [sha256.Size]byte) { v.pending[rev] = digest }
+
+// keep compares the current delta, read whole and sound, with what earlier deltas held at its
+// revisions (the first difference is reported), then holds its digests.
+func (v *divergence) keep() {
+	for _, rev := range slices.Sorted(maps.Keys(v.pending)) {
+		d := v.pending[rev]
+		h, ok := v.held[rev]
+		if !ok {
+			v.held[rev] = heldRevision{digest: d, key: v.cur.Key}
+			continue
+		}
+		if h.digest != d && (len(v.issues) == 0 || v.issues[len(v.issues)-1].Keys[1] != v.cur.Key) {
+			v.issues = append(v.issues, Issue{Severity: Error, Kind: IssueDiverged, From: rev, To: rev, Keys: []string{h.key, v.cur.Key},
+				Message: fmt.Sprintf("deltas %s and %s hold different events at revision %d: two histories in one timeline, and a restore through revision %d may apply either; restore to a revision below %d, or from another timeline", h.key, v.cur.Key, rev, rev, rev)})
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -358,5 +359,46 @@ func TestVerifyFindsTwoClustersInOneTimeline(t *testing.T) {
 	if rep.OK() || len(rep.Bad) != 0 || len(rep.Issues) != 1 || rep.Issues[0].Kind != IssueClusters || rep.Issues[0].Timeline != 1 ||
 		!strings.Contains(rep.Issues[0].String(), "cluster 2b (1 objects, e.g. "+key+")") {
 		t.Fatalf("report: %+v", rep)
+	}
+}
+
+// TestVerifyFindsDivergedOverlaps: overlapping deltas that agree are an overlap (info); ones
+// that hold different events at a revision are two histories in one timeline: an error that
+// names both deltas and the first revision where they differ.
+func TestVerifyFindsDivergedOverlaps(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, "mem://")
+	putFull(t, s, 10, fakeDB(4, 1))
+	a := putDelta(t, s, 11, 20, 11, 20)
+	putDelta(t, s, 15, 25, 15, 25) // the same events at 15-20: a hand-off between leaders
+	rep, err := Verify(ctx, s, nil)
+	if err != nil || !rep.OK() {
+		t.Fatalf("agreeing overlap: %+v, %v", rep, err)
+	}
+	// Another history's delta at 17-30: one event differs at 18.
+	key := DeltaKey(1, 17, 30)
+	hdr := Header{Kind: KindDelta, Timeline: 1, Compression: CompressionZstd, EtcdVersion: "3.6.4", ClusterID: 42, FirstRev: 17, LastRev: 30}
+	if _, err := WriteObject(ctx, s, key, hdr, func(w *ObjectWriter) error {
+		ew := NewEventWriter(w)
+		for r := int64(17); r <= 30; r++ {
+			v := strings.Repeat("x", int(r%50))
+			if r == 18 {
+				v = "another history"
+			}
+			if err := ew.WriteEvent(put("/k", v, 1, r, r)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = Verify(ctx, s, nil)
+	if err != nil || rep.OK() {
+		t.Fatalf("diverged overlap passed: %+v, %v", rep, err)
+	}
+	i := slices.IndexFunc(rep.Issues, func(is Issue) bool { return is.Kind == IssueDiverged })
+	if i < 0 || rep.Issues[i].From != 18 || !slices.Contains(rep.Issues[i].Keys, key) || !slices.Contains(rep.Issues[i].Keys, a) || !strings.Contains(rep.Issues[i].Message, "revision 18") {
+		t.Fatalf("issues %+v: want revision 18 of %s and %s named", rep.Issues, a, key)
 	}
 }
