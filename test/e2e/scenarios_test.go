@@ -44,6 +44,28 @@ func deletePods(t *testing.T, ns string, claims bool, pods ...string) {
 	kubectl(t, ns, append([]string{"delete", "--wait=false"}, names...)...)
 }
 
+// losePods loses member pods and their volumes together, as a node that dies takes them:
+// deleted, and etcd in each killed at once. A graceful deletion alone is no loss at once: a
+// leader terminating hands its leadership over for seconds, and a member replaced
+// meanwhile rejoins through it with the quorum intact.
+func losePods(t *testing.T, ns, name string, pods ...string) {
+	t.Helper()
+	before := memberPods(t, ns, name)
+	deletePods(t, ns, true, pods...)
+	for _, p := range pods {
+		for _, cs := range before[p].Status.ContainerStatuses {
+			if cs.Name != "etcd" || cs.ContainerID == "" {
+				continue
+			}
+			// Terminating, the pod's containers are not restarted; one that already
+			// stopped has nothing to kill.
+			if err := killContainer(cs.ContainerID); err != nil {
+				t.Logf("%s: %v", p, err)
+			}
+		}
+	}
+}
+
 // waitReplaced waits until each pod is a new pod (another UID) and running.
 func waitReplaced(t *testing.T, ns, name string, before map[string]corev1.Pod, pods ...string) {
 	t.Helper()
@@ -211,7 +233,7 @@ func TestThreeMembers(t *testing.T) {
 	step("two members and their volumes lost at once, the seed crashing mid-recovery", func(t *testing.T) {
 		w := startWriter(t, ns, "main", "two-lost", 100*time.Millisecond)
 		pods := memberPods(t, ns, "main")
-		deletePods(t, ns, true, "main-0", "main-1")
+		losePods(t, ns, "main", "main-0", "main-1")
 		// A second fault in the middle of the recovery: the seed's etcd crashes.
 		testutil.Eventually(t, 3*time.Minute, "the seed's etcd killed mid-recovery", func() error {
 			phase := kubectl(t, ns, "get", "ec", "main", "-o", "jsonpath={.status.recovery.directive.phase}")
@@ -247,7 +269,7 @@ func TestThreeMembers(t *testing.T) {
 			return nil
 		})
 		pods := memberPods(t, ns, "main")
-		deletePods(t, ns, true, "main-0", "main-1", "main-2")
+		losePods(t, ns, "main", "main-0", "main-1", "main-2")
 		waitReplaced(t, ns, "main", pods, "main-0", "main-1", "main-2")
 		ec = waitReady(t, ns, "main", 3, 5*time.Minute)
 		c := etcdClient(t, serviceEndpoint(t, ns, "main"))
@@ -402,7 +424,7 @@ func TestQuorumLossManual(t *testing.T) {
 	acked := putKeys(t, ns, "m", "manual", 50)
 	assertKeysOnEveryMember(t, ns, "m", acked)
 	pods := memberPods(t, ns, "m")
-	deletePods(t, ns, true, "m-0", "m-1")
+	losePods(t, ns, "m", "m-0", "m-1")
 	var epoch string
 	testutil.Eventually(t, 3*time.Minute, "QuorumLost awaiting confirmation, naming m-2", func() error {
 		e, err := getEC(ns, "m")
