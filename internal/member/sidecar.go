@@ -128,10 +128,13 @@ func New(cfg Config) (*Sidecar, error) {
 		status:              etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
 }
 
-// Serve serves the sidecar API on ln and runs the backup loop until ctx ends.
+// Serve serves the sidecar API on ln and runs the backup loop until ctx ends. It returns
+// once the backup loop has stopped: what the delta capture holds is stored first.
 func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
+	var backups sync.WaitGroup
+	defer backups.Wait()
 	if s.cfg.Backup.StoreURL != "" {
-		go s.runBackups(ctx)
+		backups.Go(func() { s.runBackups(ctx) })
 	}
 	go s.maintainMember(ctx)
 	go s.reportLoop(ctx)

@@ -255,15 +255,26 @@ func TestThreeMembers(t *testing.T) {
 	})
 
 	step("every pod and volume lost: restored from the backups", func(t *testing.T) {
-		putKeys(t, ns, "main", "before-loss", 1)
+		for k, v := range putKeys(t, ns, "main", "before-loss", 1) {
+			acked[k] = v
+		}
+		// Every acknowledged write is at or below the revision a read gets after the last.
+		c := etcdClient(t, serviceEndpoint(t, ns, "main"))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := c.Get(ctx, "none")
+		if err != nil {
+			t.Fatal(err)
+		}
+		written := resp.Header.Revision
 		var backedUp int64
-		testutil.Eventually(t, time.Minute, "the newest write backed up", func() error {
+		testutil.Eventually(t, time.Minute, fmt.Sprintf("revision %d, the newest write's, backed up", written), func() error {
 			e, err := getEC(ns, "main")
 			if err != nil {
 				return err
 			}
-			if e.Status.LastDeltaSnapshot == nil || e.Status.LastDeltaSnapshot.Revision < e.Status.Revision {
-				return fmt.Errorf("newest delta %v, revision %d", e.Status.LastDeltaSnapshot, e.Status.Revision)
+			if e.Status.LastDeltaSnapshot == nil || e.Status.LastDeltaSnapshot.Revision < written {
+				return fmt.Errorf("newest delta %v", e.Status.LastDeltaSnapshot)
 			}
 			backedUp = e.Status.LastDeltaSnapshot.Revision
 			return nil
@@ -272,11 +283,10 @@ func TestThreeMembers(t *testing.T) {
 		losePods(t, ns, "main", "main-0", "main-1", "main-2")
 		waitReplaced(t, ns, "main", pods, "main-0", "main-1", "main-2")
 		ec = waitReady(t, ns, "main", 3, 5*time.Minute)
-		c := etcdClient(t, serviceEndpoint(t, ns, "main"))
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c = etcdClient(t, serviceEndpoint(t, ns, "main"))
+		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		resp, err := c.Get(ctx, "none")
-		if err != nil {
+		if resp, err = c.Get(ctx, "none"); err != nil {
 			t.Fatal(err)
 		}
 		if resp.Header.Revision < backedUp {

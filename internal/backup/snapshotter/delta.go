@@ -105,6 +105,7 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 	for {
 		select {
 		case <-ctx.Done():
+			d.finalFlush(ctx, s)
 			return nil
 		case <-timer.C:
 		}
@@ -112,6 +113,7 @@ func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts D
 		rev0, raw0 := d.next, d.payload.Raw()
 		target, complete, err := d.round(ctx, conn, s, max(opts.Period, roundTimeout))
 		if ctx.Err() != nil {
+			d.finalFlush(ctx, s)
 			return nil
 		}
 		if err != nil {
@@ -384,6 +386,23 @@ func (d *deltaBuffer) add(rev int64, event []byte) error {
 	}
 	_, err := d.payload.Write(event)
 	return err
+}
+
+// finalFlushTimeout bounds the flush of what is held when the capture is told to stop.
+const finalFlushTimeout = 10 * time.Second
+
+// finalFlush stores what the buffer holds once the capture's ctx has ended: a sidecar told to
+// stop (its pod deleted, leadership moved) stores the revisions it has read instead of
+// leaving them to a Period's worth of loss should the cluster never come back. They are whole
+// revisions of the member's committed history, contiguous after the store's; within the
+// timeout, or they are dropped as before (the next backup leader resumes from the store).
+func (d *deltaBuffer) finalFlush(ctx context.Context, s *store.Store) {
+	if !d.pending() {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalFlushTimeout)
+	defer cancel()
+	_ = d.flush(fctx, s)
 }
 
 // flush stores the buffer as one delta object and reads it back, retrying with backoff until

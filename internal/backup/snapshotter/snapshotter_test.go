@@ -356,6 +356,47 @@ func TestDeltasStoreWhatWasReadBeforeCompaction(t *testing.T) {
 	}
 }
 
+// TestDeltasStoredWhenTheCaptureStops: revisions read but not yet due (a Period of an hour)
+// are stored when the capture is told to stop, as a sidecar is when its pod is deleted.
+func TestDeltasStoredWhenTheCaptureStops(t *testing.T) {
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last int64
+	for i := 0; i < 5; i++ {
+		r, err := cli.Put(ctx, "/k", fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Header.Revision
+	}
+	s := openStore(t, "mem://"+t.Name())
+	var readUpTo atomic.Int64
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunDeltas(dctx, Member{Client: cli, Endpoint: ep}, s, 2, DeltaOptions{Period: time.Hour, Timeline: timelineOf(t, cli, ep),
+			OnRead: func(rev int64) { readUpTo.Store(rev) }})
+	}()
+	testutil.Eventually(t, 20*time.Second, "the revisions read", func() error {
+		if got := readUpTo.Load(); got < last {
+			return fmt.Errorf("read up to %d of %d", got, last)
+		}
+		return nil
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("RunDeltas told to stop: %v", err)
+	}
+	objs, err := s.List(ctx, backup.TimelineDir(1)+"delta/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 || objs[0].Key != backup.DeltaKey(1, 2, last) {
+		t.Fatalf("stored %v, want one delta of revisions 2-%d", objs, last)
+	}
+}
+
 func TestDeltaBufferDetectsHole(t *testing.T) {
 	payload, err := backup.NewPayloadBuffer(backup.KindDelta)
 	if err != nil {
