@@ -22,8 +22,6 @@ import (
 	"github.com/etcd-steward/steward/internal/units"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 func newBackupCommand() *cobra.Command {
@@ -273,22 +271,23 @@ func rangesString(rs []backup.Range) string {
 
 func newBackupSaveCommand() *cobra.Command {
 	var sf storeFlags
-	var endpoint string
+	var eps endpointsFlag
 	cmd := &cobra.Command{
 		Use:   "save",
 		Short: "Take a full snapshot of one member now and store it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if endpoint == "" || strings.Contains(endpoint, ",") {
-				return fmt.Errorf("--endpoints must name exactly one member (the snapshot is streamed from it), got %q", endpoint)
+			if len(eps.endpoints()) != 1 {
+				return fmt.Errorf("--endpoints must name exactly one member (the snapshot is streamed from it), got %q", eps.list)
 			}
+			endpoint := eps.list
 			s, err := sf.open(ctx)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			cli, err := eps.client()
 			if err != nil {
 				return err
 			}
@@ -315,7 +314,7 @@ func newBackupSaveCommand() *cobra.Command {
 		},
 	}
 	sf.register(cmd.Flags())
-	cmd.Flags().StringVar(&endpoint, "endpoints", "", "client URL of the member to snapshot")
+	eps.register(cmd, "client URL of the member to snapshot")
 	return cmd
 }
 
@@ -340,11 +339,12 @@ type badView struct {
 
 func newBackupVerifyCommand() *cobra.Command {
 	var (
-		sf                 storeFlags
-		endpoints, scratch string
-		drill, verbose     bool
-		timeline           uint32
-		out                outputFlag
+		sf             storeFlags
+		scratch        string
+		endpoints      endpointsFlag
+		drill, verbose bool
+		timeline       uint32
+		out            outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -364,7 +364,7 @@ on every exit path.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if !drill && (endpoints != "" || timeline != 0) {
+			if !drill && (len(endpoints.endpoints()) > 0 || timeline != 0) {
 				return errors.New("--endpoints and --timeline belong to the restore drill: add --restore")
 			}
 			s, err := sf.open(ctx)
@@ -441,7 +441,7 @@ on every exit path.`,
 	sf.register(cmd.Flags())
 	cmd.Flags().BoolVar(&drill, "restore", false, "also restore the newest revision into a scratch dir and prove it exact (a restore drill)")
 	cmd.Flags().Uint32Var(&timeline, "timeline", 0, "the timeline to drill (default: the newest; see steward backup list)")
-	cmd.Flags().StringVar(&endpoints, "endpoints", "", "client URLs of the live cluster: the first one's member HashKV is compared with the restored data's")
+	endpoints.register(cmd, "client URLs of the live cluster: the first one's member HashKV is compared with the restored data's")
 	cmd.Flags().StringVar(&scratch, "scratch-dir", os.TempDir(), "directory for the drill's scratch data dir (room for twice the database)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log etcd's messages during the drill")
 	out.register(cmd)
@@ -449,7 +449,7 @@ on every exit path.`,
 }
 
 // runDrill runs verify's restore drill, with progress on stderr.
-func runDrill(cmd *cobra.Command, s *store.Store, timeline uint32, endpoints, scratch string, verbose bool) (restore.DrillResult, error) {
+func runDrill(cmd *cobra.Command, s *store.Store, timeline uint32, endpoints endpointsFlag, scratch string, verbose bool) (restore.DrillResult, error) {
 	ctx := cmd.Context()
 	o := restore.DrillOptions{Store: s, Timeline: timeline, ScratchDir: scratch}
 	if verbose {
@@ -459,11 +459,10 @@ func runDrill(cmd *cobra.Command, s *store.Store, timeline uint32, endpoints, sc
 		}
 		o.Logger = lg
 	}
-	if endpoints != "" {
-		eps := strings.Split(endpoints, ",")
-		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if eps := endpoints.endpoints(); len(eps) > 0 {
+		cli, err := endpoints.client()
 		if err != nil {
-			return restore.DrillResult{}, fmt.Errorf("connect to %s: %w", endpoints, err)
+			return restore.DrillResult{}, err
 		}
 		defer cli.Close()
 		o.Live, o.LiveEndpoint = cli, eps[0]

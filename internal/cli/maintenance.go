@@ -10,27 +10,35 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/units"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// endpointsFlag is the --endpoints flag of the commands that talk to a live cluster.
-type endpointsFlag struct{ list string }
+// endpointsFlag is the --endpoints flag of the commands that talk to a live cluster, with
+// --tls-dir for a cluster with TLS.
+type endpointsFlag struct{ list, tlsDir string }
 
-func (e *endpointsFlag) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&e.list, "endpoints", "", "client URLs of the cluster's members, comma-separated (required)")
+func (e *endpointsFlag) register(cmd *cobra.Command, usage string) {
+	cmd.Flags().StringVar(&e.list, "endpoints", "", usage)
+	cmd.Flags().StringVar(&e.tlsDir, "tls-dir", "", "client certificate directory (tls.crt, tls.key, ca.crt) for a cluster with TLS; `steward local status` names it")
+}
+
+func (e *endpointsFlag) endpoints() []string {
+	if strings.TrimSpace(e.list) == "" {
+		return nil
+	}
+	return strings.Split(e.list, ",")
 }
 
 func (e *endpointsFlag) client() (*clientv3.Client, error) {
-	if strings.TrimSpace(e.list) == "" {
+	if len(e.endpoints()) == 0 {
 		return nil, errors.New("--endpoints is required: the client URLs of the cluster's members (`steward local status` lists them)")
 	}
-	eps := strings.Split(e.list, ",")
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := etcdutil.Dialer{TLSDir: e.tlsDir}.New(e.endpoints(), 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", e.list, err)
 	}
@@ -76,7 +84,7 @@ otherwise it waits up to --wait and stops, having done nothing more.`,
 			return err
 		},
 	}
-	eps.register(cmd)
+	eps.register(cmd, "client URLs of the cluster's members, comma-separated (required)")
 	f := cmd.Flags()
 	f.BoolVar(&all, "all", false, "defragment every member, worth it or not")
 	f.Float64Var(&threshold, "threshold", 100*maintenance.DefaultPolicy.Threshold, "percentage of the database file that must be free pages")
@@ -167,7 +175,7 @@ func newMoveLeaderCommand() *cobra.Command {
 			return nil
 		},
 	}
-	eps.register(cmd)
+	eps.register(cmd, "client URLs of the cluster's members, comma-separated (required)")
 	cmd.Flags().StringVar(&to, "to", "", "name or hex ID of the member to lead (default: the voter furthest along)")
 	return cmd
 }
@@ -205,7 +213,7 @@ defragmentation then gives the space back. Backups are unaffected: they hold the
 			return nil
 		},
 	}
-	eps.register(cmd)
+	eps.register(cmd, "client URLs of the cluster's members, comma-separated (required)")
 	cmd.Flags().Int64Var(&revision, "revision", 0, "compact the history before this revision")
 	cmd.Flags().Int64Var(&keep, "keep", 0, "keep the newest N revisions of history")
 	return cmd

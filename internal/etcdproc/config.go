@@ -31,6 +31,21 @@ type Config struct {
 	AutoCompactionMode       string `json:"auto-compaction-mode,omitempty"`
 	AutoCompactionRetention  string `json:"auto-compaction-retention,omitempty"`
 	LogLevel                 string `json:"log-level,omitempty"`
+	// ClientTransportSecurity and PeerTransportSecurity turn TLS on for client and peer
+	// traffic; nil: plain text.
+	ClientTransportSecurity *TransportSecurity `json:"client-transport-security,omitempty"`
+	PeerTransportSecurity   *TransportSecurity `json:"peer-transport-security,omitempty"`
+}
+
+// TransportSecurity is etcd's TLS setting for client or peer traffic. etcd reads the
+// certificate and key again at every handshake (a renewed leaf needs no restart); the CAs it
+// trusts only when it starts.
+type TransportSecurity struct {
+	CertFile      string `json:"cert-file"`
+	KeyFile       string `json:"key-file"`
+	TrustedCAFile string `json:"trusted-ca-file"`
+	// ClientCertAuth requires a certificate of a trusted CA from every client (or peer).
+	ClientCertAuth bool `json:"client-cert-auth"`
 }
 
 // Marshal renders c as etcd's YAML configuration file.

@@ -20,6 +20,7 @@ var ownedFlags = []string{
 	"discovery", "discovery-srv", "discovery-srv-name", "discovery-token", "discovery-endpoints",
 	"listen-client-urls", "listen-client-http-urls", "listen-peer-urls", "advertise-client-urls", "initial-advertise-peer-urls",
 	"logger", "log-outputs", // steward etcd logs to stderr, which the supervisor or the pod keeps
+	"client-transport-security", "peer-transport-security", // the cluster's TLS
 }
 
 // flagTypes maps every key of etcd's configuration file (its flag names) to the type of its

@@ -1,5 +1,5 @@
 // Package etcdutil holds small helpers over clientv3 that the local supervisor and the
-// sidecars share: removing a member.
+// sidecars share: making clients (Dialer), removing a member.
 package etcdutil
 
 import (

@@ -31,6 +31,8 @@ type UpOptions struct {
 	// EncryptBackups encrypts the cluster's backups from now on, with a key generated into
 	// DIR/backup-keys (kept once made).
 	EncryptBackups bool
+	// TLS makes a new cluster's client and peer traffic mutual TLS of its own CA (DIR/pki).
+	TLS bool
 	// BasePort is where the search for free ports starts for a new cluster.
 	BasePort int
 	// Binary is the steward executable the members run; default: this process's own.
@@ -98,6 +100,9 @@ func Prepare(opts UpOptions) (Spec, error) {
 				}
 			}
 		}
+		if opts.TLS && !spec.TLS {
+			return Spec{}, fmt.Errorf("--tls: the cluster in %s was made without TLS, and its members' peer URLs say so; TLS is chosen when a cluster is made: make one with `steward local up --tls --dir NEWDIR` and restore this one's backups into it (`steward local restore`)", dir)
+		}
 		changed := false
 		if opts.Backup != "" && backupURL(dir, opts.Backup) != spec.Backup {
 			spec.Backup, changed = backupURL(dir, opts.Backup), true
@@ -113,6 +118,9 @@ func Prepare(opts UpOptions) (Spec, error) {
 				return Spec{}, err
 			}
 		}
+		if err := ensureCerts(dir, spec, time.Now(), opts.Logf); err != nil {
+			return Spec{}, err
+		}
 		// A cluster made by an older steward has no token yet: it gets one now.
 		return spec, ensureToken(dir, opts.Logf)
 	}
@@ -125,7 +133,7 @@ func Prepare(opts UpOptions) (Spec, error) {
 	if opts.Members < 1 || opts.Members > 9 {
 		return Spec{}, fmt.Errorf("--members %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", opts.Members)
 	}
-	spec = Spec{Name: opts.Name, Token: newToken(opts.Name), Host: "127.0.0.1", CreatedAt: time.Now().UTC(), Backup: backupURL(dir, opts.Backup)}
+	spec = Spec{Name: opts.Name, Token: newToken(opts.Name), Host: "127.0.0.1", CreatedAt: time.Now().UTC(), Backup: backupURL(dir, opts.Backup), TLS: opts.TLS}
 	if opts.EncryptBackups {
 		if spec.BackupKeys, err = ensureBackupKey(dir, opts.Logf); err != nil {
 			return Spec{}, err
@@ -149,6 +157,9 @@ func Prepare(opts UpOptions) (Spec, error) {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return Spec{}, fmt.Errorf("create %s: %w", filepath.Join(dir, sub), err)
 		}
+	}
+	if err := ensureCerts(dir, spec, time.Now(), opts.Logf); err != nil {
+		return Spec{}, err
 	}
 	if err := writeSpec(dir, spec); err != nil {
 		return Spec{}, fmt.Errorf("write %s: %w", filepath.Join(dir, specFile), err)

@@ -13,7 +13,6 @@ import (
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Scale changes the size of the running cluster in dir to n and waits until it is healthy:
@@ -171,7 +170,7 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 	for _, m := range want.Members {
 		rest = append(rest, want.ClientURL(m))
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: rest, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	cli, err := dialer(s.dir, want).New(rest, 3*time.Second)
 	if err != nil {
 		return err
 	}

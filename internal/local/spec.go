@@ -59,6 +59,9 @@ type Spec struct {
 	// DIR; empty: backups are not encrypted.
 	BackupKeys string       `json:"backupKeys,omitempty"`
 	Members    []MemberSpec `json:"members"`
+	// TLS: client and peer traffic is mutual TLS of the cluster's own CA (DIR/pki). Chosen
+	// when the cluster is made: the members' peer URLs carry the scheme.
+	TLS bool `json:"tls,omitempty"`
 	// Generation counts the changes `steward local upgrade` made to what the members run
 	// (Binary, EtcdFlags, or a rolling restart); each member records the generation its
 	// processes were started with.
@@ -110,11 +113,19 @@ type MemberSpec struct {
 
 func (s Spec) url(port int) string { return fmt.Sprintf("http://%s:%d", s.Host, port) }
 
+// etcdURL is a URL of etcd's: https when the cluster has TLS.
+func (s Spec) etcdURL(port int) string {
+	if s.TLS {
+		return fmt.Sprintf("https://%s:%d", s.Host, port)
+	}
+	return s.url(port)
+}
+
 // ClientURL is the member's etcd client URL.
-func (s Spec) ClientURL(m MemberSpec) string { return s.url(m.ClientPort) }
+func (s Spec) ClientURL(m MemberSpec) string { return s.etcdURL(m.ClientPort) }
 
 // PeerURL is the member's etcd peer URL.
-func (s Spec) PeerURL(m MemberSpec) string { return s.url(m.PeerPort) }
+func (s Spec) PeerURL(m MemberSpec) string { return s.etcdURL(m.PeerPort) }
 
 // SidecarURL is the member's sidecar API URL.
 func (s Spec) SidecarURL(m MemberSpec) string { return s.url(m.SidecarPort) }

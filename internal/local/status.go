@@ -11,8 +11,6 @@ import (
 	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Report is the output of `steward local status`. Other tools parse its JSON: keep names.
@@ -55,6 +53,12 @@ type ClusterReport struct {
 	Leader string `json:"leader"`
 	// Generation is the spec generation the members should run (`steward local upgrade`).
 	Generation int64 `json:"generation,omitempty"`
+	// TLS: client and peer traffic is mutual TLS of the cluster's own CA; ClientTLSDir holds
+	// the client certificate (`steward` commands take it as --tls-dir).
+	TLS          bool   `json:"tls,omitempty"`
+	ClientTLSDir string `json:"clientTLSDir,omitempty"`
+	// Etcdctl are the flags etcdctl needs to reach the cluster.
+	Etcdctl string `json:"etcdctl"`
 }
 
 // MemberReport is one member as etcd and the supervisor see it.
@@ -104,7 +108,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	}
 	pid, running := SupervisorRunning(dir)
 	rep := Report{
-		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation},
+		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation, TLS: spec.TLS, ClientTLSDir: ClientTLSDir(dir, spec), Etcdctl: EtcdctlFlags(dir, spec)},
 		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error,
 			Waiting: st.Waiting, Stuck: st.Stuck, Recovery: st.Directive, LastRecovery: st.LastRecovery},
 	}
@@ -112,7 +116,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 		rep.Supervisor.Phase = PhaseStopped
 	}
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: spec.ClientURLs(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cli, err := dialer(dir, spec).New(spec.ClientURLs(), 2*time.Second)
 	if err != nil {
 		return Report{}, err
 	}

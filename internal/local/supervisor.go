@@ -19,7 +19,6 @@ import (
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // maxStartsBeforeReady is how often a process may die while the cluster first comes up
@@ -156,11 +155,19 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// Certificates due are renewed while the cluster runs; etcd takes them at the next
+	// handshake.
+	renew := time.NewTicker(certCheckInterval)
+	defer renew.Stop()
 	var lastRound time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-renew.C:
+			if err := ensureCerts(s.dir, s.currentSpec(), time.Now(), s.logf); err != nil {
+				opts.Logf("renewing the cluster's certificates: %v", err)
+			}
 		case <-hup:
 			select {
 			case pending <- struct{}{}:
@@ -258,6 +265,13 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 	bin := memberBinary(s.dir, spec)
 	sidecarArgs := []string{"sidecar", "--name", m.Name, "--data-dir", dataDir,
 		"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", s.dir, "--api-token-file", TokenPath(s.dir)}
+	if d := MemberTLSDir(s.dir, spec, m.Name); d != "" {
+		// A member added by scaling gets its certificate here; every start renews one due.
+		if err := ensureCerts(s.dir, spec, time.Now(), s.logf); err != nil {
+			return nil, err
+		}
+		sidecarArgs = append(sidecarArgs, "--tls-dir", d)
+	}
 	if spec.Backup != "" {
 		sidecarArgs = append(sidecarArgs, "--store", spec.Backup)
 		if p := BackupKeysPath(s.dir, spec); p != "" {
@@ -276,7 +290,7 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 			args: []string{"etcd", "--sidecar", spec.SidecarURL(m), "--api-token-file", TokenPath(s.dir),
 				"--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}},
 	}
-	if c, err := clientv3.New(clientv3.Config{Endpoints: []string{spec.ClientURL(m)}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err == nil {
+	if c, err := dialer(s.dir, spec).New([]string{spec.ClientURL(m)}, 2*time.Second); err == nil {
 		r.client = c
 	}
 	// A member fenced by the directive in force (recorded before a supervisor restart)

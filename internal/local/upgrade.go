@@ -20,7 +20,6 @@ import (
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // UpgradeOptions configure Upgrade.
@@ -99,7 +98,7 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 	if err := etcdproc.CheckFlags(flags); err != nil {
 		return UpgradeResult{}, fmt.Errorf("%w; nothing was changed", err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: spec.ClientURLs(), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	cli, err := dialer(opts.Dir, spec).New(spec.ClientURLs(), 3*time.Second)
 	if err != nil {
 		return UpgradeResult{}, err
 	}

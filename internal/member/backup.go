@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/backup/retention"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/store"
@@ -136,6 +137,7 @@ type backupAgent struct {
 	drillOffset time.Duration
 	lg          *zap.Logger
 	metrics     *metrics
+	etcd        etcdutil.Dialer
 	endpoint    string // this member's client URL
 	store       *store.Store
 
@@ -164,7 +166,7 @@ type fullOutcome struct {
 // ErrNotBackupLeader is returned for on-demand snapshots asked of a sidecar whose etcd does not lead.
 var ErrNotBackupLeader = errors.New("this member is not the backup leader")
 
-func newBackupAgent(cfg BackupConfig, endpoint string, st *store.Store, lg *zap.Logger, m *metrics) (*backupAgent, error) {
+func newBackupAgent(cfg BackupConfig, etcd etcdutil.Dialer, endpoint string, st *store.Store, lg *zap.Logger, m *metrics) (*backupAgent, error) {
 	if cfg.DeltaPeriod <= 0 {
 		cfg.DeltaPeriod = 5 * time.Second
 	}
@@ -188,7 +190,7 @@ func newBackupAgent(cfg BackupConfig, endpoint string, st *store.Store, lg *zap.
 	if drills != nil {
 		offset = drillOffset(drills, st.String())
 	}
-	return &backupAgent{cfg: cfg, schedule: sched, drills: drills, drillOffset: offset, lg: lg.Named("backup"), metrics: m, endpoint: endpoint, store: st,
+	return &backupAgent{cfg: cfg, schedule: sched, drills: drills, drillOffset: offset, lg: lg.Named("backup"), metrics: m, etcd: etcd, endpoint: endpoint, store: st,
 		status: BackupStatus{Store: st.String(), DeltaPeriod: cfg.DeltaPeriod}, fullRequests: make(chan chan fullOutcome)}, nil
 }
 
@@ -318,7 +320,7 @@ func (a *backupAgent) Run(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		if cli == nil {
-			c, err := clientv3.New(clientv3.Config{Endpoints: []string{a.endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+			c, err := a.etcd.New([]string{a.endpoint}, 2*time.Second)
 			if err == nil {
 				cli = c
 			}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -33,7 +32,7 @@ func (s *Sidecar) runBackups(ctx context.Context) {
 			st, err = s.cfg.Backup.openStore(ctx, s.cfg.Backup.StoreURL)
 		}
 		if err == nil {
-			agent, aerr := newBackupAgent(s.cfg.Backup, self.ClientURL, st, s.lg, s.metrics)
+			agent, aerr := newBackupAgent(s.cfg.Backup, s.etcd, self.ClientURL, st, s.lg, s.metrics)
 			if aerr != nil {
 				s.lg.Error("backups are off: bad configuration", zap.Error(aerr))
 				st.Close()
@@ -164,7 +163,7 @@ func (s *Sidecar) forwardToLeader(w http.ResponseWriter, r *http.Request, endpoi
 
 // leaderSidecar finds the sidecar URL of the member etcd reports as leader.
 func (s *Sidecar) leaderSidecar(ctx context.Context, endpoint string) (string, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cli, err := s.etcd.New([]string{endpoint}, 2*time.Second)
 	if err != nil {
 		return "", err
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -203,7 +204,7 @@ func TestStoredRevisionWaitsForTheDeltas(t *testing.T) {
 	s := openTestStore(t)
 	_, cli, ep := testutil.EmbeddedEtcd(t)
 	cfg := BackupConfig{StoreURL: s.String(), DeltaPeriod: 2 * time.Second, CheckInterval: 100 * time.Millisecond}
-	a, err := newBackupAgent(cfg, ep, s, zap.NewNop(), newMetrics())
+	a, err := newBackupAgent(cfg, etcdutil.Dialer{}, ep, s, zap.NewNop(), newMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -47,7 +48,7 @@ func startBackups(t *testing.T, s *store.Store, ep string) (a *backupAgent, stop
 func startBackupsWith(t *testing.T, cfg BackupConfig, s *store.Store, ep string) (a *backupAgent, stop func()) {
 	t.Helper()
 	cfg.StoreURL, cfg.DeltaPeriod, cfg.CheckInterval = s.String(), testDeltaPeriod, 100*time.Millisecond
-	a, err := newBackupAgent(cfg, ep, s, zap.NewNop(), newMetrics())
+	a, err := newBackupAgent(cfg, etcdutil.Dialer{}, ep, s, zap.NewNop(), newMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}

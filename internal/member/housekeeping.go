@@ -186,7 +186,7 @@ func (s *Sidecar) housekeeping(ctx context.Context, sched cron.Schedule, interva
 			continue
 		}
 		if cli == nil {
-			if cli, err = clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()}); err != nil {
+			if cli, err = s.etcd.New([]string{self.ClientURL}, time.Second); err != nil {
 				continue
 			}
 		}

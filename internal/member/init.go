@@ -8,11 +8,15 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/etcd-steward/steward/internal/etcdutil"
+	"github.com/etcd-steward/steward/internal/pki"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -192,7 +196,7 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 	// The seed of a recovery does not need the (lost) cluster's view, whose member-list
 	// timeouts would only delay it; everyone else does.
 	if d := snap.Directive; d == nil || d.Epoch <= obs.AppliedEpoch || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name {
-		obs.Live = observeLive(ctx, others(spec, s.cfg.Name))
+		obs.Live = observeLive(ctx, s.etcd, others(spec, s.cfg.Name))
 	}
 	// What the store holds of this cluster matters only to a member that might bootstrap a
 	// new cluster, and to the seed that restores this cluster from its own backup store.
@@ -222,11 +226,11 @@ func others(spec ClusterSpec, self string) []string {
 
 // observeLive asks the other members for the member list: linearizable first (it succeeds
 // only with a quorum), else serializable (what a reachable member believes).
-func observeLive(ctx context.Context, endpoints []string) LiveCluster {
+func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) LiveCluster {
 	if len(endpoints) == 0 {
 		return LiveCluster{}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cli, err := etcd.New(endpoints, 2*time.Second)
 	if err != nil {
 		return LiveCluster{}
 	}
@@ -358,7 +362,7 @@ func (s *Sidecar) dispose(d DataDisposal) error {
 // membership. The promotion happens once it has caught up (see maintainMember).
 func (s *Sidecar) joinAsLearner(ctx context.Context, spec ClusterSpec, obs Observation, plan Plan, identity datadir.Identity) ([]byte, error) {
 	self, _ := spec.Member(s.cfg.Name)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: others(spec, s.cfg.Name), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	cli, err := s.etcd.New(others(spec, s.cfg.Name), 3*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -406,7 +410,7 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec ClusterSpec, obs Obser
 	case errors.Is(err, rpctypes.ErrPeerURLExist):
 		// Added by an earlier attempt, or listed at the bootstrap, and never started: take
 		// that entry.
-		live := observeLive(ctx, others(spec, s.cfg.Name))
+		live := observeLive(ctx, s.etcd, others(spec, s.cfg.Name))
 		for _, m := range live.Members {
 			if m.PeerURL == self.PeerURL && m.Name == "" {
 				newID, _ = strconv.ParseUint(m.ID, 16, 64)
@@ -480,5 +484,11 @@ func (s *Sidecar) etcdConfig(spec ClusterSpec, plan Plan, initialCluster string)
 	c.InitialClusterState = plan.ClusterState
 	c.InitialClusterToken = spec.Token
 	c.ForceNewCluster = plan.Action == ActionForceNewCluster
+	if dir := s.cfg.TLSDir; dir != "" {
+		// One certificate serves clients and peers: mutual TLS both ways, of the cluster's CA.
+		sec := &etcdproc.TransportSecurity{CertFile: filepath.Join(dir, pki.CertFile), KeyFile: filepath.Join(dir, pki.KeyFile),
+			TrustedCAFile: filepath.Join(dir, pki.CAFile), ClientCertAuth: true}
+		c.ClientTransportSecurity, c.PeerTransportSecurity = sec, sec
+	}
 	return c.MarshalWith(s.cfg.EtcdFlags)
 }

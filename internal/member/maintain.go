@@ -62,7 +62,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		}
 		lastSelf = self
 		if cli == nil {
-			if cli, err = clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err != nil {
+			if cli, err = s.etcd.New([]string{self.ClientURL}, 2*time.Second); err != nil {
 				cli = nil
 				continue
 			}
@@ -85,7 +85,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		}
 		if st.IsLearner {
 			// A learner serves no member API itself: promotion goes through the voters.
-			if voters, err := clientv3.New(clientv3.Config{Endpoints: others(spec, s.cfg.Name), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err == nil {
+			if voters, err := s.etcd.New(others(spec, s.cfg.Name), 2*time.Second); err == nil {
 				s.promote(ctx, voters, st.Header.MemberId, &lastStalledLog)
 				voters.Close()
 			}
@@ -153,7 +153,7 @@ func (s *Sidecar) awaitLearner(ctx context.Context, spec ClusterSpec, since time
 		return
 	}
 	*lastNudge = time.Now()
-	voters, err := clientv3.New(clientv3.Config{Endpoints: others(spec, s.cfg.Name), DialTimeout: time.Second, Logger: zap.NewNop()})
+	voters, err := s.etcd.New(others(spec, s.cfg.Name), time.Second)
 	if err != nil {
 		return
 	}
@@ -218,7 +218,7 @@ func (s *Sidecar) removeSuperfluous(ctx context.Context, cli *clientv3.Client, s
 		desiredPeers[m.PeerURL] = true
 	}
 	for _, m := range list.Members {
-		if m.ID == self || (len(m.PeerURLs) > 0 && desiredPeers[m.PeerURLs[0]]) || (!s.cfg.RemoveUndesired && answers(ctx, m.ClientURLs)) {
+		if m.ID == self || (len(m.PeerURLs) > 0 && desiredPeers[m.PeerURLs[0]]) || (!s.cfg.RemoveUndesired && answers(ctx, s.etcd, m.ClientURLs)) {
 			continue
 		}
 		start := time.Now()
@@ -255,11 +255,11 @@ func (s *Sidecar) leaveLeadership(ctx context.Context, cli *clientv3.Client, sel
 }
 
 // answers reports whether an etcd member answers on one of its client URLs.
-func answers(ctx context.Context, urls []string) bool {
+func answers(ctx context.Context, etcd etcdutil.Dialer, urls []string) bool {
 	if len(urls) == 0 {
 		return false
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: time.Second, Logger: zap.NewNop()})
+	c, err := etcd.New(urls, time.Second)
 	if err != nil {
 		return false
 	}

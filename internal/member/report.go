@@ -39,7 +39,7 @@ func (s *Sidecar) reportLoop(ctx context.Context) {
 		if err == nil {
 			if self, ok := snap.Spec.Member(s.cfg.Name); ok {
 				if cli == nil {
-					cli, _ = clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+					cli, _ = s.etcd.New([]string{self.ClientURL}, time.Second)
 				}
 				r := s.buildReport(ctx, cli, self, snap)
 				s.lastReport.Store(&r)

@@ -14,13 +14,13 @@ import (
 
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/robfig/cron/v3"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -43,6 +43,10 @@ type Config struct {
 	// they answer (Kubernetes: the operator stops a leaving member's pod only once etcd no
 	// longer lists it). Without it, the local supervisor removes them itself.
 	RemoveUndesired bool
+	// TLSDir, when set, is this member's certificate directory (tls.crt, tls.key, ca.crt):
+	// etcd serves clients and peers with it and requires their certificates of the same CA,
+	// and the sidecar's own clients of etcd present it.
+	TLSDir string
 	// ListenHost, when set, is the address etcd listens on (e.g. 0.0.0.0 in a pod), on the
 	// ports of the member's URLs; the URLs (DNS names) are what etcd advertises.
 	ListenHost string
@@ -69,6 +73,8 @@ type Sidecar struct {
 	cfg     Config
 	lg      *zap.Logger
 	metrics *metrics
+	// etcd makes the sidecar's clients of the members (with TLS when the cluster has it).
+	etcd etcdutil.Dialer
 
 	// backups is set once the backup store is open (nil while backups are off or the store is unreachable).
 	backups atomic.Pointer[backupAgent]
@@ -123,7 +129,7 @@ func New(cfg Config) (*Sidecar, error) {
 		lg = zap.NewNop()
 	}
 	m := newMetrics()
-	return &Sidecar{cfg: cfg, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched,
+	return &Sidecar{cfg: cfg, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched, etcd: etcdutil.Dialer{TLSDir: cfg.TLSDir},
 		housekeepingMetrics: newHousekeepingMetrics(m.registry),
 		status:              etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
 }
@@ -388,7 +394,7 @@ func (s *Sidecar) handleMoveLeader(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("member %s is not in the cluster's specification", s.cfg.Name), http.StatusServiceUnavailable)
 		return
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{self.ClientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cli, err := s.etcd.New([]string{self.ClientURL}, 2*time.Second)
 	if err != nil {
 		http.Error(w, "etcd client: "+err.Error(), http.StatusServiceUnavailable)
 		return

@@ -1,0 +1,73 @@
+package local
+
+import (
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/pki"
+)
+
+// TestEnsureCerts: the CA is made once; each member and the client get a certificate; one
+// due for renewal (less than a third of its lifetime left) is issued again with a new key,
+// under the same CA, and a fresh one is left alone; a member added later gets one.
+func TestEnsureCerts(t *testing.T) {
+	dir := t.TempDir()
+	spec := Spec{Name: "c", Host: "127.0.0.1", TLS: true, Members: []MemberSpec{{Name: "m0"}, {Name: "m1"}}}
+	now := time.Now()
+	logf := func(string, ...any) {}
+	if err := ensureCerts(dir, spec, now, logf); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name, file string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, "pki", name, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ca := read("ca", pki.CertFile)
+	certs := map[string][]byte{}
+	for _, n := range []string{"m0", "m1", "client"} {
+		certs[n] = read(n, pki.CertFile)
+		cas, _ := pki.ParseCerts(ca)
+		if why := pki.Renewal(certs[n], []*x509.Certificate{cas[0]}, memberLeaf(spec, n), now); n != "client" && why != "" {
+			t.Fatalf("%s: %s", n, why)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "pki", "ca")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("pki/ca: %v %v, want a 0700 directory", fi, err)
+	}
+
+	// Nothing is due a day later: nothing changes.
+	if err := ensureCerts(dir, spec, now.Add(24*time.Hour), logf); err != nil {
+		t.Fatal(err)
+	}
+	for n, c := range certs {
+		if !pki.SameKey(read(n, pki.CertFile), c) {
+			t.Fatalf("%s was issued again while fresh", n)
+		}
+	}
+	// 70 of 90 days on, with a member added: every leaf is issued again, the CA kept.
+	spec.Members = append(spec.Members, MemberSpec{Name: "m2"})
+	later := now.Add(70 * 24 * time.Hour)
+	if err := ensureCerts(dir, spec, later, logf); err != nil {
+		t.Fatal(err)
+	}
+	if string(read("ca", pki.CertFile)) != string(ca) {
+		t.Fatal("the CA was made again")
+	}
+	cas, _ := pki.ParseCerts(ca)
+	for _, n := range []string{"m0", "m1", "m2"} {
+		c := read(n, pki.CertFile)
+		if pki.SameKey(c, certs[n]) {
+			t.Fatalf("%s was not renewed 70 days on", n)
+		}
+		if why := pki.Renewal(c, []*x509.Certificate{cas[0]}, memberLeaf(spec, n), later); why != "" {
+			t.Fatalf("%s renewed: %s", n, why)
+		}
+	}
+}

@@ -1,0 +1,289 @@
+// Package pki is a cluster's own certificate authority: every Steward cluster gets a CA of
+// its own (an organisation-wide issuer would give every certificate it ever signed root on
+// etcd), and its members leaf certificates for client, peer and sidecar traffic.
+//
+// Certificates are kept as cert-manager writes them, one directory per certificate:
+// tls.crt, tls.key (0600) and ca.crt, the CAs to trust. A CA's own directory holds its
+// certificate and key under the same names.
+package pki
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// File names inside a certificate directory, as cert-manager writes a Secret.
+const (
+	CertFile = "tls.crt"
+	KeyFile  = "tls.key"
+	CAFile   = "ca.crt"
+)
+
+// Default lifetimes: a leaf is renewed once less than a third of its lifetime is left, so a
+// member restarted at any time in the last two thirds still has weeks in hand.
+const (
+	CAValidity   = 5 * 365 * 24 * time.Hour
+	LeafValidity = 90 * 24 * time.Hour
+)
+
+// CA is a certificate authority with its key.
+type CA struct {
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+	// CertPEM is Cert encoded.
+	CertPEM []byte
+}
+
+// NewCA makes a self-signed CA named name, valid from now for validity.
+func NewCA(name string, now time.Time, validity time.Duration) (CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return CA{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: name, Organization: []string{"steward"}},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return CA{}, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return CA{}, err
+	}
+	return CA{Cert: cert, Key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+}
+
+// Leaf names what a leaf certificate is for.
+type Leaf struct {
+	// CommonName is the certificate's subject; etcd takes it as the user name of a client.
+	CommonName string
+	DNSNames   []string
+	IPs        []net.IP
+}
+
+// Issue signs a leaf certificate for l, valid from now for validity (never past the CA's
+// own end), usable both to serve and as a client: a member serves clients and peers and
+// dials its peers and its own etcd with the same certificate.
+func (ca CA) Issue(l Leaf, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	notAfter := now.Add(validity)
+	if notAfter.After(ca.Cert.NotAfter) {
+		notAfter = ca.Cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: l.CommonName, Organization: []string{"steward"}},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     l.DNSNames,
+		IPAddresses:  l.IPs,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = encodeKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
+}
+
+// KeyPEM is the CA's key encoded, for its own directory.
+func (ca CA) KeyPEM() ([]byte, error) { return encodeKey(ca.Key) }
+
+func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(err) // crypto/rand does not fail
+	}
+	return n
+}
+
+// WriteDir writes a certificate directory: tls.crt, tls.key (0600) and ca.crt, each
+// replaced whole (a reader never sees half a file). The directory is 0700.
+func WriteDir(dir string, certPEM, keyPEM, caPEM []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	// The CAs first, the key before its certificate: a reader that finds a new certificate
+	// finds its key and its issuer trusted.
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{CAFile, caPEM}, {KeyFile, keyPEM}, {CertFile, certPEM}} {
+		if err := writeAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// LoadCA reads a CA's directory (its certificate and key).
+func LoadCA(dir string) (CA, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, CertFile))
+	if err != nil {
+		return CA{}, err
+	}
+	certs, err := ParseCerts(certPEM)
+	if err != nil {
+		return CA{}, fmt.Errorf("CA %s: %w", dir, err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, KeyFile))
+	if err != nil {
+		return CA{}, err
+	}
+	block, _ := pem.Decode(keyPEM)
+	if block == nil {
+		return CA{}, fmt.Errorf("CA %s: %s holds no PEM key", dir, KeyFile)
+	}
+	key, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil {
+		return CA{}, fmt.Errorf("CA %s: %s: %w", dir, KeyFile, err)
+	}
+	if !certs[0].IsCA || !key.PublicKey.Equal(certs[0].PublicKey) {
+		return CA{}, fmt.Errorf("CA %s: %s is not a CA certificate of the key in %s", dir, CertFile, KeyFile)
+	}
+	return CA{Cert: certs[0], Key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[0].Raw})}, nil
+}
+
+// ParseCerts reads every certificate of a PEM bundle; none is an error.
+func ParseCerts(b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no PEM certificate")
+	}
+	return out, nil
+}
+
+// Renewal says why a leaf must be issued again, or "" while it serves: it does not parse, is
+// not signed by one of the trusted CAs, does not name every DNS name and IP of l, or has
+// less than a third of its lifetime left at now.
+func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time) string {
+	certs, err := ParseCerts(certPEM)
+	if err != nil {
+		return "it does not parse: " + err.Error()
+	}
+	c := certs[0]
+	pool := x509.NewCertPool()
+	for _, ca := range trusted {
+		pool.AddCert(ca)
+	}
+	if _, err := c.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return "it is not valid under the cluster's CA: " + err.Error()
+	}
+	for _, n := range l.DNSNames {
+		if !slices.Contains(c.DNSNames, n) {
+			return fmt.Sprintf("it does not name %s", n)
+		}
+	}
+	for _, ip := range l.IPs {
+		if !slices.ContainsFunc(c.IPAddresses, ip.Equal) {
+			return fmt.Sprintf("it does not name %s", ip)
+		}
+	}
+	if left, life := c.NotAfter.Sub(now), c.NotAfter.Sub(c.NotBefore); left < life/3 {
+		return fmt.Sprintf("it expires at %s, within a third of its lifetime", c.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// ClientTLS is the TLS configuration of a client (or a member dialing its peers) whose
+// certificate directory is dir: its certificate and key, and ca.crt as the CAs it trusts.
+// The files are read again at every handshake, so a renewed certificate is used at once.
+func ClientTLS(dir string) (*tls.Config, error) {
+	pool, err := certPool(filepath.Join(dir, CAFile))
+	if err != nil {
+		return nil, err
+	}
+	load := func() (*tls.Certificate, error) {
+		c, err := tls.LoadX509KeyPair(filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile))
+		if err != nil {
+			return nil, err
+		}
+		return &c, nil
+	}
+	if _, err := load(); err != nil {
+		return nil, fmt.Errorf("client certificate in %s: %w", dir, err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }}, nil
+}
+
+func certPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// SameKey reports whether two PEM certificates carry the same public key (a re-issue keeps
+// neither: each issue makes a new key).
+func SameKey(a, b []byte) bool {
+	ca, err1 := ParseCerts(a)
+	cb, err2 := ParseCerts(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ca[0].RawSubjectPublicKeyInfo, cb[0].RawSubjectPublicKeyInfo)
+}

@@ -1,0 +1,156 @@
+package pki
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestIssuedLeafServesAndDials(t *testing.T) {
+	now := time.Now()
+	ca, err := NewCA("steward-test", now, CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := Leaf{CommonName: "m0", DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}}
+	certPEM, keyPEM, err := ca.Issue(leaf, now, LeafValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "m0")
+	if err := WriteDir(dir, certPEM, keyPEM, ca.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{KeyFile: 0o600, CertFile: 0o600, CAFile: 0o600} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode().Perm() != want {
+			t.Fatalf("%s: %v %v, want mode %v", name, fi, err, want)
+		}
+	}
+	// A server with the leaf that requires a client certificate of the same CA.
+	serverCert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			_, _ = c.Write([]byte("ok"))
+			c.Close()
+		}
+	}()
+	cfg, err := ClientTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+	if err != nil {
+		t.Fatalf("a client with the cluster's certificate: %v", err)
+	}
+	buf := make([]byte, 2)
+	if _, err := c.Read(buf); err != nil || string(buf) != "ok" {
+		t.Fatalf("read %q: %v", buf, err)
+	}
+	c.Close()
+
+	// Another CA's certificate is refused by the server, and the client refuses a server of
+	// another CA.
+	other, _ := NewCA("other", now, CAValidity)
+	ocert, okey, _ := other.Issue(leaf, now, LeafValidity)
+	odir := filepath.Join(t.TempDir(), "other")
+	if err := WriteDir(odir, ocert, okey, ca.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	ocfg, err := ClientTLS(odir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := tls.Dial("tcp", ln.Addr().String(), ocfg); err == nil {
+		// TLS 1.3 reports the server's refusal of the client certificate on the first read.
+		if _, err = c.Read(buf); err == nil {
+			t.Fatal("a client certificate of another CA was accepted")
+		}
+		c.Close()
+	}
+	if err := WriteDir(odir, certPEM, keyPEM, other.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	ocfg, _ = ClientTLS(odir)
+	if _, err := tls.Dial("tcp", ln.Addr().String(), ocfg); err == nil {
+		t.Fatal("a client trusting another CA accepted the server")
+	}
+}
+
+func TestLoadCA(t *testing.T) {
+	now := time.Now()
+	ca, _ := NewCA("steward-test", now, CAValidity)
+	dir := t.TempDir()
+	key, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDir(dir, ca.CertPEM, key, ca.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Cert.Equal(ca.Cert) || !got.Key.Equal(ca.Key) {
+		t.Fatal("the CA read back differs")
+	}
+	other, _ := NewCA("other", now, CAValidity)
+	if err := os.WriteFile(filepath.Join(dir, CertFile), other.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCA(dir); err == nil || !strings.Contains(err.Error(), "not a CA certificate of the key") {
+		t.Fatalf("a CA certificate with another CA's key: %v", err)
+	}
+}
+
+func TestRenewal(t *testing.T) {
+	now := time.Now()
+	ca, _ := NewCA("steward-test", now, CAValidity)
+	other, _ := NewCA("other", now, CAValidity)
+	leaf := Leaf{CommonName: "m0", DNSNames: []string{"m0.local"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}}
+	good, _, _ := ca.Issue(leaf, now, LeafValidity)
+	foreign, _, _ := other.Issue(leaf, now, LeafValidity)
+	narrow, _, _ := ca.Issue(Leaf{CommonName: "m0", DNSNames: []string{"m0.local"}}, now, LeafValidity)
+	for _, tc := range []struct {
+		name    string
+		cert    []byte
+		trusted []*x509.Certificate
+		leaf    Leaf
+		at      time.Time
+		want    string // a part of the reason; "" when it serves
+	}{
+		{"fresh", good, []*x509.Certificate{ca.Cert}, leaf, now, ""},
+		{"two thirds of its life on", good, []*x509.Certificate{ca.Cert}, leaf, now.Add(LeafValidity * 2 / 3).Add(-time.Hour), ""},
+		{"less than a third left", good, []*x509.Certificate{ca.Cert}, leaf, now.Add(LeafValidity * 2 / 3).Add(time.Hour), "within a third"},
+		{"expired", good, []*x509.Certificate{ca.Cert}, leaf, now.Add(LeafValidity + time.Hour), "not valid"},
+		{"another CA's", foreign, []*x509.Certificate{ca.Cert}, leaf, now, "not valid"},
+		{"either CA trusted during a rollover", foreign, []*x509.Certificate{ca.Cert, other.Cert}, leaf, now, ""},
+		{"a name it lacks", narrow, []*x509.Certificate{ca.Cert}, leaf, now, "does not name 127.0.0.1"},
+		{"garbage", []byte("not a certificate"), []*x509.Certificate{ca.Cert}, leaf, now, "does not parse"},
+	} {
+		got := Renewal(tc.cert, tc.trusted, tc.leaf, tc.at)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: Renewal = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
