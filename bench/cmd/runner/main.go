@@ -128,6 +128,16 @@ var benchmarks = []benchmark{
 		},
 	},
 	{
+		name: "tls",
+		pkg:  "./bench/tls",
+		args: func(full bool, t tools) []string {
+			if full {
+				return []string{"-steward", t.steward, "-duration", "30s", "-rounds", "3"}
+			}
+			return []string{"-steward", t.steward, "-duration", "15s", "-rounds", "2"}
+		},
+	},
+	{
 		name: "restore-drill",
 		pkg:  "./bench/drill",
 		args: func(full bool, t tools) []string {

@@ -28,6 +28,8 @@ type Options struct {
 	Backup string
 	// SidecarArgs are extra sidecar flags.
 	SidecarArgs []string
+	// TLS makes the cluster with mutual TLS of its own CA (`steward local up --tls`).
+	TLS bool
 	// Timeout bounds the wait for the cluster to become healthy.
 	Timeout time.Duration
 }
@@ -41,6 +43,9 @@ func Up(ctx context.Context, steward, dir string, o Options) (*Cluster, error) {
 		"--timeout", o.Timeout.String()}
 	if o.Backup != "" {
 		args = append(args, "--backup", o.Backup)
+	}
+	if o.TLS {
+		args = append(args, "--tls")
 	}
 	for _, a := range o.SidecarArgs {
 		args = append(args, "--sidecar-arg="+a)
@@ -62,7 +67,8 @@ func (c *Cluster) Down(ctx context.Context) error {
 // Status is the part of `steward local status -o json` the benchmarks read.
 type Status struct {
 	Cluster struct {
-		Leader string `json:"leader"`
+		Leader       string `json:"leader"`
+		ClientTLSDir string `json:"clientTLSDir"`
 	} `json:"cluster"`
 	Members []struct {
 		Name       string `json:"name"`

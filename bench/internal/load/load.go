@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Config describes a load.
 type Config struct {
 	Endpoints []string
+	// TLSDir is the client certificate directory of a cluster with TLS ("": plain text).
+	TLSDir string
 	// Conns is the number of clients (gRPC connections); Workers the number of concurrent
 	// requests, spread over the clients.
 	Conns, Workers int
@@ -81,8 +83,13 @@ func New(cfg Config) (*Generator, error) {
 	}
 	g := &Generator{cfg: cfg, keyFmt: cfg.Prefix + "%012d"}
 	for i := 0; i < cfg.Conns; i++ {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-			MaxCallSendMsgSize: 2*cfg.ValueSize + (1 << 20)})
+		cc, err := etcdutil.Dialer{TLSDir: cfg.TLSDir}.Config(cfg.Endpoints, 5*time.Second)
+		if err != nil {
+			g.Close()
+			return nil, err
+		}
+		cc.MaxCallSendMsgSize = 2*cfg.ValueSize + (1 << 20)
+		cli, err := clientv3.New(cc)
 		if err != nil {
 			g.Close()
 			return nil, fmt.Errorf("connect to %v: %w", cfg.Endpoints, err)
