@@ -17,7 +17,8 @@ import (
 // TestLocalTLS: `steward local up --tls` makes the cluster's own CA and serves clients and
 // peers with mutual TLS: etcdctl with the flags status prints works, a plain-text client and a
 // client without a certificate are refused, backups run over TLS, and a member whose data is
-// wiped is replaced as a learner over TLS with every acknowledged write kept.
+// wiped is replaced as a learner over TLS with every acknowledged write kept; scaling and a
+// restore back in time work over TLS.
 func TestLocalTLS(t *testing.T) {
 	steward := testutil.StewardBinary(t)
 	etcdctl := testutil.Tool(t, "etcdctl")
@@ -84,6 +85,35 @@ func TestLocalTLS(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Scaled up and down: the new member gets its certificate and joins over TLS.
+	run(t, steward, "local", "scale", "4", "--dir", dir, "--timeout", "2m")
+	if _, err := os.Stat(filepath.Join(dir, "pki", "m3", "tls.crt")); err != nil {
+		t.Fatalf("the member added by scaling has no certificate: %v", err)
+	}
+	if n := len(status().Members); n != 4 {
+		t.Fatalf("%d members after scaling to 4", n)
+	}
+	run(t, steward, "local", "scale", "3", "--dir", dir, "--timeout", "2m")
+
+	// Restored back in time over TLS: the cluster holds what it held at the revision.
+	var at struct {
+		Header struct{ Revision int64 } `json:"header"`
+	}
+	if err := json.Unmarshal([]byte(ctl("get", "/tls/19", "-w", "json")), &at); err != nil {
+		t.Fatal(err)
+	}
+	ctl("put", "/tls/after", "x")
+	testutil.Eventually(t, 60*time.Second, "the newest write backed up", func() error {
+		if b := status().Backup; b == nil || b.LatestDeltaRevision <= at.Header.Revision {
+			return fmt.Errorf("backup %+v", b)
+		}
+		return nil
+	})
+	run(t, steward, "local", "restore", "--dir", dir, "--to-revision", fmt.Sprint(at.Header.Revision), "--timeout", "3m")
+	if got := strings.TrimSpace(ctl("get", "/tls/after", "--print-value-only")); got != "" {
+		t.Fatalf("after the restore to revision %d, /tls/after = %q: want none", at.Header.Revision, got)
+	}
 
 	// A member's data wiped: it rejoins as a new member over TLS.
 	before := map[string]string{}
