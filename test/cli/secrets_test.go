@@ -1,0 +1,168 @@
+package cli_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/testutil"
+)
+
+// TestSecretsNeverAppear runs a whole scenario on a cluster with every secret Steward keeps
+// (the sidecar API token, the backup encryption key, the CA's and the members' TLS keys):
+// bootstrap, writes, backups, a failed and a refused request, a member wiped and replaced,
+// and every command a user runs on it. Then it reads everything the scenario printed or
+// served (each command's output, every process log, the sidecars' metrics and API answers)
+// and looks for each secret, in the forms it is kept in and decoded.
+func TestSecretsNeverAppear(t *testing.T) {
+	steward := testutil.StewardBinary(t)
+	etcdctl := testutil.Tool(t, "etcdctl")
+	dir := filepath.Join(t.TempDir(), "cluster")
+	var outputs bytes.Buffer
+	say := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		fmt.Fprintf(&outputs, "$ %s %s\n%s\n", filepath.Base(name), strings.Join(args, " "), out)
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	say(steward, "local", "up", "--detach", "--members", "3", "--dir", dir, "--base-port", "22400", "--tls", "--encrypt-backups",
+		"--sidecar-arg=--delta-period=1s")
+	t.Cleanup(func() { _ = exec.Command(steward, "local", "down", "--dir", dir).Run() })
+	status := func() local.Report {
+		var rep local.Report
+		if err := json.Unmarshal([]byte(say(steward, "local", "status", "--dir", dir, "-o", "json")), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	rep := status()
+	flags := strings.Fields(rep.Cluster.Etcdctl)
+	for i := range 10 {
+		say(etcdctl, append(flags, "put", fmt.Sprintf("/k/%d", i), "v")...)
+	}
+	testutil.Eventually(t, 60*time.Second, "the backups ready", func() error {
+		if b := status().Backup; b == nil || !b.Ready {
+			return fmt.Errorf("backup %+v", b)
+		}
+		return nil
+	})
+	store := "file://" + filepath.Join(dir, "backups")
+	keys := filepath.Join(dir, "backup-keys")
+	say(steward, "backup", "list", "--store", store, "--encryption-keys", keys)
+	say(steward, "backup", "verify", "--store", store, "--encryption-keys", keys, "--restore", "--scratch-dir", t.TempDir(),
+		"--endpoints", rep.Members[0].ClientURL, "--tls-dir", rep.Cluster.ClientTLSDir)
+	say(steward, "local", "fault", "m2", "wipe", "--dir", dir)
+	testutil.Eventually(t, 90*time.Second, "every member healthy again", func() error {
+		for _, m := range status().Members {
+			if !m.Healthy || m.Role == "learner" {
+				return fmt.Errorf("member %s healthy %t, %s", m.Name, m.Healthy, m.Role)
+			}
+		}
+		return nil
+	})
+	say(steward, "local", "status", "--dir", dir)
+	// Refused requests: a wrong token, and a wrong encryption key.
+	bad := filepath.Join(t.TempDir(), "wrong")
+	if err := os.WriteFile(bad, []byte(base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(steward, "backup", "verify", "--store", store, "--encryption-keys", bad).CombinedOutput(); err == nil {
+		t.Fatalf("verify with a wrong key passed:\n%s", out)
+	} else {
+		fmt.Fprintf(&outputs, "%s\n", out)
+	}
+	token, err := os.ReadFile(local.TokenPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, err := local.ReadSpec(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range spec.Members {
+		base := spec.SidecarURL(m)
+		for _, p := range []struct{ path, token string }{{"/metrics", ""}, {"/v1/report", string(token)}, {"/v1/backup", string(token)},
+			{"/v1/config", string(token)}, {"/v1/init", string(token)}, {"/v1/report", "wrong-token"}} {
+			req, _ := http.NewRequest("GET", base+p.path, nil)
+			if p.token != "" {
+				req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(strings.Split(p.token, "\n")[0]))
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			fmt.Fprintf(&outputs, "GET %s%s: %d\n%s\n", m.Name, p.path, resp.StatusCode, b)
+		}
+	}
+	// Every log the processes wrote.
+	if err := filepath.WalkDir(filepath.Join(dir, "logs"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		fmt.Fprintf(&outputs, "== %s\n%s\n", p, b)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The secrets, as kept and decoded.
+	secrets := map[string]string{}
+	for i, line := range strings.Split(strings.TrimSpace(string(token)), "\n") {
+		secrets[fmt.Sprintf("API token line %d", i+1)] = strings.TrimSpace(line)
+	}
+	k1, err := os.ReadFile(filepath.Join(keys, "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(k1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets["backup key (base64)"] = strings.TrimSpace(string(k1))
+	secrets["backup key (hex)"] = hex.EncodeToString(raw)
+	secrets["backup key (raw)"] = string(raw)
+	for _, name := range []string{"ca", "m0", "m1", "m2", "client"} {
+		b, err := os.ReadFile(filepath.Join(dir, "pki", name, "tls.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(b)
+		if block == nil {
+			t.Fatalf("pki/%s/tls.key holds no PEM block", name)
+		}
+		body := base64.StdEncoding.EncodeToString(block.Bytes)
+		secrets["TLS key of "+name+" (PEM body)"] = body[len(body)/2 : len(body)/2+32]
+		secrets["TLS key of "+name+" (hex)"] = hex.EncodeToString(block.Bytes)[:48]
+	}
+	if outputs.Len() < 10000 {
+		t.Fatalf("the scenario printed only %d bytes: nothing to search", outputs.Len())
+	}
+	for what, s := range secrets {
+		if len(s) < 16 {
+			t.Fatalf("%s is too short to search for (%d bytes)", what, len(s))
+		}
+		if i := bytes.Index(outputs.Bytes(), []byte(s)); i >= 0 {
+			from := max(0, i-200)
+			t.Errorf("the %s appears in the scenario's output:\n...%s", what, outputs.Bytes()[from:i])
+		}
+	}
+	t.Logf("searched %d bytes of output for %d secrets", outputs.Len(), len(secrets))
+}
