@@ -25,7 +25,7 @@ func newLocalCommand() *cobra.Command {
 		Use:   "local",
 		Short: "Run a multi-member etcd cluster on this machine (no Kubernetes)",
 	}
-	cmd.AddCommand(newLocalUpCommand(), newLocalStatusCommand(), newLocalDownCommand(), newLocalFaultCommand(), newLocalScaleCommand(), newLocalRestoreCommand(), newLocalUpgradeCommand())
+	cmd.AddCommand(newLocalUpCommand(), newLocalStatusCommand(), newLocalDownCommand(), newLocalFaultCommand(), newLocalScaleCommand(), newLocalRestoreCommand(), newLocalUpgradeCommand(), newLocalRotateCACommand())
 	return cmd
 }
 
@@ -509,6 +509,53 @@ again with the previous binary and flags: the member that is down restarts first
 	f.StringVar(&leaderUpdate, "leader-update", string(maintenance.LeaderMoveLeader), "how the leader, last, restarts: moveLeader (hand leadership to an updated member first) or restart (the cluster elects another)")
 	f.BoolVar(&opts.SkipSnapshot, "skip-snapshot", false, "do not take a full snapshot before the first restart")
 	f.DurationVar(&opts.WaitTimeout, "wait-timeout", 5*time.Minute, "how long to wait for a restarted member (or the cluster) to be healthy before the rollout stops")
+	out.register(cmd)
+	return cmd
+}
+
+func newLocalRotateCACommand() *cobra.Command {
+	var (
+		opts local.RotateCAOptions
+		out  outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "rotate-ca",
+		Short: "Roll a cluster made with --tls onto a new CA of its own, without downtime",
+		Long: `Replace the running cluster's own CA (DIR/pki/ca) with a new one, with no failed writes beyond
+a leadership move. etcd reads the CAs it trusts only when it starts, so:
+
+  1. a new CA is made and every certificate directory trusts both (ca.crt); the members
+     restart one at a time, the leader last after moving leadership;
+  2. the new CA becomes current and every certificate (members, client) is issued again by it;
+     etcd and Steward's clients take them at the next connection;
+  3. the old CA is dropped from every ca.crt and the members restart again onto the new one.
+
+Clients outside Steward read DIR/pki/client again (etcdctl does at every run). An interrupted
+rollover is finished by running the command again.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := absDir(opts.Dir)
+			if err != nil {
+				return err
+			}
+			opts.Dir = dir
+			if out.format != "json" && out.format != "table" {
+				return fmt.Errorf("unknown output format %q: use -o table or -o json", out.format)
+			}
+			stderr := cmd.ErrOrStderr()
+			opts.Progress = func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+			res, err := local.RotateCA(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				t.header("NEW CA (SHA-256)", "RESTARTED (IN ORDER)", "TOOK")
+				t.row(res.NewCA, orDash(strings.Join(res.Restarted, ",")), res.Duration.Round(100*time.Millisecond).String())
+			})
+		},
+	}
+	cmd.Flags().StringVar(&opts.Dir, "dir", "./steward-data", "directory of the local cluster")
+	cmd.Flags().DurationVar(&opts.WaitTimeout, "wait-timeout", 5*time.Minute, "how long to wait for a restarted member (or the cluster) to be healthy before the rollover stops")
 	out.register(cmd)
 	return cmd
 }

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/pki"
 )
@@ -21,6 +23,10 @@ const (
 	pkiDir       = "pki"
 	caDir        = "ca"
 	clientCertCN = "steward-client"
+	// A CA rollover (RotateCA) keeps the coming CA in ca.next, then the going one in ca.old:
+	// both are trusted (in every ca.crt) while either exists.
+	caNextDir = "ca.next"
+	caOldDir  = "ca.old"
 )
 
 // certCheckInterval is how often a running supervisor renews the certificates due.
@@ -60,13 +66,19 @@ func EtcdctlFlags(dir string, spec Spec) string {
 
 // ensureCerts makes the cluster's CA once, and issues each member's certificate and the
 // client certificate where missing or due for renewal (pki.Renewal: less than a third of its
-// lifetime left, another CA's, or missing a name). etcd reads its certificate again at every
-// handshake: a renewed one is used without a restart. Nothing is done for a plain-text cluster.
+// lifetime left, not of the cluster's current CA, or missing a name). Every ca.crt is kept
+// equal to the CAs the cluster trusts (the current one, and during a rollover the coming or
+// the going one). etcd reads its certificate again at every handshake, and Steward's clients
+// their ca.crt: a renewed leaf is used without a restart. Nothing is done without TLS.
 func ensureCerts(dir string, spec Spec, now time.Time, logf func(string, ...any)) error {
 	if !spec.TLS {
 		return nil
 	}
-	ca, err := ensureCA(filepath.Join(dir, pkiDir, caDir), spec.Name, now, logf)
+	ca, err := ensureCA(dir, spec.Name, now, logf)
+	if err != nil {
+		return err
+	}
+	trusted, err := trustBundle(dir)
 	if err != nil {
 		return err
 	}
@@ -81,6 +93,9 @@ func ensureCerts(dir string, spec Spec, now time.Time, logf func(string, ...any)
 		switch {
 		case err == nil:
 			if why = pki.Renewal(cert, []*x509.Certificate{ca.Cert}, leaf, now); why == "" {
+				if err := ensureTrust(d, trusted); err != nil {
+					return err
+				}
 				continue
 			}
 		case !errors.Is(err, fs.ErrNotExist):
@@ -90,10 +105,39 @@ func ensureCerts(dir string, spec Spec, now time.Time, logf func(string, ...any)
 		if err != nil {
 			return fmt.Errorf("issue the certificate of %s: %w", name, err)
 		}
-		if err := pki.WriteDir(d, certPEM, keyPEM, ca.CertPEM); err != nil {
+		if err := pki.WriteDir(d, certPEM, keyPEM, trusted); err != nil {
 			return fmt.Errorf("write the certificate of %s: %w", name, err)
 		}
 		logf("certificate of %s issued in %s (%s)", name, d, why)
+	}
+	return nil
+}
+
+// trustBundle is the CAs the cluster trusts: its current CA, and the coming and going ones of
+// a rollover in progress.
+func trustBundle(dir string) ([]byte, error) {
+	var out []byte
+	for _, sub := range []string{caDir, caNextDir, caOldDir} {
+		b, err := os.ReadFile(filepath.Join(dir, pkiDir, sub, pki.CertFile))
+		if errors.Is(err, fs.ErrNotExist) && sub != caDir {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+// ensureTrust makes the certificate directory d trust exactly the CAs in trusted.
+func ensureTrust(d string, trusted []byte) error {
+	p := filepath.Join(d, pki.CAFile)
+	if b, err := os.ReadFile(p); err == nil && bytes.Equal(b, trusted) {
+		return nil
+	}
+	if err := datadir.WriteFileAtomic(p, trusted, 0o600); err != nil {
+		return fmt.Errorf("write the CAs %s trusts: %w", d, err)
 	}
 	return nil
 }
@@ -111,22 +155,44 @@ func memberLeaf(spec Spec, name string) pki.Leaf {
 	return l
 }
 
-// ensureCA reads the cluster's CA from caPath, or makes it there (key 0600, directory 0700).
-func ensureCA(caPath, name string, now time.Time, logf func(string, ...any)) (pki.CA, error) {
+// ensureCA reads the cluster's current CA (DIR/pki/ca), or makes it there once (key 0600,
+// directory 0700). A CA is made only for a cluster that never had one: never during a
+// rollover.
+func ensureCA(dir, name string, now time.Time, logf func(string, ...any)) (pki.CA, error) {
+	caPath := filepath.Join(dir, pkiDir, caDir)
 	ca, err := pki.LoadCA(caPath)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return ca, err
 	}
-	if ca, err = pki.NewCA(name+"-ca", now, pki.CAValidity); err != nil {
-		return pki.CA{}, err
+	for _, sub := range []string{caNextDir, caOldDir} {
+		if _, err := os.Stat(filepath.Join(dir, pkiDir, sub)); err == nil {
+			return pki.CA{}, fmt.Errorf("the cluster's CA %s is missing while a rollover keeps %s: finish it with `steward local rotate-ca --dir %s`", caPath, sub, dir)
+		}
 	}
-	key, err := ca.KeyPEM()
+	ca, err = newCA(caPath, name, now)
 	if err != nil {
 		return pki.CA{}, err
 	}
-	if err := pki.WriteDir(caPath, ca.CertPEM, key, ca.CertPEM); err != nil {
-		return pki.CA{}, fmt.Errorf("write the cluster's CA: %w", err)
-	}
 	logf("the cluster's own CA made in %s", caPath)
 	return ca, nil
+}
+
+// newCA makes a CA for cluster name and writes it to caPath.
+func newCA(caPath, name string, now time.Time) (pki.CA, error) {
+	ca, err := pki.NewCA(name+"-ca", now, pki.CAValidity)
+	if err != nil {
+		return pki.CA{}, err
+	}
+	return ca, writeCA(caPath, ca)
+}
+
+func writeCA(caPath string, ca pki.CA) error {
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return err
+	}
+	if err := pki.WriteDir(caPath, ca.CertPEM, key, ca.CertPEM); err != nil {
+		return fmt.Errorf("write the CA %s: %w", caPath, err)
+	}
+	return nil
 }

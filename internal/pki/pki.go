@@ -228,6 +228,9 @@ func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time)
 		pool.AddCert(ca)
 	}
 	if _, err := c.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		if errors.As(err, &x509.UnknownAuthorityError{}) {
+			return "it is not issued by the cluster's current CA"
+		}
 		return "it is not valid under the cluster's CA: " + err.Error()
 	}
 	for _, n := range l.DNSNames {
@@ -248,10 +251,11 @@ func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time)
 
 // ClientTLS is the TLS configuration of a client (or a member dialing its peers) whose
 // certificate directory is dir: its certificate and key, and ca.crt as the CAs it trusts.
-// The files are read again at every handshake, so a renewed certificate is used at once.
+// The files are read again at every handshake, so a renewed certificate, and a CA added or
+// dropped by a rollover, count from the next connection without making a new client.
 func ClientTLS(dir string) (*tls.Config, error) {
-	pool, err := certPool(filepath.Join(dir, CAFile))
-	if err != nil {
+	caPath := filepath.Join(dir, CAFile)
+	if _, err := certPool(caPath); err != nil {
 		return nil, err
 	}
 	load := func() (*tls.Certificate, error) {
@@ -264,8 +268,32 @@ func ClientTLS(dir string) (*tls.Config, error) {
 	if _, err := load(); err != nil {
 		return nil, fmt.Errorf("client certificate in %s: %w", dir, err)
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool,
+	return &tls.Config{MinVersion: tls.VersionTLS12,
+		// The server's chain and name are verified in VerifyConnection instead, against the
+		// CAs ca.crt holds at this handshake (crypto/tls takes a fixed pool only).
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyServer(cs, caPath)
+		},
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }}, nil
+}
+
+// verifyServer verifies a server's certificate chain and name as crypto/tls would, with the
+// CAs in caPath as roots.
+func verifyServer(cs tls.ConnectionState, caPath string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("the server sent no certificate")
+	}
+	roots, err := certPool(caPath)
+	if err != nil {
+		return err
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: cs.ServerName})
+	return err
 }
 
 func certPool(path string) (*x509.CertPool, error) {

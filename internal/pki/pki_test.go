@@ -143,7 +143,7 @@ func TestRenewal(t *testing.T) {
 		{"two thirds of its life on", good, []*x509.Certificate{ca.Cert}, leaf, now.Add(LeafValidity * 2 / 3).Add(-time.Hour), ""},
 		{"less than a third left", good, []*x509.Certificate{ca.Cert}, leaf, now.Add(LeafValidity * 2 / 3).Add(time.Hour), "within a third"},
 		{"expired", good, []*x509.Certificate{ca.Cert}, leaf, now.Add(LeafValidity + time.Hour), "not valid"},
-		{"another CA's", foreign, []*x509.Certificate{ca.Cert}, leaf, now, "not valid"},
+		{"another CA's", foreign, []*x509.Certificate{ca.Cert}, leaf, now, "not issued by the cluster's current CA"},
 		{"either CA trusted during a rollover", foreign, []*x509.Certificate{ca.Cert, other.Cert}, leaf, now, ""},
 		{"a name it lacks", narrow, []*x509.Certificate{ca.Cert}, leaf, now, "does not name 127.0.0.1"},
 		{"garbage", []byte("not a certificate"), []*x509.Certificate{ca.Cert}, leaf, now, "does not parse"},

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/testutil"
 )
 
@@ -20,24 +19,14 @@ import (
 // which keys to give, `backup verify --restore` proves the chain with them, and without them
 // the chain is refused naming the key.
 func TestLocalEncryptedBackups(t *testing.T) {
-	steward := testutil.StewardBinary(t)
+	c := upLocal(t, "--members", "1", "--base-port", "22100", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
+	steward, dir, status := c.steward, c.dir, c.status
 	etcdctl := testutil.Tool(t, "etcdctl")
-	dir := filepath.Join(t.TempDir(), "cluster")
-	run(t, steward, "local", "up", "--detach", "--members", "1", "--dir", dir, "--base-port", "22100", "--encrypt-backups",
-		"--sidecar-arg=--delta-period=1s")
-	t.Cleanup(func() { _ = exec.Command(steward, "local", "down", "--dir", dir).Run() })
 
 	keys := filepath.Join(dir, "backup-keys")
 	fi, err := os.Stat(filepath.Join(keys, "k1"))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the generated key: %v, %v: want a 0600 file", fi, err)
-	}
-	status := func() local.Report {
-		var rep local.Report
-		if err := json.Unmarshal([]byte(run(t, steward, "local", "status", "--dir", dir, "-o", "json")), &rep); err != nil {
-			t.Fatal(err)
-		}
-		return rep
 	}
 	rep := status()
 	ep := rep.Members[0].ClientURL

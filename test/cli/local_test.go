@@ -22,6 +22,33 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
+// localCluster is a cluster started with `steward local up --detach`, stopped when the test ends.
+type localCluster struct {
+	t            *testing.T
+	steward, dir string
+	// up is what `local up` printed.
+	up string
+}
+
+// upLocal starts a cluster in a new dir with the extra `local up` flags.
+func upLocal(t *testing.T, flags ...string) *localCluster {
+	t.Helper()
+	c := &localCluster{t: t, steward: testutil.StewardBinary(t), dir: filepath.Join(t.TempDir(), "cluster")}
+	c.up = run(t, c.steward, append([]string{"local", "up", "--detach", "--dir", c.dir}, flags...)...)
+	t.Cleanup(func() { _ = exec.Command(c.steward, "local", "down", "--dir", c.dir).Run() })
+	return c
+}
+
+// status is `steward local status -o json`.
+func (c *localCluster) status() local.Report {
+	c.t.Helper()
+	var rep local.Report
+	if err := json.Unmarshal([]byte(run(c.t, c.steward, "local", "status", "--dir", c.dir, "-o", "json")), &rep); err != nil {
+		c.t.Fatal(err)
+	}
+	return rep
+}
+
 func TestLocalUpDetachWithEtcdctl(t *testing.T) {
 	steward := testutil.StewardBinary(t)
 	etcdctl := testutil.Tool(t, "etcdctl")

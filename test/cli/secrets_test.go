@@ -27,10 +27,11 @@ import (
 // served (each command's output, every process log, the sidecars' metrics and API answers)
 // and looks for each secret, in the forms it is kept in and decoded.
 func TestSecretsNeverAppear(t *testing.T) {
-	steward := testutil.StewardBinary(t)
+	c := upLocal(t, "--members", "3", "--base-port", "22400", "--tls", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
+	steward, dir := c.steward, c.dir
 	etcdctl := testutil.Tool(t, "etcdctl")
-	dir := filepath.Join(t.TempDir(), "cluster")
 	var outputs bytes.Buffer
+	outputs.WriteString(c.up)
 	say := func(name string, args ...string) string {
 		t.Helper()
 		out, err := exec.Command(name, args...).CombinedOutput()
@@ -40,9 +41,6 @@ func TestSecretsNeverAppear(t *testing.T) {
 		}
 		return string(out)
 	}
-	say(steward, "local", "up", "--detach", "--members", "3", "--dir", dir, "--base-port", "22400", "--tls", "--encrypt-backups",
-		"--sidecar-arg=--delta-period=1s")
-	t.Cleanup(func() { _ = exec.Command(steward, "local", "down", "--dir", dir).Run() })
 	status := func() local.Report {
 		var rep local.Report
 		if err := json.Unmarshal([]byte(say(steward, "local", "status", "--dir", dir, "-o", "json")), &rep); err != nil {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/testutil"
 )
 
@@ -20,24 +19,14 @@ import (
 // wiped is replaced as a learner over TLS with every acknowledged write kept; scaling and a
 // restore back in time work over TLS.
 func TestLocalTLS(t *testing.T) {
-	steward := testutil.StewardBinary(t)
+	c := upLocal(t, "--members", "3", "--base-port", "22300", "--tls", "--sidecar-arg=--delta-period=1s")
+	steward, dir, status := c.steward, c.dir, c.status
 	etcdctl := testutil.Tool(t, "etcdctl")
-	dir := filepath.Join(t.TempDir(), "cluster")
-	run(t, steward, "local", "up", "--detach", "--members", "3", "--dir", dir, "--base-port", "22300", "--tls",
-		"--sidecar-arg=--delta-period=1s")
-	t.Cleanup(func() { _ = exec.Command(steward, "local", "down", "--dir", dir).Run() })
 
 	for _, f := range []string{"ca/tls.key", "m0/tls.key", "client/tls.key"} {
 		if fi, err := os.Stat(filepath.Join(dir, "pki", f)); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("pki/%s: %v, %v: want a 0600 file", f, fi, err)
 		}
-	}
-	status := func() local.Report {
-		var rep local.Report
-		if err := json.Unmarshal([]byte(run(t, steward, "local", "status", "--dir", dir, "-o", "json")), &rep); err != nil {
-			t.Fatal(err)
-		}
-		return rep
 	}
 	rep := status()
 	if !rep.Cluster.TLS || !strings.HasPrefix(rep.Members[0].ClientURL, "https://") {
