@@ -87,6 +87,9 @@ func Prepare(opts UpOptions) (Spec, error) {
 		return Spec{}, err
 	}
 	if ok {
+		if opts.TLS && !spec.TLS {
+			return Spec{}, fmt.Errorf("--tls: the cluster in %s was made without TLS, and its members' peer URLs say so; TLS is chosen when a cluster is made (`steward local up --tls --dir NEWDIR` makes a new one); run `steward local up --dir %s` without --tls to start this one", dir, dir)
+		}
 		if opts.Members != 0 && opts.Members != len(spec.Members) {
 			return Spec{}, fmt.Errorf("%s holds the %d-member cluster %q; run `steward local up` without --members to start it, or use another --dir for a %d-member cluster", dir, len(spec.Members), spec.Name, opts.Members)
 		}
@@ -99,9 +102,6 @@ func Prepare(opts UpOptions) (Spec, error) {
 					return Spec{}, fmt.Errorf("port %d (member %s %s port) is in use by another process; the cluster in %s keeps its ports, so stop whatever uses port %d and run `steward local up --dir %s` again", port.n, m.Name, port.what, dir, port.n, dir)
 				}
 			}
-		}
-		if opts.TLS && !spec.TLS {
-			return Spec{}, fmt.Errorf("--tls: the cluster in %s was made without TLS, and its members' peer URLs say so; TLS is chosen when a cluster is made: make one with `steward local up --tls --dir NEWDIR` and restore this one's backups into it (`steward local restore`)", dir)
 		}
 		changed := false
 		if opts.Backup != "" && backupURL(dir, opts.Backup) != spec.Backup {

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +70,27 @@ func TestEnsureCerts(t *testing.T) {
 		if why := pki.Renewal(c, []*x509.Certificate{cas[0]}, memberLeaf(spec, n), later); why != "" {
 			t.Fatalf("%s renewed: %s", n, why)
 		}
+	}
+}
+
+// TestTLSIsChosenWhenTheClusterIsMade: --tls on a cluster made without it is refused, naming
+// the flag and what to do, and changes nothing.
+func TestTLSIsChosenWhenTheClusterIsMade(t *testing.T) {
+	dir := t.TempDir()
+	spec, err := Prepare(UpOptions{Dir: dir, Members: 1, BasePort: 23900, Backup: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, specFile))
+	_, err = Prepare(UpOptions{Dir: dir, TLS: true})
+	if err == nil || !strings.Contains(err.Error(), "--tls: the cluster in "+dir+" was made without TLS") || !strings.Contains(err.Error(), "without --tls") {
+		t.Fatalf("--tls on a plain-text cluster: %v", err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, specFile))
+	if string(before) != string(after) || spec.TLS {
+		t.Fatal("the refused --tls changed the cluster's spec")
+	}
+	if _, err := os.Stat(filepath.Join(dir, pkiDir)); err == nil {
+		t.Fatal("the refused --tls made a CA")
 	}
 }
