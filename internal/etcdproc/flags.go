@@ -3,6 +3,7 @@ package etcdproc
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -52,7 +53,14 @@ func CheckFlags(flags map[string]string) error {
 	c := Config{Name: "check", DataDir: "/nonexistent", ListenClientURLs: "http://127.0.0.1:2379", AdvertiseClientURLs: "http://127.0.0.1:2379",
 		ListenPeerURLs: "http://127.0.0.1:2380", InitialAdvertisePeerURLs: "http://127.0.0.1:2380", InitialCluster: "check=http://127.0.0.1:2380",
 		InitialClusterState: "new", InitialClusterToken: "check"}
-	b, err := c.MarshalWith(flags)
+	// Only the flags are checked: a separate HTTP listener keeps etcd's validation from
+	// warning, on the caller's output, that HTTP and gRPC would share a port.
+	check := maps.Clone(flags)
+	if check == nil {
+		check = map[string]string{}
+	}
+	check["listen-client-http-urls"] = "http://127.0.0.1:2378"
+	b, err := c.MarshalWith(check)
 	if err != nil {
 		return err
 	}

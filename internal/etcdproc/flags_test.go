@@ -1,6 +1,8 @@
 package etcdproc
 
 import (
+	"io"
+	"os"
 	"strings"
 	"testing"
 )
@@ -50,5 +52,26 @@ func TestParseFlags(t *testing.T) {
 		if _, err := ParseFlags(bad); err == nil {
 			t.Errorf("ParseFlags(%q) accepted", bad)
 		}
+	}
+}
+
+// TestCheckFlagsIsQuiet: checking flags prints nothing (etcd's validation logs to stderr,
+// which is the output of `steward local upgrade` and `rotate-ca`).
+func TestCheckFlagsIsQuiet(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	err = CheckFlags(map[string]string{"snapshot-count": "5000"})
+	os.Stderr = stderr
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 0 {
+		t.Fatalf("CheckFlags printed:\n%s", out)
 	}
 }
