@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -81,6 +83,11 @@ func Down(dir, bin string, log io.Writer) error {
 			_ = os.Remove(m)
 		}
 	}
+	if len(errs) > 0 {
+		// state.json stays, so that the next Down knows what to undo and tries again.
+		logf("stopped the node in %s; kept its state for another try, as some of it could not be undone", dir)
+		return errors.Join(errs...)
+	}
 	note(os.RemoveAll(dir))
 	logf("stopped and removed the node in %s", dir)
 	return errors.Join(errs...)
@@ -121,6 +128,11 @@ func removeSandboxes(sock string) error {
 	defer cancel()
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
 	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if status.Code(err) == codes.Unavailable {
+		// containerd died with the run that left this node (a killed job, a restarted machine):
+		// its pods are gone with it, and removeChains and the netns cleanup undo their network.
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("listing pod sandboxes: %w", err)
 	}
@@ -194,13 +206,19 @@ func removeChains(match func(string) bool) error {
 	return errors.Join(errs...)
 }
 
-// splitRule splits an iptables-save rule into arguments, keeping quoted comments whole.
+// splitRule splits an iptables-save rule into arguments, keeping quoted comments whole and
+// unescaping the quotes inside them (CNI's comments read `"name: \"net\" id: \"…\""`).
 func splitRule(line string) []string {
 	var args []string
 	var cur strings.Builder
-	quoted := false
+	quoted, escaped := false, false
 	for _, r := range line {
 		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped = false
+		case r == '\\' && quoted:
+			escaped = true
 		case r == '"':
 			quoted = !quoted
 		case r == ' ' && !quoted:

@@ -63,8 +63,9 @@ type state struct {
 var sysctls = []string{"net/ipv4/ip_forward", "vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops",
 	"net/bridge/bridge-nf-call-iptables"}
 
-// Paths outside Dir that containerd and the kubelet create.
-var fixedPaths = []string{HostPathPV, "/run/containerd", "/var/log/containers", "/var/lib/cni", "/var/run/netns"}
+// Paths outside Dir that containerd and the kubelet create (the kubelet listens for device plugins
+// under /var/lib/kubelet whatever its --root-dir).
+var fixedPaths = []string{HostPathPV, "/run/containerd", "/var/log/containers", "/var/lib/cni", "/var/run/netns", "/var/lib/kubelet"}
 
 // Node is a running node.
 type Node struct {
