@@ -20,6 +20,12 @@ func DeltaSnapshotLeaseName(cluster string) string { return cluster + "-delta-sn
 // SidecarTokenKey: the operator makes it, the member pods mount it, the operator sends it.
 func SidecarTokenSecretName(cluster string) string { return cluster + "-sidecar-token" }
 
+// Secrets of a cluster with TLS (spec.tls): its CA, the members' certificate and a client
+// certificate, each with cert-manager's keys (tls.crt, tls.key, ca.crt).
+func CASecretName(cluster string) string                { return cluster + "-ca" }
+func ServerCertificateSecretName(cluster string) string { return cluster + "-server-tls" }
+func ClientCertificateSecretName(cluster string) string { return cluster + "-client-tls" }
+
 // SidecarTokenKey is the key of the token in the Secret SidecarTokenSecretName: one token per
 // line, the first one sent (see docs/kubernetes.md for rotation).
 const SidecarTokenKey = "token"

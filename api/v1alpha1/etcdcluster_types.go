@@ -31,6 +31,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage",message="spec.storage is immutable: the volumes of existing members cannot change; create a new EtcdCluster (bootstrap.restore) to move the data"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is immutable: it is used only when the cluster is created"
+// +kubebuilder:validation:XValidation:rule="(has(self.tls) && self.tls.enabled) == (has(oldSelf.tls) && oldSelf.tls.enabled)",message="spec.tls.enabled is chosen when the cluster is created: the members' peer URLs carry the scheme; create a new EtcdCluster (bootstrap.restore from this one's backups) to change it"
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.restore) || !has(self.backup) || self.bootstrap.restore.store != self.backup.store",message="spec.bootstrap.restore.store must differ from spec.backup.store: a restored cluster is a new history, and its backups need their own store or prefix"
 type EtcdClusterSpec struct {
 	// Replicas is the number of etcd members. Odd sizes tolerate the most failures per
@@ -90,6 +91,11 @@ type EtcdClusterSpec struct {
 	// +optional
 	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
 
+	// TLS encrypts and authenticates client and peer traffic with the cluster's own CA.
+	// Chosen when the cluster is created.
+	// +optional
+	TLS *TLSSpec `json:"tls,omitempty"`
+
 	// QuorumLoss says how a quorum lost for good is recovered.
 	// +optional
 	QuorumLoss QuorumLossSpec `json:"quorumLoss,omitempty"`
@@ -121,6 +127,18 @@ type UpdateStrategySpec struct {
 	// before the first pod is deleted.
 	// +optional
 	SkipBackup bool `json:"skipBackup,omitempty"`
+}
+
+// TLSSpec turns on mutual TLS for client and peer traffic. The operator makes the cluster
+// its own CA (Secret <name>-ca), and issues from it the members' certificate (Secret
+// <name>-server-tls, one certificate naming the peer and client Services) and a client
+// certificate (Secret <name>-client-tls, named in status.clientCertificateSecret). All three
+// Secrets have cert-manager's keys: tls.crt, tls.key and ca.crt. Leaves are issued again when
+// less than a third of their lifetime is left; etcd reads them at every handshake, so no
+// member restarts. The peer port takes only the members' certificate, not the client one.
+type TLSSpec struct {
+	// Enabled serves clients and peers with mutual TLS only.
+	Enabled bool `json:"enabled"`
 }
 
 // StorageSpec is a member's data volume: a PersistentVolumeClaim, or an emptyDir.
@@ -448,6 +466,10 @@ type EtcdClusterStatus struct {
 	Revision int64 `json:"revision,omitempty"`
 	// +optional
 	Endpoints Endpoints `json:"endpoints,omitempty"`
+	// ClientCertificateSecret names the Secret with a client certificate of the cluster's CA
+	// (tls.crt, tls.key, ca.crt), with TLS on.
+	// +optional
+	ClientCertificateSecret string `json:"clientCertificateSecret,omitempty"`
 	// LastFullSnapshot and LastDeltaSnapshot are the newest backups (from the snapshot Leases).
 	// +optional
 	LastFullSnapshot *SnapshotRef `json:"lastFullSnapshot,omitempty"`

@@ -46,6 +46,11 @@ type TransportSecurity struct {
 	TrustedCAFile string `json:"trusted-ca-file"`
 	// ClientCertAuth requires a certificate of a trusted CA from every client (or peer).
 	ClientCertAuth bool `json:"client-cert-auth"`
+	// AllowedCNs, when set, takes only certificates with one of these common names.
+	AllowedCNs []string `json:"allowed-cn,omitempty"`
+	// SkipClientSANVerify turns off etcd's check that a peer's certificate names the address
+	// it connects from (by IP, or by DNS lookups of its names).
+	SkipClientSANVerify bool `json:"skip-client-san-verification,omitempty"`
 }
 
 // Marshal renders c as etcd's YAML configuration file.

@@ -20,9 +20,8 @@ import (
 // The cluster's own CA and certificates (`steward local up --tls`), under DIR/pki: the CA in
 // pki/ca, each member's in pki/<member>, and pki/client for etcdctl and Steward's commands.
 const (
-	pkiDir       = "pki"
-	caDir        = "ca"
-	clientCertCN = "steward-client"
+	pkiDir = "pki"
+	caDir  = "ca"
 	// A CA rollover (RotateCA) keeps the coming CA in ca.next, then the going one in ca.old:
 	// both are trusted (in every ca.crt) while either exists.
 	caNextDir = "ca.next"
@@ -82,9 +81,9 @@ func ensureCerts(dir string, spec Spec, now time.Time, logf func(string, ...any)
 	if err != nil {
 		return err
 	}
-	leaves := map[string]pki.Leaf{"client": {CommonName: clientCertCN}}
+	leaves := map[string]pki.Leaf{"client": {CommonName: pki.ClientCN}}
 	for _, m := range spec.Members {
-		leaves[m.Name] = memberLeaf(spec, m.Name)
+		leaves[m.Name] = memberLeaf(spec)
 	}
 	for name, leaf := range leaves {
 		d := filepath.Join(dir, pkiDir, name)
@@ -143,8 +142,8 @@ func ensureTrust(d string, trusted []byte) error {
 }
 
 // memberLeaf is what a member's certificate names: the cluster's host, and localhost.
-func memberLeaf(spec Spec, name string) pki.Leaf {
-	l := pki.Leaf{CommonName: name, DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}}
+func memberLeaf(spec Spec) pki.Leaf {
+	l := pki.Leaf{CommonName: pki.MemberCN, DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}}
 	if ip := net.ParseIP(spec.Host); ip != nil {
 		if !ip.Equal(l.IPs[0]) {
 			l.IPs = append(l.IPs, ip)

@@ -35,7 +35,7 @@ func TestEnsureCerts(t *testing.T) {
 	for _, n := range []string{"m0", "m1", "client"} {
 		certs[n] = read(n, pki.CertFile)
 		cas, _ := pki.ParseCerts(ca)
-		if why := pki.Renewal(certs[n], []*x509.Certificate{cas[0]}, memberLeaf(spec, n), now); n != "client" && why != "" {
+		if why := pki.Renewal(certs[n], []*x509.Certificate{cas[0]}, memberLeaf(spec), now); n != "client" && why != "" {
 			t.Fatalf("%s: %s", n, why)
 		}
 	}
@@ -67,7 +67,7 @@ func TestEnsureCerts(t *testing.T) {
 		if pki.SameKey(c, certs[n]) {
 			t.Fatalf("%s was not renewed 70 days on", n)
 		}
-		if why := pki.Renewal(c, []*x509.Certificate{cas[0]}, memberLeaf(spec, n), later); why != "" {
+		if why := pki.Renewal(c, []*x509.Certificate{cas[0]}, memberLeaf(spec), later); why != "" {
 			t.Fatalf("%s renewed: %s", n, why)
 		}
 	}

@@ -485,10 +485,33 @@ func (s *Sidecar) etcdConfig(spec ClusterSpec, plan Plan, initialCluster string)
 	c.InitialClusterToken = spec.Token
 	c.ForceNewCluster = plan.Action == ActionForceNewCluster
 	if dir := s.cfg.TLSDir; dir != "" {
-		// One certificate serves clients and peers: mutual TLS both ways, of the cluster's CA.
-		sec := &etcdproc.TransportSecurity{CertFile: filepath.Join(dir, pki.CertFile), KeyFile: filepath.Join(dir, pki.KeyFile),
-			TrustedCAFile: filepath.Join(dir, pki.CAFile), ClientCertAuth: true}
-		c.ClientTransportSecurity, c.PeerTransportSecurity = sec, sec
+		client, peer, err := transportSecurity(dir)
+		if err != nil {
+			return nil, err
+		}
+		c.ClientTransportSecurity, c.PeerTransportSecurity = client, peer
 	}
 	return c.MarshalWith(s.cfg.EtcdFlags)
+}
+
+// transportSecurity is etcd's TLS for a member whose certificate directory is dir. One
+// certificate serves clients and peers: mutual TLS both ways, of the cluster's CA. A peer
+// must present this member's own common name, so that a client certificate of the same CA
+// cannot pose as a peer. That check stands in for etcd's SAN check of peers, which matches
+// the connecting IP against the certificate's names by DNS lookups: in Kubernetes, pod IPs
+// change with every pod and a certificate names Services, not IPs.
+func transportSecurity(dir string) (client, peer *etcdproc.TransportSecurity, err error) {
+	cert := filepath.Join(dir, pki.CertFile)
+	cn, err := pki.CommonName(cert)
+	if err != nil {
+		return nil, nil, fmt.Errorf("this member's certificate: %w", err)
+	}
+	if cn == "" {
+		return nil, nil, fmt.Errorf("this member's certificate %s has no common name: peers are told apart from clients by it; issue it with one (Steward's own are %q)", cert, pki.MemberCN)
+	}
+	client = &etcdproc.TransportSecurity{CertFile: cert, KeyFile: filepath.Join(dir, pki.KeyFile),
+		TrustedCAFile: filepath.Join(dir, pki.CAFile), ClientCertAuth: true}
+	p := *client
+	p.AllowedCNs, p.SkipClientSANVerify = []string{cn}, true
+	return client, &p, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
@@ -39,6 +41,23 @@ type run struct {
 	decision Decision
 	// memberLeases is how many member Leases must exist (ordinals 0..n-1).
 	memberLeases int
+	now          time.Time
+	// recorder, when set, takes the Events of the components.
+	recorder events.EventRecorder
+}
+
+// secrets reads Secrets: uncached when the run has a reader.
+func (r *run) secrets() client.Reader {
+	if r.reader != nil {
+		return r.reader
+	}
+	return r.c
+}
+
+func (r *run) event(typ, reason, msg string) {
+	if r.recorder != nil {
+		r.recorder.Eventf(r.ec, nil, typ, reason, "Sync", "%s", msg)
+	}
 }
 
 // components in creation order: what the pods need exists before the StatefulSet creates
@@ -46,6 +65,7 @@ type run struct {
 var components = []component{
 	{code: "RBAC", sync: syncRBAC, delete: deleteRBAC},
 	{code: "TOKEN", sync: syncToken, delete: deleteByName(&corev1.Secret{}, tokenSecretName)},
+	{code: "TLS", sync: syncTLS, delete: deleteTLS},
 	{code: "CONFIGMAP", sync: syncConfigMap, delete: deleteByName(&corev1.ConfigMap{}, configMapName)},
 	{code: "SERVICES", sync: syncServices, delete: deleteServices},
 	{code: "MEMBERS", sync: syncMembers, delete: deleteMembers},
@@ -92,12 +112,8 @@ func deleteByName(proto client.Object, name func(*v1alpha1.EtcdCluster) string) 
 // never logged, recorded in the status or put in an Event.
 func syncToken(ctx context.Context, r *run) error {
 	name := tokenSecretName(r.ec)
-	reader := r.reader
-	if reader == nil {
-		reader = r.c
-	}
 	var cur corev1.Secret
-	err := reader.Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 	if err == nil {
 		if _, err := sidecarapi.ParseTokens(cur.Data[v1alpha1.SidecarTokenKey]); err != nil {
 			return fmt.Errorf("the sidecar API token Secret %s/%s, key %s: %w; put a valid token there, or delete the Secret to have a new one made", r.ec.Namespace, name, v1alpha1.SidecarTokenKey, err)

@@ -767,7 +767,7 @@ func TestValidation(t *testing.T) {
 		})
 	}
 
-	// Immutable fields: storage and bootstrap.
+	// Immutable fields: storage, bootstrap and TLS.
 	ec := good("immutable")
 	ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/old", Revision: &rev}}
 	ec.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
@@ -783,6 +783,8 @@ func TestValidation(t *testing.T) {
 		{"storage size", func(ec *v1alpha1.EtcdCluster) { q := resource.MustParse("20Gi"); ec.Spec.Storage.Size = &q }, "spec.storage is immutable"},
 		{"bootstrap revision", func(ec *v1alpha1.EtcdCluster) { r := int64(8); ec.Spec.Bootstrap.Restore.Revision = &r }, "spec.bootstrap is immutable"},
 		{"bootstrap removed", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Bootstrap = nil }, "spec.bootstrap is immutable"},
+		{"tls turned on", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true} }, "spec.tls.enabled is chosen when the cluster is created"},
+		{"tls left off, spelled out", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{} }, ""},
 	}
 	for _, tc := range update {
 		t.Run("update "+tc.name, func(t *testing.T) {

@@ -116,8 +116,8 @@ func clusterConfig(ec *v1alpha1.EtcdCluster, n int) v1alpha1.ClusterConfig {
 	for i := 0; i < n; i++ {
 		dns := memberDNS(ec, i)
 		c.Members = append(c.Members, v1alpha1.MemberConfig{Name: memberName(ec, i),
-			ClientURL:  fmt.Sprintf("http://%s:%d", dns, ClientPort),
-			PeerURL:    fmt.Sprintf("http://%s:%d", dns, PeerPort),
+			ClientURL:  fmt.Sprintf("%s://%s:%d", scheme(ec), dns, ClientPort),
+			PeerURL:    fmt.Sprintf("%s://%s:%d", scheme(ec), dns, PeerPort),
 			SidecarURL: fmt.Sprintf("http://%s:%d", dns, SidecarPort)})
 	}
 	e := ec.Spec.Etcd
@@ -195,6 +195,10 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	// the Secret reaches the running containers.
 	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataMount}, {Name: "tmp", MountPath: "/tmp"},
 		{Name: "api-token", MountPath: TokenMount, ReadOnly: true}}
+	if tlsEnabled(ec) {
+		// Both containers: etcd serves from the certificate, the sidecar dials with it.
+		mounts = append(mounts, corev1.VolumeMount{Name: "tls", MountPath: TLSMount, ReadOnly: true})
+	}
 	nonRoot := true
 	noEscalation := false
 	secCtx := &corev1.SecurityContext{AllowPrivilegeEscalation: &noEscalation, ReadOnlyRootFilesystem: &nonRoot,
@@ -233,6 +237,9 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		LivenessProbe:   probe("/healthz", SidecarPort, 6),
 		SecurityContext: secCtx,
 	}
+	if tlsEnabled(ec) {
+		sidecar.Command = append(sidecar.Command, "--tls-dir", TLSMount)
+	}
 	if enc := backupEncryption(ec); enc != nil {
 		// Only the sidecar reads and writes backups: only it sees the keys.
 		sidecar.VolumeMounts = append(slices.Clone(mounts), corev1.VolumeMount{Name: "backup-keys", MountPath: BackupKeysMount, ReadOnly: true})
@@ -258,6 +265,10 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 			// Readable by the pod's group (fsGroup) only.
 			{Name: "api-token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: tokenSecretName(ec),
 				Items: []corev1.KeyToPath{{Key: v1alpha1.SidecarTokenKey, Path: "token"}}, DefaultMode: ptr(int32(0o440))}}}},
+	}
+	if tlsEnabled(ec) {
+		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: v1alpha1.ServerCertificateSecretName(ec.Name), DefaultMode: ptr(int32(0o440))}}})
 	}
 	if enc := backupEncryption(ec); enc != nil {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "backup-keys", VolumeSource: corev1.VolumeSource{

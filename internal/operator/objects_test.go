@@ -4,11 +4,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/pki"
 )
 
 // TestClusterConfigBackup: the sidecars' configuration carries spec.backup, the restore drill
@@ -86,5 +88,58 @@ func TestBackupEncryptionReachesTheSidecarOnly(t *testing.T) {
 	ec.Spec.Backup.Encryption.ActiveKeyID = "k3"
 	if templateHash(statefulSetSpec(ec, "img", 3).Template) == templateHash(tpl) {
 		t.Error("a new active key did not change the pod template")
+	}
+}
+
+// TestTLSObjects: with spec.tls the members' URLs are https, both containers mount the
+// members' certificate Secret, the sidecar gets --tls-dir, and the certificate the operator
+// issues verifies for every member's DNS name (any ordinal: scaling needs no new one), for
+// the client Service's names and for localhost.
+func TestTLSObjects(t *testing.T) {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}, Spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{Enabled: true}}}
+	for _, m := range clusterConfig(ec, 3).Members {
+		if !strings.HasPrefix(m.ClientURL, "https://") || !strings.HasPrefix(m.PeerURL, "https://") {
+			t.Errorf("member %s: client %s, peer %s: want https", m.Name, m.ClientURL, m.PeerURL)
+		}
+	}
+	tpl := statefulSetSpec(ec, "img", 3).Template
+	if !slices.ContainsFunc(tpl.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "tls" && v.Secret != nil && v.Secret.SecretName == "c-server-tls"
+	}) {
+		t.Fatalf("no volume of Secret c-server-tls: %+v", tpl.Spec.Volumes)
+	}
+	for _, c := range tpl.Spec.Containers {
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "tls" && m.MountPath == TLSMount && m.ReadOnly }) {
+			t.Errorf("container %s does not mount the certificate", c.Name)
+		}
+		if flag := strings.Contains(strings.Join(c.Command, " "), "--tls-dir "+TLSMount); flag != (c.Name == "sidecar") {
+			t.Errorf("container %s: --tls-dir %t", c.Name, flag)
+		}
+	}
+
+	now := time.Now()
+	ca, err := pki.NewCA("c-ca", now, pki.CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := ca.Issue(serverLeaf(ec), now, pki.LeafValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := pki.ParseCerts(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{memberDNS(ec, 0), memberDNS(ec, 8), memberDNS(ec, 1) + ".cluster.local", "c-client", "c-client.ns",
+		"c-client.ns.svc", "c-client.ns.svc.cluster.local", "localhost", "127.0.0.1"}
+	for _, n := range names {
+		if err := certs[0].VerifyHostname(n); err != nil {
+			t.Errorf("the members' certificate does not serve %s: %v", n, err)
+		}
+	}
+	for _, n := range []string{"c-0.other-peer.ns.svc", "d-client.ns.svc", "c-0.c-peer.other.svc"} {
+		if certs[0].VerifyHostname(n) == nil {
+			t.Errorf("the members' certificate serves %s, a name of another cluster", n)
+		}
 	}
 }

@@ -117,7 +117,7 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
@@ -157,7 +157,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	d := Decide(obs)
 	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d,
-		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas))}
+		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: now, recorder: r.Recorder}
 
 	var errs []v1alpha1.LastError
 	fail := func(code string, err error) {
@@ -600,8 +600,11 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 		Recoverability:      ec.Status.Recoverability,
 		Recovery:            ec.Status.Recovery,
 		Endpoints: v1alpha1.Endpoints{
-			Client: fmt.Sprintf("http://%s.%s.svc:%d", clientServiceName(ec), ec.Namespace, ClientPort),
+			Client: fmt.Sprintf("%s://%s.%s.svc:%d", scheme(ec), clientServiceName(ec), ec.Namespace, ClientPort),
 		},
+	}
+	if tlsEnabled(ec) {
+		s.ClientCertificateSecret = v1alpha1.ClientCertificateSecretName(ec.Name)
 	}
 	for _, m := range clusterConfig(ec, int(d.ClusterSize)).Members {
 		s.Endpoints.Peers = append(s.Endpoints.Peers, m.PeerURL)

@@ -52,11 +52,11 @@ func (e errorLines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestSecretsStayOutOfKubernetes: a cluster whose backups need store credentials from a
-// Secret, with its sidecar API token Secret; an EtcdBackup that fails, and an EtcdRestore
+// TestSecretsStayOutOfKubernetes: a cluster with TLS whose backups need store credentials
+// from a Secret, with its sidecar API token Secret; an EtcdBackup that fails, and an EtcdRestore
 // refused by the store, which the operator checks with the credentials' values. None of the
 // secret values appears in any Event (both APIs), any Steward object, the StatefulSet,
-// ConfigMaps or Pods, the operator's log at debug level, or its metrics.
+// ConfigMaps or Pods (nor any TLS private key), the operator's log at debug level, or its metrics.
 func TestSecretsStayOutOfKubernetes(t *testing.T) {
 	needEnv(t)
 	ctx := context.Background()
@@ -69,6 +69,7 @@ func TestSecretsStayOutOfKubernetes(t *testing.T) {
 	}
 	ec := newCluster(ns, "sg", 3)
 	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: s3.StoreURL("bk", "sg"), CredentialsSecret: &corev1.LocalObjectReference{Name: "store-creds"}}
+	ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true}
 	if err := k8s.Create(ctx, ec); err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +79,12 @@ func TestSecretsStayOutOfKubernetes(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "token Secret", func() error { return get(t, ns, v1alpha1.SidecarTokenSecretName("sg"), &tokenSecret) })
 	token := strings.TrimSpace(string(tokenSecret.Data[v1alpha1.SidecarTokenKey]))
 	secrets := map[string]string{"the S3 secret key": s3Secret, "the sidecar API token": token}
+	for _, name := range []string{"sg-ca", "sg-server-tls", "sg-client-tls"} {
+		var s corev1.Secret
+		testutil.Eventually(t, 20*time.Second, "Secret "+name, func() error { return get(t, ns, name, &s) })
+		// A line of the key's PEM body: found in any output that holds the key, escaped or not.
+		secrets["the private key of "+name] = strings.Split(string(s.Data["tls.key"]), "\n")[1]
+	}
 
 	// A full snapshot the sidecars refuse (no result set for the namespace yet).
 	if err := k8s.Create(ctx, &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fails"}, Spec: v1alpha1.EtcdBackupSpec{Cluster: "sg"}}); err != nil {

@@ -33,6 +33,14 @@ const (
 	CAFile   = "ca.crt"
 )
 
+// Common names of the leaves Steward issues. Every member of a cluster carries MemberCN, and
+// a member takes only peers that present its own certificate's common name: a client
+// certificate of the same CA cannot pose as a peer.
+const (
+	MemberCN = "steward-member"
+	ClientCN = "steward-client"
+)
+
 // Default lifetimes: a leaf is renewed once less than a third of its lifetime is left, so a
 // member restarted at any time in the last two thirds still has weeks in hand.
 const (
@@ -168,26 +176,48 @@ func LoadCA(dir string) (CA, error) {
 	if err != nil {
 		return CA{}, err
 	}
-	certs, err := ParseCerts(certPEM)
-	if err != nil {
-		return CA{}, fmt.Errorf("CA %s: %w", dir, err)
-	}
 	keyPEM, err := os.ReadFile(filepath.Join(dir, KeyFile))
 	if err != nil {
 		return CA{}, err
 	}
+	ca, err := ParseCA(certPEM, keyPEM)
+	if err != nil {
+		return CA{}, fmt.Errorf("CA %s: %w", dir, err)
+	}
+	return ca, nil
+}
+
+// ParseCA reads a CA from its PEM certificate (tls.crt) and key (tls.key).
+func ParseCA(certPEM, keyPEM []byte) (CA, error) {
+	certs, err := ParseCerts(certPEM)
+	if err != nil {
+		return CA{}, fmt.Errorf("%s: %w", CertFile, err)
+	}
 	block, _ := pem.Decode(keyPEM)
 	if block == nil {
-		return CA{}, fmt.Errorf("CA %s: %s holds no PEM key", dir, KeyFile)
+		return CA{}, fmt.Errorf("%s holds no PEM key", KeyFile)
 	}
 	key, err := x509.ParseECPrivateKey(block.Bytes)
 	if err != nil {
-		return CA{}, fmt.Errorf("CA %s: %s: %w", dir, KeyFile, err)
+		return CA{}, fmt.Errorf("%s: %w", KeyFile, err)
 	}
 	if !certs[0].IsCA || !key.PublicKey.Equal(certs[0].PublicKey) {
-		return CA{}, fmt.Errorf("CA %s: %s is not a CA certificate of the key in %s", dir, CertFile, KeyFile)
+		return CA{}, fmt.Errorf("%s is not a CA certificate of the key in %s", CertFile, KeyFile)
 	}
 	return CA{Cert: certs[0], Key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[0].Raw})}, nil
+}
+
+// CommonName is the subject common name of the first certificate in the PEM file at path.
+func CommonName(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	certs, err := ParseCerts(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return certs[0].Subject.CommonName, nil
 }
 
 // ParseCerts reads every certificate of a PEM bundle; none is an error.
@@ -215,8 +245,8 @@ func ParseCerts(b []byte) ([]*x509.Certificate, error) {
 }
 
 // Renewal says why a leaf must be issued again, or "" while it serves: it does not parse, is
-// not signed by one of the trusted CAs, does not name every DNS name and IP of l, or has
-// less than a third of its lifetime left at now.
+// not signed by one of the trusted CAs, has another common name than l, does not name every
+// DNS name and IP of l, or has less than a third of its lifetime left at now.
 func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time) string {
 	certs, err := ParseCerts(certPEM)
 	if err != nil {
@@ -232,6 +262,9 @@ func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time)
 			return "it is not issued by the cluster's current CA"
 		}
 		return "it is not valid under the cluster's CA: " + err.Error()
+	}
+	if c.Subject.CommonName != l.CommonName {
+		return fmt.Sprintf("its common name is %q, not %q", c.Subject.CommonName, l.CommonName)
 	}
 	for _, n := range l.DNSNames {
 		if !slices.Contains(c.DNSNames, n) {

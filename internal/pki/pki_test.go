@@ -131,6 +131,7 @@ func TestRenewal(t *testing.T) {
 	good, _, _ := ca.Issue(leaf, now, LeafValidity)
 	foreign, _, _ := other.Issue(leaf, now, LeafValidity)
 	narrow, _, _ := ca.Issue(Leaf{CommonName: "m0", DNSNames: []string{"m0.local"}}, now, LeafValidity)
+	renamed, _, _ := ca.Issue(Leaf{CommonName: "m1", DNSNames: leaf.DNSNames, IPs: leaf.IPs}, now, LeafValidity)
 	for _, tc := range []struct {
 		name    string
 		cert    []byte
@@ -145,6 +146,7 @@ func TestRenewal(t *testing.T) {
 		{"expired", good, []*x509.Certificate{ca.Cert}, leaf, now.Add(LeafValidity + time.Hour), "not valid"},
 		{"another CA's", foreign, []*x509.Certificate{ca.Cert}, leaf, now, "not issued by the cluster's current CA"},
 		{"either CA trusted during a rollover", foreign, []*x509.Certificate{ca.Cert, other.Cert}, leaf, now, ""},
+		{"another common name", renamed, []*x509.Certificate{ca.Cert}, leaf, now, `its common name is "m1", not "m0"`},
 		{"a name it lacks", narrow, []*x509.Certificate{ca.Cert}, leaf, now, "does not name 127.0.0.1"},
 		{"garbage", []byte("not a certificate"), []*x509.Certificate{ca.Cert}, leaf, now, "does not parse"},
 	} {

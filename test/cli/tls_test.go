@@ -3,6 +3,7 @@ package cli_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
 )
 
@@ -55,6 +57,31 @@ func TestLocalTLS(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: etcdctl was answered: %s", name, out)
 		}
+	}
+
+	// The peer port takes the members' certificates only: the client certificate, of the same
+	// CA, does not pass as a peer.
+	peerGet := func(certDir string) error {
+		tc, err := pki.ClientTLS(certDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 5 * time.Second}
+		resp, err := hc.Get(rep.Members[0].PeerURL + "/members")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s", resp.Status)
+		}
+		return nil
+	}
+	if err := peerGet(filepath.Join(dir, "pki", "m1")); err != nil {
+		t.Fatalf("a member's certificate on the peer port: %v", err)
+	}
+	if err := peerGet(filepath.Join(dir, "pki", "client")); err == nil {
+		t.Fatal("the client certificate was answered on the peer port")
 	}
 
 	// Steward's own commands reach it with the client certificate, and not without.

@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/operator"
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -15,16 +18,49 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// etcdClient connects to the given endpoints (host:port), reached from this machine: the
-// client Service's ClusterIP through kube-proxy, or a pod IP over the bridge.
-func etcdClient(t *testing.T, endpoints ...string) *clientv3.Client {
+// etcdClient connects to cluster name, reached from this machine at the given endpoints
+// (host:port: a pod IP over the bridge), or, with none, through its client Service's
+// ClusterIP and kube-proxy. A cluster with TLS is dialled with its client certificate Secret.
+func etcdClient(t *testing.T, ns, name string, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	if len(endpoints) == 0 {
+		endpoints = []string{serviceEndpoint(t, ns, name)}
+	}
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop()}
+	ec, err := getEC(ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ec.Spec.TLS != nil && ec.Spec.TLS.Enabled {
+		cfg.TLS = clusterTLS(t, ns, name, v1alpha1.ClientCertificateSecretName(name))
+	}
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// clusterTLS is a client's TLS configuration from a certificate Secret of cluster name
+// (tls.crt, tls.key, ca.crt). The members are dialled by IP, and their certificate names
+// Services: the name verified is the client Service's.
+func clusterTLS(t *testing.T, ns, name, secret string) *tls.Config {
+	t.Helper()
+	var s corev1.Secret
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: secret}, &s); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := pki.WriteDir(dir, s.Data[pki.CertFile], s.Data[pki.KeyFile], s.Data[pki.CAFile]); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := pki.ClientTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.ServerName = fmt.Sprintf("%s-client.%s.svc", name, ns)
+	return tc
 }
 
 // serviceEndpoint is the cluster's client Service, as applications reach it.
@@ -49,7 +85,7 @@ type writer struct {
 
 func startWriter(t *testing.T, ns, name, prefix string, every time.Duration) *writer {
 	t.Helper()
-	c := etcdClient(t, serviceEndpoint(t, ns, name))
+	c := etcdClient(t, ns, name)
 	w := &writer{stop: make(chan struct{}), done: make(chan struct{}), acked: map[string]string{}}
 	go func() {
 		defer close(w.done)
@@ -99,7 +135,7 @@ func (w *writer) Acked() map[string]string {
 // putKeys writes n keys through the client Service and returns them.
 func putKeys(t *testing.T, ns, name, prefix string, n int) map[string]string {
 	t.Helper()
-	c := etcdClient(t, serviceEndpoint(t, ns, name))
+	c := etcdClient(t, ns, name)
 	keys := map[string]string{}
 	for i := 0; i < n; i++ {
 		k, v := fmt.Sprintf("%s/%04d", prefix, i), fmt.Sprintf("v%d", i)
@@ -122,7 +158,7 @@ func assertKeysOnEveryMember(t *testing.T, ns, name string, want map[string]stri
 		t.Fatal("no acknowledged keys to check: the writer never succeeded")
 	}
 	for podName, pod := range memberPods(t, ns, name) {
-		c := etcdClient(t, fmt.Sprintf("%s:%d", pod.Status.PodIP, operator.ClientPort))
+		c := etcdClient(t, ns, name, fmt.Sprintf("%s:%d", pod.Status.PodIP, operator.ClientPort))
 		testutil.Eventually(t, time.Minute, fmt.Sprintf("member %s holds all %d acknowledged keys", podName, len(want)), func() error {
 			missing := 0
 			var example string
@@ -149,7 +185,7 @@ func assertKeysOnEveryMember(t *testing.T, ns, name string, want map[string]stri
 // voters lists the etcd members as the cluster itself reports them: id -> learner.
 func voters(t *testing.T, ns, name string) (map[uint64]bool, error) {
 	t.Helper()
-	c := etcdClient(t, serviceEndpoint(t, ns, name))
+	c := etcdClient(t, ns, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := c.MemberList(ctx)

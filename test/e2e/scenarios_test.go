@@ -259,7 +259,7 @@ func TestThreeMembers(t *testing.T) {
 			acked[k] = v
 		}
 		// Every acknowledged write is at or below the revision a read gets after the last.
-		c := etcdClient(t, serviceEndpoint(t, ns, "main"))
+		c := etcdClient(t, ns, "main")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		resp, err := c.Get(ctx, "none")
@@ -283,7 +283,7 @@ func TestThreeMembers(t *testing.T) {
 		losePods(t, ns, "main", "main-0", "main-1", "main-2")
 		waitReplaced(t, ns, "main", pods, "main-0", "main-1", "main-2")
 		ec = waitReady(t, ns, "main", 3, 5*time.Minute)
-		c = etcdClient(t, serviceEndpoint(t, ns, "main"))
+		c = etcdClient(t, ns, "main")
 		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if resp, err = c.Get(ctx, "none"); err != nil {
@@ -296,7 +296,7 @@ func TestThreeMembers(t *testing.T) {
 	})
 
 	step("a new cluster restored at a revision equals the source at that revision", func(t *testing.T) {
-		c := etcdClient(t, serviceEndpoint(t, ns, "main"))
+		c := etcdClient(t, ns, "main")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		resp, err := c.Get(ctx, "", clientv3.WithPrefix())
 		cancel()
@@ -322,7 +322,7 @@ spec:
       revision: %d
 `, storeURL(ns+"/main"), rev))
 		waitReady(t, ns, "copy", 1, 4*time.Minute)
-		cc := etcdClient(t, serviceEndpoint(t, ns, "copy"))
+		cc := etcdClient(t, ns, "copy")
 		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		got, err := cc.Get(ctx, "", clientv3.WithPrefix())
@@ -483,7 +483,7 @@ func TestRestoreInPlace(t *testing.T) {
 	apply(t, ns, clusterYAML(ns, "r", 3, ""))
 	waitReady(t, ns, "r", 3, 3*time.Minute)
 	atR := putKeys(t, ns, "r", "before", 30)
-	c := etcdClient(t, serviceEndpoint(t, ns, "r"))
+	c := etcdClient(t, ns, "r")
 	ctx := context.Background()
 	resp, err := c.Get(ctx, "before/0000")
 	if err != nil {
@@ -516,7 +516,7 @@ func TestRestoreInPlace(t *testing.T) {
 	t.Logf("restored in place to revision %d in %s", rev, time.Since(start).Round(time.Second))
 	waitReady(t, ns, "r", 3, 3*time.Minute)
 	assertKeysOnEveryMember(t, ns, "r", atR)
-	c = etcdClient(t, serviceEndpoint(t, ns, "r"))
+	c = etcdClient(t, ns, "r")
 	for k := range after {
 		testutil.Eventually(t, 30*time.Second, "read "+k, func() error {
 			resp, err := c.Get(ctx, k)

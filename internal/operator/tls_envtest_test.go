@@ -1,0 +1,158 @@
+package operator
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/pki"
+	"github.com/etcd-steward/steward/internal/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestTLSSecrets: a cluster with spec.tls gets its own CA and, from it, the members' and a
+// client certificate, in cert-manager's Secret layout, owned by the EtcdCluster; its
+// members' URLs are https and the status names the client Secret. A certificate near its
+// end is issued again from the same CA, a ca.crt changed by hand is put back, and a CA Secret
+// that no longer holds a CA is reported with an error that names it, never replaced.
+func TestTLSSecrets(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ec := newCluster(ns, "tls", 3)
+	ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true}
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	ec = getCluster(t, ns, "tls")
+	secret := func(name string) *corev1.Secret {
+		t.Helper()
+		var s corev1.Secret
+		testutil.Eventually(t, 20*time.Second, "Secret "+name, func() error { return get(t, ns, name, &s) })
+		return &s
+	}
+	caSecret := secret("tls-ca")
+	ca, err := pki.ParseCA(caSecret.Data["tls.crt"], caSecret.Data["tls.key"])
+	if err != nil {
+		t.Fatalf("the CA Secret: %v", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	verify := func(name, dnsName string, usage x509.ExtKeyUsage) *x509.Certificate {
+		t.Helper()
+		s := secret(name)
+		if s.Type != corev1.SecretTypeTLS || !bytes.Equal(s.Data["ca.crt"], ca.CertPEM) {
+			t.Fatalf("Secret %s: type %s, ca.crt is the CA: %t", name, s.Type, bytes.Equal(s.Data["ca.crt"], ca.CertPEM))
+		}
+		if ref := metav1.GetControllerOf(s); ref == nil || ref.UID != ec.UID {
+			t.Fatalf("Secret %s is not owned by the cluster: %+v", name, s.OwnerReferences)
+		}
+		certs, err := pki.ParseCerts(s.Data["tls.crt"])
+		if err != nil {
+			t.Fatalf("Secret %s: %v", name, err)
+		}
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, DNSName: dnsName, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			t.Fatalf("Secret %s: %v", name, err)
+		}
+		return certs[0]
+	}
+	server := verify("tls-server-tls", "tls-2.tls-peer."+ns+".svc", x509.ExtKeyUsageServerAuth)
+	if client := verify("tls-client-tls", "", x509.ExtKeyUsageClientAuth); client.Subject.CommonName != pki.ClientCN {
+		t.Errorf("client certificate for %q", client.Subject.CommonName)
+	}
+
+	var cm corev1.ConfigMap
+	if err := get(t, ns, "tls-config", &cm); err != nil {
+		t.Fatal(err)
+	}
+	if c := cm.Data[v1alpha1.ClusterConfigKey]; !strings.Contains(c, "clientURL: https://tls-0.tls-peer."+ns+".svc:2379") ||
+		!strings.Contains(c, "peerURL: https://tls-0.tls-peer."+ns+".svc:2380") {
+		t.Errorf("the members' URLs are not https:\n%s", c)
+	}
+	testutil.Eventually(t, 20*time.Second, "status names the client Secret", func() error {
+		s := getCluster(t, ns, "tls").Status
+		if s.ClientCertificateSecret != "tls-client-tls" || !strings.HasPrefix(s.Endpoints.Client, "https://") {
+			return fmt.Errorf("clientCertificateSecret %q, client endpoint %q", s.ClientCertificateSecret, s.Endpoints.Client)
+		}
+		return nil
+	})
+
+	// Near its end: the members' certificate is issued again, from the same CA.
+	poke := func(v string) {
+		updateCluster(t, ns, "tls", func(ec *v1alpha1.EtcdCluster) {
+			if ec.Annotations == nil {
+				ec.Annotations = map[string]string{}
+			}
+			ec.Annotations["test/poke"] = v
+		})
+	}
+	old, oldKey, err := ca.Issue(serverLeaf(ec), time.Now().Add(-80*24*time.Hour), pki.LeafValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := secret("tls-server-tls")
+	s.Data["tls.crt"], s.Data["tls.key"] = old, oldKey
+	if err := k8s.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	poke("renew")
+	testutil.Eventually(t, 20*time.Second, "the certificate near its end issued again", func() error {
+		renewed := verify("tls-server-tls", "tls-0.tls-peer."+ns+".svc", x509.ExtKeyUsageServerAuth)
+		if renewed.NotAfter.Before(time.Now().Add(80 * 24 * time.Hour)) {
+			return fmt.Errorf("valid until %s", renewed.NotAfter)
+		}
+		if renewed.SerialNumber.Cmp(server.SerialNumber) == 0 {
+			return fmt.Errorf("the first certificate is back")
+		}
+		return findEvent(ns, "CertificateIssued")
+	})
+	if now := secret("tls-ca"); !bytes.Equal(now.Data["tls.key"], caSecret.Data["tls.key"]) {
+		t.Fatal("the renewal replaced the CA")
+	}
+
+	// ca.crt changed by hand: put back.
+	s = secret("tls-client-tls")
+	s.Data["ca.crt"] = []byte("not a CA")
+	if err := k8s.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	poke("trust")
+	testutil.Eventually(t, 20*time.Second, "ca.crt put back", func() error {
+		if got := secret("tls-client-tls").Data["ca.crt"]; !bytes.Equal(got, ca.CertPEM) {
+			return fmt.Errorf("ca.crt %q", got)
+		}
+		return nil
+	})
+
+	// A CA Secret that holds no CA: an error naming it, and nothing issued from anything else.
+	other, err := pki.NewCA("other", time.Now(), pki.CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, _ := other.KeyPEM()
+	s = secret("tls-ca")
+	s.Data["tls.key"] = otherKey
+	if err := k8s.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	before := secret("tls-server-tls").Data["tls.crt"]
+	poke("broken")
+	testutil.Eventually(t, 20*time.Second, "the broken CA Secret reported", func() error {
+		for _, e := range getCluster(t, ns, "tls").Status.LastErrors {
+			if e.Code == "ERR_SYNC_TLS" && strings.Contains(e.Description, "the CA Secret "+ns+"/tls-ca") &&
+				strings.Contains(e.Description, "not a CA certificate of the key") {
+				return nil
+			}
+		}
+		return fmt.Errorf("lastErrors %+v", getCluster(t, ns, "tls").Status.LastErrors)
+	})
+	if !bytes.Equal(secret("tls-server-tls").Data["tls.crt"], before) || !bytes.Equal(secret("tls-ca").Data["tls.key"], otherKey) {
+		t.Fatal("a certificate was issued, or the CA Secret replaced, with the CA Secret broken")
+	}
+}
