@@ -22,7 +22,12 @@ func SidecarTokenSecretName(cluster string) string { return cluster + "-sidecar-
 
 // Secrets of a cluster with TLS (spec.tls): its CA, the members' certificate and a client
 // certificate, each with cert-manager's keys (tls.crt, tls.key, ca.crt).
-func CASecretName(cluster string) string                { return cluster + "-ca" }
+func CASecretName(cluster string) string { return cluster + "-ca" }
+
+// The coming and the going CA of a rollover (annotation etcd.steward.dev/rotate-ca).
+func NextCASecretName(cluster string) string { return cluster + "-ca-next" }
+func OldCASecretName(cluster string) string  { return cluster + "-ca-old" }
+
 func ServerCertificateSecretName(cluster string) string { return cluster + "-server-tls" }
 func ClientCertificateSecretName(cluster string) string { return cluster + "-client-tls" }
 

@@ -15,6 +15,10 @@ const (
 	// AnnotationConfirmRecovery confirms a quorum-loss recovery held by the Manual policy.
 	// Its value must be the epoch that the QuorumLost condition names.
 	AnnotationConfirmRecovery = "etcd.steward.dev/confirm-recovery"
+	// AnnotationRotateCA rolls a cluster with TLS over to a new CA, without downtime, when
+	// its value is one no rollover has completed for (status.caRotated): any new value, e.g.
+	// the date, starts the next one.
+	AnnotationRotateCA = "etcd.steward.dev/rotate-ca"
 	// AnnotationCancelRestore asks to withdraw the restore in place whose directive epoch is
 	// its value (the EtcdRestore's status.epoch); the operator sets it when an EtcdRestore is
 	// deleted while its restore runs. It is done only while that is safe (heal.CancelRestore).
@@ -127,6 +131,29 @@ type UpdateStrategySpec struct {
 	// before the first pod is deleted.
 	// +optional
 	SkipBackup bool `json:"skipBackup,omitempty"`
+}
+
+// Phases of a CA rollover.
+const (
+	// CARotationTrustBoth: a new CA is made (Secret <name>-ca-next); every ca.crt trusts
+	// both, and the members restart, one at a time and the leader last, to trust both.
+	CARotationTrustBoth = "TrustBoth"
+	// CARotationNewLeaves: the new CA is the cluster's (the old one kept in <name>-ca-old and
+	// still trusted); every certificate is issued again by it, and the kubelets update the
+	// mounted Secrets.
+	CARotationNewLeaves = "NewLeaves"
+	// CARotationDropOld: the old CA is trusted no more, and the members restart again.
+	CARotationDropOld = "DropOld"
+)
+
+// CARotationStatus is a CA rollover in progress.
+type CARotationStatus struct {
+	// Request is the etcd.steward.dev/rotate-ca value that started it.
+	Request string `json:"request"`
+	Phase   string `json:"phase"`
+	// +optional
+	Message   string      `json:"message,omitempty"`
+	StartTime metav1.Time `json:"startTime"`
 }
 
 // TLSSpec turns on mutual TLS for client and peer traffic. The operator makes the cluster
@@ -496,6 +523,12 @@ type EtcdClusterStatus struct {
 	// template than the StatefulSet's.
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// CARotation is the CA rollover in progress (nil: none).
+	// +optional
+	CARotation *CARotationStatus `json:"caRotation,omitempty"`
+	// CARotated is the etcd.steward.dev/rotate-ca value of the last rollover completed.
+	// +optional
+	CARotated string `json:"caRotated,omitempty"`
 	// +optional
 	LastErrors []LastError `json:"lastErrors,omitempty"`
 }

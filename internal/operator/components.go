@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,6 +43,8 @@ type run struct {
 	// memberLeases is how many member Leases must exist (ordinals 0..n-1).
 	memberLeases int
 	now          time.Time
+	// ca is what the TLS component found of the cluster's CAs (nil: no TLS, or not read).
+	ca *CAState
 	// recorder, when set, takes the Events of the components.
 	recorder events.EventRecorder
 }
@@ -349,6 +352,18 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		return err
 	}
 	want := statefulSetSpec(r.ec, r.image, r.decision.StatefulSetReplicas)
+	if tlsEnabled(r.ec) {
+		// The CAs the members trust: a change restarts them, as etcd reads them only when it
+		// starts. Without the TLS Secrets this pass, the template keeps what it had.
+		trust := sts.Spec.Template.Annotations[annotationTrust]
+		if r.ca != nil {
+			trust = r.ca.Trust
+		}
+		if trust == "" {
+			return errors.New("the member pods are not created before the cluster's certificates (component TLS)")
+		}
+		want.Template.Annotations[annotationTrust] = trust
+	}
 	hash := templateHash(want.Template)
 	if apierrors.IsNotFound(err) {
 		sts.Spec = want

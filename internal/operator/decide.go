@@ -51,10 +51,14 @@ type Graces struct {
 	// Rollout: a member restarted by a rolling update that is not back healthy this long
 	// stalls the rolling update (it stays stopped until the member is back).
 	Rollout time.Duration
+	// CAPropagation: in a CA rollover, how long the kubelets get to mount the certificates of
+	// the new CA before the old CA is trusted no more.
+	CAPropagation time.Duration
 }
 
 // DefaultGraces are the graces of a cluster that does not set its own.
-var DefaultGraces = Graces{Unknown: 60 * time.Second, NotReady: 5 * time.Minute, Volume: 2 * time.Minute, Rollout: 10 * time.Minute}
+var DefaultGraces = Graces{Unknown: 60 * time.Second, NotReady: 5 * time.Minute, Volume: 2 * time.Minute, Rollout: 10 * time.Minute,
+	CAPropagation: 2 * time.Minute}
 
 // Observation is everything Decide looks at, read in one reconciliation.
 type Observation struct {

@@ -88,7 +88,7 @@ func runSuite(m *testing.M) int {
 	sidecars = newFakeSidecars()
 	defer sidecars.Close()
 	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second},
+		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second, CAPropagation: 2 * time.Second},
 		Sidecars: &BackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"), HTTP: sidecars.Client()}}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		panic(err)

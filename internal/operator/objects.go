@@ -47,6 +47,8 @@ const (
 	annotationTemplateHash = "etcd.steward.dev/template-hash"
 	// annotationConfigHash on the pod template identifies the member settings of the ConfigMap.
 	annotationConfigHash = "etcd.steward.dev/config-hash"
+	// annotationTrust on the pod template identifies the CAs the members trust (spec.tls).
+	annotationTrust = "etcd.steward.dev/trust"
 )
 
 // Names of a cluster's objects (DESIGN.md, "Kubernetes objects").

@@ -204,6 +204,20 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		status.Recovery = &runtime.RawExtension{Raw: raw}
 	}
 	status.Rollout = roundRollout(d.Rollout.Status)
+	status.CARotation, status.CARotated = ec.Status.CARotation, ec.Status.CARotated
+	if run.ca != nil {
+		cd := decideCARotation(ec.Annotations[v1alpha1.AnnotationRotateCA], ec.Status.CARotation, ec.Status.CARotated,
+			caState(*run.ca, obs, d), now, r.graces().CAPropagation)
+		switch taken, err := r.rotateCA(ctx, run, cd.Action); {
+		case err != nil:
+			fail("ERR_CA_ROTATION", err)
+		case taken:
+			status.CARotation, status.CARotated = cd.Status, cd.Rotated
+		}
+		if cd.Status != nil {
+			requeue = min(requeue, 5*time.Second)
+		}
+	}
 	status.LastErrors = errs
 	if len(errs) == 0 {
 		status.ObservedGeneration = ec.Generation
@@ -323,6 +337,9 @@ func (r *ClusterReconciler) graces() Graces {
 	if g.Rollout == 0 {
 		g.Rollout = DefaultGraces.Rollout
 	}
+	if g.CAPropagation == 0 {
+		g.CAPropagation = DefaultGraces.CAPropagation
+	}
 	return g
 }
 
@@ -410,7 +427,8 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 			if err != nil {
 				return o, fmt.Errorf("spec.updateStrategy: %w", err)
 			}
-			o.Rollout = &RolloutObservation{Leader: leader, Snapshot: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup}
+			o.Rollout = &RolloutObservation{Leader: leader, Snapshot: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup,
+				Trust: sts.Spec.Template.Annotations[annotationTrust]}
 			if sts.Status.ObservedGeneration >= sts.Generation {
 				// The StatefulSet controller has seen the newest template: pods it creates
 				// from now on carry this revision.

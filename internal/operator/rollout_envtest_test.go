@@ -33,6 +33,7 @@ type rolloutPlayer struct {
 	t          *testing.T
 	ns, name   string
 	revision   string
+	revisions  int
 	gen        int64 // the StatefulSet generation that revision belongs to
 	leader     int
 	readyAfter time.Duration
@@ -45,7 +46,7 @@ type rolloutPlayer struct {
 }
 
 func newRolloutPlayer(t *testing.T, ns, name string) *rolloutPlayer {
-	return &rolloutPlayer{t: t, ns: ns, name: name, revision: "r1", readyAfter: 1500 * time.Millisecond,
+	return &rolloutPlayer{t: t, ns: ns, name: name, revision: "r1", revisions: 1, readyAfter: 1500 * time.Millisecond,
 		uids: map[string]types.UID{}, created: map[string]time.Time{}, reported: map[string]string{}}
 }
 
@@ -61,7 +62,9 @@ func (p *rolloutPlayer) step() {
 		p.gen = sts.Generation
 	}
 	if sts.Generation != p.gen {
-		p.gen, p.revision = sts.Generation, "r2" // the template changed: a new revision
+		// The template changed: a new revision.
+		p.gen, p.revisions = sts.Generation, p.revisions+1
+		p.revision = fmt.Sprintf("r%d", p.revisions)
 	}
 	n := int(*sts.Spec.Replicas)
 	var pods corev1.PodList
@@ -94,7 +97,7 @@ func (p *rolloutPlayer) step() {
 					others = append(others, o+" not Ready")
 				}
 			}
-			if moves := sidecars.movesOf(p.ns); i == p.leader && p.revision == "r2" {
+			if moves := sidecars.movesOf(p.ns); i == p.leader && p.revision != "r1" {
 				others = append(others, fmt.Sprintf("deleted while it leads (moves %v)", moves))
 			}
 			p.deletions = append(p.deletions, pn)

@@ -29,7 +29,9 @@ type RolloutObservation struct {
 	// Revision is the StatefulSet's status.updateRevision: the revision a pod created now
 	// gets. Empty while the StatefulSet controller has not observed the newest template.
 	Revision string
-	Leader   maintenance.LeaderUpdate
+	// Trust is the trust annotation of the StatefulSet's pod template (spec.tls).
+	Trust  string
+	Leader maintenance.LeaderUpdate
 	// Snapshot: a full snapshot is stored before the first pod is deleted (spec.backup is
 	// set and spec.updateStrategy.skipBackup is not).
 	Snapshot bool

@@ -3,9 +3,12 @@ package operator
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"net"
+	"slices"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/pki"
@@ -45,8 +48,9 @@ func serverLeaf(ec *v1alpha1.EtcdCluster) pki.Leaf {
 // syncTLS keeps the Secrets of a cluster with TLS: its CA, made once, and the members' and
 // the client certificate, issued from it when missing, when pki.Renewal gives a reason (less
 // than a third of the lifetime left, another CA, a name missing), and with ca.crt kept equal
-// to the CA. The kubelet updates the mounted Secret and etcd reads its certificate at every
-// handshake, so a renewal restarts nothing. No key is logged, put in an Event or the status.
+// to the CAs the cluster trusts: its own, and during a rollover the coming or the going one.
+// The kubelet updates the mounted Secret and etcd reads its certificate at every handshake,
+// so a renewal restarts nothing. No key is logged, put in an Event or the status.
 func syncTLS(ctx context.Context, r *run) error {
 	if !tlsEnabled(r.ec) {
 		return nil
@@ -55,6 +59,24 @@ func syncTLS(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
+	state := CAState{}
+	trusted := [][]byte{ca.CertPEM}
+	next, err := readCASecret(ctx, r, v1alpha1.NextCASecretName(r.ec.Name))
+	if err != nil {
+		return err
+	}
+	if next != nil {
+		state.Next, trusted = true, append(trusted, next.CertPEM)
+	}
+	old, err := readCASecret(ctx, r, v1alpha1.OldCASecretName(r.ec.Name))
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		state.Old, trusted = true, append(trusted, old.CertPEM)
+	}
+	bundle := trustBundle(trusted)
+	state.Trust = bundleHash(bundle)
 	for _, s := range []struct {
 		name string
 		leaf pki.Leaf
@@ -62,16 +84,21 @@ func syncTLS(ctx context.Context, r *run) error {
 		{v1alpha1.ServerCertificateSecretName(r.ec.Name), serverLeaf(r.ec)},
 		{v1alpha1.ClientCertificateSecretName(r.ec.Name), pki.Leaf{CommonName: pki.ClientCN}},
 	} {
-		if err := ensureLeafSecret(ctx, r, s.name, s.leaf, ca); err != nil {
+		cert, err := ensureLeafSecret(ctx, r, s.name, s.leaf, ca, bundle)
+		if err != nil {
 			return err
 		}
+		if issued := pki.Issued(cert); issued.After(state.LeavesIssued) {
+			state.LeavesIssued = issued
+		}
 	}
+	r.ca = &state
 	return nil
 }
 
 func deleteTLS(ctx context.Context, r *run) error {
 	for _, name := range []string{v1alpha1.ClientCertificateSecretName(r.ec.Name), v1alpha1.ServerCertificateSecretName(r.ec.Name),
-		v1alpha1.CASecretName(r.ec.Name)} {
+		v1alpha1.NextCASecretName(r.ec.Name), v1alpha1.OldCASecretName(r.ec.Name), v1alpha1.CASecretName(r.ec.Name)} {
 		s := &corev1.Secret{ObjectMeta: objectMeta(r, name)}
 		if err := client.IgnoreNotFound(r.c.Delete(ctx, s)); err != nil {
 			return err
@@ -80,23 +107,61 @@ func deleteTLS(ctx context.Context, r *run) error {
 	return nil
 }
 
+// trustBundle is the PEM bundle of the CAs in cas, each once, in a fixed order: the same
+// CAs make the same bundle whichever is current.
+func trustBundle(cas [][]byte) []byte {
+	cas = slices.Clone(cas)
+	slices.SortFunc(cas, bytes.Compare)
+	return bytes.Join(slices.CompactFunc(cas, bytes.Equal), nil)
+}
+
+// bundleHash identifies a trust bundle on the pod template: a change restarts the members,
+// as etcd reads the CAs it trusts only when it starts.
+func bundleHash(bundle []byte) string {
+	sum := sha256.Sum256(bundle)
+	return hex.EncodeToString(sum[:8])
+}
+
+// readCASecret reads the CA in Secret name: nil when the Secret does not exist; an error
+// naming it when it holds no CA.
+func readCASecret(ctx context.Context, r *run, name string) (*pki.CA, error) {
+	var s corev1.Secret
+	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &s)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA Secret %s/%s: %w", r.ec.Namespace, name, err)
+	}
+	ca, err := pki.ParseCA(s.Data[pki.CertFile], s.Data[pki.KeyFile])
+	if err != nil {
+		return nil, fmt.Errorf("the CA Secret %s/%s: %w; put the CA back (the cluster's certificates are issued from it, and the members trust it)", r.ec.Namespace, name, err)
+	}
+	return &ca, nil
+}
+
 // ensureCASecret reads the cluster's CA from its Secret, or makes it once. A CA Secret that
 // does not hold a CA is an error, never replaced: every certificate of the cluster comes from
 // it, and the members trust it from their start.
 func ensureCASecret(ctx context.Context, r *run) (pki.CA, error) {
 	name := v1alpha1.CASecretName(r.ec.Name)
-	var cur corev1.Secret
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
-	if err == nil {
-		ca, err := pki.ParseCA(cur.Data[pki.CertFile], cur.Data[pki.KeyFile])
-		if err != nil {
-			return pki.CA{}, fmt.Errorf("the CA Secret %s/%s: %w; put the cluster's CA back (every certificate of the cluster is issued from it, and the members trust it)", r.ec.Namespace, name, err)
-		}
-		return ca, nil
+	cur, err := readCASecret(ctx, r, name)
+	if err != nil {
+		return pki.CA{}, err
 	}
-	if !apierrors.IsNotFound(err) {
-		return pki.CA{}, fmt.Errorf("reading the CA Secret %s/%s: %w", r.ec.Namespace, name, err)
+	if cur != nil {
+		return *cur, nil
 	}
+	ca, err := createCASecret(ctx, r, name)
+	if err != nil {
+		return pki.CA{}, err
+	}
+	r.event(corev1.EventTypeNormal, "CACreated", fmt.Sprintf("the cluster's own CA was made in Secret %s (valid until %s)", name, ca.Cert.NotAfter.UTC().Format("2006-01-02")))
+	return ca, nil
+}
+
+// createCASecret makes a new CA in Secret name, owned by the cluster.
+func createCASecret(ctx context.Context, r *run, name string) (pki.CA, error) {
 	ca, err := pki.NewCA(r.ec.Name+"-ca", r.now, pki.CAValidity)
 	if err != nil {
 		return pki.CA{}, err
@@ -112,47 +177,52 @@ func ensureCASecret(ctx context.Context, r *run) (pki.CA, error) {
 	if err := r.c.Create(ctx, s); err != nil {
 		return pki.CA{}, fmt.Errorf("creating the CA Secret %s/%s: %w", r.ec.Namespace, name, err)
 	}
-	r.event(corev1.EventTypeNormal, "CACreated", fmt.Sprintf("the cluster's own CA was made in Secret %s (valid until %s)", name, ca.Cert.NotAfter.UTC().Format("2006-01-02")))
 	return ca, nil
 }
 
-// ensureLeafSecret keeps Secret name holding a certificate for leaf issued by ca.
-func ensureLeafSecret(ctx context.Context, r *run, name string, leaf pki.Leaf, ca pki.CA) error {
+// ensureLeafSecret keeps Secret name holding a certificate for leaf issued by ca, and the
+// trust bundle as its ca.crt. It returns the certificate the Secret holds.
+func ensureLeafSecret(ctx context.Context, r *run, name string, leaf pki.Leaf, ca pki.CA, bundle []byte) ([]byte, error) {
 	var cur corev1.Secret
 	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 	found, why := err == nil, "it did not exist"
 	switch {
 	case found:
 		why = pki.Renewal(cur.Data[pki.CertFile], []*x509.Certificate{ca.Cert}, leaf, r.now)
-		if why == "" && bytes.Equal(cur.Data[pki.CAFile], ca.CertPEM) {
-			return nil
-		}
 		if why == "" {
-			why = "its ca.crt was not the cluster's CA"
+			if bytes.Equal(cur.Data[pki.CAFile], bundle) {
+				return cur.Data[pki.CertFile], nil
+			}
+			// The leaf serves: only the CAs to trust change.
+			cur.Data[pki.CAFile] = bundle
+			if err := r.c.Update(ctx, &cur); err != nil {
+				return nil, fmt.Errorf("updating the CAs Secret %s/%s trusts: %w", r.ec.Namespace, name, err)
+			}
+			return cur.Data[pki.CertFile], nil
 		}
 	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading the certificate Secret %s/%s: %w", r.ec.Namespace, name, err)
+		return nil, fmt.Errorf("reading the certificate Secret %s/%s: %w", r.ec.Namespace, name, err)
 	}
 	certPEM, keyPEM, err := ca.Issue(leaf, r.now, pki.LeafValidity)
 	if err != nil {
-		return fmt.Errorf("issuing the certificate of Secret %s/%s: %w", r.ec.Namespace, name, err)
+		return nil, fmt.Errorf("issuing the certificate of Secret %s/%s: %w", r.ec.Namespace, name, err)
 	}
-	desired := tlsSecret(r, name, "certificate", certPEM, keyPEM, ca.CertPEM)
+	desired := tlsSecret(r, name, "certificate", certPEM, keyPEM, bundle)
 	if found {
 		cur.Data, cur.Type = desired.Data, desired.Type
 		if err := r.c.Update(ctx, &cur); err != nil {
-			return fmt.Errorf("renewing the certificate Secret %s/%s: %w", r.ec.Namespace, name, err)
+			return nil, fmt.Errorf("renewing the certificate Secret %s/%s: %w", r.ec.Namespace, name, err)
 		}
 	} else {
 		if err := controllerutil.SetControllerReference(r.ec, desired, r.c.Scheme()); err != nil {
-			return err
+			return nil, err
 		}
 		if err := r.c.Create(ctx, desired); err != nil {
-			return fmt.Errorf("creating the certificate Secret %s/%s: %w", r.ec.Namespace, name, err)
+			return nil, fmt.Errorf("creating the certificate Secret %s/%s: %w", r.ec.Namespace, name, err)
 		}
 	}
 	r.event(corev1.EventTypeNormal, "CertificateIssued", fmt.Sprintf("certificate %s issued by the cluster's CA, valid for %s: %s", name, pki.LeafValidity, why))
-	return nil
+	return certPEM, nil
 }
 
 // tlsSecret is a kubernetes.io/tls Secret with cert-manager's keys.

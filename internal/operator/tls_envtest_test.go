@@ -5,14 +5,17 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -155,4 +158,117 @@ func TestTLSSecrets(t *testing.T) {
 	if !bytes.Equal(secret("tls-server-tls").Data["tls.crt"], before) || !bytes.Equal(secret("tls-ca").Data["tls.key"], otherKey) {
 		t.Fatal("a certificate was issued, or the CA Secret replaced, with the CA Secret broken")
 	}
+}
+
+// TestCARotation: the annotation etcd.steward.dev/rotate-ca rolls a formed three-member
+// cluster over to a new CA. The test plays the StatefulSet controller, the kubelet and the
+// sidecars (as TestRollingUpdateOrdered). The members restart one at a time, the leader last,
+// to trust both CAs; only then does the new CA become the cluster's and the certificates
+// are issued again by it; the old CA is dropped after the propagation time, and the members
+// restart again. Every certificate Secret trusts the members' leaf at every step; at the end
+// only the new CA is trusted and every leaf is of it; the annotation left in place starts
+// nothing more.
+func TestCARotation(t *testing.T) {
+	needEnv(t)
+	ns, name := namespace(t), "rot"
+	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000042-1.snap.zst", Revision: 42})
+	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) {
+		ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true}
+		ec.Spec.UpdateStrategy.SkipBackup = true
+	})
+	var caBefore corev1.Secret
+	if err := get(t, ns, "rot-ca", &caBefore); err != nil {
+		t.Fatal(err)
+	}
+	updateCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) {
+		metav1.SetMetaDataAnnotation(&ec.ObjectMeta, v1alpha1.AnnotationRotateCA, "2026-11")
+	})
+	var phases []string
+	testutil.Eventually(t, 2*time.Minute, "CA rollover 2026-11 done", func() error {
+		p.step()
+		// At every step the members' leaf is trusted by the CAs every member may trust.
+		var server corev1.Secret
+		if err := get(t, ns, "rot-server-tls", &server); err != nil {
+			return err
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(server.Data["ca.crt"])
+		leaf, err := pki.ParseCerts(server.Data["tls.crt"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leaf[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			t.Fatalf("the members' leaf is not trusted by their ca.crt: %v", err)
+		}
+		ec := getCluster(t, ns, name)
+		if r := ec.Status.CARotation; r != nil && (len(phases) == 0 || phases[len(phases)-1] != r.Phase) {
+			phases = append(phases, r.Phase)
+		}
+		if ec.Status.CARotated != "2026-11" {
+			return fmt.Errorf("rollover %+v, deletions %v, errors %+v", ec.Status.CARotation, p.deletions, ec.Status.LastErrors)
+		}
+		return nil
+	})
+	if want := []string{v1alpha1.CARotationTrustBoth, v1alpha1.CARotationNewLeaves, v1alpha1.CARotationDropOld}; !slices.Equal(phases, want) {
+		t.Errorf("phases %v, want %v", phases, want)
+	}
+	// Two rolling restarts: each member once in each, the leader of the time last (a pod
+	// deleted while it leads is a problem below).
+	for _, round := range [][]string{p.deletions[:min(3, len(p.deletions))], p.deletions[min(3, len(p.deletions)):]} {
+		if got := slices.Sorted(slices.Values(round)); !slices.Equal(got, []string{"rot-0", "rot-1", "rot-2"}) {
+			t.Errorf("pods deleted %v: want two rolling restarts of every member", p.deletions)
+		}
+	}
+	for i, problem := range p.problems {
+		if problem != "" {
+			t.Errorf("pod %s deleted while %s", p.deletions[i], problem)
+		}
+	}
+	var caAfter corev1.Secret
+	if err := get(t, ns, "rot-ca", &caAfter); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(caAfter.Data["tls.crt"], caBefore.Data["tls.crt"]) {
+		t.Fatal("the CA is the same after the rollover")
+	}
+	for _, gone := range []string{"rot-ca-next", "rot-ca-old"} {
+		if err := get(t, ns, gone, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Errorf("Secret %s after the rollover: %v", gone, err)
+		}
+	}
+	newCA, err := pki.ParseCA(caAfter.Data["tls.crt"], caAfter.Data["tls.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"rot-server-tls", "rot-client-tls"} {
+		var s corev1.Secret
+		if err := get(t, ns, name, &s); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(s.Data["ca.crt"], newCA.CertPEM) {
+			t.Errorf("Secret %s trusts other CAs than the new one", name)
+		}
+		if why := pki.Renewal(s.Data["tls.crt"], []*x509.Certificate{newCA.Cert}, pki.Leaf{CommonName: leafCN(name)}, time.Now()); why != "" {
+			t.Errorf("Secret %s: %s", name, why)
+		}
+	}
+	for _, reason := range []string{"CARotationStarted", "CARotationPromoted", "CARotationDropOld", "CARotationDone"} {
+		if err := findEvent(ns, reason); err != nil {
+			t.Error(err)
+		}
+	}
+	// The annotation stays: nothing more happens.
+	for range 10 {
+		p.step()
+	}
+	if ec := getCluster(t, ns, name); ec.Status.CARotation != nil || len(p.deletions) != 6 {
+		t.Fatalf("after the rollover: %+v, deletions %v", ec.Status.CARotation, p.deletions)
+	}
+}
+
+func leafCN(secret string) string {
+	if strings.HasSuffix(secret, "-client-tls") {
+		return pki.ClientCN
+	}
+	return pki.MemberCN
 }

@@ -41,6 +41,18 @@ const (
 	ClientCN = "steward-client"
 )
 
+// Backdate is how long before its issue a certificate is valid from (clocks differ).
+const Backdate = time.Minute
+
+// Issued is when the PEM certificate was issued (nothing: it does not parse).
+func Issued(certPEM []byte) time.Time {
+	certs, err := ParseCerts(certPEM)
+	if err != nil {
+		return time.Time{}
+	}
+	return certs[0].NotBefore.Add(Backdate)
+}
+
 // Default lifetimes: a leaf is renewed once less than a third of its lifetime is left, so a
 // member restarted at any time in the last two thirds still has weeks in hand.
 const (
@@ -65,7 +77,7 @@ func NewCA(name string, now time.Time, validity time.Duration) (CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: name, Organization: []string{"steward"}},
-		NotBefore:             now.Add(-time.Minute),
+		NotBefore:             now.Add(-Backdate),
 		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
@@ -106,7 +118,7 @@ func (ca CA) Issue(l Leaf, now time.Time, validity time.Duration) (certPEM, keyP
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: l.CommonName, Organization: []string{"steward"}},
-		NotBefore:    now.Add(-time.Minute),
+		NotBefore:    now.Add(-Backdate),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},

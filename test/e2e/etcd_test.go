@@ -43,18 +43,35 @@ func etcdClient(t *testing.T, ns, name string, endpoints ...string) *clientv3.Cl
 }
 
 // clusterTLS is a client's TLS configuration from a certificate Secret of cluster name
-// (tls.crt, tls.key, ca.crt). The members are dialled by IP, and their certificate names
-// Services: the name verified is the client Service's.
+// (tls.crt, tls.key, ca.crt), kept up to date as a kubelet keeps a mounted Secret: a
+// renewal or a CA rollover reaches the client's next connection. The members are dialled by
+// IP, and their certificate names Services: the name verified is the client Service's.
 func clusterTLS(t *testing.T, ns, name, secret string) *tls.Config {
 	t.Helper()
-	var s corev1.Secret
-	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: secret}, &s); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	if err := pki.WriteDir(dir, s.Data[pki.CertFile], s.Data[pki.KeyFile], s.Data[pki.CAFile]); err != nil {
+	mount := func() error {
+		var s corev1.Secret
+		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: secret}, &s); err != nil {
+			return err
+		}
+		return pki.WriteDir(dir, s.Data[pki.CertFile], s.Data[pki.KeyFile], s.Data[pki.CAFile])
+	}
+	if err := mount(); err != nil {
 		t.Fatal(err)
 	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done }) // before the directory is removed
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Second):
+				_ = mount() // a failed read keeps the last copy, as a kubelet does
+			}
+		}
+	}()
 	tc, err := pki.ClientTLS(dir)
 	if err != nil {
 		t.Fatal(err)

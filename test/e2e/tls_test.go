@@ -9,17 +9,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestTLS: a cluster with spec.tls serves clients and peers with mutual TLS of its own CA.
 // The client certificate Secret named in the status works; plain text and TLS without a
 // client certificate are refused, and the peer port refuses the client certificate. Backups
-// run over TLS, a member lost with its volume is replaced over TLS, and the cluster scales
-// 3→4→3 with the members' one certificate; no acknowledged write is lost.
+// run over TLS, a member lost with its volume is replaced over TLS, the cluster scales 3→4→3
+// with the members' one certificate, and its CA rolls over under a writer. A new cluster
+// with TLS restored from its backups has a CA of its own. No acknowledged write is lost.
 func TestTLS(t *testing.T) {
 	ns := namespace(t)
 	storeSecret(t, ns)
@@ -48,10 +52,9 @@ func TestTLS(t *testing.T) {
 	}
 
 	// The peer port takes the members' certificate, not the client one of the same CA.
-	peer := fmt.Sprintf("https://%s:%d/members", memberPods(t, ns, "sec")["sec-0"].Status.PodIP, operator.PeerPort)
 	peerGet := func(secret string) error {
 		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: clusterTLS(t, ns, "sec", secret)}, Timeout: 5 * time.Second}
-		resp, err := hc.Get(peer)
+		resp, err := hc.Get(fmt.Sprintf("https://%s:%d/members", memberPods(t, ns, "sec")["sec-0"].Status.PodIP, operator.PeerPort))
 		if err != nil {
 			return err
 		}
@@ -77,10 +80,54 @@ func TestTLS(t *testing.T) {
 	for _, n := range []int32{4, 3} {
 		kubectl(t, ns, "scale", "ec/sec", fmt.Sprintf("--replicas=%d", n))
 		waitReady(t, ns, "sec", n, 4*time.Minute)
+		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d member pods", n), func() error {
+			if pods := memberPods(t, ns, "sec"); int32(len(pods)) != n {
+				return fmt.Errorf("%d pods", len(pods))
+			}
+			return nil
+		})
 	}
+
+	// The CA rolled over under the writer, which reads the client Secret as a mount would.
+	var oldCA corev1.Secret
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sec-ca"}, &oldCA); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	failsBefore := w.fails
+	w.mu.Unlock()
+	start := time.Now()
+	kubectl(t, ns, "annotate", "ec/sec", v1alpha1.AnnotationRotateCA+"=e2e")
+	testutil.Eventually(t, 12*time.Minute, "CA rollover e2e done", func() error {
+		ec, err := getEC(ns, "sec")
+		if err != nil {
+			return err
+		}
+		if ec.Status.CARotated != "e2e" {
+			return fmt.Errorf("rollover %+v", ec.Status.CARotation)
+		}
+		return nil
+	})
 	w.Stop()
 	acked := w.Acked()
-	t.Logf("%d writes acknowledged, %d failed", len(acked), w.fails)
+	t.Logf("CA rolled over in %s; %d writes acknowledged, %d failed (%d during the rollover)", time.Since(start).Round(time.Second),
+		len(acked), w.fails, w.fails-failsBefore)
+	if w.fails-failsBefore > 10 {
+		t.Errorf("%d writes failed during the CA rollover: more than a leader election's", w.fails-failsBefore)
+	}
+	var newCA corev1.Secret
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sec-ca"}, &newCA); err != nil {
+		t.Fatal(err)
+	}
+	if string(newCA.Data["tls.crt"]) == string(oldCA.Data["tls.crt"]) {
+		t.Fatal("the CA is the same after the rollover")
+	}
+	if err := peerGet("sec-server-tls"); err != nil {
+		t.Fatalf("the members' new certificate on the peer port: %v", err)
+	}
+	if err := peerGet("sec-client-tls"); err == nil {
+		t.Fatal("the new client certificate was answered on the peer port")
+	}
 
 	// Backups over TLS: the revision after the last write is stored.
 	c := etcdClient(t, ns, "sec")
@@ -101,4 +148,16 @@ func TestTLS(t *testing.T) {
 		return nil
 	})
 	assertKeysOnEveryMember(t, ns, "sec", acked)
+
+	// Restored into a new cluster with TLS: its own CA, every acknowledged write.
+	apply(t, ns, clusterYAML(ns, "sec2", 3, fmt.Sprintf("  tls: {enabled: true}\n  bootstrap:\n    restore: {store: %q, credentialsSecret: {name: store}}\n", storeURL(ns+"/sec"))))
+	waitReady(t, ns, "sec2", 3, 5*time.Minute)
+	var ca2 corev1.Secret
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sec2-ca"}, &ca2); err != nil {
+		t.Fatal(err)
+	}
+	if string(ca2.Data["tls.crt"]) == string(newCA.Data["tls.crt"]) {
+		t.Fatal("the restored cluster shares its source's CA")
+	}
+	assertKeysOnEveryMember(t, ns, "sec2", acked)
 }

@@ -16,7 +16,7 @@ func (n *Node) Install(chart string) error {
 	out, err := exec.Command(filepath.Join(n.cfg.Bin, "k8s", "helm"), "--kubeconfig", n.Admin, "install", "steward", chart,
 		"--namespace", "steward-system", "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "image.repository=steward", "--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
-		"--set", "graces.unknown=10s", "--set", "graces.notReady=30s").CombinedOutput()
+		"--set", "graces.unknown=10s", "--set", "graces.notReady=30s", "--set", "graces.caPropagation=90s").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("helm install: %v: %s", err, out)
 	}
