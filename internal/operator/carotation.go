@@ -15,6 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
+// ReasonCARotation is the Progressing reason while a CA rollover waits between its rolling
+// restarts.
+const ReasonCARotation = "CARotation"
+
 // CAState is what a CA rollover decides from: the CA Secrets, and whether the members run
 // the trust the Secrets give.
 type CAState struct {

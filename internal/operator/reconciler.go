@@ -218,6 +218,14 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			requeue = min(requeue, 5*time.Second)
 		}
 	}
+	if rot := status.CARotation; rot != nil {
+		// Between its rolling restarts (which report themselves), a rollover is what progresses.
+		if c := apimeta.FindStatusCondition(status.Conditions, v1alpha1.ConditionProgressing); c != nil && c.Reason == "Reconciled" {
+			apimeta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
+				Reason: ReasonCARotation, Message: fmt.Sprintf("CA rollover %q, phase %s: %s", rot.Request, rot.Phase, rot.Message),
+				ObservedGeneration: c.ObservedGeneration, LastTransitionTime: metav1.NewTime(now)})
+		}
+	}
 	status.LastErrors = errs
 	if len(errs) == 0 {
 		status.ObservedGeneration = ec.Generation

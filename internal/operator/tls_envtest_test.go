@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -184,6 +185,7 @@ func TestCARotation(t *testing.T) {
 		metav1.SetMetaDataAnnotation(&ec.ObjectMeta, v1alpha1.AnnotationRotateCA, "2026-11")
 	})
 	var phases []string
+	progressing := false
 	testutil.Eventually(t, 2*time.Minute, "CA rollover 2026-11 done", func() error {
 		p.step()
 		// At every step the members' leaf is trusted by the CAs every member may trust.
@@ -204,6 +206,12 @@ func TestCARotation(t *testing.T) {
 		if r := ec.Status.CARotation; r != nil && (len(phases) == 0 || phases[len(phases)-1] != r.Phase) {
 			phases = append(phases, r.Phase)
 		}
+		if c := apimeta.FindStatusCondition(ec.Status.Conditions, v1alpha1.ConditionProgressing); c != nil && c.Reason == ReasonCARotation {
+			if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, `CA rollover "2026-11"`) {
+				t.Fatalf("Progressing %s: %s", c.Status, c.Message)
+			}
+			progressing = true
+		}
 		if ec.Status.CARotated != "2026-11" {
 			return fmt.Errorf("rollover %+v, deletions %v, errors %+v", ec.Status.CARotation, p.deletions, ec.Status.LastErrors)
 		}
@@ -211,6 +219,12 @@ func TestCARotation(t *testing.T) {
 	})
 	if want := []string{v1alpha1.CARotationTrustBoth, v1alpha1.CARotationNewLeaves, v1alpha1.CARotationDropOld}; !slices.Equal(phases, want) {
 		t.Errorf("phases %v, want %v", phases, want)
+	}
+	if !progressing {
+		t.Error("Progressing never said CARotation while the rollover waited between its restarts")
+	}
+	if c := apimeta.FindStatusCondition(getCluster(t, ns, name).Status.Conditions, v1alpha1.ConditionProgressing); c == nil || c.Reason == ReasonCARotation {
+		t.Errorf("Progressing after the rollover: %+v", c)
 	}
 	// Two rolling restarts: each member once in each, the leader of the time last (a pod
 	// deleted while it leads is a problem below).
