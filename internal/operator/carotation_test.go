@@ -122,16 +122,22 @@ func (m *caModel) pass(request string, prop time.Duration) {
 // trusting the CAs its ca.crt holds now and mounting the Secret's leaf.
 func (m *caModel) restart() {
 	for i := range m.members {
-		if mb := &m.members[i]; mb.template != m.template {
-			mb.trusts, mb.template, mb.mounted = m.trusted(), m.template, m.leaf
+		if m.members[i].template != m.template {
+			m.lose(i)
 			return
 		}
 	}
 }
 
+// lose is member i's pod lost (a node gone, a crash) and made again by the StatefulSet, at
+// any point of the rollover: it starts as a restarted one does.
+func (m *caModel) lose(i int) {
+	m.members[i] = caMember{trusts: m.trusted(), template: m.template, mounted: m.leaf}
+}
+
 // TestCARotationModel runs CA rollovers through random interleavings of operator passes,
-// member restarts, kubelet syncs (each within the propagation time, at any moment in it) and
-// time, and checks at every step that every member takes every other member's leaf (no peer
+// member restarts, members lost and made again at any point, kubelet syncs (each within the
+// propagation time, at any moment in it) and time, and checks at every step that every member takes every other member's leaf (no peer
 // or client traffic fails), and that each rollover ends with every member trusting only the
 // new CA and serving its leaf.
 func TestCARotationModel(t *testing.T) {
@@ -148,7 +154,7 @@ func TestCARotationModel(t *testing.T) {
 				if step > 2000 {
 					t.Fatalf("seed %d: rollover %q did not end: %+v", seed, request, m)
 				}
-				switch rng.Intn(4) {
+				switch rng.Intn(5) {
 				case 0:
 					m.pass(request, prop)
 				case 1:
@@ -158,6 +164,10 @@ func TestCARotationModel(t *testing.T) {
 					m.members[i].mounted = m.leaf
 				case 3:
 					m.now = m.now.Add(time.Duration(rng.Intn(40)) * time.Second)
+				case 4:
+					if rng.Intn(10) == 0 {
+						m.lose(rng.Intn(len(m.members)))
+					}
 				}
 				// A kubelet mounts a changed Secret within the propagation time.
 				for i := range m.members {

@@ -2,8 +2,6 @@ package operator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -392,8 +390,7 @@ func templateHash(t corev1.PodTemplateSpec) string {
 	if err != nil {
 		panic(err) // a PodTemplateSpec always marshals
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	return shortHash(b)
 }
 
 func errCode(phase, code string) string { return fmt.Sprintf("ERR_%s_%s", phase, code) }

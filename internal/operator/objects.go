@@ -104,6 +104,11 @@ func memberConfigHash(ec *v1alpha1.EtcdCluster) string {
 	if err != nil {
 		panic(err) // plain structs always marshal
 	}
+	return shortHash(b)
+}
+
+// shortHash is the hex of b's SHA-256, cut to 64 bits: what an annotation compares.
+func shortHash(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }

@@ -3,9 +3,7 @@ package operator
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"slices"
@@ -76,7 +74,9 @@ func syncTLS(ctx context.Context, r *run) error {
 		state.Old, trusted = true, append(trusted, old.CertPEM)
 	}
 	bundle := trustBundle(trusted)
-	state.Trust = bundleHash(bundle)
+	// On the pod template: a change restarts the members, as etcd reads the CAs it trusts
+	// only when it starts.
+	state.Trust = shortHash(bundle)
 	for _, s := range []struct {
 		name string
 		leaf pki.Leaf
@@ -97,10 +97,9 @@ func syncTLS(ctx context.Context, r *run) error {
 }
 
 func deleteTLS(ctx context.Context, r *run) error {
-	for _, name := range []string{v1alpha1.ClientCertificateSecretName(r.ec.Name), v1alpha1.ServerCertificateSecretName(r.ec.Name),
-		v1alpha1.NextCASecretName(r.ec.Name), v1alpha1.OldCASecretName(r.ec.Name), v1alpha1.CASecretName(r.ec.Name)} {
-		s := &corev1.Secret{ObjectMeta: objectMeta(r, name)}
-		if err := client.IgnoreNotFound(r.c.Delete(ctx, s)); err != nil {
+	for _, name := range []func(string) string{v1alpha1.ClientCertificateSecretName, v1alpha1.ServerCertificateSecretName,
+		v1alpha1.NextCASecretName, v1alpha1.OldCASecretName, v1alpha1.CASecretName} {
+		if err := deleteByName(&corev1.Secret{}, func(ec *v1alpha1.EtcdCluster) string { return name(ec.Name) })(ctx, r); err != nil {
 			return err
 		}
 	}
@@ -113,13 +112,6 @@ func trustBundle(cas [][]byte) []byte {
 	cas = slices.Clone(cas)
 	slices.SortFunc(cas, bytes.Compare)
 	return bytes.Join(slices.CompactFunc(cas, bytes.Equal), nil)
-}
-
-// bundleHash identifies a trust bundle on the pod template: a change restarts the members,
-// as etcd reads the CAs it trusts only when it starts.
-func bundleHash(bundle []byte) string {
-	sum := sha256.Sum256(bundle)
-	return hex.EncodeToString(sum[:8])
 }
 
 // readCASecret reads the CA in Secret name: nil when the Secret does not exist; an error
