@@ -31,6 +31,12 @@ func OldCASecretName(cluster string) string  { return cluster + "-ca-old" }
 func ServerCertificateSecretName(cluster string) string { return cluster + "-server-tls" }
 func ClientCertificateSecretName(cluster string) string { return cluster + "-client-tls" }
 
+// RootPasswordSecretName is the Secret the operator makes for etcd's root password (spec.auth)
+// unless spec.auth.rootPasswordSecret names one; RootPasswordKey is the password's key.
+func RootPasswordSecretName(cluster string) string { return cluster + "-root-password" }
+
+const RootPasswordKey = "password"
+
 // SidecarTokenKey is the key of the token in the Secret SidecarTokenSecretName: one token per
 // line, the first one sent (see docs/kubernetes.md for rotation).
 const SidecarTokenKey = "token"

@@ -37,6 +37,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is immutable: it is used only when the cluster is created"
 // +kubebuilder:validation:XValidation:rule="(has(self.tls) && self.tls.enabled) == (has(oldSelf.tls) && oldSelf.tls.enabled)",message="spec.tls.enabled is chosen when the cluster is created: the members' peer URLs carry the scheme; create a new EtcdCluster (bootstrap.restore from this one's backups) to change it"
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.restore) || !has(self.backup) || self.bootstrap.restore.store != self.backup.store",message="spec.bootstrap.restore.store must differ from spec.backup.store: a restored cluster is a new history, and its backups need their own store or prefix"
+// +kubebuilder:validation:XValidation:rule="!(has(oldSelf.auth) && oldSelf.auth.enabled) || (has(self.auth) && self.auth.enabled)",message="spec.auth.enabled cannot be turned off: etcd keeps authentication on, and Steward's clients need the root password to reach it"
+// +kubebuilder:validation:XValidation:rule="!(has(oldSelf.auth) && oldSelf.auth.enabled) || !has(self.auth) || (has(self.auth.rootPasswordSecret) ? self.auth.rootPasswordSecret : '') == (has(oldSelf.auth.rootPasswordSecret) ? oldSelf.auth.rootPasswordSecret : '')",message="spec.auth.rootPasswordSecret cannot change once authentication is on: the members would restart with a password etcd does not know; change the password inside the Secret instead"
 type EtcdClusterSpec struct {
 	// Replicas is the number of etcd members. Odd sizes tolerate the most failures per
 	// member: 3 tolerate one, 5 tolerate two. 0 stops the cluster and keeps its volumes.
@@ -99,6 +101,11 @@ type EtcdClusterSpec struct {
 	// Chosen when the cluster is created.
 	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
+
+	// Auth turns etcd authentication on, with a root user that every Steward client logs in as.
+	// It can be turned on for a running cluster, not off.
+	// +optional
+	Auth *AuthSpec `json:"auth,omitempty"`
 
 	// QuorumLoss says how a quorum lost for good is recovered.
 	// +optional
@@ -166,6 +173,21 @@ type CARotationStatus struct {
 type TLSSpec struct {
 	// Enabled serves clients and peers with mutual TLS only.
 	Enabled bool `json:"enabled"`
+}
+
+// AuthSpec turns on etcd authentication. The leader's sidecar makes the root user with the
+// password of the Secret, grants it the root role and enables authentication; every Steward
+// client (backups, the restore drill, healing, status) logs in as root. A restore gives the
+// restored root user this cluster's password, whatever the backup holds. A new password put in
+// the Secret is given to root by the leader's sidecar, which still holds the old one.
+type AuthSpec struct {
+	// Enabled turns etcd authentication on.
+	Enabled bool `json:"enabled"`
+	// RootPasswordSecret names a Secret in the cluster's namespace whose key "password" is the
+	// root user's password. Default: the operator makes <name>-root-password with a random
+	// password once, and keeps it. It cannot change once authentication is on.
+	// +optional
+	RootPasswordSecret string `json:"rootPasswordSecret,omitempty"`
 }
 
 // StorageSpec is a member's data volume: a PersistentVolumeClaim, or an emptyDir.
@@ -497,6 +519,10 @@ type EtcdClusterStatus struct {
 	// (tls.crt, tls.key, ca.crt), with TLS on.
 	// +optional
 	ClientCertificateSecret string `json:"clientCertificateSecret,omitempty"`
+	// RootPasswordSecret names the Secret with etcd's root password (key "password"), with
+	// authentication on.
+	// +optional
+	RootPasswordSecret string `json:"rootPasswordSecret,omitempty"`
 	// LastFullSnapshot and LastDeltaSnapshot are the newest backups (from the snapshot Leases).
 	// +optional
 	LastFullSnapshot *SnapshotRef `json:"lastFullSnapshot,omitempty"`

@@ -85,6 +85,7 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f.IntVar(&opts.BasePort, "base-port", 2379, "first port to try; members take the first free ports from here up")
 	f.StringVar(&opts.Name, "name", "steward", "name of a new cluster")
 	f.StringVar(&opts.Backup, "backup", "", "backup store URL (default file://DIR/backups for a new cluster; \"none\" turns backups off)")
+	f.BoolVar(&opts.Auth, "auth", false, "turn etcd authentication on: a root user whose password is generated in DIR/auth/root-password, with which every Steward client logs in (also for a cluster made without it; it cannot be turned off)")
 	f.BoolVar(&opts.TLS, "tls", false, "make a new cluster's client and peer traffic mutual TLS of its own CA, generated under DIR/pki (`steward local status` prints the etcdctl flags)")
 	f.BoolVar(&opts.EncryptBackups, "encrypt-backups", false, "encrypt the cluster's backups (AES-256-GCM) from now on, with a key generated into DIR/backup-keys (keep a copy elsewhere: backups cannot be restored without it)")
 	f.StringSliceVar(&opts.SidecarArgs, "sidecar-arg", nil, "extra flag for every sidecar, e.g. --sidecar-arg=--delta-period=1s (repeatable)")
@@ -221,6 +222,9 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 	fmt.Fprintf(w, "etcdctl  %s\n", rep.Cluster.Etcdctl)
 	if d := rep.Cluster.ClientTLSDir; d != "" {
 		fmt.Fprintf(w, "tls  mutual TLS of the cluster's own CA: give `steward` commands --tls-dir %s\n", d)
+	}
+	if p := rep.Cluster.RootPasswordFile; p != "" {
+		fmt.Fprintf(w, "auth etcd authentication: user root, password in %s; give `steward` commands --password-file %s\n", p, p)
 	}
 	if d := rep.Supervisor.Recovery; d != nil {
 		fmt.Fprintf(w, "recovery  directive %d  phase %s  seed %s (%s)  %s\n", d.Epoch, d.Phase, orDash(d.Seed), orDash(d.Mode), d.Reason)

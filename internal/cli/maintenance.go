@@ -19,12 +19,13 @@ import (
 )
 
 // endpointsFlag is the --endpoints flag of the commands that talk to a live cluster, with
-// --tls-dir for a cluster with TLS.
-type endpointsFlag struct{ list, tlsDir string }
+// --tls-dir for a cluster with TLS and --password-file for one with etcd authentication.
+type endpointsFlag struct{ list, tlsDir, passwordFile string }
 
 func (e *endpointsFlag) register(cmd *cobra.Command, usage string) {
 	cmd.Flags().StringVar(&e.list, "endpoints", "", usage)
 	cmd.Flags().StringVar(&e.tlsDir, "tls-dir", "", "client certificate directory (tls.crt, tls.key, ca.crt) for a cluster with TLS; `steward local status` names it")
+	cmd.Flags().StringVar(&e.passwordFile, "password-file", "", "file holding etcd's root password, for a cluster with etcd authentication; `steward local status` names it")
 }
 
 func (e *endpointsFlag) endpoints() []string {
@@ -34,11 +35,15 @@ func (e *endpointsFlag) endpoints() []string {
 	return strings.Split(e.list, ",")
 }
 
+func (e *endpointsFlag) dialer() etcdutil.Dialer {
+	return etcdutil.Dialer{TLSDir: e.tlsDir, PasswordFile: e.passwordFile}
+}
+
 func (e *endpointsFlag) client() (*clientv3.Client, error) {
 	if len(e.endpoints()) == 0 {
 		return nil, errors.New("--endpoints is required: the client URLs of the cluster's members (`steward local status` lists them)")
 	}
-	cli, err := etcdutil.Dialer{TLSDir: e.tlsDir}.New(e.endpoints(), 5*time.Second)
+	cli, err := e.dialer().New(e.endpoints(), 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", e.list, err)
 	}

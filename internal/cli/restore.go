@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/units"
 )
@@ -19,6 +20,7 @@ func newRestoreCommand() *cobra.Command {
 		o                      restore.Options
 		sf                     storeFlags
 		toTime, initialCluster string
+		rootPasswordFile       string
 		peerURLs               []string
 		out                    outputFlag
 		verbose                bool
@@ -56,6 +58,13 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 			}
 			if o.DataDir == "" && !o.DryRun {
 				return fmt.Errorf("--data-dir is required: the new member data dir (it must not exist or be empty)")
+			}
+			if rootPasswordFile != "" {
+				pw, err := etcdutil.ReadPassword(rootPasswordFile)
+				if err != nil {
+					return fmt.Errorf("--root-password-file: %w", err)
+				}
+				o.RootPassword = pw
 			}
 			o.PeerURLs = peerURLs
 			o.InitialCluster = initialCluster
@@ -105,6 +114,7 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 	f.BoolVar(&o.MarkCompacted, "mark-compacted", false, "mark the bumped revision compacted, so watchers re-list (needs --bump-revision)")
 	f.Int64Var(&o.MissingLeaseTTL, "missing-lease-ttl", restore.DefaultMissingLeaseTTL, "give leases that restored keys refer to and no backup holds (granted after the full snapshot) this TTL in seconds; 0: their keys never expire")
 	f.StringVar(&o.ScratchDir, "scratch-dir", "", "directory for the downloaded snapshot while it is restored (default: the data dir's parent)")
+	f.StringVar(&rootPasswordFile, "root-password-file", "", "give the restored root user the password in this file (for a cluster with etcd authentication: the backup may hold another root password)")
 	f.BoolVar(&o.DryRun, "dry-run", false, "say what would be restored (objects, revisions, bytes) without writing")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log etcd's and etcdutl's messages")
 	cmd.MarkFlagsMutuallyExclusive("to-revision", "to-time")

@@ -2,10 +2,12 @@ package etcdproc
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
@@ -49,10 +51,18 @@ func (h *healthHandler) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	// A linearizable read needs the leader to confirm it still leads a quorum.
-	if _, err := c.Get(ctx, "/steward/readyz", clientv3.WithCountOnly()); err != nil {
+	// A linearizable read needs the leader to confirm it still leads a quorum. With etcd
+	// authentication on, this unauthenticated read is refused, but only after the quorum
+	// confirmed it (etcd checks permissions once the read is linearized), as etcd's /health has it.
+	if _, err := c.Get(ctx, "/steward/readyz", clientv3.WithCountOnly()); err != nil && !refusedByAuth(err) {
 		http.Error(w, "linearizable read failed: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
+}
+
+// refusedByAuth says whether err is etcd authentication refusing an unauthenticated request.
+func refusedByAuth(err error) bool {
+	err = rpctypes.Error(err)
+	return errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrPermissionDenied)
 }

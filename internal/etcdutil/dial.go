@@ -1,18 +1,30 @@
 package etcdutil
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/pki"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
+// RootUser is the etcd user Steward's clients authenticate as when etcd authentication is on.
+const RootUser = "root"
+
 // Dialer makes the etcd clients Steward uses: plain, or with TLS when TLSDir, a certificate
-// directory (tls.crt, tls.key and ca.crt, as cert-manager writes them), is set. Every client
-// of a cluster's members is made by one, so none is left plain-text when TLS is on.
+// directory (tls.crt, tls.key and ca.crt, as cert-manager writes them), is set, and as etcd's
+// root user when PasswordFile is set. Every client of a cluster's members is made by one, so
+// none is left plain-text or unauthenticated when the cluster has TLS or authentication.
 type Dialer struct {
 	TLSDir string
+	// PasswordFile holds the root user's password (a mounted Secret key). It is read at every
+	// dial, so a client made after the password changed uses the new one.
+	PasswordFile string
 }
 
 // Config is the client configuration for endpoints.
@@ -25,14 +37,65 @@ func (d Dialer) Config(endpoints []string, dialTimeout time.Duration) (clientv3.
 		}
 		c.TLS = tc
 	}
+	if d.PasswordFile != "" {
+		pw, err := ReadPassword(d.PasswordFile)
+		if err != nil {
+			return c, err
+		}
+		c.Username, c.Password = RootUser, pw
+	}
 	return c, nil
 }
 
-// New makes a client of endpoints.
+// New makes a client of endpoints. Without a password it connects lazily. With one, it logs
+// in at once, which needs a member that serves; etcd's login is a raft request, so an
+// election in progress is waited out within dialTimeout.
 func (d Dialer) New(endpoints []string, dialTimeout time.Duration) (*clientv3.Client, error) {
 	c, err := d.Config(endpoints, dialTimeout)
 	if err != nil {
 		return nil, err
 	}
-	return clientv3.New(c)
+	deadline := time.Now().Add(dialTimeout)
+	for {
+		cli, err := clientv3.New(c)
+		if err == nil || !duringElection(err) || time.Now().After(deadline) {
+			return cli, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// duringElection says whether err is etcd refusing a raft request while it has no leader.
+func duringElection(err error) bool {
+	err = rpctypes.Error(err)
+	for _, e := range []error{rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeout} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// RefusedLogin says whether err is etcd refusing Steward's login: a wrong root password, or
+// authentication on while no password is configured.
+func RefusedLogin(err error) bool {
+	if err == nil {
+		return false
+	}
+	err = rpctypes.Error(err)
+	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrUserEmpty)
+}
+
+// ReadPassword reads a password file: its content without the line end an editor or `echo`
+// leaves. An empty password is an error (etcd refuses it for a user that logs in).
+func ReadPassword(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the root password: %w", err)
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	if len(b) == 0 {
+		return "", fmt.Errorf("the root password file %s is empty: put the password in it", path)
+	}
+	return string(b), nil
 }

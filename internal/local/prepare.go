@@ -33,6 +33,8 @@ type UpOptions struct {
 	EncryptBackups bool
 	// TLS makes a new cluster's client and peer traffic mutual TLS of its own CA (DIR/pki).
 	TLS bool
+	// Auth turns etcd authentication on (Spec.Auth), for a new cluster or an existing one.
+	Auth bool
 	// BasePort is where the search for free ports starts for a new cluster.
 	BasePort int
 	// Binary is the steward executable the members run; default: this process's own.
@@ -107,6 +109,9 @@ func Prepare(opts UpOptions) (Spec, error) {
 		if opts.Backup != "" && backupURL(dir, opts.Backup) != spec.Backup {
 			spec.Backup, changed = backupURL(dir, opts.Backup), true
 		}
+		if opts.Auth && !spec.Auth {
+			spec.Auth, changed = true, true
+		}
 		if opts.EncryptBackups && spec.BackupKeys == "" {
 			if spec.BackupKeys, err = ensureBackupKey(dir, opts.Logf); err != nil {
 				return Spec{}, err
@@ -121,6 +126,9 @@ func Prepare(opts UpOptions) (Spec, error) {
 		if err := ensureCerts(dir, spec, time.Now(), opts.Logf); err != nil {
 			return Spec{}, err
 		}
+		if err := ensureRootPassword(dir, spec, opts.Logf); err != nil {
+			return Spec{}, err
+		}
 		// A cluster made by an older steward has no token yet: it gets one now.
 		return spec, ensureToken(dir, opts.Logf)
 	}
@@ -133,7 +141,7 @@ func Prepare(opts UpOptions) (Spec, error) {
 	if opts.Members < 1 || opts.Members > 9 {
 		return Spec{}, fmt.Errorf("--members %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", opts.Members)
 	}
-	spec = Spec{Name: opts.Name, Token: newToken(opts.Name), Host: "127.0.0.1", CreatedAt: time.Now().UTC(), Backup: backupURL(dir, opts.Backup), TLS: opts.TLS}
+	spec = Spec{Name: opts.Name, Token: newToken(opts.Name), Host: "127.0.0.1", CreatedAt: time.Now().UTC(), Backup: backupURL(dir, opts.Backup), TLS: opts.TLS, Auth: opts.Auth}
 	if opts.EncryptBackups {
 		if spec.BackupKeys, err = ensureBackupKey(dir, opts.Logf); err != nil {
 			return Spec{}, err
@@ -159,6 +167,9 @@ func Prepare(opts UpOptions) (Spec, error) {
 		}
 	}
 	if err := ensureCerts(dir, spec, time.Now(), opts.Logf); err != nil {
+		return Spec{}, err
+	}
+	if err := ensureRootPassword(dir, spec, opts.Logf); err != nil {
 		return Spec{}, err
 	}
 	if err := writeSpec(dir, spec); err != nil {

@@ -110,14 +110,18 @@ func (s *supervisor) refreshVoters(ctx context.Context, runs []*memberRun) {
 	known := s.state.ClusterID
 	var readyRuns []*memberRun
 	for _, r := range runs {
-		if ms := s.memberStateLocked(r.spec.Name); ms != nil && ms.Ready && r.client != nil {
+		if ms := s.memberStateLocked(r.spec.Name); ms != nil && ms.Ready {
 			readyRuns = append(readyRuns, r)
 		}
 	}
 	s.mu.Unlock()
 	for _, r := range readyRuns {
+		c := r.etcdClient()
+		if c == nil {
+			continue
+		}
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := r.client.MemberList(lctx)
+		resp, err := c.MemberList(lctx)
 		cancel()
 		if err != nil {
 			continue

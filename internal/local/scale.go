@@ -226,9 +226,9 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 // the cluster's member list by name or peer URL (id 0: etcd does not list it). Its data is
 // deleted only after etcd no longer lists it.
 func (s *supervisor) memberToRemove(ctx context.Context, r *memberRun, cli *clientv3.Client) (id uint64, isLeader bool, err error) {
-	if r.client != nil {
+	if c := r.etcdClient(); c != nil {
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		st, err := r.client.Status(sctx, s.currentSpec().ClientURL(r.spec))
+		st, err := c.Status(sctx, s.currentSpec().ClientURL(r.spec))
 		cancel()
 		if err == nil {
 			return st.Header.MemberId, st.Leader == st.Header.MemberId, nil

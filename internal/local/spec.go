@@ -62,6 +62,9 @@ type Spec struct {
 	// TLS: client and peer traffic is mutual TLS of the cluster's own CA (DIR/pki). Chosen
 	// when the cluster is made: the members' peer URLs carry the scheme.
 	TLS bool `json:"tls,omitempty"`
+	// Auth: etcd authentication is on, the root user logging in with the password of
+	// DIR/auth/root-password. It can be turned on for a cluster made without it, not off.
+	Auth bool `json:"auth,omitempty"`
 	// Generation counts the changes `steward local upgrade` made to what the members run
 	// (Binary, EtcdFlags, or a rolling restart); each member records the generation its
 	// processes were started with.

@@ -57,6 +57,9 @@ type ClusterReport struct {
 	// the client certificate (`steward` commands take it as --tls-dir).
 	TLS          bool   `json:"tls,omitempty"`
 	ClientTLSDir string `json:"clientTLSDir,omitempty"`
+	// RootPasswordFile holds etcd's root password when authentication is on (`steward`
+	// commands take it as --password-file).
+	RootPasswordFile string `json:"rootPasswordFile,omitempty"`
 	// Etcdctl are the flags etcdctl needs to reach the cluster.
 	Etcdctl string `json:"etcdctl"`
 }
@@ -108,7 +111,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	}
 	pid, running := SupervisorRunning(dir)
 	rep := Report{
-		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation, TLS: spec.TLS, ClientTLSDir: ClientTLSDir(dir, spec), Etcdctl: EtcdctlFlags(dir, spec)},
+		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation, TLS: spec.TLS, ClientTLSDir: ClientTLSDir(dir, spec), RootPasswordFile: RootPasswordPath(dir, spec), Etcdctl: EtcdctlFlags(dir, spec)},
 		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error,
 			Waiting: st.Waiting, Stuck: st.Stuck, Recovery: st.Directive, LastRecovery: st.LastRecovery},
 	}
@@ -116,14 +119,18 @@ func Status(ctx context.Context, dir string) (Report, error) {
 		rep.Supervisor.Phase = PhaseStopped
 	}
 
+	// With etcd authentication, making a client logs in, which fails while no member serves:
+	// the report then comes from the supervisor's state alone.
 	cli, err := dialer(dir, spec).New(spec.ClientURLs(), 2*time.Second)
-	if err != nil {
+	if err != nil && !spec.Auth {
 		return Report{}, err
 	}
-	defer cli.Close()
+	if cli != nil {
+		defer cli.Close()
+	}
 
 	var list []*etcdserverpb.Member
-	if running {
+	if running && cli != nil {
 		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		resp, err := cli.MemberList(lctx)
 		cancel()
@@ -165,6 +172,9 @@ func Status(ctx context.Context, dir string) (Report, error) {
 		go func() {
 			defer wg.Done()
 			r.Healthy = httpOK(ctx, hc, spec.HealthURL(ms)+"/readyz")
+			if cli == nil {
+				return
+			}
 			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			s, err := cli.Status(sctx, r.ClientURL)

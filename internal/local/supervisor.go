@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -215,7 +216,29 @@ type memberRun struct {
 	etcd, sidecar         *process
 	stopEtcd, stopSidecar context.CancelFunc
 	etcdDone, sidecarDone chan struct{}
-	client                *clientv3.Client
+
+	// dial and url make client, the supervisor's client of this member, on first use.
+	dial      etcdutil.Dialer
+	url       string
+	clientMu  sync.Mutex
+	client    *clientv3.Client
+	lastDial  time.Time
+	clientEnd bool
+}
+
+// etcdClient is the supervisor's client of the member, or nil while none can be made. It is
+// made on first use, tried again at most every few seconds: with etcd authentication, making
+// it logs in, which needs the member to serve.
+func (r *memberRun) etcdClient() *clientv3.Client {
+	r.clientMu.Lock()
+	defer r.clientMu.Unlock()
+	if r.client == nil && !r.clientEnd && time.Since(r.lastDial) > 3*time.Second {
+		r.lastDial = time.Now()
+		if c, err := r.dial.New([]string{r.url}, time.Second); err == nil {
+			r.client = c
+		}
+	}
+	return r.client
 }
 
 // wait stops the sidecar after etcd has stopped and waits for both.
@@ -223,6 +246,9 @@ func (r *memberRun) wait() {
 	<-r.etcdDone
 	r.stopSidecar()
 	<-r.sidecarDone
+	r.clientMu.Lock()
+	defer r.clientMu.Unlock()
+	r.clientEnd = true
 	if r.client != nil {
 		r.client.Close()
 	}
@@ -272,6 +298,9 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 		}
 		sidecarArgs = append(sidecarArgs, "--tls-dir", d)
 	}
+	if p := RootPasswordPath(s.dir, spec); p != "" {
+		sidecarArgs = append(sidecarArgs, "--root-password-file", p)
+	}
 	if spec.Backup != "" {
 		sidecarArgs = append(sidecarArgs, "--store", spec.Backup)
 		if p := BackupKeysPath(s.dir, spec); p != "" {
@@ -290,9 +319,7 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 			args: []string{"etcd", "--sidecar", spec.SidecarURL(m), "--api-token-file", TokenPath(s.dir),
 				"--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}},
 	}
-	if c, err := dialer(s.dir, spec).New([]string{spec.ClientURL(m)}, 2*time.Second); err == nil {
-		r.client = c
-	}
+	r.dial, r.url = dialer(s.dir, spec), spec.ClientURL(m)
 	// A member fenced by the directive in force (recorded before a supervisor restart)
 	// does not start its etcd until the directive releases it.
 	if slices.Contains(s.currentDirective().Fenced(spec.memberNames()), m.Name) {
@@ -429,10 +456,10 @@ func poll(ctx context.Context, spec Spec, runs []*memberRun) []memberObservation
 		go func() {
 			defer wg.Done()
 			out[i].ready = httpOK(ctx, hc, spec.HealthURL(r.spec)+"/readyz")
-			if r.client != nil {
+			if c := r.etcdClient(); c != nil {
 				sctx, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
-				if st, err := r.client.Status(sctx, spec.ClientURL(r.spec)); err == nil {
+				if st, err := c.Status(sctx, spec.ClientURL(r.spec)); err == nil {
 					out[i].id, out[i].learner = fmt.Sprintf("%x", st.Header.MemberId), st.IsLearner
 				}
 			}

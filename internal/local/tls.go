@@ -50,15 +50,19 @@ func ClientTLSDir(dir string, spec Spec) string {
 
 // dialer makes clients of the members of the cluster in dir.
 func dialer(dir string, spec Spec) etcdutil.Dialer {
-	return etcdutil.Dialer{TLSDir: ClientTLSDir(dir, spec)}
+	return etcdutil.Dialer{TLSDir: ClientTLSDir(dir, spec), PasswordFile: RootPasswordPath(dir, spec)}
 }
 
-// EtcdctlFlags are the flags etcdctl needs to reach the cluster (its endpoints, and with TLS
-// the client certificate).
+// EtcdctlFlags are the flags etcdctl needs to reach the cluster (its endpoints, with TLS the
+// client certificate, with authentication the root user, whose password is read from its file
+// by the shell: never printed).
 func EtcdctlFlags(dir string, spec Spec) string {
 	flags := "--endpoints " + strings.Join(spec.ClientURLs(), ",")
 	if d := ClientTLSDir(dir, spec); d != "" {
 		flags += fmt.Sprintf(" --cacert %s --cert %s --key %s", filepath.Join(d, pki.CAFile), filepath.Join(d, pki.CertFile), filepath.Join(d, pki.KeyFile))
+	}
+	if p := RootPasswordPath(dir, spec); p != "" {
+		flags += fmt.Sprintf(` --user %s --password "$(cat %s)"`, etcdutil.RootUser, p)
 	}
 	return flags
 }

@@ -47,8 +47,14 @@ func startBackups(t *testing.T, s *store.Store, ep string) (a *backupAgent, stop
 // sets.
 func startBackupsWith(t *testing.T, cfg BackupConfig, s *store.Store, ep string) (a *backupAgent, stop func()) {
 	t.Helper()
+	return startBackupsDialing(t, cfg, etcdutil.Dialer{}, s, ep)
+}
+
+// startBackupsDialing is startBackupsWith whose clients d makes.
+func startBackupsDialing(t *testing.T, cfg BackupConfig, d etcdutil.Dialer, s *store.Store, ep string) (a *backupAgent, stop func()) {
+	t.Helper()
 	cfg.StoreURL, cfg.DeltaPeriod, cfg.CheckInterval = s.String(), testDeltaPeriod, 100*time.Millisecond
-	a, err := newBackupAgent(cfg, etcdutil.Dialer{}, ep, s, zap.NewNop(), newMetrics())
+	a, err := newBackupAgent(cfg, d, ep, s, zap.NewNop(), newMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 			cli.Close()
 		}
 	}()
-	var lastStalledLog, lastNudge time.Time
+	var lastStalledLog, lastNudge, lastAuthLog time.Time
 	var lastSelf MemberSpec
 	for {
 		interval := maintainInterval
@@ -64,6 +64,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		if cli == nil {
 			if cli, err = s.etcd.New([]string{self.ClientURL}, 2*time.Second); err != nil {
 				cli = nil
+				s.authRefused(err, &lastAuthLog)
 				continue
 			}
 		}
@@ -92,6 +93,11 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 			continue
 		}
 		if st.Leader == st.Header.MemberId && snap.Directive == nil {
+			if s.keepAuth(ctx, cli) {
+				cli.Close()
+				cli = nil
+				continue
+			}
 			s.removeSuperfluous(ctx, cli, spec, st.Header.MemberId)
 			if s.fullAfterStart.Load() {
 				if a := s.backups.Load(); a != nil && a.Status().Leader {

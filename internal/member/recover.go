@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/restore"
 	"go.uber.org/zap"
 )
@@ -39,8 +40,14 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan 
 	if err := os.Remove(s.cfg.DataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("prepare %s for the restore: %w", s.cfg.DataDir, err)
 	}
+	var rootPassword string
+	if s.cfg.RootPasswordFile != "" {
+		if rootPassword, err = etcdutil.ReadPassword(s.cfg.RootPasswordFile); err != nil {
+			return nil, fmt.Errorf("%w: %v", errTryAgain, err)
+		}
+	}
 	start := time.Now()
-	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name,
+	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name, RootPassword: rootPassword,
 		InitialCluster: self.Name + "=" + self.PeerURL, InitialClusterToken: spec.Token, PeerURLs: []string{self.PeerURL},
 		ToRevision: target.Revision, ToTime: target.Time, Timeline: target.Timeline,
 		MissingLeaseTTL: restore.DefaultMissingLeaseTTL, Logger: s.lg.Named("restore")})

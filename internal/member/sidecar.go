@@ -47,6 +47,10 @@ type Config struct {
 	// etcd serves clients and peers with it and requires their certificates of the same CA,
 	// and the sidecar's own clients of etcd present it.
 	TLSDir string
+	// RootPasswordFile, when set, turns etcd authentication on: the leader's sidecar makes the
+	// root user with this file's password and enables authentication, every client of the
+	// sidecar logs in as root, and a restore gives the restored root user this password.
+	RootPasswordFile string
 	// ListenHost, when set, is the address etcd listens on (e.g. 0.0.0.0 in a pod), on the
 	// ports of the member's URLs; the URLs (DNS names) are what etcd advertises.
 	ListenHost string
@@ -99,6 +103,8 @@ type Sidecar struct {
 	maintenance         atomic.Pointer[MaintenanceReport]
 	defragSchedule      cron.Schedule
 	housekeepingMetrics *housekeepingMetrics
+	// auth keeps etcd authentication on (nil: RootPasswordFile unset).
+	auth *authKeeper
 
 	mu     sync.Mutex
 	status etcdproc.InitStatus
@@ -129,7 +135,11 @@ func New(cfg Config) (*Sidecar, error) {
 		lg = zap.NewNop()
 	}
 	m := newMetrics()
-	return &Sidecar{cfg: cfg, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched, etcd: etcdutil.Dialer{TLSDir: cfg.TLSDir},
+	var auth *authKeeper
+	if cfg.RootPasswordFile != "" {
+		auth = &authKeeper{file: cfg.RootPasswordFile}
+	}
+	return &Sidecar{cfg: cfg, auth: auth, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched, etcd: etcdutil.Dialer{TLSDir: cfg.TLSDir, PasswordFile: cfg.RootPasswordFile},
 		housekeepingMetrics: newHousekeepingMetrics(m.registry),
 		status:              etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
 }
@@ -303,6 +313,8 @@ type metrics struct {
 	drillTime     prometheus.Gauge
 	drillDuration prometheus.Gauge
 	drillOK       prometheus.Gauge
+
+	authErrors prometheus.Counter
 }
 
 func gauge(name, help string) prometheus.Gauge {
@@ -352,6 +364,9 @@ func newMetrics() *metrics {
 	m.drillDuration = gauge("steward_backup_drill_duration_seconds", "Time the newest restore drill took.")
 	m.drillOK = gauge("steward_backup_drill_success", "1 if the newest restore drill restored data equal to the member's (HashKV), 0 if not.")
 	m.registry.MustRegister(m.drillRevision, m.drillTime, m.drillDuration, m.drillOK)
+	m.authErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "steward_etcd_auth_errors_total",
+		Help: "Times etcd authentication was found not as configured and could not be put right, or etcd refused the root password."})
+	m.registry.MustRegister(m.authErrors)
 	m.registry.MustRegister(m.initTotal, m.initDuration, m.dataValid,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

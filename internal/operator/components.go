@@ -43,6 +43,8 @@ type run struct {
 	now          time.Time
 	// ca is what the TLS component found of the cluster's CAs (nil: no TLS, or not read).
 	ca *CAState
+	// rootPasswordReady: the AUTH component found the root password Secret good this pass.
+	rootPasswordReady bool
 	// recorder, when set, takes the Events of the components.
 	recorder events.EventRecorder
 }
@@ -67,6 +69,7 @@ var components = []component{
 	{code: "RBAC", sync: syncRBAC, delete: deleteRBAC},
 	{code: "TOKEN", sync: syncToken, delete: deleteByName(&corev1.Secret{}, tokenSecretName)},
 	{code: "TLS", sync: syncTLS, delete: deleteTLS},
+	{code: "AUTH", sync: syncAuth, delete: deleteAuth},
 	{code: "CONFIGMAP", sync: syncConfigMap, delete: deleteByName(&corev1.ConfigMap{}, configMapName)},
 	{code: "SERVICES", sync: syncServices, delete: deleteServices},
 	{code: "MEMBERS", sync: syncMembers, delete: deleteMembers},
@@ -113,31 +116,12 @@ func deleteByName(proto client.Object, name func(*v1alpha1.EtcdCluster) string) 
 // never logged, recorded in the status or put in an Event.
 func syncToken(ctx context.Context, r *run) error {
 	name := tokenSecretName(r.ec)
-	var cur corev1.Secret
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
-	if err == nil {
-		if _, err := sidecarapi.ParseTokens(cur.Data[v1alpha1.SidecarTokenKey]); err != nil {
+	return ensureGeneratedSecret(ctx, r, name, "sidecar-token", v1alpha1.SidecarTokenKey, func(data []byte) error {
+		if _, err := sidecarapi.ParseTokens(data); err != nil {
 			return fmt.Errorf("the sidecar API token Secret %s/%s, key %s: %w; put a valid token there, or delete the Secret to have a new one made", r.ec.Namespace, name, v1alpha1.SidecarTokenKey, err)
 		}
 		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading the sidecar API token Secret %s/%s: %w", r.ec.Namespace, name, err)
-	}
-	tok, err := sidecarapi.GenerateToken()
-	if err != nil {
-		return err
-	}
-	s := &corev1.Secret{ObjectMeta: objectMeta(r, name), Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{v1alpha1.SidecarTokenKey: []byte(tok + "\n")}}
-	s.Labels = commonLabels(r.ec, "sidecar-token")
-	if err := controllerutil.SetControllerReference(r.ec, s, r.c.Scheme()); err != nil {
-		return err
-	}
-	if err := r.c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the sidecar API token Secret %s/%s: %w", r.ec.Namespace, name, err)
-	}
-	return nil
+	}, sidecarapi.GenerateToken)
 }
 
 func syncConfigMap(ctx context.Context, r *run) error {
@@ -348,6 +332,10 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 	err := r.c.Get(ctx, client.ObjectKeyFromObject(sts), sts)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
+	}
+	if authEnabled(r.ec) && !r.rootPasswordReady {
+		// Pods made without it could not start their sidecar: the StatefulSet waits.
+		return errors.New("the member pods are not created or changed before the root password Secret is good (component AUTH)")
 	}
 	want := statefulSetSpec(r.ec, r.image, r.decision.StatefulSetReplicas)
 	if tlsEnabled(r.ec) {

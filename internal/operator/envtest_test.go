@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"k8s.io/client-go/util/retry"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/util/retry"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/member"
@@ -292,6 +293,17 @@ func renew(t *testing.T, ns, name, holder string) {
 	if err := k8s.Update(context.Background(), &l); err != nil && !apierrors.IsConflict(err) {
 		t.Fatal(err)
 	}
+}
+
+// poke changes an annotation of the cluster, so the operator reconciles it again.
+func poke(t *testing.T, ns, name, v string) {
+	t.Helper()
+	updateCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) {
+		if ec.Annotations == nil {
+			ec.Annotations = map[string]string{}
+		}
+		ec.Annotations["test/poke"] = v
+	})
 }
 
 func condition(ec *v1alpha1.EtcdCluster, typ string) metav1.ConditionStatus {
@@ -767,43 +779,63 @@ func TestValidation(t *testing.T) {
 		})
 	}
 
-	// Immutable fields: storage, bootstrap and TLS.
+	// Immutable fields: storage, bootstrap and TLS; authentication only goes on, with its Secret.
+	type change struct {
+		name   string
+		mutate func(*v1alpha1.EtcdCluster)
+		want   string
+	}
+	updates := func(name string, changes []change) {
+		for _, tc := range changes {
+			t.Run("update "+name+" "+tc.name, func(t *testing.T) {
+				var err error
+				for try := 0; try < 10; try++ { // the operator writes the finalizer and status meanwhile
+					cur := getCluster(t, ns, name)
+					tc.mutate(cur)
+					if err = k8s.Update(ctx, cur, client.DryRunAll); !apierrors.IsConflict(err) {
+						break
+					}
+				}
+				switch {
+				case tc.want == "" && err != nil:
+					t.Fatalf("refused: %v", err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+					t.Fatalf("got %v; want refused with %q", err, tc.want)
+				}
+			})
+		}
+	}
 	ec := good("immutable")
 	ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/old", Revision: &rev}}
 	ec.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
 	if err := k8s.Create(ctx, ec); err != nil {
 		t.Fatal(err)
 	}
-	update := []struct {
-		name   string
-		mutate func(*v1alpha1.EtcdCluster)
-		want   string
-	}{
+	updates("immutable", []change{
 		{"scale", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas = 5 }, ""},
 		{"storage size", func(ec *v1alpha1.EtcdCluster) { q := resource.MustParse("20Gi"); ec.Spec.Storage.Size = &q }, "spec.storage is immutable"},
 		{"bootstrap revision", func(ec *v1alpha1.EtcdCluster) { r := int64(8); ec.Spec.Bootstrap.Restore.Revision = &r }, "spec.bootstrap is immutable"},
 		{"bootstrap removed", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Bootstrap = nil }, "spec.bootstrap is immutable"},
 		{"tls turned on", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true} }, "spec.tls.enabled is chosen when the cluster is created"},
 		{"tls left off, spelled out", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{} }, ""},
+		{"auth turned on", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true} }, ""},
+		{"auth turned on with a Secret of the user's", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "mine"}
+		}, ""},
+	})
+	authed := good("authed")
+	authed.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "mine"}
+	authed.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
+	if err := k8s.Create(ctx, authed); err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range update {
-		t.Run("update "+tc.name, func(t *testing.T) {
-			var err error
-			for try := 0; try < 10; try++ { // the operator writes the finalizer and status meanwhile
-				cur := getCluster(t, ns, "immutable")
-				tc.mutate(cur)
-				if err = k8s.Update(ctx, cur, client.DryRunAll); !apierrors.IsConflict(err) {
-					break
-				}
-			}
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("got %v; want refused with %q", err, tc.want)
-			}
-		})
-	}
+	updates("authed", []change{
+		{"scale", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas = 5 }, ""},
+		{"auth turned off", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth.Enabled = false }, "spec.auth.enabled cannot be turned off"},
+		{"auth removed", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = nil }, "spec.auth.enabled cannot be turned off"},
+		{"another password Secret", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth.RootPasswordSecret = "yours" }, "spec.auth.rootPasswordSecret cannot change"},
+		{"the generated password Secret instead", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth.RootPasswordSecret = "" }, "spec.auth.rootPasswordSecret cannot change"},
+	})
 
 	// EtcdBackup: the cluster it names cannot change.
 	b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b"}, Spec: v1alpha1.EtcdBackupSpec{Cluster: "immutable"}}

@@ -247,9 +247,14 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	if tlsEnabled(ec) {
 		sidecar.Command = append(sidecar.Command, "--tls-dir", TLSMount)
 	}
+	if authEnabled(ec) {
+		// Only the sidecar logs in to etcd: only it sees the root password.
+		sidecar.VolumeMounts = append(slices.Clone(sidecar.VolumeMounts), corev1.VolumeMount{Name: "root-password", MountPath: RootPasswordMount, ReadOnly: true})
+		sidecar.Command = append(sidecar.Command, "--root-password-file", RootPasswordFile)
+	}
 	if enc := backupEncryption(ec); enc != nil {
 		// Only the sidecar reads and writes backups: only it sees the keys.
-		sidecar.VolumeMounts = append(slices.Clone(mounts), corev1.VolumeMount{Name: "backup-keys", MountPath: BackupKeysMount, ReadOnly: true})
+		sidecar.VolumeMounts = append(slices.Clone(sidecar.VolumeMounts), corev1.VolumeMount{Name: "backup-keys", MountPath: BackupKeysMount, ReadOnly: true})
 		sidecar.Command = append(sidecar.Command, "--encryption-keys", BackupKeysMount)
 		if enc.ActiveKeyID != "" {
 			sidecar.Command = append(sidecar.Command, "--encryption-key-id", enc.ActiveKeyID)
@@ -276,6 +281,11 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	if tlsEnabled(ec) {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: v1alpha1.ServerCertificateSecretName(ec.Name), DefaultMode: ptr(int32(0o440))}}})
+	}
+	if authEnabled(ec) {
+		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "root-password", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: rootPasswordSecretName(ec),
+				Items: []corev1.KeyToPath{{Key: v1alpha1.RootPasswordKey, Path: "password"}}, DefaultMode: ptr(int32(0o440))}}})
 	}
 	if enc := backupEncryption(ec); enc != nil {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "backup-keys", VolumeSource: corev1.VolumeSource{

@@ -143,3 +143,35 @@ func TestTLSObjects(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthObjects: with spec.auth the sidecar alone mounts the root password (the generated
+// Secret, or the one the spec names) and is given its file; without, nothing of it.
+func TestAuthObjects(t *testing.T) {
+	for _, tc := range []struct {
+		auth   *v1alpha1.AuthSpec
+		secret string
+	}{
+		{nil, ""},
+		{&v1alpha1.AuthSpec{}, ""},
+		{&v1alpha1.AuthSpec{Enabled: true}, "c-root-password"},
+		{&v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "mine"}, "mine"},
+	} {
+		ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}, Spec: v1alpha1.EtcdClusterSpec{Auth: tc.auth}}
+		tpl := statefulSetSpec(ec, "img", 3).Template
+		i := slices.IndexFunc(tpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "root-password" })
+		switch {
+		case tc.secret == "" && i >= 0:
+			t.Errorf("%+v: a root password volume without authentication", tc.auth)
+		case tc.secret != "" && (i < 0 || tpl.Spec.Volumes[i].Secret == nil || tpl.Spec.Volumes[i].Secret.SecretName != tc.secret):
+			t.Errorf("%+v: no volume of Secret %s: %+v", tc.auth, tc.secret, tpl.Spec.Volumes)
+		}
+		for _, c := range tpl.Spec.Containers {
+			want := tc.secret != "" && c.Name == "sidecar"
+			mounts := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "root-password" && m.MountPath == RootPasswordMount && m.ReadOnly })
+			flag := strings.Contains(strings.Join(c.Command, " "), "--root-password-file "+RootPasswordFile)
+			if mounts != want || flag != want {
+				t.Errorf("%+v: container %s mounts the password %t, has its flag %t; want %t", tc.auth, c.Name, mounts, flag, want)
+			}
+		}
+	}
+}

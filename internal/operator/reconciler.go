@@ -632,6 +632,9 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 	if tlsEnabled(ec) {
 		s.ClientCertificateSecret = v1alpha1.ClientCertificateSecretName(ec.Name)
 	}
+	if authEnabled(ec) {
+		s.RootPasswordSecret = rootPasswordSecretName(ec)
+	}
 	for _, m := range clusterConfig(ec, int(d.ClusterSize)).Members {
 		s.Endpoints.Peers = append(s.Endpoints.Peers, m.PeerURL)
 	}

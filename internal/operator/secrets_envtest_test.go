@@ -52,11 +52,11 @@ func (e errorLines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestSecretsStayOutOfKubernetes: a cluster with TLS whose backups need store credentials
+// TestSecretsStayOutOfKubernetes: a cluster with TLS and etcd authentication whose backups need store credentials
 // from a Secret, with its sidecar API token Secret; an EtcdBackup that fails, and an EtcdRestore
 // refused by the store, which the operator checks with the credentials' values. None of the
 // secret values appears in any Event (both APIs), any Steward object, the StatefulSet,
-// ConfigMaps or Pods (nor any TLS private key), the operator's log at debug level, or its metrics.
+// ConfigMaps or Pods (nor any TLS private key or the root password), the operator's log at debug level, or its metrics.
 func TestSecretsStayOutOfKubernetes(t *testing.T) {
 	needEnv(t)
 	ctx := context.Background()
@@ -70,6 +70,7 @@ func TestSecretsStayOutOfKubernetes(t *testing.T) {
 	ec := newCluster(ns, "sg", 3)
 	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: s3.StoreURL("bk", "sg"), CredentialsSecret: &corev1.LocalObjectReference{Name: "store-creds"}}
 	ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true}
+	ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true}
 	if err := k8s.Create(ctx, ec); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,10 @@ func TestSecretsStayOutOfKubernetes(t *testing.T) {
 	var tokenSecret corev1.Secret
 	testutil.Eventually(t, 20*time.Second, "token Secret", func() error { return get(t, ns, v1alpha1.SidecarTokenSecretName("sg"), &tokenSecret) })
 	token := strings.TrimSpace(string(tokenSecret.Data[v1alpha1.SidecarTokenKey]))
-	secrets := map[string]string{"the S3 secret key": s3Secret, "the sidecar API token": token}
+	var rootSecret corev1.Secret
+	testutil.Eventually(t, 20*time.Second, "root password Secret", func() error { return get(t, ns, v1alpha1.RootPasswordSecretName("sg"), &rootSecret) })
+	secrets := map[string]string{"the S3 secret key": s3Secret, "the sidecar API token": token,
+		"etcd's root password": strings.TrimSpace(string(rootSecret.Data[v1alpha1.RootPasswordKey]))}
 	for _, name := range []string{"sg-ca", "sg-server-tls", "sg-client-tls"} {
 		var s corev1.Secret
 		testutil.Eventually(t, 20*time.Second, "Secret "+name, func() error { return get(t, ns, name, &s) })

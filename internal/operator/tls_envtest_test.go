@@ -88,14 +88,7 @@ func TestTLSSecrets(t *testing.T) {
 	})
 
 	// Near its end: the members' certificate is issued again, from the same CA.
-	poke := func(v string) {
-		updateCluster(t, ns, "tls", func(ec *v1alpha1.EtcdCluster) {
-			if ec.Annotations == nil {
-				ec.Annotations = map[string]string{}
-			}
-			ec.Annotations["test/poke"] = v
-		})
-	}
+	poke := func(v string) { poke(t, ns, "tls", v) }
 	old, oldKey, err := ca.Issue(serverLeaf(ec), time.Now().Add(-80*24*time.Hour), pki.LeafValidity)
 	if err != nil {
 		t.Fatal(err)

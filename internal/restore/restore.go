@@ -60,6 +60,9 @@ type Options struct {
 	// restored keys refer to and the restored database lacks (granted after the full snapshot,
 	// whose TTL is in no backup). Steward's callers use DefaultMissingLeaseTTL.
 	MissingLeaseTTL int64
+	// RootPassword, when set, becomes the restored root user's password (SetRootPassword):
+	// the cluster restored into logs in with its own password, whatever the backup holds.
+	RootPassword string
 
 	// DryRun plans the restore and reports what it would read, without writing anything.
 	DryRun bool
@@ -593,6 +596,11 @@ func (r *restorer) finish(ctx context.Context, want int64, res *Result) error {
 	}
 	if r.o.BumpRevision > 0 {
 		if res.BumpedRevision, err = BumpRevision(r.part, r.o.BumpRevision); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+	}
+	if r.o.RootPassword != "" {
+		if err := SetRootPassword(r.part, r.o.RootPassword); err != nil {
 			return fmt.Errorf("restore: %w", err)
 		}
 	}

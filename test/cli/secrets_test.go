@@ -21,13 +21,14 @@ import (
 )
 
 // TestSecretsNeverAppear runs a whole scenario on a cluster with every secret Steward keeps
-// (the sidecar API token, the backup encryption key, the CA's and the members' TLS keys):
+// (the sidecar API token, the backup encryption key, the CA's and the members' TLS keys, etcd's
+// root password):
 // bootstrap, writes, backups, a failed and a refused request, a member wiped and replaced,
 // and every command a user runs on it. Then it reads everything the scenario printed or
 // served (each command's output, every process log, the sidecars' metrics and API answers)
 // and looks for each secret, in the forms it is kept in and decoded.
 func TestSecretsNeverAppear(t *testing.T) {
-	c := upLocal(t, "--members", "3", "--base-port", "22400", "--tls", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
+	c := upLocal(t, "--members", "3", "--base-port", "22400", "--tls", "--auth", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
 	steward, dir := c.steward, c.dir
 	etcdctl := testutil.Tool(t, "etcdctl")
 	var outputs bytes.Buffer
@@ -49,9 +50,15 @@ func TestSecretsNeverAppear(t *testing.T) {
 		return rep
 	}
 	rep := status()
-	flags := strings.Fields(rep.Cluster.Etcdctl)
+	// The flags read the password from its file in the shell (`steward local status` never prints it).
 	for i := range 10 {
-		say(etcdctl, append(flags, "put", fmt.Sprintf("/k/%d", i), "v")...)
+		say("sh", "-c", fmt.Sprintf("%s %s put /k/%d v", etcdctl, rep.Cluster.Etcdctl, i))
+	}
+	tlsOnly := strings.Join(strings.Fields(rep.Cluster.Etcdctl)[:8], " ") // --endpoints, --cacert, --cert, --key
+	// With client certificates, etcd takes the certificate's common name for the user, which
+	// has no role: refused all the same.
+	if out, err := exec.Command("sh", "-c", etcdctl+" "+tlsOnly+" put /k/x v").CombinedOutput(); err == nil || !strings.Contains(string(out), "permission denied") {
+		t.Fatalf("a client with the client certificate and no password: %v\n%s", err, out)
 	}
 	testutil.Eventually(t, 60*time.Second, "the backups ready", func() error {
 		if b := status().Backup; b == nil || !b.Ready {
@@ -63,7 +70,7 @@ func TestSecretsNeverAppear(t *testing.T) {
 	keys := filepath.Join(dir, "backup-keys")
 	say(steward, "backup", "list", "--store", store, "--encryption-keys", keys)
 	say(steward, "backup", "verify", "--store", store, "--encryption-keys", keys, "--restore", "--scratch-dir", t.TempDir(),
-		"--endpoints", rep.Members[0].ClientURL, "--tls-dir", rep.Cluster.ClientTLSDir)
+		"--endpoints", rep.Members[0].ClientURL, "--tls-dir", rep.Cluster.ClientTLSDir, "--password-file", rep.Cluster.RootPasswordFile)
 	say(steward, "local", "fault", "m2", "wipe", "--dir", dir)
 	testutil.Eventually(t, 90*time.Second, "every member healthy again", func() error {
 		for _, m := range status().Members {
@@ -150,6 +157,11 @@ func TestSecretsNeverAppear(t *testing.T) {
 		secrets["TLS key of "+name+" (PEM body)"] = body[len(body)/2 : len(body)/2+32]
 		secrets["TLS key of "+name+" (hex)"] = hex.EncodeToString(block.Bytes)[:48]
 	}
+	pw, err := os.ReadFile(rep.Cluster.RootPasswordFile)
+	if err != nil {
+		t.Fatalf("the root password file named by the status: %v", err)
+	}
+	secrets["root password"] = strings.TrimSpace(string(pw))
 	if outputs.Len() < 10000 {
 		t.Fatalf("the scenario printed only %d bytes: nothing to search", outputs.Len())
 	}

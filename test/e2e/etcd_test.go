@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -34,12 +36,25 @@ func etcdClient(t *testing.T, ns, name string, endpoints ...string) *clientv3.Cl
 	if ec.Spec.TLS != nil && ec.Spec.TLS.Enabled {
 		cfg.TLS = clusterTLS(t, ns, name, v1alpha1.ClientCertificateSecretName(name))
 	}
+	if ec.Spec.Auth != nil && ec.Spec.Auth.Enabled {
+		cfg.Username, cfg.Password = etcdutil.RootUser, rootPassword(t, ns, name)
+	}
 	c, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// rootPassword is etcd's root password of cluster name, from its Secret.
+func rootPassword(t *testing.T, ns, name string) string {
+	t.Helper()
+	var s corev1.Secret
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: v1alpha1.RootPasswordSecretName(name)}, &s); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(s.Data[v1alpha1.RootPasswordKey]))
 }
 
 // clusterTLS is a client's TLS configuration from a certificate Secret of cluster name

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,27 +11,31 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// TestTLS: a cluster with spec.tls serves clients and peers with mutual TLS of its own CA.
-// The client certificate Secret named in the status works; plain text and TLS without a
-// client certificate are refused, and the peer port refuses the client certificate. Backups
-// run over TLS, a member lost with its volume is replaced over TLS, the cluster scales 3→4→3
-// with the members' one certificate, and its CA rolls over under a writer. A new cluster
-// with TLS restored from its backups has a CA of its own. No acknowledged write is lost.
+// TestTLS: a cluster with spec.tls and spec.auth serves clients and peers with mutual TLS of
+// its own CA, and etcd authentication. The client certificate Secret named in the status,
+// with the root password, works; plain text, TLS without a client certificate, the client
+// certificate without a password and a wrong password are refused, and the peer port refuses
+// the client certificate. Backups run over TLS and logged in, a member lost with its volume
+// is replaced, the cluster scales 3→4→3 with the members' one certificate, and its CA rolls
+// over under a writer. A new cluster restored from its backups has a CA and a root password
+// of its own, which its sidecars log in with. No acknowledged write is lost.
 func TestTLS(t *testing.T) {
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "sec", 3, "  tls: {enabled: true}\n"))
+	apply(t, ns, clusterYAML(ns, "sec", 3, "  tls: {enabled: true}\n  auth: {enabled: true}\n"))
 	ec := waitReady(t, ns, "sec", 3, 4*time.Minute)
-	if ec.Status.ClientCertificateSecret != "sec-client-tls" || !strings.HasPrefix(ec.Status.Endpoints.Client, "https://") {
-		t.Fatalf("status: client certificate Secret %q, client endpoint %q", ec.Status.ClientCertificateSecret, ec.Status.Endpoints.Client)
+	if ec.Status.ClientCertificateSecret != "sec-client-tls" || !strings.HasPrefix(ec.Status.Endpoints.Client, "https://") || ec.Status.RootPasswordSecret != "sec-root-password" {
+		t.Fatalf("status: client certificate Secret %q, client endpoint %q, root password Secret %q", ec.Status.ClientCertificateSecret, ec.Status.Endpoints.Client, ec.Status.RootPasswordSecret)
 	}
 	w := startWriter(t, ns, "sec", "tls", 100*time.Millisecond)
 
@@ -49,6 +54,31 @@ func TestTLS(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: a put was acknowledged", what)
 		}
+	}
+
+	// With authentication on: the client certificate alone (etcd takes its name for a user
+	// without a role), and another root password, are refused.
+	login := func(password string) error {
+		cfg := clientv3.Config{Endpoints: []string{serviceEndpoint(t, ns, "sec")}, TLS: clusterTLS(t, ns, "sec", "sec-client-tls"),
+			DialTimeout: 3 * time.Second, Logger: zap.NewNop()}
+		if password != "" {
+			cfg.Username, cfg.Password = etcdutil.RootUser, password
+		}
+		c, err := clientv3.New(cfg)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = c.Put(ctx, "/refused", "auth")
+		return err
+	}
+	if err := login(""); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("the client certificate without a password: %v; want %v", err, rpctypes.ErrPermissionDenied)
+	}
+	if err := login("not-the-password"); !errors.Is(err, rpctypes.ErrAuthFailed) {
+		t.Errorf("a wrong root password: %v; want %v", err, rpctypes.ErrAuthFailed)
 	}
 
 	// The peer port takes the members' certificate, not the client one of the same CA.
@@ -150,7 +180,7 @@ func TestTLS(t *testing.T) {
 	assertKeysOnEveryMember(t, ns, "sec", acked)
 
 	// Restored into a new cluster with TLS: its own CA, every acknowledged write.
-	apply(t, ns, clusterYAML(ns, "sec2", 3, fmt.Sprintf("  tls: {enabled: true}\n  bootstrap:\n    restore: {store: %q, credentialsSecret: {name: store}}\n", storeURL(ns+"/sec"))))
+	apply(t, ns, clusterYAML(ns, "sec2", 3, fmt.Sprintf("  tls: {enabled: true}\n  auth: {enabled: true}\n  bootstrap:\n    restore: {store: %q, credentialsSecret: {name: store}}\n", storeURL(ns+"/sec"))))
 	waitReady(t, ns, "sec2", 3, 5*time.Minute)
 	var ca2 corev1.Secret
 	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sec2-ca"}, &ca2); err != nil {
@@ -158,6 +188,10 @@ func TestTLS(t *testing.T) {
 	}
 	if string(ca2.Data["tls.crt"]) == string(newCA.Data["tls.crt"]) {
 		t.Fatal("the restored cluster shares its source's CA")
+	}
+	// The backup holds the source's root password; the restored cluster logs in with its own.
+	if rootPassword(t, ns, "sec2") == rootPassword(t, ns, "sec") {
+		t.Fatal("the restored cluster was given its source's root password")
 	}
 	assertKeysOnEveryMember(t, ns, "sec2", acked)
 }

@@ -1,0 +1,50 @@
+package local
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/etcdutil"
+)
+
+// rootPasswordFile holds the root password of a cluster with etcd authentication
+// (`steward local up --auth`), relative to DIR.
+const rootPasswordFile = "auth/root-password"
+
+// RootPasswordPath is the file holding the cluster's root password, "" without authentication.
+func RootPasswordPath(dir string, spec Spec) string {
+	if !spec.Auth {
+		return ""
+	}
+	return filepath.Join(dir, rootPasswordFile)
+}
+
+// ensureRootPassword makes the root password once (256 random bits, mode 0600) and keeps it
+// after; the log names the file, never the password. Nothing is done without authentication.
+func ensureRootPassword(dir string, spec Spec, logf func(string, ...any)) error {
+	p := RootPasswordPath(dir, spec)
+	if p == "" {
+		return nil
+	}
+	if _, err := etcdutil.ReadPassword(p); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(p), err)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	if err := datadir.WriteFileAtomic(p, []byte(base64.RawURLEncoding.EncodeToString(b)+"\n"), 0o600); err != nil {
+		return err
+	}
+	logf("generated etcd's root password in %s (mode 0600)", p)
+	return nil
+}
