@@ -167,7 +167,9 @@ func TestAuthObjects(t *testing.T) {
 		}
 		for _, c := range tpl.Spec.Containers {
 			want := tc.secret != "" && c.Name == "sidecar"
-			mounts := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "root-password" && m.MountPath == RootPasswordMount && m.ReadOnly })
+			mounts := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == "root-password" && m.MountPath == RootPasswordMount && m.ReadOnly
+			})
 			flag := strings.Contains(strings.Join(c.Command, " "), "--root-password-file "+RootPasswordFile)
 			if mounts != want || flag != want {
 				t.Errorf("%+v: container %s mounts the password %t, has its flag %t; want %t", tc.auth, c.Name, mounts, flag, want)
