@@ -47,6 +47,13 @@ func (d Dialer) Config(endpoints []string, dialTimeout time.Duration) (clientv3.
 	return c, nil
 }
 
+// Anonymous is d without the login: for what etcd answers to anyone (the member list), which
+// must not wait for a leader as a login does.
+func (d Dialer) Anonymous() Dialer {
+	d.PasswordFile = ""
+	return d
+}
+
 // New makes a client of endpoints. Without a password it connects lazily. With one, it logs
 // in at once, which needs a member that serves; etcd's login is a raft request, so an
 // election in progress is waited out within dialTimeout.
@@ -76,14 +83,10 @@ func duringElection(err error) bool {
 	return false
 }
 
-// RefusedLogin says whether err is etcd refusing Steward's login: a wrong root password, or
-// authentication on while no password is configured.
+// RefusedLogin says whether err is etcd refusing Steward's login: a root password that is
+// not root's.
 func RefusedLogin(err error) bool {
-	if err == nil {
-		return false
-	}
-	err = rpctypes.Error(err)
-	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrUserEmpty)
+	return err != nil && errors.Is(rpctypes.Error(err), rpctypes.ErrAuthFailed)
 }
 
 // ReadPassword reads a password file: its content without the line end an editor or `echo`

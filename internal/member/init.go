@@ -196,9 +196,7 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 	// The seed of a recovery does not need the (lost) cluster's view, whose member-list
 	// timeouts would only delay it; everyone else does.
 	if d := snap.Directive; d == nil || d.Epoch <= obs.AppliedEpoch || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name {
-		if obs.Live, err = observeLive(ctx, s.etcd, others(spec, s.cfg.Name)); err != nil {
-			return spec, obs, fmt.Errorf("%w: %v", errTryAgain, err)
-		}
+		obs.Live = observeLive(ctx, s.etcd, others(spec, s.cfg.Name))
 	}
 	// What the store holds of this cluster matters only to a member that might bootstrap a
 	// new cluster, and to the seed that restores this cluster from its own backup store.
@@ -227,19 +225,16 @@ func others(spec ClusterSpec, self string) []string {
 }
 
 // observeLive asks the other members for the member list: linearizable first (it succeeds
-// only with a quorum), else serializable (what a reachable member believes). A member that
-// refuses the root password is an error, not an unreachable cluster: it answers, and a
-// decision on "nobody answers" could replace members that are well.
-func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) (LiveCluster, error) {
+// only with a quorum), else serializable (what a reachable member believes). It does not log
+// in: etcd lists members to anyone, and a login is a raft request, which a cluster that lost
+// its quorum cannot answer.
+func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) LiveCluster {
 	if len(endpoints) == 0 {
-		return LiveCluster{}, nil
+		return LiveCluster{}
 	}
-	cli, err := etcd.New(endpoints, 2*time.Second)
-	if etcdutil.RefusedLogin(err) {
-		return LiveCluster{}, fmt.Errorf("the other members refuse the root password: %w", err)
-	}
+	cli, err := etcd.Anonymous().New(endpoints, 2*time.Second)
 	if err != nil {
-		return LiveCluster{}, nil
+		return LiveCluster{}
 	}
 	defer cli.Close()
 	live := LiveCluster{}
@@ -253,7 +248,7 @@ func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) 
 		resp, err = cli.MemberList(lctx, clientv3.WithSerializable())
 		cancel()
 		if err != nil {
-			return live, nil
+			return live
 		}
 		live.Reachable = true
 	}
@@ -265,7 +260,7 @@ func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) 
 		}
 		live.Members = append(live.Members, lm)
 	}
-	return live, nil
+	return live
 }
 
 // act carries out a plan and returns the etcd configuration for this start.
@@ -417,10 +412,7 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec ClusterSpec, obs Obser
 	case errors.Is(err, rpctypes.ErrPeerURLExist):
 		// Added by an earlier attempt, or listed at the bootstrap, and never started: take
 		// that entry.
-		live, err := observeLive(ctx, s.etcd, others(spec, s.cfg.Name))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errTryAgain, err)
-		}
+		live := observeLive(ctx, s.etcd, others(spec, s.cfg.Name))
 		for _, m := range live.Members {
 			if m.PeerURL == self.PeerURL && m.Name == "" {
 				newID, _ = strconv.ParseUint(m.ID, 16, 64)
