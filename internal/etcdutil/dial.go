@@ -2,15 +2,18 @@ package etcdutil
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/pki"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // RootUser is the etcd user Steward's clients authenticate as when etcd authentication is on.
@@ -62,6 +65,10 @@ func (d Dialer) New(endpoints []string, dialTimeout time.Duration) (*clientv3.Cl
 	if err != nil {
 		return nil, err
 	}
+	return newClient(c, dialTimeout)
+}
+
+func newClient(c clientv3.Config, dialTimeout time.Duration) (*clientv3.Client, error) {
 	deadline := time.Now().Add(dialTimeout)
 	for {
 		cli, err := clientv3.New(c)
@@ -101,4 +108,59 @@ func ReadPassword(path string) (string, error) {
 		return "", fmt.Errorf("the root password file %s is empty: put the password in it", path)
 	}
 	return string(b), nil
+}
+
+// Conn keeps one long-lived client of endpoints: made on first use, and made again after etcd
+// refused its login. A client logs in again, with the password it was made with, whenever
+// etcd's auth state changes; once root's password has changed, only a new client, which reads
+// the password file again, gets in. One loop owns a Conn: it is not safe for concurrent use.
+type Conn struct {
+	dialer    Dialer
+	endpoints []string
+	timeout   time.Duration
+	cli       *clientv3.Client
+	refused   *atomic.Bool
+}
+
+// Conn returns a Conn of endpoints whose clients d makes.
+func (d Dialer) Conn(endpoints []string, dialTimeout time.Duration) *Conn {
+	return &Conn{dialer: d, endpoints: endpoints, timeout: dialTimeout}
+}
+
+// Client is the client, made now if there is none or etcd refused its login.
+func (c *Conn) Client() (*clientv3.Client, error) {
+	if c.cli != nil && c.refused.Load() {
+		c.Reset()
+	}
+	if c.cli != nil {
+		return c.cli, nil
+	}
+	cfg, err := c.dialer.Config(c.endpoints, c.timeout)
+	if err != nil {
+		return nil, err
+	}
+	refused := new(atomic.Bool)
+	// Inside clientv3's own retries: it sees the login a stale token calls for.
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if RefusedLogin(err) {
+				refused.Store(true)
+			}
+			return err
+		}))
+	cli, err := newClient(cfg, c.timeout)
+	if err != nil {
+		return nil, err
+	}
+	c.cli, c.refused = cli, refused
+	return cli, nil
+}
+
+// Reset closes the client; the next Client makes a new one.
+func (c *Conn) Reset() {
+	if c.cli != nil {
+		c.cli.Close()
+		c.cli = nil
+	}
 }

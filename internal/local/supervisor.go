@@ -217,28 +217,28 @@ type memberRun struct {
 	stopEtcd, stopSidecar context.CancelFunc
 	etcdDone, sidecarDone chan struct{}
 
-	// dial and url make client, the supervisor's client of this member, on first use.
-	dial      etcdutil.Dialer
-	url       string
+	// conn keeps the supervisor's client of this member (see etcdClient).
 	clientMu  sync.Mutex
-	client    *clientv3.Client
-	lastDial  time.Time
+	conn      *etcdutil.Conn
+	failedAt  time.Time
 	clientEnd bool
 }
 
 // etcdClient is the supervisor's client of the member, or nil while none can be made. It is
-// made on first use, tried again at most every few seconds: with etcd authentication, making
-// it logs in, which needs the member to serve.
+// made on first use, and tried again at most every few seconds: with etcd authentication,
+// making it logs in, which needs the member to serve.
 func (r *memberRun) etcdClient() *clientv3.Client {
 	r.clientMu.Lock()
 	defer r.clientMu.Unlock()
-	if r.client == nil && !r.clientEnd && time.Since(r.lastDial) > 3*time.Second {
-		r.lastDial = time.Now()
-		if c, err := r.dial.New([]string{r.url}, time.Second); err == nil {
-			r.client = c
-		}
+	if r.clientEnd || time.Since(r.failedAt) < 3*time.Second {
+		return nil
 	}
-	return r.client
+	c, err := r.conn.Client()
+	if err != nil {
+		r.failedAt = time.Now()
+		return nil
+	}
+	return c
 }
 
 // wait stops the sidecar after etcd has stopped and waits for both.
@@ -249,9 +249,7 @@ func (r *memberRun) wait() {
 	r.clientMu.Lock()
 	defer r.clientMu.Unlock()
 	r.clientEnd = true
-	if r.client != nil {
-		r.client.Close()
-	}
+	r.conn.Reset()
 }
 
 // currentSpec returns a copy of the spec (scaling changes its members).
@@ -319,7 +317,7 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 			args: []string{"etcd", "--sidecar", spec.SidecarURL(m), "--api-token-file", TokenPath(s.dir),
 				"--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}},
 	}
-	r.dial, r.url = dialer(s.dir, spec), spec.ClientURL(m)
+	r.conn = dialer(s.dir, spec).Conn([]string{spec.ClientURL(m)}, time.Second)
 	// A member fenced by the directive in force (recorded before a supervisor restart)
 	// does not start its etcd until the directive releases it.
 	if slices.Contains(s.currentDirective().Fenced(spec.memberNames()), m.Name) {

@@ -86,6 +86,10 @@ func TestAuthKeptAndRestoredWithOwnPassword(t *testing.T) {
 	if err := login(ep, etcdutil.RootUser, "first-password"); !errors.Is(err, rpctypes.ErrAuthFailed) {
 		t.Fatalf("root with the old password: %v; want %v", err, rpctypes.ErrAuthFailed)
 	}
+	// The backup loop's clients, logged in with the old password, are made again with the new.
+	if _, err := root.Put(ctx, "/k", "after the change"); err == nil {
+		t.Fatal("a client of the old password still writes after the change")
+	}
 	root2, err := dial.New([]string{ep}, 5*time.Second)
 	if err != nil {
 		t.Fatalf("a client made after the change: %v", err)
@@ -94,6 +98,10 @@ func TestAuthKeptAndRestoredWithOwnPassword(t *testing.T) {
 	if out, err := k.ensure(ctx, root2, now.Add(4*authCheckInterval)); err != nil || out != authUnchanged {
 		t.Fatalf("ensure with a client of the new password: %v, %v; want nothing to do", out, err)
 	}
+	if _, err := root2.Put(ctx, "/k", "after the change"); err != nil {
+		t.Fatal(err)
+	}
+	waitStored(t, a, root2, ep, 1)
 
 	// The backup holds root with the first or second password; the restored cluster has its own.
 	peer := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))

@@ -296,13 +296,10 @@ func (a *backupAgent) fail(what string, err error) {
 // Run checks leadership every CheckInterval and runs a backup session while this member's
 // etcd leads. It returns when ctx ends.
 func (a *backupAgent) Run(ctx context.Context) {
-	var cli *clientv3.Client
-	defer func() {
-		if cli != nil {
-			cli.Close()
-		}
-	}()
+	conn := a.etcd.Conn([]string{a.endpoint}, 2*time.Second)
+	defer conn.Reset()
 	type running struct {
+		cli    *clientv3.Client
 		cancel context.CancelFunc
 		done   chan struct{}
 	}
@@ -319,18 +316,16 @@ func (a *backupAgent) Run(ctx context.Context) {
 	tick := time.NewTicker(a.cfg.CheckInterval)
 	defer tick.Stop()
 	for {
-		if cli == nil {
-			c, err := a.etcd.New([]string{a.endpoint}, 2*time.Second)
-			if err == nil {
-				cli = c
-			}
+		cli, _ := conn.Client()
+		if cur != nil && cur.cli != cli {
+			stop() // etcd refused the old client's login (the root password changed): start again with the new one
 		}
 		leader := cli != nil && leads(ctx, cli, a.endpoint, 2*time.Second)
 		switch {
 		case leader && cur == nil:
 			a.lg.Info("this member leads: starting backups", zap.String("store", a.store.String()))
 			sctx, cancel := context.WithCancel(ctx)
-			cur = &running{cancel: cancel, done: make(chan struct{})}
+			cur = &running{cli: cli, cancel: cancel, done: make(chan struct{})}
 			a.update(func(s *BackupStatus) { s.Leader = true })
 			go func(done chan struct{}) {
 				defer close(done)

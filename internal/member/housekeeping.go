@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
@@ -163,10 +164,10 @@ func newHousekeepingMetrics(reg *prometheus.Registry) *housekeepingMetrics {
 // force, it recovers from a NOSPACE alarm at once and defragments on its schedule, the
 // leader last (maintenance.Next), one round in the cluster at a time (nextChore).
 func (s *Sidecar) housekeeping(ctx context.Context, sched cron.Schedule, interval time.Duration) {
-	var cli *clientv3.Client
+	var conn *etcdutil.Conn
 	defer func() {
-		if cli != nil {
-			cli.Close()
+		if conn != nil {
+			conn.Reset()
 		}
 	}()
 	var next time.Time
@@ -185,10 +186,12 @@ func (s *Sidecar) housekeeping(ctx context.Context, sched cron.Schedule, interva
 		if !ok {
 			continue
 		}
-		if cli == nil {
-			if cli, err = s.etcd.New([]string{self.ClientURL}, time.Second); err != nil {
-				continue
-			}
+		if conn == nil {
+			conn = s.etcd.Conn([]string{self.ClientURL}, time.Second)
+		}
+		cli, err := conn.Client()
+		if err != nil {
+			continue
 		}
 		if !leads(ctx, cli, self.ClientURL, 5*time.Second) {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
@@ -30,10 +31,10 @@ const (
 // identity, promotes this member when it is a caught-up learner, and, on the leader, removes
 // members that are not in the desired cluster (one at a time).
 func (s *Sidecar) maintainMember(ctx context.Context) {
-	var cli *clientv3.Client
+	var conn *etcdutil.Conn
 	defer func() {
-		if cli != nil {
-			cli.Close()
+		if conn != nil {
+			conn.Reset()
 		}
 	}()
 	var lastStalledLog, lastNudge, lastAuthLog time.Time
@@ -55,18 +56,29 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		spec := snap.Spec
 		self, ok := spec.Member(s.cfg.Name)
 		if !ok {
-			if s.cfg.RemoveUndesired && cli != nil && snap.Directive == nil && len(spec.Members) > 0 {
-				s.leaveLeadership(ctx, cli, lastSelf)
+			if s.cfg.RemoveUndesired && conn != nil && snap.Directive == nil && len(spec.Members) > 0 {
+				if cli, err := conn.Client(); err == nil {
+					s.leaveLeadership(ctx, cli, lastSelf)
+				}
 			}
 			continue
 		}
 		lastSelf = self
-		if cli == nil {
-			if cli, err = s.etcd.New([]string{self.ClientURL}, 2*time.Second); err != nil {
-				cli = nil
-				s.authRefused(err, &lastAuthLog)
-				continue
+		if conn == nil {
+			conn = s.etcd.Conn([]string{self.ClientURL}, 2*time.Second)
+		}
+		cli, err := conn.Client()
+		if err != nil {
+			s.authRefused(err, &lastAuthLog)
+			if s.auth != nil {
+				// A learner takes no login (etcd serves it only status and serializable reads):
+				// it is found and promoted through the voters.
+				s.promoteListedLearner(ctx, spec, self, &lastStalledLog)
+				if since := s.learnerSince.Load(); since != 0 {
+					s.awaitLearner(ctx, spec, time.Unix(0, since), &lastNudge, &lastStalledLog)
+				}
 			}
+			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		st, err := cli.Status(sctx, self.ClientURL)
@@ -94,8 +106,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		}
 		if st.Leader == st.Header.MemberId && snap.Directive == nil {
 			if s.keepAuth(ctx, cli) {
-				cli.Close()
-				cli = nil
+				conn.Reset() // it holds the old password
 				continue
 			}
 			s.removeSuperfluous(ctx, cli, spec, st.Header.MemberId)
@@ -171,6 +182,27 @@ func (s *Sidecar) awaitLearner(ctx context.Context, spec ClusterSpec, since time
 		return
 	}
 	_, _ = voters.Revoke(nctx, lease.ID) // left alone, it expires in a minute
+}
+
+// promoteListedLearner promotes this member through the voters if they list it as a learner.
+func (s *Sidecar) promoteListedLearner(ctx context.Context, spec ClusterSpec, self MemberSpec, lastLog *time.Time) {
+	voters, err := s.etcd.New(others(spec, s.cfg.Name), time.Second)
+	if err != nil {
+		return
+	}
+	defer voters.Close()
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ml, err := voters.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	for _, m := range ml.Members {
+		if m.IsLearner && slices.Contains(m.PeerURLs, self.PeerURL) {
+			s.promote(ctx, voters, m.ID, lastLog)
+			return
+		}
+	}
 }
 
 // promote asks the cluster to promote this learner; etcd refuses until it has caught up.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -26,10 +27,10 @@ func (s *Sidecar) kickReport() {
 // reportLoop sends this member's live report to the cluster view every reportInterval and
 // whenever something changed, and acknowledges a directive this member carried out.
 func (s *Sidecar) reportLoop(ctx context.Context) {
-	var cli *clientv3.Client
+	var conn *etcdutil.Conn
 	defer func() {
-		if cli != nil {
-			cli.Close()
+		if conn != nil {
+			conn.Reset()
 		}
 	}()
 	tick := time.NewTicker(reportInterval)
@@ -38,9 +39,10 @@ func (s *Sidecar) reportLoop(ctx context.Context) {
 		snap, err := s.cfg.View.Snapshot(ctx)
 		if err == nil {
 			if self, ok := snap.Spec.Member(s.cfg.Name); ok {
-				if cli == nil {
-					cli, _ = s.etcd.New([]string{self.ClientURL}, time.Second)
+				if conn == nil {
+					conn = s.etcd.Conn([]string{self.ClientURL}, time.Second)
 				}
+				cli, _ := conn.Client()
 				r := s.buildReport(ctx, cli, self, snap)
 				s.lastReport.Store(&r)
 				if err := s.cfg.View.Report(ctx, r); err != nil && ctx.Err() == nil {

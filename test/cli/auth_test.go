@@ -1,0 +1,127 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/testutil"
+)
+
+// TestLocalAuth: `steward local up --auth` turns etcd authentication on for a cluster made
+// without it. etcdctl with the flags status prints logs in as root; without the password it is
+// refused. Backups, a restore back in time and the loss of every member's data (restored from
+// the backups) all work logged in, and the root password stays the cluster's throughout.
+func TestLocalAuth(t *testing.T) {
+	c := upLocal(t, "--members", "3", "--base-port", "22500", "--sidecar-arg=--delta-period=1s")
+	steward, dir, status := c.steward, c.dir, c.status
+	etcdctl := testutil.Tool(t, "etcdctl")
+	plain := "--endpoints " + strings.Join(strings.Fields(status().Cluster.Etcdctl)[1:2], "")
+	sh := func(cmd string) (string, error) {
+		out, err := exec.Command("sh", "-c", etcdctl+" "+cmd).CombinedOutput()
+		return string(out), err
+	}
+	ctl := func(args string) string {
+		t.Helper()
+		out, err := sh(status().Cluster.Etcdctl + " " + args)
+		if err != nil {
+			t.Fatalf("etcdctl %s: %v\n%s", args, err, out)
+		}
+		return out
+	}
+	acked := map[string]string{}
+	put := func(k, v string) {
+		ctl(fmt.Sprintf("put %s %s", k, v))
+		acked[k] = v
+	}
+	put("/auth/before", "plain")
+
+	// Turned on for the existing cluster.
+	run(t, steward, "local", "down", "--dir", dir)
+	run(t, steward, "local", "up", "--detach", "--dir", dir, "--auth")
+	rep := status()
+	if fi, err := os.Stat(rep.Cluster.RootPasswordFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the root password file %q: %v, %v: want a 0600 file", rep.Cluster.RootPasswordFile, fi, err)
+	}
+	if !strings.Contains(rep.Cluster.Etcdctl, "--user root") {
+		t.Fatalf("the etcdctl flags do not log in: %s", rep.Cluster.Etcdctl)
+	}
+	testutil.Eventually(t, 60*time.Second, "a client without the password refused", func() error {
+		if out, err := sh(plain + " --command-timeout 3s put /auth/refused x"); err == nil || !strings.Contains(out, "user name is empty") {
+			return fmt.Errorf("etcdctl without a password: %v: %s", err, out)
+		}
+		return nil
+	})
+	if out, err := sh(plain + " --user root --password wrong --command-timeout 3s put /auth/refused x"); err == nil || !strings.Contains(out, "authentication failed") {
+		t.Fatalf("etcdctl with a wrong password: %v: %s", err, out)
+	}
+	for i := range 10 {
+		put(fmt.Sprintf("/auth/%02d", i), fmt.Sprintf("v%d", i))
+	}
+
+	// Backups and a restore back in time, logged in.
+	var at struct {
+		Header struct{ Revision int64 } `json:"header"`
+	}
+	if err := json.Unmarshal([]byte(ctl("get /auth/09 -w json")), &at); err != nil {
+		t.Fatal(err)
+	}
+	ctl("put /auth/after x")
+	testutil.Eventually(t, 60*time.Second, "the newest write backed up", func() error {
+		if b := status().Backup; b == nil || !b.Ready || b.LatestDeltaRevision <= at.Header.Revision {
+			return fmt.Errorf("backup %+v", b)
+		}
+		return nil
+	})
+	run(t, steward, "local", "restore", "--dir", dir, "--to-revision", fmt.Sprint(at.Header.Revision), "--timeout", "3m")
+	if got := strings.TrimSpace(ctl("get /auth/after --print-value-only")); got != "" {
+		t.Fatalf("after the restore to revision %d, /auth/after = %q: want none", at.Header.Revision, got)
+	}
+	if out, err := sh(plain + " --command-timeout 3s get /auth/00"); err == nil {
+		t.Fatalf("the restored cluster answers a client without a password: %s", out)
+	}
+
+	// Every member's data lost: the cluster is restored from its backups, and its sidecars
+	// and clients still log in with the cluster's password.
+	put("/auth/last", "kept")
+	var last struct {
+		Header struct{ Revision int64 } `json:"header"`
+	}
+	if err := json.Unmarshal([]byte(ctl("get /auth/last -w json")), &last); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "the last write backed up", func() error {
+		if b := status().Backup; b == nil || b.LatestDeltaRevision < last.Header.Revision {
+			return fmt.Errorf("backup %+v", b)
+		}
+		return nil
+	})
+	for _, m := range []string{"m0", "m1", "m2"} {
+		run(t, steward, "local", "fault", m, "wipe", "--dir", dir)
+	}
+	testutil.Eventually(t, 4*time.Minute, "every member a healthy voter again", func() error {
+		rep := status()
+		healthy := 0
+		for _, m := range rep.Members {
+			if m.Healthy && m.Role != "learner" {
+				healthy++
+			}
+		}
+		if healthy != 3 {
+			return fmt.Errorf("%d of 3 members healthy voters; supervisor %s %s", healthy, rep.Supervisor.Phase, rep.Supervisor.Waiting)
+		}
+		return nil
+	})
+	for k, v := range acked {
+		if got := strings.TrimSpace(ctl("get " + k + " --print-value-only")); got != v {
+			t.Fatalf("after the restore from backups: %s = %q, want %q", k, got, v)
+		}
+	}
+	if out, err := sh(plain + " --command-timeout 3s get /auth/00"); err == nil {
+		t.Fatalf("the cluster restored from backups answers a client without a password: %s", out)
+	}
+}
