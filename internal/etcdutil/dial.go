@@ -96,6 +96,13 @@ func RefusedLogin(err error) bool {
 	return err != nil && errors.Is(rpctypes.Error(err), rpctypes.ErrAuthFailed)
 }
 
+// refusedAsUser says whether err is etcd refusing a request for its user: for a client that
+// logs in as root, a sign that it is not logged in.
+func refusedAsUser(err error) bool {
+	err = rpctypes.Error(err)
+	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserNotFound)
+}
+
 // ReadPassword reads a password file: its content without the line end an editor or `echo`
 // leaves. An empty password is an error (etcd refuses it for a user that logs in).
 func ReadPassword(path string) (string, error) {
@@ -113,7 +120,11 @@ func ReadPassword(path string) (string, error) {
 // Conn keeps one long-lived client of endpoints: made on first use, and made again after etcd
 // refused its login. A client logs in again, with the password it was made with, whenever
 // etcd's auth state changes; once root's password has changed, only a new client, which reads
-// the password file again, gets in. One loop owns a Conn: it is not safe for concurrent use.
+// the password file again, gets in. And a client made while authentication was off holds no
+// token: with TLS, etcd then takes its certificate's name for the user, and refuses root's
+// requests as that user's ("permission denied" or "user name not found", which root never
+// gets), without the login clientv3 attempts on "user name is empty". One loop owns a Conn: it is not safe for
+// concurrent use.
 type Conn struct {
 	dialer    Dialer
 	endpoints []string
@@ -144,7 +155,7 @@ func (c *Conn) Client() (*clientv3.Client, error) {
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
 		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			if RefusedLogin(err) {
+			if RefusedLogin(err) || (cfg.Username != "" && refusedAsUser(err)) {
 				refused.Store(true)
 			}
 			return err

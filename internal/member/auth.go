@@ -87,7 +87,7 @@ func (k *authKeeper) ensure(ctx context.Context, cli *clientv3.Client, now time.
 }
 
 // keepAuth runs authKeeper.ensure on the leader and logs what it did. It says whether cli
-// must be made again (it holds a password that is no longer root's).
+// must be made again: it holds a password that is no longer root's, or no token at all.
 func (s *Sidecar) keepAuth(ctx context.Context, cli *clientv3.Client) (redial bool) {
 	if s.auth == nil {
 		return false
@@ -102,7 +102,9 @@ func (s *Sidecar) keepAuth(ctx context.Context, cli *clientv3.Client) (redial bo
 	}
 	switch out {
 	case authEnabled:
+		// cli logged in while authentication was off, and holds no token.
 		s.lg.Info("etcd authentication turned on: the root user logs in with the password of the root password file")
+		return true
 	case authPasswordChanged:
 		s.lg.Info("the root password was changed to the one of the root password file")
 		return true

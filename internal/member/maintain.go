@@ -106,7 +106,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		}
 		if st.Leader == st.Header.MemberId && snap.Directive == nil {
 			if s.keepAuth(ctx, cli) {
-				conn.Reset() // it holds the old password
+				conn.Reset() // it holds the old password, or no token
 				continue
 			}
 			s.removeSuperfluous(ctx, cli, spec, st.Header.MemberId)

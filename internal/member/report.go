@@ -42,7 +42,10 @@ func (s *Sidecar) reportLoop(ctx context.Context) {
 				if conn == nil {
 					conn = s.etcd.Conn([]string{self.ClientURL}, time.Second)
 				}
-				cli, _ := conn.Client()
+				cli, err := conn.Client()
+				if err != nil {
+					s.logUnreachable(fmt.Errorf("connect: %w", err))
+				}
 				r := s.buildReport(ctx, cli, self, snap)
 				s.lastReport.Store(&r)
 				if err := s.cfg.View.Report(ctx, r); err != nil && ctx.Err() == nil {
@@ -75,6 +78,22 @@ func (s *Sidecar) publishBackup(ctx context.Context) {
 	}
 }
 
+// logUnreachable logs, once per distinct error and at most every minute, why this member's
+// report comes from its data dir rather than from its etcd.
+func (s *Sidecar) logUnreachable(err error) {
+	msg := err.Error()
+	if last := s.lastUnreachable.Load(); last != nil && last.msg == msg && time.Since(last.at) < time.Minute {
+		return
+	}
+	s.lastUnreachable.Store(&unreachable{msg: msg, at: time.Now()})
+	s.lg.Info("etcd does not answer this member's status: reporting from the data dir", zap.Error(err))
+}
+
+type unreachable struct {
+	msg string
+	at  time.Time
+}
+
 // buildReport reports from the running etcd when it answers, else from the data dir.
 func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self MemberSpec, snap ClusterSnapshot) Report {
 	r := Report{Name: s.cfg.Name, At: time.Now().UTC(), Maintenance: s.maintenance.Load()}
@@ -90,6 +109,9 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		st, err := cli.Status(sctx, self.ClientURL)
 		cancel()
+		if err != nil {
+			s.logUnreachable(err)
+		}
 		if err == nil {
 			r.Source, r.Serving, r.Learner, r.DataValid, r.Owner = ReportFromEtcd, true, st.IsLearner, true, s.cfg.Name
 			r.MemberID, r.ClusterID = fmt.Sprintf("%x", st.Header.MemberId), fmt.Sprintf("%x", st.Header.ClusterId)

@@ -95,9 +95,11 @@ type Sidecar struct {
 	// then carries the directive out again (on the same data), never a recorded one.
 	pendingEpoch atomic.Int64
 	// lastReport is the newest report sent; lastRaftLog the newest read of the WAL.
-	lastReport  atomic.Pointer[Report]
-	lastRaftLog atomic.Pointer[fromDataDir[datadir.RaftLog]]
-	reportKick  chan struct{}
+	lastReport atomic.Pointer[Report]
+	// lastUnreachable is the last reason the report came from the data dir (logUnreachable).
+	lastUnreachable atomic.Pointer[unreachable]
+	lastRaftLog     atomic.Pointer[fromDataDir[datadir.RaftLog]]
+	reportKick      chan struct{}
 	// maintenance is what the housekeeping last did (nil: never led); defragSchedule its
 	// schedule (nil: off).
 	maintenance         atomic.Pointer[MaintenanceReport]

@@ -394,13 +394,7 @@ func nextSizes(o Observation, d *Decision) (sts, config int32) {
 	if cur == o.Desired {
 		return cur, cur
 	}
-	ready := int32(0)
-	for _, m := range o.Previous.Members {
-		if m.Status == v1alpha1.MemberReady {
-			ready++
-		}
-	}
-	if ready < cur {
+	if !staysReady(o, cur) {
 		return cur, cur // heal first, then scale
 	}
 	if o.Desired > cur {
@@ -409,6 +403,28 @@ func nextSizes(o Observation, d *Decision) (sts, config int32) {
 	}
 	addCase(d, CaseScaleDown)
 	return cur, cur - 1
+}
+
+// staysReady says whether every member that stays is Ready: all cur of them, or, scaling
+// down, those below the desired size. A leaving member need not be healed first: scaling down
+// is how a user drops a member that cannot come back, and waiting for it would wait forever.
+// etcd itself refuses a removal that would cost the quorum.
+func staysReady(o Observation, cur int32) bool {
+	keep := cur
+	if o.Desired < cur {
+		keep = max(o.Desired, 0)
+	}
+	ordinals := map[string]int{}
+	for _, m := range o.Members {
+		ordinals[m.Name] = m.Ordinal
+	}
+	ready := int32(0)
+	for _, m := range o.Previous.Members {
+		if ord, ok := ordinals[m.Name]; ok && int32(ord) < keep && m.Status == v1alpha1.MemberReady {
+			ready++
+		}
+	}
+	return ready >= keep
 }
 
 // memberAt is the name of the member with the given ordinal.

@@ -245,6 +245,25 @@ func TestDecide(t *testing.T) {
 				t.Errorf("replicas %d: no pod stops on a guess", d.StatefulSetReplicas)
 			}
 		}},
+		{"12 scale down drops a leaving member that is not Ready", func() *world {
+			w := healthy(4).podNotReady(3, time.Hour).prevStatus(3, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 5*time.Minute).
+				setCond(v1alpha1.ConditionAllMembersReady, false)
+			w.o.Desired = 3
+			return w
+		}(), CaseScaleDown, func(t *testing.T, d Decision) {
+			if d.ConfigMembers != 3 || d.StatefulSetReplicas != 4 {
+				t.Errorf("config %d replicas %d, want 3 and 4: c-3 leaves etcd, then its pod stops", d.ConfigMembers, d.StatefulSetReplicas)
+			}
+		}},
+		{"12 scale down waits while a member that stays is not Ready", func() *world {
+			w := healthy(4).prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, time.Minute).podNotReady(1, time.Minute)
+			w.o.Desired = 3
+			return w
+		}(), CaseAllReadyStaleFalse, func(t *testing.T, d Decision) {
+			if d.ConfigMembers != 4 || slices.Contains(d.Cases, CaseScaleDown) {
+				t.Errorf("config %d, cases %v: c-1 is healed before anything is removed", d.ConfigMembers, d.Cases)
+			}
+		}},
 		{"13 superfluous member entries are dropped", func() *world {
 			w := healthy(3)
 			w.o.Previous.Members = append(w.o.Previous.Members, v1alpha1.MemberStatus{Name: "c-3", Status: v1alpha1.MemberNotReady})
