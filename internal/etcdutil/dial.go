@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // RootUser is the etcd user Steward's clients authenticate as when etcd authentication is on.
@@ -32,7 +33,11 @@ type Dialer struct {
 
 // Config is the client configuration for endpoints.
 func (d Dialer) Config(endpoints []string, dialTimeout time.Duration) (clientv3.Config, error) {
-	c := clientv3.Config{Endpoints: endpoints, DialTimeout: dialTimeout, Logger: zap.NewNop()}
+	c := clientv3.Config{Endpoints: endpoints, DialTimeout: dialTimeout, Logger: zap.NewNop(),
+		// Members restart often (healing, rolling updates): a connection to one that was down
+		// for a minute tries again within seconds, not after gRPC's default backoff of up to 2 min.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second}})}}
 	if d.TLSDir != "" {
 		tc, err := pki.ClientTLS(d.TLSDir)
 		if err != nil {
@@ -48,13 +53,6 @@ func (d Dialer) Config(endpoints []string, dialTimeout time.Duration) (clientv3.
 		c.Username, c.Password = RootUser, pw
 	}
 	return c, nil
-}
-
-// Anonymous is d without the login: for what etcd answers to anyone (the member list), which
-// must not wait for a leader as a login does.
-func (d Dialer) Anonymous() Dialer {
-	d.PasswordFile = ""
-	return d
 }
 
 // New makes a client of endpoints. Without a password it connects lazily. With one, it logs
@@ -133,6 +131,10 @@ type Conn struct {
 	refused   *atomic.Bool
 }
 
+// authenticateMethod is etcd's login. A failed login, refused or timed out on a connection
+// that backs off from a member that was down, makes the client again.
+const authenticateMethod = "/etcdserverpb.Auth/Authenticate"
+
 // Conn returns a Conn of endpoints whose clients d makes.
 func (d Dialer) Conn(endpoints []string, dialTimeout time.Duration) *Conn {
 	return &Conn{dialer: d, endpoints: endpoints, timeout: dialTimeout}
@@ -155,7 +157,7 @@ func (c *Conn) Client() (*clientv3.Client, error) {
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
 		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			if RefusedLogin(err) || (cfg.Username != "" && refusedAsUser(err)) {
+			if err != nil && (method == authenticateMethod || (cfg.Username != "" && refusedAsUser(err))) {
 				refused.Store(true)
 			}
 			return err

@@ -20,9 +20,11 @@ const authCheckInterval = time.Minute
 // authKeeper keeps etcd authentication on (RootPasswordFile) from the leader's sidecar.
 type authKeeper struct {
 	file string
-	// ensured is the password last found in force, and when.
+	// ensured is the password last found in force, when, and under which leadership (see
+	// ensure).
 	ensured   string
 	checkedAt time.Time
+	term      string
 }
 
 // authOutcome says what ensure did.
@@ -45,14 +47,18 @@ const (
 //   - Authentication on and the file changed since cli logged in: cli still holds the old
 //     password, so it can change root's password to the new one. A sidecar that starts after
 //     the change cannot: it reports that etcd refuses the password (see dialing).
-func (k *authKeeper) ensure(ctx context.Context, cli *clientv3.Client, now time.Time) (authOutcome, error) {
+//
+// term names the leadership ensure runs under (cluster, leader and raft term). A new one, as
+// after a restore, whose data may hold another auth state, is checked at once.
+func (k *authKeeper) ensure(ctx context.Context, cli *clientv3.Client, term string, now time.Time) (authOutcome, error) {
 	want, err := etcdutil.ReadPassword(k.file)
 	if err != nil {
 		return authUnchanged, err
 	}
-	if want == k.ensured && now.Sub(k.checkedAt) < authCheckInterval {
+	if want == k.ensured && term == k.term && now.Sub(k.checkedAt) < authCheckInterval {
 		return authUnchanged, nil
 	}
+	k.term = term
 	st, err := cli.AuthStatus(ctx)
 	if err != nil {
 		return authUnchanged, fmt.Errorf("read whether etcd authentication is on: %w", err)
@@ -88,13 +94,13 @@ func (k *authKeeper) ensure(ctx context.Context, cli *clientv3.Client, now time.
 
 // keepAuth runs authKeeper.ensure on the leader and logs what it did. It says whether cli
 // must be made again: it holds a password that is no longer root's, or no token at all.
-func (s *Sidecar) keepAuth(ctx context.Context, cli *clientv3.Client) (redial bool) {
+func (s *Sidecar) keepAuth(ctx context.Context, cli *clientv3.Client, term string) (redial bool) {
 	if s.auth == nil {
 		return false
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := s.auth.ensure(actx, cli, time.Now())
+	out, err := s.auth.ensure(actx, cli, term, time.Now())
 	if err != nil {
 		s.metrics.authErrors.Inc()
 		s.lg.Warn("etcd authentication is not as configured", zap.Error(err))

@@ -52,7 +52,7 @@ func TestAuthKeptAndRestoredWithOwnPassword(t *testing.T) {
 	defer root.Close()
 	k := &authKeeper{file: pwFile}
 	now := time.Now()
-	if out, err := k.ensure(ctx, root, now); err != nil || out != authEnabled {
+	if out, err := k.ensure(ctx, root, "t1", now); err != nil || out != authEnabled {
 		t.Fatalf("ensure on a new cluster: %v, %v; want authentication turned on", out, err)
 	}
 	if _, err := plain.Get(ctx, "/k"); !errors.Is(err, rpctypes.ErrUserEmpty) {
@@ -65,7 +65,7 @@ func TestAuthKeptAndRestoredWithOwnPassword(t *testing.T) {
 	if _, err := root.UserAdd(ctx, "alice", "alice-password"); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := k.ensure(ctx, root, now.Add(2*authCheckInterval)); err != nil || out != authUnchanged {
+	if out, err := k.ensure(ctx, root, "t1", now.Add(2*authCheckInterval)); err != nil || out != authUnchanged {
 		t.Fatalf("ensure again: %v, %v; want nothing to do", out, err)
 	}
 
@@ -77,7 +77,7 @@ func TestAuthKeptAndRestoredWithOwnPassword(t *testing.T) {
 	waitStored(t, a, root, ep, 1)
 
 	writePassword(t, pwFile, "second-password")
-	if out, err := k.ensure(ctx, root, now.Add(3*authCheckInterval)); err != nil || out != authPasswordChanged {
+	if out, err := k.ensure(ctx, root, "t1", now.Add(3*authCheckInterval)); err != nil || out != authPasswordChanged {
 		t.Fatalf("ensure after the file changed: %v, %v; want the root password changed", out, err)
 	}
 	if err := login(ep, etcdutil.RootUser, "second-password"); err != nil {
@@ -95,7 +95,7 @@ func TestAuthKeptAndRestoredWithOwnPassword(t *testing.T) {
 		t.Fatalf("a client made after the change: %v", err)
 	}
 	defer root2.Close()
-	if out, err := k.ensure(ctx, root2, now.Add(4*authCheckInterval)); err != nil || out != authUnchanged {
+	if out, err := k.ensure(ctx, root2, "t1", now.Add(4*authCheckInterval)); err != nil || out != authUnchanged {
 		t.Fatalf("ensure with a client of the new password: %v, %v; want nothing to do", out, err)
 	}
 	if _, err := root2.Put(ctx, "/k", "after the change"); err != nil {
@@ -143,7 +143,9 @@ func TestAuthTurnedOnOverAnExistingRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	if out, err := (&authKeeper{file: pwFile}).ensure(ctx, root, time.Now()); err != nil || out != authEnabled {
+	k := &authKeeper{file: pwFile}
+	now := time.Now()
+	if out, err := k.ensure(ctx, root, "t1", now); err != nil || out != authEnabled {
 		t.Fatalf("ensure: %v, %v", out, err)
 	}
 	if _, err := root.Put(ctx, "/k", "v"); err != nil {
@@ -151,5 +153,20 @@ func TestAuthTurnedOnOverAnExistingRoot(t *testing.T) {
 	}
 	if err := login(ep, etcdutil.RootUser, "someone-elses"); !errors.Is(err, rpctypes.ErrAuthFailed) {
 		t.Fatalf("the earlier root password: %v; want %v", err, rpctypes.ErrAuthFailed)
+	}
+
+	// Turned off behind the keeper's back (as a restore of data without authentication
+	// does): within its interval, the same leadership is not asked again; a new one is.
+	if _, err := root.AuthDisable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := k.ensure(ctx, root, "t1", now.Add(time.Second)); err != nil || out != authUnchanged {
+		t.Fatalf("ensure under the same leadership within the interval: %v, %v; want nothing asked", out, err)
+	}
+	if out, err := k.ensure(ctx, root, "t2", now.Add(2*time.Second)); err != nil || out != authEnabled {
+		t.Fatalf("ensure under a new leadership: %v, %v; want authentication turned on again", out, err)
+	}
+	if _, err := plain.Get(ctx, "/k"); !errors.Is(err, rpctypes.ErrUserEmpty) {
+		t.Fatalf("a client without a password: %v; want %v", err, rpctypes.ErrUserEmpty)
 	}
 }

@@ -225,14 +225,14 @@ func others(spec ClusterSpec, self string) []string {
 }
 
 // observeLive asks the other members for the member list: linearizable first (it succeeds
-// only with a quorum), else serializable (what a reachable member believes). It does not log
-// in: etcd lists members to anyone, and a login is a raft request, which a cluster that lost
-// its quorum cannot answer.
+// only with a quorum), else serializable (what a reachable member believes). With etcd
+// authentication, the list needs a login, which is a raft request: members without a quorum
+// then count as unreachable.
 func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) LiveCluster {
 	if len(endpoints) == 0 {
 		return LiveCluster{}
 	}
-	cli, err := etcd.Anonymous().New(endpoints, 2*time.Second)
+	cli, err := etcd.New(endpoints, 2*time.Second)
 	if err != nil {
 		return LiveCluster{}
 	}

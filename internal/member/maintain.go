@@ -105,7 +105,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 			continue
 		}
 		if st.Leader == st.Header.MemberId && snap.Directive == nil {
-			if s.keepAuth(ctx, cli) {
+			if s.keepAuth(ctx, cli, fmt.Sprintf("%x/%x/%d", st.Header.ClusterId, st.Header.MemberId, st.RaftTerm)) {
 				conn.Reset() // it holds the old password, or no token
 				continue
 			}

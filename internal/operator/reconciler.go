@@ -747,8 +747,10 @@ func (r *ClusterReconciler) recordEvents(ec *v1alpha1.EtcdCluster, o Observation
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "ScalingUp", "Scale", "adding member %s (%d of %d)",
 				memberName(ec, int(d.StatefulSetReplicas)-1), d.StatefulSetReplicas, ec.Spec.Replicas)
 		case CaseScaleDown:
+			// The leaving member is the first the config no longer has, while it leaves etcd and
+			// while its pod stops.
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "ScalingDown", "Scale", "removing member %s (down to %d)",
-				memberName(ec, int(d.StatefulSetReplicas)), ec.Spec.Replicas)
+				memberName(ec, int(d.ConfigMembers)), ec.Spec.Replicas)
 		case CaseQuorumLost:
 			if c := apimeta.FindStatusCondition(o.Previous.Conditions, v1alpha1.ConditionQuorumLost); c == nil || c.Status != metav1.ConditionTrue {
 				r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "QuorumLost", "Observe",
