@@ -115,14 +115,14 @@ func ReadPassword(path string) (string, error) {
 	return string(b), nil
 }
 
-// Conn keeps one long-lived client of endpoints: made on first use, and made again after etcd
-// refused its login. A client logs in again, with the password it was made with, whenever
-// etcd's auth state changes; once root's password has changed, only a new client, which reads
-// the password file again, gets in. And a client made while authentication was off holds no
-// token: with TLS, etcd then takes its certificate's name for the user, and refuses root's
-// requests as that user's ("permission denied" or "user name not found", which root never
-// gets), without the login clientv3 attempts on "user name is empty". One loop owns a Conn: it is not safe for
-// concurrent use.
+// Conn keeps one long-lived client of endpoints: made on first use, and made again after its
+// login failed or etcd refused it as its user. A client logs in again, with the password it
+// was made with, whenever etcd's auth state changes; once root's password has changed, only a
+// new client, which reads the password file again, gets in. A client made while
+// authentication was off holds no token: with TLS, etcd then takes its certificate's name for
+// the user and refuses root's requests as that user's ("permission denied" or "user name not
+// found", which root never gets), where clientv3 logs in again only on "user name is empty".
+// One loop owns a Conn: it is not safe for concurrent use.
 type Conn struct {
 	dialer    Dialer
 	endpoints []string
@@ -157,7 +157,8 @@ func (c *Conn) Client() (*clientv3.Client, error) {
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
 		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			if err != nil && (method == authenticateMethod || (cfg.Username != "" && refusedAsUser(err))) {
+			if err != nil && ((method == authenticateMethod && !errors.Is(rpctypes.Error(err), rpctypes.ErrAuthNotEnabled)) ||
+				(cfg.Username != "" && refusedAsUser(err))) {
 				refused.Store(true)
 			}
 			return err
