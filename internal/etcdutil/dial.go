@@ -115,14 +115,15 @@ func ReadPassword(path string) (string, error) {
 	return string(b), nil
 }
 
-// Conn keeps one long-lived client of endpoints: made on first use, and made again after its
-// login failed or etcd refused it as its user. A client logs in again, with the password it
-// was made with, whenever etcd's auth state changes; once root's password has changed, only a
-// new client, which reads the password file again, gets in. A client made while
-// authentication was off holds no token: with TLS, etcd then takes its certificate's name for
-// the user and refuses root's requests as that user's ("permission denied" or "user name not
-// found", which root never gets), where clientv3 logs in again only on "user name is empty".
-// One loop owns a Conn: it is not safe for concurrent use.
+// Conn keeps one long-lived client of endpoints: made on first use, and made again after etcd
+// refused its login or refused it as its user (a login that merely timed out, clientv3 tries
+// again). A client logs in again, with the password it was made with, whenever etcd's auth
+// state changes; once root's password has changed, only a new client, which reads the password
+// file again, gets in. A client made while authentication was off holds no token: with TLS,
+// etcd then takes its certificate's name for the user and refuses root's requests as that
+// user's ("permission denied" or "user name not found", which root never gets), where clientv3
+// logs in again only on "user name is empty". One loop owns a Conn: it is not safe for
+// concurrent use.
 type Conn struct {
 	dialer    Dialer
 	endpoints []string
@@ -130,10 +131,6 @@ type Conn struct {
 	cli       *clientv3.Client
 	refused   *atomic.Bool
 }
-
-// authenticateMethod is etcd's login. A failed login, refused or timed out on a connection
-// that backs off from a member that was down, makes the client again.
-const authenticateMethod = "/etcdserverpb.Auth/Authenticate"
 
 // Conn returns a Conn of endpoints whose clients d makes.
 func (d Dialer) Conn(endpoints []string, dialTimeout time.Duration) *Conn {
@@ -157,8 +154,7 @@ func (c *Conn) Client() (*clientv3.Client, error) {
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
 		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			if err != nil && ((method == authenticateMethod && !errors.Is(rpctypes.Error(err), rpctypes.ErrAuthNotEnabled)) ||
-				(cfg.Username != "" && refusedAsUser(err))) {
+			if RefusedLogin(err) || (cfg.Username != "" && refusedAsUser(err)) {
 				refused.Store(true)
 			}
 			return err

@@ -17,7 +17,7 @@ import (
 // refused. Backups, a restore back in time and the loss of every member's data (restored from
 // the backups) all work logged in, and the root password stays the cluster's throughout.
 func TestLocalAuth(t *testing.T) {
-	c := upLocal(t, "--members", "3", "--base-port", "22500", "--sidecar-arg=--delta-period=1s")
+	c := upLocal(t, "--members", "3", "--base-port", "25300", "--sidecar-arg=--delta-period=1s")
 	steward, dir, status := c.steward, c.dir, c.status
 	etcdctl := testutil.Tool(t, "etcdctl")
 	plain := "--endpoints " + strings.Join(strings.Fields(status().Cluster.Etcdctl)[1:2], "")

@@ -19,7 +19,7 @@ import (
 // which keys to give, `backup verify --restore` proves the chain with them, and without them
 // the chain is refused naming the key.
 func TestLocalEncryptedBackups(t *testing.T) {
-	c := upLocal(t, "--members", "1", "--base-port", "22100", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
+	c := upLocal(t, "--members", "1", "--base-port", "25100", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
 	steward, dir, status := c.steward, c.dir, c.status
 	etcdctl := testutil.Tool(t, "etcdctl")
 

@@ -54,7 +54,7 @@ func TestLocalUpDetachWithEtcdctl(t *testing.T) {
 	etcdctl := testutil.Tool(t, "etcdctl")
 	dir := filepath.Join(t.TempDir(), "cluster")
 
-	out := run(t, steward, "local", "up", "--detach", "--members", "3", "--dir", dir, "--base-port", "22000")
+	out := run(t, steward, "local", "up", "--detach", "--members", "3", "--dir", dir, "--base-port", "25000")
 	t.Cleanup(func() { _ = exec.Command(steward, "local", "down", "--dir", dir).Run() })
 	if !strings.Contains(out, "is healthy (3 members)") {
 		t.Fatalf("up output:\n%s", out)

@@ -22,7 +22,7 @@ import (
 // acknowledged is lost, the old CA is trusted nowhere afterwards, and a client holding the
 // old CA's certificate is refused.
 func TestLocalCARotation(t *testing.T) {
-	c := upLocal(t, "--members", "3", "--base-port", "22500", "--tls", "--backup", "none")
+	c := upLocal(t, "--members", "3", "--base-port", "25500", "--tls", "--backup", "none")
 	etcdctl := testutil.Tool(t, "etcdctl")
 	rep := c.status()
 	pkiDir := filepath.Join(c.dir, "pki")

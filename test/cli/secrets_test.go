@@ -28,7 +28,7 @@ import (
 // served (each command's output, every process log, the sidecars' metrics and API answers)
 // and looks for each secret, in the forms it is kept in and decoded.
 func TestSecretsNeverAppear(t *testing.T) {
-	c := upLocal(t, "--members", "3", "--base-port", "22400", "--tls", "--auth", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
+	c := upLocal(t, "--members", "3", "--base-port", "25400", "--tls", "--auth", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
 	steward, dir := c.steward, c.dir
 	etcdctl := testutil.Tool(t, "etcdctl")
 	var outputs bytes.Buffer

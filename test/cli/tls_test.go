@@ -21,7 +21,7 @@ import (
 // wiped is replaced as a learner over TLS with every acknowledged write kept; scaling and a
 // restore back in time work over TLS.
 func TestLocalTLS(t *testing.T) {
-	c := upLocal(t, "--members", "3", "--base-port", "22300", "--tls", "--sidecar-arg=--delta-period=1s")
+	c := upLocal(t, "--members", "3", "--base-port", "25200", "--tls", "--sidecar-arg=--delta-period=1s")
 	steward, dir, status := c.steward, c.dir, c.status
 	etcdctl := testutil.Tool(t, "etcdctl")
 
