@@ -36,6 +36,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage",message="spec.storage is immutable: the volumes of existing members cannot change; create a new EtcdCluster (bootstrap.restore) to move the data"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is immutable: it is used only when the cluster is created"
 // +kubebuilder:validation:XValidation:rule="(has(self.tls) && self.tls.enabled) == (has(oldSelf.tls) && oldSelf.tls.enabled)",message="spec.tls.enabled is chosen when the cluster is created: the members' peer URLs carry the scheme; create a new EtcdCluster (bootstrap.restore from this one's backups) to change it"
+// +kubebuilder:validation:XValidation:rule="(has(self.tls) && has(self.tls.serverSecret)) == (has(oldSelf.tls) && has(oldSelf.tls.serverSecret)) && (!has(self.tls) || !has(self.tls.serverSecret) || self.tls.serverSecret == oldSelf.tls.serverSecret)",message="spec.tls.serverSecret is chosen when the cluster is created: members of other certificates would not trust each other during the change; renew or roll over the certificates inside the Secret, or create a new EtcdCluster (bootstrap.restore from this one's backups)"
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.restore) || !has(self.backup) || self.bootstrap.restore.store != self.backup.store",message="spec.bootstrap.restore.store must differ from spec.backup.store: a restored cluster is a new history, and its backups need their own store or prefix"
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.auth) && oldSelf.auth.enabled) || (has(self.auth) && self.auth.enabled)",message="spec.auth.enabled cannot be turned off: etcd keeps authentication on, and Steward's clients need the root password to reach it"
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.auth) && oldSelf.auth.enabled) || !has(self.auth) || (has(self.auth.rootPasswordSecret) == has(oldSelf.auth.rootPasswordSecret) && (!has(self.auth.rootPasswordSecret) || self.auth.rootPasswordSecret == oldSelf.auth.rootPasswordSecret))",message="spec.auth.rootPasswordSecret cannot change once authentication is on: the members would restart with a password etcd does not know; change the password inside the Secret instead"
@@ -163,16 +164,40 @@ type CARotationStatus struct {
 	StartTime metav1.Time `json:"startTime"`
 }
 
-// TLSSpec turns on mutual TLS for client and peer traffic. The operator makes the cluster
-// its own CA (Secret <name>-ca), and issues from it the members' certificate (Secret
+// TLSSpec turns on mutual TLS for client and peer traffic. By default the operator makes the
+// cluster its own CA (Secret <name>-ca), and issues from it the members' certificate (Secret
 // <name>-server-tls, one certificate naming the peer and client Services) and a client
 // certificate (Secret <name>-client-tls, named in status.clientCertificateSecret). All three
 // Secrets have cert-manager's keys: tls.crt, tls.key and ca.crt. Leaves are issued again when
 // less than a third of their lifetime is left; etcd reads them at every handshake, so no
 // member restarts. The peer port takes only the members' certificate, not the client one.
+//
+// With serverSecret, the certificates come from Secrets the user keeps (a cert-manager
+// Certificate's secretName, say) and the operator makes no CA and no certificate.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.serverSecret) || self.enabled",message="spec.tls.serverSecret needs spec.tls.enabled: true"
+// +kubebuilder:validation:XValidation:rule="!has(self.clientSecret) || has(self.serverSecret)",message="spec.tls.clientSecret goes with spec.tls.serverSecret: without it the operator makes the client certificate (Secret <name>-client-tls)"
 type TLSSpec struct {
 	// Enabled serves clients and peers with mutual TLS only.
 	Enabled bool `json:"enabled"`
+	// ServerSecret names a Secret in the cluster's namespace that holds the members'
+	// certificate with cert-manager's keys: tls.crt (the certificate, then any intermediates),
+	// tls.key, and ca.crt (the CAs the members trust). One certificate serves every member, as
+	// server and as client of its peers: it needs a common name (peers are told apart from
+	// clients by it), the usages "server auth" and "client auth", and a name for every member,
+	// *.<name>-peer.<namespace>.svc. Renewals are read at the next handshake; a change of
+	// ca.crt restarts the members one at a time, leader last, so a CA rollover is: put both
+	// CAs in ca.crt, issue the certificates from the new CA, drop the old CA from ca.crt.
+	// Chosen when the cluster is created.
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	ServerSecret string `json:"serverSecret,omitempty"`
+	// ClientSecret names the Secret of a client certificate for the cluster's users, published
+	// in status.clientCertificateSecret. It must be trusted by the members' ca.crt and have
+	// another common name than the members' certificate.
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	ClientSecret string `json:"clientSecret,omitempty"`
 }
 
 // AuthSpec turns on etcd authentication. The leader's sidecar makes the root user with the
@@ -516,7 +541,7 @@ type EtcdClusterStatus struct {
 	// +optional
 	Endpoints Endpoints `json:"endpoints,omitempty"`
 	// ClientCertificateSecret names the Secret with a client certificate of the cluster's CA
-	// (tls.crt, tls.key, ca.crt), with TLS on.
+	// (tls.crt, tls.key, ca.crt), with TLS on: the operator's own, or spec.tls.clientSecret.
 	// +optional
 	ClientCertificateSecret string `json:"clientCertificateSecret,omitempty"`
 	// RootPasswordSecret names the Secret with etcd's root password (key "password"), with
@@ -552,7 +577,8 @@ type EtcdClusterStatus struct {
 	// CARotation is the CA rollover in progress (nil: none).
 	// +optional
 	CARotation *CARotationStatus `json:"caRotation,omitempty"`
-	// CARotated is the etcd.steward.dev/rotate-ca value of the last rollover completed.
+	// CARotated is the etcd.steward.dev/rotate-ca value of the last rollover completed, or
+	// refused (the certificates of spec.tls.serverSecret are rolled over by their issuer).
 	// +optional
 	CARotated string `json:"caRotated,omitempty"`
 	// +optional

@@ -42,6 +42,18 @@ func TestEtcdRestoreOnARealMember(t *testing.T) {
 		}
 		return nil
 	})
+	// The target must be backed up: the first full snapshot (taken when backups start) comes
+	// before the puts, and deltas after it.
+	testutil.Eventually(t, 90*time.Second, "c-0's backups ready", func() error {
+		var em v1alpha1.EtcdMember
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "c-0"}, &em); err != nil {
+			return err
+		}
+		if full := holder(t, c, ns, "c-full-snapshot"); full == "" || em.Status.Backup == nil || !em.Status.Backup.Ready {
+			return fmt.Errorf("full-snapshot holder %q, backup status %+v", full, em.Status.Backup)
+		}
+		return nil
+	})
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("http://127.0.0.1:%d", ms[0].client)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

@@ -341,14 +341,17 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 	if tlsEnabled(r.ec) {
 		// The CAs the members trust: a change restarts them, as etcd reads them only when it
 		// starts. Without the TLS Secrets this pass, the template keeps what it had.
-		trust := sts.Spec.Template.Annotations[annotationTrust]
+		trust := sts.Spec.Template.Annotations[AnnotationTrust]
 		if r.ca != nil {
 			trust = r.ca.Trust
+		} else if providedTLS(r.ec) {
+			// A member made or scaled to now might not be named by the certificate, or trusted.
+			return errors.New("the member pods are not created or changed while the members' certificate Secret is not good (component TLS)")
 		}
 		if trust == "" {
 			return errors.New("the member pods are not created before the cluster's certificates (component TLS)")
 		}
-		want.Template.Annotations[annotationTrust] = trust
+		want.Template.Annotations[AnnotationTrust] = trust
 	}
 	hash := templateHash(want.Template)
 	if apierrors.IsNotFound(err) {

@@ -762,6 +762,13 @@ func TestValidation(t *testing.T) {
 			ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/p"}}
 		}, "spec.bootstrap.restore.store must differ from spec.backup.store"},
 		{"unknown quorum-loss policy", func(ec *v1alpha1.EtcdCluster) { ec.Spec.QuorumLoss.Policy = "Sometimes" }, "spec.quorumLoss.policy"},
+		{"the user's certificates", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true, ServerSecret: "certs", ClientSecret: "client"}
+		}, ""},
+		{"the user's certificates with TLS off", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{ServerSecret: "certs"} },
+			"spec.tls.serverSecret needs spec.tls.enabled: true"},
+		{"a client Secret of the user's alone", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true, ClientSecret: "client"} },
+			"spec.tls.clientSecret goes with spec.tls.serverSecret"},
 	}
 	for i, tc := range create {
 		t.Run(tc.name, func(t *testing.T) {
@@ -835,6 +842,23 @@ func TestValidation(t *testing.T) {
 		{"auth removed", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = nil }, "spec.auth.enabled cannot be turned off"},
 		{"another password Secret", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth.RootPasswordSecret = "yours" }, "spec.auth.rootPasswordSecret cannot change"},
 		{"the generated password Secret instead", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth.RootPasswordSecret = "" }, "spec.auth.rootPasswordSecret cannot change"},
+	})
+
+	provided := good("provided")
+	provided.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true, ServerSecret: "certs"}
+	provided.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
+	if err := k8s.Create(ctx, provided); err != nil {
+		t.Fatal(err)
+	}
+	updates("provided", []change{
+		{"a client Secret named", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS.ClientSecret = "client" }, ""},
+		{"another server Secret", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS.ServerSecret = "other" }, "spec.tls.serverSecret is chosen when the cluster is created"},
+		{"the operator's certificates instead", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS.ServerSecret = "" }, "spec.tls.serverSecret is chosen when the cluster is created"},
+	})
+	updates("immutable", []change{
+		{"the user's certificates on a cluster without TLS", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true, ServerSecret: "certs"}
+		}, "spec.tls.serverSecret is chosen when the cluster is created"},
 	})
 
 	// EtcdBackup: the cluster it names cannot change.

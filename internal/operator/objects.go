@@ -47,8 +47,9 @@ const (
 	annotationTemplateHash = "etcd.steward.dev/template-hash"
 	// annotationConfigHash on the pod template identifies the member settings of the ConfigMap.
 	annotationConfigHash = "etcd.steward.dev/config-hash"
-	// annotationTrust on the pod template identifies the CAs the members trust (spec.tls).
-	annotationTrust = "etcd.steward.dev/trust"
+	// AnnotationTrust on the pod template identifies the CAs the members trust (spec.tls): a
+	// change restarts them.
+	AnnotationTrust = "etcd.steward.dev/trust"
 )
 
 // Names of a cluster's objects (DESIGN.md, "Kubernetes objects").
@@ -280,7 +281,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	}
 	if tlsEnabled(ec) {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: v1alpha1.ServerCertificateSecretName(ec.Name), DefaultMode: ptr(int32(0o440))}}})
+			Secret: &corev1.SecretVolumeSource{SecretName: serverSecretName(ec), DefaultMode: ptr(int32(0o440))}}})
 	}
 	if authEnabled(ec) {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "root-password", VolumeSource: corev1.VolumeSource{

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -115,6 +116,15 @@ func TestTLSObjects(t *testing.T) {
 		if flag := strings.Contains(strings.Join(c.Command, " "), "--tls-dir "+TLSMount); flag != (c.Name == "sidecar") {
 			t.Errorf("container %s: --tls-dir %t", c.Name, flag)
 		}
+	}
+
+	// The user's certificates: the pods mount their Secret, and nothing else changes.
+	provided := ec.DeepCopy()
+	provided.Spec.TLS.ServerSecret = "users-certs"
+	if p := statefulSetSpec(provided, "img", 3).Template; !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "tls" && v.Secret != nil && v.Secret.SecretName == "users-certs"
+	}) || len(p.Spec.Volumes) != len(tpl.Spec.Volumes) || !reflect.DeepEqual(p.Spec.Containers, tpl.Spec.Containers) {
+		t.Fatalf("with spec.tls.serverSecret: volumes %+v", p.Spec.Volumes)
 	}
 
 	now := time.Now()

@@ -205,7 +205,11 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	status.Rollout = roundRollout(d.Rollout.Status)
 	status.CARotation, status.CARotated = ec.Status.CARotation, ec.Status.CARotated
-	if run.ca != nil {
+	if req := ec.Annotations[v1alpha1.AnnotationRotateCA]; providedTLS(ec) && req != "" && req != ec.Status.CARotated {
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "CARotationRefused", "RotateCA", "CA rollover %q refused: the certificates come from Secret %s (spec.tls.serverSecret), "+
+			"so their issuer rolls the CA over: put both CAs in its ca.crt, issue the certificates from the new CA, then drop the old one from ca.crt", req, ec.Spec.TLS.ServerSecret)
+		status.CARotated = req
+	} else if run.ca != nil && !providedTLS(ec) {
 		cd := decideCARotation(ec.Annotations[v1alpha1.AnnotationRotateCA], ec.Status.CARotation, ec.Status.CARotated,
 			caState(*run.ca, obs, d), now, r.graces().CAPropagation)
 		switch taken, err := r.rotateCA(ctx, run, cd.Action); {
@@ -436,7 +440,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 				return o, fmt.Errorf("spec.updateStrategy: %w", err)
 			}
 			o.Rollout = &RolloutObservation{Leader: leader, Snapshot: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup,
-				Trust: sts.Spec.Template.Annotations[annotationTrust]}
+				Trust: sts.Spec.Template.Annotations[AnnotationTrust]}
 			if sts.Status.ObservedGeneration >= sts.Generation {
 				// The StatefulSet controller has seen the newest template: pods it creates
 				// from now on carry this revision.
@@ -630,7 +634,7 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 		},
 	}
 	if tlsEnabled(ec) {
-		s.ClientCertificateSecret = v1alpha1.ClientCertificateSecretName(ec.Name)
+		s.ClientCertificateSecret = clientSecretName(ec)
 	}
 	if authEnabled(ec) {
 		s.RootPasswordSecret = rootPasswordSecretName(ec)

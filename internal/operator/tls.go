@@ -22,6 +22,29 @@ const TLSMount = "/var/run/steward/tls"
 
 func tlsEnabled(ec *v1alpha1.EtcdCluster) bool { return ec.Spec.TLS != nil && ec.Spec.TLS.Enabled }
 
+// providedTLS: the certificates come from Secrets the user keeps (spec.tls.serverSecret), not
+// from the cluster's own CA.
+func providedTLS(ec *v1alpha1.EtcdCluster) bool {
+	return tlsEnabled(ec) && ec.Spec.TLS.ServerSecret != ""
+}
+
+// serverSecretName is the Secret of the members' certificate, which the member pods mount.
+func serverSecretName(ec *v1alpha1.EtcdCluster) string {
+	if providedTLS(ec) {
+		return ec.Spec.TLS.ServerSecret
+	}
+	return v1alpha1.ServerCertificateSecretName(ec.Name)
+}
+
+// clientSecretName is the Secret of the client certificate published in the status: none
+// when the user provides the members' certificate but no client one.
+func clientSecretName(ec *v1alpha1.EtcdCluster) string {
+	if providedTLS(ec) {
+		return ec.Spec.TLS.ClientSecret
+	}
+	return v1alpha1.ClientCertificateSecretName(ec.Name)
+}
+
 // scheme is the URL scheme of the cluster's client and peer traffic.
 func scheme(ec *v1alpha1.EtcdCluster) string {
 	if tlsEnabled(ec) {
@@ -52,6 +75,9 @@ func serverLeaf(ec *v1alpha1.EtcdCluster) pki.Leaf {
 func syncTLS(ctx context.Context, r *run) error {
 	if !tlsEnabled(r.ec) {
 		return nil
+	}
+	if providedTLS(r.ec) {
+		return checkProvidedTLS(ctx, r)
 	}
 	ca, err := ensureCASecret(ctx, r)
 	if err != nil {
@@ -96,7 +122,62 @@ func syncTLS(ctx context.Context, r *run) error {
 	return nil
 }
 
+// checkProvidedTLS checks the certificates of the Secrets the user keeps, and writes nothing:
+// the members' one (spec.tls.serverSecret) must serve every member, and the client one
+// (spec.tls.clientSecret) reach them. Their issuer renews them, and etcd reads a renewal at
+// the next handshake. The members' ca.crt is what they trust: a change of it restarts them,
+// one at a time and leader last, as etcd reads it only when it starts.
+func checkProvidedTLS(ctx context.Context, r *run) error {
+	name := r.ec.Spec.TLS.ServerSecret
+	s, err := readProvidedSecret(ctx, r, name, "spec.tls.serverSecret")
+	if err != nil {
+		return err
+	}
+	n := max(r.ec.Spec.Replicas, r.decision.ConfigMembers, r.decision.StatefulSetReplicas)
+	cn, err := pki.CheckMember(s.Data[pki.CertFile], s.Data[pki.KeyFile], s.Data[pki.CAFile], memberHosts(r.ec, int(n)), r.now)
+	if err != nil {
+		return fmt.Errorf("the members' certificate Secret %s/%s (spec.tls.serverSecret): %w", r.ec.Namespace, name, err)
+	}
+	r.ca = &CAState{Trust: shortHash(s.Data[pki.CAFile])}
+	if name := r.ec.Spec.TLS.ClientSecret; name != "" {
+		c, err := readProvidedSecret(ctx, r, name, "spec.tls.clientSecret")
+		if err != nil {
+			return err
+		}
+		if err := pki.CheckClient(c.Data[pki.CertFile], c.Data[pki.KeyFile], s.Data[pki.CAFile], cn, r.now); err != nil {
+			return fmt.Errorf("the client certificate Secret %s/%s (spec.tls.clientSecret): %w", r.ec.Namespace, name, err)
+		}
+	}
+	return nil
+}
+
+// readProvidedSecret reads a Secret the user keeps, named in field.
+func readProvidedSecret(ctx context.Context, r *run, name, field string) (*corev1.Secret, error) {
+	var s corev1.Secret
+	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &s)
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("the Secret %s/%s (%s) does not exist: create it with tls.crt, tls.key and ca.crt, or the cert-manager Certificate whose secretName it is", r.ec.Namespace, name, field)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the Secret %s/%s (%s): %w", r.ec.Namespace, name, field, err)
+	}
+	return &s, nil
+}
+
+// memberHosts are the host names of the first n members.
+func memberHosts(ec *v1alpha1.EtcdCluster, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = memberDNS(ec, i)
+	}
+	return out
+}
+
 func deleteTLS(ctx context.Context, r *run) error {
+	if providedTLS(r.ec) {
+		// The user's Secrets are theirs; the operator made none.
+		return nil
+	}
 	for _, name := range []func(string) string{v1alpha1.ClientCertificateSecretName, v1alpha1.ServerCertificateSecretName,
 		v1alpha1.NextCASecretName, v1alpha1.OldCASecretName, v1alpha1.CASecretName} {
 		if err := deleteByName(&corev1.Secret{}, func(ec *v1alpha1.EtcdCluster) string { return name(ec.Name) })(ctx, r); err != nil {

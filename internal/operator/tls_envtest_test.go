@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -278,4 +279,216 @@ func leafCN(secret string) string {
 		return pki.ClientCN
 	}
 	return pki.MemberCN
+}
+
+// userCertificates are Secrets as cert-manager writes them for a cluster's members and a
+// client, issued by an issuer of the user's: another CA than any the operator makes, a common
+// name of the user's choice, and names for the members only.
+type userCertificates struct {
+	ca       pki.CA
+	ns, name string
+}
+
+func (u userCertificates) secret(t *testing.T, secretName string, l pki.Leaf, caPEM []byte) *corev1.Secret {
+	t.Helper()
+	cert, key, err := u.ca.Issue(l, time.Now(), 30*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: u.ns, Name: secretName}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": caPEM}}
+}
+
+// members is the members' certificate naming the peer Service's wildcard (or just names).
+func (u userCertificates) members(t *testing.T, secretName string, names ...string) *corev1.Secret {
+	if len(names) == 0 {
+		names = []string{"*." + u.name + "-peer." + u.ns + ".svc"}
+	}
+	return u.secret(t, secretName, pki.Leaf{CommonName: "etcd-peer", DNSNames: names}, u.ca.CertPEM)
+}
+
+// TestProvidedTLS: with spec.tls.serverSecret the certificates are the user's. The operator
+// makes no CA and no certificate; it creates no member pod before the members' certificate
+// serves every member (it exists, names each member, is trusted by its ca.crt), and says
+// what is wrong with it; the pods mount it; a renewal of the certificate restarts nothing,
+// while a change of its ca.crt restarts the members (the trust hash changes); a client
+// certificate that would pose as a peer is refused; status names the client Secret; the
+// rotate-ca annotation is refused with an Event; deleting the cluster leaves the Secrets.
+func TestProvidedTLS(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ca, err := pki.NewCA("users-issuer", time.Now(), pki.CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := userCertificates{ca: ca, ns: ns, name: "own"}
+	ec := newCluster(ns, "own", 3)
+	ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true, ServerSecret: "own-certs", ClientSecret: "own-client-tls"}
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	reported := func(what, code, text string) {
+		t.Helper()
+		testutil.Eventually(t, 20*time.Second, what, func() error {
+			for _, e := range getCluster(t, ns, "own").Status.LastErrors {
+				if e.Code == code && strings.Contains(e.Description, text) {
+					return nil
+				}
+			}
+			return fmt.Errorf("lastErrors %+v", getCluster(t, ns, "own").Status.LastErrors)
+		})
+	}
+	noStatefulSet := func() {
+		t.Helper()
+		if err := get(t, ns, "own", &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the StatefulSet with the members' certificate not good: %v", err)
+		}
+	}
+	reported("the missing Secret", "ERR_SYNC_TLS", "the Secret "+ns+"/own-certs (spec.tls.serverSecret) does not exist")
+	noStatefulSet()
+
+	// Names for two of the three members only.
+	if err := k8s.Create(ctx, u.members(t, "own-certs", "own-0.own-peer."+ns+".svc", "own-1.own-peer."+ns+".svc")); err != nil {
+		t.Fatal(err)
+	}
+	poke(t, ns, "own", "names")
+	reported("a member not named", "ERR_SYNC_TLS", "does not name the member own-2.own-peer."+ns+".svc")
+	noStatefulSet()
+
+	var certs corev1.Secret
+	if err := get(t, ns, "own-certs", &certs); err != nil {
+		t.Fatal(err)
+	}
+	certs.Data = u.members(t, "own-certs").Data
+	if err := k8s.Update(ctx, &certs); err != nil {
+		t.Fatal(err)
+	}
+	// A client certificate of the members' common name would be taken as a peer.
+	if err := k8s.Create(ctx, u.secret(t, "own-client-tls", pki.Leaf{CommonName: "etcd-peer"}, ca.CertPEM)); err != nil {
+		t.Fatal(err)
+	}
+	poke(t, ns, "own", "client")
+	reported("the client posing as a peer", "ERR_SYNC_TLS", `the client certificate Secret `+ns+`/own-client-tls (spec.tls.clientSecret): tls.crt has the members' common name "etcd-peer"`)
+
+	var sts appsv1.StatefulSet
+	testutil.Eventually(t, 20*time.Second, "the StatefulSet mounting the user's Secret", func() error {
+		if err := get(t, ns, "own", &sts); err != nil {
+			return err
+		}
+		for _, v := range sts.Spec.Template.Spec.Volumes {
+			if v.Name == "tls" && v.Secret != nil && v.Secret.SecretName == "own-certs" {
+				return nil
+			}
+		}
+		return fmt.Errorf("volumes %+v", sts.Spec.Template.Spec.Volumes)
+	})
+	trust := sts.Spec.Template.Annotations[AnnotationTrust]
+	if trust == "" {
+		t.Fatal("no trust annotation on the pod template")
+	}
+
+	var client corev1.Secret
+	if err := get(t, ns, "own-client-tls", &client); err != nil {
+		t.Fatal(err)
+	}
+	client.Data = u.secret(t, "own-client-tls", pki.Leaf{CommonName: "app"}, ca.CertPEM).Data
+	if err := k8s.Update(ctx, &client); err != nil {
+		t.Fatal(err)
+	}
+	poke(t, ns, "own", "client-fixed")
+	testutil.Eventually(t, 20*time.Second, "no error, and status names the client Secret", func() error {
+		s := getCluster(t, ns, "own").Status
+		if len(s.LastErrors) > 0 || s.ClientCertificateSecret != "own-client-tls" || !strings.HasPrefix(s.Endpoints.Client, "https://") {
+			return fmt.Errorf("lastErrors %+v, clientCertificateSecret %q, client endpoint %q", s.LastErrors, s.ClientCertificateSecret, s.Endpoints.Client)
+		}
+		return nil
+	})
+	for _, name := range []string{"own-ca", "own-server-tls", "own-ca-next"} {
+		if err := get(t, ns, name, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("Secret %s with the user's certificates: %v", name, err)
+		}
+	}
+
+	templateTrust := func() string {
+		t.Helper()
+		if err := get(t, ns, "own", &sts); err != nil {
+			t.Fatal(err)
+		}
+		return sts.Spec.Template.Annotations[AnnotationTrust]
+	}
+	// A renewal by the issuer: the same CA, nothing restarts. (A certificate of too few names
+	// first, so that the error going away shows the renewal was read.)
+	renew := func(s *corev1.Secret, what string) {
+		t.Helper()
+		if err := get(t, ns, "own-certs", &certs); err != nil {
+			t.Fatal(err)
+		}
+		certs.Data = s.Data
+		if err := k8s.Update(ctx, &certs); err != nil {
+			t.Fatal(err)
+		}
+		poke(t, ns, "own", what)
+	}
+	renew(u.members(t, "own-certs", "own-0.own-peer."+ns+".svc"), "too-few-names")
+	reported("a renewal of too few names", "ERR_SYNC_TLS", "does not name the member own-1.own-peer."+ns+".svc")
+	renew(u.members(t, "own-certs"), "renewed")
+	testutil.Eventually(t, 20*time.Second, "the renewal read", func() error {
+		if s := getCluster(t, ns, "own").Status; len(s.LastErrors) > 0 {
+			return fmt.Errorf("lastErrors %+v", s.LastErrors)
+		}
+		return nil
+	})
+	if got := templateTrust(); got != trust {
+		t.Fatalf("a renewal by the same CA changed the trust on the pod template (%s to %s): the members would restart", trust, got)
+	}
+	// The first step of the issuer's CA rollover: ca.crt trusts both CAs, and the members restart.
+	next, err := pki.NewCA("users-issuer-2", time.Now(), pki.CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := get(t, ns, "own-certs", &certs); err != nil {
+		t.Fatal(err)
+	}
+	certs.Data["ca.crt"] = append(append([]byte{}, ca.CertPEM...), next.CertPEM...)
+	if err := k8s.Update(ctx, &certs); err != nil {
+		t.Fatal(err)
+	}
+	poke(t, ns, "own", "trust-both")
+	testutil.Eventually(t, 20*time.Second, "the trust on the pod template changed", func() error {
+		if got := templateTrust(); got == trust {
+			return fmt.Errorf("trust still %s", got)
+		}
+		return nil
+	})
+
+	// Steward's own rollover does not apply to the user's certificates.
+	updateCluster(t, ns, "own", func(ec *v1alpha1.EtcdCluster) {
+		metav1.SetMetaDataAnnotation(&ec.ObjectMeta, v1alpha1.AnnotationRotateCA, "2026-11")
+	})
+	testutil.Eventually(t, 20*time.Second, "the rollover refused", func() error {
+		if s := getCluster(t, ns, "own").Status; s.CARotated != "2026-11" || s.CARotation != nil {
+			return fmt.Errorf("caRotated %q, caRotation %+v", s.CARotated, s.CARotation)
+		}
+		return findEventWith(ns, "CARotationRefused", "EtcdCluster", "spec.tls.serverSecret")
+	})
+	if err := get(t, ns, "own-ca-next", &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a CA made for a cluster of the user's certificates: %v", err)
+	}
+
+	if err := k8s.Delete(ctx, getCluster(t, ns, "own")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the cluster gone", func() error {
+		if err := get(t, ns, "own", &v1alpha1.EtcdCluster{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	// The client Secret has the name the operator gives its own: it is still the user's.
+	for _, name := range []string{"own-certs", "own-client-tls"} {
+		if err := get(t, ns, name, &corev1.Secret{}); err != nil {
+			t.Fatalf("the user's Secret %s after the cluster was deleted: %v", name, err)
+		}
+	}
 }

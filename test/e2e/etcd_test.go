@@ -34,7 +34,11 @@ func etcdClient(t *testing.T, ns, name string, endpoints ...string) *clientv3.Cl
 		t.Fatal(err)
 	}
 	if ec.Spec.TLS != nil && ec.Spec.TLS.Enabled {
-		cfg.TLS = clusterTLS(t, ns, name, v1alpha1.ClientCertificateSecretName(name))
+		secret := ec.Status.ClientCertificateSecret
+		if secret == "" {
+			secret = v1alpha1.ClientCertificateSecretName(name)
+		}
+		cfg.TLS = clusterTLS(t, ns, name, secret)
 	}
 	if ec.Spec.Auth != nil && ec.Spec.Auth.Enabled {
 		cfg.Username, cfg.Password = etcdutil.RootUser, rootPassword(t, ns, name)

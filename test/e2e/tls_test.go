@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,12 +14,17 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/operator"
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // TestTLS: a cluster with spec.tls and spec.auth serves clients and peers with mutual TLS of
@@ -194,4 +200,201 @@ func TestTLS(t *testing.T) {
 		t.Fatal("the restored cluster was given its source's root password")
 	}
 	assertKeysOnEveryMember(t, ns, "sec2", acked)
+}
+
+// TestTLSProvidedCertificates: a cluster whose certificates come from Secrets the user keeps,
+// as cert-manager writes them (an issuer of the user's, a common name of the user's, names for
+// the members and the client Service only), bootstraps and serves with them, makes no CA of
+// its own, and publishes the user's client Secret. The user's issuer rolls its CA over under
+// a writer, as one with a trust bundle does: ca.crt trusts both CAs (the members restart, one
+// at a time), the certificates are issued again by the new CA (nothing restarts: the members
+// serve them from the next handshake), and the old CA is dropped from ca.crt (the members
+// restart again). No acknowledged write is lost, and a client holding the old CA's
+// certificate is refused at the end.
+func TestTLSProvidedCertificates(t *testing.T) {
+	ns := namespace(t)
+	storeSecret(t, ns)
+	const name = "own"
+	oldCA, newCA := userCA(t, "users-issuer-1"), userCA(t, "users-issuer-2")
+	members := pki.Leaf{CommonName: "etcd-peer", DNSNames: []string{"*.own-peer." + ns + ".svc", "own-client." + ns + ".svc"}}
+	app := pki.Leaf{CommonName: "app"}
+	userSecret(t, ns, "own-certs", oldCA, members, oldCA)
+	userSecret(t, ns, "own-app", oldCA, app, oldCA)
+	apply(t, ns, clusterYAML(ns, name, 3, "  tls: {enabled: true, serverSecret: own-certs, clientSecret: own-app}\n"))
+	ec := waitReady(t, ns, name, 3, 4*time.Minute)
+	if ec.Status.ClientCertificateSecret != "own-app" || !strings.HasPrefix(ec.Status.Endpoints.Client, "https://") {
+		t.Fatalf("status: client certificate Secret %q, client endpoint %q", ec.Status.ClientCertificateSecret, ec.Status.Endpoints.Client)
+	}
+	for _, s := range []string{"own-ca", "own-server-tls", "own-client-tls"} {
+		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: s}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("Secret %s with the user's certificates: %v", s, err)
+		}
+	}
+	// A client that copied the client Secret once, and does not follow it.
+	copied := t.TempDir()
+	var appSecret corev1.Secret
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "own-app"}, &appSecret); err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.WriteDir(copied, appSecret.Data[pki.CertFile], appSecret.Data[pki.KeyFile], appSecret.Data[pki.CAFile]); err != nil {
+		t.Fatal(err)
+	}
+	w := startWriter(t, ns, name, "own", 100*time.Millisecond)
+	trust := templateTrust(t, ns, name)
+
+	start := time.Now()
+	// 1. ca.crt trusts both CAs: the members restart to read it.
+	for _, s := range []string{"own-certs", "own-app"} {
+		setCABundle(t, ns, s, oldCA, newCA)
+	}
+	trust = waitTrustApplied(t, ns, name, trust, 3)
+	// 2. The certificates of the new CA: served from the next handshake, without a restart.
+	pods := memberPods(t, ns, name)
+	userSecret(t, ns, "own-certs", newCA, members, oldCA, newCA)
+	userSecret(t, ns, "own-app", newCA, app, oldCA, newCA)
+	for pod, p := range pods {
+		testutil.Eventually(t, 3*time.Minute, pod+" serving the new CA's certificate", func() error {
+			issuer, err := servedIssuer(fmt.Sprintf("%s:%d", p.Status.PodIP, operator.ClientPort))
+			if err != nil {
+				return err
+			}
+			if issuer != "users-issuer-2" {
+				return fmt.Errorf("it serves a certificate of %s", issuer)
+			}
+			return nil
+		})
+	}
+	for pod, p := range memberPods(t, ns, name) {
+		if p.UID != pods[pod].UID {
+			t.Fatalf("member %s restarted for certificates of a CA it already trusted", pod)
+		}
+	}
+	if got := templateTrust(t, ns, name); got != trust {
+		t.Fatalf("the trust changed with the certificates (%s to %s): the members would restart", trust, got)
+	}
+	// 3. The old CA dropped: the members restart to trust the new one only.
+	for _, s := range []string{"own-certs", "own-app"} {
+		setCABundle(t, ns, s, newCA)
+	}
+	waitTrustApplied(t, ns, name, trust, 3)
+	w.Stop()
+	acked := w.Acked()
+	t.Logf("the user's CA rolled over in %s; %d writes acknowledged, %d failed", time.Since(start).Round(time.Second), len(acked), w.fails)
+	if w.fails > 10 {
+		t.Errorf("%d writes failed during the user's CA rollover: more than a leader election's", w.fails)
+	}
+
+	// The copy of the old CA's client certificate is refused now.
+	tc, err := pki.ClientTLS(copied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.ServerName = fmt.Sprintf("%s-client.%s.svc", name, ns)
+	old, err := clientv3.New(clientv3.Config{Endpoints: []string{serviceEndpoint(t, ns, name)}, TLS: tc, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_, err = old.Put(ctx, "/refused", "old CA")
+	cancel()
+	if err == nil {
+		t.Error("a client of the old CA's certificate was acknowledged after the old CA was dropped")
+	}
+	assertKeysOnEveryMember(t, ns, name, acked)
+}
+
+// userCA is a CA of the user's issuer.
+func userCA(t *testing.T, name string) pki.CA {
+	t.Helper()
+	ca, err := pki.NewCA(name, time.Now(), pki.CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// userSecret writes Secret name as cert-manager does: a certificate for l issued by ca, its
+// key, and the CAs to trust as ca.crt.
+func userSecret(t *testing.T, ns, name string, ca pki.CA, l pki.Leaf, trust ...pki.CA) {
+	t.Helper()
+	cert, key, err := ca.Issue(l, time.Now(), 30*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Type: corev1.SecretTypeTLS}
+	if _, err := controllerutil.CreateOrUpdate(context.Background(), kube, s, func() error {
+		s.Data = map[string][]byte{pki.CertFile: cert, pki.KeyFile: key, pki.CAFile: bundle(trust)}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setCABundle changes only the CAs Secret name trusts.
+func setCABundle(t *testing.T, ns, name string, trust ...pki.CA) {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if _, err := controllerutil.CreateOrUpdate(context.Background(), kube, s, func() error {
+		s.Data[pki.CAFile] = bundle(trust)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func bundle(cas []pki.CA) []byte {
+	var out []byte
+	for _, ca := range cas {
+		out = append(out, ca.CertPEM...)
+	}
+	return out
+}
+
+// templateTrust identifies the CAs the cluster's pod template trusts.
+func templateTrust(t *testing.T, ns, name string) string {
+	t.Helper()
+	var sts appsv1.StatefulSet
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &sts); err != nil {
+		t.Fatal(err)
+	}
+	return sts.Spec.Template.Annotations[operator.AnnotationTrust]
+}
+
+// waitTrustApplied waits until the pod template trusts other CAs than prev and n members
+// run it, Ready, and returns the new trust.
+func waitTrustApplied(t *testing.T, ns, name, prev string, n int) string {
+	t.Helper()
+	var trust string
+	testutil.Eventually(t, 8*time.Minute, "the members restarted to trust the new ca.crt", func() error {
+		if trust = templateTrust(t, ns, name); trust == prev {
+			return fmt.Errorf("the pod template still trusts %s", prev)
+		}
+		pods := memberPods(t, ns, name)
+		if len(pods) != n {
+			return fmt.Errorf("%d pods", len(pods))
+		}
+		for pod, p := range pods {
+			ready := false
+			for _, c := range p.Status.Conditions {
+				ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+			}
+			if p.Annotations[operator.AnnotationTrust] != trust || !ready {
+				return fmt.Errorf("pod %s trusts %s, ready %t", pod, p.Annotations[operator.AnnotationTrust], ready)
+			}
+		}
+		return nil
+	})
+	waitReady(t, ns, name, int32(n), 2*time.Minute)
+	return trust
+}
+
+// servedIssuer is the issuer's common name of the certificate the server at addr presents.
+func servedIssuer(addr string) (string, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) // #nosec G402 -- only the presented certificate is read
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].Issuer.CommonName, nil
 }
