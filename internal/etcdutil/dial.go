@@ -29,6 +29,11 @@ type Dialer struct {
 	// PasswordFile holds the root user's password (a mounted Secret key). It is read at every
 	// dial, so a client made after the password changed uses the new one.
 	PasswordFile string
+	// InForceFile, with PasswordFile, is where the last password etcd took is kept, and tried
+	// when etcd refuses PasswordFile's. A password changed while no client held the old one
+	// (every member's sidecar down) is then still given to root: the leader's sidecar logs in
+	// with the one in force and changes it.
+	InForceFile string
 }
 
 // Config is the client configuration for endpoints.
@@ -63,7 +68,46 @@ func (d Dialer) New(endpoints []string, dialTimeout time.Duration) (*clientv3.Cl
 	if err != nil {
 		return nil, err
 	}
-	return newClient(c, dialTimeout)
+	return d.login(c, dialTimeout)
+}
+
+// login makes the client of c. With InForceFile, a password etcd refuses is followed by the
+// one last in force, and the password etcd took is kept there. (While authentication is off,
+// etcd takes any: the one kept is then the file's, which turning authentication on gives root.)
+func (d Dialer) login(c clientv3.Config, dialTimeout time.Duration) (*clientv3.Client, error) {
+	cli, err := newClient(c, dialTimeout)
+	if d.InForceFile == "" || c.Password == "" {
+		return cli, err
+	}
+	if RefusedLogin(err) {
+		old, rerr := ReadPassword(d.InForceFile)
+		if rerr != nil || old == c.Password {
+			return nil, err
+		}
+		c.Password = old
+		if cli, err = newClient(c, dialTimeout); err != nil {
+			return nil, err
+		}
+	}
+	if err == nil {
+		keepInForce(d.InForceFile, c.Password)
+	}
+	return cli, err
+}
+
+// keepInForce writes password to path (0600) unless it holds it already. A failure only
+// costs the fallback, and the next login tries again.
+func keepInForce(path, password string) {
+	if have, err := ReadPassword(path); err == nil && have == password {
+		return
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(password+"\n"), 0o600); err != nil {
+		return
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+	}
 }
 
 func newClient(c clientv3.Config, dialTimeout time.Duration) (*clientv3.Client, error) {
@@ -159,7 +203,7 @@ func (c *Conn) Client() (*clientv3.Client, error) {
 			}
 			return err
 		}))
-	cli, err := newClient(cfg, c.timeout)
+	cli, err := c.dialer.login(cfg, c.timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/etcdutil"
@@ -11,6 +12,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
+
+// InForcePasswordPath is where a member with etcd authentication keeps the root password etcd
+// last took (etcdutil.Dialer.InForceFile): beside its data dir, on the same volume, which
+// holds root's password hash anyway; outside it, so that it is never taken for member data.
+func InForcePasswordPath(dataDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), "root-password-in-force")
+}
 
 // authCheckInterval is how often the leader's sidecar checks that etcd authentication is still
 // on while the root password file is unchanged. AuthStatus is a raft request in etcd: not
@@ -46,7 +54,8 @@ const (
 //     authentication is off anyone may), granted the root role, and authentication turned on.
 //   - Authentication on and the file changed since cli logged in: cli still holds the old
 //     password, so it can change root's password to the new one. A sidecar that starts after
-//     the change cannot: it reports that etcd refuses the password (see dialing).
+//     the change logs in with the password this member last saw in force (InForcePasswordPath),
+//     and does the same.
 //
 // term names the leadership ensure runs under (cluster, leader and raft term). A new one, as
 // after a restore, whose data may hold another auth state, is checked at once.
@@ -119,8 +128,8 @@ func (s *Sidecar) keepAuth(ctx context.Context, cli *clientv3.Client, term strin
 }
 
 // authRefused logs, at most every few minutes, that etcd refused the root password of the
-// file: the password was changed while no running sidecar held the old one (or etcd holds
-// another cluster's auth state), so no Steward client of this member can log in.
+// file, and the one this member last saw in force: root's password was changed by someone
+// else, or twice while this member was away, so no Steward client of this member can log in.
 func (s *Sidecar) authRefused(err error, last *time.Time) {
 	if s.auth == nil || !etcdutil.RefusedLogin(err) {
 		return
@@ -130,7 +139,8 @@ func (s *Sidecar) authRefused(err error, last *time.Time) {
 		return
 	}
 	*last = time.Now()
-	s.lg.Error("etcd refuses the root password of the root password file: backups and healing cannot reach this member. "+
-		"The password was changed while no member's sidecar was running with the old one: put the old password back, "+
-		"wait until the members are Ready, then change it again", zap.String("file", s.auth.file))
+	s.lg.Error("etcd refuses the root password of the root password file, and the one this member last saw in force: "+
+		"backups and healing cannot reach this member. Root's password was changed other than through the file, or changed "+
+		"twice while this member was away: put root's password in the file (etcdctl user passwd root, logged in as root)",
+		zap.String("file", s.auth.file))
 }

@@ -70,7 +70,9 @@ func TestAuthKeptAndRestoredWithOwnPassword(t *testing.T) {
 	}
 
 	s := openTestStore(t)
-	a, _ := startBackupsDialing(t, BackupConfig{}, dial, s, ep)
+	// BackupReady needs the newest round within 2 delta periods: 300 ms rounds lag more than
+	// that under a loaded CI machine with the race detector, where every login is slow too.
+	a, _ := startBackupsDialing(t, BackupConfig{DeltaPeriod: 2 * time.Second}, dial, s, ep)
 	if _, err := root.Put(ctx, "/k", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -168,5 +170,87 @@ func TestAuthTurnedOnOverAnExistingRoot(t *testing.T) {
 	}
 	if _, err := plain.Get(ctx, "/k"); !errors.Is(err, rpctypes.ErrUserEmpty) {
 		t.Fatalf("a client without a password: %v; want %v", err, rpctypes.ErrUserEmpty)
+	}
+}
+
+// TestAuthPasswordChangedWhileEverySidecarWasDown: every login that etcd takes keeps its
+// password beside the data dir. A password changed while no client held the old one is
+// refused, and the one kept is tried next: the leader's sidecar, logged in with it, gives root
+// the new one, and from then on the new one logs in and is kept. Without the kept one, the
+// member would be locked out.
+func TestAuthPasswordChangedWhileEverySidecarWasDown(t *testing.T) {
+	ctx := context.Background()
+	pwFile := filepath.Join(t.TempDir(), "root-password")
+	writePassword(t, pwFile, "first-password")
+	inForce := InForcePasswordPath(filepath.Join(t.TempDir(), "data"))
+	dial := etcdutil.Dialer{PasswordFile: pwFile, InForceFile: inForce}
+	_, _, ep := testutil.EmbeddedEtcd(t)
+	kept := func() string {
+		t.Helper()
+		fi, err := os.Stat(inForce)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("the password in force: %v, %v; want a 0600 file", fi, err)
+		}
+		pw, err := etcdutil.ReadPassword(inForce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pw
+	}
+
+	cli, err := dial.New([]string{ep}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := (&authKeeper{file: pwFile}).ensure(ctx, cli, "t1", time.Now()); err != nil || out != authEnabled {
+		t.Fatalf("ensure on a new cluster: %v, %v", out, err)
+	}
+	cli.Close()
+	conn := dial.Conn([]string{ep}, 5*time.Second)
+	if _, err := conn.Client(); err != nil {
+		t.Fatal(err)
+	}
+	conn.Reset()
+	if got := kept(); got != "first-password" {
+		t.Fatalf("kept %q after a login with first-password", got)
+	}
+
+	// Every client closed (every sidecar down); the password changes; a sidecar starts.
+	writePassword(t, pwFile, "second-password")
+	if _, err := (etcdutil.Dialer{PasswordFile: pwFile}).New([]string{ep}, 5*time.Second); !etcdutil.RefusedLogin(err) {
+		t.Fatalf("a client of the new password before root has it, without the kept one: %v; want refused", err)
+	}
+	cli, err = conn.Client()
+	if err != nil {
+		t.Fatalf("the Conn after the change, with the password in force kept: %v", err)
+	}
+	if cli.Password != "first-password" {
+		t.Fatalf("logged in with %q; want the one in force", cli.Password)
+	}
+	if out, err := (&authKeeper{file: pwFile}).ensure(ctx, cli, "t2", time.Now()); err != nil || out != authPasswordChanged {
+		t.Fatalf("ensure of a restarted leader's sidecar: %v, %v; want the root password changed", out, err)
+	}
+	if err := login(ep, etcdutil.RootUser, "second-password"); err != nil {
+		t.Fatalf("root with the new password: %v", err)
+	}
+	if err := login(ep, etcdutil.RootUser, "first-password"); !errors.Is(err, rpctypes.ErrAuthFailed) {
+		t.Fatalf("root with the old password: %v; want %v", err, rpctypes.ErrAuthFailed)
+	}
+	conn.Reset()
+	if cli, err = conn.Client(); err != nil || cli.Password != "second-password" {
+		t.Fatalf("the Conn made again: %v; want logged in with second-password", err)
+	}
+	if got := kept(); got != "second-password" {
+		t.Fatalf("kept %q after a login with second-password", got)
+	}
+	conn.Reset()
+
+	// Changed twice while away: neither is root's, and the refusal stands.
+	writePassword(t, pwFile, "third-password")
+	if err := os.WriteFile(inForce, []byte("not-roots\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dial.New([]string{ep}, 5*time.Second); !etcdutil.RefusedLogin(err) {
+		t.Fatalf("neither password root's: %v; want refused", err)
 	}
 }

@@ -53,7 +53,10 @@ func startBackupsWith(t *testing.T, cfg BackupConfig, s *store.Store, ep string)
 // startBackupsDialing is startBackupsWith whose clients d makes.
 func startBackupsDialing(t *testing.T, cfg BackupConfig, d etcdutil.Dialer, s *store.Store, ep string) (a *backupAgent, stop func()) {
 	t.Helper()
-	cfg.StoreURL, cfg.DeltaPeriod, cfg.CheckInterval = s.String(), testDeltaPeriod, 100*time.Millisecond
+	cfg.StoreURL, cfg.CheckInterval = s.String(), 100*time.Millisecond
+	if cfg.DeltaPeriod == 0 {
+		cfg.DeltaPeriod = testDeltaPeriod
+	}
 	a, err := newBackupAgent(cfg, d, ep, s, zap.NewNop(), newMetrics())
 	if err != nil {
 		t.Fatal(err)

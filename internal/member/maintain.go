@@ -68,23 +68,21 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 			conn = s.etcd.Conn([]string{self.ClientURL}, 2*time.Second)
 		}
 		cli, err := conn.Client()
+		var st *clientv3.StatusResponse
+		if err == nil {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err = cli.Status(sctx, self.ClientURL)
+			cancel()
+		}
 		if err != nil {
+			// etcd is not serving (yet), or, with authentication, refuses the login.
 			s.authRefused(err, &lastAuthLog)
 			if s.auth != nil {
-				// A learner takes no login (etcd serves it only status and serializable reads):
-				// it is found and promoted through the voters.
+				// A learner takes no login (etcd serves it only status and serializable reads),
+				// neither at the dial nor when a client's token has to be renewed (after a
+				// restore, say): it is found and promoted through the voters.
 				s.promoteListedLearner(ctx, spec, self, &lastStalledLog)
-				if since := s.learnerSince.Load(); since != 0 {
-					s.awaitLearner(ctx, spec, time.Unix(0, since), &lastNudge, &lastStalledLog)
-				}
 			}
-			continue
-		}
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := cli.Status(sctx, self.ClientURL)
-		cancel()
-		if err != nil {
-			// etcd is not serving (yet).
 			if since := s.learnerSince.Load(); since != 0 {
 				s.awaitLearner(ctx, spec, time.Unix(0, since), &lastNudge, &lastStalledLog)
 			}

@@ -138,10 +138,12 @@ func New(cfg Config) (*Sidecar, error) {
 	}
 	m := newMetrics()
 	var auth *authKeeper
+	dial := etcdutil.Dialer{TLSDir: cfg.TLSDir, PasswordFile: cfg.RootPasswordFile}
 	if cfg.RootPasswordFile != "" {
 		auth = &authKeeper{file: cfg.RootPasswordFile}
+		dial.InForceFile = InForcePasswordPath(cfg.DataDir)
 	}
-	return &Sidecar{cfg: cfg, auth: auth, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched, etcd: etcdutil.Dialer{TLSDir: cfg.TLSDir, PasswordFile: cfg.RootPasswordFile},
+	return &Sidecar{cfg: cfg, auth: auth, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched, etcd: dial,
 		housekeepingMetrics: newHousekeepingMetrics(m.registry),
 		status:              etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
 }

@@ -14,8 +14,9 @@ import (
 
 // TestLocalAuth: `steward local up --auth` turns etcd authentication on for a cluster made
 // without it. etcdctl with the flags status prints logs in as root; without the password it is
-// refused. Backups, a restore back in time and the loss of every member's data (restored from
-// the backups) all work logged in, and the root password stays the cluster's throughout.
+// refused. Backups, a restore back in time, a password changed while the cluster was down,
+// and the loss of every member's data (restored from the backups, after that change) all work
+// logged in, and the root password stays the file's throughout.
 func TestLocalAuth(t *testing.T) {
 	c := upLocal(t, "--members", "3", "--base-port", "25300", "--sidecar-arg=--delta-period=1s")
 	steward, dir, status := c.steward, c.dir, c.status
@@ -97,6 +98,28 @@ func TestLocalAuth(t *testing.T) {
 	}
 	refused("the cluster restored back in time")
 
+	// The password changed while the cluster was down: no sidecar holds the old one, so each
+	// logs in with the one its member kept in force, and the leader's gives root the new one.
+	oldPassword, err := os.ReadFile(rep.Cluster.RootPasswordFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, steward, "local", "down", "--dir", dir)
+	if err := os.WriteFile(rep.Cluster.RootPasswordFile, []byte("changed-while-down\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, steward, "local", "up", "--detach", "--dir", dir)
+	testutil.Eventually(t, 2*time.Minute, "root's password changed to the file's", func() error {
+		if out, err := sh(plain + " --user root --password changed-while-down --command-timeout 3s put /auth/new-password x"); err != nil {
+			return fmt.Errorf("etcdctl with the new password: %v: %s", err, out)
+		}
+		return nil
+	})
+	acked["/auth/new-password"] = "x"
+	if out, err := sh(plain + " --user root --password " + strings.TrimSpace(string(oldPassword)) + " --command-timeout 3s get /auth/00"); err == nil || !strings.Contains(out, "authentication failed") {
+		t.Fatalf("etcdctl with the old password after the change: %v: %s", err, out)
+	}
+
 	// Every member's data lost: the cluster is restored from its backups, and its sidecars
 	// and clients still log in with the cluster's password.
 	put("/auth/last", "kept")
@@ -107,7 +130,8 @@ func TestLocalAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 60*time.Second, "the last write backed up", func() error {
-		if b := status().Backup; b == nil || b.LatestDeltaRevision < last.Header.Revision {
+		// By a delta, or by the full snapshot the password change calls for (auth changed).
+		if b := status().Backup; b == nil || max(b.LatestDeltaRevision, b.LatestFullRevision) < last.Header.Revision {
 			return fmt.Errorf("backup %+v", b)
 		}
 		return nil

@@ -4,6 +4,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -35,8 +36,39 @@ func upLocal(t *testing.T, flags ...string) *localCluster {
 	t.Helper()
 	c := &localCluster{t: t, steward: testutil.StewardBinary(t), dir: filepath.Join(t.TempDir(), "cluster")}
 	c.up = run(t, c.steward, append([]string{"local", "up", "--detach", "--dir", c.dir}, flags...)...)
-	t.Cleanup(func() { _ = exec.Command(c.steward, "local", "down", "--dir", c.dir).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command(c.steward, "local", "down", "--dir", c.dir).Run()
+		if t.Failed() {
+			logWarnings(t, c.dir)
+		}
+	})
 	return c
+}
+
+// logWarnings logs the last warnings and errors of every process of the cluster in dir: what
+// a failed test needs to be understood from CI's output alone.
+func logWarnings(t *testing.T, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, `"level":"warn"`) || strings.Contains(l, `"level":"error"`) {
+				if !strings.Contains(l, `"msg":"request stats"`) {
+					lines = append(lines, l)
+				}
+			}
+		}
+		if len(lines) > 20 {
+			lines = lines[len(lines)-20:]
+		}
+		if len(lines) > 0 {
+			t.Logf("the last warnings of %s:\n%s", filepath.Base(path), strings.Join(lines, "\n"))
+		}
+	}
 }
 
 // status is `steward local status -o json`.
