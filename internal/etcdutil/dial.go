@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -101,12 +102,21 @@ func keepInForce(path, password string) {
 	if have, err := ReadPassword(path); err == nil && have == password {
 		return
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(password+"\n"), 0o600); err != nil {
+	// A temporary file of its own (CreateTemp makes it 0600): the loops of a sidecar log in
+	// concurrently.
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
 		return
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
+	_, err = tmp.WriteString(password + "\n")
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
 	}
 }
 
