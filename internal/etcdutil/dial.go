@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/pki"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -102,22 +102,7 @@ func keepInForce(path, password string) {
 	if have, err := ReadPassword(path); err == nil && have == password {
 		return
 	}
-	// A temporary file of its own (CreateTemp makes it 0600): the loops of a sidecar log in
-	// concurrently.
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return
-	}
-	_, err = tmp.WriteString(password + "\n")
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
+	_ = datadir.WriteFileAtomic(path, []byte(password+"\n"), 0o600)
 }
 
 func newClient(c clientv3.Config, dialTimeout time.Duration) (*clientv3.Client, error) {
