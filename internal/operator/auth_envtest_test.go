@@ -74,15 +74,7 @@ func TestAuthSecrets(t *testing.T) {
 	}
 	poke(t, ns, "mine", "secret made")
 	testutil.Eventually(t, 20*time.Second, "the StatefulSet once the Secret exists", func() error { return get(t, ns, "mine", &sts) })
-	if err := k8s.Delete(ctx, getCluster(t, ns, "mine")); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 30*time.Second, "the cluster deleted", func() error {
-		if err := get(t, ns, "mine", &v1alpha1.EtcdCluster{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there: %v", err)
-		}
-		return nil
-	})
+	deleteCluster(t, ns, "mine", 30*time.Second)
 	if err := get(t, ns, "my-password", &corev1.Secret{}); err != nil {
 		t.Fatalf("the user's Secret went with the cluster: %v", err)
 	}

@@ -146,6 +146,20 @@ func newCluster(ns, name string, replicas int32) *v1alpha1.EtcdCluster {
 		Spec: v1alpha1.EtcdClusterSpec{Replicas: replicas}}
 }
 
+// deleteCluster deletes the EtcdCluster and waits until the operator's finalizer let it go.
+func deleteCluster(t *testing.T, ns, name string, timeout time.Duration) {
+	t.Helper()
+	if err := k8s.Delete(context.Background(), getCluster(t, ns, name)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, "the cluster deleted", func() error {
+		if err := get(t, ns, name, &v1alpha1.EtcdCluster{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+}
+
 func get(t *testing.T, ns, name string, obj client.Object) error {
 	t.Helper()
 	return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)

@@ -476,15 +476,7 @@ func TestProvidedTLS(t *testing.T) {
 		t.Fatalf("a CA made for a cluster of the user's certificates: %v", err)
 	}
 
-	if err := k8s.Delete(ctx, getCluster(t, ns, "own")); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, "the cluster gone", func() error {
-		if err := get(t, ns, "own", &v1alpha1.EtcdCluster{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there: %v", err)
-		}
-		return nil
-	})
+	deleteCluster(t, ns, "own", 20*time.Second)
 	// The client Secret has the name the operator gives its own: it is still the user's.
 	for _, name := range []string{"own-certs", "own-client-tls"} {
 		if err := get(t, ns, name, &corev1.Secret{}); err != nil {
