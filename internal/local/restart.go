@@ -147,6 +147,11 @@ func (s *supervisor) restartMember(name string) error {
 			s.runs[i] = r
 		}
 	}
+	// The answer that follows is saved with the new run's pids (none yet, or the new
+	// processes'), never the stopped ones'.
+	if ms := s.memberStateLocked(name); ms != nil {
+		recordProcesses(ms, r)
+	}
 	s.mu.Unlock()
 	s.logf("member %s restarted (its old processes stopped in %s)", name, time.Since(start).Round(time.Millisecond))
 	return nil

@@ -208,6 +208,9 @@ type supervisor struct {
 	spec  Spec
 	runs  []*memberRun // in spec order
 	state State
+	// saveMu orders the writes of state.json as their copies were taken: a slow writer
+	// must not put an older state back over a newer one.
+	saveMu sync.Mutex
 }
 
 // memberRun is one member's two processes and the supervisor's client to it.
@@ -344,6 +347,8 @@ func (s *supervisor) setPhase(phase, msg string) {
 }
 
 func (s *supervisor) save() error {
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
 	s.mu.Lock()
 	s.state.Version++
 	st := s.state
@@ -359,13 +364,11 @@ func (s *supervisor) observe(ctx context.Context) {
 	s.mu.Lock()
 	for i, r := range runs {
 		m := s.memberStateLocked(r.spec.Name)
-		if m == nil {
-			continue // removed meanwhile
+		if m == nil || !slices.Contains(s.runs, r) {
+			// Removed, or restarted while polled: the old run's processes are not the member's.
+			continue
 		}
-		m.EtcdPID, m.EtcdRestarts, _ = r.etcd.snapshot()
-		m.SidecarPID, m.SidecarRestarts, _ = r.sidecar.snapshot()
-		m.EtcdRestarts = max(m.EtcdRestarts-1, 0)
-		m.SidecarRestarts = max(m.SidecarRestarts-1, 0)
+		recordProcesses(m, r)
 		m.Ready, m.Learner = obs[i].ready, obs[i].learner
 		if obs[i].id != "" {
 			if m.ID != "" && m.ID != obs[i].id {
@@ -378,6 +381,14 @@ func (s *supervisor) observe(ctx context.Context) {
 	if err := s.save(); err != nil {
 		s.logf("cannot record state: %v", err)
 	}
+}
+
+// recordProcesses records the pids and restart counts of a member's current run.
+func recordProcesses(m *MemberState, r *memberRun) {
+	m.EtcdPID, m.EtcdRestarts, _ = r.etcd.snapshot()
+	m.SidecarPID, m.SidecarRestarts, _ = r.sidecar.snapshot()
+	m.EtcdRestarts = max(m.EtcdRestarts-1, 0)
+	m.SidecarRestarts = max(m.SidecarRestarts-1, 0)
 }
 
 func (s *supervisor) memberStateLocked(name string) *MemberState {

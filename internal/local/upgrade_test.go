@@ -295,10 +295,17 @@ func TestUpgradeThreeMembers(t *testing.T) {
 
 	t.Run("from one flag set to another: every etcd runs with the new flags", func(t *testing.T) {
 		const quota = 3 << 30
+		pids := etcdPIDs(t, dir)
 		res, err := upgrade(t, ctx, UpgradeOptions{Dir: dir, SkipSnapshot: true, UnsetFlags: []string{"snapshot-count"},
 			SetFlags: map[string]string{"quota-backend-bytes": fmt.Sprint(quota)}})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Once the rollout returns, the state never shows a process it stopped.
+		for _, m := range stateNow(t, dir).Members {
+			if m.EtcdPID == pids[m.Name] {
+				t.Fatalf("state.json records %s's etcd pid %d, the process the rollout stopped", m.Name, m.EtcdPID)
+			}
 		}
 		if len(res.Restarted) != 3 || res.Generation != 2 {
 			t.Fatalf("result %+v: want 3 members restarted onto generation 2", res)
