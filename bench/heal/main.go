@@ -60,6 +60,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -874,7 +875,7 @@ func fullSnapshot(ctx context.Context, dir, sidecarURL string) (fullResult, erro
 	if err != nil {
 		return fullResult{}, err
 	}
-	resp, err := local.SidecarClient(dir, nil).Do(req)
+	resp, err := sidecarapi.FileClient(local.TokenPath(dir), nil).Do(req)
 	if err != nil {
 		return fullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: %w", sidecarURL, err)
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/seal"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 )
 
 type options struct {
@@ -284,7 +285,7 @@ func sidecarSave(ctx context.Context, dir, sidecarURL string, pid int) (measurem
 	if err != nil {
 		return measurement{}, err
 	}
-	resp, err := local.SidecarClient(dir, nil).Do(req)
+	resp, err := sidecarapi.FileClient(local.TokenPath(dir), nil).Do(req)
 	if err != nil {
 		return measurement{}, fmt.Errorf("POST %s/v1/snapshots/full: %w", sidecarURL, err)
 	}

@@ -2,8 +2,13 @@ package cli
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
 
 	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -12,7 +17,7 @@ import (
 func newEtcdCommand() *cobra.Command {
 	var (
 		sidecar, configFile, healthListen, logLevel string
-		tokenFile                                   string
+		tokenFile, sidecarCA, sidecarServerName     string
 		flagCfg                                     etcdproc.Config
 	)
 	cmd := &cobra.Command{
@@ -22,7 +27,10 @@ func newEtcdCommand() *cobra.Command {
 
 With --sidecar URL it asks its sidecar to initialise the member, waits until it has, fetches
 the generated configuration and starts on it; --api-token-file names the file holding the
-cluster's sidecar API token it authenticates with. Standalone it takes an etcd configuration file
+cluster's sidecar API token it authenticates with. A sidecar with TLS is called with an https
+URL: --sidecar-ca names the CAs to trust (the member's ca.crt), and --sidecar-server-name the
+name its certificate carries when the URL names another (a sidecar reached over loopback).
+Standalone it takes an etcd configuration file
 (--config-file, etcd's own format) or the flags below.
 
 --listen-health serves /readyz (200 only when a linearizable read succeeds) and /livez.
@@ -45,7 +53,11 @@ On SIGTERM or SIGINT it stops cleanly and leaves a clean-shutdown marker in the 
 				if _, err := sidecarapi.ReadTokenFile(tokenFile); err != nil {
 					return err
 				}
-				b, err := etcdproc.ConfigFromSidecar(ctx, lg, sidecar, sidecarapi.NewFile(tokenFile))
+				hc, err := sidecarHTTP(sidecar, sidecarCA, sidecarServerName)
+				if err != nil {
+					return err
+				}
+				b, err := etcdproc.ConfigFromSidecar(ctx, lg, sidecar, sidecarapi.NewClient(sidecarapi.NewFile(tokenFile), hc))
 				if err != nil {
 					if ctx.Err() != nil {
 						return nil
@@ -82,6 +94,8 @@ On SIGTERM or SIGINT it stops cleanly and leaves a clean-shutdown marker in the 
 	f := cmd.Flags()
 	f.StringVar(&sidecar, "sidecar", "", "base URL of this member's sidecar; the configuration comes from it")
 	f.StringVar(&tokenFile, "api-token-file", "", "file holding the cluster's sidecar API token (with --sidecar)")
+	f.StringVar(&sidecarCA, "sidecar-ca", "", "CAs to trust (PEM) when --sidecar is an https URL: the member's ca.crt")
+	f.StringVar(&sidecarServerName, "sidecar-server-name", "", "name the sidecar's certificate carries, when not the --sidecar URL's host")
 	f.StringVar(&configFile, "config-file", "", "etcd configuration file (etcd's YAML format)")
 	f.StringVar(&healthListen, "listen-health", "", "host:port to serve /readyz and /livez on")
 	f.StringVar(&logLevel, "log-level", "info", "log level of steward's own messages")
@@ -101,4 +115,27 @@ On SIGTERM or SIGINT it stops cleanly and leaves a clean-shutdown marker in the 
 		return nil
 	}
 	return cmd
+}
+
+// sidecarHTTP is the HTTP client of the sidecar at base: plain text for an http URL; for an
+// https one, trusting the CAs in caFile, with serverName (if set) as the name to verify.
+func sidecarHTTP(base, caFile, serverName string) (*http.Client, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--sidecar %q is not an http or https URL", base)
+	}
+	const timeout = 5 * time.Second
+	switch {
+	case u.Scheme == "http" && (caFile != "" || serverName != ""):
+		return nil, fmt.Errorf("--sidecar-ca and --sidecar-server-name need an https --sidecar URL (got %s)", base)
+	case u.Scheme == "http":
+		return sidecarapi.HTTPClient(nil, timeout), nil
+	case caFile == "":
+		return nil, fmt.Errorf("--sidecar %s needs --sidecar-ca: the CAs the sidecar's certificate is verified against", base)
+	}
+	tc, err := pki.ServerTrust(caFile, serverName)
+	if err != nil {
+		return nil, fmt.Errorf("--sidecar-ca: %w", err)
+	}
+	return sidecarapi.HTTPClient(tc, timeout), nil
 }

@@ -141,7 +141,7 @@ file is read again when it changes).`,
 	f.StringVar(&localDir, "local-dir", "", "directory of the local supervisor whose cluster this member belongs to")
 	f.StringVar(&kubeCluster, "kubernetes-cluster", "", "name of the EtcdCluster this member belongs to (in a pod: the cluster view is the API server)")
 	f.StringVar(&kubeNamespace, "kubernetes-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the EtcdCluster (default: POD_NAMESPACE)")
-	f.StringVar(&cfg.TLSDir, "tls-dir", "", "this member's certificate directory (tls.crt, tls.key, ca.crt, as cert-manager writes a Secret): etcd serves clients and peers with mutual TLS of that CA, and the sidecar's clients present it; empty: plain text")
+	f.StringVar(&cfg.TLSDir, "tls-dir", "", "this member's certificate directory (tls.crt, tls.key, ca.crt, as cert-manager writes a Secret): etcd serves clients and peers with mutual TLS of that CA, the sidecar serves its API over TLS with it (only /healthz, /readyz and /metrics also in plain text), and the sidecar's clients present it; empty: plain text")
 	f.StringVar(&cfg.RootPasswordFile, "root-password-file", "", "file holding etcd's root password (a mounted Secret key): the sidecar turns etcd authentication on with it, its clients log in as root, and a restore gives the restored root user this password; empty: no authentication")
 	f.StringVar(&logLvl, "log-level", "info", "log level")
 	f.StringVar(&tokenFile, "api-token-file", "", "file holding the cluster's sidecar API token(s), one per line (required)")

@@ -78,7 +78,7 @@ func TestMemberStartsThroughSidecar(t *testing.T) {
 
 	start := func(wantCase string) (stop func()) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		b, err := etcdproc.ConfigFromSidecar(ctx, zap.NewNop(), api.URL, apiTokens)
+		b, err := etcdproc.ConfigFromSidecar(ctx, zap.NewNop(), api.URL, sidecarapi.NewClient(apiTokens, &http.Client{Timeout: 5 * time.Second}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,12 +30,11 @@ const (
 
 // ConfigFromSidecar asks the sidecar at base to initialise this member, waits until it has,
 // and returns the etcd configuration it generated. It keeps retrying while the sidecar is
-// unreachable (it may still be starting) until ctx ends. tokens authenticate it (the
-// cluster's sidecar API token file); a refused token is reported at once, then retried (a
-// rotation may be under way).
-func ConfigFromSidecar(ctx context.Context, lg *zap.Logger, base string, tokens sidecarapi.Tokens) ([]byte, error) {
+// unreachable (it may still be starting) until ctx ends. hc calls it with the cluster's
+// sidecar API token (and, with TLS, its CAs); a refused token is reported at once, then
+// retried (a rotation may be under way).
+func ConfigFromSidecar(ctx context.Context, lg *zap.Logger, base string, hc *sidecarapi.Client) ([]byte, error) {
 	base = strings.TrimRight(base, "/")
-	hc := sidecarapi.NewClient(tokens, &http.Client{Timeout: 5 * time.Second})
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 

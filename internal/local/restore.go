@@ -351,7 +351,10 @@ func fullSnapshotNow(ctx context.Context, dir string, spec Spec, s *store.Store)
 	if base == "" {
 		return snapshotter.FullResult{}, fmt.Errorf("no member of the cluster in %s leads (has it lost its quorum? see `steward local status --dir %s`): the full snapshot that keeps the present restorable cannot be taken", dir, dir)
 	}
-	client := SidecarClient(dir, &http.Client{})
+	client, err := SidecarClient(dir, spec, 0)
+	if err != nil {
+		return snapshotter.FullResult{}, err
+	}
 	res, err := etcdproc.FullSnapshot(ctx, client, base)
 	for sidecarapi.StatusCode(err) == http.StatusTooManyRequests {
 		// Full snapshots are spaced (each runs retention): wait for the next one allowed.

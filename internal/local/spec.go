@@ -7,12 +7,12 @@ package local
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
@@ -40,10 +41,18 @@ const (
 // token, and every local caller of a sidecar (etcd, the supervisor, the CLI) sends it.
 func TokenPath(dir string) string { return filepath.Join(dir, tokenFile) }
 
-// SidecarClient calls the sidecars of the cluster in dir with its token. Every call the
-// supervisor or the CLI makes to a sidecar goes through one.
-func SidecarClient(dir string, hc *http.Client) *sidecarapi.Client {
-	return sidecarapi.FileClient(TokenPath(dir), hc)
+// SidecarClient calls the sidecars of the cluster in dir (whose spec is spec) with its token,
+// and with TLS trusting the cluster's CAs, each request within timeout (0: none). Every call
+// the supervisor or the CLI makes to a sidecar goes through one.
+func SidecarClient(dir string, spec Spec, timeout time.Duration) (*sidecarapi.Client, error) {
+	var tc *tls.Config
+	if d := ClientTLSDir(dir, spec); d != "" {
+		var err error
+		if tc, err = pki.ServerTrust(filepath.Join(d, pki.CAFile), ""); err != nil {
+			return nil, fmt.Errorf("the CAs the sidecars are trusted by: %w", err)
+		}
+	}
+	return sidecarapi.FileClient(TokenPath(dir), sidecarapi.HTTPClient(tc, timeout)), nil
 }
 
 // Spec is the desired cluster, kept in DIR/cluster.json. Its ports are part of each member's
@@ -116,8 +125,8 @@ type MemberSpec struct {
 
 func (s Spec) url(port int) string { return fmt.Sprintf("http://%s:%d", s.Host, port) }
 
-// etcdURL is a URL of etcd's: https when the cluster has TLS.
-func (s Spec) etcdURL(port int) string {
+// tlsURL is a URL of etcd's or a sidecar's: https when the cluster has TLS.
+func (s Spec) tlsURL(port int) string {
 	if s.TLS {
 		return fmt.Sprintf("https://%s:%d", s.Host, port)
 	}
@@ -125,13 +134,14 @@ func (s Spec) etcdURL(port int) string {
 }
 
 // ClientURL is the member's etcd client URL.
-func (s Spec) ClientURL(m MemberSpec) string { return s.etcdURL(m.ClientPort) }
+func (s Spec) ClientURL(m MemberSpec) string { return s.tlsURL(m.ClientPort) }
 
 // PeerURL is the member's etcd peer URL.
-func (s Spec) PeerURL(m MemberSpec) string { return s.etcdURL(m.PeerPort) }
+func (s Spec) PeerURL(m MemberSpec) string { return s.tlsURL(m.PeerPort) }
 
-// SidecarURL is the member's sidecar API URL.
-func (s Spec) SidecarURL(m MemberSpec) string { return s.url(m.SidecarPort) }
+// SidecarURL is the member's sidecar API URL: https when the cluster has TLS (only its open
+// endpoints also answer plain text).
+func (s Spec) SidecarURL(m MemberSpec) string { return s.tlsURL(m.SidecarPort) }
 
 // HealthURL is the base URL of the member's /readyz and /livez.
 func (s Spec) HealthURL(m MemberSpec) string { return s.url(m.HealthPort) }

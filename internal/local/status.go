@@ -66,10 +66,12 @@ type ClusterReport struct {
 
 // MemberReport is one member as etcd and the supervisor see it.
 type MemberReport struct {
-	Name       string `json:"name"`
-	ID         string `json:"id"`
-	ClientURL  string `json:"clientURL"`
-	PeerURL    string `json:"peerURL"`
+	Name      string `json:"name"`
+	ID        string `json:"id"`
+	ClientURL string `json:"clientURL"`
+	PeerURL   string `json:"peerURL"`
+	// SidecarURL is the member's sidecar API: https when the cluster has TLS.
+	SidecarURL string `json:"sidecarURL,omitempty"`
 	Role       string `json:"role"` // leader | follower | learner
 	Healthy    bool   `json:"healthy"`
 	Revision   int64  `json:"revision"`
@@ -154,7 +156,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	var wg sync.WaitGroup
 	for i, ms := range spec.Members {
 		r := &reports[i]
-		*r = MemberReport{Name: ms.Name, ClientURL: spec.ClientURL(ms), PeerURL: spec.PeerURL(ms),
+		*r = MemberReport{Name: ms.Name, ClientURL: spec.ClientURL(ms), PeerURL: spec.PeerURL(ms), SidecarURL: spec.SidecarURL(ms),
 			DataDir: MemberDataDir(dir, ms.Name), Role: "follower"}
 		if running {
 			r.EtcdPID, r.SidecarPID, r.Generation = states[ms.Name].EtcdPID, states[ms.Name].SidecarPID, states[ms.Name].Generation
@@ -211,7 +213,11 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	if spec.Backup != "" {
 		rep.Backup = &BackupReport{Store: spec.Backup, EncryptionKeys: BackupKeysPath(dir, spec)}
 		if running {
-			backupStatus(ctx, SidecarClient(dir, hc), spec, rep.Backup)
+			if sc, err := SidecarClient(dir, spec, hc.Timeout); err != nil {
+				rep.Backup.LastError = err.Error()
+			} else {
+				backupStatus(ctx, sc, spec, rep.Backup)
+			}
 		}
 	}
 	return rep, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/pki"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -312,13 +313,16 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 		sidecarArgs = append(sidecarArgs, "--etcd-flag="+f)
 	}
 	sidecarArgs = append(sidecarArgs, s.opts.SidecarArgs...)
+	etcdArgs := []string{"etcd", "--sidecar", spec.SidecarURL(m), "--api-token-file", TokenPath(s.dir),
+		"--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}
+	if d := MemberTLSDir(s.dir, spec, m.Name); d != "" {
+		etcdArgs = append(etcdArgs, "--sidecar-ca", filepath.Join(d, pki.CAFile))
+	}
 	r := &memberRun{spec: m, etcdDone: make(chan struct{}), sidecarDone: make(chan struct{}),
 		sidecar: &process{member: m.Name, kind: "sidecar", bin: bin, log: LogPath(s.dir, m.Name, "sidecar"),
 			stopGrace: s.opts.StopGrace, logf: s.logf, args: sidecarArgs},
 		etcd: &process{member: m.Name, kind: "etcd", bin: bin, log: LogPath(s.dir, m.Name, "etcd"),
-			stopGrace: s.opts.StopGrace, logf: s.logf,
-			args: []string{"etcd", "--sidecar", spec.SidecarURL(m), "--api-token-file", TokenPath(s.dir),
-				"--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}},
+			stopGrace: s.opts.StopGrace, logf: s.logf, args: etcdArgs},
 	}
 	r.conn = dialer(s.dir, spec).Conn([]string{spec.ClientURL(m)}, time.Second)
 	// A member fenced by the directive in force (recorded before a supervisor restart)

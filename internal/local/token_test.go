@@ -53,7 +53,10 @@ func TestSidecarAPIToken(t *testing.T) {
 	}
 	token := toks[0]
 
-	sc := SidecarClient(dir, &http.Client{Timeout: 10 * time.Second})
+	sc, err := SidecarClient(dir, r.spec, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range r.spec.Members {
 		url := r.spec.SidecarURL(m) + "/v1/report"
 		resp, err := http.Get(url)
@@ -154,7 +157,10 @@ func TestSidecarAPIToken(t *testing.T) {
 	if toks2[0] == token {
 		t.Fatal("the token did not change")
 	}
-	if _, err := SidecarClient(dir, nil).Call(ctx, http.MethodGet, r.spec.SidecarURL(r.spec.Members[0])+"/v1/report"); err != nil {
+	if sc, err = SidecarClient(dir, r.spec, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.Call(ctx, http.MethodGet, r.spec.SidecarURL(r.spec.Members[0])+"/v1/report"); err != nil {
 		t.Fatalf("after the token was made anew: %v", err)
 	}
 	r.stop()

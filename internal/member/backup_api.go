@@ -139,7 +139,7 @@ func (s *Sidecar) forwardToLeader(w http.ResponseWriter, r *http.Request, endpoi
 	}
 	req, _ := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimRight(leaderURL, "/")+r.URL.Path, nil)
 	req.Header.Set("X-Steward-Forwarded", s.cfg.Name)
-	resp, err := s.client().Do(req)
+	resp, err := s.peers.Do(req)
 	if err != nil {
 		http.Error(w, "forward to the backup leader "+leaderURL+": "+err.Error(), http.StatusBadGateway)
 		return

@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -45,7 +46,9 @@ type Config struct {
 	RemoveUndesired bool
 	// TLSDir, when set, is this member's certificate directory (tls.crt, tls.key, ca.crt):
 	// etcd serves clients and peers with it and requires their certificates of the same CA,
-	// and the sidecar's own clients of etcd present it.
+	// and the sidecar's own clients of etcd present it. The sidecar serves its API with it too
+	// (only the open endpoints also in plain text), and trusts its ca.crt when it calls other
+	// members' sidecars.
 	TLSDir string
 	// RootPasswordFile, when set, turns etcd authentication on: the leader's sidecar makes the
 	// root user with this file's password and enables authentication, every client of the
@@ -107,6 +110,8 @@ type Sidecar struct {
 	housekeepingMetrics *housekeepingMetrics
 	// auth keeps etcd authentication on (nil: RootPasswordFile unset).
 	auth *authKeeper
+	// peers calls other members' sidecars with this cluster's token (and, with TLS, its CAs).
+	peers *sidecarapi.Client
 
 	mu     sync.Mutex
 	status etcdproc.InitStatus
@@ -143,7 +148,16 @@ func New(cfg Config) (*Sidecar, error) {
 		auth = &authKeeper{file: cfg.RootPasswordFile}
 		dial.InForceFile = InForcePasswordPath(cfg.DataDir)
 	}
-	return &Sidecar{cfg: cfg, auth: auth, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched, etcd: dial,
+	peers := sidecarapi.NewClient(cfg.APITokens, nil)
+	if cfg.TLSDir != "" {
+		// Other members' sidecars serve the API with their certificates, of the CAs in ca.crt.
+		tc, err := pki.ClientTLS(cfg.TLSDir)
+		if err != nil {
+			return nil, fmt.Errorf("this member's certificate directory %s: %w", cfg.TLSDir, err)
+		}
+		peers.HTTP = sidecarapi.HTTPClient(tc, 0)
+	}
+	return &Sidecar{cfg: cfg, auth: auth, peers: peers, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched, etcd: dial,
 		housekeepingMetrics: newHousekeepingMetrics(m.registry),
 		status:              etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
 }
@@ -160,6 +174,13 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	go s.reportLoop(ctx)
 	go s.housekeeping(ctx, s.defragSchedule, housekeepingInterval)
 	srv := sidecarapi.NewServer(s.Handler())
+	if dir := s.cfg.TLSDir; dir != "" {
+		tc, err := pki.ServingTLS(dir)
+		if err != nil {
+			return fmt.Errorf("serving the sidecar API over TLS: %w", err)
+		}
+		ln = sidecarapi.TLSListener(ln, tc)
+	}
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -174,7 +195,7 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 
 // Handler is the sidecar HTTP API (see Routes).
 func (s *Sidecar) Handler() http.Handler {
-	return sidecarapi.NewHandler(s.Routes(), s.cfg.APITokens)
+	return sidecarapi.NewHandler(s.Routes(), s.cfg.APITokens, s.cfg.TLSDir != "")
 }
 
 // Routes are the API's endpoints and who may call them: the server and its tests use this one
@@ -203,9 +224,6 @@ func (s *Sidecar) Routes() []sidecarapi.Route {
 		{Method: "GET", Path: "/metrics", Access: sidecarapi.Open, Handler: promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP},
 	}
 }
-
-// client calls other members' sidecars with this cluster's token.
-func (s *Sidecar) client() *sidecarapi.Client { return sidecarapi.NewClient(s.cfg.APITokens, nil) }
 
 // noBody is the body the POST endpoints take today: nothing, or an empty JSON object.
 // Anything else is refused, so a future field is never silently ignored by an old sidecar.

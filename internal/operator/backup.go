@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -161,13 +163,13 @@ func (r *BackupReconciler) sidecar(ctx context.Context, ec *v1alpha1.EtcdCluster
 // API token.
 func (r *BackupReconciler) takeFull(ctx context.Context, ns, cluster, sidecarURL string) (snapshotter.FullResult, error) {
 	var res snapshotter.FullResult
-	tokens, err := r.tokens(ctx, ns, cluster)
+	sc, err := r.sidecarClient(ctx, ns, cluster)
 	if err != nil {
 		return res, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	body, err := sidecarapi.NewClient(tokens, r.HTTP).Call(ctx, http.MethodPost, strings.TrimRight(sidecarURL, "/")+"/v1/snapshots/full")
+	body, err := sc.Call(ctx, http.MethodPost, strings.TrimRight(sidecarURL, "/")+"/v1/snapshots/full")
 	if err != nil {
 		return res, fmt.Errorf("full snapshot through %s: %w", sidecarURL, err)
 	}
@@ -192,28 +194,76 @@ func (r *BackupReconciler) moveLeader(ctx context.Context, ec *v1alpha1.EtcdClus
 	if i < 0 {
 		return res, fmt.Errorf("member %s is not in the ConfigMap %s", from, configMapName(ec))
 	}
-	tokens, err := r.tokens(ctx, ec.Namespace, ec.Name)
+	sc, err := r.sidecarClient(ctx, ec.Namespace, ec.Name)
 	if err != nil {
 		return res, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	url := strings.TrimRight(cc.Members[i].SidecarURL, "/") + "/v1/leader/move"
-	if err := sidecarapi.NewClient(tokens, r.HTTP).PostJSON(ctx, url, member.MoveLeaderRequest{To: to}, &res); err != nil {
+	if err := sc.PostJSON(ctx, url, member.MoveLeaderRequest{To: to}, &res); err != nil {
 		return res, fmt.Errorf("moving leadership from %s to %s: %w", from, to, err)
 	}
 	return res, nil
 }
 
+// sidecarClient calls the sidecars of cluster with its token and, when the cluster has TLS,
+// over TLS that trusts only the CAs of its members' ca.crt (read at every call: a rollover
+// changes them).
+func (r *BackupReconciler) sidecarClient(ctx context.Context, ns, cluster string) (*sidecarapi.Client, error) {
+	tokens, err := r.tokens(ctx, ns, cluster)
+	if err != nil {
+		return nil, err
+	}
+	var ec v1alpha1.EtcdCluster
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: cluster}, &ec); err != nil {
+		return nil, fmt.Errorf("EtcdCluster %s/%s: %w", ns, cluster, err)
+	}
+	if !tlsEnabled(&ec) {
+		return sidecarapi.NewClient(tokens, r.HTTP), nil
+	}
+	name := serverSecretName(&ec)
+	var s corev1.Secret
+	if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
+		return nil, fmt.Errorf("reading the members' CAs from the Secret %s/%s: %w", ns, name, err)
+	}
+	tc, err := pki.TrustPEM(s.Data[pki.CAFile])
+	if err != nil {
+		return nil, fmt.Errorf("the members' CAs in the Secret %s/%s: %w", ns, name, err)
+	}
+	return sidecarapi.NewClient(tokens, withTLS(r.HTTP, tc)), nil
+}
+
+// withTLS is hc with tc as its TLS configuration. A transport of the caller's own (not an
+// *http.Transport) is kept as it is: it carries its own TLS.
+func withTLS(hc *http.Client, tc *tls.Config) *http.Client {
+	if hc == nil {
+		return sidecarapi.HTTPClient(tc, 0)
+	}
+	out := *hc
+	switch t := hc.Transport.(type) {
+	case nil:
+		out.Transport = sidecarapi.HTTPClient(tc, 0).Transport
+	case *http.Transport:
+		t = t.Clone()
+		t.TLSClientConfig = tc
+		out.Transport = t
+	}
+	return &out
+}
+
+func (r *BackupReconciler) reader() client.Reader {
+	if r.APIReader == nil {
+		return r.Client
+	}
+	return r.APIReader
+}
+
 // tokens reads the cluster's sidecar API tokens from its Secret.
 func (r *BackupReconciler) tokens(ctx context.Context, ns, cluster string) (sidecarapi.Tokens, error) {
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
 	name := v1alpha1.SidecarTokenSecretName(cluster)
 	var s corev1.Secret
-	if err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
+	if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
 		return nil, fmt.Errorf("reading the sidecar API token Secret %s/%s: %w", ns, name, err)
 	}
 	from := fmt.Sprintf("Secret %s/%s key %s", ns, name, v1alpha1.SidecarTokenKey)

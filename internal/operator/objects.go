@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/pki"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -93,6 +94,19 @@ func memberDNS(ec *v1alpha1.EtcdCluster, i int) string {
 	return fmt.Sprintf("%s.%s.%s.svc", memberName(ec, i), peerServiceName(ec), ec.Namespace)
 }
 
+// etcdCommand runs the etcd container, which takes its configuration from the sidecar in the
+// same pod, over loopback. With TLS the sidecar serves its API with the members' certificate,
+// which names the member, not the loopback address.
+func etcdCommand(ec *v1alpha1.EtcdCluster) []string {
+	cmd := []string{"/steward", "etcd", "--sidecar", fmt.Sprintf("%s://127.0.0.1:%d", scheme(ec), SidecarPort), "--api-token-file", TokenFile,
+		"--listen-health", fmt.Sprintf("0.0.0.0:%d", HealthPort)}
+	if tlsEnabled(ec) {
+		cmd = append(cmd, "--sidecar-ca", TLSMount+"/"+pki.CAFile,
+			"--sidecar-server-name", fmt.Sprintf("$(POD_NAME).%s.$(POD_NAMESPACE).svc", peerServiceName(ec)))
+	}
+	return cmd
+}
+
 // memberConfigHash identifies what the ConfigMap sets for every member alike (etcd tuning,
 // backups, maintenance); the member list, which scaling changes, is not part of it.
 func memberConfigHash(ec *v1alpha1.EtcdCluster) string {
@@ -126,7 +140,7 @@ func clusterConfig(ec *v1alpha1.EtcdCluster, n int) v1alpha1.ClusterConfig {
 		c.Members = append(c.Members, v1alpha1.MemberConfig{Name: memberName(ec, i),
 			ClientURL:  fmt.Sprintf("%s://%s:%d", scheme(ec), dns, ClientPort),
 			PeerURL:    fmt.Sprintf("%s://%s:%d", scheme(ec), dns, PeerPort),
-			SidecarURL: fmt.Sprintf("http://%s:%d", dns, SidecarPort)})
+			SidecarURL: fmt.Sprintf("%s://%s:%d", scheme(ec), dns, SidecarPort)})
 	}
 	e := ec.Spec.Etcd
 	if e.QuotaBackendBytes != nil {
@@ -219,8 +233,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		Name:            "etcd",
 		Image:           image,
 		ImagePullPolicy: ec.Spec.ImagePullPolicy,
-		Command: []string{"/steward", "etcd", "--sidecar", fmt.Sprintf("http://127.0.0.1:%d", SidecarPort), "--api-token-file", TokenFile,
-			"--listen-health", fmt.Sprintf("0.0.0.0:%d", HealthPort)},
+		Command:         etcdCommand(ec),
 		Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: ClientPort}, {Name: "peer", ContainerPort: PeerPort},
 			{Name: "health", ContainerPort: HealthPort}},
 		Env:             env,

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -99,8 +100,8 @@ func TestBackupEncryptionReachesTheSidecarOnly(t *testing.T) {
 func TestTLSObjects(t *testing.T) {
 	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}, Spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{Enabled: true}}}
 	for _, m := range clusterConfig(ec, 3).Members {
-		if !strings.HasPrefix(m.ClientURL, "https://") || !strings.HasPrefix(m.PeerURL, "https://") {
-			t.Errorf("member %s: client %s, peer %s: want https", m.Name, m.ClientURL, m.PeerURL)
+		if !strings.HasPrefix(m.ClientURL, "https://") || !strings.HasPrefix(m.PeerURL, "https://") || !strings.HasPrefix(m.SidecarURL, "https://") {
+			t.Errorf("member %s: client %s, peer %s, sidecar %s: want https", m.Name, m.ClientURL, m.PeerURL, m.SidecarURL)
 		}
 	}
 	tpl := statefulSetSpec(ec, "img", 3).Template
@@ -151,6 +152,27 @@ func TestTLSObjects(t *testing.T) {
 		if certs[0].VerifyHostname(n) == nil {
 			t.Errorf("the members' certificate serves %s, a name of another cluster", n)
 		}
+	}
+
+	// The etcd container calls its sidecar over loopback and TLS, verifying the member's name,
+	// which the certificate serves; the sidecar's probe stays plain text (an open endpoint).
+	etcd, sidecar := tpl.Spec.Containers[0], tpl.Spec.Containers[1]
+	cmd := strings.Join(etcd.Command, " ")
+	if !strings.Contains(cmd, fmt.Sprintf("--sidecar https://127.0.0.1:%d", SidecarPort)) || !strings.Contains(cmd, "--sidecar-ca "+TLSMount+"/ca.crt") {
+		t.Fatalf("the etcd container does not call its sidecar over TLS: %s", cmd)
+	}
+	name := etcd.Command[slices.Index(etcd.Command, "--sidecar-server-name")+1]
+	env := map[string]string{"POD_NAME": memberName(ec, 2), "POD_NAMESPACE": ec.Namespace}
+	for _, e := range etcd.Env {
+		if _, ok := env[e.Name]; ok && e.ValueFrom != nil {
+			name = strings.ReplaceAll(name, "$("+e.Name+")", env[e.Name])
+		}
+	}
+	if err := certs[0].VerifyHostname(name); err != nil || name != memberDNS(ec, 2) {
+		t.Fatalf("the etcd container of member 2 verifies its sidecar as %q: %v", name, err)
+	}
+	if p := sidecar.LivenessProbe.HTTPGet; p == nil || p.Scheme == corev1.URISchemeHTTPS {
+		t.Fatalf("the sidecar's liveness probe: %+v; want plain HTTP", p)
 	}
 }
 

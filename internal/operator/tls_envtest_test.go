@@ -3,8 +3,13 @@ package operator
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -87,6 +92,8 @@ func TestTLSSecrets(t *testing.T) {
 		}
 		return nil
 	})
+
+	checkSidecarCallsOverTLS(t, ns)
 
 	// Near its end: the members' certificate is issued again, from the same CA.
 	poke := func(v string) { poke(t, ns, "tls", v) }
@@ -482,5 +489,59 @@ func TestProvidedTLS(t *testing.T) {
 		if err := get(t, ns, name, &corev1.Secret{}); err != nil {
 			t.Fatalf("the user's Secret %s after the cluster was deleted: %v", name, err)
 		}
+	}
+}
+
+// checkSidecarCallsOverTLS: the operator calls the sidecars of the TLS cluster "tls" in ns at
+// their https URLs, verifying the members' certificate (its Secret's) against the cluster's
+// CAs; a server with a certificate of the same names from another CA is refused.
+func checkSidecarCallsOverTLS(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	var members, token corev1.Secret
+	testutil.Eventually(t, 20*time.Second, "the members' and the token Secrets", func() error {
+		if err := get(t, ns, "tls-server-tls", &members); err != nil {
+			return err
+		}
+		return get(t, ns, v1alpha1.SidecarTokenSecretName("tls"), &token)
+	})
+	serve := func(certPEM, keyPEM []byte) *httptest.Server {
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) }))
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	// Every connection goes to srv, whatever the URL names: the name is verified as the URL's.
+	call := func(srv *httptest.Server) error {
+		dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, srv.Listener.Addr().String())
+		}
+		b := &BackupReconciler{Client: k8s, HTTP: &http.Client{Transport: &http.Transport{DialContext: dial}}}
+		sc, err := b.sidecarClient(ctx, ns, "tls")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sc.Call(ctx, http.MethodGet, fmt.Sprintf("https://%s:%d/v1/report", memberDNS(getCluster(t, ns, "tls"), 1), SidecarPort))
+		return err
+	}
+	if err := call(serve(members.Data[pki.CertFile], members.Data[pki.KeyFile])); err != nil {
+		t.Fatalf("the operator's call of a sidecar serving the members' certificate: %v", err)
+	}
+	other, err := pki.NewCA("another", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := other.Issue(serverLeaf(getCluster(t, ns, "tls")), time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unknown x509.UnknownAuthorityError
+	if err := call(serve(certPEM, keyPEM)); !errors.As(err, &unknown) {
+		t.Fatalf("the operator's call of a sidecar serving a certificate of another CA: %v; want it refused as of an unknown authority", err)
 	}
 }

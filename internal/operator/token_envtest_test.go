@@ -113,7 +113,7 @@ func TestSidecarTokenSecret(t *testing.T) {
 	routes := []sidecarapi.Route{{Method: "POST", Path: "/v1/snapshots/full", Access: sidecarapi.Control, Handler: func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(snapshotter.FullResult{Key: "v1/full/00000000000000000042-1.snap.zst", Revision: 42, Size: 4242})
 	}}}
-	srv := httptest.NewServer(sidecarapi.NewHandler(routes, sidecarapi.NewFile(mounted)))
+	srv := httptest.NewServer(sidecarapi.NewHandler(routes, sidecarapi.NewFile(mounted), false))
 	defer srv.Close()
 	tokenSidecars.Store(ns, srv.URL)
 	defer tokenSidecars.Delete(ns)

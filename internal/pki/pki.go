@@ -299,28 +299,63 @@ func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time)
 // The files are read again at every handshake, so a renewed certificate, and a CA added or
 // dropped by a rollover, count from the next connection without making a new client.
 func ClientTLS(dir string) (*tls.Config, error) {
-	caPath := filepath.Join(dir, CAFile)
-	if _, err := certPool(caPath); err != nil {
+	tc, err := ServerTrust(filepath.Join(dir, CAFile), "")
+	if err != nil {
 		return nil, err
 	}
-	load := func() (*tls.Certificate, error) {
-		c, err := tls.LoadX509KeyPair(filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile))
-		if err != nil {
-			return nil, err
-		}
-		return &c, nil
-	}
+	load := func() (*tls.Certificate, error) { return loadPair(dir) }
 	if _, err := load(); err != nil {
 		return nil, fmt.Errorf("client certificate in %s: %w", dir, err)
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12,
+	tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }
+	return tc, nil
+}
+
+// ServerTrust is the TLS configuration of a client that verifies its server against the CAs
+// in caPath, read again at every handshake (a rollover adds and drops CAs while clients run),
+// and presents no certificate. serverName, when set, is the name the server's certificate
+// must carry instead of the URL's host: a caller that dials a member over loopback names the
+// member.
+func ServerTrust(caPath, serverName string) (*tls.Config, error) {
+	if _, err := certPool(caPath); err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName,
 		// The server's chain and name are verified in VerifyConnection instead, against the
-		// CAs ca.crt holds at this handshake (crypto/tls takes a fixed pool only).
+		// CAs caPath holds at this handshake (crypto/tls takes a fixed pool only).
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			return verifyServer(cs, caPath)
-		},
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }}, nil
+		}}, nil
+}
+
+// ServingTLS is the TLS configuration of a server whose certificate directory is dir. The
+// certificate is read again at every handshake, so a renewal counts from the next connection.
+// Clients are not asked for certificates: the server authenticates its callers otherwise.
+func ServingTLS(dir string) (*tls.Config, error) {
+	if _, err := loadPair(dir); err != nil {
+		return nil, fmt.Errorf("server certificate in %s: %w", dir, err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return loadPair(dir) }}, nil
+}
+
+func loadPair(dir string) (*tls.Certificate, error) {
+	c, err := tls.LoadX509KeyPair(filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile))
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// TrustPEM is the TLS configuration of a client that verifies its server against the CAs in
+// caPEM, as crypto/tls does, and presents no certificate.
+func TrustPEM(caPEM []byte) (*tls.Config, error) {
+	roots, err := pool(caPEM)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}, nil
 }
 
 // verifyServer verifies a server's certificate chain and name as crypto/tls would, with the

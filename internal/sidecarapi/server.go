@@ -132,16 +132,17 @@ func Match(tok string, valid []string) bool {
 
 // NewHandler serves routes: every request body is limited to MaxBody, every route but the
 // Open ones needs a valid token, rate-limited routes answer 429 with Retry-After, and each
-// answer must be written within the route's timeout.
-func NewHandler(routes []Route, tokens Tokens) http.Handler {
+// answer must be written within the route's timeout. With tlsOnly, a route that is not Open
+// refuses a request that did not come over TLS, before its token is looked at.
+func NewHandler(routes []Route, tokens Tokens, tlsOnly bool) http.Handler {
 	m := http.NewServeMux()
 	for _, rt := range routes {
-		m.Handle(rt.Pattern(), guard(rt, tokens))
+		m.Handle(rt.Pattern(), guard(rt, tokens, tlsOnly))
 	}
 	return m
 }
 
-func guard(rt Route, tokens Tokens) http.Handler {
+func guard(rt Route, tokens Tokens, tlsOnly bool) http.Handler {
 	var lim *limiter
 	if rt.MinInterval > 0 {
 		lim = &limiter{interval: rt.MinInterval}
@@ -152,6 +153,14 @@ func guard(rt Route, tokens Tokens) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+		if rt.Access != Open && tlsOnly && r.TLS == nil {
+			msg := fmt.Sprintf("%s %s is served over TLS only: call https://%s%s, trusting the cluster's CA (ca.crt)", rt.Method, rt.Path, r.Host, rt.Path)
+			if r.Header.Get("Authorization") != "" {
+				msg += "; the token this request sent in plain text may have been seen by others: rotate it"
+			}
+			http.Error(w, msg, http.StatusForbidden)
+			return
+		}
 		if rt.Access != Open {
 			p, err := Authenticate(r, tokens)
 			if err != nil {

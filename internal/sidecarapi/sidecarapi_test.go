@@ -96,7 +96,7 @@ func TestRotationWithoutRefusals(t *testing.T) {
 	routes := []Route{{Method: "GET", Path: "/x", Access: Read, Handler: func(w http.ResponseWriter, _ *http.Request) {}}}
 	for i := 1; i < len(steps); i++ {
 		for _, server := range steps[i-1 : i+1] {
-			srv := httptest.NewServer(NewHandler(routes, Static{List: server}))
+			srv := httptest.NewServer(NewHandler(routes, Static{List: server}, false))
 			for _, client := range steps[i-1 : i+1] {
 				if _, err := NewClient(Static{List: client}, nil).Call(context.Background(), "GET", srv.URL+"/x"); err != nil {
 					t.Errorf("step %d: a client on %d tokens, a server on %d: %v", i, len(client), len(server), err)
@@ -105,7 +105,7 @@ func TestRotationWithoutRefusals(t *testing.T) {
 			srv.Close()
 		}
 	}
-	srv := httptest.NewServer(NewHandler(routes, Static{List: []string{neu}}))
+	srv := httptest.NewServer(NewHandler(routes, Static{List: []string{neu}}, false))
 	defer srv.Close()
 	_, err := NewClient(Static{List: []string{old}, From: "the old token"}, nil).Call(context.Background(), "GET", srv.URL+"/x")
 	if StatusCode(err) != http.StatusUnauthorized || !strings.Contains(err.Error(), "the old token") {
@@ -165,7 +165,7 @@ func TestClientErrorNamesTheTokenFile(t *testing.T) {
 	toks, _ := ReadTokenFile(path)
 	other, _ := GenerateToken()
 	routes := []Route{{Method: "POST", Path: "/v1/snapshots/full", Access: Control, Handler: func(w http.ResponseWriter, _ *http.Request) {}}}
-	srv := httptest.NewServer(NewHandler(routes, Static{List: []string{other}}))
+	srv := httptest.NewServer(NewHandler(routes, Static{List: []string{other}}, false))
 	defer srv.Close()
 	_, err := FileClient(path, nil).Call(context.Background(), "POST", srv.URL+"/v1/snapshots/full")
 	if StatusCode(err) != http.StatusUnauthorized || !strings.Contains(err.Error(), "token file "+path) || strings.Contains(err.Error(), toks[0]) {

@@ -102,6 +102,10 @@ func TestSecretsNeverAppear(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sc, err := local.SidecarClient(dir, spec, 10*time.Second) // its HTTP client trusts the cluster's CAs
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range spec.Members {
 		base := spec.SidecarURL(m)
 		for _, p := range []struct{ path, token string }{{"/metrics", ""}, {"/v1/report", string(token)}, {"/v1/backup", string(token)},
@@ -110,7 +114,7 @@ func TestSecretsNeverAppear(t *testing.T) {
 			if p.token != "" {
 				req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(strings.Split(p.token, "\n")[0]))
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := sc.HTTP.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

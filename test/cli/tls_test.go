@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/pki"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/testutil"
 )
 
@@ -101,6 +103,50 @@ func TestLocalTLS(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The sidecar API is served over TLS with the member's certificate (the status above read
+	// the backups through it), and refuses a request in plain text before looking at its
+	// token; only the open endpoints answer plain text, for probes and Prometheus.
+	sidecar := status().Members[1].SidecarURL
+	if !strings.HasPrefix(sidecar, "https://") {
+		t.Fatalf("status names the sidecar API %s; want https", sidecar)
+	}
+	spec, _, err := local.ReadSpec(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secure, err := local.SidecarClient(dir, spec, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := secure.Call(t.Context(), http.MethodGet, sidecar+"/v1/report"); err != nil {
+		t.Fatalf("the sidecar API over TLS with the token: %v", err)
+	}
+	plain := "http://" + strings.TrimPrefix(sidecar, "https://")
+	if _, err := sidecarapi.FileClient(local.TokenPath(dir), nil).Call(t.Context(), http.MethodGet, plain+"/v1/report"); sidecarapi.StatusCode(err) != http.StatusForbidden {
+		t.Fatalf("the sidecar API in plain text with the token: %v; want 403", err)
+	}
+	for _, u := range []string{plain + "/healthz", plain + "/metrics"} {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatalf("GET %s: %v", u, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s; want 200", u, resp.Status)
+		}
+	}
+	other, err := pki.NewCA("another", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherTrust, err := pki.TrustPEM(other.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sidecarapi.FileClient(local.TokenPath(dir), sidecarapi.HTTPClient(otherTrust, 5*time.Second)).Call(t.Context(), http.MethodGet, sidecar+"/v1/report"); err == nil {
+		t.Fatal("a client trusting another CA took the sidecar's certificate")
+	}
 
 	// Scaled up and down: the new member gets its certificate and joins over TLS.
 	run(t, steward, "local", "scale", "4", "--dir", dir, "--timeout", "2m")

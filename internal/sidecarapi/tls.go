@@ -1,0 +1,113 @@
+package sidecarapi
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// With TLS, one port serves both: the API over TLS, and the open endpoints (/healthz,
+// /readyz, /metrics) also in plain text, for kubelet probes and Prometheus, which take no
+// cluster CA. Every other endpoint refuses a plain-text request (see NewHandler).
+
+// handshakeByte opens every TLS connection: a handshake record.
+const handshakeByte = 0x16
+
+// sniffTimeout bounds the wait for a new connection's first byte.
+const sniffTimeout = 5 * time.Second
+
+// TLSListener wraps ln: a connection that opens with a TLS handshake is served with cfg
+// (net/http sees a *tls.Conn and fills Request.TLS), any other is served as it is. Each
+// connection's first byte is awaited in its own goroutine, so a silent client holds up no
+// other.
+func TLSListener(ln net.Listener, cfg *tls.Config) net.Listener {
+	l := &sniffListener{Listener: ln, cfg: cfg, conns: make(chan net.Conn), done: make(chan struct{})}
+	go l.acceptLoop()
+	return l
+}
+
+type sniffListener struct {
+	net.Listener
+	cfg   *tls.Config
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+	err   error // why it ended: set once, before done closes
+}
+
+func (l *sniffListener) acceptLoop() {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			l.end(err)
+			return
+		}
+		go l.sniff(c)
+	}
+}
+
+func (l *sniffListener) sniff(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
+	br := bufio.NewReaderSize(c, 1)
+	first, err := br.Peek(1)
+	_ = c.SetReadDeadline(time.Time{})
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	var out net.Conn = &peekedConn{Conn: c, r: br}
+	if first[0] == handshakeByte {
+		out = tls.Server(out, l.cfg)
+	}
+	select {
+	case l.conns <- out:
+	case <-l.done:
+		_ = c.Close()
+	}
+}
+
+func (l *sniffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, l.err
+	}
+}
+
+// end records why the listener ended, once, and wakes Accept.
+func (l *sniffListener) end(err error) {
+	l.once.Do(func() { l.err = err; close(l.done) })
+}
+
+func (l *sniffListener) Close() error {
+	l.end(net.ErrClosed)
+	return l.Listener.Close()
+}
+
+// peekedConn reads through the buffer that holds the byte already peeked.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// HTTPClient is an HTTP client for sidecars that serve the API over TLS with tc (nil: plain
+// text), with the given overall timeout per request (0: none).
+func HTTPClient(tc *tls.Config, timeout time.Duration) *http.Client {
+	if tc == nil {
+		return &http.Client{Timeout: timeout}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tc
+	return &http.Client{Transport: t, Timeout: timeout}
+}
