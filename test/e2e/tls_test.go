@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/pki"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,7 +32,7 @@ import (
 // its own CA, and etcd authentication. The client certificate Secret named in the status,
 // with the root password, works; plain text, TLS without a client certificate, the client
 // certificate without a password and a wrong password are refused, and the peer port refuses
-// the client certificate. Backups run over TLS and logged in, a member lost with its volume
+// the client certificate. The sidecar API answers its token over TLS only. Backups run over TLS and logged in, a member lost with its volume
 // is replaced, the cluster scales 3→4→3 with the members' one certificate, and its CA rolls
 // over under a writer. A new cluster restored from its backups has a CA and a root password
 // of its own, which its sidecars log in with. No acknowledged write is lost.
@@ -105,6 +106,33 @@ func TestTLS(t *testing.T) {
 	}
 	if err := peerGet("sec-client-tls"); err == nil {
 		t.Fatal("the client certificate was answered on the peer port")
+	}
+
+	// The sidecar API is served over TLS with the member's certificate: with the token, over
+	// TLS verifying the member's name, it answers; in plain text it refuses before looking at
+	// the token; only the open endpoints also answer plain text (the kubelet's probes, which
+	// keep the pods alive throughout, use it).
+	var tokenSecret corev1.Secret
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: v1alpha1.SidecarTokenSecretName("sec")}, &tokenSecret); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := sidecarapi.ParseTokens(tokenSecret.Data[v1alpha1.SidecarTokenKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecarTLS := clusterTLS(t, ns, "sec", "sec-client-tls")
+	sidecarTLS.ServerName = fmt.Sprintf("sec-1.sec-peer.%s.svc", ns)
+	sidecarAddr := fmt.Sprintf("%s:%d", memberPods(t, ns, "sec")["sec-1"].Status.PodIP, operator.SidecarPort)
+	api := sidecarapi.NewClient(sidecarapi.Static{List: tokens}, sidecarapi.HTTPClient(sidecarTLS, 10*time.Second))
+	if _, err := api.Call(context.Background(), http.MethodGet, "https://"+sidecarAddr+"/v1/report"); err != nil {
+		t.Fatalf("the sidecar API over TLS with the token: %v", err)
+	}
+	plain := sidecarapi.NewClient(sidecarapi.Static{List: tokens}, sidecarapi.HTTPClient(nil, 10*time.Second))
+	if _, err := plain.Call(context.Background(), http.MethodGet, "http://"+sidecarAddr+"/v1/report"); sidecarapi.StatusCode(err) != http.StatusForbidden {
+		t.Fatalf("the sidecar API in plain text with the token: %v; want 403", err)
+	}
+	if _, err := plain.Call(context.Background(), http.MethodGet, "http://"+sidecarAddr+"/metrics"); err != nil {
+		t.Fatalf("the sidecar's /metrics in plain text: %v", err)
 	}
 
 	// One member lost with its volume: a new member joins over TLS.
