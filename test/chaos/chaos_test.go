@@ -33,7 +33,9 @@ const (
 
 // TestChaos runs traffic for the configured duration while injecting faults one after
 // another, each chosen by the seed; the cluster must heal after each, all members must end
-// with the same key space, and the history must be linearizable.
+// with the same key space, and the history must be linearizable. The cluster runs with TLS
+// and etcd authentication, so every healing path also renews logins and dials with
+// certificates (the other chaos tests run in plain text).
 func TestChaos(t *testing.T) {
 	cfg := chaosConfig(t)
 	duration := cfg.duration
@@ -45,7 +47,7 @@ func TestChaos(t *testing.T) {
 		cfg.seed, duration, cfg.members, cfg.seed, cfg.duration)
 	rng := rand.New(rand.NewSource(cfg.seed))
 	c := startCluster(t, cfg, clusterOptions{basePort: 24000, quorumGrace: 10 * time.Second,
-		sidecarArgs: []string{"--delta-period=1s"}})
+		sidecarArgs: []string{"--delta-period=1s"}, secure: true})
 	ctx := context.Background()
 
 	kinds := faults

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // config is a run's setting, from the environment (`make chaos` sets it).
@@ -96,6 +96,9 @@ type clusterOptions struct {
 	basePort    int
 	quorumGrace time.Duration
 	sidecarArgs []string
+	// secure runs the cluster as a careful user would: TLS of its own CA and etcd
+	// authentication, so every recovery path runs with certificates and logins.
+	secure bool
 }
 
 func startCluster(t *testing.T, cfg config, o clusterOptions) *cluster {
@@ -121,7 +124,7 @@ func startCluster(t *testing.T, cfg config, o clusterOptions) *cluster {
 	c.cancel = cancel
 	ready := make(chan local.Spec, 1)
 	opts := local.UpOptions{Dir: dir, Members: cfg.members, BasePort: o.basePort, Binary: cfg.binary,
-		Backup: c.s3.StoreURL("chaos", "backups"), SidecarArgs: o.sidecarArgs, QuorumLossGrace: o.quorumGrace,
+		Backup: c.s3.StoreURL("chaos", "backups"), SidecarArgs: o.sidecarArgs, QuorumLossGrace: o.quorumGrace, TLS: o.secure, Auth: o.secure,
 		ReadyTimeout: 2 * time.Minute, StopGrace: 20 * time.Second,
 		Logf: func(format string, args ...any) {
 			c.logf("supervisor: %s", fmt.Sprintf(format, args...))
@@ -185,7 +188,9 @@ func (c *cluster) logf(format string, args ...any) {
 
 func (c *cluster) client() *clientv3.Client {
 	c.t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.spec.ClientURLs(), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	// With TLS and authentication: the client certificate, logged in as root.
+	d := etcdutil.Dialer{TLSDir: local.ClientTLSDir(c.dir, c.spec), PasswordFile: local.RootPasswordPath(c.dir, c.spec)}
+	cli, err := d.New(c.spec.ClientURLs(), 3*time.Second)
 	if err != nil {
 		c.t.Fatal(err)
 	}
