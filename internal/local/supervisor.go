@@ -404,8 +404,8 @@ func (s *supervisor) memberStateLocked(name string) *MemberState {
 	return nil
 }
 
-// waitReady polls until every member is healthy, healing meanwhile (a cluster that formed
-// before may come up without its quorum). It fails early when a process of a new cluster
+// waitReady polls until every member is healthy and the status records the cluster they
+// formed, healing meanwhile (a cluster that formed before may come up without its quorum). It fails early when a process of a new cluster
 // keeps dying, with the end of its log.
 func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
@@ -423,8 +423,11 @@ func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Dura
 		}
 		formed := s.state.ClusterID != ""
 		s.mu.Unlock()
-		if len(waiting) == 0 {
-			return nil
+		if len(waiting) == 0 && formed {
+			// Ready only once the status records the cluster, saved: a member that loses its
+			// data from then on sees that the cluster formed, and waits for its quorum or a
+			// recovery instead of bootstrapping beside it.
+			return s.save()
 		}
 		for _, r := range s.memberRuns() {
 			for _, p := range []*process{r.etcd, r.sidecar} {
@@ -435,6 +438,10 @@ func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Dura
 			}
 		}
 		if time.Now().After(deadline) {
+			if len(waiting) == 0 {
+				return fmt.Errorf("every member is healthy, but the supervisor could not read the cluster's member list within %s (with etcd authentication: is the password in %s root's?); see the logs in %s/logs",
+					timeout, RootPasswordPath(s.dir, s.currentSpec()), s.dir)
+			}
 			return fmt.Errorf("members %s did not become healthy within %s; see their logs in %s/logs", strings.Join(waiting, ", "), timeout, s.dir)
 		}
 		select {

@@ -380,16 +380,17 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 	}
 	tl := p.Timeline()
 	resume := p.Placement.Resume
-	newestFull, reason := fullNeeded(p, a.schedule, time.Now())
+	// A full snapshot comes first only when the deltas cannot go on without one. One that is
+	// due by the schedule, or for a change of etcd's auth state, is taken by fullLoop beside
+	// the deltas, which go on from the stored revision: taken first, it would leave the
+	// revisions between the stored one and its own in no backup.
+	newestFull, reason := fullFirst(p)
 	if !p.Placement.New {
 		gap, err := a.repairDeltas(ctx, m, p, tl)
 		if err != nil {
 			return err
 		}
 		reason = firstNonEmpty(reason, gap)
-	}
-	if reason == "" {
-		reason = a.authFullNeeded(ctx, m, tl.ID)
 	}
 	a.enterTimeline(p)
 	if reason != "" {
@@ -462,9 +463,10 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 	}
 }
 
-// fullNeeded decides whether the placed timeline needs a full snapshot before deltas
-// continue, and returns its newest full snapshot's time.
-func fullNeeded(p snapshotter.Placed, sched cron.Schedule, now time.Time) (newestFull time.Time, fullReason string) {
+// fullFirst decides whether the placed timeline needs a full snapshot before deltas can
+// continue (a new timeline, none yet, a hole after the newest), and returns its newest full
+// snapshot's time.
+func fullFirst(p snapshotter.Placed) (newestFull time.Time, fullReason string) {
 	if p.Placement.New {
 		return time.Time{}, p.Placement.Reason
 	}
@@ -474,11 +476,8 @@ func fullNeeded(p snapshotter.Placed, sched cron.Schedule, now time.Time) (newes
 		f := c.Fulls[n-1]
 		fullRev, newestFull = f.FirstRev, f.Created
 	}
-	switch {
-	case len(c.Fulls) == 0:
+	if len(c.Fulls) == 0 {
 		return newestFull, fmt.Sprintf("timeline %d holds no full snapshot", p.Placement.Timeline)
-	case !sched.Next(newestFull).After(now):
-		return newestFull, "the newest full snapshot is older than the schedule"
 	}
 	for _, is := range c.Check() {
 		if is.Kind == backup.IssueHole && is.From > fullRev {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robfig/cron/v3"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
@@ -49,12 +48,8 @@ func TestBackupReady(t *testing.T) {
 	}
 }
 
-func TestFullNeeded(t *testing.T) {
+func TestFullFirst(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 30, 0, 0, time.UTC)
-	hourly, err := cron.ParseStandard("@hourly")
-	if err != nil {
-		t.Fatal(err)
-	}
 	chain := func(keys ...string) backup.Chain {
 		var objs []backup.Object
 		for _, k := range keys {
@@ -81,17 +76,17 @@ func TestFullNeeded(t *testing.T) {
 		{"a continued timeline without a full snapshot (another timeline's does not count)",
 			snapshotter.Placed{Placement: backup.Placement{Timeline: 2, Resume: 300}, Chain: chain(backup.FullKey(1, 100, recent), backup.DeltaKey(2, 201, 300))},
 			"timeline 2 holds no full snapshot"},
-		{"the newest full snapshot is older than the schedule",
+		{"the newest full snapshot is older than the schedule: taken beside the deltas, not first",
 			snapshotter.Placed{Placement: backup.Placement{Timeline: 1, Resume: 300}, Chain: chain(backup.FullKey(1, 200, old), backup.DeltaKey(1, 201, 300))},
-			"older than the schedule"},
+			""},
 		{"a hole after the newest full snapshot",
 			snapshotter.Placed{Placement: backup.Placement{Timeline: 1, Resume: 300}, Chain: chain(backup.FullKey(1, 200, recent), backup.DeltaKey(1, 251, 300))},
 			"the chain has a hole"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, reason := fullNeeded(tc.p, hourly, now)
+			_, reason := fullFirst(tc.p)
 			if (reason == "") != (tc.reason == "") || !strings.Contains(reason, tc.reason) {
-				t.Fatalf("fullNeeded = %q, want %q", reason, tc.reason)
+				t.Fatalf("fullFirst = %q, want %q", reason, tc.reason)
 			}
 		})
 	}

@@ -98,7 +98,7 @@ func TestChaos(t *testing.T) {
 			before := tr.acked.Load()
 			time.Sleep(calm) // traffic on the healed cluster before the next fault
 			if tr.acked.Load() == before {
-				failure = fmt.Errorf("after %s: healthy, but no operation succeeded for %s", f.name, calm)
+				failure = fmt.Errorf("after %s: healthy, but no operation succeeded for %s (the last failed with %s)", f.name, calm, tr.lastError())
 			}
 		}
 	}

@@ -29,8 +29,10 @@ type traffic struct {
 	h      *history
 	counts sync.Map // "op result" → *atomic.Int64
 	acked  atomic.Int64
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	// lastErr is the newest error an operation failed with: a failure report shows it.
+	lastErr atomic.Pointer[string]
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 func startTraffic(cli *clientv3.Client, seed int64) *traffic {
@@ -44,6 +46,14 @@ func startTraffic(cli *clientv3.Client, seed int64) *traffic {
 		}()
 	}
 	return tr
+}
+
+// lastError is the newest error an operation failed with, "nothing" if none did.
+func (tr *traffic) lastError() string {
+	if e := tr.lastErr.Load(); e != nil {
+		return *e
+	}
+	return "nothing"
 }
 
 // finish stops the clients and waits for their last operations.
@@ -106,6 +116,8 @@ func (tr *traffic) client(ctx context.Context, cli *clientv3.Client, id int, rng
 		cancel()
 		if err != nil {
 			tr.count(in.Op, "failed")
+			msg := fmt.Sprintf("%s %s: %v", in.Op, in.Key, err)
+			tr.lastErr.Store(&msg)
 			if in.Op == "get" {
 				continue // a failed read changed nothing: leave it out
 			}
