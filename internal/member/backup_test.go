@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/testutil"
