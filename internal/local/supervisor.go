@@ -405,8 +405,8 @@ func (s *supervisor) memberStateLocked(name string) *MemberState {
 }
 
 // waitReady polls until every member is healthy and the status records the cluster they
-// formed, healing meanwhile (a cluster that formed before may come up without its quorum). It fails early when a process of a new cluster
-// keeps dying, with the end of its log.
+// formed, healing meanwhile (a cluster that formed before may come up without its quorum).
+// It fails early when a process of a new cluster keeps dying, with the end of its log.
 func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -439,8 +439,11 @@ func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Dura
 		}
 		if time.Now().After(deadline) {
 			if len(waiting) == 0 {
-				return fmt.Errorf("every member is healthy, but the supervisor could not read the cluster's member list within %s (with etcd authentication: is the password in %s root's?); see the logs in %s/logs",
-					timeout, RootPasswordPath(s.dir, s.currentSpec()), s.dir)
+				why := ""
+				if p := RootPasswordPath(s.dir, s.currentSpec()); p != "" {
+					why = fmt.Sprintf(" (is the password in %s root's?)", p)
+				}
+				return fmt.Errorf("every member is healthy, but the supervisor could not read the cluster's member list within %s%s; see the logs in %s/logs", timeout, why, s.dir)
 			}
 			return fmt.Errorf("members %s did not become healthy within %s; see their logs in %s/logs", strings.Join(waiting, ", "), timeout, s.dir)
 		}
