@@ -170,7 +170,7 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 	for _, m := range want.Members {
 		rest = append(rest, want.ClientURL(m))
 	}
-	cli, err := dialer(s.dir, want).New(rest, 3*time.Second)
+	cli, err := Dialer(s.dir, want).New(rest, 3*time.Second)
 	if err != nil {
 		return err
 	}

@@ -123,7 +123,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 
 	// With etcd authentication, making a client logs in, which fails while no member serves:
 	// the report then comes from the supervisor's state alone.
-	cli, err := dialer(dir, spec).New(spec.ClientURLs(), 2*time.Second)
+	cli, err := Dialer(dir, spec).New(spec.ClientURLs(), 2*time.Second)
 	if err != nil && !spec.Auth {
 		return Report{}, err
 	}

@@ -324,7 +324,7 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 		etcd: &process{member: m.Name, kind: "etcd", bin: bin, log: LogPath(s.dir, m.Name, "etcd"),
 			stopGrace: s.opts.StopGrace, logf: s.logf, args: etcdArgs},
 	}
-	r.conn = dialer(s.dir, spec).Conn([]string{spec.ClientURL(m)}, time.Second)
+	r.conn = Dialer(s.dir, spec).Conn([]string{spec.ClientURL(m)}, time.Second)
 	// A member fenced by the directive in force (recorded before a supervisor restart)
 	// does not start its etcd until the directive releases it.
 	if slices.Contains(s.currentDirective().Fenced(spec.memberNames()), m.Name) {

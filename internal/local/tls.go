@@ -48,8 +48,9 @@ func ClientTLSDir(dir string, spec Spec) string {
 	return filepath.Join(dir, pkiDir, "client")
 }
 
-// dialer makes clients of the members of the cluster in dir.
-func dialer(dir string, spec Spec) etcdutil.Dialer {
+// Dialer makes clients of the members of the cluster in dir: with TLS, the client
+// certificate; with etcd authentication, logged in as root.
+func Dialer(dir string, spec Spec) etcdutil.Dialer {
 	return etcdutil.Dialer{TLSDir: ClientTLSDir(dir, spec), PasswordFile: RootPasswordPath(dir, spec)}
 }
 

@@ -98,7 +98,7 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 	if err := etcdproc.CheckFlags(flags); err != nil {
 		return UpgradeResult{}, fmt.Errorf("%w; nothing was changed", err)
 	}
-	cli, err := dialer(opts.Dir, spec).New(spec.ClientURLs(), 3*time.Second)
+	cli, err := Dialer(opts.Dir, spec).New(spec.ClientURLs(), 3*time.Second)
 	if err != nil {
 		return UpgradeResult{}, err
 	}

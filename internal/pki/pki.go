@@ -303,11 +303,10 @@ func ClientTLS(dir string) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	load := func() (*tls.Certificate, error) { return loadPair(dir) }
-	if _, err := load(); err != nil {
+	if _, err := loadPair(dir); err != nil {
 		return nil, fmt.Errorf("client certificate in %s: %w", dir, err)
 	}
-	tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }
+	tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return loadPair(dir) }
 	return tc, nil
 }
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
-	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -196,7 +195,7 @@ func (c *cluster) logf(format string, args ...any) {
 func (c *cluster) waitAuthEnabled() {
 	c.t.Helper()
 	testutil.Eventually(c.t, time.Minute, "etcd authentication on", func() error {
-		cli, err := c.dialer().New(c.spec.ClientURLs(), 3*time.Second)
+		cli, err := local.Dialer(c.dir, c.spec).New(c.spec.ClientURLs(), 3*time.Second)
 		if err != nil {
 			return err
 		}
@@ -214,15 +213,9 @@ func (c *cluster) waitAuthEnabled() {
 	})
 }
 
-// dialer makes clients of the cluster: with TLS and authentication, with the client
-// certificate, logged in as root.
-func (c *cluster) dialer() etcdutil.Dialer {
-	return etcdutil.Dialer{TLSDir: local.ClientTLSDir(c.dir, c.spec), PasswordFile: local.RootPasswordPath(c.dir, c.spec)}
-}
-
 func (c *cluster) client() *clientv3.Client {
 	c.t.Helper()
-	cli, err := c.dialer().New(c.spec.ClientURLs(), 3*time.Second)
+	cli, err := local.Dialer(c.dir, c.spec).New(c.spec.ClientURLs(), 3*time.Second)
 	if err != nil {
 		c.t.Fatal(err)
 	}
