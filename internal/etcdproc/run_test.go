@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/member"
@@ -20,19 +21,19 @@ import (
 )
 
 type staticView struct {
-	spec   member.ClusterSpec
-	status member.ClusterStatus
+	spec   cluster.Spec
+	status cluster.Status
 }
 
 // staticView is a cluster view that never changes: a fixed spec and status, no directive.
-func (v staticView) Snapshot(context.Context) (member.ClusterSnapshot, error) {
-	return member.ClusterSnapshot{Version: "1", Spec: v.spec, Status: v.status}, nil
+func (v staticView) Snapshot(context.Context) (cluster.Snapshot, error) {
+	return cluster.Snapshot{Version: "1", Spec: v.spec, Status: v.status}, nil
 }
 func (v staticView) Watch(ctx context.Context) (<-chan struct{}, error) {
 	return make(chan struct{}), nil // nothing ever changes
 }
-func (v staticView) Report(context.Context, member.Report) error { return nil }
-func (v staticView) AckDirective(context.Context, int64, member.DirectiveResult) error {
+func (v staticView) Report(context.Context, cluster.Report) error { return nil }
+func (v staticView) AckDirective(context.Context, int64, cluster.DirectiveResult) error {
 	return nil
 }
 
@@ -63,8 +64,8 @@ func apiStatus(method, url string) int {
 func TestMemberStartsThroughSidecar(t *testing.T) {
 	dataDir := t.TempDir()
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))
-	view := staticView{spec: member.ClusterSpec{Name: "t", Token: "t-token",
-		Members: []member.MemberSpec{{Name: "m0", ClientURL: clientURL, PeerURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))}}}}
+	view := staticView{spec: cluster.Spec{Name: "t", Token: "t-token",
+		Members: []cluster.MemberSpec{{Name: "m0", ClientURL: clientURL, PeerURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))}}}}
 	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view, Etcd: etcdproc.Config{LogLevel: "error"}, APITokens: apiTokens})
 	if err != nil {
 		t.Fatal(err)
@@ -158,11 +159,11 @@ func TestSidecarWaitsOnDamagedDataWithoutQuorum(t *testing.T) {
 	if err := os.WriteFile(datadir.DBPath(dataDir), []byte("not a database"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	view := staticView{spec: member.ClusterSpec{Name: "t", Token: "x", Members: []member.MemberSpec{
+	view := staticView{spec: cluster.Spec{Name: "t", Token: "x", Members: []cluster.MemberSpec{
 		{Name: "m0", ClientURL: "http://127.0.0.1:1", PeerURL: "http://127.0.0.1:2"},
 		{Name: "m1", ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)), PeerURL: "http://127.0.0.1:4"}}},
-		status: member.ClusterStatus{ClusterID: "c1", Voters: []member.Voter{{ID: "1", Name: "m0"}, {ID: "2", Name: "m1"}},
-			Members: []member.StatusMember{{Name: "m0", ID: "1"}, {Name: "m1", ID: "2"}}}}
+		status: cluster.Status{ClusterID: "c1", Voters: []cluster.Voter{{ID: "1", Name: "m0"}, {ID: "2", Name: "m1"}},
+			Members: []cluster.StatusMember{{Name: "m0", ID: "1"}, {Name: "m1", ID: "2"}}}}
 	sc, err := member.New(member.Config{Name: "m0", DataDir: dataDir, View: view, APITokens: apiTokens})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 )
 
 // Timing bounds the waits of a recovery. Every wait ends: a condition that never comes true
@@ -44,7 +44,7 @@ type Member struct {
 	// StoppedSince is when it was confirmed stopped (zero when it runs).
 	StoppedSince time.Time
 	// Report is its sidecar's last report (nil if none).
-	Report *member.Report
+	Report *cluster.Report
 }
 
 // Backup is what the backup store holds.
@@ -56,13 +56,13 @@ type Backup struct {
 
 // Status is the part of the cluster status the decisions read and write.
 type Status struct {
-	ClusterID string         `json:"clusterID,omitempty"`
-	Voters    []member.Voter `json:"voters,omitempty"`
+	ClusterID string          `json:"clusterID,omitempty"`
+	Voters    []cluster.Voter `json:"voters,omitempty"`
 	// Directive is the recovery in progress; LastEpoch the newest ever issued.
-	Directive *member.Directive `json:"directive,omitempty"`
-	LastEpoch int64             `json:"lastEpoch,omitempty"`
+	Directive *cluster.Directive `json:"directive,omitempty"`
+	LastEpoch int64              `json:"lastEpoch,omitempty"`
 	// LastRecovery is the newest retired directive, kept for the record.
-	LastRecovery *member.Directive `json:"lastRecovery,omitempty"`
+	LastRecovery *cluster.Directive `json:"lastRecovery,omitempty"`
 	// QuorumLostSince is when the voters were last seen losing their quorum (zero: quorate).
 	QuorumLostSince time.Time `json:"quorumLostSince,omitempty"`
 	// Withdrawn counts the recoveries withdrawn in a row because a majority still held its
@@ -89,7 +89,7 @@ type Decision struct {
 }
 
 // Quorum counts the voters and how many of them serve as voters now. Learners never count.
-func Quorum(voters []member.Voter, members []Member) (ready, total int) {
+func Quorum(voters []cluster.Voter, members []Member) (ready, total int) {
 	for _, v := range voters {
 		total++
 		for _, m := range members {
@@ -128,11 +128,11 @@ func decide(o Observation, st Status) Decision {
 		return decideHealthy(o, st, ready, total, quorate)
 	}
 	switch d.Phase {
-	case member.PhaseFencing:
+	case cluster.PhaseFencing:
 		return decideFenced(o, st)
-	case member.PhaseSeeding:
+	case cluster.PhaseSeeding:
 		return decideSeeding(o, st)
-	case member.PhaseRejoining:
+	case cluster.PhaseRejoining:
 		return decideRejoining(o, st, quorate)
 	}
 	return restart(o, st, fmt.Sprintf("directive %d has unknown phase %q", d.Epoch, d.Phase))
@@ -185,7 +185,7 @@ func startRecovery(o Observation, st Status, why string) Decision {
 		}
 	}
 	st.LastEpoch++
-	st.Directive = &member.Directive{Epoch: st.LastEpoch, Phase: member.PhaseFencing, IssuedAt: o.Now, PhaseSince: o.Now,
+	st.Directive = &cluster.Directive{Epoch: st.LastEpoch, Phase: cluster.PhaseFencing, IssuedAt: o.Now, PhaseSince: o.Now,
 		Reason: why + ": stopping every member, then choosing the recovery source from their reports"}
 	st.Waiting = st.Directive.Reason
 	return Decision{Status: st, Event: fmt.Sprintf("directive %d: %s", st.LastEpoch, st.Directive.Reason)}
@@ -196,7 +196,7 @@ func startRecovery(o Observation, st Status, why string) Decision {
 // of them, and the others rejoin it as learners, their data moved aside. Until the seed
 // serves, every new epoch restores the same target (restart). The caller checks the target
 // against the store and takes a full snapshot first: this function only decides.
-func StartRestore(o Observation, target member.RestoreTarget) (Decision, error) {
+func StartRestore(o Observation, target cluster.RestoreTarget) (Decision, error) {
 	if d := o.Status.Directive; d != nil {
 		return Decision{Status: o.Status}, fmt.Errorf("directive %d is in progress (%s): a restore can start only once it completes", d.Epoch, d.Phase)
 	}
@@ -225,16 +225,16 @@ func CancelRestore(o Observation) (Decision, error) {
 		return Decision{Status: st}, errors.New("no restore is in progress: nothing to cancel")
 	case d.Restore == nil:
 		return Decision{Status: st}, fmt.Errorf("directive %d is a quorum-loss recovery, not a restore: it cannot be cancelled", d.Epoch)
-	case d.Ack != nil || d.Phase == member.PhaseRejoining:
+	case d.Ack != nil || d.Phase == cluster.PhaseRejoining:
 		return Decision{Status: st}, fmt.Errorf("the restore to %s cannot be cancelled: %s already serves the restored cluster and the others rejoin it with their data moved aside; let it complete, then restore again to the point you want", d.Restore.Point(), d.Seed)
 	}
-	if r := seedReport(o.Members, *d); d.Phase == member.PhaseSeeding && r != nil && r.AppliedEpoch >= d.Epoch && r.ClusterID != "" {
+	if r := seedReport(o.Members, *d); d.Phase == cluster.PhaseSeeding && r != nil && r.AppliedEpoch >= d.Epoch && r.ClusterID != "" {
 		return Decision{Status: st}, fmt.Errorf("the restore to %s cannot be cancelled: %s has restored it (cluster %s) and starts on it; let it complete, then restore again to the point you want", d.Restore.Point(), d.Seed, r.ClusterID)
 	}
 	voters := latestVoters(st, o.Members)
 	var intact, unknown []string
 	for _, m := range o.Members {
-		if !isVoterData(voters, m.Name, reportedID(m)) || (d.Phase == member.PhaseSeeding && m.Name == d.Seed) {
+		if !isVoterData(voters, m.Name, reportedID(m)) || (d.Phase == cluster.PhaseSeeding && m.Name == d.Seed) {
 			continue
 		}
 		switch r := m.Report; {
@@ -249,7 +249,7 @@ func CancelRestore(o Observation) (Decision, error) {
 	}
 	if n := len(voters); len(intact) <= n/2 {
 		why := fmt.Sprintf("only %d of the %d voters (%s) are known to hold their own data of the cluster to restart on", len(intact), n, orNone(intact))
-		if d.Phase == member.PhaseSeeding {
+		if d.Phase == cluster.PhaseSeeding {
 			why += fmt.Sprintf("; the seed %s moved its data aside to restore", d.Seed)
 		}
 		if len(unknown) > 0 {
@@ -339,7 +339,7 @@ func decideFenced(o Observation, st Status) Decision {
 	if t := d.Restore; t != nil && len(o.Members) > 0 {
 		// Nothing was served since the target was set (restart keeps it only then): the
 		// cluster starts from it, whatever the members or the backup store hold.
-		c = Choice{Mode: member.RecoverFromBackup, Seed: backupSeed(o.Members),
+		c = Choice{Mode: cluster.RecoverFromBackup, Seed: backupSeed(o.Members),
 			Reason: fmt.Sprintf("the restore target, %s from %s, was never reached: restoring it", t.Point(), storeName(*t))}
 	}
 	if len(silent) > 0 {
@@ -358,14 +358,14 @@ func decideFenced(o Observation, st Status) Decision {
 		st.Directive, st.Waiting = &d, fmt.Sprintf("directive %d: %s", d.Epoch, c.Reason)
 		return Decision{Status: st}
 	}
-	d.Phase, d.PhaseSince, d.Mode, d.Seed, d.Reason, d.Alternatives = member.PhaseSeeding, o.Now, c.Mode, c.Seed, c.Reason, c.Alternatives
+	d.Phase, d.PhaseSince, d.Mode, d.Seed, d.Reason, d.Alternatives = cluster.PhaseSeeding, o.Now, c.Mode, c.Seed, c.Reason, c.Alternatives
 	st.Directive = &d
 	st.Waiting = fmt.Sprintf("directive %d: %s recovers alone (%s)", d.Epoch, d.Seed, d.Mode)
 	return Decision{Status: st, Event: fmt.Sprintf("directive %d: seed %s, from %s: %s", d.Epoch, d.Seed, d.Mode, c.Reason)}
 }
 
 // storeName names a restore target's backup store in words.
-func storeName(t member.RestoreTarget) string {
+func storeName(t cluster.RestoreTarget) string {
 	if t.Store == "" {
 		return "the cluster's own backup store"
 	}
@@ -373,7 +373,7 @@ func storeName(t member.RestoreTarget) string {
 }
 
 // mayBeVoter: the member is among voters, by name or by the member ID it last reported.
-func mayBeVoter(voters []member.Voter, m Member) bool {
+func mayBeVoter(voters []cluster.Voter, m Member) bool {
 	for _, v := range voters {
 		if (v.Name != "" && v.Name == m.Name) || (m.Report != nil && m.Report.MemberID != "" && v.ID == m.Report.MemberID) {
 			return true
@@ -385,7 +385,7 @@ func mayBeVoter(voters []member.Voter, m Member) bool {
 // freshDiskReport: the member reported from its data dir since its etcd stopped.
 func freshDiskReport(m Member) bool {
 	r := m.Report
-	return r != nil && r.Source == member.ReportFromDisk && !r.Serving && !m.StoppedSince.IsZero() && r.At.After(m.StoppedSince)
+	return r != nil && r.Source == cluster.ReportFromDisk && !r.Serving && !m.StoppedSince.IsZero() && r.At.After(m.StoppedSince)
 }
 
 func decideSeeding(o Observation, st Status) Decision {
@@ -393,14 +393,14 @@ func decideSeeding(o Observation, st Status) Decision {
 	if r := seedReport(o.Members, d); d.Ack == nil && r != nil && r.AppliedEpoch >= d.Epoch && r.ClusterID != "" && r.MemberID != "" {
 		// The seed's data dir records that it carried the directive out and served: as good
 		// as its acknowledgement, which it may not have sent before it stopped.
-		d.Ack = &member.DirectiveResult{Member: d.Seed, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: r.At}
+		d.Ack = &cluster.DirectiveResult{Member: d.Seed, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: r.At}
 	}
 	if d.Ack != nil {
 		// The seed serves: record the cluster it formed, and let the others rejoin.
-		d.Phase, d.PhaseSince = member.PhaseRejoining, o.Now
+		d.Phase, d.PhaseSince = cluster.PhaseRejoining, o.Now
 		st.Directive = &d
 		st.ClusterID = d.Ack.ClusterID
-		st.Voters = []member.Voter{{ID: d.Ack.MemberID, Name: d.Seed}}
+		st.Voters = []cluster.Voter{{ID: d.Ack.MemberID, Name: d.Seed}}
 		st.QuorumLostSince = time.Time{}
 		st.Waiting = fmt.Sprintf("directive %d: %s serves at revision %d; the others rejoin as learners", d.Epoch, d.Seed, d.Ack.Revision)
 		return Decision{Status: st, Event: fmt.Sprintf("directive %d acknowledged by %s: serving cluster %s at revision %d", d.Epoch, d.Seed, d.Ack.ClusterID, d.Ack.Revision)}
@@ -429,7 +429,7 @@ func decideSeeding(o Observation, st Status) Decision {
 
 // seedReport is the report of the seed's data: from its own dir, or from the dir it was
 // found in since (a swap).
-func seedReport(members []Member, d member.Directive) *member.Report {
+func seedReport(members []Member, d cluster.Directive) *cluster.Report {
 	if m := find(members, d.Seed); m != nil && m.Report.OwnData() {
 		return m.Report
 	}
@@ -464,7 +464,7 @@ func decideRejoining(o Observation, st Status, quorate bool) Decision {
 	return Decision{Status: st}
 }
 
-func isVoter(voters []member.Voter, m Member) bool {
+func isVoter(voters []cluster.Voter, m Member) bool {
 	for _, v := range voters {
 		if sameMember(v, m) {
 			return true
@@ -475,7 +475,7 @@ func isVoter(voters []member.Voter, m Member) bool {
 
 // sameMember: the voter is this member, by ID when the status knows the voter's ID (a
 // member replaced under a new ID is another voter), else by name.
-func sameMember(v member.Voter, m Member) bool {
+func sameMember(v cluster.Voter, m Member) bool {
 	if v.ID != "" {
 		return m.ID == v.ID
 	}
@@ -563,7 +563,7 @@ func Choose(st Status, members []Member, b Backup) Choice {
 		if backupHolds {
 			alts = append(alts, fmt.Sprintf("backup: revision %d (up to %d revisions behind)", b.Revision, max(best.maxRevision-b.Revision, 0)))
 		}
-		return Choice{Mode: member.RecoverFromSurvivor, Seed: best.name, Alternatives: append(alts, others...),
+		return Choice{Mode: cluster.RecoverFromSurvivor, Seed: best.name, Alternatives: append(alts, others...),
 			Reason: fmt.Sprintf("%s's log would win an election (last term %d, index %d; revision %d to %d)", best.name, best.lastTerm, best.lastIndex, best.revision, best.maxRevision)}
 	}
 	if backupHolds && len(members) > 0 {
@@ -575,7 +575,7 @@ func Choose(st Status, members []Member, b Backup) Choice {
 		if len(cands) > 0 {
 			why = fmt.Sprintf("the backup holds revision %d, more than any surviving voter's log can reach", b.Revision)
 		}
-		return Choice{Mode: member.RecoverFromBackup, Seed: backupSeed(members), Reason: why, Alternatives: append(alts, others...)}
+		return Choice{Mode: cluster.RecoverFromBackup, Seed: backupSeed(members), Reason: why, Alternatives: append(alts, others...)}
 	}
 	why := "no voter holds valid data and there is no backup: nothing to recover from; restore a backup by hand (`steward restore`)"
 	if b.Configured && b.Revision < 0 {
@@ -590,8 +590,8 @@ func Choose(st Status, members []Member, b Backup) Choice {
 // the status's cluster): membership changes the status has not recorded yet (a member
 // removed for its replacement just before the quorum was lost) count. Without such a report,
 // the status's voters.
-func latestVoters(st Status, members []Member) []member.Voter {
-	var latest *member.Report
+func latestVoters(st Status, members []Member) []cluster.Voter {
+	var latest *cluster.Report
 	for _, m := range members {
 		r := m.Report
 		if r.OwnData() && len(r.Members) > 0 && (st.ClusterID == "" || r.ClusterID == st.ClusterID) && (latest == nil || r.Applied > latest.Applied) {
@@ -601,10 +601,10 @@ func latestVoters(st Status, members []Member) []member.Voter {
 	if latest == nil {
 		return st.Voters
 	}
-	var voters []member.Voter
+	var voters []cluster.Voter
 	for _, lm := range latest.Members {
 		if !lm.IsLearner {
-			voters = append(voters, member.Voter{ID: lm.ID, Name: lm.Name, PeerURL: lm.PeerURL})
+			voters = append(voters, cluster.Voter{ID: lm.ID, Name: lm.Name, PeerURL: lm.PeerURL})
 		}
 	}
 	return voters
@@ -624,7 +624,7 @@ func backupSeed(members []Member) string {
 // isVoterData: data of member ID id, found in member name's own dir, is a voter's: the
 // status lists the ID, or lists name without an ID (a status rebuilt from data dirs that
 // could not all prove their member's ID).
-func isVoterData(voters []member.Voter, name, id string) bool {
+func isVoterData(voters []cluster.Voter, name, id string) bool {
 	for _, v := range voters {
 		if v.ID == id || (v.ID == "" && v.Name == name) {
 			return true
@@ -633,7 +633,7 @@ func isVoterData(voters []member.Voter, name, id string) bool {
 	return len(voters) == 0 // no cluster recorded: nothing to tell voters from others
 }
 
-func holdsWhat(r *member.Report) string {
+func holdsWhat(r *cluster.Report) string {
 	switch {
 	case r.DataEmpty:
 		return "empty data dir"

@@ -6,24 +6,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
-var voters3 = []member.Voter{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+var voters3 = []cluster.Voter{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
 
 // disk is a member's report from its data dir, made after its etcd stopped at t0.
-func disk(name, id string, lastTerm, lastIndex uint64, rev int64) *member.Report {
-	return &member.Report{Name: name, At: t0.Add(time.Second), Source: member.ReportFromDisk, DataValid: true, MemberID: id, ClusterID: "cid",
+func disk(name, id string, lastTerm, lastIndex uint64, rev int64) *cluster.Report {
+	return &cluster.Report{Name: name, At: t0.Add(time.Second), Source: cluster.ReportFromDisk, DataValid: true, MemberID: id, ClusterID: "cid",
 		Owner: name, LastTerm: lastTerm, LastIndex: lastIndex, Commit: lastIndex, Applied: lastIndex, Revision: rev}
 }
 
-func emptyDisk(name string) *member.Report {
-	return &member.Report{Name: name, At: t0.Add(time.Second), Source: member.ReportFromDisk, DataEmpty: true}
+func emptyDisk(name string) *cluster.Report {
+	return &cluster.Report{Name: name, At: t0.Add(time.Second), Source: cluster.ReportFromDisk, DataEmpty: true}
 }
 
-func stopped(name string, r *member.Report) Member {
+func stopped(name string, r *cluster.Report) Member {
 	return Member{Name: name, Stopped: true, StoppedSince: t0, Report: r}
 }
 
@@ -42,34 +42,34 @@ func TestChoose(t *testing.T) {
 			members: []Member{stopped("m0", disk("m0", "a", 2, 10, 5)), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))}, intact: true},
 		{name: "one survivor seeds", status: status,
 			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))},
-			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
-		{name: "the log that would win an election: higher last term beats a longer log", status: Status{ClusterID: "cid", Voters: append(voters3, member.Voter{ID: "d", Name: "m3"}, member.Voter{ID: "e", Name: "m4"})},
+			wantMode: cluster.RecoverFromSurvivor, wantSeed: "m1"},
+		{name: "the log that would win an election: higher last term beats a longer log", status: Status{ClusterID: "cid", Voters: append(voters3, cluster.Voter{ID: "d", Name: "m3"}, cluster.Voter{ID: "e", Name: "m4"})},
 			members: []Member{stopped("m0", disk("m0", "a", 3, 100, 50)), stopped("m1", disk("m1", "b", 4, 90, 49)), stopped("m2", emptyDisk("m2")),
 				stopped("m3", emptyDisk("m3")), stopped("m4", emptyDisk("m4"))},
-			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
-		{name: "same term: the longer log seeds, not the higher database revision", status: Status{ClusterID: "cid", Voters: append(voters3, member.Voter{ID: "d", Name: "m3"}, member.Voter{ID: "e", Name: "m4"})},
-			members: []Member{stopped("m0", disk("m0", "a", 3, 100, 50)), stopped("m1", func() *member.Report { r := disk("m1", "b", 3, 120, 40); r.Applied = 90; return r }()),
+			wantMode: cluster.RecoverFromSurvivor, wantSeed: "m1"},
+		{name: "same term: the longer log seeds, not the higher database revision", status: Status{ClusterID: "cid", Voters: append(voters3, cluster.Voter{ID: "d", Name: "m3"}, cluster.Voter{ID: "e", Name: "m4"})},
+			members: []Member{stopped("m0", disk("m0", "a", 3, 100, 50)), stopped("m1", func() *cluster.Report { r := disk("m1", "b", 3, 120, 40); r.Applied = 90; return r }()),
 				stopped("m2", emptyDisk("m2")), stopped("m3", emptyDisk("m3")), stopped("m4", emptyDisk("m4"))},
-			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
+			wantMode: cluster.RecoverFromSurvivor, wantSeed: "m1"},
 		{name: "a learner's data never counts as a survivor", status: status,
 			members:  []Member{stopped("m0", disk("m0", "x", 9, 999, 999)), stopped("m1", emptyDisk("m1")), stopped("m2", disk("m2", "c", 2, 5, 3))},
-			wantMode: member.RecoverFromSurvivor, wantSeed: "m2"},
+			wantMode: cluster.RecoverFromSurvivor, wantSeed: "m2"},
 		{name: "data of another member does not count for the member holding it", status: status,
-			members: []Member{stopped("m0", func() *member.Report { r := disk("m0", "c", 9, 99, 99); r.Foreign, r.Owner = "of m2", "m2"; return r }()),
+			members: []Member{stopped("m0", func() *cluster.Report { r := disk("m0", "c", 9, 99, 99); r.Foreign, r.Owner = "of m2", "m2"; return r }()),
 				stopped("m1", disk("m1", "b", 2, 5, 3)), stopped("m2", emptyDisk("m2"))},
-			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
+			wantMode: cluster.RecoverFromSurvivor, wantSeed: "m1"},
 		{name: "the backup holds more than the survivor's log can reach: restore", status: status,
 			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))},
 			backup:   Backup{Configured: true, Revision: 100},
-			wantMode: member.RecoverFromBackup, wantSeed: "m0"},
+			wantMode: cluster.RecoverFromBackup, wantSeed: "m0"},
 		{name: "the backup might hold less than the survivor's unapplied entries: the survivor", status: status,
-			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", func() *member.Report { r := disk("m1", "b", 2, 30, 5); r.Applied = 10; return r }()), stopped("m2", emptyDisk("m2"))},
+			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", func() *cluster.Report { r := disk("m1", "b", 2, 30, 5); r.Applied = 10; return r }()), stopped("m2", emptyDisk("m2"))},
 			backup:   Backup{Configured: true, Revision: 20},
-			wantMode: member.RecoverFromSurvivor, wantSeed: "m1"},
+			wantMode: cluster.RecoverFromSurvivor, wantSeed: "m1"},
 		{name: "members removed after the status last recorded the voters do not count: a majority of the voters now listed holds its data",
-			status: Status{ClusterID: "cid", Voters: append(voters3, member.Voter{ID: "d", Name: "m3"}, member.Voter{ID: "e", Name: "m4"})},
+			status: Status{ClusterID: "cid", Voters: append(voters3, cluster.Voter{ID: "d", Name: "m3"}, cluster.Voter{ID: "e", Name: "m4"})},
 			members: func() []Member {
-				list := []member.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+				list := []cluster.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
 				r0, r1 := disk("m0", "a", 2, 10, 5), disk("m1", "b", 2, 10, 5)
 				r0.Members, r1.Members = list, list
 				return []Member{stopped("m0", r0), stopped("m1", r1), stopped("m2", emptyDisk("m2")), stopped("m3", emptyDisk("m3")), stopped("m4", emptyDisk("m4"))}
@@ -77,7 +77,7 @@ func TestChoose(t *testing.T) {
 		{name: "no data, backups: restore", status: status,
 			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))},
 			backup:   Backup{Configured: true, Revision: 7},
-			wantMode: member.RecoverFromBackup, wantSeed: "m0"},
+			wantMode: cluster.RecoverFromBackup, wantSeed: "m0"},
 		{name: "no data, no backups: nothing automatic (never an empty new cluster)", status: status,
 			members: []Member{stopped("m0", emptyDisk("m0")), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))}},
 	}
@@ -97,7 +97,7 @@ func TestChoose(t *testing.T) {
 func TestQuorumCountsOnlyVoters(t *testing.T) {
 	// The deadlock once seen: m0 was replaced (removed, re-added as a learner) and m1 then
 	// lost its data. Voters m1 and m2; m2 alone serves as a voter; the learner m0 serves too.
-	voters := []member.Voter{{ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+	voters := []cluster.Voter{{ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
 	members := []Member{{Name: "m0", Ready: true, ID: "x", Learner: true}, {Name: "m1"}, {Name: "m2", Ready: true, ID: "c"}}
 	if ready, total := Quorum(voters, members); ready != 1 || total != 2 {
 		t.Fatalf("Quorum = %d of %d, want 1 of 2", ready, total)
@@ -109,7 +109,7 @@ func TestQuorumCountsOnlyVoters(t *testing.T) {
 	}
 	o.Status, o.Now = d.Status, t0.Add(6*time.Second)
 	d = Decide(o)
-	if d.Status.Directive == nil || d.Status.Directive.Phase != member.PhaseFencing || d.Status.Directive.Epoch != 1 {
+	if d.Status.Directive == nil || d.Status.Directive.Phase != cluster.PhaseFencing || d.Status.Directive.Epoch != 1 {
 		t.Fatalf("after the grace: %+v", d.Status)
 	}
 }
@@ -121,13 +121,13 @@ func TestDecidePhases(t *testing.T) {
 	fencing := func(at time.Time) Status {
 		st := lost
 		st.LastEpoch = 5
-		st.Directive = &member.Directive{Epoch: 5, Phase: member.PhaseFencing, IssuedAt: at, PhaseSince: at}
+		st.Directive = &cluster.Directive{Epoch: 5, Phase: cluster.PhaseFencing, IssuedAt: at, PhaseSince: at}
 		return st
 	}
 	seeding := func() Status {
 		st := fencing(t0)
 		d := *st.Directive
-		d.Phase, d.Mode, d.Seed, d.PhaseSince, d.Reason = member.PhaseSeeding, member.RecoverFromSurvivor, "m1", t0.Add(2*time.Second), "m1's log would win an election"
+		d.Phase, d.Mode, d.Seed, d.PhaseSince, d.Reason = cluster.PhaseSeeding, cluster.RecoverFromSurvivor, "m1", t0.Add(2*time.Second), "m1's log would win an election"
 		st.Directive = &d
 		return st
 	}
@@ -141,65 +141,65 @@ func TestDecidePhases(t *testing.T) {
 	}{
 		{name: "fencing waits while a member still runs",
 			o:         Observation{Now: t0.Add(time.Second), Status: fencing(t0), Members: []Member{{Name: "m0"}, reports[1], reports[2]}, Timing: timing},
-			wantPhase: member.PhaseFencing, wantEpoch: 5},
+			wantPhase: cluster.PhaseFencing, wantEpoch: 5},
 		{name: "fencing waits for reports made after the stop",
 			o: Observation{Now: t0.Add(time.Second), Status: fencing(t0), Timing: timing,
-				Members: []Member{stopped("m0", &member.Report{Name: "m0", At: t0.Add(-time.Second), Source: member.ReportFromEtcd, Serving: true}), reports[1], reports[2]}},
-			wantPhase: member.PhaseFencing, wantEpoch: 5},
+				Members: []Member{stopped("m0", &cluster.Report{Name: "m0", At: t0.Add(-time.Second), Source: cluster.ReportFromEtcd, Serving: true}), reports[1], reports[2]}},
+			wantPhase: cluster.PhaseFencing, wantEpoch: 5},
 		{name: "fenced and reported: the survivor seeds",
 			o:         Observation{Now: t0.Add(2 * time.Second), Status: fencing(t0), Members: reports, Timing: timing},
-			wantPhase: member.PhaseSeeding, wantEpoch: 5, wantSeed: "m1"},
+			wantPhase: cluster.PhaseSeeding, wantEpoch: 5, wantSeed: "m1"},
 		{name: "a silent member that is no voter counts as holding nothing past the report timeout",
 			o:         Observation{Now: t0.Add(11 * time.Second), Status: fencing(t0), Members: append(reports[:3:3], stopped("m3", nil)), Timing: timing},
-			wantPhase: member.PhaseSeeding, wantEpoch: 5, wantSeed: "m1"},
+			wantPhase: cluster.PhaseSeeding, wantEpoch: 5, wantSeed: "m1"},
 		{name: "a silent voter is waited for, past the report timeout: it may hold the newest log",
 			o:         Observation{Now: t0.Add(time.Hour), Status: fencing(t0), Members: []Member{stopped("m0", nil), reports[1], reports[2]}, Timing: timing},
-			wantPhase: member.PhaseFencing, wantEpoch: 5},
+			wantPhase: cluster.PhaseFencing, wantEpoch: 5},
 		{name: "fenced, and a majority still holds its data: withdrawn, nothing recovered",
 			o: Observation{Now: t0.Add(2 * time.Second), Status: fencing(t0), Timing: timing,
 				Members: []Member{stopped("m0", disk("m0", "a", 2, 8, 5)), reports[1], reports[2]}}},
 		{name: "a member that comes back while the seed recovers abandons the epoch",
 			o: Observation{Now: t0.Add(3 * time.Second), Status: seeding(), Timing: timing,
-				Members: []Member{{Name: "m0", Report: &member.Report{Name: "m0", At: t0.Add(3 * time.Second), Serving: true}}, {Name: "m1"}, reports[2]}},
-			wantPhase: member.PhaseFencing, wantEpoch: 6},
+				Members: []Member{{Name: "m0", Report: &cluster.Report{Name: "m0", At: t0.Add(3 * time.Second), Serving: true}}, {Name: "m1"}, reports[2]}},
+			wantPhase: cluster.PhaseFencing, wantEpoch: 6},
 		{name: "a seed that cannot carry it out abandons the epoch",
 			o: Observation{Now: t0.Add(3 * time.Second), Status: seeding(), Timing: timing,
-				Members: []Member{reports[0], {Name: "m1", Report: &member.Report{Name: "m1", At: t0.Add(3 * time.Second), Case: "QuorumLossSeedWithoutData", Reason: "data dir is empty"}}, reports[2]}},
-			wantPhase: member.PhaseFencing, wantEpoch: 6},
+				Members: []Member{reports[0], {Name: "m1", Report: &cluster.Report{Name: "m1", At: t0.Add(3 * time.Second), Case: "QuorumLossSeedWithoutData", Reason: "data dir is empty"}}, reports[2]}},
+			wantPhase: cluster.PhaseFencing, wantEpoch: 6},
 		{name: "a seed that never serves abandons the epoch after the timeout",
 			o:         Observation{Now: t0.Add(2 * time.Minute), Status: seeding(), Timing: timing, Members: []Member{reports[0], {Name: "m1"}, reports[2]}},
-			wantPhase: member.PhaseFencing, wantEpoch: 6},
+			wantPhase: cluster.PhaseFencing, wantEpoch: 6},
 		{name: "the seed acknowledged: the others rejoin",
 			o: Observation{Now: t0.Add(3 * time.Second), Timing: timing, Members: []Member{reports[0], {Name: "m1", Ready: true, ID: "n"}, reports[2]},
 				Status: func() Status {
 					st := seeding()
-					st.Directive.Ack = &member.DirectiveResult{Member: "m1", MemberID: "n", ClusterID: "cid", Revision: 5}
+					st.Directive.Ack = &cluster.DirectiveResult{Member: "m1", MemberID: "n", ClusterID: "cid", Revision: 5}
 					return st
 				}()},
-			wantPhase: member.PhaseRejoining, wantEpoch: 5, wantSeed: "m1"},
+			wantPhase: cluster.PhaseRejoining, wantEpoch: 5, wantSeed: "m1"},
 		{name: "every member a ready voter: retired",
 			o: Observation{Now: t0.Add(9 * time.Second), Timing: timing,
 				Members: []Member{{Name: "m0", Ready: true, ID: "x"}, {Name: "m1", Ready: true, ID: "n"}, {Name: "m2", Ready: true, ID: "y"}},
 				Status: func() Status {
 					st := seeding()
-					st.Directive.Phase = member.PhaseRejoining
-					st.Voters = []member.Voter{{ID: "x", Name: "m0"}, {ID: "n", Name: "m1"}, {ID: "y", Name: "m2"}}
+					st.Directive.Phase = cluster.PhaseRejoining
+					st.Voters = []cluster.Voter{{ID: "x", Name: "m0"}, {ID: "n", Name: "m1"}, {ID: "y", Name: "m2"}}
 					return st
 				}()}},
 		{name: "a status rebuilt after it was lost: the new epoch is above every epoch a member carried out",
 			o: Observation{Now: t0.Add(10 * time.Second), Timing: timing, Status: Status{ClusterID: "cid", Voters: voters3, QuorumLostSince: t0},
-				Members: []Member{stopped("m0", func() *member.Report { r := disk("m0", "a", 2, 9, 5); r.AppliedEpoch = 7; return r }()), reports[1], reports[2]}},
-			wantPhase: member.PhaseFencing, wantEpoch: 8},
+				Members: []Member{stopped("m0", func() *cluster.Report { r := disk("m0", "a", 2, 9, 5); r.AppliedEpoch = 7; return r }()), reports[1], reports[2]}},
+			wantPhase: cluster.PhaseFencing, wantEpoch: 8},
 		{name: "the recovered cluster loses its quorum for the grace: a new epoch",
 			o: Observation{Now: t0.Add(20 * time.Second), Timing: timing, Members: []Member{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}},
 				Status: func() Status {
 					st := seeding()
-					st.Directive.Phase = member.PhaseRejoining
-					st.Voters = []member.Voter{{ID: "n", Name: "m1"}}
+					st.Directive.Phase = cluster.PhaseRejoining
+					st.Voters = []cluster.Voter{{ID: "n", Name: "m1"}}
 					st.QuorumLostSince = t0.Add(10 * time.Second)
 					return st
 				}()},
-			wantPhase: member.PhaseFencing, wantEpoch: 6},
+			wantPhase: cluster.PhaseFencing, wantEpoch: 6},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,7 +211,7 @@ func TestDecidePhases(t *testing.T) {
 				}
 				return
 			}
-			if got == nil || got.Phase != tt.wantPhase || got.Epoch != tt.wantEpoch || got.Seed != tt.wantSeed || got.Reason == "" && got.Phase != member.PhaseFencing {
+			if got == nil || got.Phase != tt.wantPhase || got.Epoch != tt.wantEpoch || got.Seed != tt.wantSeed || got.Reason == "" && got.Phase != cluster.PhaseFencing {
 				t.Fatalf("directive %+v; want phase %s epoch %d seed %q", got, tt.wantPhase, tt.wantEpoch, tt.wantSeed)
 			}
 			if d.Status.LastEpoch < got.Epoch {
@@ -229,14 +229,14 @@ func TestDecidePhases(t *testing.T) {
 // (a partial restore) and the backup store holds a newer revision.
 func TestUnreachedRestoreTargetSurvivesANewEpoch(t *testing.T) {
 	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute}
-	target := member.RestoreTarget{Store: "s3://b/p", Revision: 42}
-	seeding := Status{LastEpoch: 1, Directive: &member.Directive{Epoch: 1, Phase: member.PhaseSeeding, Mode: member.RecoverFromBackup,
+	target := cluster.RestoreTarget{Store: "s3://b/p", Revision: 42}
+	seeding := Status{LastEpoch: 1, Directive: &cluster.Directive{Epoch: 1, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromBackup,
 		Seed: "m0", Restore: &target, IssuedAt: t0, PhaseSince: t0}}
 	members := []Member{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}
 	d := Decide(Observation{Now: t0.Add(2 * time.Minute), Status: seeding, Members: members, Timing: timing,
 		Backup: Backup{Configured: true, Revision: 900}})
 	got := d.Status.Directive
-	if got == nil || got.Epoch != 2 || got.Phase != member.PhaseFencing || got.Restore == nil || *got.Restore != target {
+	if got == nil || got.Epoch != 2 || got.Phase != cluster.PhaseFencing || got.Restore == nil || *got.Restore != target {
 		t.Fatalf("after the seed timed out: %+v, want epoch 2 fencing with the target kept", got)
 	}
 	reports := []Member{stopped("m0", disk("m0", "a", 1, 3, 40)), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))}
@@ -246,7 +246,7 @@ func TestUnreachedRestoreTargetSurvivesANewEpoch(t *testing.T) {
 	d = Decide(Observation{Now: t0.Add(2*time.Minute + 2*time.Second), Status: d.Status, Members: reports, Timing: timing,
 		Backup: Backup{Configured: true, Revision: 900}})
 	got = d.Status.Directive
-	if got == nil || got.Phase != member.PhaseSeeding || got.Mode != member.RecoverFromBackup || got.Restore == nil || *got.Restore != target {
+	if got == nil || got.Phase != cluster.PhaseSeeding || got.Mode != cluster.RecoverFromBackup || got.Restore == nil || *got.Restore != target {
 		t.Fatalf("fenced: %+v, want seeding from the backup at the same target", got)
 	}
 
@@ -254,8 +254,8 @@ func TestUnreachedRestoreTargetSurvivesANewEpoch(t *testing.T) {
 	// from what the members hold, as any recovery does.
 	acked := seeding
 	dir := *acked.Directive
-	dir.Phase, dir.Ack = member.PhaseRejoining, &member.DirectiveResult{Member: "m0", MemberID: "n", ClusterID: "c", Revision: 42}
-	acked.Directive, acked.ClusterID, acked.Voters, acked.QuorumLostSince = &dir, "c", []member.Voter{{ID: "n", Name: "m0"}}, t0
+	dir.Phase, dir.Ack = cluster.PhaseRejoining, &cluster.DirectiveResult{Member: "m0", MemberID: "n", ClusterID: "c", Revision: 42}
+	acked.Directive, acked.ClusterID, acked.Voters, acked.QuorumLostSince = &dir, "c", []cluster.Voter{{ID: "n", Name: "m0"}}, t0
 	d = Decide(Observation{Now: t0.Add(time.Minute), Status: acked, Members: members, Timing: timing})
 	if got := d.Status.Directive; got == nil || got.Epoch != 2 || got.Restore != nil {
 		t.Fatalf("a reached target carried into a new epoch: %+v", got)
@@ -264,18 +264,18 @@ func TestUnreachedRestoreTargetSurvivesANewEpoch(t *testing.T) {
 
 func TestStartRestore(t *testing.T) {
 	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute}
-	target := member.RestoreTarget{Revision: 42}
-	voters := []member.Voter{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+	target := cluster.RestoreTarget{Revision: 42}
+	voters := []cluster.Voter{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
 	healthy := Status{ClusterID: "c1", Voters: voters, LastEpoch: 3}
 	serving := []Member{{Name: "m0", Ready: true, ID: "a"}, {Name: "m1", Ready: true, ID: "b"}, {Name: "m2", Ready: true, ID: "c"}}
-	serving[1].Report = &member.Report{AppliedEpoch: 7}
+	serving[1].Report = &cluster.Report{AppliedEpoch: 7}
 
 	d, err := StartRestore(Observation{Now: t0, Status: healthy, Members: serving, Timing: timing}, target)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := d.Status.Directive
-	if got == nil || got.Phase != member.PhaseFencing || got.Epoch != 8 || got.Restore == nil || *got.Restore != target || d.Event == "" {
+	if got == nil || got.Phase != cluster.PhaseFencing || got.Epoch != 8 || got.Restore == nil || *got.Restore != target || d.Event == "" {
 		t.Fatalf("restore requested: %+v (event %q), want epoch 8 (above every applied epoch) fencing with the target", got, d.Event)
 	}
 	if fenced := got.Fenced([]string{"m0", "m1", "m2"}); len(fenced) != 3 {
@@ -289,7 +289,7 @@ func TestStartRestore(t *testing.T) {
 		reports[i].StoppedSince, reports[i].Report.At = t0.Add(time.Second), t0.Add(2*time.Second)
 	}
 	d = Decide(Observation{Now: t0.Add(3 * time.Second), Status: d.Status, Members: reports, Timing: timing, Backup: Backup{Configured: true, Revision: 80}})
-	if got := d.Status.Directive; got == nil || got.Phase != member.PhaseSeeding || got.Mode != member.RecoverFromBackup || got.Restore == nil || *got.Restore != target {
+	if got := d.Status.Directive; got == nil || got.Phase != cluster.PhaseSeeding || got.Mode != cluster.RecoverFromBackup || got.Restore == nil || *got.Restore != target {
 		t.Fatalf("fenced: %+v, want seeding from the backup at the target", got)
 	}
 
@@ -302,10 +302,10 @@ func TestStartRestore(t *testing.T) {
 // their own data and the seed has not served; then the members restart on their data.
 func TestCancelRestore(t *testing.T) {
 	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute}
-	target := member.RestoreTarget{Revision: 42, Timeline: 1}
+	target := cluster.RestoreTarget{Revision: 42, Timeline: 1}
 	restoreIn := func(phase, seed string) Status {
-		return Status{ClusterID: "cid", Voters: voters3, LastEpoch: 4, Directive: &member.Directive{Epoch: 4, Phase: phase,
-			Seed: seed, Mode: member.RecoverFromBackup, Restore: &target, IssuedAt: t0, PhaseSince: t0}}
+		return Status{ClusterID: "cid", Voters: voters3, LastEpoch: 4, Directive: &cluster.Directive{Epoch: 4, Phase: phase,
+			Seed: seed, Mode: cluster.RecoverFromBackup, Restore: &target, IssuedAt: t0, PhaseSince: t0}}
 	}
 	intact := func(name, id string) Member {
 		r := disk(name, id, 2, 90, 80)
@@ -313,7 +313,7 @@ func TestCancelRestore(t *testing.T) {
 		return stopped(name, r)
 	}
 	serving := func(name, id string) Member {
-		return Member{Name: name, ID: id, Ready: true, Report: &member.Report{Name: name, At: t0, Source: member.ReportFromEtcd, Serving: true,
+		return Member{Name: name, ID: id, Ready: true, Report: &cluster.Report{Name: name, At: t0, Source: cluster.ReportFromEtcd, Serving: true,
 			DataValid: true, MemberID: id, ClusterID: "cid", Owner: name, Formed: true}}
 	}
 	// A restore an earlier epoch of the same restore left in m1's dir: valid, with m1's
@@ -321,14 +321,14 @@ func TestCancelRestore(t *testing.T) {
 	leftover := stopped("m1", disk("m1", "b", 1, 3, 30))
 	leftover.Report.AppliedEpoch = 3
 	movedAside := stopped("m0", emptyDisk("m0"))
-	restored := stopped("m0", &member.Report{Name: "m0", At: t0.Add(time.Second), Source: member.ReportFromDisk, DataValid: true,
+	restored := stopped("m0", &cluster.Report{Name: "m0", At: t0.Add(time.Second), Source: cluster.ReportFromDisk, DataValid: true,
 		MemberID: "n", ClusterID: "new", Owner: "m0", AppliedEpoch: 4})
 	notReported := intact("m1", "b")
 	notReported.StoppedSince = t0.Add(5 * time.Second)
-	recovery := restoreIn(member.PhaseSeeding, "m1")
+	recovery := restoreIn(cluster.PhaseSeeding, "m1")
 	recovery.Directive.Restore = nil
-	acked := restoreIn(member.PhaseRejoining, "m0")
-	acked.Directive.Ack = &member.DirectiveResult{Member: "m0", ClusterID: "new", Revision: 42}
+	acked := restoreIn(cluster.PhaseRejoining, "m0")
+	acked.Directive.Ack = &cluster.DirectiveResult{Member: "m0", ClusterID: "new", Revision: 42}
 
 	tests := []struct {
 		name    string
@@ -339,13 +339,13 @@ func TestCancelRestore(t *testing.T) {
 		{"no directive", Status{ClusterID: "cid", Voters: voters3}, []Member{intact("m0", "a"), intact("m1", "b"), intact("m2", "c")}, "no restore is in progress"},
 		{"a quorum-loss recovery", recovery, []Member{intact("m0", "a"), intact("m1", "b"), intact("m2", "c")}, "not a restore"},
 		{"the seed serves the restored cluster", acked, []Member{restored, intact("m1", "b"), intact("m2", "c")}, "already serves the restored cluster"},
-		{"the seed restored the target, not acknowledged yet", restoreIn(member.PhaseSeeding, "m0"), []Member{restored, intact("m1", "b"), intact("m2", "c")}, "has restored it"},
-		{"fencing, every member still serving", restoreIn(member.PhaseFencing, ""), []Member{serving("m0", "a"), serving("m1", "b"), serving("m2", "c")}, ""},
-		{"seeding, the others intact", restoreIn(member.PhaseSeeding, "m0"), []Member{movedAside, intact("m1", "b"), intact("m2", "c")}, ""},
-		{"seeding, the seed's data intact does not count", restoreIn(member.PhaseSeeding, "m0"), []Member{intact("m0", "a"), intact("m1", "b"), stopped("m2", emptyDisk("m2"))}, "only 1 of the 3 voters (m1)"},
-		{"seeding, another member lost its data", restoreIn(member.PhaseSeeding, "m0"), []Member{movedAside, intact("m1", "b"), stopped("m2", emptyDisk("m2"))}, "the seed m0 moved its data aside"},
-		{"fencing again, an earlier epoch's unserved restore does not count", restoreIn(member.PhaseFencing, ""), []Member{intact("m0", "a"), leftover, stopped("m2", emptyDisk("m2"))}, "only 1 of the 3 voters (m0)"},
-		{"seeding, a member not reported since it stopped", restoreIn(member.PhaseSeeding, "m0"), []Member{movedAside, notReported, intact("m2", "c")}, "not yet known: m1"},
+		{"the seed restored the target, not acknowledged yet", restoreIn(cluster.PhaseSeeding, "m0"), []Member{restored, intact("m1", "b"), intact("m2", "c")}, "has restored it"},
+		{"fencing, every member still serving", restoreIn(cluster.PhaseFencing, ""), []Member{serving("m0", "a"), serving("m1", "b"), serving("m2", "c")}, ""},
+		{"seeding, the others intact", restoreIn(cluster.PhaseSeeding, "m0"), []Member{movedAside, intact("m1", "b"), intact("m2", "c")}, ""},
+		{"seeding, the seed's data intact does not count", restoreIn(cluster.PhaseSeeding, "m0"), []Member{intact("m0", "a"), intact("m1", "b"), stopped("m2", emptyDisk("m2"))}, "only 1 of the 3 voters (m1)"},
+		{"seeding, another member lost its data", restoreIn(cluster.PhaseSeeding, "m0"), []Member{movedAside, intact("m1", "b"), stopped("m2", emptyDisk("m2"))}, "the seed m0 moved its data aside"},
+		{"fencing again, an earlier epoch's unserved restore does not count", restoreIn(cluster.PhaseFencing, ""), []Member{intact("m0", "a"), leftover, stopped("m2", emptyDisk("m2"))}, "only 1 of the 3 voters (m0)"},
+		{"seeding, a member not reported since it stopped", restoreIn(cluster.PhaseSeeding, "m0"), []Member{movedAside, notReported, intact("m2", "c")}, "not yet known: m1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -364,7 +364,7 @@ func TestCancelRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := d.Status.Directive
-			if got == nil || got.Epoch != 5 || got.Phase != member.PhaseFencing || got.Restore != nil || d.Event == "" {
+			if got == nil || got.Epoch != 5 || got.Phase != cluster.PhaseFencing || got.Restore != nil || d.Event == "" {
 				t.Fatalf("cancelled: %+v (event %q), want epoch 5 fencing without a target", got, d.Event)
 			}
 			// Once every member stopped and reported from disk, the voters restart on their data.
@@ -389,7 +389,7 @@ func TestStatusLostWithBackupsRestores(t *testing.T) {
 	d := Decide(o)
 	o.Status, o.Now = d.Status, t0.Add(2*time.Second)
 	d = Decide(o)
-	if d.Status.Directive == nil || d.Status.Directive.Phase != member.PhaseFencing {
+	if d.Status.Directive == nil || d.Status.Directive.Phase != cluster.PhaseFencing {
 		t.Fatalf("no recovery started: %+v", d.Status)
 	}
 	for i := range o.Members {
@@ -397,7 +397,7 @@ func TestStatusLostWithBackupsRestores(t *testing.T) {
 	}
 	o.Status, o.Now = d.Status, t0.Add(3*time.Second)
 	d = Decide(o)
-	if d.Status.Directive == nil || d.Status.Directive.Mode != member.RecoverFromBackup {
+	if d.Status.Directive == nil || d.Status.Directive.Mode != cluster.RecoverFromBackup {
 		t.Fatalf("not restored from backup: %+v", d.Status.Directive)
 	}
 	// Without backups the same cluster is a new one being bootstrapped: nothing happens.
@@ -408,7 +408,7 @@ func TestStatusLostWithBackupsRestores(t *testing.T) {
 }
 
 func TestRelocations(t *testing.T) {
-	ofOther := func(name, owner string) *member.Report {
+	ofOther := func(name, owner string) *cluster.Report {
 		r := disk(name, "id-"+owner, 2, 9, 5)
 		r.Owner, r.Foreign = owner, "of "+owner
 		return r
@@ -428,7 +428,7 @@ func TestRelocations(t *testing.T) {
 }
 
 func TestRebuildStatus(t *testing.T) {
-	list := []member.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "x", Name: "m3", IsLearner: true}}
+	list := []cluster.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "x", Name: "m3", IsLearner: true}}
 	tests := []struct {
 		name       string
 		dirs       []DataDir
@@ -441,7 +441,7 @@ func TestRebuildStatus(t *testing.T) {
 		{name: "the member list applied furthest names the voters; learners are none",
 			dirs: []DataDir{
 				{Member: "m0", Token: "tok", Owner: "m0", ClusterID: "c1", WALMemberID: "a", Applied: 9, Members: list},
-				{Member: "m1", Token: "tok", Owner: "m1", ClusterID: "c1", WALMemberID: "b", Applied: 5, Members: append(list[:2:2], member.LiveMember{ID: "c", Name: "m2"})}},
+				{Member: "m1", Token: "tok", Owner: "m1", ClusterID: "c1", WALMemberID: "b", Applied: 5, Members: append(list[:2:2], cluster.LiveMember{ID: "c", Name: "m2"})}},
 			wantID: "c1", wantVoters: "a/m0 b/m1"},
 		{name: "damaged and swapped dirs still say the cluster formed; without member lists every member counts, by name where unproven",
 			dirs: []DataDir{
@@ -473,10 +473,10 @@ func TestRebuildStatus(t *testing.T) {
 // members' fresh reports, and recovered; stale reports adopt nothing.
 func TestUnrecordedFormedClusterIsAdopted(t *testing.T) {
 	timing := Timing{Grace: time.Second, ReportTimeout: 10 * time.Second}
-	formed := func(at time.Time) *member.Report {
+	formed := func(at time.Time) *cluster.Report {
 		r := disk("m0", "a", 2, 9, 5)
 		r.At, r.Formed = at, true
-		r.Members = []member.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}}
+		r.Members = []cluster.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}}
 		return r
 	}
 	members := []Member{{Name: "m0", Report: formed(t0)}, {Name: "m1", Report: emptyDisk("m1")}}
@@ -499,7 +499,7 @@ func TestWithdrawnRecoveriesBackOff(t *testing.T) {
 	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second}
 	members := []Member{stopped("m0", disk("m0", "a", 2, 9, 5)), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))}
 	st := Status{ClusterID: "cid", Voters: voters3, LastEpoch: 1,
-		Directive: &member.Directive{Epoch: 1, Phase: member.PhaseFencing, IssuedAt: t0, PhaseSince: t0}}
+		Directive: &cluster.Directive{Epoch: 1, Phase: cluster.PhaseFencing, IssuedAt: t0, PhaseSince: t0}}
 	d := Decide(Observation{Now: t0.Add(2 * time.Second), Status: st, Members: members, Timing: timing})
 	if d.Status.Directive != nil || d.Status.Withdrawn != 1 {
 		t.Fatalf("not withdrawn: %+v", d.Status)

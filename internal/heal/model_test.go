@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/member"
@@ -74,7 +75,7 @@ type node struct {
 	// pendingEpoch is the directive the running etcd carries out, recorded in the data dir
 	// once it serves.
 	pendingEpoch int64
-	report       *member.Report
+	report       *cluster.Report
 	plan         member.Plan
 }
 
@@ -190,7 +191,7 @@ func (m *model) current() int {
 
 // live is what n's sidecar reads from the other members: a linearizable member list from a
 // quorate incarnation, else a serializable one from any running member.
-func (m *model) live(self *node) (member.LiveCluster, int) {
+func (m *model) live(self *node) (cluster.LiveCluster, int) {
 	reach := -1
 	for _, n := range m.nodes {
 		if n == self {
@@ -210,20 +211,20 @@ func (m *model) live(self *node) (member.LiveCluster, int) {
 	if reach >= 0 {
 		return m.liveOf(reach, false), -1
 	}
-	return member.LiveCluster{}, -1
+	return cluster.LiveCluster{}, -1
 }
 
-func liveMembers(ems []etcdMember) []member.LiveMember {
-	var out []member.LiveMember
+func liveMembers(ems []etcdMember) []cluster.LiveMember {
+	var out []cluster.LiveMember
 	for _, em := range ems {
-		out = append(out, member.LiveMember{ID: hex(em.id), Name: em.name, PeerURL: em.peer, IsLearner: em.learner})
+		out = append(out, cluster.LiveMember{ID: hex(em.id), Name: em.name, PeerURL: em.peer, IsLearner: em.learner})
 	}
 	return out
 }
 
-func (m *model) liveOf(ix int, quorate bool) member.LiveCluster {
+func (m *model) liveOf(ix int, quorate bool) cluster.LiveCluster {
 	inc := m.incs[ix]
-	return member.LiveCluster{Reachable: true, Quorate: quorate, ClusterID: hex(inc.clusterID), Members: liveMembers(inc.members)}
+	return cluster.LiveCluster{Reachable: true, Quorate: quorate, ClusterID: hex(inc.clusterID), Members: liveMembers(inc.members)}
 }
 
 // disk is n's data dir as an inspection sees it.
@@ -275,10 +276,10 @@ func (m *model) held() int {
 
 // --- the sidecar ---
 
-func (m *model) clusterStatus() member.ClusterStatus {
-	cs := member.ClusterStatus{ClusterID: m.status.ClusterID, Voters: m.status.Voters}
+func (m *model) clusterStatus() cluster.Status {
+	cs := cluster.Status{ClusterID: m.status.ClusterID, Voters: m.status.Voters}
 	for _, n := range m.nodes {
-		sm := member.StatusMember{Name: n.name, Report: n.report}
+		sm := cluster.StatusMember{Name: n.name, Report: n.report}
 		if _, em, ok := m.member(n); ok {
 			sm.ID, sm.Learner, sm.Ready = hex(em.id), em.learner, m.serving(n)
 		}
@@ -289,7 +290,7 @@ func (m *model) clusterStatus() member.ClusterStatus {
 
 // report is n's sidecar reporting, and acknowledging the directive it carried out.
 func (m *model) report(n *node) {
-	r := &member.Report{Name: n.name, At: m.now, Case: n.plan.Case, Reason: n.plan.Reason}
+	r := &cluster.Report{Name: n.name, At: m.now, Case: n.plan.Case, Reason: n.plan.Reason}
 	ix, em, ok := m.member(n)
 	if ok {
 		n.data.epoch = max(n.data.epoch, n.pendingEpoch)
@@ -299,13 +300,13 @@ func (m *model) report(n *node) {
 	}
 	if ok {
 		inc := m.incs[ix]
-		r.Source, r.Serving, r.Learner, r.DataValid, r.Owner = member.ReportFromEtcd, true, em.learner, true, n.name
+		r.Source, r.Serving, r.Learner, r.DataValid, r.Owner = cluster.ReportFromEtcd, true, em.learner, true, n.name
 		r.MemberID, r.ClusterID = hex(em.id), hex(inc.clusterID)
 		r.Term, r.Commit, r.LastIndex, r.Applied, r.Revision = inc.term, n.data.applied, n.data.applied, n.data.applied, int64(n.data.log)
 		r.Formed, r.Members = inc.formed, liveMembers(inc.members)
 	} else {
 		st := m.disk(n)
-		r.Source, r.DataValid, r.DataEmpty = member.ReportFromDisk, st.Valid(), st.Empty()
+		r.Source, r.DataValid, r.DataEmpty = cluster.ReportFromDisk, st.Valid(), st.Empty()
 		r.MemberID, r.ClusterID, r.Revision, r.Applied = st.MemberIDHex(), st.ClusterIDHex(), st.Revision, st.ConsistentIndex
 		r.Problem = strings.Join(st.Problems, "; ")
 		if n.data != nil {
@@ -326,9 +327,9 @@ func (m *model) report(n *node) {
 		}
 	}
 	n.report = r
-	if d := m.status.Directive; d != nil && d.Phase == member.PhaseSeeding && d.Seed == n.name && d.Ack == nil && r.Serving && !r.Learner && r.AppliedEpoch >= d.Epoch {
+	if d := m.status.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Seed == n.name && d.Ack == nil && r.Serving && !r.Learner && r.AppliedEpoch >= d.Epoch {
 		dc := *d
-		dc.Ack = &member.DirectiveResult{Member: n.name, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: m.now}
+		dc.Ack = &cluster.DirectiveResult{Member: n.name, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: m.now}
 		m.status.Directive = &dc
 	}
 }
@@ -607,7 +608,7 @@ func (m *model) supervise() {
 				m.status.ClusterID, m.status.Voters = cid, nil
 				for _, em := range inc.members {
 					if !em.learner {
-						m.status.Voters = append(m.status.Voters, member.Voter{ID: hex(em.id), Name: em.name, PeerURL: em.peer})
+						m.status.Voters = append(m.status.Voters, cluster.Voter{ID: hex(em.id), Name: em.name, PeerURL: em.peer})
 					}
 				}
 			}
@@ -678,7 +679,7 @@ func (m *model) requestRestore() {
 	}
 	target := 1 + m.rng.Intn(m.backup)
 	dec, err := heal.StartRestore(heal.Observation{Now: m.now, Status: m.status, Members: m.healMembers(), Timing: m.timing},
-		member.RestoreTarget{Timeline: 1, Revision: int64(target)})
+		cluster.RestoreTarget{Timeline: 1, Revision: int64(target)})
 	if err != nil {
 		m.trace = append(m.trace, "    refused: "+err.Error())
 		return

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 )
 
 // DataDir is what one member's data dir says about the cluster it belongs to. It moves with
@@ -21,7 +21,7 @@ type DataDir struct {
 	// Applied and Members are the raft index and the member list applied to the database
 	// (none when it cannot be read).
 	Applied uint64
-	Members []member.LiveMember
+	Members []cluster.LiveMember
 }
 
 // RebuildStatus recovers the cluster ID and voters from the members' data dirs, for a status
@@ -59,7 +59,7 @@ func RebuildStatus(token string, members []string, dirs []DataDir) Status {
 	if list != nil {
 		for _, m := range list.Members {
 			if !m.IsLearner {
-				st.Voters = append(st.Voters, member.Voter{ID: m.ID, Name: m.Name, PeerURL: m.PeerURL})
+				st.Voters = append(st.Voters, cluster.Voter{ID: m.ID, Name: m.Name, PeerURL: m.PeerURL})
 			}
 		}
 		return st
@@ -71,7 +71,7 @@ func RebuildStatus(token string, members []string, dirs []DataDir) Status {
 		}
 	}
 	for _, name := range members {
-		st.Voters = append(st.Voters, member.Voter{ID: ids[name], Name: name})
+		st.Voters = append(st.Voters, cluster.Voter{ID: ids[name], Name: name})
 	}
 	return st
 }

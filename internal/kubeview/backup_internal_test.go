@@ -6,18 +6,18 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 )
 
 // TestMemberBackup: the EtcdMember's status.backup carries the last restore drill once one ran,
 // and the same status gives an equal account (PublishBackup writes only changes).
 func TestMemberBackup(t *testing.T) {
-	s := member.BackupStatus{Ready: true, LastError: "drill: boom"}
+	s := cluster.BackupStatus{Ready: true, LastError: "drill: boom"}
 	if mb := memberBackup(s); mb.LastDrill != nil || !mb.Ready || mb.LastError != s.LastError {
 		t.Errorf("before any drill: %+v", mb)
 	}
 	at := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC)
-	s.LastDrill = member.DrillStatus{Timeline: 2, Revision: 1234, Time: at, Duration: 3 * time.Second, OK: true, Result: "ok"}
+	s.LastDrill = cluster.DrillStatus{Timeline: 2, Revision: 1234, Time: at, Duration: 3 * time.Second, OK: true, Result: "ok"}
 	mb := memberBackup(s)
 	d := mb.LastDrill
 	if d == nil || d.Timeline != 2 || d.Revision != 1234 || !d.Time.Time.Equal(at) || d.Duration.Duration != 3*time.Second || !d.OK || d.Result != "ok" {

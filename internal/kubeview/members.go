@@ -5,15 +5,15 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 // MemberReport reads the report in an EtcdMember's status (ok=false: none, or one this
 // version cannot read). A serving member's report is written only when it changes; its
 // Lease renewals (renewed, zero if unknown) say it still holds, so its time moves up to them.
-func MemberReport(em *v1alpha1.EtcdMember, renewed time.Time) (member.Report, bool) {
-	var r member.Report
+func MemberReport(em *v1alpha1.EtcdMember, renewed time.Time) (cluster.Report, bool) {
+	var r cluster.Report
 	if em.Status.Report == nil || json.Unmarshal(em.Status.Report.Raw, &r) != nil {
 		return r, false
 	}
@@ -24,8 +24,8 @@ func MemberReport(em *v1alpha1.EtcdMember, renewed time.Time) (member.Report, bo
 }
 
 // MemberAck reads the directive acknowledgement in an EtcdMember's status.
-func MemberAck(em *v1alpha1.EtcdMember) (member.DirectiveAck, bool) {
-	var a member.DirectiveAck
+func MemberAck(em *v1alpha1.EtcdMember) (cluster.DirectiveAck, bool) {
+	var a cluster.DirectiveAck
 	return a, em.Status.Ack != nil && json.Unmarshal(em.Status.Ack.Raw, &a) == nil
 }
 

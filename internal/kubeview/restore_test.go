@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -29,9 +29,9 @@ import (
 // operator runs here): restored in place to exactly the target.
 func TestEtcdRestoreOnARealMember(t *testing.T) {
 	c := needAPI(t)
-	ns, ms := cluster(t, c, 1)
+	ns, ms := newCluster(t, c, 1)
 	ms[0].start(t, ns)
-	var rep member.Report
+	var rep cluster.Report
 	testutil.Eventually(t, 90*time.Second, "c-0 serving", func() error {
 		var err error
 		if rep, err = reportOf(t, c, ns, "c-0"); err != nil {
@@ -131,14 +131,14 @@ func TestEtcdRestoreOnARealMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rec struct {
-		Directive *member.Directive `json:"directive"`
+		Directive *cluster.Directive `json:"directive"`
 	}
 	if ec.Status.Recovery == nil || json.Unmarshal(ec.Status.Recovery.Raw, &rec) != nil || rec.Directive == nil {
 		t.Fatalf("no directive: %+v", ec.Status.Recovery)
 	}
 	d := rec.Directive
-	if d.Epoch != er.Status.Epoch || d.Phase != member.PhaseFencing || d.Restore == nil ||
-		*d.Restore != (member.RestoreTarget{Revision: target, Timeline: uint32(snap.Timeline)}) {
+	if d.Epoch != er.Status.Epoch || d.Phase != cluster.PhaseFencing || d.Restore == nil ||
+		*d.Restore != (cluster.RestoreTarget{Revision: target, Timeline: uint32(snap.Timeline)}) {
 		t.Fatalf("directive %+v, restore %+v: want epoch %d restoring revision %d of timeline %d from the cluster's store", d, d.Restore, er.Status.Epoch, target, snap.Timeline)
 	}
 
@@ -148,7 +148,7 @@ func TestEtcdRestoreOnARealMember(t *testing.T) {
 	// its own store: the member serves exactly the target, with the keys written up to it.
 	ms[0].stop()
 	now := time.Now()
-	writeRecovery(t, c, ns, "c", member.Directive{Epoch: d.Epoch, Phase: member.PhaseSeeding, Mode: member.RecoverFromBackup, Seed: "c-0",
+	writeRecovery(t, c, ns, "c", cluster.Directive{Epoch: d.Epoch, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromBackup, Seed: "c-0",
 		Restore: d.Restore, IssuedAt: d.IssuedAt, PhaseSince: now})
 	ms[0].start(t, ns)
 	testutil.Eventually(t, 90*time.Second, "c-0 restored to the target", func() error {

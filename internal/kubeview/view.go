@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -51,12 +51,12 @@ const (
 
 // View implements member.ClusterView for one member of one EtcdCluster.
 type View struct {
-	c                 client.Client // reads from the cache, writes to the API server
-	direct            client.Client // reads that precede a write
-	subsMu            sync.Mutex
-	subs              []chan struct{}
-	ns, cluster, name string
-	now               func() time.Time
+	c                     client.Client // reads from the cache, writes to the API server
+	direct                client.Client // reads that precede a write
+	subsMu                sync.Mutex
+	subs                  []chan struct{}
+	ns, clusterName, name string
+	now                   func() time.Time
 
 	mu         sync.Mutex
 	published  map[string]snapshotLease // snapshot Leases as last written, by name
@@ -67,14 +67,14 @@ type View struct {
 	lastHolder string
 }
 
-var _ member.ClusterView = (*View)(nil)
+var _ cluster.View = (*View)(nil)
 
 // New returns the view of member name of cluster in namespace ns. It reads through a cache
 // that watches the cluster's ConfigMap, EtcdCluster, EtcdMembers and Leases (no polling of
 // the API server); reads that precede a write go to the API server. The cache runs until
 // ctx ends.
-func New(ctx context.Context, cfg *rest.Config, ns, cluster, name string) (*View, error) {
-	if ns == "" || cluster == "" || name == "" {
+func New(ctx context.Context, cfg *rest.Config, ns, clusterName, name string) (*View, error) {
+	if ns == "" || clusterName == "" || name == "" {
 		return nil, errors.New("the Kubernetes view needs the namespace (POD_NAMESPACE), the cluster (--kubernetes-cluster) and the member name (--name)")
 	}
 	scheme := runtime.NewScheme()
@@ -84,11 +84,11 @@ func New(ctx context.Context, cfg *rest.Config, ns, cluster, name string) (*View
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	mine := labels.SelectorFromSet(labels.Set{v1alpha1.LabelCluster: cluster})
+	mine := labels.SelectorFromSet(labels.Set{v1alpha1.LabelCluster: clusterName})
 	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}},
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}:     {Field: fields.OneTermEqualSelector("metadata.name", v1alpha1.ConfigMapName(cluster))},
-			&v1alpha1.EtcdCluster{}: {Field: fields.OneTermEqualSelector("metadata.name", cluster)},
+			&corev1.ConfigMap{}:     {Field: fields.OneTermEqualSelector("metadata.name", v1alpha1.ConfigMapName(clusterName))},
+			&v1alpha1.EtcdCluster{}: {Field: fields.OneTermEqualSelector("metadata.name", clusterName)},
 			&v1alpha1.EtcdMember{}:  {Label: mine},
 			&coordinationv1.Lease{}: {Label: mine},
 		}})
@@ -103,7 +103,7 @@ func New(ctx context.Context, cfg *rest.Config, ns, cluster, name string) (*View
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	v := &View{c: cached, direct: direct, ns: ns, cluster: cluster, name: name, now: time.Now}
+	v := &View{c: cached, direct: direct, ns: ns, clusterName: clusterName, name: name, now: time.Now}
 	// Lease renewals are not news: they only refresh report times.
 	for _, obj := range []client.Object{&corev1.ConfigMap{}, &v1alpha1.EtcdCluster{}, &v1alpha1.EtcdMember{}} {
 		inf, err := ca.GetInformer(ctx, obj)
@@ -122,7 +122,7 @@ func New(ctx context.Context, cfg *rest.Config, ns, cluster, name string) (*View
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if !ca.WaitForCacheSync(sctx) {
-		return nil, fmt.Errorf("reading the objects of EtcdCluster %s/%s did not complete within a minute: can this member's ServiceAccount list and watch its ConfigMap, EtcdCluster, EtcdMembers and Leases (the Role the operator creates)?", ns, cluster)
+		return nil, fmt.Errorf("reading the objects of EtcdCluster %s/%s did not complete within a minute: can this member's ServiceAccount list and watch its ConfigMap, EtcdCluster, EtcdMembers and Leases (the Role the operator creates)?", ns, clusterName)
 	}
 	return v, nil
 }
@@ -143,7 +143,7 @@ func (v *View) key(name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: v.ns, Name: name}
 }
 
-func (v *View) configMapName() string { return v1alpha1.ConfigMapName(v.cluster) }
+func (v *View) configMapName() string { return v1alpha1.ConfigMapName(v.clusterName) }
 
 // Config reads the cluster's configuration (cluster.yaml of its ConfigMap).
 func (v *View) Config(ctx context.Context) (v1alpha1.ClusterConfig, string, error) {
@@ -159,46 +159,46 @@ func (v *View) Config(ctx context.Context) (v1alpha1.ClusterConfig, string, erro
 }
 
 // Snapshot implements member.ClusterView.
-func (v *View) Snapshot(ctx context.Context) (member.ClusterSnapshot, error) {
+func (v *View) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	cfg, cmVersion, err := v.Config(ctx)
 	if err != nil {
-		return member.ClusterSnapshot{}, err
+		return cluster.Snapshot{}, err
 	}
 	var ec v1alpha1.EtcdCluster
-	if err := v.c.Get(ctx, v.key(v.cluster), &ec); err != nil {
-		return member.ClusterSnapshot{}, fmt.Errorf("reading EtcdCluster %s/%s: %w", v.ns, v.cluster, err)
+	if err := v.c.Get(ctx, v.key(v.clusterName), &ec); err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("reading EtcdCluster %s/%s: %w", v.ns, v.clusterName, err)
 	}
 	var ems v1alpha1.EtcdMemberList
-	if err := v.c.List(ctx, &ems, client.InNamespace(v.ns), client.MatchingLabels{v1alpha1.LabelCluster: v.cluster}); err != nil {
-		return member.ClusterSnapshot{}, fmt.Errorf("listing EtcdMembers of %s/%s: %w", v.ns, v.cluster, err)
+	if err := v.c.List(ctx, &ems, client.InNamespace(v.ns), client.MatchingLabels{v1alpha1.LabelCluster: v.clusterName}); err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("listing EtcdMembers of %s/%s: %w", v.ns, v.clusterName, err)
 	}
 	var leases coordinationv1.LeaseList
-	if err := v.c.List(ctx, &leases, client.InNamespace(v.ns), client.MatchingLabels{v1alpha1.LabelCluster: v.cluster}); err != nil {
-		return member.ClusterSnapshot{}, fmt.Errorf("listing Leases of %s/%s: %w", v.ns, v.cluster, err)
+	if err := v.c.List(ctx, &leases, client.InNamespace(v.ns), client.MatchingLabels{v1alpha1.LabelCluster: v.clusterName}); err != nil {
+		return cluster.Snapshot{}, fmt.Errorf("listing Leases of %s/%s: %w", v.ns, v.clusterName, err)
 	}
 	return snapshot(cfg, &ec, ems.Items, leases.Items, cmVersion), nil
 }
 
 // snapshot assembles the member's picture of the cluster from what was read.
-func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alpha1.EtcdMember, leases []coordinationv1.Lease, cmVersion string) member.ClusterSnapshot {
-	snap := member.ClusterSnapshot{Spec: member.ClusterSpec{Name: cfg.Name, Token: cfg.Token}}
+func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alpha1.EtcdMember, leases []coordinationv1.Lease, cmVersion string) cluster.Snapshot {
+	snap := cluster.Snapshot{Spec: cluster.Spec{Name: cfg.Name, Token: cfg.Token}}
 	for _, m := range cfg.Members {
-		snap.Spec.Members = append(snap.Spec.Members, member.MemberSpec{Name: m.Name, ClientURL: m.ClientURL, PeerURL: m.PeerURL, SidecarURL: m.SidecarURL})
+		snap.Spec.Members = append(snap.Spec.Members, cluster.MemberSpec{Name: m.Name, ClientURL: m.ClientURL, PeerURL: m.PeerURL, SidecarURL: m.SidecarURL})
 	}
 	snap.Status.ClusterID = ec.Status.ClusterID
 	for _, vt := range ec.Status.Voters {
-		snap.Status.Voters = append(snap.Status.Voters, member.Voter{ID: vt.ID, Name: vt.Name, PeerURL: vt.PeerURL})
+		snap.Status.Voters = append(snap.Status.Voters, cluster.Voter{ID: vt.ID, Name: vt.Name, PeerURL: vt.PeerURL})
 	}
 	renewed := map[string]time.Time{}
 	for i := range leases {
 		renewed[leases[i].Name] = LeaseRenewed(&leases[i])
 	}
-	byName := map[string]*member.StatusMember{}
-	add := func(name string) *member.StatusMember {
+	byName := map[string]*cluster.StatusMember{}
+	add := func(name string) *cluster.StatusMember {
 		if m, ok := byName[name]; ok {
 			return m
 		}
-		byName[name] = &member.StatusMember{Name: name}
+		byName[name] = &cluster.StatusMember{Name: name}
 		return byName[name]
 	}
 	for _, m := range snap.Spec.Members {
@@ -232,7 +232,7 @@ func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alph
 	}
 	if ec.Status.Recovery != nil {
 		var rec struct {
-			Directive *member.Directive `json:"directive"`
+			Directive *cluster.Directive `json:"directive"`
 		}
 		if json.Unmarshal(ec.Status.Recovery.Raw, &rec) == nil && rec.Directive != nil {
 			d := *rec.Directive
@@ -254,7 +254,7 @@ func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alph
 // Report implements member.ClusterView: it writes the report to this member's EtcdMember
 // when something that matters changed (or the figures are reportRefresh old), and renews the
 // member Lease while etcd serves.
-func (v *View) Report(ctx context.Context, r member.Report) error {
+func (v *View) Report(ctx context.Context, r cluster.Report) error {
 	now := v.now()
 	v.mu.Lock()
 	key, write := reportKey(r), false
@@ -291,7 +291,7 @@ func (v *View) Report(ctx context.Context, r member.Report) error {
 // reportKey is what of a report matters at once: identity, data, role, formation, the
 // member list, the start-up decision and problems. Revision, term and indexes change with
 // every write and are refreshed every reportRefresh.
-func reportKey(r member.Report) string {
+func reportKey(r cluster.Report) string {
 	r.At, r.Revision, r.Term, r.LastTerm, r.LastIndex, r.Commit, r.Applied = time.Time{}, 0, 0, 0, 0, 0, 0
 	b, _ := json.Marshal(r)
 	return string(b)
@@ -299,7 +299,7 @@ func reportKey(r member.Report) string {
 
 // holderOf is the member Lease's holder for a report: "<memberID>:<role>" while etcd serves,
 // "" (no renewal) otherwise.
-func holderOf(r member.Report) string {
+func holderOf(r cluster.Report) string {
 	if !r.Serving || r.MemberID == "" {
 		return ""
 	}
@@ -314,7 +314,7 @@ func holderOf(r member.Report) string {
 }
 
 // memberBackup is the EtcdMember's account of the backup status s.
-func memberBackup(s member.BackupStatus) v1alpha1.MemberBackup {
+func memberBackup(s cluster.BackupStatus) v1alpha1.MemberBackup {
 	mb := v1alpha1.MemberBackup{Ready: s.Ready, Reason: s.ReadyReason, LastError: s.LastError}
 	if d := s.LastDrill; !d.Time.IsZero() {
 		mb.LastDrill = &v1alpha1.MemberDrill{Timeline: int64(d.Timeline), Revision: d.Revision, Time: metav1.NewTime(d.Time),
@@ -333,13 +333,13 @@ type snapshotLease struct {
 // snapshot to the Lease <cluster>-full-snapshot, and the newest revision known stored (and
 // when it was current) to <cluster>-delta-snapshot; holder = revision, renewTime = time. A
 // Lease is written when its revision changes, or its time is a delta period old.
-func (v *View) PublishBackup(ctx context.Context, s member.BackupStatus) error {
+func (v *View) PublishBackup(ctx context.Context, s cluster.BackupStatus) error {
 	want := map[string]snapshotLease{}
 	if !s.LatestFullTime.IsZero() {
-		want[v1alpha1.FullSnapshotLeaseName(v.cluster)] = snapshotLease{s.LatestFullRevision, s.LatestFullTime}
+		want[v1alpha1.FullSnapshotLeaseName(v.clusterName)] = snapshotLease{s.LatestFullRevision, s.LatestFullTime}
 	}
 	if !s.CurrentAt.IsZero() {
-		want[v1alpha1.DeltaSnapshotLeaseName(v.cluster)] = snapshotLease{s.CurrentRevision, s.CurrentAt}
+		want[v1alpha1.DeltaSnapshotLeaseName(v.clusterName)] = snapshotLease{s.CurrentRevision, s.CurrentAt}
 	}
 	mb := memberBackup(s)
 	v.mu.Lock()
@@ -374,8 +374,8 @@ func (v *View) PublishBackup(ctx context.Context, s member.BackupStatus) error {
 }
 
 // AckDirective implements member.ClusterView.
-func (v *View) AckDirective(ctx context.Context, epoch int64, result member.DirectiveResult) error {
-	raw, err := json.Marshal(member.DirectiveAck{Epoch: epoch, Result: result})
+func (v *View) AckDirective(ctx context.Context, epoch int64, result cluster.DirectiveResult) error {
+	raw, err := json.Marshal(cluster.DirectiveAck{Epoch: epoch, Result: result})
 	if err != nil {
 		return err
 	}

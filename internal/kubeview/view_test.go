@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -79,16 +79,16 @@ func needAPI(t *testing.T) client.Client {
 }
 
 type testMember struct {
-	name, cluster, kubeconfig     string
+	name, clusterName, kubeconfig string
 	tokenFile                     string // the cluster's sidecar API token, as the pods mount it
 	client, peer, sidecar, health int
 	dataDir                       string
 	procs                         []*exec.Cmd
 }
 
-// cluster creates a namespace and, in it, what the operator would for a cluster of n members
+// newCluster creates a namespace and, in it, what the operator would for a cluster of n members
 // named c, backing up into a file:// store in the test's temp dir.
-func cluster(t *testing.T, c client.Client, n int) (string, []*testMember) {
+func newCluster(t *testing.T, c client.Client, n int) (string, []*testMember) {
 	t.Helper()
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-"}}
 	if err := c.Create(context.Background(), nsObj); err != nil {
@@ -129,7 +129,7 @@ func clusterNamed(t *testing.T, c client.Client, ns, name string, n int, store s
 	}
 	for i := 0; i < n; i++ {
 		mn := fmt.Sprintf("%s-%d", name, i)
-		m := &testMember{name: mn, cluster: name, client: testutil.FreePort(t), peer: testutil.FreePort(t),
+		m := &testMember{name: mn, clusterName: name, client: testutil.FreePort(t), peer: testutil.FreePort(t),
 			sidecar: testutil.FreePort(t), health: testutil.FreePort(t), dataDir: filepath.Join(dir, mn), tokenFile: tokenFile}
 		ms = append(ms, m)
 		cc.Members = append(cc.Members, v1alpha1.MemberConfig{Name: m.name, ClientURL: fmt.Sprintf("http://127.0.0.1:%d", m.client),
@@ -195,7 +195,7 @@ func (m *testMember) start(t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 	sidecar := exec.Command(bin, "sidecar", "--name", m.name, "--data-dir", m.dataDir,
-		"--listen", fmt.Sprintf("127.0.0.1:%d", m.sidecar), "--kubernetes-cluster", m.cluster, "--log-level", "warn", "--api-token-file", m.tokenFile)
+		"--listen", fmt.Sprintf("127.0.0.1:%d", m.sidecar), "--kubernetes-cluster", m.clusterName, "--log-level", "warn", "--api-token-file", m.tokenFile)
 	sidecar.Env = append(os.Environ(), "KUBECONFIG="+m.kubeconfig, "POD_NAMESPACE="+ns)
 	etcd := exec.Command(bin, "etcd", "--sidecar", fmt.Sprintf("http://127.0.0.1:%d", m.sidecar),
 		"--listen-health", fmt.Sprintf("127.0.0.1:%d", m.health), "--log-level", "warn", "--api-token-file", m.tokenFile)
@@ -230,16 +230,16 @@ func (m *testMember) stop() {
 	m.procs = nil
 }
 
-func reportOf(t *testing.T, c client.Client, ns, name string) (member.Report, error) {
+func reportOf(t *testing.T, c client.Client, ns, name string) (cluster.Report, error) {
 	t.Helper()
 	var em v1alpha1.EtcdMember
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &em); err != nil {
-		return member.Report{}, err
+		return cluster.Report{}, err
 	}
 	if em.Status.Report == nil {
-		return member.Report{}, fmt.Errorf("%s has not reported", name)
+		return cluster.Report{}, fmt.Errorf("%s has not reported", name)
 	}
-	var r member.Report
+	var r cluster.Report
 	return r, yaml.Unmarshal(em.Status.Report.Raw, &r)
 }
 
@@ -259,7 +259,7 @@ func holder(t *testing.T, c client.Client, ns, name string) string {
 // it is down rejoins under a new member ID, with every key.
 func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 	c := needAPI(t)
-	ns, ms := cluster(t, c, 3)
+	ns, ms := newCluster(t, c, 3)
 	for _, m := range ms {
 		m.start(t, ns)
 	}
@@ -362,14 +362,14 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 	// A new cluster restored from c's backups to the revision of the 50th put
 	// (bootstrap.restore). The test plays the operator's part: the first directive.
 	storeURL := "file://" + storeDir(t, c, ns)
-	target := member.RestoreTarget{Store: storeURL, Revision: put.Header.Revision}
+	target := cluster.RestoreTarget{Store: storeURL, Revision: put.Header.Revision}
 	rs := clusterNamed(t, c, ns, "r", 1, "file://"+filepath.Join(t.TempDir(), "r-store"),
 		&v1alpha1.RestoreConfig{Store: storeURL, Revision: put.Header.Revision})
 	if _, err := cli.Put(ctx, "after-the-target", "1"); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	writeRecovery(t, c, ns, "r", member.Directive{Epoch: 1, Phase: member.PhaseSeeding, Mode: member.RecoverFromBackup,
+	writeRecovery(t, c, ns, "r", cluster.Directive{Epoch: 1, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromBackup,
 		Seed: "r-0", Restore: &target, IssuedAt: now, PhaseSince: now})
 	rs[0].start(t, ns)
 	testutil.Eventually(t, 60*time.Second, "r restored to the target revision", func() error {
@@ -571,7 +571,7 @@ func readConfig(t *testing.T, c client.Client, ns string) (*corev1.ConfigMap, v1
 }
 
 // writeRecovery records a directive in a cluster's status.recovery, as the operator does.
-func writeRecovery(t *testing.T, c client.Client, ns, name string, d member.Directive) {
+func writeRecovery(t *testing.T, c client.Client, ns, name string, d cluster.Directive) {
 	t.Helper()
 	var ec v1alpha1.EtcdCluster
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &ec); err != nil {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/store"
 )
 
@@ -47,7 +47,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	s.mu.Lock()
 	st := s.state.Status
 	s.mu.Unlock()
-	if d := st.Directive; d != nil && d.Phase == member.PhaseSeeding && d.Ack == nil {
+	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
 		if a, ok := readMemberFile[ack](s.dir, acksDir, d.Seed); ok && a.Epoch == d.Epoch {
 			dc := *d
 			dc.Ack = &a.Result
@@ -68,7 +68,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	}
 	b := heal.Backup{Configured: spec.Backup != ""}
 	if ready, total := heal.Quorum(st.Voters, members); b.Configured && (total == 0 || ready <= total/2 || st.Directive != nil) {
-		b.Revision = h.backupRevision(ctx, spec.Backup, member.ClusterIDs(spec.memberView(), st.ClusterID))
+		b.Revision = h.backupRevision(ctx, spec.Backup, cluster.IDs(spec.memberView(), st.ClusterID))
 	}
 	dec := heal.Decide(heal.Observation{Now: time.Now(), Status: st, Members: members, Backup: b, Timing: h.timing})
 	if dec.Event != "" {
@@ -95,7 +95,7 @@ func (s *supervisor) healMembers(runs []*memberRun) []heal.Member {
 			m.Ready, m.ID, m.Learner = ms.Ready, ms.ID, ms.Learner
 		}
 		m.Stopped, m.StoppedSince = r.etcd.fenced()
-		if rep, ok := readMemberFile[member.Report](s.dir, reportsDir, r.spec.Name); ok {
+		if rep, ok := readMemberFile[cluster.Report](s.dir, reportsDir, r.spec.Name); ok {
 			m.Report = &rep
 		}
 		out = append(out, m)
@@ -131,10 +131,10 @@ func (s *supervisor) refreshVoters(ctx context.Context, runs []*memberRun) {
 			s.logf("member %s serves cluster %s, but the status records cluster %s: not recorded", r.spec.Name, id, known)
 			return
 		}
-		var voters []member.Voter
+		var voters []cluster.Voter
 		for _, m := range resp.Members {
 			if !m.IsLearner {
-				v := member.Voter{ID: fmt.Sprintf("%x", m.ID), Name: m.Name}
+				v := cluster.Voter{ID: fmt.Sprintf("%x", m.ID), Name: m.Name}
 				if len(m.PeerURLs) > 0 {
 					v.PeerURL = m.PeerURLs[0]
 				}
@@ -153,7 +153,7 @@ func (s *supervisor) refreshVoters(ctx context.Context, runs []*memberRun) {
 	}
 }
 
-func voterNames(vs []member.Voter) string {
+func voterNames(vs []cluster.Voter) string {
 	var names []string
 	for _, v := range vs {
 		n := v.Name
@@ -166,7 +166,7 @@ func voterNames(vs []member.Voter) string {
 }
 
 // enforceFence holds the etcd of every member the directive fences and releases the others.
-func (s *supervisor) enforceFence(d *member.Directive, runs []*memberRun) {
+func (s *supervisor) enforceFence(d *cluster.Directive, runs []*memberRun) {
 	var names []string
 	for _, r := range runs {
 		names = append(names, r.spec.Name)

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 )
 
 // restartRequestFile is where `steward local upgrade` asks the running supervisor to restart
@@ -37,7 +37,7 @@ type RestartAnswer struct {
 // asks for another generation than the spec's (cluster.json changed since), or while a
 // recovery or restore directive is in force (it fences and restarts members itself); done
 // without a restart when the member already runs the generation.
-func answerRestartRequest(now time.Time, req RestartRequest, specGeneration int64, d *member.Directive, ms *MemberState) (restart bool, ans RestartAnswer) {
+func answerRestartRequest(now time.Time, req RestartRequest, specGeneration int64, d *cluster.Directive, ms *MemberState) (restart bool, ans RestartAnswer) {
 	ans = RestartAnswer{ID: req.ID, Member: req.Member, At: now}
 	refuse := func(format string, args ...any) (bool, RestartAnswer) {
 		ans.Error = fmt.Sprintf(format, args...)

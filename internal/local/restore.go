@@ -18,10 +18,10 @@ import (
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
@@ -41,11 +41,11 @@ const restoreRequestTTL = 30 * time.Second
 // RestoreRequest asks the supervisor to restore the running cluster to Target, or (Cancel)
 // to withdraw the restore in progress.
 type RestoreRequest struct {
-	ID          string                `json:"id"`
-	Target      *member.RestoreTarget `json:"target,omitempty"`
-	Cancel      bool                  `json:"cancel,omitempty"`
-	RequestedAt time.Time             `json:"requestedAt"`
-	Expires     time.Time             `json:"expires"`
+	ID          string                 `json:"id"`
+	Target      *cluster.RestoreTarget `json:"target,omitempty"`
+	Cancel      bool                   `json:"cancel,omitempty"`
+	RequestedAt time.Time              `json:"requestedAt"`
+	Expires     time.Time              `json:"expires"`
 }
 
 // RestoreAnswer is the supervisor's answer to a RestoreRequest, recorded in the state.
@@ -143,9 +143,9 @@ type RestoreResult struct {
 	// Target is the point restored, resolved to a timeline and revision of the cluster's own
 	// backups; TargetBasis (for --to-time) the object that dates it, TargetAfterEnd a warning
 	// that the time is after the newest backup.
-	Target         member.RestoreTarget `json:"target"`
-	TargetBasis    string               `json:"targetBasis,omitempty"`
-	TargetAfterEnd string               `json:"targetAfterEnd,omitempty"`
+	Target         cluster.RestoreTarget `json:"target"`
+	TargetBasis    string                `json:"targetBasis,omitempty"`
+	TargetAfterEnd string                `json:"targetAfterEnd,omitempty"`
 	// Snapshot is the full snapshot taken before anything changed: the present stays restorable.
 	Snapshot snapshotter.FullResult `json:"snapshot"`
 	// Epoch is the directive that carried the restore out (a later one if it restarted).
@@ -185,7 +185,7 @@ func Restore(ctx context.Context, opts RestoreOptions) (RestoreResult, error) {
 		return RestoreResult{}, fmt.Errorf("the backup store %s of the cluster in %s cannot be opened: %w; nothing was changed", spec.Backup, opts.Dir, err)
 	}
 	defer s.Close()
-	ids := member.ClusterIDs(spec.memberView(), st.ClusterID)
+	ids := cluster.IDs(spec.memberView(), st.ClusterID)
 	if _, err := resolveTarget(ctx, s, ids, opts); err != nil {
 		return RestoreResult{}, fmt.Errorf("%w; nothing was changed", err)
 	}
@@ -202,7 +202,7 @@ func Restore(ctx context.Context, opts RestoreOptions) (RestoreResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("%w; nothing was changed (the full snapshot %s was taken)", err, res.Snapshot.Key)
 	}
-	res.Target = member.RestoreTarget{Timeline: r.Timeline, Revision: r.Target}
+	res.Target = cluster.RestoreTarget{Timeline: r.Timeline, Revision: r.Target}
 	res.TargetBasis, res.TargetAfterEnd = r.TargetBasis, r.TargetAfterEnd
 	if r.TargetAfterEnd != "" {
 		progress("WARNING: " + r.TargetAfterEnd)
@@ -455,8 +455,8 @@ func ask(ctx context.Context, dir, file, what string, build func(requestHeader) 
 // followRestore waits until the restore to target (issued as directive epoch) is retired, and
 // returns the retired directive. A restore whose seed never served restarts in a new epoch
 // with the same target; it is followed there.
-func followRestore(ctx context.Context, dir string, target member.RestoreTarget, epoch int64, progress func(string)) (member.Directive, error) {
-	var done member.Directive
+func followRestore(ctx context.Context, dir string, target cluster.RestoreTarget, epoch int64, progress func(string)) (cluster.Directive, error) {
+	var done cluster.Directive
 	err := waitFor(ctx, dir, progress, func(st State, rep Report) (bool, error) {
 		if d := st.Directive; d != nil {
 			if d.Restore == nil && d.Ack == nil && d.Epoch > epoch {

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/member"
 )
 
 // TestAnswerRestoreRequest: the supervisor's answer to `steward local restore`: a restore
@@ -15,19 +15,19 @@ import (
 // expired is refused, a cancel follows heal.CancelRestore; a refusal changes nothing.
 func TestAnswerRestoreRequest(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	target := member.RestoreTarget{Timeline: 1, Revision: 40}
-	voters := []member.Voter{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+	target := cluster.RestoreTarget{Timeline: 1, Revision: 40}
+	voters := []cluster.Voter{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
 	healthy := heal.Status{ClusterID: "cid", Voters: voters, LastEpoch: 2}
 	var serving []heal.Member
 	for _, v := range voters {
-		serving = append(serving, heal.Member{Name: v.Name, ID: v.ID, Ready: true, Report: &member.Report{Name: v.Name, At: now,
-			Source: member.ReportFromEtcd, Serving: true, DataValid: true, MemberID: v.ID, ClusterID: "cid", Owner: v.Name, Formed: true}})
+		serving = append(serving, heal.Member{Name: v.Name, ID: v.ID, Ready: true, Report: &cluster.Report{Name: v.Name, At: now,
+			Source: cluster.ReportFromEtcd, Serving: true, DataValid: true, MemberID: v.ID, ClusterID: "cid", Owner: v.Name, Formed: true}})
 	}
 	restoring := healthy
-	restoring.Directive = &member.Directive{Epoch: 3, Phase: member.PhaseFencing, Restore: &target, IssuedAt: now, PhaseSince: now}
+	restoring.Directive = &cluster.Directive{Epoch: 3, Phase: cluster.PhaseFencing, Restore: &target, IssuedAt: now, PhaseSince: now}
 	recovering := healthy
-	recovering.Directive = &member.Directive{Epoch: 3, Phase: member.PhaseFencing, IssuedAt: now, PhaseSince: now}
-	req := func(target *member.RestoreTarget, cancel bool, age time.Duration) RestoreRequest {
+	recovering.Directive = &cluster.Directive{Epoch: 3, Phase: cluster.PhaseFencing, IssuedAt: now, PhaseSince: now}
+	req := func(target *cluster.RestoreTarget, cancel bool, age time.Duration) RestoreRequest {
 		at := now.Add(-age)
 		return RestoreRequest{ID: "r1", Target: target, Cancel: cancel, RequestedAt: at, Expires: at.Add(restoreRequestTTL)}
 	}
@@ -66,7 +66,7 @@ func TestAnswerRestoreRequest(t *testing.T) {
 				return
 			}
 			d := dec.Status.Directive
-			if !ans.Accepted || ans.Epoch != tt.wantEpoch || d == nil || d.Epoch != tt.wantEpoch || d.Phase != member.PhaseFencing {
+			if !ans.Accepted || ans.Epoch != tt.wantEpoch || d == nil || d.Epoch != tt.wantEpoch || d.Phase != cluster.PhaseFencing {
 				t.Fatalf("answer %+v, directive %+v; want directive %d accepted and fencing", ans, d, tt.wantEpoch)
 			}
 			if wantTarget := !tt.req.Cancel; (d.Restore != nil) != wantTarget || (wantTarget && *d.Restore != target) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -312,7 +312,7 @@ func TestRestoreCompletesThroughFaults(t *testing.T) {
 	var seed string
 	testutil.Eventually(t, time.Minute, "the seed restoring", func() error {
 		st, _ := ReadState(dir)
-		if d := st.Directive; d == nil || d.Phase != member.PhaseSeeding {
+		if d := st.Directive; d == nil || d.Phase != cluster.PhaseSeeding {
 			return fmt.Errorf("directive %+v", d)
 		}
 		seed = st.Directive.Seed
@@ -376,10 +376,10 @@ func TestRestoreCancelledWhileTheStoreIsDown(t *testing.T) {
 	testutil.Eventually(t, time.Minute, "the seed retrying its restore", func() error {
 		st, _ := ReadState(dir)
 		d := st.Directive
-		if d == nil || d.Phase != member.PhaseSeeding {
+		if d == nil || d.Phase != cluster.PhaseSeeding {
 			return fmt.Errorf("directive %+v", d)
 		}
-		rep, ok := readMemberFile[member.Report](dir, reportsDir, d.Seed)
+		rep, ok := readMemberFile[cluster.Report](dir, reportsDir, d.Seed)
 		if !ok || rep.Case != "RestoreInPlace" || !strings.Contains(rep.Reason, "attempt") {
 			return fmt.Errorf("seed %s reports %q: %s", d.Seed, rep.Case, rep.Reason)
 		}

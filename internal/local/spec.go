@@ -20,8 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
-	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
@@ -250,10 +250,10 @@ func writeSpec(dir string, spec Spec) error {
 }
 
 // memberSpec converts to the sidecar's view of the desired cluster.
-func (s Spec) memberView() member.ClusterSpec {
-	out := member.ClusterSpec{Name: s.Name, Token: s.Token}
+func (s Spec) memberView() cluster.Spec {
+	out := cluster.Spec{Name: s.Name, Token: s.Token}
 	for _, m := range s.Members {
-		out.Members = append(out.Members, member.MemberSpec{Name: m.Name, ClientURL: s.ClientURL(m), PeerURL: s.PeerURL(m), SidecarURL: s.SidecarURL(m)})
+		out.Members = append(out.Members, cluster.MemberSpec{Name: m.Name, ClientURL: s.ClientURL(m), PeerURL: s.PeerURL(m), SidecarURL: s.SidecarURL(m)})
 	}
 	return out
 }

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/member"
 )
 
 // Supervisor phases recorded in DIR/run/state.json.
@@ -121,7 +121,7 @@ func writeMemberFile(dir, sub, name string, v any) error {
 }
 
 // ack is a seed's acknowledgement of a directive, as a sidecar writes it.
-type ack = member.DirectiveAck
+type ack = cluster.DirectiveAck
 
 // View is the sidecar's ClusterView in local mode: the desired cluster is DIR/cluster.json,
 // the status DIR/run/state.json with the members' reports beside it.
@@ -130,27 +130,27 @@ type View struct {
 	Name string // the member this view reports for
 }
 
-var _ member.ClusterView = View{}
+var _ cluster.View = View{}
 
 // Snapshot implements member.ClusterView.
-func (v View) Snapshot(context.Context) (member.ClusterSnapshot, error) {
+func (v View) Snapshot(context.Context) (cluster.Snapshot, error) {
 	spec, ok, err := ReadSpec(v.Dir)
 	if err != nil {
-		return member.ClusterSnapshot{}, err
+		return cluster.Snapshot{}, err
 	}
 	if !ok {
-		return member.ClusterSnapshot{}, errors.New("no local cluster in " + v.Dir)
+		return cluster.Snapshot{}, errors.New("no local cluster in " + v.Dir)
 	}
 	st, err := ReadState(v.Dir)
 	if err != nil {
-		return member.ClusterSnapshot{}, err
+		return cluster.Snapshot{}, err
 	}
-	snap := member.ClusterSnapshot{Version: fmt.Sprintf("%d", st.Version), Spec: spec.memberView(),
-		Status: member.ClusterStatus{ClusterID: st.ClusterID, Voters: st.Voters}}
+	snap := cluster.Snapshot{Version: fmt.Sprintf("%d", st.Version), Spec: spec.memberView(),
+		Status: cluster.Status{ClusterID: st.ClusterID, Voters: st.Voters}}
 	snap.Spec.RelocatesData = true
 	for _, m := range st.Members {
-		sm := member.StatusMember{Name: m.Name, ID: m.ID, Ready: m.Ready, Learner: m.Learner}
-		if r, ok := readMemberFile[member.Report](v.Dir, reportsDir, m.Name); ok {
+		sm := cluster.StatusMember{Name: m.Name, ID: m.ID, Ready: m.Ready, Learner: m.Learner}
+		if r, ok := readMemberFile[cluster.Report](v.Dir, reportsDir, m.Name); ok {
 			sm.Report = &r
 		}
 		snap.Status.Members = append(snap.Status.Members, sm)
@@ -167,12 +167,12 @@ func (v View) Snapshot(context.Context) (member.ClusterSnapshot, error) {
 }
 
 // Report implements member.ClusterView.
-func (v View) Report(_ context.Context, r member.Report) error {
+func (v View) Report(_ context.Context, r cluster.Report) error {
 	return writeMemberFile(v.Dir, reportsDir, v.Name, r)
 }
 
 // AckDirective implements member.ClusterView.
-func (v View) AckDirective(_ context.Context, epoch int64, result member.DirectiveResult) error {
+func (v View) AckDirective(_ context.Context, epoch int64, result cluster.DirectiveResult) error {
 	return writeMemberFile(v.Dir, acksDir, v.Name, ack{Epoch: epoch, Result: result})
 }
 

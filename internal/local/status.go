@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -93,8 +93,8 @@ type SupervisorReport struct {
 	Waiting string `json:"waiting,omitempty"`
 	Stuck   string `json:"stuck,omitempty"`
 	// Recovery is the quorum-loss directive in force; LastRecovery the last one retired.
-	Recovery     *member.Directive `json:"recovery,omitempty"`
-	LastRecovery *member.Directive `json:"lastRecovery,omitempty"`
+	Recovery     *cluster.Directive `json:"recovery,omitempty"`
+	LastRecovery *cluster.Directive `json:"lastRecovery,omitempty"`
 }
 
 // Status reports the cluster in dir as etcd itself reports it (member list and each
@@ -229,7 +229,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 func backupStatus(ctx context.Context, sc *sidecarapi.Client, spec Spec, out *BackupReport) {
 	var refused error
 	for _, m := range spec.Members {
-		var st member.BackupStatus
+		var st cluster.BackupStatus
 		if err := sc.GetJSON(ctx, spec.SidecarURL(m)+"/v1/backup", &st); err != nil || !st.Leader {
 			if code := sidecarapi.StatusCode(err); refused == nil && (code == http.StatusUnauthorized || code == http.StatusForbidden) {
 				refused = err

@@ -14,11 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/pki"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -455,7 +455,7 @@ func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Dura
 	}
 }
 
-func (s *supervisor) currentDirective() *member.Directive {
+func (s *supervisor) currentDirective() *cluster.Directive {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state.Directive
@@ -537,7 +537,7 @@ func (s *supervisor) rebuildStatus(spec Spec) {
 		if a, err := datadir.ReadApplied(datadir.DBPath(dataDir)); err == nil {
 			d.Applied = a.Index
 			for _, m := range a.Members {
-				d.Members = append(d.Members, member.LiveMember{ID: m.ID, Name: m.Name, IsLearner: m.Learner})
+				d.Members = append(d.Members, cluster.LiveMember{ID: m.ID, Name: m.Name, IsLearner: m.Learner})
 			}
 		}
 		dirs = append(dirs, d)

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/maintenance"
-	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/testutil"
 )
 
@@ -49,7 +49,7 @@ func TestAnswerRestartRequest(t *testing.T) {
 		name    string
 		req     RestartRequest
 		gen     int64
-		d       *member.Directive
+		d       *cluster.Directive
 		ms      *MemberState
 		restart bool
 		err     string
@@ -57,7 +57,7 @@ func TestAnswerRestartRequest(t *testing.T) {
 		{name: "an outdated member restarts", req: req, gen: 2, ms: old, restart: true},
 		{name: "a member on the generation already: done", req: req, gen: 2, ms: current},
 		{name: "the spec changed since", req: req, gen: 3, ms: old, err: "generation 3 now"},
-		{name: "a directive in force", req: req, gen: 2, ms: old, d: &member.Directive{Epoch: 4, Phase: member.PhaseSeeding}, err: "is in force"},
+		{name: "a directive in force", req: req, gen: 2, ms: old, d: &cluster.Directive{Epoch: 4, Phase: cluster.PhaseSeeding}, err: "is in force"},
 		{name: "no such member", req: req, gen: 2, err: "no member m1"},
 		{name: "expired", req: RestartRequest{requestHeader: requestHeader{ID: "r", Expires: now.Add(-time.Second)}, Member: "m1", Generation: 2}, gen: 2, ms: old, err: "expired"},
 	} {
@@ -94,7 +94,7 @@ func TestUpgradeCanStart(t *testing.T) {
 		return st
 	}
 	withDirective := gens(1, 1, 1)
-	withDirective.Directive = &member.Directive{Epoch: 3, Phase: member.PhaseSeeding}
+	withDirective.Directive = &cluster.Directive{Epoch: 3, Phase: cluster.PhaseSeeding}
 	for _, tc := range []struct {
 		name string
 		rep  Report

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"slices"
 	"strings"
 	"time"
@@ -110,14 +111,6 @@ func nameOf(members []Member, id uint64) string {
 	return fmt.Sprintf("%x", id)
 }
 
-// CorruptResult is what RecoverCorrupt did.
-type CorruptResult struct {
-	// Replaced names the member removed to rejoin with empty data ("" if none).
-	Replaced string `json:"replaced,omitempty"`
-	MovedTo  string `json:"movedTo,omitempty"`
-	Disarmed bool   `json:"disarmed"`
-}
-
 // ErrCorruptUnresolved: the CORRUPT alarm cannot be resolved automatically; the error says
 // why and what to do.
 var ErrCorruptUnresolved = errors.New("CORRUPT alarm not resolved")
@@ -125,8 +118,8 @@ var ErrCorruptUnresolved = errors.New("CORRUPT alarm not resolved")
 // RecoverCorrupt carries out NextCorrupt until the alarm is gone: it removes the member etcd
 // named corrupt (after moving leadership away from it) and disarms its alarm. Its sidecar
 // rejoins it with empty data. Without a CORRUPT alarm it does nothing.
-func RecoverCorrupt(ctx context.Context, cli *clientv3.Client, progress func(Step)) (CorruptResult, error) {
-	var res CorruptResult
+func RecoverCorrupt(ctx context.Context, cli *clientv3.Client, progress func(Step)) (cluster.CorruptResult, error) {
+	var res cluster.CorruptResult
 	for moves := 0; ; {
 		alarms, err := Alarms(ctx, cli)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"sort"
 	"time"
 
@@ -54,23 +55,9 @@ type Options struct {
 	Progress func(Step)
 }
 
-// MemberResult is what one member's defragmentation did.
-type MemberResult struct {
-	Name     string        `json:"name"`
-	ID       string        `json:"id"`
-	Before   int64         `json:"before"`
-	After    int64         `json:"after"`
-	InUse    int64         `json:"inUse"`
-	Duration time.Duration `json:"duration"`
-	// WasLeader: it led when its turn came; MovedTo names who took over ("" when defragmented in place).
-	WasLeader bool   `json:"wasLeader,omitempty"`
-	MovedTo   string `json:"movedTo,omitempty"`
-	Reason    string `json:"reason"`
-}
-
 // Result is a round's outcome.
 type Result struct {
-	Members []MemberResult `json:"members"`
+	Members []cluster.MemberDefrag `json:"members"`
 	// Skipped lists the members not worth it, with why.
 	Skipped map[string]string `json:"skipped,omitempty"`
 }
@@ -158,8 +145,8 @@ func (o Options) progress(s Step) {
 	}
 }
 
-func defragOne(ctx context.Context, cli *clientv3.Client, m Member, timeout time.Duration) (MemberResult, error) {
-	r := MemberResult{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Before: m.DBSize}
+func defragOne(ctx context.Context, cli *clientv3.Client, m Member, timeout time.Duration) (cluster.MemberDefrag, error) {
+	r := cluster.MemberDefrag{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Before: m.DBSize}
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	_, err := cli.Defragment(dctx, m.Endpoint)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -42,7 +43,7 @@ func newAPICluster(t *testing.T, fullInterval time.Duration) apiCluster {
 		tokens[c] = toks[0]
 		tokens[c+"-path"] = path
 	}
-	sc, err := New(Config{Name: "test", DataDir: filepath.Join(t.TempDir(), "data"), View: staticView{ClusterSnapshot{Spec: oneMember(t, "a-token")}},
+	sc, err := New(Config{Name: "test", DataDir: filepath.Join(t.TempDir(), "data"), View: staticView{cluster.Snapshot{Spec: oneMember(t, "a-token")}},
 		APITokens: sidecarapi.NewFile(tokens["a-path"]), FullSnapshotInterval: fullInterval, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/backup/retention"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/seal"
@@ -82,52 +83,6 @@ func (c BackupConfig) openStore(ctx context.Context, url string) (*store.Store, 
 // DrillOff as BackupConfig.DrillSchedule turns restore drills off.
 const DrillOff = "off"
 
-// BackupStatus is what the sidecar reports about backups (GET /v1/backup).
-type BackupStatus struct {
-	// Leader is true if this sidecar is the backup leader (its etcd leads).
-	Leader bool `json:"leader"`
-	// Ready: backups are current: on the member's own timeline, the newest stored revision was
-	// the member's own revision less than two delta periods ago (false after three).
-	Ready bool `json:"ready"`
-	// ReadyReason says which condition keeps Ready false ("" when it is true).
-	ReadyReason string `json:"readyReason,omitempty"`
-	Store       string `json:"store"`
-	// Timeline is the timeline of the store this member's history goes to (0 until the
-	// backup session has chosen it, or after the member's history restarted); TimelineReason
-	// says why that one (or why none).
-	Timeline       uint32 `json:"timeline"`
-	TimelineReason string `json:"timelineReason,omitempty"`
-	// DeltaPeriod is how often deltas are written (Ready turns false after 3 periods).
-	DeltaPeriod         time.Duration `json:"deltaPeriod"`
-	LatestFullKey       string        `json:"latestFullKey,omitempty"`
-	LatestFullRevision  int64         `json:"latestFullRevision"`
-	LatestFullTime      time.Time     `json:"latestFullTime"`
-	LatestDeltaKey      string        `json:"latestDeltaKey,omitempty"`
-	LatestDeltaRevision int64         `json:"latestDeltaRevision"`
-	LatestDeltaTime     time.Time     `json:"latestDeltaTime"`
-	// CurrentRevision is the newest revision known to be stored on Timeline, CurrentAt when the
-	// member's own revision was no higher.
-	CurrentRevision int64     `json:"currentRevision"`
-	CurrentAt       time.Time `json:"currentAt"`
-	Failures        int64     `json:"failures"`
-	LastError       string    `json:"lastError,omitempty"`
-	LastErrorTime   time.Time `json:"lastErrorTime"`
-	// LastDrill is the newest restore drill this sidecar ran (zero before the first).
-	LastDrill DrillStatus `json:"lastDrill,omitzero"`
-}
-
-// DrillStatus is the outcome of a restore drill (restore.Drill) of the timeline being written,
-// compared with this member's HashKV.
-type DrillStatus struct {
-	Timeline uint32        `json:"timeline"`
-	Revision int64         `json:"revision"`
-	Time     time.Time     `json:"time"`
-	Duration time.Duration `json:"duration"`
-	OK       bool          `json:"ok"`
-	// Result is "ok" or why the drill failed.
-	Result string `json:"result"`
-}
-
 // backupAgent runs the backup leader loop of one sidecar.
 type backupAgent struct {
 	cfg      BackupConfig
@@ -142,7 +97,7 @@ type backupAgent struct {
 	store       *store.Store
 
 	mu     sync.Mutex
-	status BackupStatus
+	status cluster.BackupStatus
 	// fullRequests carries on-demand full snapshot requests to the running session.
 	fullRequests chan chan fullOutcome
 	// authAtFull is etcd's auth revision when the newest full snapshot this agent took began,
@@ -191,7 +146,7 @@ func newBackupAgent(cfg BackupConfig, etcd etcdutil.Dialer, endpoint string, st 
 		offset = drillOffset(drills, st.String())
 	}
 	return &backupAgent{cfg: cfg, schedule: sched, drills: drills, drillOffset: offset, lg: lg.Named("backup"), metrics: m, etcd: etcd, endpoint: endpoint, store: st,
-		status: BackupStatus{Store: st.String(), DeltaPeriod: cfg.DeltaPeriod}, fullRequests: make(chan chan fullOutcome)}, nil
+		status: cluster.BackupStatus{Store: st.String(), DeltaPeriod: cfg.DeltaPeriod}, fullRequests: make(chan chan fullOutcome)}, nil
 }
 
 // ValidateSchedules refuses a --full-schedule or --drill-schedule that does not parse, naming
@@ -224,7 +179,7 @@ func parseSchedules(cfg BackupConfig) (full, drills cron.Schedule, err error) {
 }
 
 // Status returns the current backup status, with Ready evaluated now.
-func (a *backupAgent) Status() BackupStatus {
+func (a *backupAgent) Status() cluster.BackupStatus {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.updateReadyLocked(time.Now())
@@ -245,7 +200,7 @@ func (a *backupAgent) updateReadyLocked(now time.Time) {
 // periods ago (a delta period of events held, plus the time to read and store them); false
 // once that is more than 3 periods ago (in between, as it was). The reason says which
 // condition keeps it false.
-func backupReady(s BackupStatus, now time.Time, period time.Duration) (bool, string) {
+func backupReady(s cluster.BackupStatus, now time.Time, period time.Duration) (bool, string) {
 	age := now.Sub(s.CurrentAt)
 	withError := func(why string) string {
 		if s.LastError != "" {
@@ -276,7 +231,7 @@ func backupReady(s BackupStatus, now time.Time, period time.Duration) (bool, str
 	return true, ""
 }
 
-func (a *backupAgent) update(f func(s *BackupStatus)) {
+func (a *backupAgent) update(f func(s *cluster.BackupStatus)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f(&a.status)
@@ -286,7 +241,7 @@ func (a *backupAgent) update(f func(s *BackupStatus)) {
 func (a *backupAgent) fail(what string, err error) {
 	a.lg.Warn("backup failure", zap.String("step", what), zap.Error(err))
 	a.metrics.backupFailures.WithLabelValues(what).Inc()
-	a.update(func(s *BackupStatus) {
+	a.update(func(s *cluster.BackupStatus) {
 		s.Failures++
 		s.LastError = fmt.Sprintf("%s: %v", what, err)
 		s.LastErrorTime = time.Now().UTC()
@@ -309,7 +264,7 @@ func (a *backupAgent) Run(ctx context.Context) {
 			cur.cancel()
 			<-cur.done
 			cur = nil
-			a.update(func(s *BackupStatus) { s.Leader = false })
+			a.update(func(s *cluster.BackupStatus) { s.Leader = false })
 		}
 	}
 	defer stop()
@@ -326,7 +281,7 @@ func (a *backupAgent) Run(ctx context.Context) {
 			a.lg.Info("this member leads: starting backups", zap.String("store", a.store.String()))
 			sctx, cancel := context.WithCancel(ctx)
 			cur = &running{cli: cli, cancel: cancel, done: make(chan struct{})}
-			a.update(func(s *BackupStatus) { s.Leader = true })
+			a.update(func(s *cluster.BackupStatus) { s.Leader = true })
 			go func(done chan struct{}) {
 				defer close(done)
 				a.session(sctx, snapshotter.Member{Client: cli, Endpoint: a.endpoint})
@@ -429,12 +384,12 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 				a.metrics.deltaEvents.Add(float64(d.Events))
 				a.metrics.latestDeltaRevision.Set(float64(d.LastRev))
 				a.metrics.latestDeltaTime.Set(float64(d.Created.Unix()))
-				a.update(func(s *BackupStatus) {
+				a.update(func(s *cluster.BackupStatus) {
 					s.LatestDeltaKey, s.LatestDeltaRevision, s.LatestDeltaTime = d.Key, d.LastRev, d.Created
 				})
 			},
 			OnCurrent: func(rev int64, at time.Time) {
-				a.update(func(s *BackupStatus) {
+				a.update(func(s *cluster.BackupStatus) {
 					if s.Timeline == tl.ID {
 						s.CurrentRevision, s.CurrentAt = max(s.CurrentRevision, rev), at
 					}
@@ -540,7 +495,7 @@ func (a *backupAgent) repairDeltas(ctx context.Context, m snapshotter.Member, p 
 func (a *backupAgent) enterTimeline(p snapshotter.Placed) {
 	a.lg.Info("backup timeline", zap.Uint32("timeline", p.Placement.Timeline), zap.Bool("new", p.Placement.New), zap.String("reason", p.Placement.Reason))
 	c := p.Chain.Timeline(p.Placement.Timeline)
-	a.update(func(s *BackupStatus) {
+	a.update(func(s *cluster.BackupStatus) {
 		if s.Timeline != p.Placement.Timeline {
 			s.CurrentRevision, s.CurrentAt = 0, time.Time{}
 			s.LatestFullKey, s.LatestFullRevision, s.LatestFullTime = "", 0, time.Time{}
@@ -565,7 +520,7 @@ func (a *backupAgent) enterTimeline(p snapshotter.Placed) {
 // it has now is stored until a new timeline starts.
 func (a *backupAgent) leaveTimeline(err error) {
 	a.lg.Warn("the member's history restarted: a new timeline starts", zap.Error(err))
-	a.update(func(s *BackupStatus) {
+	a.update(func(s *cluster.BackupStatus) {
 		s.Timeline, s.TimelineReason = 0, err.Error()
 		s.CurrentRevision, s.CurrentAt = 0, time.Time{}
 	})
@@ -723,7 +678,7 @@ func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapsho
 	a.metrics.fullDuration.Observe(res.Duration.Seconds())
 	a.metrics.latestFullRevision.Set(float64(res.Revision))
 	a.metrics.latestFullTime.Set(float64(res.Created.Unix()))
-	a.update(func(s *BackupStatus) {
+	a.update(func(s *cluster.BackupStatus) {
 		if s.Timeline != res.Timeline {
 			return
 		}
@@ -840,7 +795,7 @@ func (a *backupAgent) drill(ctx context.Context, m snapshotter.Member, tl uint32
 	if ctx.Err() != nil {
 		return
 	}
-	d := DrillStatus{Timeline: tl, Revision: res.Revision, Time: start.UTC(), Duration: res.Duration, OK: err == nil, Result: "ok"}
+	d := cluster.DrillStatus{Timeline: tl, Revision: res.Revision, Time: start.UTC(), Duration: res.Duration, OK: err == nil, Result: "ok"}
 	a.metrics.drillRevision.Set(float64(d.Revision))
 	a.metrics.drillTime.Set(float64(start.Unix()))
 	a.metrics.drillDuration.Set(d.Duration.Seconds())
@@ -853,7 +808,7 @@ func (a *backupAgent) drill(ctx context.Context, m snapshotter.Member, tl uint32
 		a.lg.Info("restore drill: the restored data equals the member's", zap.Uint32("timeline", tl), zap.Int64("revision", res.Revision),
 			zap.Uint32("hash", res.Hash), zap.Int64("compactRevision", res.CompactRevision), zap.Duration("took", res.Duration))
 	}
-	a.update(func(s *BackupStatus) { s.LastDrill = d })
+	a.update(func(s *cluster.BackupStatus) { s.LastDrill = d })
 }
 
 // drillRoom reads the member's database size and the space free where the drill's scratch dir

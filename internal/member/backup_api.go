@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
 	"go.uber.org/zap"
@@ -20,7 +21,7 @@ func (s *Sidecar) runBackups(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
 		spec, err := s.desired(ctx)
-		var self MemberSpec
+		var self cluster.MemberSpec
 		if err == nil {
 			var ok bool
 			if self, ok = spec.Member(s.cfg.Name); !ok {
@@ -57,7 +58,7 @@ func (s *Sidecar) runBackups(ctx context.Context) {
 // backupStatusResponse is the body of GET /v1/backup.
 type backupStatusResponse struct {
 	Enabled bool `json:"enabled"`
-	BackupStatus
+	cluster.BackupStatus
 }
 
 func (s *Sidecar) backupStatus() backupStatusResponse {
@@ -67,7 +68,7 @@ func (s *Sidecar) backupStatus() backupStatusResponse {
 	if a := s.backups.Load(); a != nil {
 		return backupStatusResponse{Enabled: true, BackupStatus: a.Status()}
 	}
-	return backupStatusResponse{Enabled: true, BackupStatus: BackupStatus{LastError: "backup store not reachable yet"}}
+	return backupStatusResponse{Enabled: true, BackupStatus: cluster.BackupStatus{LastError: "backup store not reachable yet"}}
 }
 
 func (s *Sidecar) handleBackupStatus(w http.ResponseWriter, _ *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 )
 
@@ -18,13 +19,13 @@ type Observation struct {
 	// RelocatesData: whoever runs the cluster moves data found in the wrong member's dir back.
 	RelocatesData bool
 	// Status is the cluster status (cluster ID, voters, members and their last reports).
-	Status ClusterStatus
+	Status cluster.Status
 	// Data is what is in this member's data dir.
 	Data datadir.State
 	// Live is what the running cluster (the other members) says.
-	Live LiveCluster
+	Live cluster.LiveCluster
 	// Directive is the quorum-loss directive in force, if any.
-	Directive *Directive
+	Directive *cluster.Directive
 	// AppliedEpoch is the newest directive this data dir has already carried out.
 	AppliedEpoch int64
 	// BackupTimeline is the newest timeline of this cluster in the backup store (see
@@ -34,23 +35,6 @@ type Observation struct {
 	// seed of a recovery from this member's backup store.
 	BackupTimeline   uint32
 	ForeignTimelines int
-}
-
-// LiveCluster is the running cluster as seen from the other members.
-type LiveCluster struct {
-	// Reachable: some member answered. Quorate: a linearizable read of the member list succeeded.
-	Reachable bool
-	Quorate   bool
-	ClusterID string
-	Members   []LiveMember
-}
-
-// LiveMember is one entry of etcd's member list.
-type LiveMember struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"` // empty while the member has not started
-	PeerURL   string `json:"peerURL"`
-	IsLearner bool   `json:"isLearner"`
 }
 
 // Action is what the sidecar does before handing etcd its configuration.
@@ -86,8 +70,6 @@ const (
 type Plan struct {
 	// Case names the situation (stable, used in logs, metrics and the init API).
 	Case string `json:"case"`
-	// Seed refers to the row of the initialisation table in the design it implements.
-	Seed string `json:"seed,omitempty"`
 	// Action to take.
 	Action Action `json:"action"`
 	// ClusterState is etcd's initial-cluster-state for the generated config.
@@ -102,7 +84,7 @@ type Plan struct {
 	RecoveryEpoch int64 `json:"recoveryEpoch,omitempty"`
 	// Restore is the backup and point to restore from (ActionRestoreFromBackup; an empty
 	// Store: this member's backup store).
-	Restore *RestoreTarget `json:"restore,omitempty"`
+	Restore *cluster.RestoreTarget `json:"restore,omitempty"`
 	// Reason explains the decision in words for logs and the init API.
 	Reason string `json:"reason"`
 }
@@ -125,7 +107,7 @@ func decide(o Observation) Plan {
 		if p, ok := decideDirective(o, *d, selfLive); ok {
 			return p
 		}
-	} else if d != nil && d.Phase == PhaseSeeding && d.Seed == o.Self && o.Data.Valid() && o.foreignReason() == "" {
+	} else if d != nil && d.Phase == cluster.PhaseSeeding && d.Seed == o.Self && o.Data.Valid() && o.foreignReason() == "" {
 		return Plan{Case: "QuorumLossSeedRestart", Action: ActionRestart, ClusterState: "existing",
 			Reason: fmt.Sprintf("this member carried out directive %d (it served on the recovered data) and its acknowledgement is not recorded yet: restart on that data", d.Epoch)}
 	}
@@ -136,14 +118,14 @@ func decide(o Observation) Plan {
 
 	case !o.Data.Empty(): // damaged or incomplete
 		if o.Live.Quorate {
-			return Plan{Case: "ReplaceInvalidData", Seed: "001 initialisation case 4", Action: ActionJoinAsLearner, ClusterState: "existing",
+			return Plan{Case: "ReplaceInvalidData", Action: ActionJoinAsLearner, ClusterState: "existing",
 				Disposal: WipeData, RemoveMemberID: firstNonEmpty(selfLive.ID, o.Data.MemberIDHex(), o.statusID()),
 				Reason: fmt.Sprintf("data dir is %s; the cluster has quorum: wipe, remove the old member, rejoin as a learner", data)}
 		}
 		if o.neverFormed() {
 			// Nothing was ever written: a cluster needs a quorum to write, and this one never
 			// had one. Waiting would wait forever for a quorum that needs this member.
-			return Plan{Case: "InvalidDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData,
+			return Plan{Case: "InvalidDataNeverFormedBootstrap", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData,
 				Reason: fmt.Sprintf("data dir is %s, of a cluster that never formed, and %s: wipe it and bootstrap again", data, o.backupsHeld())}
 		}
 		return Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait,
@@ -155,10 +137,10 @@ func decide(o Observation) Plan {
 	switch {
 	case o.Live.Quorate && selfLiveOK && selfLive.Name == "" && !selfLive.IsLearner:
 		// Joins with initial-cluster-state=existing: the cluster it was listed in has formed.
-		return Plan{Case: "StartUnstartedMember", Seed: "001 initialisation case 2", Action: ActionJoinAsLearner, ClusterState: "existing",
+		return Plan{Case: "StartUnstartedMember", Action: ActionJoinAsLearner, ClusterState: "existing",
 			Reason: "empty data dir; the cluster was bootstrapped with this member, which never started: start it as that member of the running cluster"}
 	case o.Live.Quorate && (selfLiveOK || o.statusID() != ""):
-		return Plan{Case: "ReplaceLostData", Seed: "001 initialisation case 5", Action: ActionJoinAsLearner, ClusterState: "existing",
+		return Plan{Case: "ReplaceLostData", Action: ActionJoinAsLearner, ClusterState: "existing",
 			RemoveMemberID: firstNonEmpty(selfLive.ID, o.statusID()),
 			Reason:         "empty data dir of a member the cluster knows: remove the old member, rejoin as a learner"}
 	case o.Live.Quorate:
@@ -168,10 +150,10 @@ func decide(o Observation) Plan {
 		return Plan{Case: "LostDataWaitForQuorum", Action: ActionWait,
 			Reason: "empty data dir; the cluster has formed and no quorum answers: waiting (never bootstraps beside it; the supervisor or operator recovers a quorum lost for good)"}
 	case o.BackupTimeline != 0:
-		return Plan{Case: "NoStatusBackupExistsWait", Seed: "001 initialisation case 1", Action: ActionWait,
+		return Plan{Case: "NoStatusBackupExistsWait", Action: ActionWait,
 			Reason: fmt.Sprintf("empty data dir and no cluster in the status, but the backup store holds backups of this cluster (timeline %d): waiting for a restore directive (an empty new cluster would hide them)", o.BackupTimeline)}
 	}
-	return Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new",
+	return Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new",
 		Reason: fmt.Sprintf("empty data dir, the cluster has never formed and %s: bootstrap a new %d-member cluster", o.backupsHeld(), o.ClusterSize)}
 }
 
@@ -186,13 +168,13 @@ func (o Observation) backupsHeld() string {
 }
 
 // decideValidData decides for a data dir that holds a member's valid WAL and database.
-func decideValidData(o Observation, selfLive LiveMember, selfLiveOK bool) Plan {
+func decideValidData(o Observation, selfLive cluster.LiveMember, selfLiveOK bool) Plan {
 	foreign := o.foreignReason()
 	if foreign == "" {
 		foreign = o.liveOwnerReason()
 	}
 	owner := o.dataOwner()
-	ownerHolds, ownerDesired := o.Status.reportsOwnData(owner)
+	ownerHolds, ownerDesired := o.Status.ReportsOwnData(owner)
 	relocatable := o.RelocatesData && owner != "" && owner != o.Self && ownerDesired && !ownerHolds
 	switch {
 	case foreign != "" && relocatable:
@@ -203,7 +185,7 @@ func decideValidData(o Observation, selfLive LiveMember, selfLiveOK bool) Plan {
 			RemoveMemberID: selfLive.ID,
 			Reason:         fmt.Sprintf("data dir belongs to someone else (%s): it is moved aside, never started on; rejoin as a new learner", foreign)}
 	case foreign != "" && o.neverFormed():
-		return Plan{Case: "ForeignDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: MoveDataAside,
+		return Plan{Case: "ForeignDataNeverFormedBootstrap", Action: ActionBootstrap, ClusterState: "new", Disposal: MoveDataAside,
 			Reason: fmt.Sprintf("data dir belongs to someone else (%s), of a cluster that never formed, and %s: moved aside; bootstrap", foreign, o.backupsHeld())}
 	case foreign != "":
 		return Plan{Case: "ForeignDataWaitForQuorum", Action: ActionWait,
@@ -229,41 +211,41 @@ func decideValidData(o Observation, selfLive LiveMember, selfLiveOK bool) Plan {
 		return Plan{Case: "RestartLearner", Action: ActionRestart, ClusterState: "existing",
 			Reason: fmt.Sprintf("data dir holds valid data of learner %s (%s): restart; it is promoted once caught up", o.Data.MemberIDHex(), validation(o.Data))}
 	case o.Live.Quorate:
-		return Plan{Case: "RestartQuorate", Seed: "001 initialisation case 3", Action: ActionRestart, ClusterState: "existing",
+		return Plan{Case: "RestartQuorate", Action: ActionRestart, ClusterState: "existing",
 			Reason: fmt.Sprintf("data dir holds valid data of member %s (%s); the cluster has quorum: restart on it", o.Data.MemberIDHex(), validation(o.Data))}
 	}
-	return Plan{Case: "RestartNonQuorate", Seed: "001 initialisation case 6", Action: ActionRestart, ClusterState: "existing",
+	return Plan{Case: "RestartNonQuorate", Action: ActionRestart, ClusterState: "existing",
 		Reason: fmt.Sprintf("data dir holds valid data of member %s (%s); no quorum answers: restart on it so the quorum can re-form", o.Data.MemberIDHex(), validation(o.Data))}
 }
 
 // decideDirective carries out a quorum-loss directive this data dir has not carried out
-// (seed 001 initialisation cases 7 and 8; decision-table case 10). ok=false: the directive
+// (the operator's quorum-lost row). ok=false: the directive
 // asks nothing of this member and the ordinary decisions apply.
-func decideDirective(o Observation, d Directive, selfLive LiveMember) (Plan, bool) {
+func decideDirective(o Observation, d cluster.Directive, selfLive cluster.LiveMember) (Plan, bool) {
 	switch {
-	case d.Phase == PhaseFencing:
+	case d.Phase == cluster.PhaseFencing:
 		return Plan{Case: "QuorumLossFenced", Action: ActionWait,
 			Reason: fmt.Sprintf("quorum lost for good: every member is stopped while directive %d chooses the recovery source", d.Epoch)}, true
 	case d.Ack != nil && d.Seed == o.Self:
 		// Carried out and acknowledged: a seed that since lost its data is replaced like any
 		// member, never seeded again.
 		return Plan{}, false
-	case d.Phase == PhaseSeeding && d.Seed == o.Self:
+	case d.Phase == cluster.PhaseSeeding && d.Seed == o.Self:
 		return decideSeed(o, d), true
-	case d.Phase == PhaseSeeding:
+	case d.Phase == cluster.PhaseSeeding:
 		return Plan{Case: "QuorumLossFollowerWait", Action: ActionWait,
 			Reason: fmt.Sprintf("waiting for %s to recover the quorum (directive %d, %s)", d.Seed, d.Epoch, d.Mode)}, true
-	case d.Phase == PhaseRejoining && d.Seed == o.Self:
+	case d.Phase == cluster.PhaseRejoining && d.Seed == o.Self:
 		return Plan{}, false
-	case d.Phase == PhaseRejoining && o.Live.Quorate && o.liveHasName(d.Seed):
+	case d.Phase == cluster.PhaseRejoining && o.Live.Quorate && o.liveHasName(d.Seed):
 		disposal := MoveDataAside // what recovery replaces is kept, never wiped
 		if o.Data.Empty() {
 			disposal = KeepData
 		}
-		return Plan{Case: "QuorumLossFollowerRejoin", Seed: "001 initialisation case 8", Action: ActionJoinAsLearner, ClusterState: "existing",
+		return Plan{Case: "QuorumLossFollowerRejoin", Action: ActionJoinAsLearner, ClusterState: "existing",
 			Disposal: disposal, RemoveMemberID: selfLive.ID, RecoveryEpoch: d.Epoch,
 			Reason: fmt.Sprintf("quorum was recovered around %s (directive %d): this member's old data is superseded (moved aside); rejoin as a learner", d.Seed, d.Epoch)}, true
-	case d.Phase == PhaseRejoining:
+	case d.Phase == cluster.PhaseRejoining:
 		return Plan{Case: "QuorumLossFollowerWait", Action: ActionWait,
 			Reason: fmt.Sprintf("directive %d: %s recovered the quorum but no quorum answers now: waiting", d.Epoch, d.Seed)}, true
 	}
@@ -271,7 +253,7 @@ func decideDirective(o Observation, d Directive, selfLive LiveMember) (Plan, boo
 }
 
 // decideSeed is the seed's part of a directive.
-func decideSeed(o Observation, d Directive) Plan {
+func decideSeed(o Observation, d cluster.Directive) Plan {
 	for _, m := range o.Status.Members {
 		if r := m.Report; m.Name != o.Self && r != nil && r.DataValid && r.Owner == o.Self && r.AppliedEpoch >= d.Epoch {
 			// It carried the directive out, and its data is now in another member's dir:
@@ -281,18 +263,18 @@ func decideSeed(o Observation, d Directive) Plan {
 		}
 	}
 	switch d.Mode {
-	case RecoverFromSurvivor:
+	case cluster.RecoverFromSurvivor:
 		if o.Data.Valid() && o.foreignReason() == "" {
 			return Plan{Case: "QuorumLossSeedFromSurvivor", Action: ActionForceNewCluster, ClusterState: "existing", RecoveryEpoch: d.Epoch,
 				Reason: fmt.Sprintf("quorum lost for good; this member's log would win an election (revision %d): keep every entry it logged, restart alone on it (force-new-cluster); the others rejoin as learners", o.Data.Revision)}
 		}
 		return Plan{Case: "QuorumLossSeedWithoutData", Action: ActionWait,
 			Reason: fmt.Sprintf("directive %d names this member as survivor seed, but its data dir is %s: waiting for a new directive", d.Epoch, describeData(o.Data))}
-	case RecoverFromBackup:
+	case cluster.RecoverFromBackup:
 		if d.Restore != nil && d.Restore.Store == "" {
 			// A running cluster restored back in time (steward local restore, the operator's
 			// restore): its own store, a timeline and revision checked when it was asked for.
-			return Plan{Case: "RestoreInPlace", Seed: "003 restore a cluster back to a backup", Action: ActionRestoreFromBackup, ClusterState: "new",
+			return Plan{Case: "RestoreInPlace", Action: ActionRestoreFromBackup, ClusterState: "new",
 				Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: d.Restore,
 				Reason: fmt.Sprintf("directive %d restores the cluster back to %s from its own backup store: this member's data is moved aside (kept), the target restored, start alone, take a full snapshot (a new timeline); the others rejoin as learners", d.Epoch, d.Restore.Point())}
 		}
@@ -305,20 +287,20 @@ func decideSeed(o Observation, d Directive) Plan {
 			return Plan{Case: "QuorumLossSeedNoOwnBackup", Action: ActionWait,
 				Reason: fmt.Sprintf("directive %d restores this cluster from backup, but the backup store holds no timeline of it (%d of other clusters): waiting for a new directive", d.Epoch, o.ForeignTimelines)}
 		}
-		return Plan{Case: "QuorumLossRestoreFromBackup", Seed: "001 initialisation case 7", Action: ActionRestoreFromBackup, ClusterState: "new",
-			Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: &RestoreTarget{Timeline: o.BackupTimeline},
+		return Plan{Case: "QuorumLossRestoreFromBackup", Action: ActionRestoreFromBackup, ClusterState: "new",
+			Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: &cluster.RestoreTarget{Timeline: o.BackupTimeline},
 			Reason: fmt.Sprintf("quorum lost for good and the backup holds the most: restore the newest revision of timeline %d, this cluster's newest (full + deltas), start alone, take a full snapshot; the others rejoin as learners", o.BackupTimeline)}
 	}
 	return Plan{Case: "UnknownRecoveryMode", Action: ActionWait, Reason: fmt.Sprintf("directive %d has unknown mode %q: waiting", d.Epoch, d.Mode)}
 }
 
-func (o Observation) liveSelf() (LiveMember, bool) {
+func (o Observation) liveSelf() (cluster.LiveMember, bool) {
 	for _, m := range o.Live.Members {
 		if m.Name == o.Self || (o.SelfPeerURL != "" && m.PeerURL == o.SelfPeerURL) {
 			return m, true
 		}
 	}
-	return LiveMember{}, false
+	return cluster.LiveMember{}, false
 }
 
 func (o Observation) liveHasID(id string) bool {
@@ -413,17 +395,6 @@ func (o Observation) dataOwner() string {
 		}
 	}
 	return ""
-}
-
-// reportsOwnData reports whether member name's last report says it holds its own data, and
-// whether name is a member at all.
-func (s ClusterStatus) reportsOwnData(name string) (holds, member bool) {
-	for _, m := range s.Members {
-		if m.Name == name {
-			return m.Report.OwnData(), true
-		}
-	}
-	return false, false
 }
 
 func firstNonEmpty(ss ...string) string {

@@ -3,6 +3,7 @@ package member
 import (
 	"testing"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 )
 
@@ -30,19 +31,19 @@ var (
 	partial = func() datadir.State { s := emptyData; s.PartialRestore = true; return s }()
 )
 
-func ready(names ...string) []StatusMember {
-	var out []StatusMember
+func ready(names ...string) []cluster.StatusMember {
+	var out []cluster.StatusMember
 	for _, n := range names {
-		out = append(out, StatusMember{Name: n, ID: "id-" + n, Ready: true})
+		out = append(out, cluster.StatusMember{Name: n, ID: "id-" + n, Ready: true})
 	}
 	return out
 }
 
 // quorate is a running 3-member cluster; m1 is member abc (this data dir's WAL).
-var quorate = LiveCluster{Reachable: true, Quorate: true, ClusterID: "def", Members: []LiveMember{
+var quorate = cluster.LiveCluster{Reachable: true, Quorate: true, ClusterID: "def", Members: []cluster.LiveMember{
 	{ID: "a00", Name: "m0", PeerURL: "http://m0"}, {ID: "abc", Name: "m1", PeerURL: "http://m1"}, {ID: "c00", Name: "m2", PeerURL: "http://m2"}}}
 
-func without(l LiveCluster, name string) LiveCluster {
+func without(l cluster.LiveCluster, name string) cluster.LiveCluster {
 	out := l
 	out.Members = nil
 	for _, m := range l.Members {
@@ -53,46 +54,46 @@ func without(l LiveCluster, name string) LiveCluster {
 	return out
 }
 
-func with(l LiveCluster, m LiveMember) LiveCluster {
+func with(l cluster.LiveCluster, m cluster.LiveMember) cluster.LiveCluster {
 	out := l
-	out.Members = append(append([]LiveMember{}, l.Members...), m)
+	out.Members = append(append([]cluster.LiveMember{}, l.Members...), m)
 	return out
 }
 
 // formed is the status of the formed 3-member cluster def (voters m0, m1 = abc, m2).
-var formed = ClusterStatus{ClusterID: "def", Voters: []Voter{{ID: "a00", Name: "m0"}, {ID: "abc", Name: "m1"}, {ID: "c00", Name: "m2"}}}
+var formed = cluster.Status{ClusterID: "def", Voters: []cluster.Voter{{ID: "a00", Name: "m0"}, {ID: "abc", Name: "m1"}, {ID: "c00", Name: "m2"}}}
 
-func status(s ClusterStatus, members []StatusMember) ClusterStatus {
+func status(s cluster.Status, members []cluster.StatusMember) cluster.Status {
 	s.Members = members
 	return s
 }
 
-func obs(self string, data datadir.State, live LiveCluster, st ClusterStatus) Observation {
+func obs(self string, data datadir.State, live cluster.LiveCluster, st cluster.Status) Observation {
 	return Observation{Self: self, SelfPeerURL: "http://" + self, ClusterSize: 3, ClusterToken: "tok", Status: st, Data: data, Live: live}
 }
 
 func with_(o Observation, f func(*Observation)) Observation { f(&o); return o }
 
-func directive(epoch int64, phase, mode, seed string) *Directive {
-	return &Directive{Epoch: epoch, Phase: phase, Mode: mode, Seed: seed}
+func directive(epoch int64, phase, mode, seed string) *cluster.Directive {
+	return &cluster.Directive{Epoch: epoch, Phase: phase, Mode: mode, Seed: seed}
 }
 
 func TestDecide(t *testing.T) {
-	noQuorum := LiveCluster{Reachable: true, Members: quorate.Members}
-	bootstrapping := LiveCluster{Reachable: true, Members: []LiveMember{{ID: "a00", Name: "m0", PeerURL: "http://m0"}, {ID: "abc", PeerURL: "http://m1"}, {ID: "c00", PeerURL: "http://m2"}}}
-	newClusterOfM0 := LiveCluster{Reachable: true, Quorate: true, ClusterID: "def", Members: []LiveMember{{ID: "a00", Name: "m0", PeerURL: "http://m0"}}}
-	none := ClusterStatus{}
+	noQuorum := cluster.LiveCluster{Reachable: true, Members: quorate.Members}
+	bootstrapping := cluster.LiveCluster{Reachable: true, Members: []cluster.LiveMember{{ID: "a00", Name: "m0", PeerURL: "http://m0"}, {ID: "abc", PeerURL: "http://m1"}, {ID: "c00", PeerURL: "http://m2"}}}
+	newClusterOfM0 := cluster.LiveCluster{Reachable: true, Quorate: true, ClusterID: "def", Members: []cluster.LiveMember{{ID: "a00", Name: "m0", PeerURL: "http://m0"}}}
+	none := cluster.Status{}
 	all := status(formed, ready("m0", "m1", "m2"))
-	seedingM1 := directive(3, PhaseSeeding, RecoverFromSurvivor, "m1")
-	backupM1 := directive(4, PhaseSeeding, RecoverFromBackup, "m1")
-	bootTarget := &RestoreTarget{Store: "s3://old/main", Revision: 4242}
-	seedingM0 := directive(5, PhaseSeeding, RecoverFromSurvivor, "m0")
-	rejoinM0 := directive(5, PhaseRejoining, RecoverFromSurvivor, "m0")
-	rejoinM1 := directive(3, PhaseRejoining, RecoverFromSurvivor, "m1")
-	fencing := directive(6, PhaseFencing, "", "")
+	seedingM1 := directive(3, cluster.PhaseSeeding, cluster.RecoverFromSurvivor, "m1")
+	backupM1 := directive(4, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m1")
+	bootTarget := &cluster.RestoreTarget{Store: "s3://old/main", Revision: 4242}
+	seedingM0 := directive(5, cluster.PhaseSeeding, cluster.RecoverFromSurvivor, "m0")
+	rejoinM0 := directive(5, cluster.PhaseRejoining, cluster.RecoverFromSurvivor, "m0")
+	rejoinM1 := directive(3, cluster.PhaseRejoining, cluster.RecoverFromSurvivor, "m1")
+	fencing := directive(6, cluster.PhaseFencing, "", "")
 	// m2's data dir holds m1's data (abc) and m1's holds nothing: relocatable.
 	m1sDataInM2 := validData
-	withReports := func(st ClusterStatus, reports map[string]*Report) ClusterStatus {
+	withReports := func(st cluster.Status, reports map[string]*cluster.Report) cluster.Status {
 		out := st
 		out.Members = nil
 		for _, m := range st.Members {
@@ -107,79 +108,79 @@ func TestDecide(t *testing.T) {
 		obs  Observation
 		want Plan // Reason is checked to be non-empty, not compared
 	}{
-		// Seed 001, initialisation table.
+		// The initialisation table.
 		{name: "001-1 first start of a fresh cluster, no backups",
-			obs:  obs("m0", emptyData, LiveCluster{}, none),
-			want: Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new"}},
+			obs:  obs("m0", emptyData, cluster.LiveCluster{}, none),
+			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new"}},
 		{name: "001-1 member starting while its peers are still starting (no quorum, nothing formed)",
 			obs:  obs("m1", emptyData, bootstrapping, none),
-			want: Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new"}},
+			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new"}},
 		{name: "001-1 nothing formed but the backup store holds backups of this cluster: wait for a restore directive",
-			obs:  with_(obs("m0", emptyData, LiveCluster{}, none), func(o *Observation) { o.BackupTimeline, o.ForeignTimelines = 2, 1 }),
-			want: Plan{Case: "NoStatusBackupExistsWait", Seed: "001 initialisation case 1", Action: ActionWait}},
+			obs:  with_(obs("m0", emptyData, cluster.LiveCluster{}, none), func(o *Observation) { o.BackupTimeline, o.ForeignTimelines = 2, 1 }),
+			want: Plan{Case: "NoStatusBackupExistsWait", Action: ActionWait}},
 		{name: "001-1 a new cluster on a prefix that holds only other clusters' backups: bootstrap (its backups start a timeline of their own)",
-			obs:  with_(obs("m0", emptyData, LiveCluster{}, none), func(o *Observation) { o.ForeignTimelines = 2 }),
-			want: Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new"}},
+			obs:  with_(obs("m0", emptyData, cluster.LiveCluster{}, none), func(o *Observation) { o.ForeignTimelines = 2 }),
+			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new"}},
 		{name: "001-2 listed member that never started, the others formed a quorum: starts as that member (existing)",
-			obs:  obs("m1", emptyData, LiveCluster{Reachable: true, Quorate: true, ClusterID: "def", Members: bootstrapping.Members}, status(formed, ready("m0", "m2"))),
-			want: Plan{Case: "StartUnstartedMember", Seed: "001 initialisation case 2", Action: ActionJoinAsLearner, ClusterState: "existing"}},
+			obs:  obs("m1", emptyData, cluster.LiveCluster{Reachable: true, Quorate: true, ClusterID: "def", Members: bootstrapping.Members}, status(formed, ready("m0", "m2"))),
+			want: Plan{Case: "StartUnstartedMember", Action: ActionJoinAsLearner, ClusterState: "existing"}},
 		{name: "001-3 restart of a member of a quorate cluster with valid data (unclean stop, deep check)",
 			obs:  obs("m1", validData, quorate, all),
-			want: Plan{Case: "RestartQuorate", Seed: "001 initialisation case 3", Action: ActionRestart, ClusterState: "existing"}},
+			want: Plan{Case: "RestartQuorate", Action: ActionRestart, ClusterState: "existing"}},
 		{name: "001-3 restart after a clean shutdown (quick check)",
 			obs:  obs("m1", cleanData, quorate, all),
-			want: Plan{Case: "RestartQuorate", Seed: "001 initialisation case 3", Action: ActionRestart, ClusterState: "existing"}},
+			want: Plan{Case: "RestartQuorate", Action: ActionRestart, ClusterState: "existing"}},
 		{name: "001-4 valid metadata, damaged database, quorate",
 			obs:  obs("m1", damagedDB, quorate, all),
-			want: Plan{Case: "ReplaceInvalidData", Seed: "001 initialisation case 4", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData, RemoveMemberID: "abc"}},
+			want: Plan{Case: "ReplaceInvalidData", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData, RemoveMemberID: "abc"}},
 		{name: "001-4 database without WAL, quorate",
 			obs:  obs("m1", noWAL, quorate, all),
-			want: Plan{Case: "ReplaceInvalidData", Seed: "001 initialisation case 4", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData, RemoveMemberID: "abc"}},
+			want: Plan{Case: "ReplaceInvalidData", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData, RemoveMemberID: "abc"}},
 		{name: "001-5 no metadata (wiped), quorate",
 			obs:  obs("m1", emptyData, quorate, all),
-			want: Plan{Case: "ReplaceLostData", Seed: "001 initialisation case 5", Action: ActionJoinAsLearner, ClusterState: "existing", RemoveMemberID: "abc"}},
+			want: Plan{Case: "ReplaceLostData", Action: ActionJoinAsLearner, ClusterState: "existing", RemoveMemberID: "abc"}},
 		{name: "001-6 restart of a member of a non-quorate cluster with valid data",
 			obs:  obs("m1", validData, noQuorum, formed),
-			want: Plan{Case: "RestartNonQuorate", Seed: "001 initialisation case 6", Action: ActionRestart, ClusterState: "existing"}},
+			want: Plan{Case: "RestartNonQuorate", Action: ActionRestart, ClusterState: "existing"}},
 		{name: "001-7 seed of a recovery from backup",
-			obs: with_(obs("m1", emptyData, LiveCluster{}, all), func(o *Observation) { o.Directive, o.BackupTimeline, o.ForeignTimelines = backupM1, 2, 1 }),
-			want: Plan{Case: "QuorumLossRestoreFromBackup", Seed: "001 initialisation case 7", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
-				Restore: &RestoreTarget{Timeline: 2}}},
+			obs: with_(obs("m1", emptyData, cluster.LiveCluster{}, all), func(o *Observation) { o.Directive, o.BackupTimeline, o.ForeignTimelines = backupM1, 2, 1 }),
+			want: Plan{Case: "QuorumLossRestoreFromBackup", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
+				Restore: &cluster.RestoreTarget{Timeline: 2}}},
 		{name: "001-7 seed of a recovery from backup, the store holds only other clusters' timelines: wait (never restores another cluster)",
-			obs:  with_(obs("m1", emptyData, LiveCluster{}, all), func(o *Observation) { o.Directive, o.ForeignTimelines = backupM1, 3 }),
+			obs:  with_(obs("m1", emptyData, cluster.LiveCluster{}, all), func(o *Observation) { o.Directive, o.ForeignTimelines = backupM1, 3 }),
 			want: Plan{Case: "QuorumLossSeedNoOwnBackup", Action: ActionWait}},
 		{name: "bootstrap.restore: the first member of a new cluster restores the target and starts alone",
-			obs: with_(obs("m0", emptyData, LiveCluster{}, none), func(o *Observation) {
-				d := *directive(1, PhaseSeeding, RecoverFromBackup, "m0")
+			obs: with_(obs("m0", emptyData, cluster.LiveCluster{}, none), func(o *Observation) {
+				d := *directive(1, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m0")
 				d.Restore = bootTarget
 				o.Directive = &d
 			}),
 			want: Plan{Case: "BootstrapRestore", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 1, Restore: bootTarget}},
 		{name: "003 restore in place: the seed moves its data aside and restores the target from its own store",
 			obs: with_(obs("m0", validData, noQuorum, formed), func(o *Observation) {
-				d := *directive(6, PhaseSeeding, RecoverFromBackup, "m0")
-				d.Restore = &RestoreTarget{Timeline: 2, Revision: 77}
+				d := *directive(6, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m0")
+				d.Restore = &cluster.RestoreTarget{Timeline: 2, Revision: 77}
 				o.Directive = &d
 			}),
-			want: Plan{Case: "RestoreInPlace", Seed: "003 restore a cluster back to a backup", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 6,
-				Restore: &RestoreTarget{Timeline: 2, Revision: 77}}},
+			want: Plan{Case: "RestoreInPlace", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 6,
+				Restore: &cluster.RestoreTarget{Timeline: 2, Revision: 77}}},
 		{name: "003 restore in place: the others wait with their data for the seed",
 			obs: with_(obs("m1", validData, noQuorum, formed), func(o *Observation) {
-				d := *directive(6, PhaseSeeding, RecoverFromBackup, "m0")
-				d.Restore = &RestoreTarget{Timeline: 2, Revision: 77}
+				d := *directive(6, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m0")
+				d.Restore = &cluster.RestoreTarget{Timeline: 2, Revision: 77}
 				o.Directive = &d
 			}),
 			want: Plan{Case: "QuorumLossFollowerWait", Action: ActionWait}},
 		{name: "bootstrap.restore: the other members wait for the seed",
-			obs: with_(obs("m1", emptyData, LiveCluster{}, none), func(o *Observation) {
-				d := *directive(1, PhaseSeeding, RecoverFromBackup, "m0")
+			obs: with_(obs("m1", emptyData, cluster.LiveCluster{}, none), func(o *Observation) {
+				d := *directive(1, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m0")
 				d.Restore = bootTarget
 				o.Directive = &d
 			}),
 			want: Plan{Case: "QuorumLossFollowerWait", Action: ActionWait}},
 		{name: "001-8 following member of a recovered cluster without valid data",
 			obs:  with_(obs("m2", emptyData, newClusterOfM0, status(formed, ready("m0"))), func(o *Observation) { o.Directive = rejoinM0 }),
-			want: Plan{Case: "QuorumLossFollowerRejoin", Seed: "001 initialisation case 8", Action: ActionJoinAsLearner, ClusterState: "existing", RecoveryEpoch: 5}},
+			want: Plan{Case: "QuorumLossFollowerRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", RecoveryEpoch: 5}},
 
 		// Directives.
 		{name: "every member waits while the recovery fences",
@@ -193,7 +194,7 @@ func TestDecide(t *testing.T) {
 			want: Plan{Case: "QuorumLossSeedRestart", Action: ActionRestart, ClusterState: "existing"}},
 		{name: "a directive this data dir carried out is not applied again",
 			obs:  with_(obs("m1", validData, quorate, all), func(o *Observation) { o.Directive, o.AppliedEpoch = rejoinM1, 3 }),
-			want: Plan{Case: "RestartQuorate", Seed: "001 initialisation case 3", Action: ActionRestart, ClusterState: "existing"}},
+			want: Plan{Case: "RestartQuorate", Action: ActionRestart, ClusterState: "existing"}},
 		{name: "survivor seed whose data turned out invalid waits (the supervisor starts a new epoch)",
 			obs:  with_(obs("m1", damagedDB, noQuorum, formed), func(o *Observation) { o.Directive = seedingM1 }),
 			want: Plan{Case: "QuorumLossSeedWithoutData", Action: ActionWait}},
@@ -203,7 +204,7 @@ func TestDecide(t *testing.T) {
 		{name: "a seed whose acknowledgement the supervisor has not recorded yet, and that lost its data since, is never seeded again",
 			obs: with_(obs("m1", emptyData, noQuorum, status(formed, nil)), func(o *Observation) {
 				d := *seedingM1
-				d.Ack = &DirectiveResult{Member: "m1", MemberID: "b", ClusterID: "cid", Revision: 9}
+				d.Ack = &cluster.DirectiveResult{Member: "m1", MemberID: "b", ClusterID: "cid", Revision: 9}
 				o.Directive = &d
 			}),
 			want: Plan{Case: "LostDataWaitForQuorum", Action: ActionWait}},
@@ -212,10 +213,10 @@ func TestDecide(t *testing.T) {
 			want: Plan{Case: "QuorumLossFollowerWait", Action: ActionWait}},
 		{name: "follower with old valid data once the seed serves: moved aside, never wiped, rejoins",
 			obs:  with_(obs("m2", validData, newClusterOfM0, status(formed, ready("m0"))), func(o *Observation) { o.Directive = rejoinM0 }),
-			want: Plan{Case: "QuorumLossFollowerRejoin", Seed: "001 initialisation case 8", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside, RecoveryEpoch: 5}},
+			want: Plan{Case: "QuorumLossFollowerRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside, RecoveryEpoch: 5}},
 		{name: "follower holding a swapped volume once the seed serves: moved aside",
 			obs:  with_(obs("m1", swapped, newClusterOfM0, status(formed, ready("m0"))), func(o *Observation) { o.Directive = rejoinM0 }),
-			want: Plan{Case: "QuorumLossFollowerRejoin", Seed: "001 initialisation case 8", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside, RecoveryEpoch: 5}},
+			want: Plan{Case: "QuorumLossFollowerRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside, RecoveryEpoch: 5}},
 
 		// Foreign data, swapped volumes, other clusters.
 		{name: "volume of another member (identity names m2), quorate: moved aside, never started on",
@@ -231,18 +232,18 @@ func TestDecide(t *testing.T) {
 			obs:  obs("m1", swapped, noQuorum, formed),
 			want: Plan{Case: "ForeignDataWaitForQuorum", Action: ActionWait}},
 		{name: "volume of another member whose own dir lacks it, where data is relocated: wait for the move",
-			obs: with_(obs("m2", m1sDataInM2, noQuorum, withReports(status(formed, ready("m0", "m1", "m2")), map[string]*Report{"m1": {Name: "m1", DataEmpty: true}})),
+			obs: with_(obs("m2", m1sDataInM2, noQuorum, withReports(status(formed, ready("m0", "m1", "m2")), map[string]*cluster.Report{"m1": {Name: "m1", DataEmpty: true}})),
 				func(o *Observation) { o.RelocatesData = true }),
 			want: Plan{Case: "DataOfAnotherMemberRelocate", Action: ActionWait}},
 		{name: "copy of a member's data that the member still holds, where data is relocated: not moved, replaced",
-			obs: with_(obs("m2", m1sDataInM2, quorate, withReports(all, map[string]*Report{"m1": {Name: "m1", Serving: true, DataValid: true}})),
+			obs: with_(obs("m2", m1sDataInM2, quorate, withReports(all, map[string]*cluster.Report{"m1": {Name: "m1", Serving: true, DataValid: true}})),
 				func(o *Observation) { o.RelocatesData = true }),
 			want: Plan{Case: "ForeignDataReplace", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside, RemoveMemberID: "c00"}},
 		{name: "data of an earlier incarnation of the cluster (other cluster ID), quorate",
-			obs:  obs("m1", validData, func() LiveCluster { l := quorate; l.ClusterID = "fff"; return l }(), all),
+			obs:  obs("m1", validData, func() cluster.LiveCluster { l := quorate; l.ClusterID = "fff"; return l }(), all),
 			want: Plan{Case: "DataOfAnotherClusterReplace", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside, RemoveMemberID: "abc"}},
 		{name: "data of another cluster than the status records, no quorum: never started on",
-			obs:  obs("m1", validData, noQuorum, func() ClusterStatus { s := formed; s.ClusterID = "fff"; return s }()),
+			obs:  obs("m1", validData, noQuorum, func() cluster.Status { s := formed; s.ClusterID = "fff"; return s }()),
 			want: Plan{Case: "DataOfAnotherClusterWait", Action: ActionWait}},
 
 		// Membership.
@@ -250,69 +251,71 @@ func TestDecide(t *testing.T) {
 			obs:  obs("m1", validData, without(quorate, "m1"), status(formed, ready("m0", "m2"))),
 			want: Plan{Case: "RemovedWhileDownRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData}},
 		{name: "leftover learner with valid data restarts and is promoted later",
-			obs: obs("m1", validData, func() LiveCluster {
+			obs: obs("m1", validData, func() cluster.LiveCluster {
 				l := without(quorate, "m1")
-				return with(l, LiveMember{ID: "abc", Name: "m1", PeerURL: "http://m1", IsLearner: true})
+				return with(l, cluster.LiveMember{ID: "abc", Name: "m1", PeerURL: "http://m1", IsLearner: true})
 			}(), status(formed, ready("m0", "m2"))),
 			want: Plan{Case: "RestartLearner", Action: ActionRestart, ClusterState: "existing"}},
 		{name: "leftover learner without data rejoins in its place",
-			obs: obs("m1", emptyData, func() LiveCluster {
+			obs: obs("m1", emptyData, func() cluster.LiveCluster {
 				l := without(quorate, "m1")
-				return with(l, LiveMember{ID: "abc", PeerURL: "http://m1", IsLearner: true})
+				return with(l, cluster.LiveMember{ID: "abc", PeerURL: "http://m1", IsLearner: true})
 			}(), status(formed, ready("m0", "m2"))),
-			want: Plan{Case: "ReplaceLostData", Seed: "001 initialisation case 5", Action: ActionJoinAsLearner, ClusterState: "existing", RemoveMemberID: "abc"}},
+			want: Plan{Case: "ReplaceLostData", Action: ActionJoinAsLearner, ClusterState: "existing", RemoveMemberID: "abc"}},
 		{name: "new member of a running cluster (scale-up)",
 			obs:  Observation{Self: "m3", SelfPeerURL: "http://m3", ClusterSize: 4, ClusterToken: "tok", Data: emptyData, Live: quorate, Status: all},
 			want: Plan{Case: "JoinRunningCluster", Action: ActionJoinAsLearner, ClusterState: "existing"}},
 		{name: "scale-up member that cannot reach a quorum never bootstraps beside the formed cluster",
-			obs:  Observation{Self: "m3", SelfPeerURL: "http://m3", ClusterSize: 4, ClusterToken: "tok", Data: emptyData, Live: LiveCluster{}, Status: all},
+			obs:  Observation{Self: "m3", SelfPeerURL: "http://m3", ClusterSize: 4, ClusterToken: "tok", Data: emptyData, Live: cluster.LiveCluster{}, Status: all},
 			want: Plan{Case: "LostDataWaitForQuorum", Action: ActionWait}},
 		{name: "lost data and no quorum: wait for a directive",
-			obs:  obs("m1", emptyData, LiveCluster{}, all),
+			obs:  obs("m1", emptyData, cluster.LiveCluster{}, all),
 			want: Plan{Case: "LostDataWaitForQuorum", Action: ActionWait}},
 		{name: "damaged data and no quorum: wait for a directive",
 			obs:  obs("m1", damagedDB, noQuorum, all),
 			want: Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait}},
 		{name: "lost data, no status (lost), but another member reports data of the formed cluster: never bootstraps",
-			obs: obs("m1", emptyData, LiveCluster{}, withReports(status(none, []StatusMember{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}), map[string]*Report{
-				"m0": {Name: "m0", Source: ReportFromDisk, DataValid: true, MemberID: "a00", ClusterID: "def", Formed: true}})),
+			obs: obs("m1", emptyData, cluster.LiveCluster{}, withReports(status(none, []cluster.StatusMember{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}), map[string]*cluster.Report{
+				"m0": {Name: "m0", Source: cluster.ReportFromDisk, DataValid: true, MemberID: "a00", ClusterID: "def", Formed: true}})),
 			want: Plan{Case: "LostDataWaitForQuorum", Action: ActionWait}},
 		{name: "lost data, no status, another member holds data of a cluster that never formed: bootstrap with it",
-			obs: obs("m1", emptyData, LiveCluster{}, withReports(status(none, []StatusMember{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}), map[string]*Report{
-				"m0": {Name: "m0", Source: ReportFromEtcd, Serving: true, DataValid: true, MemberID: "a00", ClusterID: "def"}})),
-			want: Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new"}},
+			obs: obs("m1", emptyData, cluster.LiveCluster{}, withReports(status(none, []cluster.StatusMember{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}), map[string]*cluster.Report{
+				"m0": {Name: "m0", Source: cluster.ReportFromEtcd, Serving: true, DataValid: true, MemberID: "a00", ClusterID: "def"}})),
+			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new"}},
 		{name: "damaged data of a cluster that never formed, no backups: wiped, bootstrap again (waiting would wait forever)",
-			obs:  obs("m1", damagedDB, LiveCluster{}, none),
-			want: Plan{Case: "InvalidDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData}},
+			obs:  obs("m1", damagedDB, cluster.LiveCluster{}, none),
+			want: Plan{Case: "InvalidDataNeverFormedBootstrap", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData}},
 		{name: "damaged data of a cluster that never formed, but the backup store holds backups of it: wait",
-			obs:  with_(obs("m1", damagedDB, LiveCluster{}, none), func(o *Observation) { o.BackupTimeline = 1 }),
+			obs:  with_(obs("m1", damagedDB, cluster.LiveCluster{}, none), func(o *Observation) { o.BackupTimeline = 1 }),
 			want: Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait}},
 		{name: "damaged data of a cluster that never formed, the backup store holds other clusters' backups: wiped, bootstrap again",
-			obs:  with_(obs("m1", damagedDB, LiveCluster{}, none), func(o *Observation) { o.ForeignTimelines = 1 }),
-			want: Plan{Case: "InvalidDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData}},
+			obs:  with_(obs("m1", damagedDB, cluster.LiveCluster{}, none), func(o *Observation) { o.ForeignTimelines = 1 }),
+			want: Plan{Case: "InvalidDataNeverFormedBootstrap", Action: ActionBootstrap, ClusterState: "new", Disposal: WipeData}},
 		{name: "damaged data whose identity records that the cluster formed: wait, never bootstrap",
 			obs: obs("m1", func() datadir.State {
 				s := damagedDB
 				s.Identity = &datadir.Identity{ClusterToken: "tok", MemberName: "m1", MemberID: "abc", ClusterID: "def"}
 				return s
-			}(), LiveCluster{}, none),
+			}(), cluster.LiveCluster{}, none),
 			want: Plan{Case: "InvalidDataWaitForQuorum", Action: ActionWait}},
 		{name: "another member's data, of a cluster that never formed: moved aside, bootstrap",
-			obs:  obs("m1", swapped, LiveCluster{}, none),
-			want: Plan{Case: "ForeignDataNeverFormedBootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", Disposal: MoveDataAside}},
+			obs:  obs("m1", swapped, cluster.LiveCluster{}, none),
+			want: Plan{Case: "ForeignDataNeverFormedBootstrap", Action: ActionBootstrap, ClusterState: "new", Disposal: MoveDataAside}},
 		{name: "data of a member that is no longer desired (scaled down), where data is relocated: not waited for, replaced",
 			obs: with_(obs("m2", m1sDataInM2, quorate, status(formed, ready("m0", "m2"))), func(o *Observation) {
 				o.RelocatesData = true
 			}),
 			want: Plan{Case: "ForeignDataReplace", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside, RemoveMemberID: "c00"}},
 		{name: "seed whose carried-out data is in another member's dir: waits for it to be moved back, never seeds twice",
-			obs: with_(obs("m1", emptyData, noQuorum, withReports(status(formed, ready("m0", "m1", "m2")), map[string]*Report{
-				"m2": {Name: "m2", Source: ReportFromDisk, DataValid: true, Owner: "m1", Foreign: "of m1", AppliedEpoch: 3}})),
-				func(o *Observation) { o.Directive = directive(3, PhaseSeeding, RecoverFromBackup, "m1") }),
+			obs: with_(obs("m1", emptyData, noQuorum, withReports(status(formed, ready("m0", "m1", "m2")), map[string]*cluster.Report{
+				"m2": {Name: "m2", Source: cluster.ReportFromDisk, DataValid: true, Owner: "m1", Foreign: "of m1", AppliedEpoch: 3}})),
+				func(o *Observation) {
+					o.Directive = directive(3, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m1")
+				}),
 			want: Plan{Case: "QuorumLossSeedDataElsewhere", Action: ActionWait}},
 		{name: "unfinished restore beside an empty data dir: cleaned, then bootstrap",
-			obs:  obs("m0", partial, LiveCluster{}, none),
-			want: Plan{Case: "Bootstrap", Seed: "001 initialisation cases 1 and 2", Action: ActionBootstrap, ClusterState: "new", CleanPartialRestore: true}},
+			obs:  obs("m0", partial, cluster.LiveCluster{}, none),
+			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new", CleanPartialRestore: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

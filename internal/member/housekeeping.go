@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,39 +33,13 @@ var DefaultMaintenance = MaintenanceConfig{DefragSchedule: "@hourly", Defrag: ma
 // housekeepingInterval is how often the leader's sidecar looks at the alarms and the schedule.
 const housekeepingInterval = 10 * time.Second
 
-// MaintenanceReport is what the leader's housekeeping last did, in the member's report.
-type MaintenanceReport struct {
-	// Alarms are the cluster's active alarms ("NOSPACE on 8e9e05c52164694d").
-	Alarms []string `json:"alarms,omitempty"`
-	// LastDefrag is the newest defragmentation round this sidecar ran that defragmented a
-	// member or stopped early; LastCheck when it last looked (a round finding nothing worth it).
-	LastDefrag *DefragReport `json:"lastDefrag,omitempty"`
-	LastCheck  time.Time     `json:"lastCheck,omitempty"`
-	// NextDefrag is when the next round's check is due.
-	NextDefrag time.Time `json:"nextDefrag,omitempty"`
-	// LastCorrupt is this sidecar's newest pass at a CORRUPT alarm.
-	LastCorrupt *CorruptReport `json:"lastCorrupt,omitempty"`
-	// RoundSince is when the round this sidecar runs now began (zero: none). A round outlives
-	// its sidecar's leadership (it moves leadership away before the leader's turn), so the
-	// next leader's sidecar waits while this is set in a fresh report.
-	RoundSince time.Time `json:"roundSince,omitempty"`
-}
-
-// CorruptReport is one pass at a CORRUPT alarm (maintenance.RecoverCorrupt).
-type CorruptReport struct {
-	At time.Time `json:"at"`
-	maintenance.CorruptResult
-	// Error says why the alarm is still there (it needs a person, or a step failed).
-	Error string `json:"error,omitempty"`
-}
-
-func (s *Sidecar) recoverCorrupt(ctx context.Context, cli *clientv3.Client) *CorruptReport {
+func (s *Sidecar) recoverCorrupt(ctx context.Context, cli *clientv3.Client) *cluster.CorruptReport {
 	res, err := maintenance.RecoverCorrupt(ctx, cli, func(st maintenance.Step) {
 		if st.Kind != maintenance.StepDone {
 			s.lg.Warn("CORRUPT alarm", zap.String("step", string(st.Kind)), zap.String("member", st.Member.Name), zap.String("why", st.Reason))
 		}
 	})
-	r := &CorruptReport{At: time.Now(), CorruptResult: res}
+	r := &cluster.CorruptReport{At: time.Now(), CorruptResult: res}
 	if res.Replaced != "" {
 		s.housekeepingMetrics.replaced.Inc()
 	}
@@ -93,7 +68,7 @@ const roundFresh = 30 * time.Second
 // marked CORRUPT (maintenance.NextCorrupt), recover NOSPACE at once, defragment when the schedule is due (due), nothing while another member's sidecar
 // still runs a round (it began while it led, and moves leadership on its own). The reason
 // says why nothing happens when that is not the ordinary case.
-func nextChore(st ClusterStatus, self string, alarms []maintenance.Alarm, due bool, now time.Time) (chore, string) {
+func nextChore(st cluster.Status, self string, alarms []maintenance.Alarm, due bool, now time.Time) (chore, string) {
 	if hasAlarm(alarms, "CORRUPT") {
 		return choreCorrupt, "" // etcd refuses every request meanwhile; a round waits for it
 	}
@@ -111,18 +86,6 @@ func nextChore(st ClusterStatus, self string, alarms []maintenance.Alarm, due bo
 		return choreNoSpace, ""
 	}
 	return choreDefrag, ""
-}
-
-// DefragReport is one defragmentation round.
-type DefragReport struct {
-	Start time.Time `json:"start"`
-	End   time.Time `json:"end"`
-	// Trigger is "schedule" or "NOSPACE".
-	Trigger   string                     `json:"trigger"`
-	Members   []maintenance.MemberResult `json:"members,omitempty"`
-	Reclaimed int64                      `json:"reclaimed"`
-	// Error says why the round stopped early (postponed, a member failed); "" when it completed.
-	Error string `json:"error,omitempty"`
 }
 
 // parseDefragSchedule parses the schedule (nil: off).
@@ -217,7 +180,7 @@ func (s *Sidecar) housekeeping(ctx context.Context, sched cron.Schedule, interva
 			s.maintenance.Store(&running)
 			s.kickReport()
 		}
-		var round *DefragReport
+		var round *cluster.DefragReport
 		switch do {
 		case choreCorrupt:
 			rep.LastCorrupt = s.recoverCorrupt(ctx, cli)
@@ -241,11 +204,11 @@ func (s *Sidecar) housekeeping(ctx context.Context, sched cron.Schedule, interva
 	}
 }
 
-func (s *Sidecar) lastMaintenance() MaintenanceReport {
+func (s *Sidecar) lastMaintenance() cluster.MaintenanceReport {
 	if p := s.maintenance.Load(); p != nil {
 		return *p
 	}
-	return MaintenanceReport{}
+	return cluster.MaintenanceReport{}
 }
 
 // leads says whether the member at endpoint is the leader (false if it does not answer
@@ -279,14 +242,14 @@ func (s *Sidecar) recordAlarms(alarms []maintenance.Alarm) []string {
 	return out
 }
 
-func (s *Sidecar) defragRound(ctx context.Context, cli *clientv3.Client) *DefragReport {
-	r := &DefragReport{Start: time.Now(), Trigger: "schedule"}
+func (s *Sidecar) defragRound(ctx context.Context, cli *clientv3.Client) *cluster.DefragReport {
+	r := &cluster.DefragReport{Start: time.Now(), Trigger: "schedule"}
 	res, err := maintenance.Defragment(ctx, cli, maintenance.Options{Policy: s.cfg.Maintenance.Defrag, Progress: s.logStep})
 	return s.finishRound(r, res, err)
 }
 
-func (s *Sidecar) recoverNoSpace(ctx context.Context, cli *clientv3.Client) *DefragReport {
-	r := &DefragReport{Start: time.Now(), Trigger: "NOSPACE"}
+func (s *Sidecar) recoverNoSpace(ctx context.Context, cli *clientv3.Client) *cluster.DefragReport {
+	r := &cluster.DefragReport{Start: time.Now(), Trigger: "NOSPACE"}
 	s.lg.Warn("NOSPACE alarm: compacting the history, defragmenting every member (leader last), then disarming")
 	res, err := maintenance.RecoverNoSpace(ctx, cli, maintenance.Options{Progress: s.logStep})
 	if err == nil {
@@ -295,7 +258,7 @@ func (s *Sidecar) recoverNoSpace(ctx context.Context, cli *clientv3.Client) *Def
 	return s.finishRound(r, res.Defrag, err)
 }
 
-func (s *Sidecar) finishRound(r *DefragReport, res maintenance.Result, err error) *DefragReport {
+func (s *Sidecar) finishRound(r *cluster.DefragReport, res maintenance.Result, err error) *cluster.DefragReport {
 	r.End, r.Members, r.Reclaimed = time.Now(), res.Members, res.Reclaimed()
 	result := "completed"
 	switch {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	stewardtest "github.com/etcd-steward/steward/internal/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -26,9 +27,9 @@ func TestHousekeeping(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ms := stewardtest.Cluster(t, 3, func(c *embed.Config) { c.QuotaBackendBytes = quota })
-	spec := ClusterSpec{Name: "c", Token: "t"}
+	spec := cluster.Spec{Name: "c", Token: "t"}
 	for i, m := range ms {
-		spec.Members = append(spec.Members, MemberSpec{Name: fmt.Sprintf("m%d", i), ClientURL: m.Endpoint})
+		spec.Members = append(spec.Members, cluster.MemberSpec{Name: fmt.Sprintf("m%d", i), ClientURL: m.Endpoint})
 	}
 	every, err := cron.ParseStandard("@every 1s")
 	if err != nil {
@@ -36,7 +37,7 @@ func TestHousekeeping(t *testing.T) {
 	}
 	var sidecars []*Sidecar
 	for _, m := range spec.Members {
-		sc, err := New(Config{Name: m.Name, DataDir: filepath.Join(t.TempDir(), "data"), View: staticView{ClusterSnapshot{Spec: spec}}, Logger: zap.NewNop(),
+		sc, err := New(Config{Name: m.Name, DataDir: filepath.Join(t.TempDir(), "data"), View: staticView{cluster.Snapshot{Spec: spec}}, Logger: zap.NewNop(),
 			Maintenance: MaintenanceConfig{DefragSchedule: "@every 1s", Defrag: maintenance.Policy{Threshold: 0.3, MinReclaim: 2 << 20}}})
 		if err != nil {
 			t.Fatal(err)
@@ -118,8 +119,8 @@ func TestHousekeeping(t *testing.T) {
 }
 
 // leaderReport is the newest round with trigger that any sidecar reports (nil: none).
-func leaderReport(sidecars []*Sidecar, trigger string) *DefragReport {
-	var newest *DefragReport
+func leaderReport(sidecars []*Sidecar, trigger string) *cluster.DefragReport {
+	var newest *cluster.DefragReport
 	for _, sc := range sidecars {
 		if m := sc.maintenance.Load(); m != nil && m.LastDefrag != nil && m.LastDefrag.Trigger == trigger &&
 			(newest == nil || m.LastDefrag.End.After(newest.End)) {
@@ -133,11 +134,11 @@ func TestNextChore(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	nospace := []maintenance.Alarm{{MemberID: 1, Type: "NOSPACE"}}
 	corrupt := []maintenance.Alarm{{MemberID: 1, Type: "CORRUPT"}}
-	status := func(name string, reportAge time.Duration, roundSince time.Time) ClusterStatus {
-		st := ClusterStatus{Members: []StatusMember{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}}
+	status := func(name string, reportAge time.Duration, roundSince time.Time) cluster.Status {
+		st := cluster.Status{Members: []cluster.StatusMember{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}}
 		for i := range st.Members {
 			if st.Members[i].Name == name {
-				st.Members[i].Report = &Report{Name: name, At: now.Add(-reportAge), Maintenance: &MaintenanceReport{RoundSince: roundSince}}
+				st.Members[i].Report = &cluster.Report{Name: name, At: now.Add(-reportAge), Maintenance: &cluster.MaintenanceReport{RoundSince: roundSince}}
 			}
 		}
 		return st
@@ -146,7 +147,7 @@ func TestNextChore(t *testing.T) {
 	running := status("m1", time.Second, now.Add(-time.Minute))
 	for _, tc := range []struct {
 		name   string
-		st     ClusterStatus
+		st     cluster.Status
 		alarms []maintenance.Alarm
 		due    bool
 		want   chore

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/etcdutil"
@@ -87,7 +88,7 @@ func (s *Sidecar) initAttempt(ctx context.Context, changes <-chan struct{}, fail
 		s.lg.Warn("cannot observe; retrying", zap.Error(err), zap.Duration("retryIn", delay))
 	default:
 		plan = Decide(obs)
-		s.lg.Info("initialisation decision", zap.String("case", plan.Case), zap.String("seed", plan.Seed),
+		s.lg.Info("initialisation decision", zap.String("case", plan.Case),
 			zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
 	}
 	if plan.Action != ActionWait {
@@ -168,10 +169,10 @@ func (s *Sidecar) setWaiting(plan Plan) {
 // the initialisation observes again instead of failing.
 var errTryAgain = errors.New("try again")
 
-func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error) {
+func (s *Sidecar) observe(ctx context.Context) (cluster.Spec, Observation, error) {
 	snap, err := s.cfg.View.Snapshot(ctx)
 	if err != nil {
-		return ClusterSpec{}, Observation{}, fmt.Errorf("read the cluster view: %w", err)
+		return cluster.Spec{}, Observation{}, fmt.Errorf("read the cluster view: %w", err)
 	}
 	spec := snap.Spec
 	self, ok := spec.Member(s.cfg.Name)
@@ -195,16 +196,16 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 	}
 	// The seed of a recovery does not need the (lost) cluster's view, whose member-list
 	// timeouts would only delay it; everyone else does.
-	if d := snap.Directive; d == nil || d.Epoch <= obs.AppliedEpoch || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name {
+	if d := snap.Directive; d == nil || d.Epoch <= obs.AppliedEpoch || d.Phase != cluster.PhaseSeeding || d.Seed != s.cfg.Name {
 		obs.Live = observeLive(ctx, s.etcd, others(spec, s.cfg.Name))
 	}
 	// What the store holds of this cluster matters only to a member that might bootstrap a
 	// new cluster, and to the seed that restores this cluster from its own backup store.
 	mightBootstrap := !obs.Live.Quorate && snap.Status.ClusterID == "" && len(snap.Status.Voters) == 0
 	d := snap.Directive
-	restores := d != nil && d.Epoch > obs.AppliedEpoch && d.Phase == PhaseSeeding && d.Seed == s.cfg.Name && d.Mode == RecoverFromBackup && d.Restore == nil
+	restores := d != nil && d.Epoch > obs.AppliedEpoch && d.Phase == cluster.PhaseSeeding && d.Seed == s.cfg.Name && d.Mode == cluster.RecoverFromBackup && d.Restore == nil
 	if (mightBootstrap || restores) && s.cfg.Backup.StoreURL != "" {
-		ids := ClusterIDs(spec, snap.Status.ClusterID)
+		ids := cluster.IDs(spec, snap.Status.ClusterID)
 		obs.BackupTimeline, obs.ForeignTimelines, err = s.ownBackup(ctx, ids)
 		if err != nil {
 			return spec, Observation{}, fmt.Errorf("the backup store %s cannot say which of its timelines are of this cluster (a new cluster is bootstrapped only when it holds none, a recovery restores the newest): %w", s.cfg.Backup.StoreURL, err)
@@ -214,7 +215,7 @@ func (s *Sidecar) observe(ctx context.Context) (ClusterSpec, Observation, error)
 }
 
 // others lists the client URLs of the desired members other than self.
-func others(spec ClusterSpec, self string) []string {
+func others(spec cluster.Spec, self string) []string {
 	var out []string
 	for _, m := range spec.Members {
 		if m.Name != self {
@@ -228,16 +229,16 @@ func others(spec ClusterSpec, self string) []string {
 // only with a quorum), else serializable (what a reachable member believes). With etcd
 // authentication, the list needs a login, which is a raft request: members without a quorum
 // then count as unreachable.
-func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) LiveCluster {
+func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) cluster.LiveCluster {
 	if len(endpoints) == 0 {
-		return LiveCluster{}
+		return cluster.LiveCluster{}
 	}
 	cli, err := etcd.New(endpoints, 2*time.Second)
 	if err != nil {
-		return LiveCluster{}
+		return cluster.LiveCluster{}
 	}
 	defer cli.Close()
-	live := LiveCluster{}
+	live := cluster.LiveCluster{}
 	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	resp, err := cli.MemberList(lctx)
 	cancel()
@@ -254,7 +255,7 @@ func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) 
 	}
 	live.ClusterID = fmt.Sprintf("%x", resp.Header.ClusterId)
 	for _, m := range resp.Members {
-		lm := LiveMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, IsLearner: m.IsLearner}
+		lm := cluster.LiveMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, IsLearner: m.IsLearner}
 		if len(m.PeerURLs) > 0 {
 			lm.PeerURL = m.PeerURLs[0]
 		}
@@ -264,7 +265,7 @@ func observeLive(ctx context.Context, etcd etcdutil.Dialer, endpoints []string) 
 }
 
 // act carries out a plan and returns the etcd configuration for this start.
-func (s *Sidecar) act(ctx context.Context, spec ClusterSpec, obs Observation, plan Plan) ([]byte, error) {
+func (s *Sidecar) act(ctx context.Context, spec cluster.Spec, obs Observation, plan Plan) ([]byte, error) {
 	if plan.CleanPartialRestore {
 		if err := os.RemoveAll(datadir.PartDir(s.cfg.DataDir)); err != nil {
 			return nil, fmt.Errorf("remove the unfinished restore %s: %w", datadir.PartDir(s.cfg.DataDir), err)
@@ -331,7 +332,7 @@ func (s *Sidecar) writeIdentity(id datadir.Identity) error {
 	return nil
 }
 
-func staticCluster(spec ClusterSpec) string {
+func staticCluster(spec cluster.Spec) string {
 	var peers []string
 	for _, m := range spec.Members {
 		peers = append(peers, m.Name+"="+m.PeerURL)
@@ -362,7 +363,7 @@ func (s *Sidecar) dispose(d DataDisposal) error {
 // joinAsLearner replaces this member: remove its old ID, empty the data dir, add it as a
 // learner and start it with initial-cluster-state=existing and the cluster's current
 // membership. The promotion happens once it has caught up (see maintainMember).
-func (s *Sidecar) joinAsLearner(ctx context.Context, spec ClusterSpec, obs Observation, plan Plan, identity datadir.Identity) ([]byte, error) {
+func (s *Sidecar) joinAsLearner(ctx context.Context, spec cluster.Spec, obs Observation, plan Plan, identity datadir.Identity) ([]byte, error) {
 	self, _ := spec.Member(s.cfg.Name)
 	cli, err := s.etcd.New(others(spec, s.cfg.Name), 3*time.Second)
 	if err != nil {
@@ -398,12 +399,12 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec ClusterSpec, obs Obser
 	resp, err := cli.MemberAddAsLearner(actx, []string{self.PeerURL})
 	cancel()
 	var newID uint64
-	var members []LiveMember
+	var members []cluster.LiveMember
 	switch {
 	case err == nil:
 		newID = resp.Member.ID
 		for _, m := range resp.Members {
-			lm := LiveMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, IsLearner: m.IsLearner}
+			lm := cluster.LiveMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, IsLearner: m.IsLearner}
 			if len(m.PeerURLs) > 0 {
 				lm.PeerURL = m.PeerURLs[0]
 			}
@@ -463,7 +464,7 @@ func listenURL(u, host string) string {
 	return p.String()
 }
 
-func nameForPeer(spec ClusterSpec, peerURL, id string) string {
+func nameForPeer(spec cluster.Spec, peerURL, id string) string {
 	for _, m := range spec.Members {
 		if m.PeerURL == peerURL {
 			return m.Name
@@ -473,7 +474,7 @@ func nameForPeer(spec ClusterSpec, peerURL, id string) string {
 }
 
 // etcdConfig generates the configuration for this start.
-func (s *Sidecar) etcdConfig(spec ClusterSpec, plan Plan, initialCluster string) ([]byte, error) {
+func (s *Sidecar) etcdConfig(spec cluster.Spec, plan Plan, initialCluster string) ([]byte, error) {
 	self, _ := spec.Member(s.cfg.Name)
 	c := s.cfg.Etcd
 	c.Name = self.Name

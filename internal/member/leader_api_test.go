@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	stewardtest "github.com/etcd-steward/steward/internal/testutil"
 	"go.uber.org/zap"
@@ -20,9 +21,9 @@ import (
 func TestAPIMoveLeader(t *testing.T) {
 	ctx := context.Background()
 	ms := stewardtest.Cluster(t, 3)
-	spec := ClusterSpec{Name: "c", Token: "t"}
+	spec := cluster.Spec{Name: "c", Token: "t"}
 	for i, m := range ms {
-		spec.Members = append(spec.Members, MemberSpec{Name: fmt.Sprintf("m%d", i), ClientURL: m.Endpoint})
+		spec.Members = append(spec.Members, cluster.MemberSpec{Name: fmt.Sprintf("m%d", i), ClientURL: m.Endpoint})
 	}
 	tokPath := filepath.Join(t.TempDir(), "api-token")
 	if _, err := sidecarapi.EnsureTokenFile(tokPath); err != nil {
@@ -38,7 +39,7 @@ func TestAPIMoveLeader(t *testing.T) {
 		return ""
 	}
 	from := leaderName()
-	sc, err := New(Config{Name: from, DataDir: filepath.Join(t.TempDir(), "data"), View: staticView{ClusterSnapshot{Spec: spec}},
+	sc, err := New(Config{Name: from, DataDir: filepath.Join(t.TempDir(), "data"), View: staticView{cluster.Snapshot{Spec: spec}},
 		APITokens: sidecarapi.NewFile(tokPath), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -51,8 +52,8 @@ func TestAPIMoveLeader(t *testing.T) {
 	if from == "m0" {
 		to = "m2"
 	}
-	var res MoveLeaderResponse
-	if err := cli.PostJSON(ctx, srv.URL+"/v1/leader/move", MoveLeaderRequest{To: to}, &res); err != nil {
+	var res cluster.MoveLeaderResponse
+	if err := cli.PostJSON(ctx, srv.URL+"/v1/leader/move", cluster.MoveLeaderRequest{To: to}, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.From != from || res.Leader != to || leaderName() != to {
@@ -60,7 +61,7 @@ func TestAPIMoveLeader(t *testing.T) {
 	}
 	// One request a second: the second is refused with 429 until then.
 	stewardtest.Eventually(t, 10*time.Second, "409 for a target that is no member", func() error {
-		err := cli.PostJSON(ctx, srv.URL+"/v1/leader/move", MoveLeaderRequest{To: "nobody"}, &res)
+		err := cli.PostJSON(ctx, srv.URL+"/v1/leader/move", cluster.MoveLeaderRequest{To: "nobody"}, &res)
 		switch sidecarapi.StatusCode(err) {
 		case http.StatusConflict:
 			return nil

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
@@ -38,7 +39,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 		}
 	}()
 	var lastStalledLog, lastNudge, lastAuthLog time.Time
-	var lastSelf MemberSpec
+	var lastSelf cluster.MemberSpec
 	for {
 		interval := maintainInterval
 		if s.learnerSince.Load() != 0 {
@@ -125,7 +126,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 // recordIdentity writes the identity file once the running etcd proves whose data this is.
 // The cluster ID is recorded once the cluster has formed (etcd knows a leader): it says so
 // to whoever reads the dir later.
-func (s *Sidecar) recordIdentity(spec ClusterSpec, memberID, clusterID uint64, formed bool) {
+func (s *Sidecar) recordIdentity(spec cluster.Spec, memberID, clusterID uint64, formed bool) {
 	want := datadir.Identity{ClusterName: spec.Name, ClusterToken: spec.Token, MemberName: s.cfg.Name,
 		MemberID: fmt.Sprintf("%x", memberID)}
 	have, ok, _ := datadir.ReadIdentity(s.cfg.DataDir)
@@ -151,7 +152,7 @@ func (s *Sidecar) recordIdentity(spec ClusterSpec, memberID, clusterID uint64, f
 // snapshot. An idle cluster writes none, so the learner would wait forever: after
 // nudgeAfter, each pass makes the voters commit one harmless entry (a lease granted and
 // revoked; no key is touched). A learner that still does not serve is reported.
-func (s *Sidecar) awaitLearner(ctx context.Context, spec ClusterSpec, since time.Time, lastNudge, lastLog *time.Time) {
+func (s *Sidecar) awaitLearner(ctx context.Context, spec cluster.Spec, since time.Time, lastNudge, lastLog *time.Time) {
 	waited := time.Since(since)
 	if waited > learnerServeTimeout {
 		s.metrics.learnerStalled.Set(1)
@@ -183,7 +184,7 @@ func (s *Sidecar) awaitLearner(ctx context.Context, spec ClusterSpec, since time
 }
 
 // promoteListedLearner promotes this member through the voters if they list it as a learner.
-func (s *Sidecar) promoteListedLearner(ctx context.Context, spec ClusterSpec, self MemberSpec, lastLog *time.Time) {
+func (s *Sidecar) promoteListedLearner(ctx context.Context, spec cluster.Spec, self cluster.MemberSpec, lastLog *time.Time) {
 	voters, err := s.etcd.New(others(spec, s.cfg.Name), time.Second)
 	if err != nil {
 		return
@@ -236,13 +237,13 @@ func (s *Sidecar) promote(ctx context.Context, cli *clientv3.Client, id uint64, 
 	}
 }
 
-// removeSuperfluous removes one member that the desired cluster does not have (seed 001:
-// superfluous members). Without RemoveUndesired only members that do not answer go: one
+// removeSuperfluous removes one member that the desired cluster does not have (a superfluous
+// member entry). Without RemoveUndesired only members that do not answer go: one
 // that still answers is left to the supervisor, which removes it in order (leadership moved
 // away first, then its processes stopped). With RemoveUndesired (Kubernetes: the operator
 // drops a leaving member from the spec and stops its pod only once etcd no longer lists it)
 // answering members go too; a leaving leader hands leadership over first (leaveLeadership).
-func (s *Sidecar) removeSuperfluous(ctx context.Context, cli *clientv3.Client, spec ClusterSpec, self uint64) {
+func (s *Sidecar) removeSuperfluous(ctx context.Context, cli *clientv3.Client, spec cluster.Spec, self uint64) {
 	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	list, err := cli.MemberList(lctx)
 	cancel()
@@ -273,7 +274,7 @@ func (s *Sidecar) removeSuperfluous(ctx context.Context, cli *clientv3.Client, s
 // leaveLeadership hands leadership away when this member leads but is no longer desired, so
 // that the new leader removes it (a leader does not remove itself: it would stop leading
 // mid-request).
-func (s *Sidecar) leaveLeadership(ctx context.Context, cli *clientv3.Client, self MemberSpec) {
+func (s *Sidecar) leaveLeadership(ctx context.Context, cli *clientv3.Client, self cluster.MemberSpec) {
 	if self.ClientURL == "" {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/restore"
@@ -18,8 +19,8 @@ import (
 // quorum loss, the newest revision of this cluster's newest timeline) into the data dir as a
 // one-member cluster, start alone, and take a full snapshot once serving (the others rejoin
 // as learners).
-func (s *Sidecar) restoreFromBackup(ctx context.Context, spec ClusterSpec, plan Plan, identity datadir.Identity) ([]byte, error) {
-	var target RestoreTarget
+func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, plan Plan, identity datadir.Identity) ([]byte, error) {
+	var target cluster.RestoreTarget
 	if plan.Restore != nil {
 		target = *plan.Restore
 	}
@@ -94,7 +95,7 @@ func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64) error {
 	if err != nil {
 		return fmt.Errorf("%w: restored; cannot read the cluster view to check that directive %d is still in force: %v", errTryAgain, epoch, err)
 	}
-	if d := snap.Directive; d == nil || d.Epoch != epoch || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name {
+	if d := snap.Directive; d == nil || d.Epoch != epoch || d.Phase != cluster.PhaseSeeding || d.Seed != s.cfg.Name {
 		now := "no directive"
 		if d != nil {
 			now = fmt.Sprintf("directive %d (%s, seed %q)", d.Epoch, d.Phase, d.Seed)

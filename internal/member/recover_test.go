@@ -16,31 +16,32 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/testutil"
 )
 
 // staticView is a cluster view that never changes.
-type staticView struct{ snap ClusterSnapshot }
+type staticView struct{ snap cluster.Snapshot }
 
-func (v staticView) Snapshot(context.Context) (ClusterSnapshot, error) { return v.snap, nil }
+func (v staticView) Snapshot(context.Context) (cluster.Snapshot, error) { return v.snap, nil }
 func (v staticView) Watch(ctx context.Context) (<-chan struct{}, error) {
 	return make(chan struct{}), nil
 }
-func (v staticView) Report(context.Context, Report) error { return nil }
-func (v staticView) AckDirective(context.Context, int64, DirectiveResult) error {
+func (v staticView) Report(context.Context, cluster.Report) error { return nil }
+func (v staticView) AckDirective(context.Context, int64, cluster.DirectiveResult) error {
 	return nil
 }
 
 // oneMember is the spec of a one-member cluster whose member "test" has fresh addresses.
-func oneMember(t *testing.T, token string) ClusterSpec {
+func oneMember(t *testing.T, token string) cluster.Spec {
 	url := func() string { return fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)) }
-	return ClusterSpec{Name: "c", Token: token, Members: []MemberSpec{{Name: "test", ClientURL: url(), PeerURL: url()}}}
+	return cluster.Spec{Name: "c", Token: token, Members: []cluster.MemberSpec{{Name: "test", ClientURL: url(), PeerURL: url()}}}
 }
 
 // testSidecar is the sidecar of member "test" on a new data dir, backing up to s.
-func testSidecar(t *testing.T, s *store.Store, snap ClusterSnapshot) *Sidecar {
+func testSidecar(t *testing.T, s *store.Store, snap cluster.Snapshot) *Sidecar {
 	t.Helper()
 	sc, err := New(Config{Name: "test", DataDir: filepath.Join(t.TempDir(), "data"), View: staticView{snap},
 		Backup: BackupConfig{StoreURL: s.String()}, Logger: zap.NewNop()})
@@ -52,7 +53,7 @@ func testSidecar(t *testing.T, s *store.Store, snap ClusterSnapshot) *Sidecar {
 
 // decideOnce observes (the data dir, the cluster, the backup store) and decides, as one
 // initialisation attempt does.
-func decideOnce(t *testing.T, sc *Sidecar) (ClusterSpec, Observation, Plan) {
+func decideOnce(t *testing.T, sc *Sidecar) (cluster.Spec, Observation, Plan) {
 	t.Helper()
 	spec, obs, err := sc.observe(context.Background())
 	if err != nil {
@@ -123,9 +124,9 @@ func TestRecoveryFromBackupRestoresTheClustersOwnTimeline(t *testing.T) {
 	for i, name := range []string{"A", "B"} {
 		t.Run(name, func(t *testing.T) {
 			spec := oneMember(t, "tok-"+name)
-			sc := testSidecar(t, s, ClusterSnapshot{Spec: spec,
-				Status:    ClusterStatus{ClusterID: strconv.FormatUint(ids[i], 16), Voters: []Voter{{ID: "1", Name: "test"}}},
-				Directive: &Directive{Epoch: 1, Phase: PhaseSeeding, Mode: RecoverFromBackup, Seed: "test"}})
+			sc := testSidecar(t, s, cluster.Snapshot{Spec: spec,
+				Status:    cluster.Status{ClusterID: strconv.FormatUint(ids[i], 16), Voters: []cluster.Voter{{ID: "1", Name: "test"}}},
+				Directive: &cluster.Directive{Epoch: 1, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromBackup, Seed: "test"}})
 			spec, obs, plan := decideOnce(t, sc)
 			tl := uint32(i + 1)
 			if plan.Case != "QuorumLossRestoreFromBackup" || plan.Restore == nil || plan.Restore.Timeline != tl {
@@ -153,7 +154,7 @@ func TestNewClusterBootstrapsBesideAnotherClustersBackups(t *testing.T) {
 	ids, _, _, peerA := twoClusters(t, s)
 
 	spec := oneMember(t, "new-cluster")
-	sc := testSidecar(t, s, ClusterSnapshot{Spec: spec, Status: ClusterStatus{Members: []StatusMember{{Name: "test"}}}})
+	sc := testSidecar(t, s, cluster.Snapshot{Spec: spec, Status: cluster.Status{Members: []cluster.StatusMember{{Name: "test"}}}})
 	spec, obs, plan := decideOnce(t, sc)
 	if plan.Case != "Bootstrap" || obs.BackupTimeline != 0 || obs.ForeignTimelines != 2 {
 		t.Fatalf("plan %+v with backup timeline %d and %d foreign; want Bootstrap beside 2 foreign timelines", plan, obs.BackupTimeline, obs.ForeignTimelines)
@@ -164,14 +165,14 @@ func TestNewClusterBootstrapsBesideAnotherClustersBackups(t *testing.T) {
 	}
 	cli, ep := startFromConfig(t, cfg)
 	id := clusterIDOf(t, cli, ep)
-	if !slices.Contains(ClusterIDs(spec, ""), id) || slices.Contains(ids[:], id) {
-		t.Fatalf("bootstrapped cluster %x: ClusterIDs(spec) = %x, the store's clusters %x", id, ClusterIDs(spec, ""), ids)
+	if !slices.Contains(cluster.IDs(spec, ""), id) || slices.Contains(ids[:], id) {
+		t.Fatalf("bootstrapped cluster %x: ClusterIDs(spec) = %x, the store's clusters %x", id, cluster.IDs(spec, ""), ids)
 	}
 
 	// Cluster A again, its status lost (no cluster ID): its spec gives A's ID, so the
 	// backups are its own, and it waits for the restore rather than hide them.
-	lost := ClusterSpec{Name: "a", Token: "etcd-cluster", Members: []MemberSpec{{Name: "test", ClientURL: "http://127.0.0.1:1", PeerURL: peerA}}}
-	sc = testSidecar(t, s, ClusterSnapshot{Spec: lost, Status: ClusterStatus{Members: []StatusMember{{Name: "test"}}}})
+	lost := cluster.Spec{Name: "a", Token: "etcd-cluster", Members: []cluster.MemberSpec{{Name: "test", ClientURL: "http://127.0.0.1:1", PeerURL: peerA}}}
+	sc = testSidecar(t, s, cluster.Snapshot{Spec: lost, Status: cluster.Status{Members: []cluster.StatusMember{{Name: "test"}}}})
 	if _, obs, plan := decideOnce(t, sc); plan.Case != "NoStatusBackupExistsWait" || obs.BackupTimeline != 1 {
 		t.Fatalf("plan %+v with backup timeline %d; want NoStatusBackupExistsWait on timeline 1", plan, obs.BackupTimeline)
 	}
@@ -180,10 +181,10 @@ func TestNewClusterBootstrapsBesideAnotherClustersBackups(t *testing.T) {
 // changingView is a cluster view whose snapshot a test replaces.
 type changingView struct {
 	staticView
-	snap *atomic.Pointer[ClusterSnapshot]
+	snap *atomic.Pointer[cluster.Snapshot]
 }
 
-func (v changingView) Snapshot(context.Context) (ClusterSnapshot, error) { return *v.snap.Load(), nil }
+func (v changingView) Snapshot(context.Context) (cluster.Snapshot, error) { return *v.snap.Load(), nil }
 
 // TestRestoreInPlaceWithdrawnWhileRestoringDoesNotStart: the seed of a restore in place
 // restores the target; the directive was withdrawn meanwhile (a cancelled restore). The
@@ -198,10 +199,10 @@ func TestRestoreInPlaceWithdrawnWhileRestoringDoesNotStart(t *testing.T) {
 	waitStored(t, a, cli, ep, 1)
 	stop()
 	spec := oneMember(t, "tok")
-	status := ClusterStatus{ClusterID: strconv.FormatUint(clusterIDOf(t, cli, ep), 16), Voters: []Voter{{ID: "1", Name: "test"}}}
-	seeding := ClusterSnapshot{Spec: spec, Status: status, Directive: &Directive{Epoch: 3, Phase: PhaseSeeding, Mode: RecoverFromBackup, Seed: "test",
-		Restore: &RestoreTarget{Timeline: 1, Revision: rev - 3}}}
-	var snap atomic.Pointer[ClusterSnapshot]
+	status := cluster.Status{ClusterID: strconv.FormatUint(clusterIDOf(t, cli, ep), 16), Voters: []cluster.Voter{{ID: "1", Name: "test"}}}
+	seeding := cluster.Snapshot{Spec: spec, Status: status, Directive: &cluster.Directive{Epoch: 3, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromBackup, Seed: "test",
+		Restore: &cluster.RestoreTarget{Timeline: 1, Revision: rev - 3}}}
+	var snap atomic.Pointer[cluster.Snapshot]
 	snap.Store(&seeding)
 	sc, err := New(Config{Name: "test", DataDir: filepath.Join(t.TempDir(), "data"), View: changingView{snap: &snap},
 		Backup: BackupConfig{StoreURL: s.String()}, Logger: zap.NewNop()})
@@ -212,7 +213,7 @@ func TestRestoreInPlaceWithdrawnWhileRestoringDoesNotStart(t *testing.T) {
 	if plan.Case != "RestoreInPlace" || plan.RecoveryEpoch != 3 {
 		t.Fatalf("plan %+v; want RestoreInPlace for directive 3", plan)
 	}
-	withdrawn := ClusterSnapshot{Spec: spec, Status: status}
+	withdrawn := cluster.Snapshot{Spec: spec, Status: status}
 	snap.Store(&withdrawn)
 	cfg, err := sc.act(context.Background(), spec, obs, plan)
 	if !errors.Is(err, errTryAgain) || !strings.Contains(err.Error(), "no longer in force") || cfg != nil {

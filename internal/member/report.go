@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -66,7 +67,7 @@ func (s *Sidecar) reportLoop(ctx context.Context) {
 
 // publishBackup hands the backup leader's status to a view that publishes it.
 func (s *Sidecar) publishBackup(ctx context.Context) {
-	p, ok := s.cfg.View.(BackupPublisher)
+	p, ok := s.cfg.View.(cluster.BackupPublisher)
 	a := s.backups.Load()
 	if !ok || a == nil {
 		return
@@ -95,8 +96,8 @@ type unreachable struct {
 }
 
 // buildReport reports from the running etcd when it answers, else from the data dir.
-func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self MemberSpec, snap ClusterSnapshot) Report {
-	r := Report{Name: s.cfg.Name, At: time.Now().UTC(), Maintenance: s.maintenance.Load()}
+func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self cluster.MemberSpec, snap cluster.Snapshot) cluster.Report {
+	r := cluster.Report{Name: s.cfg.Name, At: time.Now().UTC(), Maintenance: s.maintenance.Load()}
 	s.mu.Lock()
 	if s.plan != nil {
 		r.Case, r.Reason = s.plan.Case, s.plan.Reason
@@ -113,7 +114,7 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 			s.logUnreachable(err)
 		}
 		if err == nil {
-			r.Source, r.Serving, r.Learner, r.DataValid, r.Owner = ReportFromEtcd, true, st.IsLearner, true, s.cfg.Name
+			r.Source, r.Serving, r.Learner, r.DataValid, r.Owner = cluster.ReportFromEtcd, true, st.IsLearner, true, s.cfg.Name
 			r.MemberID, r.ClusterID = fmt.Sprintf("%x", st.Header.MemberId), fmt.Sprintf("%x", st.Header.ClusterId)
 			// etcd's status has no last log index: the commit index stands in for it, which a
 			// serving member's log reaches within a heartbeat.
@@ -125,14 +126,14 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 			mctx, cancel := context.WithTimeout(ctx, time.Second)
 			if ml, err := cli.MemberList(mctx, clientv3.WithSerializable()); err == nil {
 				for _, m := range ml.Members {
-					r.Members = append(r.Members, LiveMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, IsLearner: m.IsLearner})
+					r.Members = append(r.Members, cluster.LiveMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, IsLearner: m.IsLearner})
 				}
 			}
 			cancel()
 			return r
 		}
 	}
-	r.Source = ReportFromDisk
+	r.Source = cluster.ReportFromDisk
 	// One look at the files for both reads: a report from disk comes every second.
 	print, fpErr := fingerprint(s.cfg.DataDir)
 	data, err := s.inspectAt(print, fpErr)
@@ -159,7 +160,7 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 		if r.Foreign == "" {
 			r.Owner = s.cfg.Name
 			for _, m := range data.Members {
-				r.Members = append(r.Members, LiveMember{ID: m.ID, Name: m.Name, IsLearner: m.Learner})
+				r.Members = append(r.Members, cluster.LiveMember{ID: m.ID, Name: m.Name, IsLearner: m.Learner})
 				r.Learner = r.Learner || (m.ID == r.MemberID && m.Learner)
 			}
 		}
@@ -176,11 +177,11 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self Me
 // ackDirective acknowledges directive d in the cluster status once this member, its seed,
 // carried it out and serves: the supervisor or operator then lets the others rejoin. The
 // acknowledgement is repeated until the status shows it.
-func (s *Sidecar) ackDirective(ctx context.Context, d *Directive, r Report) {
-	if d == nil || d.Phase != PhaseSeeding || d.Seed != s.cfg.Name || d.Ack != nil || !r.Serving || r.Learner || r.AppliedEpoch < d.Epoch {
+func (s *Sidecar) ackDirective(ctx context.Context, d *cluster.Directive, r cluster.Report) {
+	if d == nil || d.Phase != cluster.PhaseSeeding || d.Seed != s.cfg.Name || d.Ack != nil || !r.Serving || r.Learner || r.AppliedEpoch < d.Epoch {
 		return
 	}
-	res := DirectiveResult{Member: s.cfg.Name, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: time.Now().UTC()}
+	res := cluster.DirectiveResult{Member: s.cfg.Name, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: time.Now().UTC()}
 	if err := s.cfg.View.AckDirective(ctx, d.Epoch, res); err != nil {
 		s.lg.Warn("cannot acknowledge the directive", zap.Int64("epoch", d.Epoch), zap.Error(err))
 		return

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/etcdutil"
@@ -32,7 +33,7 @@ type Config struct {
 	// DataDir is the etcd data dir shared with the etcd container/process.
 	DataDir string
 	// View answers questions about the cluster.
-	View ClusterView
+	View cluster.View
 	// Etcd carries etcd settings copied into every generated configuration (tuning, log level).
 	Etcd etcdproc.Config
 	// EtcdFlags are extra etcd options (etcd's flag names) set over Etcd in every generated
@@ -98,14 +99,14 @@ type Sidecar struct {
 	// then carries the directive out again (on the same data), never a recorded one.
 	pendingEpoch atomic.Int64
 	// lastReport is the newest report sent; lastRaftLog the newest read of the WAL.
-	lastReport atomic.Pointer[Report]
+	lastReport atomic.Pointer[cluster.Report]
 	// lastUnreachable is the last reason the report came from the data dir (logUnreachable).
 	lastUnreachable atomic.Pointer[unreachable]
 	lastRaftLog     atomic.Pointer[fromDataDir[datadir.RaftLog]]
 	reportKick      chan struct{}
 	// maintenance is what the housekeeping last did (nil: never led); defragSchedule its
 	// schedule (nil: off).
-	maintenance         atomic.Pointer[MaintenanceReport]
+	maintenance         atomic.Pointer[cluster.MaintenanceReport]
 	defragSchedule      cron.Schedule
 	housekeepingMetrics *housekeepingMetrics
 	// auth keeps etcd authentication on (nil: RootPasswordFile unset).
@@ -297,7 +298,7 @@ func (s *Sidecar) initialise(ctx context.Context) {
 		zap.Duration("took", time.Since(start)))
 }
 
-func memberNames(spec ClusterSpec) string {
+func memberNames(spec cluster.Spec) string {
 	var names []string
 	for _, m := range spec.Members {
 		names = append(names, m.Name)
@@ -395,28 +396,16 @@ func newMetrics() *metrics {
 }
 
 // desired returns the desired cluster from the cluster view.
-func (s *Sidecar) desired(ctx context.Context) (ClusterSpec, error) {
+func (s *Sidecar) desired(ctx context.Context) (cluster.Spec, error) {
 	snap, err := s.cfg.View.Snapshot(ctx)
 	return snap.Spec, err
-}
-
-// MoveLeaderRequest is the body of POST /v1/leader/move: the member to hand leadership to
-// (its name or hex ID); empty, the voter furthest along.
-type MoveLeaderRequest struct {
-	To string `json:"to,omitempty"`
-}
-
-// MoveLeaderResponse is the answer of POST /v1/leader/move: who led, and who leads now.
-type MoveLeaderResponse struct {
-	From   string `json:"from"`
-	Leader string `json:"leader"`
 }
 
 // handleMoveLeader serves POST /v1/leader/move: leadership moves to the member asked for
 // (maintenance.MoveLeader, through this member's etcd), and the answer comes once it has. A
 // cluster that cannot move it now (no leader, the target a learner or down) gets 409 with why.
 func (s *Sidecar) handleMoveLeader(w http.ResponseWriter, r *http.Request) {
-	var req MoveLeaderRequest
+	var req cluster.MoveLeaderRequest
 	if err := sidecarapi.DecodeBody(r, &req); err != nil {
 		sidecarapi.WriteBodyError(w, err)
 		return
@@ -443,5 +432,5 @@ func (s *Sidecar) handleMoveLeader(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.lg.Info("leadership moved on request", zap.String("from", from.Name), zap.String("to", now.Name))
-	writeJSON(w, http.StatusOK, MoveLeaderResponse{From: from.Name, Leader: now.Name})
+	writeJSON(w, http.StatusOK, cluster.MoveLeaderResponse{From: from.Name, Leader: now.Name})
 }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/kubeview"
-	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	corev1 "k8s.io/api/core/v1"
@@ -161,9 +161,9 @@ func (r *BackupReconciler) sidecar(ctx context.Context, ec *v1alpha1.EtcdCluster
 
 // takeFull asks a sidecar for a full snapshot and waits for it, with the cluster's sidecar
 // API token.
-func (r *BackupReconciler) takeFull(ctx context.Context, ns, cluster, sidecarURL string) (snapshotter.FullResult, error) {
+func (r *BackupReconciler) takeFull(ctx context.Context, ns, clusterName, sidecarURL string) (snapshotter.FullResult, error) {
 	var res snapshotter.FullResult
-	sc, err := r.sidecarClient(ctx, ns, cluster)
+	sc, err := r.sidecarClient(ctx, ns, clusterName)
 	if err != nil {
 		return res, err
 	}
@@ -180,8 +180,8 @@ func (r *BackupReconciler) takeFull(ctx context.Context, ns, cluster, sidecarURL
 }
 
 // moveLeader asks the sidecar of member from to hand leadership to member to, and waits for it.
-func (r *BackupReconciler) moveLeader(ctx context.Context, ec *v1alpha1.EtcdCluster, from, to string) (member.MoveLeaderResponse, error) {
-	var res member.MoveLeaderResponse
+func (r *BackupReconciler) moveLeader(ctx context.Context, ec *v1alpha1.EtcdCluster, from, to string) (cluster.MoveLeaderResponse, error) {
+	var res cluster.MoveLeaderResponse
 	var cm corev1.ConfigMap
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); err != nil {
 		return res, fmt.Errorf("ConfigMap %s: %w", configMapName(ec), err)
@@ -201,7 +201,7 @@ func (r *BackupReconciler) moveLeader(ctx context.Context, ec *v1alpha1.EtcdClus
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	url := strings.TrimRight(cc.Members[i].SidecarURL, "/") + "/v1/leader/move"
-	if err := sc.PostJSON(ctx, url, member.MoveLeaderRequest{To: to}, &res); err != nil {
+	if err := sc.PostJSON(ctx, url, cluster.MoveLeaderRequest{To: to}, &res); err != nil {
 		return res, fmt.Errorf("moving leadership from %s to %s: %w", from, to, err)
 	}
 	return res, nil
@@ -210,14 +210,14 @@ func (r *BackupReconciler) moveLeader(ctx context.Context, ec *v1alpha1.EtcdClus
 // sidecarClient calls the sidecars of cluster with its token and, when the cluster has TLS,
 // over TLS that trusts only the CAs of its members' ca.crt (read at every call: a rollover
 // changes them).
-func (r *BackupReconciler) sidecarClient(ctx context.Context, ns, cluster string) (*sidecarapi.Client, error) {
-	tokens, err := r.tokens(ctx, ns, cluster)
+func (r *BackupReconciler) sidecarClient(ctx context.Context, ns, clusterName string) (*sidecarapi.Client, error) {
+	tokens, err := r.tokens(ctx, ns, clusterName)
 	if err != nil {
 		return nil, err
 	}
 	var ec v1alpha1.EtcdCluster
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: cluster}, &ec); err != nil {
-		return nil, fmt.Errorf("EtcdCluster %s/%s: %w", ns, cluster, err)
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: clusterName}, &ec); err != nil {
+		return nil, fmt.Errorf("EtcdCluster %s/%s: %w", ns, clusterName, err)
 	}
 	if !tlsEnabled(&ec) {
 		return sidecarapi.NewClient(tokens, r.HTTP), nil
@@ -260,8 +260,8 @@ func (r *BackupReconciler) reader() client.Reader {
 }
 
 // tokens reads the cluster's sidecar API tokens from its Secret.
-func (r *BackupReconciler) tokens(ctx context.Context, ns, cluster string) (sidecarapi.Tokens, error) {
-	name := v1alpha1.SidecarTokenSecretName(cluster)
+func (r *BackupReconciler) tokens(ctx context.Context, ns, clusterName string) (sidecarapi.Tokens, error) {
+	name := v1alpha1.SidecarTokenSecretName(clusterName)
 	var s corev1.Secret
 	if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
 		return nil, fmt.Errorf("reading the sidecar API token Secret %s/%s: %w", ns, name, err)

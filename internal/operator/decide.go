@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/units"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,11 +80,11 @@ type Observation struct {
 	// Backup is what the snapshot Leases say (nil: backups are off).
 	Backup *BackupObservation
 	// Reports are the members' own reports (their EtcdMembers), by member name.
-	Reports map[string]member.Report
+	Reports map[string]cluster.Report
 	// Recovery is the quorum-loss recovery's input (nil: not evaluated).
 	Recovery *Recovery
 	// BootstrapRestore is spec.bootstrap.restore: a new cluster starts from this backup.
-	BootstrapRestore *member.RestoreTarget
+	BootstrapRestore *cluster.RestoreTarget
 	// UnboundVolumes are member volume claims that stayed Pending past a grace, with why.
 	UnboundVolumes []string
 	// Rollout is what a rolling update decides from (nil: no StatefulSet yet).
@@ -290,25 +290,25 @@ func Decide(o Observation) Decision {
 // bootstrapDirective starts a new cluster from a backup (spec.bootstrap.restore) the way a
 // recovery from backup runs: the first member restores and starts alone (epoch 1, Seeding),
 // the others wait, then join it as learners; the directive retires once all serve.
-func bootstrapDirective(o Observation, st heal.Status, t member.RestoreTarget) heal.Status {
+func bootstrapDirective(o Observation, st heal.Status, t cluster.RestoreTarget) heal.Status {
 	seed := o.Name + "-0"
 	st.LastEpoch = 1
-	st.Directive = &member.Directive{Epoch: 1, Phase: member.PhaseSeeding, Mode: member.RecoverFromBackup, Seed: seed,
+	st.Directive = &cluster.Directive{Epoch: 1, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromBackup, Seed: seed,
 		Restore: &t, IssuedAt: o.Now, PhaseSince: o.Now,
 		Reason: fmt.Sprintf("spec.bootstrap.restore: %s restores %s from %s and starts alone; the others join it", seed, t.Point(), t.Store)}
 	st.Waiting = st.Directive.Reason
 	return st
 }
 
-func toMemberVoters(vs []v1alpha1.Voter) []member.Voter {
-	var out []member.Voter
+func toMemberVoters(vs []v1alpha1.Voter) []cluster.Voter {
+	var out []cluster.Voter
 	for _, v := range vs {
-		out = append(out, member.Voter{ID: v.ID, Name: v.Name, PeerURL: v.PeerURL})
+		out = append(out, cluster.Voter{ID: v.ID, Name: v.Name, PeerURL: v.PeerURL})
 	}
 	return out
 }
 
-func fromMemberVoters(vs []member.Voter) []v1alpha1.Voter {
+func fromMemberVoters(vs []cluster.Voter) []v1alpha1.Voter {
 	var out []v1alpha1.Voter
 	for _, v := range vs {
 		out = append(out, v1alpha1.Voter{ID: v.ID, Name: v.Name, PeerURL: v.PeerURL})
@@ -442,7 +442,7 @@ func memberAt(o Observation, ordinal int32) string {
 func leaderLists(o Observation, name string) bool {
 	for _, r := range o.Reports {
 		if r.Serving && r.Leader && len(r.Members) > 0 {
-			return slices.ContainsFunc(r.Members, func(m member.LiveMember) bool { return m.Name == name })
+			return slices.ContainsFunc(r.Members, func(m cluster.LiveMember) bool { return m.Name == name })
 		}
 	}
 	return true

@@ -8,9 +8,8 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/maintenance"
-	"github.com/etcd-steward/steward/internal/member"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -217,7 +216,7 @@ func TestDecide(t *testing.T) {
 		{"12 scale down waits while the leader still lists the leaving member", func() *world {
 			w := healthy(5)
 			w.o.Desired, w.o.ConfigMembers = 3, 4
-			w.o.Reports = map[string]member.Report{"c-0": {Serving: true, Leader: true, Members: []member.LiveMember{
+			w.o.Reports = map[string]cluster.Report{"c-0": {Serving: true, Leader: true, Members: []cluster.LiveMember{
 				{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}, {Name: "c-4"}}}}
 			return w
 		}(), CaseScaleDown, func(t *testing.T, d Decision) {
@@ -228,7 +227,7 @@ func TestDecide(t *testing.T) {
 		{"12 scale down stops the pod once etcd no longer lists the member, even while it is NotReady", func() *world {
 			w := healthy(5).podNotReady(4, time.Minute)
 			w.o.Desired, w.o.ConfigMembers = 3, 4
-			w.o.Reports = map[string]member.Report{"c-0": {Serving: true, Leader: true, Members: []member.LiveMember{
+			w.o.Reports = map[string]cluster.Report{"c-0": {Serving: true, Leader: true, Members: []cluster.LiveMember{
 				{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}}}}
 			return w
 		}(), CaseScaleDown, func(t *testing.T, d Decision) {
@@ -314,9 +313,9 @@ func TestDecide(t *testing.T) {
 // the newest a serving member of this cluster reports.
 func TestDecideFromReports(t *testing.T) {
 	w := healthy(3)
-	w.o.Reports = map[string]member.Report{
+	w.o.Reports = map[string]cluster.Report{
 		"c-0": {Serving: true, Formed: true, Leader: true, ClusterID: "cafe", Revision: 40,
-			Members: []member.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "99", Name: "c-3", IsLearner: true}}},
+			Members: []cluster.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "99", Name: "c-3", IsLearner: true}}},
 		"c-1": {Serving: true, Formed: true, ClusterID: "cafe", Revision: 42},
 		"c-2": {Serving: false, Formed: true, ClusterID: "cafe", Revision: 99},
 	}
@@ -326,8 +325,8 @@ func TestDecideFromReports(t *testing.T) {
 	}
 	// A member serving another cluster (a recovery's seed) changes none of it.
 	w.o.Previous.ClusterID = "cafe"
-	w.o.Reports = map[string]member.Report{"c-0": {Serving: true, Formed: true, Leader: true, ClusterID: "beef", Revision: 7,
-		Members: []member.LiveMember{{ID: "1", Name: "c-0"}}}}
+	w.o.Reports = map[string]cluster.Report{"c-0": {Serving: true, Formed: true, Leader: true, ClusterID: "beef", Revision: 7,
+		Members: []cluster.LiveMember{{ID: "1", Name: "c-0"}}}}
 	w.o.Previous.Revision = 42
 	if d := Decide(w.o); d.ClusterID != "cafe" || d.Revision != 42 {
 		t.Errorf("another cluster's report changed the status: cluster %q revision %d", d.ClusterID, d.Revision)
@@ -348,10 +347,10 @@ func TestDecideRecovery(t *testing.T) {
 	rec := &Recovery{Timing: heal.Timing{Grace: time.Minute, ReportTimeout: time.Minute, SeedTimeout: time.Hour}}
 	rec.Status.QuorumLostSince = t0.Add(-2 * time.Minute)
 	w.o.Recovery = rec
-	w.o.Reports = map[string]member.Report{"c-0": {Serving: false, Members: []member.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}}}
+	w.o.Reports = map[string]cluster.Report{"c-0": {Serving: false, Members: []cluster.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}}}
 	d := Decide(w.o)
 	dir := d.Recovery.Status.Directive
-	if dir == nil || dir.Phase != member.PhaseFencing {
+	if dir == nil || dir.Phase != cluster.PhaseFencing {
 		t.Fatalf("directive %+v after the grace", dir)
 	}
 	if len(d.Recovery.FencePods) != 3 || d.StatefulSetReplicas != 3 || cond(d, v1alpha1.ConditionQuorumLost) != metav1.ConditionTrue {
@@ -365,7 +364,7 @@ func TestDecideRecovery(t *testing.T) {
 	w.o.Members[1].Pod = &PodState{Created: t0.Add(2 * time.Second)}
 	w.o.Members[2].Pod = &PodState{Created: t0.Add(-time.Hour), Deleting: true}
 	d = Decide(w.o)
-	if got := d.Recovery.Status.Directive; got == nil || got.Phase != member.PhaseFencing || !strings.Contains(d.Recovery.Status.Waiting, "c-2 to stop") {
+	if got := d.Recovery.Status.Directive; got == nil || got.Phase != cluster.PhaseFencing || !strings.Contains(d.Recovery.Status.Waiting, "c-2 to stop") {
 		t.Errorf("directive %+v, waiting %q: the recovery must wait for c-2 to stop", got, d.Recovery.Status.Waiting)
 	}
 	if len(d.Recovery.FencePods) != 0 {
@@ -380,14 +379,14 @@ func TestDecideCancelRestore(t *testing.T) {
 	w := healthy(3)
 	w.o.Previous.ClusterID = "c1"
 	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
-	w.o.Reports = map[string]member.Report{}
+	w.o.Reports = map[string]cluster.Report{}
 	for i := 0; i < 3; i++ {
 		name := fmt.Sprintf("c-%d", i)
-		w.o.Reports[name] = member.Report{Name: name, At: t0, Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+		w.o.Reports[name] = cluster.Report{Name: name, At: t0, Source: cluster.ReportFromEtcd, Serving: true, DataValid: true,
 			MemberID: fmt.Sprintf("%x", 100+i), ClusterID: "c1", Owner: name, Formed: true}
 	}
-	target := member.RestoreTarget{Revision: 40, Timeline: 1}
-	restoring := heal.Status{ClusterID: "c1", LastEpoch: 4, Directive: &member.Directive{Epoch: 4, Phase: member.PhaseFencing,
+	target := cluster.RestoreTarget{Revision: 40, Timeline: 1}
+	restoring := heal.Status{ClusterID: "c1", LastEpoch: 4, Directive: &cluster.Directive{Epoch: 4, Phase: cluster.PhaseFencing,
 		Restore: &target, IssuedAt: t0.Add(-time.Second), PhaseSince: t0.Add(-time.Second)}}
 	rec := &Recovery{Status: restoring, CancelRestore: 3, Timing: heal.Timing{Grace: time.Minute, ReportTimeout: time.Minute, SeedTimeout: time.Hour}}
 	w.o.Recovery = rec
@@ -396,7 +395,7 @@ func TestDecideCancelRestore(t *testing.T) {
 	}
 	rec.CancelRestore = 4
 	d := Decide(w.o)
-	if dir := d.Recovery.Status.Directive; dir == nil || dir.Epoch != 5 || dir.Restore != nil || dir.Phase != member.PhaseFencing ||
+	if dir := d.Recovery.Status.Directive; dir == nil || dir.Epoch != 5 || dir.Restore != nil || dir.Phase != cluster.PhaseFencing ||
 		!strings.Contains(d.Recovery.Event, "cancelled") {
 		t.Fatalf("cancel of directive 4: %+v (event %q), want epoch 5 fencing without the target", dir, d.Recovery.Event)
 	}
@@ -408,10 +407,10 @@ func TestDecideCancelRestore(t *testing.T) {
 func TestDecideBootstrapRestore(t *testing.T) {
 	o := Observation{Now: t0, Name: "n", Desired: 3, StatefulSetReplicas: -1, ConfigMembers: -1, Graces: graces,
 		Recovery:         &Recovery{Timing: heal.DefaultTiming},
-		BootstrapRestore: &member.RestoreTarget{Store: "s3://old/main", Revision: 4242}}
+		BootstrapRestore: &cluster.RestoreTarget{Store: "s3://old/main", Revision: 4242}}
 	d := Decide(o)
 	dir := d.Recovery.Status.Directive
-	if dir == nil || dir.Epoch != 1 || dir.Phase != member.PhaseSeeding || dir.Mode != member.RecoverFromBackup || dir.Seed != "n-0" ||
+	if dir == nil || dir.Epoch != 1 || dir.Phase != cluster.PhaseSeeding || dir.Mode != cluster.RecoverFromBackup || dir.Seed != "n-0" ||
 		dir.Restore == nil || dir.Restore.Revision != 4242 || dir.Restore.Store != "s3://old/main" {
 		t.Fatalf("directive %+v", dir)
 	}
@@ -433,14 +432,14 @@ func TestDecideRestoreInPlace(t *testing.T) {
 	w := healthy(3)
 	w.o.Previous.ClusterID = "c1"
 	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
-	hd, err := heal.StartRestore(heal.Observation{Now: t0}, member.RestoreTarget{Revision: 400, Timeline: 2})
+	hd, err := heal.StartRestore(heal.Observation{Now: t0}, cluster.RestoreTarget{Revision: 400, Timeline: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.o.Desired = 5 // a scale asked for meanwhile waits
 	w.o.Recovery = &Recovery{Status: hd.Status, Timing: heal.DefaultTiming}
 	d := Decide(w.o)
-	if dir := d.Recovery.Status.Directive; dir == nil || dir.Phase != member.PhaseFencing || dir.Restore == nil || dir.Restore.Revision != 400 {
+	if dir := d.Recovery.Status.Directive; dir == nil || dir.Phase != cluster.PhaseFencing || dir.Restore == nil || dir.Restore.Revision != 400 {
 		t.Fatalf("directive %+v", dir)
 	}
 	if len(d.Recovery.FencePods) != 3 || d.StatefulSetReplicas != 3 {
@@ -457,12 +456,12 @@ func TestDecideRestoreInPlace(t *testing.T) {
 func TestDecideMaintenance(t *testing.T) {
 	w := healthy(3)
 	end := t0.Add(-time.Minute + 300*time.Millisecond) // fractions of a second are not stored
-	w.o.Reports = map[string]member.Report{
-		"c-0": {Serving: true, Leader: true, Maintenance: &member.MaintenanceReport{Alarms: []string{"NOSPACE on 64"}}},
-		"c-1": {Serving: true, Maintenance: &member.MaintenanceReport{LastDefrag: &member.DefragReport{End: end, Trigger: "NOSPACE", Reclaimed: 3 << 20,
-			Members: []maintenance.MemberResult{{Name: "c-2", Before: 4 << 20, After: 1 << 20, Duration: time.Second}}}}},
-		"c-2": {Serving: true, Maintenance: &member.MaintenanceReport{Alarms: []string{"stale, not the leader"},
-			LastDefrag: &member.DefragReport{End: end.Add(-time.Hour), Trigger: "schedule"}}},
+	w.o.Reports = map[string]cluster.Report{
+		"c-0": {Serving: true, Leader: true, Maintenance: &cluster.MaintenanceReport{Alarms: []string{"NOSPACE on 64"}}},
+		"c-1": {Serving: true, Maintenance: &cluster.MaintenanceReport{LastDefrag: &cluster.DefragReport{End: end, Trigger: "NOSPACE", Reclaimed: 3 << 20,
+			Members: []cluster.MemberDefrag{{Name: "c-2", Before: 4 << 20, After: 1 << 20, Duration: time.Second}}}}},
+		"c-2": {Serving: true, Maintenance: &cluster.MaintenanceReport{Alarms: []string{"stale, not the leader"},
+			LastDefrag: &cluster.DefragReport{End: end.Add(-time.Hour), Trigger: "schedule"}}},
 	}
 	d := Decide(w.o)
 	c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionAlarmsActive)
@@ -476,8 +475,8 @@ func TestDecideMaintenance(t *testing.T) {
 	// The alarm gone, the same round reported again beside an older one: no alarm, the
 	// recorded round stays as it was stored.
 	w.o.Previous.LastDefragmentation = d.LastDefrag
-	w.o.Reports = map[string]member.Report{"c-0": {Serving: true, Leader: true, Maintenance: &member.MaintenanceReport{
-		LastDefrag: &member.DefragReport{End: end.Add(-time.Hour), Trigger: "schedule"}}}, "c-1": w.o.Reports["c-1"]}
+	w.o.Reports = map[string]cluster.Report{"c-0": {Serving: true, Leader: true, Maintenance: &cluster.MaintenanceReport{
+		LastDefrag: &cluster.DefragReport{End: end.Add(-time.Hour), Trigger: "schedule"}}}, "c-1": w.o.Reports["c-1"]}
 	d = Decide(w.o)
 	if c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionAlarmsActive); c == nil || c.Status != metav1.ConditionFalse {
 		t.Fatalf("AlarmsActive = %+v, want false", c)

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -254,20 +254,20 @@ func all(int) bool { return true }
 
 // leaderReport plays the leader's sidecar: etcd lists exactly the members of the ConfigMap
 // (the leader's sidecar removes the others), and the report says so.
-func leaderReport(t *testing.T, ns, cluster, leader string) {
+func leaderReport(t *testing.T, ns, name, leader string) {
 	t.Helper()
 	ctx := context.Background()
 	var cm corev1.ConfigMap
-	if err := get(t, ns, cluster+"-config", &cm); err != nil {
+	if err := get(t, ns, name+"-config", &cm); err != nil {
 		t.Fatal(err)
 	}
 	var cc v1alpha1.ClusterConfig
 	if err := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ClusterConfigKey]), &cc); err != nil {
 		t.Fatal(err)
 	}
-	r := member.Report{Name: leader, At: time.Now(), Serving: true, Formed: true, Leader: true, ClusterID: "c1", MemberID: "a0"}
+	r := cluster.Report{Name: leader, At: time.Now(), Serving: true, Formed: true, Leader: true, ClusterID: "c1", MemberID: "a0"}
 	for _, m := range cc.Members {
-		r.Members = append(r.Members, member.LiveMember{Name: m.Name})
+		r.Members = append(r.Members, cluster.LiveMember{Name: m.Name})
 	}
 	raw, err := json.Marshal(r)
 	if err != nil {
@@ -281,7 +281,7 @@ func leaderReport(t *testing.T, ns, cluster, leader string) {
 		t.Fatal(err)
 	}
 	if em.Status.Report != nil && string(em.Status.Report.Raw) != "" {
-		var old member.Report
+		var old cluster.Report
 		if json.Unmarshal(em.Status.Report.Raw, &old) == nil && len(old.Members) == len(r.Members) {
 			return // unchanged: no write, as the real sidecar
 		}
@@ -975,7 +975,7 @@ func TestEvenSizeWarns(t *testing.T) {
 }
 
 // writeReport writes a member's report into its EtcdMember, as its sidecar does.
-func writeReport(t *testing.T, ns string, r member.Report, ack *member.DirectiveAck) {
+func writeReport(t *testing.T, ns string, r cluster.Report, ack *cluster.DirectiveAck) {
 	t.Helper()
 	var em v1alpha1.EtcdMember
 	if err := get(t, ns, r.Name, &em); err != nil {
@@ -996,13 +996,13 @@ func writeReport(t *testing.T, ns string, r member.Report, ack *member.Directive
 }
 
 // directive reads the recovery directive from the status.
-func directive(t *testing.T, ec *v1alpha1.EtcdCluster) *member.Directive {
+func directive(t *testing.T, ec *v1alpha1.EtcdCluster) *cluster.Directive {
 	t.Helper()
 	if ec.Status.Recovery == nil {
 		return nil
 	}
 	var rec struct {
-		Directive *member.Directive `json:"directive"`
+		Directive *cluster.Directive `json:"directive"`
 	}
 	if err := json.Unmarshal(ec.Status.Recovery.Raw, &rec); err != nil {
 		t.Fatal(err)
@@ -1043,13 +1043,13 @@ func quorumLossRecovery(t *testing.T, policy string) {
 	none := func(int) bool { return false }
 	diskReports := func() {
 		now := time.Now()
-		writeReport(t, ns, member.Report{Name: "q-0", At: now, Source: member.ReportFromDisk, DataValid: true, Owner: "q-0",
+		writeReport(t, ns, cluster.Report{Name: "q-0", At: now, Source: cluster.ReportFromDisk, DataValid: true, Owner: "q-0",
 			MemberID: "a0", ClusterID: "c1", Formed: true, LastTerm: 5, LastIndex: 120, Commit: 118, Applied: 118}, nil)
 		for _, n := range []string{"q-1", "q-2"} {
-			writeReport(t, ns, member.Report{Name: n, At: now, Source: member.ReportFromDisk, DataEmpty: true}, nil)
+			writeReport(t, ns, cluster.Report{Name: n, At: now, Source: cluster.ReportFromDisk, DataEmpty: true}, nil)
 		}
 	}
-	var d *member.Directive
+	var d *cluster.Directive
 	testutil.Eventually(t, 60*time.Second, "a directive that chooses q-0", func() error {
 		membersRenewing(t, ns, "q", none, none)
 		diskReports()
@@ -1062,14 +1062,14 @@ func quorumLossRecovery(t *testing.T, policy string) {
 			}
 			return nil
 		}
-		if d == nil || d.Phase != member.PhaseSeeding {
+		if d == nil || d.Phase != cluster.PhaseSeeding {
 			return fmt.Errorf("directive %+v; QuorumLost %+v", d, c)
 		}
 		return nil
 	})
 	if policy == v1alpha1.QuorumLossManual {
 		// Held: fenced, nothing chosen on disk yet; nothing happens until the confirmation.
-		if d == nil || d.Phase != member.PhaseFencing {
+		if d == nil || d.Phase != cluster.PhaseFencing {
 			t.Fatalf("Manual: directive %+v, want Fencing until confirmed", d)
 		}
 		updateCluster(t, ns, "q", func(ec *v1alpha1.EtcdCluster) {
@@ -1079,13 +1079,13 @@ func quorumLossRecovery(t *testing.T, policy string) {
 			membersRenewing(t, ns, "q", none, none)
 			diskReports()
 			d = directive(t, getCluster(t, ns, "q"))
-			if d == nil || d.Phase != member.PhaseSeeding {
+			if d == nil || d.Phase != cluster.PhaseSeeding {
 				return fmt.Errorf("directive %+v", d)
 			}
 			return nil
 		})
 	}
-	if d.Seed != "q-0" || d.Mode != member.RecoverFromSurvivor {
+	if d.Seed != "q-0" || d.Mode != cluster.RecoverFromSurvivor {
 		t.Fatalf("seed %s mode %s, want q-0 from its own data (survivor)", d.Seed, d.Mode)
 	}
 	testutil.Eventually(t, 10*time.Second, "Event Fenced", func() error { return findEvent(ns, "Fenced") })
@@ -1116,7 +1116,7 @@ func quorumLossRecovery(t *testing.T, policy string) {
 			return fmt.Errorf("the seed's new pod was deleted again")
 		}
 		now := directive(t, getCluster(t, ns, "q"))
-		if now == nil || now.Epoch != d.Epoch || now.Phase != member.PhaseSeeding || now.Seed != "q-0" {
+		if now == nil || now.Epoch != d.Epoch || now.Phase != cluster.PhaseSeeding || now.Seed != "q-0" {
 			return fmt.Errorf("directive after the seed's pod was lost: %+v", now)
 		}
 		return nil
@@ -1130,7 +1130,7 @@ func quorumLossRecovery(t *testing.T, policy string) {
 	if err := get(t, ns, "q-0", &p); err != nil || p.UID != reborn {
 		t.Fatalf("the seed's new pod was fenced: %v", err)
 	}
-	if now := directive(t, getCluster(t, ns, "q")); now == nil || now.Epoch != d.Epoch || now.Phase != member.PhaseSeeding {
+	if now := directive(t, getCluster(t, ns, "q")); now == nil || now.Epoch != d.Epoch || now.Phase != cluster.PhaseSeeding {
 		t.Fatalf("directive %+v", now)
 	}
 
@@ -1138,12 +1138,12 @@ func quorumLossRecovery(t *testing.T, policy string) {
 	epoch := d.Epoch
 	testutil.Eventually(t, 60*time.Second, "recovery retired", func() error {
 		membersRenewing(t, ns, "q", all, all)
-		writeReport(t, ns, member.Report{Name: "q-0", At: time.Now(), Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+		writeReport(t, ns, cluster.Report{Name: "q-0", At: time.Now(), Source: cluster.ReportFromEtcd, Serving: true, DataValid: true,
 			Leader: true, MemberID: "a0", ClusterID: "c2", Formed: true, AppliedEpoch: epoch, Revision: 200,
-			Members: []member.LiveMember{{ID: "a0", Name: "q-0"}, {ID: "a1", Name: "q-1"}, {ID: "a2", Name: "q-2"}}},
-			&member.DirectiveAck{Epoch: epoch, Result: member.DirectiveResult{Member: "q-0", MemberID: "a0", ClusterID: "c2", Revision: 200}})
+			Members: []cluster.LiveMember{{ID: "a0", Name: "q-0"}, {ID: "a1", Name: "q-1"}, {ID: "a2", Name: "q-2"}}},
+			&cluster.DirectiveAck{Epoch: epoch, Result: cluster.DirectiveResult{Member: "q-0", MemberID: "a0", ClusterID: "c2", Revision: 200}})
 		for i, n := range []string{"q-1", "q-2"} {
-			writeReport(t, ns, member.Report{Name: n, At: time.Now(), Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+			writeReport(t, ns, cluster.Report{Name: n, At: time.Now(), Source: cluster.ReportFromEtcd, Serving: true, DataValid: true,
 				MemberID: fmt.Sprintf("a%d", i+1), ClusterID: "c2", Formed: true, AppliedEpoch: epoch}, nil)
 		}
 		ec := getCluster(t, ns, "q")
@@ -1240,7 +1240,7 @@ func TestBootstrapRestore(t *testing.T) {
 	if err := k8s.Create(ctx, ec); err != nil {
 		t.Fatal(err)
 	}
-	var d *member.Directive
+	var d *cluster.Directive
 	testutil.Eventually(t, 20*time.Second, "the bootstrap directive", func() error {
 		d = directive(t, getCluster(t, ns, "br"))
 		if d == nil {
@@ -1248,7 +1248,7 @@ func TestBootstrapRestore(t *testing.T) {
 		}
 		return nil
 	})
-	if d.Epoch != 1 || d.Phase != member.PhaseSeeding || d.Seed != "br-0" || d.Restore == nil || d.Restore.Revision != rev || d.Restore.Store != "s3://old/main" {
+	if d.Epoch != 1 || d.Phase != cluster.PhaseSeeding || d.Seed != "br-0" || d.Restore == nil || d.Restore.Revision != rev || d.Restore.Store != "s3://old/main" {
 		t.Fatalf("directive %+v", d)
 	}
 	var sts appsv1.StatefulSet
@@ -1257,12 +1257,12 @@ func TestBootstrapRestore(t *testing.T) {
 	}
 	testutil.Eventually(t, 60*time.Second, "bootstrap retired", func() error {
 		membersRenewing(t, ns, "br", all, func(int) bool { return false })
-		writeReport(t, ns, member.Report{Name: "br-0", At: time.Now(), Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+		writeReport(t, ns, cluster.Report{Name: "br-0", At: time.Now(), Source: cluster.ReportFromEtcd, Serving: true, DataValid: true,
 			Leader: true, MemberID: "b0", ClusterID: "restored", Formed: true, AppliedEpoch: 1, Revision: rev,
-			Members: []member.LiveMember{{ID: "b0", Name: "br-0"}, {ID: "b1", Name: "br-1"}, {ID: "b2", Name: "br-2"}}},
-			&member.DirectiveAck{Epoch: 1, Result: member.DirectiveResult{Member: "br-0", MemberID: "b0", ClusterID: "restored", Revision: rev}})
+			Members: []cluster.LiveMember{{ID: "b0", Name: "br-0"}, {ID: "b1", Name: "br-1"}, {ID: "b2", Name: "br-2"}}},
+			&cluster.DirectiveAck{Epoch: 1, Result: cluster.DirectiveResult{Member: "br-0", MemberID: "b0", ClusterID: "restored", Revision: rev}})
 		for i, n := range []string{"br-1", "br-2"} {
-			writeReport(t, ns, member.Report{Name: n, At: time.Now(), Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+			writeReport(t, ns, cluster.Report{Name: n, At: time.Now(), Source: cluster.ReportFromEtcd, Serving: true, DataValid: true,
 				MemberID: fmt.Sprintf("b%d", i+1), ClusterID: "restored", Formed: true}, nil)
 		}
 		for i := 0; i < 3; i++ {

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/maintenance"
-	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/units"
 	appsv1 "k8s.io/api/apps/v1"
@@ -528,8 +528,8 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), sel); err != nil {
 		return o, err
 	}
-	o.Reports = map[string]member.Report{}
-	rec := Recovery{Acks: map[string]member.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
+	o.Reports = map[string]cluster.Report{}
+	rec := Recovery{Acks: map[string]cluster.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
 		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: stored.revision},
 		Timing: heal.Timing{Grace: o.Graces.NotReady, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
 	for i := range ems.Items {
@@ -560,7 +560,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	}
 	o.Recovery = &rec
 	if b := ec.Spec.Bootstrap; b != nil && b.Restore != nil {
-		t := member.RestoreTarget{Store: b.Restore.Store}
+		t := cluster.RestoreTarget{Store: b.Restore.Store}
 		if b.Restore.Revision != nil {
 			t.Revision = *b.Restore.Revision
 		}

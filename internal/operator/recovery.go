@@ -6,8 +6,8 @@ import (
 	"slices"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/member"
 )
 
 // Recovery holds what the quorum-loss recovery needs beyond the member status: the state
@@ -17,7 +17,7 @@ type Recovery struct {
 	// Status is the recovery state as the status records it (cluster ID and voters included).
 	Status heal.Status
 	// Acks are the directive acknowledgements the members wrote in their EtcdMembers.
-	Acks map[string]member.DirectiveAck
+	Acks map[string]cluster.DirectiveAck
 	// Policy is Automatic or Manual; Confirmed the epoch the confirm annotation names (0: none).
 	Policy    string
 	Confirmed int64
@@ -50,7 +50,7 @@ type recoveryOutcome struct {
 // pod does not exist yet is still a member of the recovery.
 func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStatus, rec Recovery) recoveryOutcome {
 	st := rec.Status
-	if d := st.Directive; d != nil && d.Phase == member.PhaseSeeding && d.Ack == nil {
+	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
 		if a, ok := rec.Acks[d.Seed]; ok && a.Epoch == d.Epoch {
 			dc := *d
 			dc.Ack = &a.Result
@@ -93,8 +93,8 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 	if refused != "" {
 		out.Status.Waiting = refused + "; " + out.Status.Waiting
 	}
-	if nd := dec.Status.Directive; rec.Policy == v1alpha1.QuorumLossManual && nd != nil && nd.Phase == member.PhaseSeeding &&
-		(st.Directive == nil || st.Directive.Phase == member.PhaseFencing) && rec.Confirmed != nd.Epoch {
+	if nd := dec.Status.Directive; rec.Policy == v1alpha1.QuorumLossManual && nd != nil && nd.Phase == cluster.PhaseSeeding &&
+		(st.Directive == nil || st.Directive.Phase == cluster.PhaseFencing) && rec.Confirmed != nd.Epoch {
 		// Manual: stop before anything is changed on disk, and say what would happen.
 		out.Status, out.Event = st, ""
 		out.Held = fmt.Sprintf("recovery %d would start from %s (%s): %s", nd.Epoch, nd.Seed, nd.Mode, nd.Reason)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -49,7 +49,7 @@ func newFakeSidecars() *fakeSidecars {
 		// The request was sent to http://<pod>.<cluster>-peer.<namespace>.svc:<port>.
 		parts := strings.Split(r.Header.Get("X-Sidecar-Host"), ".")
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/leader/move" && len(parts) >= 3 {
-			var req member.MoveLeaderRequest
+			var req cluster.MoveLeaderRequest
 			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
@@ -57,7 +57,7 @@ func newFakeSidecars() *fakeSidecars {
 			f.mu.Lock()
 			f.moves[parts[2]] = append(f.moves[parts[2]], parts[0]+" -> "+req.To)
 			f.mu.Unlock()
-			_ = json.NewEncoder(w).Encode(member.MoveLeaderResponse{From: parts[0], Leader: req.To})
+			_ = json.NewEncoder(w).Encode(cluster.MoveLeaderResponse{From: parts[0], Leader: req.To})
 			return
 		}
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/snapshots/full" || len(parts) < 3 {
@@ -180,7 +180,7 @@ func TestEtcdRestoreInPlace(t *testing.T) {
 		return nil
 	})
 	renew(t, ns, "rs-delta-snapshot", "500")
-	var d *member.Directive
+	var d *cluster.Directive
 	testutil.Eventually(t, 30*time.Second, "the restore's directive", func() error {
 		membersRenewing(t, ns, "rs", all, all)
 		d = directive(t, getCluster(t, ns, "rs"))
@@ -235,7 +235,7 @@ func TestEtcdRestoreInPlace(t *testing.T) {
 	diskReports := func() {
 		for i := 0; i < 3; i++ {
 			n := fmt.Sprintf("rs-%d", i)
-			writeReport(t, ns, member.Report{Name: n, At: time.Now(), Source: member.ReportFromDisk, DataValid: true, Owner: n,
+			writeReport(t, ns, cluster.Report{Name: n, At: time.Now(), Source: cluster.ReportFromDisk, DataValid: true, Owner: n,
 				MemberID: fmt.Sprintf("a%d", i), ClusterID: "c1", Formed: true, LastTerm: 2, LastIndex: 100, Commit: 100, Applied: 100, Revision: 500}, nil)
 		}
 	}
@@ -248,7 +248,7 @@ func TestEtcdRestoreInPlace(t *testing.T) {
 			progressing = true
 		}
 		er := getRestore(t, ns, "back")
-		if d := directive(t, ec); d == nil || d.Phase != member.PhaseSeeding || er.Status.Phase != v1alpha1.RestoreRestoring {
+		if d := directive(t, ec); d == nil || d.Phase != cluster.PhaseSeeding || er.Status.Phase != v1alpha1.RestoreRestoring {
 			return fmt.Errorf("directive %+v; EtcdRestore %s: %s", d, er.Status.Phase, er.Status.Message)
 		}
 		return nil
@@ -257,7 +257,7 @@ func TestEtcdRestoreInPlace(t *testing.T) {
 		t.Errorf("the cluster's Progressing condition never said Restoring: %+v", apimeta.FindStatusCondition(getCluster(t, ns, "rs").Status.Conditions, v1alpha1.ConditionProgressing))
 	}
 	d = directive(t, getCluster(t, ns, "rs"))
-	if d.Mode != member.RecoverFromBackup || d.Epoch != er.Status.Epoch {
+	if d.Mode != cluster.RecoverFromBackup || d.Epoch != er.Status.Epoch {
 		t.Fatalf("directive %+v: want the restore's epoch %d, from backup", d, er.Status.Epoch)
 	}
 
@@ -270,12 +270,12 @@ func TestEtcdRestoreInPlace(t *testing.T) {
 		membersRenewing(t, ns, "rs", all, all)
 		for i := 0; i < 3; i++ {
 			n := fmt.Sprintf("rs-%d", i)
-			r := member.Report{Name: n, At: time.Now(), Source: member.ReportFromEtcd, Serving: true, DataValid: true,
+			r := cluster.Report{Name: n, At: time.Now(), Source: cluster.ReportFromEtcd, Serving: true, DataValid: true,
 				MemberID: fmt.Sprintf("a%d", i), ClusterID: "c2", Formed: true, AppliedEpoch: epoch, Revision: 400}
-			var ack *member.DirectiveAck
+			var ack *cluster.DirectiveAck
 			if n == seed {
-				r.Leader, r.Members = true, []member.LiveMember{{ID: "a0", Name: "rs-0"}, {ID: "a1", Name: "rs-1"}, {ID: "a2", Name: "rs-2"}}
-				ack = &member.DirectiveAck{Epoch: epoch, Result: member.DirectiveResult{Member: n, MemberID: r.MemberID, ClusterID: "c2", Revision: 400}}
+				r.Leader, r.Members = true, []cluster.LiveMember{{ID: "a0", Name: "rs-0"}, {ID: "a1", Name: "rs-1"}, {ID: "a2", Name: "rs-2"}}
+				ack = &cluster.DirectiveAck{Epoch: epoch, Result: cluster.DirectiveResult{Member: n, MemberID: r.MemberID, ClusterID: "c2", Revision: 400}}
 			}
 			writeReport(t, ns, r, ack)
 		}
@@ -513,7 +513,7 @@ func TestEtcdRestoreCancelledByDeletion(t *testing.T) {
 		membersRenewing(t, ns, "rc", none, none)
 		for i := 0; i < 3; i++ {
 			n := fmt.Sprintf("rc-%d", i)
-			writeReport(t, ns, member.Report{Name: n, At: time.Now(), Source: member.ReportFromDisk, DataValid: true, Owner: n,
+			writeReport(t, ns, cluster.Report{Name: n, At: time.Now(), Source: cluster.ReportFromDisk, DataValid: true, Owner: n,
 				MemberID: fmt.Sprintf("a%d", i), ClusterID: "c1", Formed: true, LastTerm: 2, LastIndex: 100, Commit: 100, Applied: 100, Revision: 500}, nil)
 		}
 		ec := getCluster(t, ns, "rc")

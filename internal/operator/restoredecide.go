@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/member"
 )
 
 // restoreWait is how long an EtcdRestore waits for its cluster (to exist, to be unpaused, to
@@ -57,9 +57,9 @@ type restoreDecision struct {
 	// Message is the new status.message.
 	Message string
 	// Target is the point handed to the members (stepIssue).
-	Target member.RestoreTarget
+	Target cluster.RestoreTarget
 	// Ack is the seed's acknowledgement, once the restored member serves.
-	Ack *member.DirectiveResult
+	Ack *cluster.DirectiveResult
 	// Cancel is the epoch of the directive to withdraw (stepCancel).
 	Cancel int64
 }
@@ -155,8 +155,8 @@ func decideUncommitted(o restoreObservation) restoreDecision {
 // in the same store, and a recovery that restarts must still read the old one. A time
 // without a timeline stays unpinned: the restore finds the timeline that holds it, which the
 // new timeline (begun after it) never does.
-func pinTarget(spec v1alpha1.EtcdRestoreSpec, checked v1alpha1.RestoreTargetStatus, snap v1alpha1.RestoreSnapshot) (member.RestoreTarget, error) {
-	t := member.RestoreTarget{Timeline: uint32(checked.Timeline)}
+func pinTarget(spec v1alpha1.EtcdRestoreSpec, checked v1alpha1.RestoreTargetStatus, snap v1alpha1.RestoreSnapshot) (cluster.RestoreTarget, error) {
+	t := cluster.RestoreTarget{Timeline: uint32(checked.Timeline)}
 	if spec.Revision != nil {
 		t.Revision = *spec.Revision
 	}
@@ -182,8 +182,8 @@ func pinTarget(spec v1alpha1.EtcdRestoreSpec, checked v1alpha1.RestoreTargetStat
 
 // restoreTarget is the target recorded in the status when the epoch was (the one the
 // directive carries).
-func restoreTarget(st v1alpha1.EtcdRestoreStatus) member.RestoreTarget {
-	var t member.RestoreTarget
+func restoreTarget(st v1alpha1.EtcdRestoreStatus) cluster.RestoreTarget {
+	var t cluster.RestoreTarget
 	if st.Target != nil {
 		t.Revision, t.Timeline = st.Target.Revision, uint32(st.Target.Timeline)
 		if st.Target.Time != nil {
@@ -195,7 +195,7 @@ func restoreTarget(st v1alpha1.EtcdRestoreStatus) member.RestoreTarget {
 
 // carries: directive d carries this restore out: its epoch or a later one (a restart keeps
 // an unreached target) with the same target from the cluster's own store.
-func carries(d *member.Directive, epoch int64, t member.RestoreTarget) bool {
+func carries(d *cluster.Directive, epoch int64, t cluster.RestoreTarget) bool {
 	if d == nil || d.Epoch < epoch || d.Restore == nil {
 		return false
 	}
@@ -219,9 +219,9 @@ func decideCommitted(o restoreObservation) restoreDecision {
 	case carries(d, st.Epoch, t):
 		dec := restoreDecision{Ack: d.Ack}
 		switch d.Phase {
-		case member.PhaseFencing:
+		case cluster.PhaseFencing:
 			dec.Phase = v1alpha1.RestoreFencing
-		case member.PhaseSeeding:
+		case cluster.PhaseSeeding:
 			dec.Phase = v1alpha1.RestoreRestoring
 		default:
 			dec.Phase = v1alpha1.RestoreRejoining

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/member"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -19,7 +19,7 @@ func TestDecideRestore(t *testing.T) {
 	snapTime := metav1.NewTime(now.Add(-10 * time.Second))
 	snap := &v1alpha1.RestoreSnapshot{Key: "v1/full/500", Revision: 500, Timeline: 2, Time: &snapTime}
 	checked := &v1alpha1.RestoreTargetStatus{Revision: 400, Timeline: 2, Checked: "against the store"}
-	target := member.RestoreTarget{Revision: 400, Timeline: 2}
+	target := cluster.RestoreTarget{Revision: 400, Timeline: 2}
 	restoreObj := func(mut func(*v1alpha1.EtcdRestore)) *v1alpha1.EtcdRestore {
 		er := &v1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", CreationTimestamp: created},
 			Spec: v1alpha1.EtcdRestoreSpec{Cluster: "c", Revision: &rev}}
@@ -31,7 +31,7 @@ func TestDecideRestore(t *testing.T) {
 	committed := func(er *v1alpha1.EtcdRestore) {
 		er.Status = v1alpha1.EtcdRestoreStatus{Phase: v1alpha1.RestoreFencing, Epoch: 3, Snapshot: snap, Target: checked}
 	}
-	cluster := func(mut func(*v1alpha1.EtcdCluster)) *v1alpha1.EtcdCluster {
+	newEC := func(mut func(*v1alpha1.EtcdCluster)) *v1alpha1.EtcdCluster {
 		ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"},
 			Spec:   v1alpha1.EtcdClusterSpec{Replicas: 3, Backup: &v1alpha1.BackupSpec{Store: "s3://b/c"}},
 			Status: v1alpha1.EtcdClusterStatus{ClusterID: "c1"}}
@@ -40,10 +40,10 @@ func TestDecideRestore(t *testing.T) {
 		}
 		return ec
 	}
-	directive := func(epoch int64, phase string, t *member.RestoreTarget) *member.Directive {
-		return &member.Directive{Epoch: epoch, Phase: phase, Restore: t, Reason: "why"}
+	directive := func(epoch int64, phase string, t *cluster.RestoreTarget) *cluster.Directive {
+		return &cluster.Directive{Epoch: epoch, Phase: phase, Restore: t, Reason: "why"}
 	}
-	ack := &member.DirectiveResult{Member: "c-0", MemberID: "b0", ClusterID: "c2", Revision: 400}
+	ack := &cluster.DirectiveResult{Member: "c-0", MemberID: "b0", ClusterID: "c2", Revision: 400}
 	otherTime := target
 	otherTime.Revision = 401
 
@@ -61,92 +61,92 @@ func TestDecideRestore(t *testing.T) {
 		{name: "cluster missing too long: fails", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			er.CreationTimestamp = metav1.NewTime(now.Add(-restoreWait - time.Second))
 		})}, phase: v1alpha1.RestoreFailed, msg: "gave up after"},
-		{name: "no spec.backup: fails", o: restoreObservation{Restore: restoreObj(nil), Cluster: cluster(func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = nil })},
+		{name: "no spec.backup: fails", o: restoreObservation{Restore: restoreObj(nil), Cluster: newEC(func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = nil })},
 			phase: v1alpha1.RestoreFailed, msg: "has no spec.backup"},
-		{name: "another restore goes first: fails", o: restoreObservation{Restore: restoreObj(nil), Cluster: cluster(nil), Rival: "first"},
+		{name: "another restore goes first: fails", o: restoreObservation{Restore: restoreObj(nil), Cluster: newEC(nil), Rival: "first"},
 			phase: v1alpha1.RestoreFailed, msg: "EtcdRestore first is restoring"},
-		{name: "a recovery in progress: fails", o: restoreObservation{Restore: restoreObj(nil), Cluster: cluster(nil),
-			Recovery: heal.Status{Directive: directive(2, member.PhaseSeeding, nil), LastEpoch: 2}},
+		{name: "a recovery in progress: fails", o: restoreObservation{Restore: restoreObj(nil), Cluster: newEC(nil),
+			Recovery: heal.Status{Directive: directive(2, cluster.PhaseSeeding, nil), LastEpoch: 2}},
 			phase: v1alpha1.RestoreFailed, msg: "is recovering (directive 2"},
-		{name: "paused: waits", o: restoreObservation{Restore: restoreObj(nil), Cluster: cluster(func(ec *v1alpha1.EtcdCluster) {
+		{name: "paused: waits", o: restoreObservation{Restore: restoreObj(nil), Cluster: newEC(func(ec *v1alpha1.EtcdCluster) {
 			ec.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
 		})}, phase: v1alpha1.RestorePending, msg: "is paused"},
-		{name: "not formed: waits", o: restoreObservation{Restore: restoreObj(nil), Cluster: cluster(func(ec *v1alpha1.EtcdCluster) { ec.Status.ClusterID = "" })},
+		{name: "not formed: waits", o: restoreObservation{Restore: restoreObj(nil), Cluster: newEC(func(ec *v1alpha1.EtcdCluster) { ec.Status.ClusterID = "" })},
 			phase: v1alpha1.RestorePending, msg: "has not formed"},
-		{name: "no serving member: waits", o: restoreObservation{Restore: restoreObj(nil), Cluster: cluster(nil), SidecarWait: "no member of c serves yet"},
+		{name: "no serving member: waits", o: restoreObservation{Restore: restoreObj(nil), Cluster: newEC(nil), SidecarWait: "no member of c serves yet"},
 			phase: v1alpha1.RestorePending, msg: "no member of c serves yet"},
-		{name: "full snapshot first", o: restoreObservation{Restore: restoreObj(nil), Cluster: cluster(nil)},
+		{name: "full snapshot first", o: restoreObservation{Restore: restoreObj(nil), Cluster: newEC(nil)},
 			step: stepSnapshot, phase: v1alpha1.RestoreSnapshotting},
 		{name: "then the deltas catch up with the snapshot", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) { er.Status.Snapshot = snap }),
-			Cluster: cluster(nil), DeltaRevision: 480}, phase: v1alpha1.RestoreSnapshotting, msg: "waiting for the deltas to reach revision 500"},
+			Cluster: newEC(nil), DeltaRevision: 480}, phase: v1alpha1.RestoreSnapshotting, msg: "waiting for the deltas to reach revision 500"},
 		{name: "then the target is checked", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) { er.Status.Snapshot = snap }),
-			Cluster: cluster(nil), DeltaRevision: 500}, step: stepCheck, phase: v1alpha1.RestoreSnapshotting},
+			Cluster: newEC(nil), DeltaRevision: 500}, step: stepCheck, phase: v1alpha1.RestoreSnapshotting},
 		{name: "then the directive is issued, pinned to the checked timeline", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			er.Status.Snapshot, er.Status.Target = snap, checked
-		}), Cluster: cluster(nil)}, step: stepIssue, phase: v1alpha1.RestoreFencing, wantPinTo: 2},
+		}), Cluster: newEC(nil)}, step: stepIssue, phase: v1alpha1.RestoreFencing, wantPinTo: 2},
 		{name: "a revision beyond the snapshot fails before fencing", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			r := int64(501)
 			er.Spec.Revision = &r
 			er.Status.Snapshot, er.Status.Target = snap, &v1alpha1.RestoreTargetStatus{Revision: 501, Timeline: 2}
-		}), Cluster: cluster(nil)}, phase: v1alpha1.RestoreFailed, msg: "beyond the present"},
+		}), Cluster: newEC(nil)}, phase: v1alpha1.RestoreFailed, msg: "beyond the present"},
 		{name: "deleted before anything was stopped: released", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			er.DeletionTimestamp, er.Status.Snapshot = &deleted, snap
-		}), Cluster: cluster(nil)}, step: stepRelease},
-		{name: "epoch recorded, directive never written: written now", o: restoreObservation{Restore: restoreObj(committed), Cluster: cluster(nil),
+		}), Cluster: newEC(nil)}, step: stepRelease},
+		{name: "epoch recorded, directive never written: written now", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
 			Recovery: heal.Status{LastEpoch: 2}}, step: stepIssue, phase: v1alpha1.RestoreFencing, wantPinTo: 2},
 		{name: "epoch recorded, directive never written, deleted: released", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			committed(er)
 			er.DeletionTimestamp = &deleted
-		}), Cluster: cluster(nil), Recovery: heal.Status{LastEpoch: 2}}, step: stepRelease, phase: v1alpha1.RestoreFailed},
-		{name: "epoch recorded, a quorum-loss recovery took the cluster first: fails", o: restoreObservation{Restore: restoreObj(committed), Cluster: cluster(nil),
-			Recovery: heal.Status{LastEpoch: 2, Directive: directive(2, member.PhaseFencing, nil)}}, phase: v1alpha1.RestoreFailed, msg: "before the restore's directive was written"},
-		{name: "fencing: followed", o: restoreObservation{Restore: restoreObj(committed), Cluster: cluster(nil),
-			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, member.PhaseFencing, &target)}},
+		}), Cluster: newEC(nil), Recovery: heal.Status{LastEpoch: 2}}, step: stepRelease, phase: v1alpha1.RestoreFailed},
+		{name: "epoch recorded, a quorum-loss recovery took the cluster first: fails", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 2, Directive: directive(2, cluster.PhaseFencing, nil)}}, phase: v1alpha1.RestoreFailed, msg: "before the restore's directive was written"},
+		{name: "fencing: followed", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, cluster.PhaseFencing, &target)}},
 			phase: v1alpha1.RestoreFencing, msg: "directive 3, Fencing"},
 		{name: "deleted while fencing: the cluster is asked to cancel the directive in force", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			committed(er)
 			er.DeletionTimestamp = &deleted
-		}), Cluster: cluster(nil), Recovery: heal.Status{LastEpoch: 5, Directive: directive(5, member.PhaseSeeding, &target)}},
+		}), Cluster: newEC(nil), Recovery: heal.Status{LastEpoch: 5, Directive: directive(5, cluster.PhaseSeeding, &target)}},
 			step: stepCancel, phase: v1alpha1.RestoreRestoring, msg: "cancelling directive 5"},
 		{name: "deleted once the restored member served: not cancelled, followed to the end", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			committed(er)
 			er.DeletionTimestamp = &deleted
-		}), Cluster: cluster(nil), Recovery: heal.Status{LastEpoch: 3, Directive: func() *member.Directive {
-			d := directive(3, member.PhaseRejoining, &target)
+		}), Cluster: newEC(nil), Recovery: heal.Status{LastEpoch: 3, Directive: func() *cluster.Directive {
+			d := directive(3, cluster.PhaseRejoining, &target)
 			d.Ack = ack
 			return d
 		}()}}, phase: v1alpha1.RestoreRejoining, wantAck: true},
 		{name: "deleted, and the cancel withdrew the directive: Failed, cancelled", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			committed(er)
 			er.DeletionTimestamp = &deleted
-		}), Cluster: cluster(nil), Recovery: heal.Status{LastEpoch: 4, Directive: directive(4, member.PhaseFencing, nil)}},
+		}), Cluster: newEC(nil), Recovery: heal.Status{LastEpoch: 4, Directive: directive(4, cluster.PhaseFencing, nil)}},
 			phase: v1alpha1.RestoreFailed, msg: "cancelled"},
-		{name: "seeding: Restoring", o: restoreObservation{Restore: restoreObj(committed), Cluster: cluster(nil),
-			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, member.PhaseSeeding, &target)}}, phase: v1alpha1.RestoreRestoring},
-		{name: "a restarted directive with the same target is still this restore", o: restoreObservation{Restore: restoreObj(committed), Cluster: cluster(nil),
-			Recovery: heal.Status{LastEpoch: 5, Directive: directive(5, member.PhaseSeeding, &target)}}, phase: v1alpha1.RestoreRestoring, msg: "restarted"},
-		{name: "paused while restoring: says so, goes on", o: restoreObservation{Restore: restoreObj(committed), Cluster: cluster(func(ec *v1alpha1.EtcdCluster) {
+		{name: "seeding: Restoring", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, cluster.PhaseSeeding, &target)}}, phase: v1alpha1.RestoreRestoring},
+		{name: "a restarted directive with the same target is still this restore", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 5, Directive: directive(5, cluster.PhaseSeeding, &target)}}, phase: v1alpha1.RestoreRestoring, msg: "restarted"},
+		{name: "paused while restoring: says so, goes on", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(func(ec *v1alpha1.EtcdCluster) {
 			ec.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
-		}), Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, member.PhaseSeeding, &target)}}, phase: v1alpha1.RestoreRestoring, msg: "is paused"},
-		{name: "rejoining: the acknowledgement is recorded", o: restoreObservation{Restore: restoreObj(committed), Cluster: cluster(nil),
-			Recovery: heal.Status{LastEpoch: 3, Directive: func() *member.Directive {
-				d := directive(3, member.PhaseRejoining, &target)
+		}), Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, cluster.PhaseSeeding, &target)}}, phase: v1alpha1.RestoreRestoring, msg: "is paused"},
+		{name: "rejoining: the acknowledgement is recorded", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, Directive: func() *cluster.Directive {
+				d := directive(3, cluster.PhaseRejoining, &target)
 				d.Ack = ack
 				return d
 			}()}}, phase: v1alpha1.RestoreRejoining, wantAck: true},
-		{name: "retired: Succeeded", o: restoreObservation{Restore: restoreObj(committed), Cluster: cluster(nil),
-			Recovery: heal.Status{LastEpoch: 3, LastRecovery: func() *member.Directive {
-				d := directive(3, member.PhaseRejoining, &target)
+		{name: "retired: Succeeded", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, LastRecovery: func() *cluster.Directive {
+				d := directive(3, cluster.PhaseRejoining, &target)
 				d.Ack = ack
 				return d
 			}()}}, phase: v1alpha1.RestoreSucceeded, msg: "revision 400, new cluster c2", wantAck: true},
 		{name: "acknowledged, then a quorum loss took over: Succeeded", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			committed(er)
 			er.Status.RestoredRevision, er.Status.ClusterID = 400, "c2"
-		}), Cluster: cluster(nil), Recovery: heal.Status{LastEpoch: 4, Directive: directive(4, member.PhaseFencing, nil)}},
+		}), Cluster: newEC(nil), Recovery: heal.Status{LastEpoch: 4, Directive: directive(4, cluster.PhaseFencing, nil)}},
 			phase: v1alpha1.RestoreSucceeded, msg: "recovering since (directive 4"},
-		{name: "another target's directive is not this restore's", o: restoreObservation{Restore: restoreObj(committed), Cluster: cluster(nil),
-			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, member.PhaseFencing, &otherTime)}}, phase: v1alpha1.RestoreFailed, msg: "superseded"},
+		{name: "another target's directive is not this restore's", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, cluster.PhaseFencing, &otherTime)}}, phase: v1alpha1.RestoreFailed, msg: "superseded"},
 		{name: "cluster deleted during the restore: fails", o: restoreObservation{Restore: restoreObj(committed)},
 			phase: v1alpha1.RestoreFailed, msg: "was deleted during the restore"},
 		{name: "done and deleted: released", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
@@ -184,19 +184,19 @@ func TestPinTarget(t *testing.T) {
 		name    string
 		spec    v1alpha1.EtcdRestoreSpec
 		checked v1alpha1.RestoreTargetStatus
-		want    member.RestoreTarget
+		want    cluster.RestoreTarget
 		err     string
 	}{
-		{name: "newest: the present timeline", want: member.RestoreTarget{Timeline: 3}},
-		{name: "revision: the present timeline", spec: v1alpha1.EtcdRestoreSpec{Revision: r(400)}, want: member.RestoreTarget{Revision: 400, Timeline: 3}},
+		{name: "newest: the present timeline", want: cluster.RestoreTarget{Timeline: 3}},
+		{name: "revision: the present timeline", spec: v1alpha1.EtcdRestoreSpec{Revision: r(400)}, want: cluster.RestoreTarget{Revision: 400, Timeline: 3}},
 		{name: "revision: the timeline the store check found", spec: v1alpha1.EtcdRestoreSpec{Revision: r(400)},
-			checked: v1alpha1.RestoreTargetStatus{Timeline: 3}, want: member.RestoreTarget{Revision: 400, Timeline: 3}},
+			checked: v1alpha1.RestoreTargetStatus{Timeline: 3}, want: cluster.RestoreTarget{Revision: 400, Timeline: 3}},
 		{name: "revision of an older timeline: not bounded by the present", spec: v1alpha1.EtcdRestoreSpec{Revision: r(900), Timeline: r(1)},
-			want: member.RestoreTarget{Revision: 900, Timeline: 1}},
+			want: cluster.RestoreTarget{Revision: 900, Timeline: 1}},
 		{name: "revision beyond the present", spec: v1alpha1.EtcdRestoreSpec{Revision: r(501)}, err: "beyond the present"},
-		{name: "time: unpinned unless the store check found its timeline", spec: v1alpha1.EtcdRestoreSpec{Time: &past}, want: member.RestoreTarget{Time: past.Time}},
+		{name: "time: unpinned unless the store check found its timeline", spec: v1alpha1.EtcdRestoreSpec{Time: &past}, want: cluster.RestoreTarget{Time: past.Time}},
 		{name: "time: pinned to the timeline the store check found", spec: v1alpha1.EtcdRestoreSpec{Time: &past},
-			checked: v1alpha1.RestoreTargetStatus{Timeline: 2}, want: member.RestoreTarget{Time: past.Time, Timeline: 2}},
+			checked: v1alpha1.RestoreTargetStatus{Timeline: 2}, want: cluster.RestoreTarget{Time: past.Time, Timeline: 2}},
 		{name: "time in the future", spec: v1alpha1.EtcdRestoreSpec{Time: &future}, err: "after the present"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
-	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -150,10 +150,10 @@ func (p *rolloutPlayer) step() {
 // report writes member i's report as its sidecar does: when something in it changed.
 func (p *rolloutPlayer) report(pn string, i, n int) {
 	t := p.t
-	r := member.Report{Name: pn, At: time.Now(), Source: member.ReportFromEtcd, Serving: true, Formed: true, DataValid: true,
+	r := cluster.Report{Name: pn, At: time.Now(), Source: cluster.ReportFromEtcd, Serving: true, Formed: true, DataValid: true,
 		ClusterID: "c1", MemberID: fmt.Sprintf("%x", 0xa0+i), Leader: i == p.leader, LeaderID: fmt.Sprintf("%x", 0xa0+p.leader), Applied: 1000}
 	for j := 0; j < n; j++ {
-		r.Members = append(r.Members, member.LiveMember{ID: fmt.Sprintf("%x", 0xa0+j), Name: fmt.Sprintf("%s-%d", p.name, j)})
+		r.Members = append(r.Members, cluster.LiveMember{ID: fmt.Sprintf("%x", 0xa0+j), Name: fmt.Sprintf("%s-%d", p.name, j)})
 	}
 	key := fmt.Sprintf("%s %v %s", p.uids[pn], r.Leader, r.LeaderID)
 	if p.reported[pn] == key {

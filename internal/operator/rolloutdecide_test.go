@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/maintenance"
-	"github.com/etcd-steward/steward/internal/member"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -21,11 +21,11 @@ func rolling(n int) *world {
 	w := healthy(n)
 	w.o.Rollout = &RolloutObservation{Revision: "new", Leader: maintenance.LeaderMoveLeader, Snapshot: true}
 	w.o.Graces.Rollout = 10 * time.Minute
-	w.o.Reports = map[string]member.Report{}
+	w.o.Reports = map[string]cluster.Report{}
 	for i := range w.o.Members {
 		w.o.Members[i].Pod.Revision = "old"
 		name := w.o.Members[i].Name
-		w.o.Reports[name] = member.Report{Name: name, Serving: true, Formed: true, ClusterID: "c1", MemberID: fmt.Sprintf("%x", 100+i),
+		w.o.Reports[name] = cluster.Report{Name: name, Serving: true, Formed: true, ClusterID: "c1", MemberID: fmt.Sprintf("%x", 100+i),
 			Leader: i == 0, LeaderID: fmt.Sprintf("%x", 100), Applied: 5000}
 	}
 	return w
@@ -72,7 +72,7 @@ func progressing(d Decision) *metav1.Condition {
 func TestDecideRollout(t *testing.T) {
 	restore := func(w *world) *world {
 		w.o.Previous.ClusterID = "c1"
-		hd, err := heal.StartRestore(heal.Observation{Now: t0}, member.RestoreTarget{Revision: 400, Timeline: 2})
+		hd, err := heal.StartRestore(heal.Observation{Now: t0}, cluster.RestoreTarget{Revision: 400, Timeline: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

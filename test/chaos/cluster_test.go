@@ -74,9 +74,9 @@ func chaosConfig(t *testing.T) config {
 	return c
 }
 
-// cluster is a `steward local` cluster run in-process by the test, backing up to a fake S3
+// localCluster is a `steward local` cluster run in-process by the test, backing up to a fake S3
 // store that can be switched off.
-type cluster struct {
+type localCluster struct {
 	t      *testing.T
 	cfg    config
 	dir    string
@@ -100,9 +100,9 @@ type clusterOptions struct {
 	secure bool
 }
 
-func startCluster(t *testing.T, cfg config, o clusterOptions) *cluster {
+func startCluster(t *testing.T, cfg config, o clusterOptions) *localCluster {
 	t.Helper()
-	c := &cluster{t: t, cfg: cfg, s3: testutil.FakeS3(t, "chaos"), began: time.Now(), done: make(chan error, 1),
+	c := &localCluster{t: t, cfg: cfg, s3: testutil.FakeS3(t, "chaos"), began: time.Now(), done: make(chan error, 1),
 		owners: map[string]string{}}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func startCluster(t *testing.T, cfg config, o clusterOptions) *cluster {
 }
 
 // start runs the supervisor and waits until the cluster is ready.
-func (c *cluster) start(ctx context.Context, ready chan local.Spec) error {
+func (c *localCluster) start(ctx context.Context, ready chan local.Spec) error {
 	opts := c.opts
 	opts.OnReady = func(s local.Spec) { ready <- s }
 	go func() { c.done <- local.Up(ctx, opts) }()
@@ -156,7 +156,7 @@ func (c *cluster) start(ctx context.Context, ready chan local.Spec) error {
 
 // restartSupervisor stops the supervisor and every member, runs change on the stopped
 // cluster's directory, and starts the supervisor again.
-func (c *cluster) restartSupervisor(change func() error) error {
+func (c *localCluster) restartSupervisor(change func() error) error {
 	c.stop()
 	if err := change(); err != nil {
 		return err
@@ -171,7 +171,7 @@ func (c *cluster) restartSupervisor(change func() error) error {
 	return nil
 }
 
-func (c *cluster) stop() {
+func (c *localCluster) stop() {
 	if c.cancel == nil {
 		return
 	}
@@ -183,7 +183,7 @@ func (c *cluster) stop() {
 }
 
 // logf prints a line stamped with the time since the cluster started.
-func (c *cluster) logf(format string, args ...any) {
+func (c *localCluster) logf(format string, args ...any) {
 	c.t.Helper()
 	c.t.Logf("[%7.1fs] %s", time.Since(c.began).Seconds(), fmt.Sprintf(format, args...))
 }
@@ -192,7 +192,7 @@ func (c *cluster) logf(format string, args ...any) {
 // client made before that holds no token, and with TLS etcd then takes its certificate's
 // name for the user, which has no role: every request would be denied. (`local up` reports
 // ready before authentication is on; see the closing note of the stop that added this.)
-func (c *cluster) waitAuthEnabled() {
+func (c *localCluster) waitAuthEnabled() {
 	c.t.Helper()
 	testutil.Eventually(c.t, time.Minute, "etcd authentication on", func() error {
 		cli, err := local.Dialer(c.dir, c.spec).New(c.spec.ClientURLs(), 3*time.Second)
@@ -213,7 +213,7 @@ func (c *cluster) waitAuthEnabled() {
 	})
 }
 
-func (c *cluster) client() *clientv3.Client {
+func (c *localCluster) client() *clientv3.Client {
 	c.t.Helper()
 	cli, err := local.Dialer(c.dir, c.spec).New(c.spec.ClientURLs(), 3*time.Second)
 	if err != nil {
@@ -223,7 +223,7 @@ func (c *cluster) client() *clientv3.Client {
 	return cli
 }
 
-func (c *cluster) status(ctx context.Context) (local.Report, error) {
+func (c *localCluster) status(ctx context.Context) (local.Report, error) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return local.Status(sctx, c.dir)
@@ -231,7 +231,7 @@ func (c *cluster) status(ctx context.Context) (local.Report, error) {
 
 // healthy says why the cluster is not healthy yet, or nil: every desired member serves as a
 // voter, one leads, no extra or learner member is left, and backups are current if asked.
-func (c *cluster) healthy(ctx context.Context, wantBackup bool) error {
+func (c *localCluster) healthy(ctx context.Context, wantBackup bool) error {
 	rep, err := c.status(ctx)
 	if err != nil {
 		return err
@@ -266,7 +266,7 @@ func (c *cluster) healthy(ctx context.Context, wantBackup bool) error {
 }
 
 // waitHealthy polls until the cluster is healthy, and returns how long that took.
-func (c *cluster) waitHealthy(ctx context.Context, timeout time.Duration, wantBackup bool) (time.Duration, error) {
+func (c *localCluster) waitHealthy(ctx context.Context, timeout time.Duration, wantBackup bool) (time.Duration, error) {
 	start := time.Now()
 	var err error
 	for time.Since(start) < timeout {
@@ -284,7 +284,7 @@ func (c *cluster) waitHealthy(ctx context.Context, timeout time.Duration, wantBa
 
 // checkOwners enforces invariant 2 (a member never starts on data that is not its own): an
 // etcd member ID, which lives in the data dir, must never be served by another member.
-func (c *cluster) checkOwners(ctx context.Context) error {
+func (c *localCluster) checkOwners(ctx context.Context) error {
 	ms, err := c.members(ctx, "")
 	if err != nil {
 		return err
@@ -302,7 +302,7 @@ func (c *cluster) checkOwners(ctx context.Context) error {
 }
 
 // members returns the reported members with the given role ("" for any).
-func (c *cluster) members(ctx context.Context, role string) ([]local.MemberReport, error) {
+func (c *localCluster) members(ctx context.Context, role string) ([]local.MemberReport, error) {
 	rep, err := c.status(ctx)
 	if err != nil {
 		return nil, err
@@ -321,7 +321,7 @@ func (c *cluster) members(ctx context.Context, role string) ([]local.MemberRepor
 
 // converged checks that every member holds the same key space: it waits until all members
 // report the same revision, then compares etcd's HashKV at that revision, which it returns.
-func (c *cluster) converged(ctx context.Context) (int64, error) {
+func (c *localCluster) converged(ctx context.Context) (int64, error) {
 	cli := c.client()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -363,7 +363,7 @@ func (c *cluster) converged(ctx context.Context) (int64, error) {
 // verifyBackups waits until the backups reach revision rev, then reads the whole chain back:
 // every object must verify (invariant 6) and the chain must cover up to rev without a hole
 // (invariant 5).
-func (c *cluster) verifyBackups(ctx context.Context, rev int64) error {
+func (c *localCluster) verifyBackups(ctx context.Context, rev int64) error {
 	err := testutil.Poll(time.Minute, 500*time.Millisecond, func() error {
 		rep, err := c.status(ctx)
 		if err == nil && rep.Backup != nil && rep.Backup.Ready && max(rep.Backup.LatestDeltaRevision, rep.Backup.LatestFullRevision) >= rev {

@@ -17,26 +17,26 @@ import (
 // itself. inject returns what it did, in words.
 type fault struct {
 	name   string
-	inject func(ctx context.Context, c *cluster, tr *traffic, rng *rand.Rand) (string, error)
+	inject func(ctx context.Context, c *localCluster, tr *traffic, rng *rand.Rand) (string, error)
 }
 
 // errSkip marks a fault that this build cannot inject (e.g. scaling before it exists).
 var errSkip = errors.New("not available in this build")
 
 var faults = []fault{
-	{"kill-leader", func(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (string, error) {
+	{"kill-leader", func(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (string, error) {
 		return killRole(ctx, c, rng, "leader")
 	}},
-	{"kill-follower", func(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (string, error) {
+	{"kill-follower", func(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (string, error) {
 		return killRole(ctx, c, rng, "follower")
 	}},
-	{"wipe", func(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (string, error) {
+	{"wipe", func(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (string, error) {
 		return memberFault(ctx, c, rng, local.FaultWipe)
 	}},
-	{"corrupt", func(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (string, error) {
+	{"corrupt", func(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (string, error) {
 		return memberFault(ctx, c, rng, local.FaultCorrupt)
 	}},
-	{"swap", func(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (string, error) {
+	{"swap", func(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (string, error) {
 		ms, err := c.members(ctx, "")
 		if err != nil {
 			return "", err
@@ -50,7 +50,7 @@ var faults = []fault{
 	{"scale", scale},
 }
 
-func killRole(ctx context.Context, c *cluster, rng *rand.Rand, role string) (string, error) {
+func killRole(ctx context.Context, c *localCluster, rng *rand.Rand, role string) (string, error) {
 	ms, err := c.members(ctx, role)
 	if err != nil {
 		return "", err
@@ -59,7 +59,7 @@ func killRole(ctx context.Context, c *cluster, rng *rand.Rand, role string) (str
 	return fmt.Sprintf("kill -9 of %s's etcd (%s)", m.Name, role), local.Fault(c.dir, m.Name, local.FaultKill, "")
 }
 
-func memberFault(ctx context.Context, c *cluster, rng *rand.Rand, kind string) (string, error) {
+func memberFault(ctx context.Context, c *localCluster, rng *rand.Rand, kind string) (string, error) {
 	ms, err := c.members(ctx, "")
 	if err != nil {
 		return "", err
@@ -70,7 +70,7 @@ func memberFault(ctx context.Context, c *cluster, rng *rand.Rand, kind string) (
 
 // backupOutage takes the backup store down: backups must report the failure while etcd keeps
 // serving, and catch up once the store is back.
-func backupOutage(ctx context.Context, c *cluster, tr *traffic, _ *rand.Rand) (string, error) {
+func backupOutage(ctx context.Context, c *localCluster, tr *traffic, _ *rand.Rand) (string, error) {
 	c.s3.SetDown(true)
 	defer c.s3.SetDown(false)
 	err := testutil.Poll(30*time.Second, 500*time.Millisecond, func() error {
@@ -94,7 +94,7 @@ func backupOutage(ctx context.Context, c *cluster, tr *traffic, _ *rand.Rand) (s
 
 // scale grows the cluster by two members and shrinks it back, with `steward local scale`,
 // if the build has it.
-func scale(ctx context.Context, c *cluster, _ *traffic, _ *rand.Rand) (string, error) {
+func scale(ctx context.Context, c *localCluster, _ *traffic, _ *rand.Rand) (string, error) {
 	help, _ := exec.CommandContext(ctx, c.cfg.binary, "local", "--help").CombinedOutput()
 	if !strings.Contains(string(help), "\n  scale ") {
 		return "", errSkip

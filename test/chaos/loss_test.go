@@ -84,7 +84,7 @@ func (w *writer) finish() {
 }
 
 // wipe wipes the named members one right after the other.
-func wipe(t *testing.T, c *cluster, names []string) {
+func wipe(t *testing.T, c *localCluster, names []string) {
 	t.Helper()
 	for _, n := range names {
 		if err := local.Fault(c.dir, n, local.FaultWipe, ""); err != nil {

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/local"
-	"github.com/etcd-steward/steward/internal/member"
 	"github.com/etcd-steward/steward/internal/testutil"
 )
 
@@ -28,7 +28,7 @@ func init() {
 }
 
 // twoMembers picks two distinct members at random.
-func twoMembers(ctx context.Context, c *cluster, rng *rand.Rand) (a, b local.MemberReport, err error) {
+func twoMembers(ctx context.Context, c *localCluster, rng *rand.Rand) (a, b local.MemberReport, err error) {
 	ms, err := c.members(ctx, "")
 	if err != nil {
 		return a, b, err
@@ -40,7 +40,7 @@ func twoMembers(ctx context.Context, c *cluster, rng *rand.Rand) (a, b local.Mem
 
 // wipeTwo: two members lose their data within 100 ms of each other (the overlap that once
 // deadlocked a cluster for good).
-func wipeTwo(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (string, error) {
+func wipeTwo(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (string, error) {
 	a, b, err := twoMembers(ctx, c, rng)
 	if err != nil {
 		return "", err
@@ -58,7 +58,7 @@ func wipeTwo(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (strin
 
 // wipeDuringReplacement wipes a member, waits until its replacement is a learner (joined,
 // not yet promoted), then wipes another member.
-func wipeDuringReplacement(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (string, error) {
+func wipeDuringReplacement(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (string, error) {
 	a, b, err := twoMembers(ctx, c, rng)
 	if err != nil {
 		return "", err
@@ -92,12 +92,12 @@ func wipeDuringReplacement(ctx context.Context, c *cluster, _ *traffic, rng *ran
 // seed, then strikes again: the seed's etcd is killed, or another member is killed or wiped.
 // (Wiping the seed, the one survivor, would be a total loss: TestTotalLossRestoreFromBackup
 // covers that, with the losses it allows.)
-func faultDuringRecovery(ctx context.Context, c *cluster, tr *traffic, rng *rand.Rand) (string, error) {
+func faultDuringRecovery(ctx context.Context, c *localCluster, tr *traffic, rng *rand.Rand) (string, error) {
 	what, err := wipeTwo(ctx, c, tr, rng)
 	if err != nil {
 		return "", err
 	}
-	var d member.Directive
+	var d cluster.Directive
 	if err := testutil.Poll(2*time.Minute, 20*time.Millisecond, func() error {
 		st, err := local.ReadState(c.dir)
 		if err != nil {
@@ -139,7 +139,7 @@ func faultDuringRecovery(ctx context.Context, c *cluster, tr *traffic, rng *rand
 
 // killBackupLeaderDuringFlush kills the backup leader at a random moment within a delta
 // period after it stored a delta.
-func killBackupLeaderDuringFlush(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (string, error) {
+func killBackupLeaderDuringFlush(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (string, error) {
 	var leader string
 	var rev int64
 	if err := testutil.Poll(30*time.Second, 50*time.Millisecond, func() error {
@@ -168,7 +168,7 @@ func killBackupLeaderDuringFlush(ctx context.Context, c *cluster, _ *traffic, rn
 
 // supervisorStateLost stops the supervisor, damages or deletes its state file while a member
 // also loses its data, and starts it again: the status is rebuilt from the members.
-func supervisorStateLost(ctx context.Context, c *cluster, _ *traffic, rng *rand.Rand) (string, error) {
+func supervisorStateLost(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (string, error) {
 	ms, err := c.members(ctx, "")
 	if err != nil {
 		return "", err

@@ -1,4 +1,4 @@
-package member
+package cluster
 
 import (
 	"slices"
@@ -17,7 +17,7 @@ import (
 //   - restored from backup onto one member, alone (a quorum-loss recovery, bootstrap.restore).
 //
 // A force-new-cluster keeps the ID.
-func ClusterIDs(spec ClusterSpec, statusID string) []uint64 {
+func IDs(spec Spec, statusID string) []uint64 {
 	var ids []uint64
 	add := func(id uint64) {
 		if id != 0 && !slices.Contains(ids, id) {

@@ -1,0 +1,104 @@
+package cluster
+
+import (
+	"fmt"
+	"time"
+)
+
+// Directive is an instruction to recover a quorum lost for good, issued by the supervisor or
+// operator and carried out by the sidecars. Epochs only grow; a directive is carried out
+// once, by its seed, which acknowledges it in the cluster status.
+type Directive struct {
+	Epoch int64 `json:"epoch"`
+	// Phase: PhaseFencing (every member stopped; reports gathered), PhaseSeeding (the seed
+	// recovers alone; the others stay stopped), PhaseRejoining (the seed serves; the others
+	// rejoin as learners).
+	Phase string `json:"phase"`
+	// Mode (RecoverFromSurvivor or RecoverFromBackup) and Seed are set from PhaseSeeding on.
+	Mode string `json:"mode,omitempty"`
+	Seed string `json:"seed,omitempty"`
+	// Reason explains the phase: why this source was chosen, or what the phase waits for.
+	Reason string `json:"reason,omitempty"`
+	// Alternatives lists the sources not chosen and what choosing them would have lost.
+	Alternatives []string  `json:"alternatives,omitempty"`
+	IssuedAt     time.Time `json:"issuedAt"`
+	PhaseSince   time.Time `json:"phaseSince"`
+	// Ack is the seed's acknowledgement, once it serves.
+	Ack *DirectiveResult `json:"ack,omitempty"`
+	// Restore, on a RecoverFromBackup directive, names the backup and the point to restore
+	// (a new cluster's bootstrap.restore); nil: the seed's own backup store, the newest
+	// revision of this cluster's newest timeline there (Observation.BackupTimeline).
+	Restore *RestoreTarget `json:"restore,omitempty"`
+}
+
+// RestoreTarget is a backup store and a point in its history: a revision, a time, or
+// (neither) the newest.
+type RestoreTarget struct {
+	Store    string    `json:"store"`
+	Revision int64     `json:"revision,omitempty"`
+	Time     time.Time `json:"time,omitempty"`
+	// Timeline is the timeline to restore (0: the newest, or the one of Time).
+	Timeline uint32 `json:"timeline,omitempty"`
+}
+
+// Point says which point of the history is restored, in words.
+func (t RestoreTarget) Point() string {
+	switch {
+	case t.Revision > 0:
+		return fmt.Sprintf("revision %d", t.Revision)
+	case !t.Time.IsZero():
+		return "the newest revision at " + t.Time.UTC().Format(time.RFC3339)
+	case t.Timeline != 0:
+		return fmt.Sprintf("the newest revision of timeline %d", t.Timeline)
+	}
+	return "the newest revision"
+}
+
+// Directive phases.
+const (
+	PhaseFencing   = "Fencing"
+	PhaseSeeding   = "Seeding"
+	PhaseRejoining = "Rejoining"
+)
+
+// Recovery modes.
+const (
+	RecoverFromSurvivor = "survivor"
+	RecoverFromBackup   = "backup"
+)
+
+// DirectiveAck is a seed's acknowledgement of the directive of epoch Epoch, as views record it.
+type DirectiveAck struct {
+	Epoch  int64           `json:"epoch"`
+	Result DirectiveResult `json:"result"`
+}
+
+// DirectiveResult is what the seed reports when it serves after carrying out a directive.
+type DirectiveResult struct {
+	Member    string    `json:"member"`
+	MemberID  string    `json:"memberID"`
+	ClusterID string    `json:"clusterID"`
+	Revision  int64     `json:"revision"`
+	At        time.Time `json:"at"`
+}
+
+// Fenced lists the members whose etcd must be stopped and kept stopped under directive d:
+// all of them while fencing, all but the seed while it recovers, none once it serves.
+func (d *Directive) Fenced(members []string) []string {
+	if d == nil {
+		return nil
+	}
+	switch d.Phase {
+	case PhaseFencing:
+		return members
+	case PhaseSeeding:
+		var out []string
+		for _, m := range members {
+			if m != d.Seed {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	return nil
+}
