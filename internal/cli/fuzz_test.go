@@ -5,8 +5,10 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/backup/agent"
 	retentionpkg "github.com/etcd-steward/steward/internal/backup/retention"
 	"github.com/etcd-steward/steward/internal/member"
+	"github.com/etcd-steward/steward/internal/units"
 )
 
 // FuzzClusterConfig: the ClusterConfig a sidecar reads from its ConfigMap (cluster.yaml,
@@ -46,15 +48,15 @@ func FuzzClusterConfig(f *testing.F) {
 			t.Fatalf("defragmentation policy %+v accepted", p)
 		}
 		if s := cfg.Maintenance.DefragSchedule; s != "" && s != member.MaintenanceOff {
-			if _, err := member.ParseSchedule(s); err != nil {
+			if _, err := units.ParseSchedule(s); err != nil {
 				t.Fatalf("defragmentation schedule %q accepted but does not parse: %v", s, err)
 			}
 		}
 		for _, sched := range []string{cfg.Backup.FullSchedule, cfg.Backup.DrillSchedule} {
-			if sched == "" || sched == member.DrillOff {
+			if sched == "" || sched == agent.DrillOff {
 				continue
 			}
-			sc, err := member.ParseSchedule(sched)
+			sc, err := units.ParseSchedule(sched)
 			if err != nil {
 				t.Fatalf("schedule %q accepted but does not parse: %v", sched, err)
 			}
@@ -89,7 +91,7 @@ func FuzzCLIDurationsAndSchedules(f *testing.F) {
 		}
 		_, _ = time.ParseDuration(s)
 		_, _ = time.Parse(time.RFC3339Nano, s)
-		if sc, err := member.ParseSchedule(s); err == nil {
+		if sc, err := units.ParseSchedule(s); err == nil {
 			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			if next := sc.Next(now); !next.IsZero() && !next.After(now) {
 				t.Fatalf("schedule %q: next %v is not after %v", s, next, now)

@@ -10,7 +10,9 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/backup/agent"
 	retentionpkg "github.com/etcd-steward/steward/internal/backup/retention"
+	"github.com/etcd-steward/steward/internal/units"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/etcdproc"
@@ -74,7 +76,7 @@ file is read again when it changes).`,
 			if err := etcdproc.CheckFlags(cfg.EtcdFlags); err != nil {
 				return fmt.Errorf("--etcd-flag: %w", err)
 			}
-			if err := member.ValidateSchedules(cfg.Backup); err != nil {
+			if err := agent.ValidateSchedules(cfg.Backup); err != nil {
 				return err
 			}
 			if retention != "" {
@@ -156,7 +158,7 @@ file is read again when it changes).`,
 	f.StringVar(&cfg.Backup.FullSchedule, "full-schedule", "@hourly", "cron schedule of full snapshots")
 	f.Int64Var(&cfg.Backup.FullAfterRevisions, "full-after-revisions", 1_000_000, "take a full snapshot as soon as the deltas since the newest one span this many revisions, so a restore replays no more (0: no limit)")
 	f.StringVar(&fullAfterBytes, "full-after-bytes", "1Gi", "take a full snapshot as soon as the deltas since the newest one hold this much (0: no limit)")
-	f.StringVar(&cfg.Backup.DrillSchedule, "drill-schedule", "@daily", "cron schedule of restore drills of the newest timeline on the backup leader (restore into a scratch dir, compare HashKV with its member); \""+member.DrillOff+"\" for none")
+	f.StringVar(&cfg.Backup.DrillSchedule, "drill-schedule", "@daily", "cron schedule of restore drills of the newest timeline on the backup leader (restore into a scratch dir, compare HashKV with its member); \""+agent.DrillOff+"\" for none")
 	f.StringVar(&cfg.Backup.DrillScratchDir, "drill-scratch-dir", os.TempDir(), "directory for the restore drill's scratch data dir (room for twice the database; with --kubernetes-cluster the default is the data volume)")
 	f.StringVar(&cfg.Maintenance.DefragSchedule, "defrag-schedule", member.DefaultMaintenance.DefragSchedule, "cron schedule on which the leader's sidecar defragments the members worth it, followers first, the leader last after moving leadership; \""+member.MaintenanceOff+"\" for none")
 	f.Float64Var(&defragThreshold, "defrag-threshold", 100*member.DefaultMaintenance.Defrag.Threshold, "percentage of a member's database file that must be free pages for it to be defragmented")
@@ -216,7 +218,7 @@ func applyClusterConfig(cfg *member.Config, cc v1alpha1.ClusterConfig) error {
 			cfg.Maintenance.Defrag.MinReclaim = m.DefragMinReclaim
 		}
 		if s := cfg.Maintenance.DefragSchedule; s != "" && s != member.MaintenanceOff {
-			if _, err := member.ParseSchedule(s); err != nil {
+			if _, err := units.ParseSchedule(s); err != nil {
 				return fmt.Errorf("cluster.yaml maintenance.defragSchedule %q: %w", s, err)
 			}
 		}
@@ -235,10 +237,10 @@ func applyClusterConfig(cfg *member.Config, cc v1alpha1.ClusterConfig) error {
 			}
 		}
 		for what, sched := range map[string]string{"fullSchedule": cfg.Backup.FullSchedule, "drillSchedule": cfg.Backup.DrillSchedule} {
-			if sched == "" || sched == member.DrillOff && what == "drillSchedule" {
+			if sched == "" || sched == agent.DrillOff && what == "drillSchedule" {
 				continue
 			}
-			if _, err := member.ParseSchedule(sched); err != nil {
+			if _, err := units.ParseSchedule(sched); err != nil {
 				return fmt.Errorf("cluster.yaml backup.%s %q: %w", what, sched, err)
 			}
 		}

@@ -33,3 +33,12 @@ func RemoveMember(ctx context.Context, cli *clientv3.Client, id uint64) error {
 		}
 	}
 }
+
+// Leads says whether the member at endpoint is the leader (false if it does not answer
+// within timeout).
+func Leads(ctx context.Context, cli *clientv3.Client, endpoint string, timeout time.Duration) bool {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := cli.Status(sctx, endpoint)
+	return err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId
+}

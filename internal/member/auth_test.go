@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcd-steward/steward/internal/backup/agent"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -72,7 +73,7 @@ func TestAuthKeptAndRestoredWithOwnPassword(t *testing.T) {
 	s := openTestStore(t)
 	// BackupReady needs the newest round within 2 delta periods: 300 ms rounds lag more than
 	// that under a loaded CI machine with the race detector, where every login is slow too.
-	a, _ := startBackupsDialing(t, BackupConfig{DeltaPeriod: 2 * time.Second}, dial, s, ep)
+	a, _ := startBackupsDialing(t, agent.Config{DeltaPeriod: 2 * time.Second}, dial, s, ep)
 	if _, err := root.Put(ctx, "/k", "v"); err != nil {
 		t.Fatal(err)
 	}

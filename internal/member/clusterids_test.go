@@ -7,21 +7,10 @@ import (
 	"slices"
 	"testing"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/testutil"
 )
-
-func clusterIDOf(t *testing.T, cli *clientv3.Client, ep string) uint64 {
-	t.Helper()
-	st, err := cli.Status(context.Background(), ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Header.ClusterId
-}
 
 // TestClusterIDsAreEtcds: the IDs ClusterIDs derives are those etcd gives a cluster it
 // bootstraps, and a cluster restored onto one member.
@@ -29,7 +18,7 @@ func TestClusterIDsAreEtcds(t *testing.T) {
 	e, cli, ep := testutil.EmbeddedEtcd(t)
 	peer := e.Config().AdvertisePeerUrls[0].String()
 	spec := cluster.Spec{Token: "etcd-cluster", Members: []cluster.MemberSpec{{Name: "test", PeerURL: peer}}}
-	if id := clusterIDOf(t, cli, ep); !slices.Contains(cluster.IDs(spec, ""), id) {
+	if id := testutil.ClusterIDOf(t, cli, ep); !slices.Contains(cluster.IDs(spec, ""), id) {
 		t.Fatalf("bootstrapped cluster %x is not among ClusterIDs %x", id, cluster.IDs(spec, ""))
 	}
 
@@ -45,7 +34,7 @@ func TestClusterIDsAreEtcds(t *testing.T) {
 	}
 	_, rcli, rep, _ := testutil.EtcdOn(t, dir)
 	three := cluster.Spec{Token: "tok", Members: []cluster.MemberSpec{{Name: "m0", PeerURL: "http://m0:2380"}, {Name: "m1", PeerURL: "http://m1:2380"}, {Name: "m2", PeerURL: restoredPeer}}}
-	if id := clusterIDOf(t, rcli, rep); !slices.Contains(cluster.IDs(three, ""), id) {
+	if id := testutil.ClusterIDOf(t, rcli, rep); !slices.Contains(cluster.IDs(three, ""), id) {
 		t.Fatalf("cluster %x restored onto m2 is not among ClusterIDs %x", id, cluster.IDs(three, ""))
 	}
 }

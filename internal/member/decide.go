@@ -1,6 +1,7 @@
 package member
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -119,7 +120,7 @@ func decide(o Observation) Plan {
 	case !o.Data.Empty(): // damaged or incomplete
 		if o.Live.Quorate {
 			return Plan{Case: "ReplaceInvalidData", Action: ActionJoinAsLearner, ClusterState: "existing",
-				Disposal: WipeData, RemoveMemberID: firstNonEmpty(selfLive.ID, o.Data.MemberIDHex(), o.statusID()),
+				Disposal: WipeData, RemoveMemberID: cmp.Or(selfLive.ID, o.Data.MemberIDHex(), o.statusID()),
 				Reason: fmt.Sprintf("data dir is %s; the cluster has quorum: wipe, remove the old member, rejoin as a learner", data)}
 		}
 		if o.neverFormed() {
@@ -141,7 +142,7 @@ func decide(o Observation) Plan {
 			Reason: "empty data dir; the cluster was bootstrapped with this member, which never started: start it as that member of the running cluster"}
 	case o.Live.Quorate && (selfLiveOK || o.statusID() != ""):
 		return Plan{Case: "ReplaceLostData", Action: ActionJoinAsLearner, ClusterState: "existing",
-			RemoveMemberID: firstNonEmpty(selfLive.ID, o.statusID()),
+			RemoveMemberID: cmp.Or(selfLive.ID, o.statusID()),
 			Reason:         "empty data dir of a member the cluster knows: remove the old member, rejoin as a learner"}
 	case o.Live.Quorate:
 		return Plan{Case: "JoinRunningCluster", Action: ActionJoinAsLearner, ClusterState: "existing",
@@ -191,7 +192,7 @@ func decideValidData(o Observation, selfLive cluster.LiveMember, selfLiveOK bool
 		return Plan{Case: "ForeignDataWaitForQuorum", Action: ActionWait,
 			Reason: fmt.Sprintf("data dir belongs to someone else (%s) and the cluster has no quorum to rejoin: waiting", foreign)}
 	}
-	clusterID := firstNonEmpty(o.Live.ClusterID, o.Status.ClusterID)
+	clusterID := cmp.Or(o.Live.ClusterID, o.Status.ClusterID)
 	if !o.Live.Quorate {
 		clusterID = o.Status.ClusterID
 	}
@@ -392,15 +393,6 @@ func (o Observation) dataOwner() string {
 	for _, m := range o.Live.Members {
 		if m.ID == o.Data.MemberIDHex() {
 			return m.Name
-		}
-	}
-	return ""
-}
-
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
 		}
 	}
 	return ""

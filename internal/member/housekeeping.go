@@ -9,6 +9,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
+	"github.com/etcd-steward/steward/internal/units"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -93,7 +94,7 @@ func parseDefragSchedule(s string) (cron.Schedule, error) {
 	if s == MaintenanceOff {
 		return nil, nil
 	}
-	sched, err := ParseSchedule(s)
+	sched, err := units.ParseSchedule(s)
 	if err != nil {
 		return nil, fmt.Errorf("defragmentation schedule %q: %v; give a cron expression (\"0 3 * * *\", \"@hourly\") or %q", s, err, MaintenanceOff)
 	}
@@ -156,7 +157,7 @@ func (s *Sidecar) housekeeping(ctx context.Context, sched cron.Schedule, interva
 		if err != nil {
 			continue
 		}
-		if !leads(ctx, cli, self.ClientURL, 5*time.Second) {
+		if !etcdutil.Leads(ctx, cli, self.ClientURL, 5*time.Second) {
 			continue
 		}
 		now := time.Now()
@@ -209,15 +210,6 @@ func (s *Sidecar) lastMaintenance() cluster.MaintenanceReport {
 		return *p
 	}
 	return cluster.MaintenanceReport{}
-}
-
-// leads says whether the member at endpoint is the leader (false if it does not answer
-// within timeout).
-func leads(ctx context.Context, cli *clientv3.Client, endpoint string, timeout time.Duration) bool {
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	st, err := cli.Status(sctx, endpoint)
-	return err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId
 }
 
 func hasAlarm(alarms []maintenance.Alarm, typ string) bool {

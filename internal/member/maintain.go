@@ -110,7 +110,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 			}
 			s.removeSuperfluous(ctx, cli, spec, st.Header.MemberId)
 			if s.fullAfterStart.Load() {
-				if a := s.backups.Load(); a != nil && a.Status().Leader {
+				if a := s.backups.Agent(); a != nil && a.Status().Leader {
 					fctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 					if res, err := a.RequestFull(fctx); err == nil {
 						s.fullAfterStart.Store(false)

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,14 +25,14 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, plan
 	if plan.Restore != nil {
 		target = *plan.Restore
 	}
-	storeURL := firstNonEmpty(target.Store, s.cfg.Backup.StoreURL)
+	storeURL := cmp.Or(target.Store, s.cfg.Backup.StoreURL)
 	if storeURL == "" {
 		return nil, errors.New("directed to restore from backup, but this member has no backup store (--store)")
 	}
 	if err := s.dispose(plan.Disposal); err != nil {
 		return nil, err
 	}
-	st, err := s.cfg.Backup.openStore(ctx, storeURL)
+	st, err := s.cfg.Backup.OpenStore(ctx, storeURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: backup store: %v", errTryAgain, err)
 	}
@@ -109,7 +110,7 @@ func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64) error {
 // cluster IDs ids): the newest of them (0: none) and how many are of other clusters (or
 // cannot say whose they are).
 func (s *Sidecar) ownBackup(ctx context.Context, ids []uint64) (timeline uint32, foreign int, err error) {
-	st, err := s.cfg.Backup.openStore(ctx, s.cfg.Backup.StoreURL)
+	st, err := s.cfg.Backup.OpenStore(ctx, s.cfg.Backup.StoreURL)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/etcd-steward/steward/internal/backup/agent"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/store"
@@ -44,7 +45,7 @@ func oneMember(t *testing.T, token string) cluster.Spec {
 func testSidecar(t *testing.T, s *store.Store, snap cluster.Snapshot) *Sidecar {
 	t.Helper()
 	sc, err := New(Config{Name: "test", DataDir: filepath.Join(t.TempDir(), "data"), View: staticView{snap},
-		Backup: BackupConfig{StoreURL: s.String()}, Logger: zap.NewNop()})
+		Backup: agent.Config{StoreURL: s.String()}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func startFromConfig(t *testing.T, cfg []byte) (*clientv3.Client, string) {
 
 // twoClusters backs up clusters A (timeline 1) and B (timeline 2, the store's newest) to s,
 // and returns each one's cluster ID, keys and revision.
-func twoClusters(t *testing.T, s *store.Store) (ids [2]uint64, want [2]map[string]keyState, revs [2]int64, peerA string) {
+func twoClusters(t *testing.T, s *store.Store) (ids [2]uint64, want [2]map[string]testutil.KeyState, revs [2]int64, peerA string) {
 	t.Helper()
 	eA, cliA, epA := testutil.EmbeddedEtcd(t)
 	_, cliB, epB := testutil.EmbeddedEtcd(t)
@@ -99,8 +100,8 @@ func twoClusters(t *testing.T, s *store.Store) (ids [2]uint64, want [2]map[strin
 	waitStored(t, a, cliA, epA, 1)
 	b, stopB := startBackups(t, s, epB)
 	waitStored(t, b, cliB, epB, 2)
-	write(t, cliA, "a", 60)
-	write(t, cliB, "b", 20)
+	testutil.Write(t, cliA, "a", 60)
+	testutil.Write(t, cliB, "b", 20)
 	waitStored(t, a, cliA, epA, 1)
 	waitStored(t, b, cliB, epB, 2)
 	stopA()
@@ -109,8 +110,8 @@ func twoClusters(t *testing.T, s *store.Store) (ids [2]uint64, want [2]map[strin
 		cli *clientv3.Client
 		ep  string
 	}{{cliA, epA}, {cliB, epB}} {
-		ids[i] = clusterIDOf(t, c.cli, c.ep)
-		want[i], revs[i] = state(t, c.cli)
+		ids[i] = testutil.ClusterIDOf(t, c.cli, c.ep)
+		want[i], revs[i] = testutil.State(t, c.cli)
 	}
 	return ids, want, revs, eA.Config().AdvertisePeerUrls[0].String()
 }
@@ -137,11 +138,11 @@ func TestRecoveryFromBackupRestoresTheClustersOwnTimeline(t *testing.T) {
 				t.Fatal(err)
 			}
 			cli, _ := startFromConfig(t, cfg)
-			got, rev := state(t, cli)
+			got, rev := testutil.State(t, cli)
 			if rev != revs[i] {
 				t.Fatalf("restored revision %d, want %d (cluster %s's newest)", rev, revs[i], name)
 			}
-			sameState(t, "cluster "+name+" restored", got, want[i])
+			testutil.SameState(t, "cluster "+name+" restored", got, want[i])
 		})
 	}
 }
@@ -164,7 +165,7 @@ func TestNewClusterBootstrapsBesideAnotherClustersBackups(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli, ep := startFromConfig(t, cfg)
-	id := clusterIDOf(t, cli, ep)
+	id := testutil.ClusterIDOf(t, cli, ep)
 	if !slices.Contains(cluster.IDs(spec, ""), id) || slices.Contains(ids[:], id) {
 		t.Fatalf("bootstrapped cluster %x: ClusterIDs(spec) = %x, the store's clusters %x", id, cluster.IDs(spec, ""), ids)
 	}
@@ -195,17 +196,17 @@ func TestRestoreInPlaceWithdrawnWhileRestoringDoesNotStart(t *testing.T) {
 	_, cli, ep := testutil.EmbeddedEtcd(t)
 	a, stop := startBackups(t, s, ep)
 	waitStored(t, a, cli, ep, 1) // the first full snapshot, before the writes: they are restorable
-	rev := write(t, cli, "k", 10)
+	rev := testutil.Write(t, cli, "k", 10)
 	waitStored(t, a, cli, ep, 1)
 	stop()
 	spec := oneMember(t, "tok")
-	status := cluster.Status{ClusterID: strconv.FormatUint(clusterIDOf(t, cli, ep), 16), Voters: []cluster.Voter{{ID: "1", Name: "test"}}}
+	status := cluster.Status{ClusterID: strconv.FormatUint(testutil.ClusterIDOf(t, cli, ep), 16), Voters: []cluster.Voter{{ID: "1", Name: "test"}}}
 	seeding := cluster.Snapshot{Spec: spec, Status: status, Directive: &cluster.Directive{Epoch: 3, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromBackup, Seed: "test",
 		Restore: &cluster.RestoreTarget{Timeline: 1, Revision: rev - 3}}}
 	var snap atomic.Pointer[cluster.Snapshot]
 	snap.Store(&seeding)
 	sc, err := New(Config{Name: "test", DataDir: filepath.Join(t.TempDir(), "data"), View: changingView{snap: &snap},
-		Backup: BackupConfig{StoreURL: s.String()}, Logger: zap.NewNop()})
+		Backup: agent.Config{StoreURL: s.String()}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

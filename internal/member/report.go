@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdutil"
+	"github.com/etcd-steward/steward/internal/sidecarapi"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -68,7 +69,7 @@ func (s *Sidecar) reportLoop(ctx context.Context) {
 // publishBackup hands the backup leader's status to a view that publishes it.
 func (s *Sidecar) publishBackup(ctx context.Context) {
 	p, ok := s.cfg.View.(cluster.BackupPublisher)
-	a := s.backups.Load()
+	a := s.backups.Agent()
 	if !ok || a == nil {
 		return
 	}
@@ -196,5 +197,5 @@ func (s *Sidecar) handleReport(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "no report yet: the sidecar is starting", http.StatusServiceUnavailable)
 		return
 	}
-	writeJSON(w, http.StatusOK, r)
+	sidecarapi.WriteJSON(w, http.StatusOK, r)
 }

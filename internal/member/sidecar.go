@@ -1,8 +1,12 @@
+// Package member is the sidecar beside each etcd member: it decides how its member starts
+// (Decide), generates its etcd configuration, reports its member's live state, keeps the
+// membership and etcd authentication as the cluster's spec says, does the leader's
+// housekeeping, runs the backup agent and serves the sidecar HTTP API. It knows nothing of
+// Kubernetes or of the local supervisor: both are reached through cluster.View.
 package member
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/backup/agent"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
@@ -40,7 +45,7 @@ type Config struct {
 	// configuration; etcdproc.CheckFlags has accepted them.
 	EtcdFlags map[string]string
 	// Backup configures continuous backups; an empty store URL turns them off.
-	Backup BackupConfig
+	Backup agent.Config
 	// RemoveUndesired: the leader's sidecar removes members the spec no longer has even while
 	// they answer (Kubernetes: the operator stops a leaving member's pod only once etcd no
 	// longer lists it). Without it, the local supervisor removes them itself.
@@ -84,8 +89,8 @@ type Sidecar struct {
 	// etcd makes the sidecar's clients of the members (with TLS when the cluster has it).
 	etcd etcdutil.Dialer
 
-	// backups is set once the backup store is open (nil while backups are off or the store is unreachable).
-	backups atomic.Pointer[backupAgent]
+	// backups opens the store, runs the backup leader loop and serves the backup API.
+	backups *agent.Service
 	// lastData is the data dir as the last initialisation found it.
 	lastData atomic.Pointer[datadir.State]
 	// lastInspect is the newest inspection, reused while the data dir is unchanged.
@@ -158,7 +163,9 @@ func New(cfg Config) (*Sidecar, error) {
 		}
 		peers.HTTP = sidecarapi.HTTPClient(tc, 0)
 	}
-	return &Sidecar{cfg: cfg, auth: auth, peers: peers, lg: lg.With(zap.String("member", cfg.Name)), metrics: m, defragSchedule: sched, etcd: dial,
+	lg = lg.With(zap.String("member", cfg.Name))
+	backups := agent.NewService(cfg.Backup, agent.Member{Name: cfg.Name, View: cfg.View, Etcd: dial, Peers: peers}, lg, m.backups)
+	return &Sidecar{cfg: cfg, auth: auth, peers: peers, lg: lg, metrics: m, defragSchedule: sched, etcd: dial, backups: backups,
 		housekeepingMetrics: newHousekeepingMetrics(m.registry),
 		status:              etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
 }
@@ -169,7 +176,7 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	var backups sync.WaitGroup
 	defer backups.Wait()
 	if s.cfg.Backup.StoreURL != "" {
-		backups.Go(func() { s.runBackups(ctx) })
+		backups.Go(func() { s.backups.Run(ctx) })
 	}
 	go s.maintainMember(ctx)
 	go s.reportLoop(ctx)
@@ -210,12 +217,12 @@ func (s *Sidecar) Routes() []sidecarapi.Route {
 		{Method: "POST", Path: "/v1/init", Access: sidecarapi.Control, MinInterval: time.Second, Handler: s.handleStartInit},
 		{Method: "GET", Path: "/v1/init", Access: sidecarapi.Read, Handler: s.handleInitStatus},
 		{Method: "GET", Path: "/v1/config", Access: sidecarapi.Read, Handler: s.handleConfig},
-		{Method: "GET", Path: "/v1/backup", Access: sidecarapi.Read, Handler: s.handleBackupStatus},
-		{Method: "GET", Path: "/v1/snapshots/latest", Access: sidecarapi.Read, Handler: s.handleLatestSnapshots},
+		{Method: "GET", Path: "/v1/backup", Access: sidecarapi.Read, Handler: s.backups.HandleStatus},
+		{Method: "GET", Path: "/v1/snapshots/latest", Access: sidecarapi.Read, Handler: s.backups.HandleLatest},
 		// A full snapshot runs retention: with limit:N, N snapshots in a row would push every
 		// older one (and its deltas) out. They are spaced.
 		{Method: "POST", Path: "/v1/snapshots/full", Access: sidecarapi.Control, MinInterval: s.cfg.FullSnapshotInterval,
-			Timeout: fullSnapshotTimeout + time.Minute, Handler: s.handleFullSnapshot},
+			Timeout: agent.FullSnapshotTimeout + time.Minute, Handler: s.backups.HandleFull},
 		{Method: "GET", Path: "/v1/report", Access: sidecarapi.Read, Handler: s.handleReport},
 		// Moving leadership interrupts writes for an election's worth of time; the operator asks
 		// once per step of a rolling update.
@@ -226,10 +233,6 @@ func (s *Sidecar) Routes() []sidecarapi.Route {
 	}
 }
 
-// noBody is the body the POST endpoints take today: nothing, or an empty JSON object.
-// Anything else is refused, so a future field is never silently ignored by an old sidecar.
-type noBody struct{}
-
 // initResponse is the body of GET/POST /v1/init.
 type initResponse struct {
 	etcdproc.InitStatus
@@ -237,7 +240,7 @@ type initResponse struct {
 }
 
 func (s *Sidecar) handleStartInit(w http.ResponseWriter, r *http.Request) {
-	if err := sidecarapi.DecodeBody(r, &noBody{}); err != nil {
+	if err := sidecarapi.DecodeBody(r, &sidecarapi.NoBody{}); err != nil {
 		sidecarapi.WriteBodyError(w, err)
 		return
 	}
@@ -250,14 +253,14 @@ func (s *Sidecar) handleStartInit(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := initResponse{InitStatus: s.status, Plan: s.plan}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusAccepted, resp)
+	sidecarapi.WriteJSON(w, http.StatusAccepted, resp)
 }
 
 func (s *Sidecar) handleInitStatus(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	resp := initResponse{InitStatus: s.status, Plan: s.plan}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, resp)
+	sidecarapi.WriteJSON(w, http.StatusOK, resp)
 }
 
 func (s *Sidecar) handleConfig(w http.ResponseWriter, _ *http.Request) {
@@ -306,12 +309,6 @@ func memberNames(spec cluster.Spec) string {
 	return strings.Join(names, ", ")
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 type metrics struct {
 	registry     *prometheus.Registry
 	initTotal    *prometheus.CounterVec
@@ -323,20 +320,7 @@ type metrics struct {
 	membershipSeconds *prometheus.HistogramVec
 	learnerStalled    prometheus.Gauge
 
-	backupReady         prometheus.Gauge
-	backupFailures      *prometheus.CounterVec
-	deltaEvents         prometheus.Counter
-	latestDeltaRevision prometheus.Gauge
-	latestDeltaTime     prometheus.Gauge
-	latestFullRevision  prometheus.Gauge
-	latestFullTime      prometheus.Gauge
-	fullDuration        prometheus.Histogram
-
-	drillRevision prometheus.Gauge
-	drillTime     prometheus.Gauge
-	drillDuration prometheus.Gauge
-	drillOK       prometheus.Gauge
-
+	backups    *agent.Metrics
 	authErrors prometheus.Counter
 }
 
@@ -370,23 +354,7 @@ func newMetrics() *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}, []string{"op"})
 	m.learnerStalled = gauge("steward_member_learner_stalled", "1 while this member is a learner that has not caught up for too long.")
 	m.registry.MustRegister(m.validationSeconds, m.membership, m.membershipSeconds, m.learnerStalled)
-	m.backupReady = gauge("steward_backup_ready", "1 while backups are current (BackupReady), on the backup leader.")
-	m.backupFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steward_backup_failures_total",
-		Help: "Backup failures by step (full, delta, session, retention)."}, []string{"step"})
-	m.deltaEvents = prometheus.NewCounter(prometheus.CounterOpts{Name: "steward_backup_delta_events_total", Help: "Events stored in delta snapshots."})
-	m.latestDeltaRevision = gauge("steward_backup_latest_delta_revision", "Last revision of the newest stored delta.")
-	m.latestDeltaTime = gauge("steward_backup_latest_delta_timestamp_seconds", "Unix time the newest delta was stored.")
-	m.latestFullRevision = gauge("steward_backup_latest_full_revision", "Revision of the newest full snapshot.")
-	m.latestFullTime = gauge("steward_backup_latest_full_timestamp_seconds", "Unix time of the newest full snapshot.")
-	m.fullDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "steward_backup_full_duration_seconds",
-		Help: "Time to stream one full snapshot into the store.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)})
-	m.registry.MustRegister(m.backupReady, m.backupFailures, m.deltaEvents, m.latestDeltaRevision, m.latestDeltaTime,
-		m.latestFullRevision, m.latestFullTime, m.fullDuration)
-	m.drillRevision = gauge("steward_backup_drill_revision", "Revision the newest restore drill restored and compared.")
-	m.drillTime = gauge("steward_backup_drill_timestamp_seconds", "Unix time the newest restore drill began.")
-	m.drillDuration = gauge("steward_backup_drill_duration_seconds", "Time the newest restore drill took.")
-	m.drillOK = gauge("steward_backup_drill_success", "1 if the newest restore drill restored data equal to the member's (HashKV), 0 if not.")
-	m.registry.MustRegister(m.drillRevision, m.drillTime, m.drillDuration, m.drillOK)
+	m.backups = agent.NewMetrics(m.registry)
 	m.authErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "steward_etcd_auth_errors_total",
 		Help: "Times etcd authentication was found not as configured and could not be put right, or etcd refused the root password."})
 	m.registry.MustRegister(m.authErrors)
@@ -432,5 +400,5 @@ func (s *Sidecar) handleMoveLeader(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.lg.Info("leadership moved on request", zap.String("from", from.Name), zap.String("to", now.Name))
-	writeJSON(w, http.StatusOK, cluster.MoveLeaderResponse{From: from.Name, Leader: now.Name})
+	sidecarapi.WriteJSON(w, http.StatusOK, cluster.MoveLeaderResponse{From: from.Name, Leader: now.Name})
 }

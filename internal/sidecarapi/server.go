@@ -264,3 +264,14 @@ func WriteBodyError(w http.ResponseWriter, err error) {
 	}
 	http.Error(w, err.Error(), code)
 }
+
+// NoBody is the body the POST endpoints take today: nothing, or an empty JSON object.
+// Anything else is refused, so a future field is never silently ignored by an old sidecar.
+type NoBody struct{}
+
+// WriteJSON answers code with v as JSON.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -200,5 +201,57 @@ func (f Filled) Check(t testing.TB, cli *clientv3.Client) {
 		if len(resp.Kvs) != 1 || (string(resp.Kvs[0].Value) != v && (k != f.FailedKey || string(resp.Kvs[0].Value) != f.FailedValue)) {
 			t.Fatalf("%s does not hold its newest acknowledged value", k)
 		}
+	}
+}
+
+// Write puts n values tagged tag over 10 keys and returns the revision.
+func Write(t *testing.T, cli *clientv3.Client, tag string, n int) int64 {
+	t.Helper()
+	var rev int64
+	for i := range n {
+		r, err := cli.Put(context.Background(), fmt.Sprintf("/k/%d", i%10), fmt.Sprintf("%s-%d", tag, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	return rev
+}
+
+// KeyState is what a restore must reproduce of a key.
+type KeyState struct {
+	Value                string
+	Create, Mod, Version int64
+}
+
+// State reads every key of the member, and its revision.
+func State(t *testing.T, cli *clientv3.Client) (map[string]KeyState, int64) {
+	t.Helper()
+	r, err := cli.Get(context.Background(), "", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]KeyState{}
+	for _, kv := range r.Kvs {
+		out[string(kv.Key)] = KeyState{Value: string(kv.Value), Create: kv.CreateRevision, Mod: kv.ModRevision, Version: kv.Version}
+	}
+	return out, r.Header.Revision
+}
+
+// ClusterIDOf is the cluster ID of the member at ep.
+func ClusterIDOf(t *testing.T, cli *clientv3.Client, ep string) uint64 {
+	t.Helper()
+	st, err := cli.Status(context.Background(), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Header.ClusterId
+}
+
+// SameState fails the test unless got and want hold the same keys, each in the same state.
+func SameState(t *testing.T, what string, got, want map[string]KeyState) {
+	t.Helper()
+	if !maps.Equal(got, want) {
+		t.Fatalf("%s:\n got %v\nwant %v", what, got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package member
+package agent
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func testLeasesAfterCompaction(t *testing.T, compactTTL, restoreTTL int64) {
 	if _, err := cli.Put(ctx, "/lease/late", "l", clientv3.WithLease(late.ID)); err != nil {
 		t.Fatal(err)
 	}
-	write(t, cli, "after", 20)
+	testutil.Write(t, cli, "after", 20)
 	waitStored(t, a, cli, ep, 1)
 	stop()
 

@@ -1,4 +1,4 @@
-package member
+package agent
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestDeltasToCheck(t *testing.T) {
@@ -82,7 +83,7 @@ func chainWithMiddleDelta(t *testing.T, s *store.Store, cli *clientv3.Client, ep
 	a, stop := startBackups(t, s, ep)
 	waitStored(t, a, cli, ep, 1)
 	for i := range 3 {
-		write(t, cli, fmt.Sprint("batch", i), 20)
+		testutil.Write(t, cli, fmt.Sprint("batch", i), 20)
 		waitStored(t, a, cli, ep, 1)
 	}
 	stop()
@@ -107,12 +108,12 @@ func TestDamagedDeltaInTheMiddleIsRecaptured(t *testing.T) {
 		return backup.VerifyObject(context.Background(), s, mid)
 	})
 	waitStored(t, a, cli, ep, 1)
-	want, rev := state(t, cli)
+	want, rev := testutil.State(t, cli)
 	got, gotRev, _ := restored(t, restore.Options{Store: s})
 	if gotRev != rev {
 		t.Fatalf("restored revision %d, want %d", gotRev, rev)
 	}
-	sameState(t, "restore after the recapture", got, want)
+	testutil.SameState(t, "restore after the recapture", got, want)
 }
 
 // TestDamagedDeltaCompactedAwayTakesAFullSnapshot: a damaged delta whose revisions the member
@@ -123,7 +124,7 @@ func TestDamagedDeltaCompactedAwayTakesAFullSnapshot(t *testing.T) {
 	_, cli, ep := testutil.EmbeddedEtcd(t)
 	mid := chainWithMiddleDelta(t, s, cli, ep)
 	damage(t, s, mid.Key)
-	_, rev := state(t, cli)
+	_, rev := testutil.State(t, cli)
 	if _, err := cli.Compact(context.Background(), rev); err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +141,12 @@ func TestDamagedDeltaCompactedAwayTakesAFullSnapshot(t *testing.T) {
 		return nil
 	})
 	waitStored(t, a, cli, ep, 1)
-	want, wantRev := state(t, cli)
+	want, wantRev := testutil.State(t, cli)
 	got, gotRev, _ := restored(t, restore.Options{Store: s})
 	if gotRev != wantRev {
 		t.Fatalf("restored revision %d, want %d", gotRev, wantRev)
 	}
-	sameState(t, "restore from the new full snapshot", got, want)
+	testutil.SameState(t, "restore from the new full snapshot", got, want)
 }
 
 // TestDeltaThatDoesNotReadBackIsWrittenAgain: a delta the store damaged on upload is read
@@ -161,7 +162,7 @@ func TestDeltaThatDoesNotReadBackIsWrittenAgain(t *testing.T) {
 	a, stop := startBackups(t, s, ep)
 	waitStored(t, a, cli, ep, 1)
 	s3.CorruptNextUpload("/delta/")
-	write(t, cli, "after", 30)
+	testutil.Write(t, cli, "after", 30)
 	waitStored(t, a, cli, ep, 1)
 	stop()
 	if st := a.Status(); st.Failures == 0 || !strings.Contains(st.LastError, "does not read back") {
@@ -203,8 +204,8 @@ func TestStoredRevisionWaitsForTheDeltas(t *testing.T) {
 	ctx := context.Background()
 	s := openTestStore(t)
 	_, cli, ep := testutil.EmbeddedEtcd(t)
-	cfg := BackupConfig{StoreURL: s.String(), DeltaPeriod: 2 * time.Second, CheckInterval: 100 * time.Millisecond}
-	a, err := newBackupAgent(cfg, etcdutil.Dialer{}, ep, s, zap.NewNop(), newMetrics())
+	cfg := Config{StoreURL: s.String(), DeltaPeriod: 2 * time.Second, CheckInterval: 100 * time.Millisecond}
+	a, err := New(cfg, etcdutil.Dialer{}, ep, s, zap.NewNop(), NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +220,8 @@ func TestStoredRevisionWaitsForTheDeltas(t *testing.T) {
 		return nil
 	})
 	for round := range 3 {
-		from := write(t, cli, fmt.Sprint("round", round), 1)
-		write(t, cli, fmt.Sprint("round", round), 20)
+		from := testutil.Write(t, cli, fmt.Sprint("round", round), 1)
+		testutil.Write(t, cli, fmt.Sprint("round", round), 20)
 		res, err := a.RequestFull(ctx)
 		if err != nil {
 			t.Fatal(err)

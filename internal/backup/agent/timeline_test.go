@@ -1,4 +1,4 @@
-package member
+package agent
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // These tests run the sidecar's backup loop against real etcd members whose history restarts
@@ -38,26 +39,26 @@ func openTestStore(t *testing.T) *store.Store {
 
 // startBackups runs the backup loop of the sidecar of the member at ep until stop is called
 // (or the test ends).
-func startBackups(t *testing.T, s *store.Store, ep string) (a *backupAgent, stop func()) {
+func startBackups(t *testing.T, s *store.Store, ep string) (a *Agent, stop func()) {
 	t.Helper()
-	return startBackupsWith(t, BackupConfig{}, s, ep)
+	return startBackupsWith(t, Config{}, s, ep)
 }
 
 // startBackupsWith is startBackups with cfg, whose store, delta period and check interval it
 // sets.
-func startBackupsWith(t *testing.T, cfg BackupConfig, s *store.Store, ep string) (a *backupAgent, stop func()) {
+func startBackupsWith(t *testing.T, cfg Config, s *store.Store, ep string) (a *Agent, stop func()) {
 	t.Helper()
 	return startBackupsDialing(t, cfg, etcdutil.Dialer{}, s, ep)
 }
 
 // startBackupsDialing is startBackupsWith whose clients d makes.
-func startBackupsDialing(t *testing.T, cfg BackupConfig, d etcdutil.Dialer, s *store.Store, ep string) (a *backupAgent, stop func()) {
+func startBackupsDialing(t *testing.T, cfg Config, d etcdutil.Dialer, s *store.Store, ep string) (a *Agent, stop func()) {
 	t.Helper()
 	cfg.StoreURL, cfg.CheckInterval = s.String(), 100*time.Millisecond
 	if cfg.DeltaPeriod == 0 {
 		cfg.DeltaPeriod = testDeltaPeriod
 	}
-	a, err := newBackupAgent(cfg, d, ep, s, zap.NewNop(), newMetrics())
+	a, err := New(cfg, d, ep, s, zap.NewNop(), NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func startBackupsDialing(t *testing.T, cfg BackupConfig, d etcdutil.Dialer, s *s
 
 // waitStored waits until the loop reports BackupReady on timeline tl with everything the
 // member at ep has stored.
-func waitStored(t *testing.T, a *backupAgent, cli *clientv3.Client, ep string, tl uint32) {
+func waitStored(t *testing.T, a *Agent, cli *clientv3.Client, ep string, tl uint32) {
 	t.Helper()
 	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("the member's history stored on timeline %d", tl), func() error {
 		st, err := cli.Status(context.Background(), ep)
@@ -87,43 +88,9 @@ func waitStored(t *testing.T, a *backupAgent, cli *clientv3.Client, ep string, t
 	})
 }
 
-// write puts n values tagged tag over 10 keys and returns the revision.
-func write(t *testing.T, cli *clientv3.Client, tag string, n int) int64 {
-	t.Helper()
-	var rev int64
-	for i := range n {
-		r, err := cli.Put(context.Background(), fmt.Sprintf("/k/%d", i%10), fmt.Sprintf("%s-%d", tag, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rev = r.Header.Revision
-	}
-	return rev
-}
-
-// keyState is what a restore must reproduce of a key.
-type keyState struct {
-	Value                string
-	Create, Mod, Version int64
-}
-
-// state reads every key of the member, and its revision.
-func state(t *testing.T, cli *clientv3.Client) (map[string]keyState, int64) {
-	t.Helper()
-	r, err := cli.Get(context.Background(), "", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]keyState{}
-	for _, kv := range r.Kvs {
-		out[string(kv.Key)] = keyState{Value: string(kv.Value), Create: kv.CreateRevision, Mod: kv.ModRevision, Version: kv.Version}
-	}
-	return out, r.Header.Revision
-}
-
 // restored restores o (Store, Timeline, target) into a new data dir and returns what a member
 // started on it holds, and the restore's result.
-func restored(t *testing.T, o restore.Options) (map[string]keyState, int64, restore.Result) {
+func restored(t *testing.T, o restore.Options) (map[string]testutil.KeyState, int64, restore.Result) {
 	t.Helper()
 	peer := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))
 	o.DataDir = filepath.Join(t.TempDir(), "restored")
@@ -134,7 +101,7 @@ func restored(t *testing.T, o restore.Options) (map[string]keyState, int64, rest
 	}
 	_, cli, _, stop := testutil.EtcdOn(t, o.DataDir)
 	defer stop()
-	kvs, rev := state(t, cli)
+	kvs, rev := testutil.State(t, cli)
 	return kvs, rev, res
 }
 
@@ -184,13 +151,6 @@ func checkTimelines(t *testing.T, s *store.Store, n int) backup.Chain {
 	return c
 }
 
-func sameState(t *testing.T, what string, got, want map[string]keyState) {
-	t.Helper()
-	if !maps.Equal(got, want) {
-		t.Fatalf("%s:\n got %v\nwant %v", what, got, want)
-	}
-}
-
 // TestBackupsOfASurvivorBehindTheStoreStartANewTimeline: a member recovered from a survivor
 // that is behind the store (same cluster ID, lower revision) starts timeline 2 with a full
 // snapshot; timeline 1 is not appended to; the newest restore gives the survivor's history,
@@ -209,13 +169,13 @@ func testSurvivorBehindTheStore(t *testing.T, passedFirst bool) {
 	s := openTestStore(t)
 	dir, survivorDir := filepath.Join(t.TempDir(), "m"), filepath.Join(t.TempDir(), "survivor")
 	_, cli, _, stop := testutil.EtcdOn(t, dir)
-	write(t, cli, "both", 20)
+	testutil.Write(t, cli, "both", 20)
 	stop()
 	testutil.CopyDir(t, dir, survivorDir) // the survivor stops here
 
 	_, cli, ep, stop := testutil.EtcdOn(t, dir)
 	a, stopBackups := startBackups(t, s, ep)
-	old := write(t, cli, "lost", 40)
+	old := testutil.Write(t, cli, "lost", 40)
 	waitStored(t, a, cli, ep, 1)
 	stopBackups()
 	stop()
@@ -223,7 +183,7 @@ func testSurvivorBehindTheStore(t *testing.T, passedFirst bool) {
 
 	_, cli, ep, _ = testutil.EtcdOn(t, survivorDir)
 	if passedFirst {
-		if rev := write(t, cli, "survivor-first", 60); rev <= old {
+		if rev := testutil.Write(t, cli, "survivor-first", 60); rev <= old {
 			t.Fatalf("the survivor's history (revision %d) did not pass the old one's (%d)", rev, old)
 		}
 	}
@@ -232,11 +192,11 @@ func testSurvivorBehindTheStore(t *testing.T, passedFirst bool) {
 	if st := a.Status(); st.TimelineReason == "" || st.LatestFullKey == "" {
 		t.Fatalf("timeline 2 started without a reason or a full snapshot: %+v", st)
 	}
-	if rev := write(t, cli, "survivor", 60); rev <= old {
+	if rev := testutil.Write(t, cli, "survivor", 60); rev <= old {
 		t.Fatalf("the survivor's history (revision %d) did not pass the old one's (%d)", rev, old)
 	}
 	waitStored(t, a, cli, ep, 2)
-	want, wantRev := state(t, cli)
+	want, wantRev := testutil.State(t, cli)
 
 	checkTimelines(t, s, 2)
 	if got := keysOf(t, s, backup.TimelineDir(1)); !slices.Equal(got, timeline1) {
@@ -246,7 +206,7 @@ func testSurvivorBehindTheStore(t *testing.T, passedFirst bool) {
 	if res.Timeline != 2 || gotRev != wantRev {
 		t.Fatalf("restore of the newest: timeline %d, revision %d; want timeline 2, revision %d", res.Timeline, gotRev, wantRev)
 	}
-	sameState(t, "restore of the newest revision", got, want)
+	testutil.SameState(t, "restore of the newest revision", got, want)
 }
 
 // TestPointInTimeRestoreThenNewWritesStartATimeline: a cluster restored to an older revision
@@ -258,10 +218,10 @@ func TestPointInTimeRestoreThenNewWritesStartATimeline(t *testing.T) {
 	e, cli, ep, stop := testutil.EtcdOn(t, filepath.Join(t.TempDir(), "m"))
 	peer := e.Config().AdvertisePeerUrls[0].String()
 	a, stopBackups := startBackups(t, s, ep)
-	mid := write(t, cli, "before", 30)
-	end := write(t, cli, "after", 30)
+	mid := testutil.Write(t, cli, "before", 30)
+	end := testutil.Write(t, cli, "after", 30)
 	waitStored(t, a, cli, ep, 1)
-	before, _ := state(t, cli)
+	before, _ := testutil.State(t, cli)
 	stopBackups()
 	stop()
 
@@ -273,23 +233,23 @@ func TestPointInTimeRestoreThenNewWritesStartATimeline(t *testing.T) {
 	_, cli, ep, _ = testutil.EtcdOn(t, dir)
 	a, _ = startBackups(t, s, ep)
 	waitStored(t, a, cli, ep, 2)
-	if rev := write(t, cli, "new", 50); rev <= end {
+	if rev := testutil.Write(t, cli, "new", 50); rev <= end {
 		t.Fatalf("the new writes (to revision %d) did not pass the old history (%d)", rev, end)
 	}
 	waitStored(t, a, cli, ep, 2)
-	want, wantRev := state(t, cli)
+	want, wantRev := testutil.State(t, cli)
 
 	checkTimelines(t, s, 2)
 	got, gotRev, res := restored(t, restore.Options{Store: s})
 	if res.Timeline != 2 || gotRev != wantRev {
 		t.Fatalf("restore of the newest: timeline %d, revision %d; want timeline 2, revision %d", res.Timeline, gotRev, wantRev)
 	}
-	sameState(t, "restore of the newest revision", got, want)
+	testutil.SameState(t, "restore of the newest revision", got, want)
 	got, gotRev, res = restored(t, restore.Options{Store: s, Timeline: 1})
 	if res.Timeline != 1 || gotRev != end {
 		t.Fatalf("restore of timeline 1: timeline %d, revision %d; want timeline 1, revision %d", res.Timeline, gotRev, end)
 	}
-	sameState(t, "restore of timeline 1", got, before)
+	testutil.SameState(t, "restore of timeline 1", got, before)
 }
 
 // TestTwoClustersOnOnePrefixKeepTheirOwnTimelines: two clusters given the same store each write
@@ -302,23 +262,23 @@ func TestTwoClustersOnOnePrefixKeepTheirOwnTimelines(t *testing.T) {
 	waitStored(t, a, cliA, epA, 1)
 	b, _ := startBackups(t, s, epB)
 	waitStored(t, b, cliB, epB, 2)
-	write(t, cliA, "a", 80)
-	write(t, cliB, "b", 30)
+	testutil.Write(t, cliA, "a", 80)
+	testutil.Write(t, cliB, "b", 30)
 	waitStored(t, a, cliA, epA, 1)
 	waitStored(t, b, cliB, epB, 2)
-	wantA, revA := state(t, cliA)
-	wantB, revB := state(t, cliB)
+	wantA, revA := testutil.State(t, cliA)
+	wantB, revB := testutil.State(t, cliB)
 
 	checkTimelines(t, s, 2)
 	for _, tc := range []struct {
 		tl   uint32
-		want map[string]keyState
+		want map[string]testutil.KeyState
 		rev  int64
 	}{{1, wantA, revA}, {2, wantB, revB}} {
 		got, gotRev, _ := restored(t, restore.Options{Store: s, Timeline: tc.tl})
 		if gotRev != tc.rev {
 			t.Fatalf("restore of timeline %d: revision %d, want %d", tc.tl, gotRev, tc.rev)
 		}
-		sameState(t, fmt.Sprintf("restore of timeline %d", tc.tl), got, tc.want)
+		testutil.SameState(t, fmt.Sprintf("restore of timeline %d", tc.tl), got, tc.want)
 	}
 }

@@ -1,6 +1,11 @@
-package member
+// Package agent is a member's part in continuous backups: the backup leader's loop (full
+// snapshots, deltas, retention, restore drills) while its etcd leads, the backup API it
+// serves (status, latest snapshots, an on-demand full snapshot, forwarded to the leader from
+// the other members) and its metrics. It reaches the sidecar it runs in only through Member.
+package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,9 +31,9 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// BackupConfig configures continuous backups. Only the sidecar whose etcd is the raft
+// Config configures continuous backups. Only the sidecar whose etcd is the raft
 // leader writes; every sidecar runs the same loop and takes over when its etcd leads.
-type BackupConfig struct {
+type Config struct {
 	// StoreURL is the object store (see package store); empty disables backups.
 	StoreURL string
 	// DeltaPeriod is how often deltas are written (default 5s).
@@ -61,9 +66,9 @@ type BackupConfig struct {
 	KeyID    string
 }
 
-// currentKeys are the keys as KeysPath holds them now; if they cannot be read, the keys
+// CurrentKeys are the keys as KeysPath holds them now; if they cannot be read, the keys
 // loaded before and why.
-func (c BackupConfig) currentKeys() (*seal.Keyring, error) {
+func (c Config) CurrentKeys() (*seal.Keyring, error) {
 	if c.KeysPath == "" {
 		return c.Keys, nil
 	}
@@ -74,24 +79,24 @@ func (c BackupConfig) currentKeys() (*seal.Keyring, error) {
 	return k, nil
 }
 
-// openStore opens the backup store at url with the configured keys.
-func (c BackupConfig) openStore(ctx context.Context, url string) (*store.Store, error) {
-	keys, _ := c.currentKeys() // an error keeps the keys read before: the session reports it
+// OpenStore opens the backup store at url with the configured keys.
+func (c Config) OpenStore(ctx context.Context, url string) (*store.Store, error) {
+	keys, _ := c.CurrentKeys() // an error keeps the keys read before: the session reports it
 	return store.OpenWithKeys(ctx, url, keys)
 }
 
-// DrillOff as BackupConfig.DrillSchedule turns restore drills off.
+// DrillOff as Config.DrillSchedule turns restore drills off.
 const DrillOff = "off"
 
-// backupAgent runs the backup leader loop of one sidecar.
-type backupAgent struct {
-	cfg      BackupConfig
+// Agent runs the backup leader loop of one sidecar.
+type Agent struct {
+	cfg      Config
 	schedule cron.Schedule
 	drills   cron.Schedule // nil: drills are off
 	// drillOffset: drills run this long after each scheduled time (drillOffset).
 	drillOffset time.Duration
 	lg          *zap.Logger
-	metrics     *metrics
+	metrics     *Metrics
 	etcd        etcdutil.Dialer
 	endpoint    string // this member's client URL
 	store       *store.Store
@@ -121,7 +126,7 @@ type fullOutcome struct {
 // ErrNotBackupLeader is returned for on-demand snapshots asked of a sidecar whose etcd does not lead.
 var ErrNotBackupLeader = errors.New("this member is not the backup leader")
 
-func newBackupAgent(cfg BackupConfig, etcd etcdutil.Dialer, endpoint string, st *store.Store, lg *zap.Logger, m *metrics) (*backupAgent, error) {
+func New(cfg Config, etcd etcdutil.Dialer, endpoint string, st *store.Store, lg *zap.Logger, m *Metrics) (*Agent, error) {
 	if cfg.DeltaPeriod <= 0 {
 		cfg.DeltaPeriod = 5 * time.Second
 	}
@@ -145,7 +150,7 @@ func newBackupAgent(cfg BackupConfig, etcd etcdutil.Dialer, endpoint string, st 
 	if drills != nil {
 		offset = drillOffset(drills, st.String())
 	}
-	return &backupAgent{cfg: cfg, schedule: sched, drills: drills, drillOffset: offset, lg: lg.Named("backup"), metrics: m, etcd: etcd, endpoint: endpoint, store: st,
+	return &Agent{cfg: cfg, schedule: sched, drills: drills, drillOffset: offset, lg: lg.Named("backup"), metrics: m, etcd: etcd, endpoint: endpoint, store: st,
 		status: cluster.BackupStatus{Store: st.String(), DeltaPeriod: cfg.DeltaPeriod}, fullRequests: make(chan chan fullOutcome)}, nil
 }
 
@@ -153,12 +158,12 @@ func newBackupAgent(cfg BackupConfig, etcd etcdutil.Dialer, endpoint string, st 
 // the flag and the forms it takes, so that a sidecar refuses it at start rather than running
 // without backups (the agent that parses them starts only when backups begin). Empty means the
 // default.
-func ValidateSchedules(cfg BackupConfig) error {
+func ValidateSchedules(cfg Config) error {
 	_, _, err := parseSchedules(cfg)
 	return err
 }
 
-func parseSchedules(cfg BackupConfig) (full, drills cron.Schedule, err error) {
+func parseSchedules(cfg Config) (full, drills cron.Schedule, err error) {
 	fs, ds := cfg.FullSchedule, cfg.DrillSchedule
 	if fs == "" {
 		fs = "@hourly"
@@ -166,12 +171,12 @@ func parseSchedules(cfg BackupConfig) (full, drills cron.Schedule, err error) {
 	if ds == "" {
 		ds = "@daily"
 	}
-	full, err = ParseSchedule(fs)
+	full, err = units.ParseSchedule(fs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--full-schedule %q: %w: use a cron schedule of 5 fields (minute hour day-of-month month day-of-week, e.g. \"0 * * * *\"), @hourly, @daily, @weekly, @monthly, @yearly or @every <duration> (e.g. @every 30m)", fs, err)
 	}
 	if ds != DrillOff {
-		if drills, err = ParseSchedule(ds); err != nil {
+		if drills, err = units.ParseSchedule(ds); err != nil {
 			return nil, nil, fmt.Errorf("--drill-schedule %q: %w: use a cron schedule of 5 fields (e.g. \"0 3 * * *\"), @daily, @weekly, @every <duration>, or %q for no drills", ds, err, DrillOff)
 		}
 	}
@@ -179,14 +184,14 @@ func parseSchedules(cfg BackupConfig) (full, drills cron.Schedule, err error) {
 }
 
 // Status returns the current backup status, with Ready evaluated now.
-func (a *backupAgent) Status() cluster.BackupStatus {
+func (a *Agent) Status() cluster.BackupStatus {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.updateReadyLocked(time.Now())
 	return a.status
 }
 
-func (a *backupAgent) updateReadyLocked(now time.Time) {
+func (a *Agent) updateReadyLocked(now time.Time) {
 	a.status.Ready, a.status.ReadyReason = backupReady(a.status, now, a.cfg.DeltaPeriod)
 	if a.status.Ready {
 		a.metrics.backupReady.Set(1)
@@ -231,14 +236,14 @@ func backupReady(s cluster.BackupStatus, now time.Time, period time.Duration) (b
 	return true, ""
 }
 
-func (a *backupAgent) update(f func(s *cluster.BackupStatus)) {
+func (a *Agent) update(f func(s *cluster.BackupStatus)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f(&a.status)
 	a.updateReadyLocked(time.Now())
 }
 
-func (a *backupAgent) fail(what string, err error) {
+func (a *Agent) fail(what string, err error) {
 	a.lg.Warn("backup failure", zap.String("step", what), zap.Error(err))
 	a.metrics.backupFailures.WithLabelValues(what).Inc()
 	a.update(func(s *cluster.BackupStatus) {
@@ -250,7 +255,7 @@ func (a *backupAgent) fail(what string, err error) {
 
 // Run checks leadership every CheckInterval and runs a backup session while this member's
 // etcd leads. It returns when ctx ends.
-func (a *backupAgent) Run(ctx context.Context) {
+func (a *Agent) Run(ctx context.Context) {
 	conn := a.etcd.Conn([]string{a.endpoint}, 2*time.Second)
 	defer conn.Reset()
 	type running struct {
@@ -275,7 +280,7 @@ func (a *backupAgent) Run(ctx context.Context) {
 		if cur != nil && cur.cli != cli {
 			stop() // etcd refused the old client's login (the root password changed): start again with the new one
 		}
-		leader := cli != nil && leads(ctx, cli, a.endpoint, 2*time.Second)
+		leader := cli != nil && etcdutil.Leads(ctx, cli, a.endpoint, 2*time.Second)
 		switch {
 		case leader && cur == nil:
 			a.lg.Info("this member leads: starting backups", zap.String("store", a.store.String()))
@@ -299,7 +304,7 @@ func (a *backupAgent) Run(ctx context.Context) {
 }
 
 // session runs backups until ctx ends, restarting from the store after any failure.
-func (a *backupAgent) session(ctx context.Context, m snapshotter.Member) {
+func (a *Agent) session(ctx context.Context, m snapshotter.Member) {
 	backoff := time.Second
 	for ctx.Err() == nil {
 		err := a.sessionOnce(ctx, m)
@@ -321,9 +326,9 @@ func (a *backupAgent) session(ctx context.Context, m snapshotter.Member) {
 // one, then captures deltas, with scheduled and on-demand full snapshots alongside. If the
 // member's history restarts meanwhile, it returns ErrHistoryRestarted and the next session
 // starts a new timeline.
-func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) error {
+func (a *Agent) sessionOnce(ctx context.Context, m snapshotter.Member) error {
 	if a.cfg.KeysPath != "" {
-		if keys, err := a.cfg.currentKeys(); err != nil {
+		if keys, err := a.cfg.CurrentKeys(); err != nil {
 			a.fail("keys", err)
 		} else {
 			a.store.SetKeys(keys)
@@ -345,7 +350,7 @@ func (a *backupAgent) sessionOnce(ctx context.Context, m snapshotter.Member) err
 		if err != nil {
 			return err
 		}
-		reason = firstNonEmpty(reason, gap)
+		reason = cmp.Or(reason, gap)
 	}
 	a.enterTimeline(p)
 	if reason != "" {
@@ -463,7 +468,7 @@ func deltasToCheck(c backup.Chain) []backup.Object {
 // from the member's history (snapshotter.Recapture). A damaged delta whose revisions the
 // member compacted away cannot be: the gap is reported, and repairDeltas returns why a full
 // snapshot must restart the chain. Any other failure ends the session (it starts again).
-func (a *backupAgent) repairDeltas(ctx context.Context, m snapshotter.Member, p snapshotter.Placed, tl snapshotter.Timeline) (string, error) {
+func (a *Agent) repairDeltas(ctx context.Context, m snapshotter.Member, p snapshotter.Placed, tl snapshotter.Timeline) (string, error) {
 	var gaps []string
 	for _, d := range deltasToCheck(p.Chain.Timeline(tl.ID)) {
 		err := backup.VerifyObject(ctx, a.store, d)
@@ -492,7 +497,7 @@ func (a *backupAgent) repairDeltas(ctx context.Context, m snapshotter.Member, p 
 
 // enterTimeline records where the session writes: the timeline, and what it holds so far.
 // What was known to be stored on another timeline says nothing about this one.
-func (a *backupAgent) enterTimeline(p snapshotter.Placed) {
+func (a *Agent) enterTimeline(p snapshotter.Placed) {
 	a.lg.Info("backup timeline", zap.Uint32("timeline", p.Placement.Timeline), zap.Bool("new", p.Placement.New), zap.String("reason", p.Placement.Reason))
 	c := p.Chain.Timeline(p.Placement.Timeline)
 	a.update(func(s *cluster.BackupStatus) {
@@ -518,7 +523,7 @@ func (a *backupAgent) enterTimeline(p snapshotter.Placed) {
 
 // leaveTimeline records that the member's history is not the timeline's any more: nothing
 // it has now is stored until a new timeline starts.
-func (a *backupAgent) leaveTimeline(err error) {
+func (a *Agent) leaveTimeline(err error) {
 	a.lg.Warn("the member's history restarted: a new timeline starts", zap.Error(err))
 	a.update(func(s *cluster.BackupStatus) {
 		s.Timeline, s.TimelineReason = 0, err.Error()
@@ -528,7 +533,7 @@ func (a *backupAgent) leaveTimeline(err error) {
 
 // fullLoop takes full snapshots on schedule, on demand, and when etcd's auth state changed,
 // while the session runs. The auth revision is read every delta period.
-func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline, newest time.Time, compact <-chan struct{}) {
+func (a *Agent) fullLoop(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline, newest time.Time, compact <-chan struct{}) {
 	authTick := time.NewTicker(a.cfg.DeltaPeriod)
 	defer authTick.Stop()
 	for {
@@ -573,7 +578,7 @@ func (a *backupAgent) fullLoop(ctx context.Context, m snapshotter.Member, tl sna
 
 // startSinceFull records where timeline chain c stands: its newest full snapshot and the
 // bytes of the deltas after it.
-func (a *backupAgent) startSinceFull(c backup.Chain) {
+func (a *Agent) startSinceFull(c backup.Chain) {
 	var rev, bytes int64
 	if n := len(c.Fulls); n > 0 {
 		rev = c.Fulls[n-1].FirstRev
@@ -591,14 +596,14 @@ func (a *backupAgent) startSinceFull(c backup.Chain) {
 
 // deltaStored counts delta d towards the chain's compaction and says why a full snapshot is
 // due now ("" when none is).
-func (a *backupAgent) deltaStored(d snapshotter.Delta) string {
+func (a *Agent) deltaStored(d snapshotter.Delta) string {
 	a.mu.Lock()
 	a.sinceFull.bytes, a.sinceFull.last = a.sinceFull.bytes+d.Size, max(a.sinceFull.last, d.LastRev)
 	a.mu.Unlock()
 	return a.compactionDue()
 }
 
-func (a *backupAgent) compactionDue() string {
+func (a *Agent) compactionDue() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return compactionReason(a.sinceFull.last-a.sinceFull.revision, a.sinceFull.bytes, a.cfg.FullAfterRevisions, a.cfg.FullAfterBytes)
@@ -619,7 +624,7 @@ func compactionReason(revs, bytes, maxRevs, maxBytes int64) string {
 // authFullNeeded reads etcd's auth revision and says why it calls for a full snapshot on
 // timeline tl (see authFullReason), or "" (also when it cannot be read: the next check tries
 // again).
-func (a *backupAgent) authFullNeeded(ctx context.Context, m snapshotter.Member, tl uint32) string {
+func (a *Agent) authFullNeeded(ctx context.Context, m snapshotter.Member, tl uint32) string {
 	now, err := authRevision(ctx, m)
 	if err != nil {
 		a.lg.Debug("cannot read etcd's auth revision", zap.Error(err))
@@ -659,7 +664,7 @@ func authRevision(ctx context.Context, m snapshotter.Member) (uint64, error) {
 }
 
 // full takes one full snapshot on timeline tl, records it and applies retention.
-func (a *backupAgent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline) (snapshotter.FullResult, error) {
+func (a *Agent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.Timeline) (snapshotter.FullResult, error) {
 	// Read before the snapshot begins: a change while it streams is caught by the next check.
 	authRev, authErr := authRevision(ctx, m)
 	res, err := snapshotter.Full(ctx, m, a.store, tl, nil)
@@ -705,7 +710,7 @@ func storedThroughFull(first bool, current, full int64) bool {
 	return full >= current && (first || full <= current+1)
 }
 
-func (a *backupAgent) collect(ctx context.Context, clusterID uint64) error {
+func (a *Agent) collect(ctx context.Context, clusterID uint64) error {
 	deleted, err := retention.Collect(ctx, a.store, a.cfg.Retention, time.Now(), clusterID)
 	if deleted > 0 {
 		a.lg.Info("retention: deleted old backups", zap.Int("objects", deleted), zap.String("policy", a.cfg.Retention.String()))
@@ -714,7 +719,7 @@ func (a *backupAgent) collect(ctx context.Context, clusterID uint64) error {
 }
 
 // RequestFull asks the running session for a full snapshot now and waits for it.
-func (a *backupAgent) RequestFull(ctx context.Context) (snapshotter.FullResult, error) {
+func (a *Agent) RequestFull(ctx context.Context) (snapshotter.FullResult, error) {
 	reply := make(chan fullOutcome, 1)
 	select {
 	case a.fullRequests <- reply:
@@ -764,7 +769,7 @@ func drillOffset(sched cron.Schedule, storeURL string) time.Duration {
 
 // drillLoop runs restore drills of timeline tl on the drill schedule while the session writes
 // it; since is when the session began.
-func (a *backupAgent) drillLoop(ctx context.Context, m snapshotter.Member, tl uint32, since time.Time) {
+func (a *Agent) drillLoop(ctx context.Context, m snapshotter.Member, tl uint32, since time.Time) {
 	if a.drills == nil {
 		return
 	}
@@ -783,7 +788,7 @@ func (a *backupAgent) drillLoop(ctx context.Context, m snapshotter.Member, tl ui
 // drill restores the newest revision of timeline tl into a scratch dir and compares its
 // HashKV with this member's (restore.Drill), and reports the outcome in the status and the
 // metrics. A drill that ends because the session ends is not reported.
-func (a *backupAgent) drill(ctx context.Context, m snapshotter.Member, tl uint32) {
+func (a *Agent) drill(ctx context.Context, m snapshotter.Member, tl uint32) {
 	start := time.Now()
 	a.lg.Info("restore drill", zap.Uint32("timeline", tl))
 	var res restore.DrillResult
@@ -813,7 +818,7 @@ func (a *backupAgent) drill(ctx context.Context, m snapshotter.Member, tl uint32
 
 // drillRoom reads the member's database size and the space free where the drill's scratch dir
 // goes, and refuses a drill that would not fit (see drillFits).
-func (a *backupAgent) drillRoom(ctx context.Context, m snapshotter.Member) error {
+func (a *Agent) drillRoom(ctx context.Context, m snapshotter.Member) error {
 	dir := a.cfg.DrillScratchDir
 	if dir == "" {
 		dir = os.TempDir()

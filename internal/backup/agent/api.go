@@ -1,4 +1,4 @@
-package member
+package agent
 
 import (
 	"context"
@@ -7,39 +7,81 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
 	"go.uber.org/zap"
 )
 
-// runBackups opens the store (retrying while it is unreachable: etcd keeps serving and
+// Member is what the backup service needs of the sidecar it runs in.
+type Member struct {
+	// Name is the member's name in the cluster spec.
+	Name string
+	// View gives the desired cluster: this member's client URL, the members' sidecar URLs.
+	View cluster.View
+	// Etcd makes clients of the members.
+	Etcd etcdutil.Dialer
+	// Peers calls other members' sidecars (a request forwarded to the backup leader).
+	Peers *sidecarapi.Client
+}
+
+// Service is one sidecar's part in continuous backups: it opens the store (retrying while it
+// is unreachable), runs the backup leader loop once it is open, and serves the backup API.
+type Service struct {
+	cfg     Config
+	member  Member
+	lg      *zap.Logger
+	metrics *Metrics
+	// agent is set once the store is open (nil while backups are off or the store is unreachable).
+	agent atomic.Pointer[Agent]
+}
+
+// NewService returns the backup service of member m; cfg.StoreURL empty turns backups off.
+func NewService(cfg Config, m Member, lg *zap.Logger, metrics *Metrics) *Service {
+	return &Service{cfg: cfg, member: m, lg: lg, metrics: metrics}
+}
+
+// Enabled reports whether backups are on for this member.
+func (s *Service) Enabled() bool { return s.cfg.StoreURL != "" }
+
+// Agent is the backup leader loop, nil until the store has been opened.
+func (s *Service) Agent() *Agent { return s.agent.Load() }
+
+// desired returns the desired cluster from the cluster view.
+func (s *Service) desired(ctx context.Context) (cluster.Spec, error) {
+	snap, err := s.member.View.Snapshot(ctx)
+	return snap.Spec, err
+}
+
+// Run opens the store (retrying while it is unreachable: etcd keeps serving and
 // BackupReady stays false) and then runs the backup leader loop.
-func (s *Sidecar) runBackups(ctx context.Context) {
+func (s *Service) Run(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
 		spec, err := s.desired(ctx)
 		var self cluster.MemberSpec
 		if err == nil {
 			var ok bool
-			if self, ok = spec.Member(s.cfg.Name); !ok {
-				err = fmt.Errorf("member %q is not in the desired cluster", s.cfg.Name)
+			if self, ok = spec.Member(s.member.Name); !ok {
+				err = fmt.Errorf("member %q is not in the desired cluster", s.member.Name)
 			}
 		}
 		var st *store.Store
 		if err == nil {
-			st, err = s.cfg.Backup.openStore(ctx, s.cfg.Backup.StoreURL)
+			st, err = s.cfg.OpenStore(ctx, s.cfg.StoreURL)
 		}
 		if err == nil {
-			agent, aerr := newBackupAgent(s.cfg.Backup, s.etcd, self.ClientURL, st, s.lg, s.metrics)
+			agent, aerr := New(s.cfg, s.member.Etcd, self.ClientURL, st, s.lg, s.metrics)
 			if aerr != nil {
 				s.lg.Error("backups are off: bad configuration", zap.Error(aerr))
 				st.Close()
 				return
 			}
-			s.backups.Store(agent)
+			s.agent.Store(agent)
 			agent.Run(ctx)
 			st.Close()
 			return
@@ -55,33 +97,36 @@ func (s *Sidecar) runBackups(ctx context.Context) {
 	}
 }
 
-// backupStatusResponse is the body of GET /v1/backup.
-type backupStatusResponse struct {
+// StatusResponse is the body of GET /v1/backup.
+type StatusResponse struct {
 	Enabled bool `json:"enabled"`
 	cluster.BackupStatus
 }
 
-func (s *Sidecar) backupStatus() backupStatusResponse {
-	if s.cfg.Backup.StoreURL == "" {
-		return backupStatusResponse{}
+// Status is the backup status this member serves.
+func (s *Service) Status() StatusResponse {
+	if !s.Enabled() {
+		return StatusResponse{}
 	}
-	if a := s.backups.Load(); a != nil {
-		return backupStatusResponse{Enabled: true, BackupStatus: a.Status()}
+	if a := s.agent.Load(); a != nil {
+		return StatusResponse{Enabled: true, BackupStatus: a.Status()}
 	}
-	return backupStatusResponse{Enabled: true, BackupStatus: cluster.BackupStatus{LastError: "backup store not reachable yet"}}
+	return StatusResponse{Enabled: true, BackupStatus: cluster.BackupStatus{LastError: "backup store not reachable yet"}}
 }
 
-func (s *Sidecar) handleBackupStatus(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.backupStatus())
+// HandleStatus serves GET /v1/backup.
+func (s *Service) HandleStatus(w http.ResponseWriter, _ *http.Request) {
+	sidecarapi.WriteJSON(w, http.StatusOK, s.Status())
 }
 
-func (s *Sidecar) handleLatestSnapshots(w http.ResponseWriter, r *http.Request) {
-	st := s.backupStatus()
+// HandleLatest serves GET /v1/snapshots/latest, from the backup leader.
+func (s *Service) HandleLatest(w http.ResponseWriter, r *http.Request) {
+	st := s.Status()
 	if !st.Enabled {
 		http.Error(w, "backups are off for this member (no --store)", http.StatusNotFound)
 		return
 	}
-	if a := s.backups.Load(); a != nil && !st.Leader {
+	if a := s.agent.Load(); a != nil && !st.Leader {
 		s.forwardToLeader(w, r, a.endpoint)
 		return
 	}
@@ -90,30 +135,30 @@ func (s *Sidecar) handleLatestSnapshots(w http.ResponseWriter, r *http.Request) 
 		Revision int64     `json:"revision"`
 		Time     time.Time `json:"time"`
 	}
-	writeJSON(w, http.StatusOK, map[string]snap{
+	sidecarapi.WriteJSON(w, http.StatusOK, map[string]snap{
 		"full":  {st.LatestFullKey, st.LatestFullRevision, st.LatestFullTime},
 		"delta": {st.LatestDeltaKey, st.LatestDeltaRevision, st.LatestDeltaTime},
 	})
 }
 
-// handleFullSnapshot takes a full snapshot now: on the backup leader directly, elsewhere by
+// HandleFull serves POST /v1/snapshots/full: it takes a full snapshot now: on the backup leader directly, elsewhere by
 // forwarding to the leader's sidecar.
-func (s *Sidecar) handleFullSnapshot(w http.ResponseWriter, r *http.Request) {
-	if err := sidecarapi.DecodeBody(r, &noBody{}); err != nil {
+func (s *Service) HandleFull(w http.ResponseWriter, r *http.Request) {
+	if err := sidecarapi.DecodeBody(r, &sidecarapi.NoBody{}); err != nil {
 		sidecarapi.WriteBodyError(w, err)
 		return
 	}
-	a := s.backups.Load()
-	if s.cfg.Backup.StoreURL == "" || a == nil {
+	a := s.agent.Load()
+	if !s.Enabled() || a == nil {
 		http.Error(w, "backups are off or the store is unreachable on this member", http.StatusServiceUnavailable)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), fullSnapshotTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), FullSnapshotTimeout)
 	defer cancel()
 	if a.Status().Leader {
 		res, err := a.RequestFull(ctx)
 		if err == nil {
-			writeJSON(w, http.StatusOK, res)
+			sidecarapi.WriteJSON(w, http.StatusOK, res)
 			return
 		}
 		if !errors.Is(err, ErrNotBackupLeader) {
@@ -124,11 +169,11 @@ func (s *Sidecar) handleFullSnapshot(w http.ResponseWriter, r *http.Request) {
 	s.forwardToLeader(w, r.WithContext(ctx), a.endpoint)
 }
 
-// fullSnapshotTimeout bounds an on-demand full snapshot.
-const fullSnapshotTimeout = 30 * time.Minute
+// FullSnapshotTimeout bounds an on-demand full snapshot.
+const FullSnapshotTimeout = 30 * time.Minute
 
 // forwardToLeader passes a request on to the backup leader's sidecar, once.
-func (s *Sidecar) forwardToLeader(w http.ResponseWriter, r *http.Request, endpoint string) {
+func (s *Service) forwardToLeader(w http.ResponseWriter, r *http.Request, endpoint string) {
 	if r.Header.Get("X-Steward-Forwarded") != "" {
 		http.Error(w, "not the backup leader (leadership is moving); retry", http.StatusServiceUnavailable)
 		return
@@ -139,8 +184,8 @@ func (s *Sidecar) forwardToLeader(w http.ResponseWriter, r *http.Request, endpoi
 		return
 	}
 	req, _ := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimRight(leaderURL, "/")+r.URL.Path, nil)
-	req.Header.Set("X-Steward-Forwarded", s.cfg.Name)
-	resp, err := s.peers.Do(req)
+	req.Header.Set("X-Steward-Forwarded", s.member.Name)
+	resp, err := s.member.Peers.Do(req)
 	if err != nil {
 		http.Error(w, "forward to the backup leader "+leaderURL+": "+err.Error(), http.StatusBadGateway)
 		return
@@ -163,8 +208,8 @@ func (s *Sidecar) forwardToLeader(w http.ResponseWriter, r *http.Request, endpoi
 }
 
 // leaderSidecar finds the sidecar URL of the member etcd reports as leader.
-func (s *Sidecar) leaderSidecar(ctx context.Context, endpoint string) (string, error) {
-	cli, err := s.etcd.New([]string{endpoint}, 2*time.Second)
+func (s *Service) leaderSidecar(ctx context.Context, endpoint string) (string, error) {
+	cli, err := s.member.Etcd.New([]string{endpoint}, 2*time.Second)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package member
+package agent
 
 import (
 	"strings"
@@ -22,7 +22,7 @@ func TestValidateSchedules(t *testing.T) {
 		{"", "@nightly", "--drill-schedule"},
 		{"", "0 3 * *", "--drill-schedule"},
 	} {
-		err := ValidateSchedules(BackupConfig{FullSchedule: tc.full, DrillSchedule: tc.drill})
+		err := ValidateSchedules(Config{FullSchedule: tc.full, DrillSchedule: tc.drill})
 		switch {
 		case tc.bad == "" && err != nil:
 			t.Errorf("full %q drill %q: refused: %v", tc.full, tc.drill, err)

@@ -1,4 +1,4 @@
-package member
+package agent
 
 import (
 	"context"
@@ -140,7 +140,7 @@ func TestFullSnapshotCompactsTheChain(t *testing.T) {
 	const limit, bursts = 40, 5
 	s := openTestStore(t)
 	_, cli, ep := testutil.EmbeddedEtcd(t)
-	a, _ := startBackupsWith(t, BackupConfig{FullAfterRevisions: limit}, s, ep)
+	a, _ := startBackupsWith(t, Config{FullAfterRevisions: limit}, s, ep)
 	waitStored(t, a, cli, ep, 1)
 	for b := range bursts { // each burst alone reaches the limit
 		for i := range limit {

@@ -1,4 +1,4 @@
-package member
+package agent
 
 import (
 	"context"
@@ -84,9 +84,9 @@ func TestSidecarDrill(t *testing.T) {
 	ctx := context.Background()
 	ms := stewardtest.Cluster(t, 3)
 	s := openTestStore(t)
-	var agents []*backupAgent
+	var agents []*Agent
 	for _, m := range ms {
-		a, _ := startBackupsWith(t, BackupConfig{DrillSchedule: "@every 1s", DrillScratchDir: t.TempDir()}, s, m.Endpoint)
+		a, _ := startBackupsWith(t, Config{DrillSchedule: "@every 1s", DrillScratchDir: t.TempDir()}, s, m.Endpoint)
 		agents = append(agents, a)
 	}
 	for i := range 30 {
@@ -99,7 +99,7 @@ func TestSidecarDrill(t *testing.T) {
 		t.Fatal(err)
 	}
 	written := resp.Header.Revision
-	var leader *backupAgent
+	var leader *Agent
 	stewardtest.Eventually(t, 60*time.Second, fmt.Sprintf("a drill at revision %d or later on the backup leader", written), func() error {
 		for _, a := range agents {
 			st := a.Status()
@@ -125,7 +125,7 @@ func TestSidecarDrill(t *testing.T) {
 		t.Errorf("steward_backup_drill_revision = %v, want %d or more", got, written)
 	}
 	// GET /v1/backup carries it.
-	body, err := json.Marshal(backupStatusResponse{Enabled: true, BackupStatus: leader.Status()})
+	body, err := json.Marshal(StatusResponse{Enabled: true, BackupStatus: leader.Status()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package member
+package agent
 
 import (
 	"bytes"
@@ -56,10 +56,10 @@ func TestEncryptedBackups(t *testing.T) {
 	s := storeWith(t, openTestStore(t), keyDir(t, "", map[string][]byte{"k1": k1}))
 	_, cli, ep := testutil.EmbeddedEtcd(t)
 	a, stop := startBackups(t, s, ep)
-	write(t, cli, "confidential", 30)
+	testutil.Write(t, cli, "confidential", 30)
 	waitStored(t, a, cli, ep, 1)
 	stop()
-	want, rev := state(t, cli)
+	want, rev := testutil.State(t, cli)
 
 	dir := strings.TrimPrefix(s.String(), "file://")
 	var objects int
@@ -92,7 +92,7 @@ func TestEncryptedBackups(t *testing.T) {
 	if gotRev != rev {
 		t.Fatalf("restored revision %d, want %d", gotRev, rev)
 	}
-	sameState(t, "restore with the keys", got, want)
+	testutil.SameState(t, "restore with the keys", got, want)
 	for _, tc := range []struct {
 		name string
 		keys *seal.Keyring
@@ -117,10 +117,10 @@ func TestEncryptedBackups(t *testing.T) {
 	// Rotation: k2 encrypts what follows, k1 still reads what came before.
 	rotated := storeWith(t, s, keyDir(t, "k2", map[string][]byte{"k1": k1, "k2": k2}))
 	a, stop = startBackups(t, rotated, ep)
-	write(t, cli, "after-rotation", 30)
+	testutil.Write(t, cli, "after-rotation", 30)
 	waitStored(t, a, cli, ep, 1)
 	stop()
-	want, rev = state(t, cli)
+	want, rev = testutil.State(t, cli)
 	c := checkTimelines(t, rotated, 1)
 	newest := c.Deltas[len(c.Deltas)-1]
 	nh, err := backup.ReadHeader(ctx, rotated, newest.Key)
@@ -131,7 +131,7 @@ func TestEncryptedBackups(t *testing.T) {
 	if gotRev != rev {
 		t.Fatalf("restored revision %d after the rotation, want %d", gotRev, rev)
 	}
-	sameState(t, "restore across the rotation", got, want)
+	testutil.SameState(t, "restore across the rotation", got, want)
 
 	// A delta planted by someone without the keys, continuing the chain, is refused.
 	plain := storeWith(t, s, nil)
@@ -154,29 +154,29 @@ func TestEncryptionTurnedOnStartsATimeline(t *testing.T) {
 	plain := openTestStore(t)
 	_, cli, ep := testutil.EmbeddedEtcd(t)
 	a, stop := startBackups(t, plain, ep)
-	write(t, cli, "before", 20)
+	testutil.Write(t, cli, "before", 20)
 	waitStored(t, a, cli, ep, 1)
 	stop()
-	before, beforeRev := state(t, cli)
+	before, beforeRev := testutil.State(t, cli)
 
 	s := storeWith(t, plain, keyDir(t, "", map[string][]byte{"k1": bytes.Repeat([]byte{1}, 32)}))
 	a, _ = startBackups(t, s, ep)
-	write(t, cli, "after", 20)
+	testutil.Write(t, cli, "after", 20)
 	waitStored(t, a, cli, ep, 2)
 	if st := a.Status(); !strings.Contains(st.TimelineReason, "not encrypted") {
 		t.Fatalf("timeline 2 started because %q, want because timeline 1 is not encrypted", st.TimelineReason)
 	}
-	want, rev := state(t, cli)
+	want, rev := testutil.State(t, cli)
 	got, gotRev, _ := restored(t, restore.Options{Store: s})
 	if gotRev != rev {
 		t.Fatalf("restored revision %d, want %d", gotRev, rev)
 	}
-	sameState(t, "restore of the encrypted timeline", got, want)
+	testutil.SameState(t, "restore of the encrypted timeline", got, want)
 	got, gotRev, _ = restored(t, restore.Options{Store: plain, Timeline: 1})
 	if gotRev != beforeRev {
 		t.Fatalf("restored revision %d of timeline 1, want %d", gotRev, beforeRev)
 	}
-	sameState(t, "restore of the timeline before encryption, without keys", got, before)
+	testutil.SameState(t, "restore of the timeline before encryption, without keys", got, before)
 }
 
 // TestRotationMissedByAMemberThatLeadsAgain: a sidecar started before a key was added (its
@@ -199,30 +199,30 @@ func TestRotationMissedByAMemberThatLeadsAgain(t *testing.T) {
 	base := openTestStore(t)
 	_, cli, ep := testutil.EmbeddedEtcd(t)
 	old := storeWith(t, base, oldKeys)
-	a, stop := startBackupsWith(t, BackupConfig{Keys: oldKeys, KeysPath: dir, KeyID: "k1"}, old, ep)
-	write(t, cli, "before", 20)
+	a, stop := startBackupsWith(t, Config{Keys: oldKeys, KeysPath: dir, KeyID: "k1"}, old, ep)
+	testutil.Write(t, cli, "before", 20)
 	waitStored(t, a, cli, ep, 1)
 	stop()
 
 	// Another member, rolled with the new key active, leads meanwhile.
 	rotated := storeWith(t, base, keyDir(t, "k2", map[string][]byte{"k1": k1, "k2": k2}))
 	b, stop := startBackups(t, rotated, ep)
-	write(t, cli, "rotated", 20)
+	testutil.Write(t, cli, "rotated", 20)
 	waitStored(t, b, cli, ep, 1)
 	stop()
 
 	// The Secret now holds k2 too; the first member leads again, k1 still its active key.
 	writeKey("k2", k2)
-	a, _ = startBackupsWith(t, BackupConfig{Keys: oldKeys, KeysPath: dir, KeyID: "k1"}, old, ep)
-	write(t, cli, "after", 20)
+	a, _ = startBackupsWith(t, Config{Keys: oldKeys, KeysPath: dir, KeyID: "k1"}, old, ep)
+	testutil.Write(t, cli, "after", 20)
 	waitStored(t, a, cli, ep, 1)
 	if st := a.Status(); st.Timeline != 1 {
 		t.Fatalf("timeline %d (%s): the member that missed the rotation did not continue timeline 1", st.Timeline, st.TimelineReason)
 	}
-	want, rev := state(t, cli)
+	want, rev := testutil.State(t, cli)
 	got, gotRev, _ := restored(t, restore.Options{Store: rotated})
 	if gotRev != rev {
 		t.Fatalf("restored revision %d, want %d", gotRev, rev)
 	}
-	sameState(t, "restore across both keys", got, want)
+	testutil.SameState(t, "restore across both keys", got, want)
 }
