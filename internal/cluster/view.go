@@ -7,7 +7,7 @@ package cluster
 
 import "context"
 
-// ClusterView is the sidecar's one seam to whoever runs the cluster (the local supervisor,
+// View is the sidecar's one seam to whoever runs the cluster (the local supervisor,
 // the Kubernetes operator). It reads the cluster as one consistent whole, is told of
 // changes instead of polling, reports this member's live state and acknowledges directives.
 type View interface {

@@ -1,4 +1,4 @@
-// Package kubeview is a member's ClusterView on the Kubernetes API server: the sidecar of a
+// Package kubeview is a member's cluster.View on the Kubernetes API server: the sidecar of a
 // member pod reads its cluster from the objects the operator keeps and reports through its own.
 //
 //   - spec: the ConfigMap <cluster>-config (cluster.yaml: members, token, tuning, backups);
@@ -49,7 +49,7 @@ const (
 	reportRefresh = 10 * time.Second
 )
 
-// View implements member.ClusterView for one member of one EtcdCluster.
+// View implements cluster.View for one member of one EtcdCluster.
 type View struct {
 	c                     client.Client // reads from the cache, writes to the API server
 	direct                client.Client // reads that precede a write
@@ -158,7 +158,7 @@ func (v *View) Config(ctx context.Context) (v1alpha1.ClusterConfig, string, erro
 	return cfg, cm.ResourceVersion, nil
 }
 
-// Snapshot implements member.ClusterView.
+// Snapshot implements cluster.View.
 func (v *View) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 	cfg, cmVersion, err := v.Config(ctx)
 	if err != nil {
@@ -251,7 +251,7 @@ func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alph
 	return snap
 }
 
-// Report implements member.ClusterView: it writes the report to this member's EtcdMember
+// Report implements cluster.View: it writes the report to this member's EtcdMember
 // when something that matters changed (or the figures are reportRefresh old), and renews the
 // member Lease while etcd serves.
 func (v *View) Report(ctx context.Context, r cluster.Report) error {
@@ -329,7 +329,7 @@ type snapshotLease struct {
 	at       time.Time
 }
 
-// PublishBackup implements member.BackupPublisher: the backup leader writes the newest full
+// PublishBackup implements cluster.BackupPublisher: the backup leader writes the newest full
 // snapshot to the Lease <cluster>-full-snapshot, and the newest revision known stored (and
 // when it was current) to <cluster>-delta-snapshot; holder = revision, renewTime = time. A
 // Lease is written when its revision changes, or its time is a delta period old.
@@ -373,7 +373,7 @@ func (v *View) PublishBackup(ctx context.Context, s cluster.BackupStatus) error 
 	return nil
 }
 
-// AckDirective implements member.ClusterView.
+// AckDirective implements cluster.View.
 func (v *View) AckDirective(ctx context.Context, epoch int64, result cluster.DirectiveResult) error {
 	raw, err := json.Marshal(cluster.DirectiveAck{Epoch: epoch, Result: result})
 	if err != nil {
@@ -439,7 +439,7 @@ func (v *View) writeLease(ctx context.Context, name, holder string, now time.Tim
 	}
 }
 
-// Watch implements member.ClusterView: a value whenever the ConfigMap, the EtcdCluster or an
+// Watch implements cluster.View: a value whenever the ConfigMap, the EtcdCluster or an
 // EtcdMember of the cluster changes (from the cache's watches).
 func (v *View) Watch(ctx context.Context) (<-chan struct{}, error) {
 	ch := make(chan struct{}, 1)

@@ -123,7 +123,7 @@ func writeMemberFile(dir, sub, name string, v any) error {
 // ack is a seed's acknowledgement of a directive, as a sidecar writes it.
 type ack = cluster.DirectiveAck
 
-// View is the sidecar's ClusterView in local mode: the desired cluster is DIR/cluster.json,
+// View is the sidecar's cluster.View in local mode: the desired cluster is DIR/cluster.json,
 // the status DIR/run/state.json with the members' reports beside it.
 type View struct {
 	Dir  string
@@ -132,7 +132,7 @@ type View struct {
 
 var _ cluster.View = View{}
 
-// Snapshot implements member.ClusterView.
+// Snapshot implements cluster.View.
 func (v View) Snapshot(context.Context) (cluster.Snapshot, error) {
 	spec, ok, err := ReadSpec(v.Dir)
 	if err != nil {
@@ -166,17 +166,17 @@ func (v View) Snapshot(context.Context) (cluster.Snapshot, error) {
 	return snap, nil
 }
 
-// Report implements member.ClusterView.
+// Report implements cluster.View.
 func (v View) Report(_ context.Context, r cluster.Report) error {
 	return writeMemberFile(v.Dir, reportsDir, v.Name, r)
 }
 
-// AckDirective implements member.ClusterView.
+// AckDirective implements cluster.View.
 func (v View) AckDirective(_ context.Context, epoch int64, result cluster.DirectiveResult) error {
 	return writeMemberFile(v.Dir, acksDir, v.Name, ack{Epoch: epoch, Result: result})
 }
 
-// Watch implements member.ClusterView: inotify on the files the snapshot reads.
+// Watch implements cluster.View: inotify on the files the snapshot reads.
 func (v View) Watch(ctx context.Context) (<-chan struct{}, error) {
 	return watchFiles(ctx, filepath.Join(v.Dir, "run"), v.Dir)
 }
