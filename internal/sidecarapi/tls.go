@@ -39,17 +39,28 @@ type sniffListener struct {
 	err   error // why it ended: set once, before done closes
 }
 
+// acceptLoop accepts until the listener is closed. Any other accept error (the process out of
+// file descriptors, a connection aborted before it was accepted) passes: it is retried after a
+// pause that grows to a second, as net/http's server does, so a flood that ends leaves the API
+// serving again.
 func (l *sniffListener) acceptLoop() {
+	var pause time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				l.end(err)
+				return
 			}
-			l.end(err)
-			return
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			select {
+			case <-time.After(pause):
+				continue
+			case <-l.done:
+				return
+			}
 		}
+		pause = 0
 		go l.sniff(c)
 	}
 }
