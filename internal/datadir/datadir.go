@@ -27,6 +27,9 @@ type State struct {
 	HasDB bool `json:"hasDB"`
 	// DBValid is true when the database opens read-only and carries etcd's buckets.
 	DBValid bool `json:"dbValid"`
+	// InUse is true when a running etcd holds the database's lock: its contents were not read,
+	// and say nothing of whether it is damaged.
+	InUse bool `json:"inUse,omitempty"`
 	// Revision is the revision etcd will report when it starts on the database (ReadDBRevision).
 	Revision int64 `json:"revision,omitempty"`
 	// CompactRevision is the database's compacted revision (finished or scheduled), 0 if none.
@@ -135,7 +138,10 @@ func Inspect(dataDir string) (st State, err error) {
 	if st.HasDB {
 		st.DeepChecked = deep
 		rev, compactRev, err := CheckDB(dbPath, deep)
-		if err != nil {
+		if errors.Is(err, ErrInUse) {
+			st.InUse = true
+			st.Problems = append(st.Problems, err.Error())
+		} else if err != nil {
 			st.Problems = append(st.Problems, fmt.Sprintf("database %s is damaged: %v", dbPath, err))
 		} else {
 			st.DBValid, st.Revision, st.CompactRevision = true, rev, compactRev

@@ -45,6 +45,23 @@ func CheckDB(path string, deep bool) (rev, compactRev int64, err error) {
 	return readDB(path, true, deep)
 }
 
+// ErrInUse is the error for a database whose lock another process holds: an etcd runs on it.
+// It says nothing of the database's contents.
+var ErrInUse = errors.New("in use by a running etcd (its lock is held)")
+
+// InUse reports whether an etcd holds the lock of the database in dataDir now.
+func InUse(dataDir string) bool {
+	db, err := bolt.Open(DBPath(dataDir), 0o400, &bolt.Options{ReadOnly: true, Timeout: inUseTimeout})
+	if err != nil {
+		return errors.Is(err, bolterrors.ErrTimeout)
+	}
+	_ = db.Close()
+	return false
+}
+
+// inUseTimeout is how long InUse waits for the lock: etcd holds it for as long as it runs.
+const inUseTimeout = 100 * time.Millisecond
+
 func readDB(path string, requireMeta, deep bool) (rev, compactRev int64, err error) {
 	if _, err := os.Stat(path); err != nil {
 		return 0, 0, fmt.Errorf("no etcd database at %s: %w", path, err)
@@ -56,7 +73,7 @@ func readDB(path string, requireMeta, deep bool) (rev, compactRev int64, err err
 	db, err := bolt.Open(path, 0o400, opts)
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
-			return 0, 0, fmt.Errorf("database %s is locked; stop the etcd member using it: %w", path, err)
+			return 0, 0, fmt.Errorf("database %s: %w (stop the etcd member using it)", path, ErrInUse)
 		}
 		return 0, 0, fmt.Errorf("open database %s: %w", path, err)
 	}

@@ -104,6 +104,12 @@ func decide(o Observation) Plan {
 	selfLive, selfLiveOK := o.liveSelf()
 	data := describeData(o.Data)
 
+	if o.Data.InUse {
+		// A held lock means an etcd runs on this data dir: nothing may be decided about data
+		// that is in use, least of all that it is damaged.
+		return Plan{Case: "DataInUseWait", Action: ActionWait,
+			Reason: fmt.Sprintf("the database in %s is in use by a running etcd: waiting for it to stop", o.Data.Dir)}
+	}
 	if d := o.Directive; d != nil && d.Epoch > o.AppliedEpoch {
 		if p, ok := decideDirective(o, *d, selfLive); ok {
 			return p

@@ -14,6 +14,7 @@ var (
 	cleanData = func() datadir.State { s := validData; s.CleanShutdown, s.DeepChecked = true, false; return s }()
 	// WAL present but the database is damaged.
 	damagedDB = datadir.State{HasWAL: true, WALValid: true, MemberID: 0xabc, ClusterID: 0xdef, HasDB: true, Problems: []string{"database is damaged"}}
+	inUseDB   = datadir.State{HasWAL: true, WALValid: true, MemberID: 0xabc, ClusterID: 0xdef, HasDB: true, InUse: true, Problems: []string{"database: in use by a running etcd"}}
 	// Database present but the WAL is gone.
 	noWAL = datadir.State{HasDB: true, DBValid: true, Revision: 7}
 	// Valid data whose identity file names another member (a swapped volume).
@@ -133,6 +134,14 @@ func TestDecide(t *testing.T) {
 		{name: "001-4 valid metadata, damaged database, quorate",
 			obs:  obs("m1", damagedDB, quorate, all),
 			want: Plan{Case: "ReplaceInvalidData", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData, RemoveMemberID: "abc"}},
+		{name: "database in use by a running etcd (its lock held), quorate: wait, never replace it as damaged",
+			obs:  obs("m1", inUseDB, quorate, all),
+			want: Plan{Case: "DataInUseWait", Action: ActionWait}},
+		{name: "database in use by a running etcd, under a directive to seed from survivor data: wait",
+			obs: with_(obs("m1", inUseDB, cluster.LiveCluster{}, all), func(o *Observation) {
+				o.Directive = &cluster.Directive{Epoch: 1, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromSurvivor, Seed: "m1"}
+			}),
+			want: Plan{Case: "DataInUseWait", Action: ActionWait}},
 		{name: "001-4 database without WAL, quorate",
 			obs:  obs("m1", noWAL, quorate, all),
 			want: Plan{Case: "ReplaceInvalidData", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData, RemoveMemberID: "abc"}},

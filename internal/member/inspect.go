@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -29,7 +28,7 @@ func (s *Sidecar) inspectAt(print string, fpErr error) (datadir.State, error) {
 		}
 		s.metrics.validationSeconds.Observe(data.Took.Seconds())
 		// A database locked by a running etcd says nothing about its contents: not reused.
-		return data, !slices.ContainsFunc(data.Problems, func(p string) bool { return strings.Contains(p, "is locked") }), nil
+		return data, !data.InUse, nil
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -244,6 +245,10 @@ func (s *Sidecar) handleStartInit(w http.ResponseWriter, r *http.Request) {
 		sidecarapi.WriteBodyError(w, err)
 		return
 	}
+	if why := s.etcdRunning(r.Context()); why != "" {
+		http.Error(w, why+": a member is initialised before its etcd starts, never while it runs", http.StatusConflict)
+		return
+	}
 	s.mu.Lock()
 	if s.status.State != etcdproc.InitRunning {
 		// Every (re)start of etcd re-initialises: the data dir or the cluster may have changed.
@@ -254,6 +259,44 @@ func (s *Sidecar) handleStartInit(w http.ResponseWriter, r *http.Request) {
 	resp := initResponse{InitStatus: s.status, Plan: s.plan}
 	s.mu.Unlock()
 	sidecarapi.WriteJSON(w, http.StatusAccepted, resp)
+}
+
+// etcdRunning says how this member's etcd is seen running now ("" when it is not): it holds
+// the database's lock, or its client URL answers etcd's status.
+func (s *Sidecar) etcdRunning(ctx context.Context) string {
+	if datadir.InUse(s.cfg.DataDir) {
+		return fmt.Sprintf("this member's etcd runs: it holds the database in %s", s.cfg.DataDir)
+	}
+	spec, err := s.desired(ctx)
+	if err != nil {
+		return ""
+	}
+	self, ok := spec.Member(s.cfg.Name)
+	if !ok {
+		return ""
+	}
+	u, err := url.Parse(self.ClientURL)
+	if err != nil {
+		return ""
+	}
+	// Nothing listening is the usual case, and is told at once; only a listener is asked.
+	conn, err := net.DialTimeout("tcp", u.Host, time.Second)
+	if err != nil {
+		return ""
+	}
+	_ = conn.Close()
+	cli, err := s.etcd.New([]string{self.ClientURL}, 2*time.Second)
+	if err != nil {
+		return ""
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := cli.Status(sctx, self.ClientURL)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("this member's etcd serves at %s (member %x)", self.ClientURL, st.Header.MemberId)
 }
 
 func (s *Sidecar) handleInitStatus(w http.ResponseWriter, _ *http.Request) {
