@@ -27,10 +27,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/maintenance"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -85,13 +85,13 @@ func run(ctx context.Context, o options) error {
 		dir = d
 	}
 	start := time.Now()
-	c, err := cluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), cluster.Options{Members: 3, Backup: "none",
+	c, err := localcluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), localcluster.Options{Timeout: 3 * time.Minute, Members: 3, Backup: "none",
 		SidecarArgs: []string{"--defrag-schedule=off"}})
 	if err != nil {
 		return err
 	}
 	if !o.keep {
-		defer c.Down(context.Background()) //nolint:errcheck
+		defer c.Purge(context.Background()) //nolint:errcheck
 	}
 	st, err := c.Status(ctx)
 	if err != nil {

@@ -22,10 +22,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/proc"
 	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -85,7 +85,7 @@ func fail(err error) {
 // target is one of the two clusters.
 type target struct {
 	name        string // "backups on" / "backups off"
-	c           *cluster.Cluster
+	c           *localcluster.Cluster
 	gen         *load.Generator
 	etcdPIDs    []int
 	sidecarPIDs []int
@@ -127,14 +127,14 @@ func run(ctx context.Context, o options) (err error) {
 		backup string
 		args   []string
 	}{{off, "off", "none", nil}, {on, "on", storeURL, o.sidecarArgs}} {
-		c, err := cluster.Up(ctx, o.steward, filepath.Join(dir, t.sub), cluster.Options{Members: o.members, Backup: t.backup, SidecarArgs: t.args})
+		c, err := localcluster.Up(ctx, o.steward, filepath.Join(dir, t.sub), localcluster.Options{Timeout: 3 * time.Minute, Members: o.members, Backup: t.backup, SidecarArgs: t.args})
 		if err != nil {
 			return err
 		}
 		t.t.c = c
 		if !o.keep {
 			defer func() {
-				if derr := c.Down(context.Background()); derr != nil && err == nil {
+				if derr := c.Purge(context.Background()); derr != nil && err == nil {
 					err = derr
 				}
 			}()
@@ -227,7 +227,7 @@ func measure(ctx context.Context, t *target, d time.Duration, rate float64) (pha
 	return phase{Result: r, etcdCPU: e1 - e0, sidecarCPU: s1 - s0}, nil
 }
 
-func waitBackupReady(ctx context.Context, c *cluster.Cluster, timeout time.Duration) error {
+func waitBackupReady(ctx context.Context, c *localcluster.Cluster, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := "no status"
 	for time.Now().Before(deadline) {
@@ -249,7 +249,7 @@ func waitBackupReady(ctx context.Context, c *cluster.Cluster, timeout time.Durat
 
 // backupState checks that delta capture kept up: it waits (up to a minute) until the stored
 // deltas reach the revision the cluster had when the load stopped, and reports how long that took.
-func backupState(ctx context.Context, c *cluster.Cluster) (string, error) {
+func backupState(ctx context.Context, c *localcluster.Cluster) (string, error) {
 	st, err := c.Status(ctx)
 	if err != nil {
 		return "", err

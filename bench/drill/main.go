@@ -28,10 +28,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/proc"
 	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -85,12 +85,12 @@ func run(ctx context.Context, o options) error {
 	}
 	start := time.Now()
 	storeURL := "file://" + filepath.Join(dir, "store")
-	c, err := cluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), cluster.Options{Members: 3, Backup: storeURL,
+	c, err := localcluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), localcluster.Options{Timeout: 3 * time.Minute, Members: 3, Backup: storeURL,
 		SidecarArgs: []string{"--defrag-schedule=off", "--drill-schedule=off"}})
 	if err != nil {
 		return err
 	}
-	defer c.Down(context.Background()) //nolint:errcheck
+	defer c.Purge(context.Background()) //nolint:errcheck
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
@@ -103,7 +103,7 @@ func run(ctx context.Context, o options) error {
 	}
 	// A full snapshot that holds the data, so both ways restore about the same database (the
 	// writers' deltas follow it).
-	if _, err := cluster.Run(ctx, o.steward, "backup", "save", "--endpoints", eps[0], "--store", storeURL); err != nil {
+	if _, err := localcluster.Run(ctx, o.steward, "backup", "save", "--endpoints", eps[0], "--store", storeURL); err != nil {
 		return err
 	}
 

@@ -47,14 +47,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/backup"
@@ -62,6 +60,7 @@ import (
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -148,17 +147,17 @@ func run(ctx context.Context, o options) (err error) {
 	storeURL := "file://" + filepath.Join(dir, "backups")
 	fmt.Printf("heal bench: 3-member cluster in %s, database %s, %d-byte values; quorum-loss grace %v, delta period %v\n",
 		clusterDir, result.Human(o.size), o.valueSize, o.grace, o.deltaPeriod)
-	if _, err := cluster.Run(ctx, o.steward, "local", "up", "--detach", "--dir", clusterDir, "--members", "3",
-		"--base-port", strconv.Itoa(o.basePort), "--backup", storeURL, "--quorum-loss-grace", o.grace.String(),
-		"--sidecar-arg=--delta-period="+o.deltaPeriod.String(),
-		// Each quorum-loss round asks for a full snapshot, sooner than the default spacing.
-		"--sidecar-arg=--full-snapshot-min-interval=1ms", "--timeout", "3m"); err != nil {
+	c, err := localcluster.Up(ctx, o.steward, clusterDir, localcluster.Options{Members: 3, BasePort: o.basePort, Backup: storeURL,
+		Flags: []string{"--quorum-loss-grace", o.grace.String()}, Timeout: 3 * time.Minute,
+		SidecarArgs: []string{"--delta-period=" + o.deltaPeriod.String(),
+			// Each quorum-loss round asks for a full snapshot, sooner than the default spacing.
+			"--full-snapshot-min-interval=1ms"}})
+	if err != nil {
 		return err
 	}
-	c := &cluster.Cluster{Steward: o.steward, Dir: clusterDir}
 	if !o.keep {
 		defer func() {
-			if derr := c.Down(context.Background()); derr != nil && err == nil {
+			if derr := c.Purge(context.Background()); derr != nil && err == nil {
 				err = derr
 			}
 		}()
@@ -398,7 +397,7 @@ func (v view) String() string {
 	return fmt.Sprintf("%d listed; %s", v.listed, strings.Join(parts, ", "))
 }
 
-func cliHealthy(ctx context.Context, c *cluster.Cluster) error {
+func cliHealthy(ctx context.Context, c *localcluster.Cluster) error {
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
@@ -490,7 +489,7 @@ type wipeRound struct {
 	phases       timeline
 }
 
-func wipeOne(ctx context.Context, o options, c *cluster.Cluster, w *watcher, round int) (wipeRound, error) {
+func wipeOne(ctx context.Context, o options, c *localcluster.Cluster, w *watcher, round int) (wipeRound, error) {
 	if err := w.waitHealed(ctx, 2*time.Minute); err != nil {
 		return wipeRound{}, err
 	}
@@ -514,7 +513,7 @@ func wipeOne(ctx context.Context, o options, c *cluster.Cluster, w *watcher, rou
 	}
 	defer bg.stop()
 	t0 := time.Now()
-	if _, err := cluster.Run(ctx, o.steward, "local", "fault", victim, "wipe", "--dir", c.Dir); err != nil {
+	if _, err := localcluster.Run(ctx, o.steward, "local", "fault", victim, "wipe", "--dir", c.Dir); err != nil {
 		return r, err
 	}
 	deadline := t0.Add(o.healTimeout)
@@ -546,7 +545,7 @@ type refRound struct {
 	publishStalled bool
 }
 
-func addFresh(ctx context.Context, o options, dir string, c *cluster.Cluster, w *watcher) (r refRound, err error) {
+func addFresh(ctx context.Context, o options, dir string, c *localcluster.Cluster, w *watcher) (r refRound, err error) {
 	if err := w.waitHealed(ctx, 2*time.Minute); err != nil {
 		return r, err
 	}
@@ -746,7 +745,7 @@ type chainInfo struct {
 	deltaBytes, fullSize int64
 }
 
-func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, storeURL string) (r quorumRound, err error) {
+func quorumLoss(ctx context.Context, o options, c *localcluster.Cluster, w *watcher, storeURL string) (r quorumRound, err error) {
 	if err := w.waitHealed(ctx, 2*time.Minute); err != nil {
 		return r, err
 	}
@@ -806,7 +805,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	defer bg.stop()
 	t0 := time.Now()
 	for _, m := range w.spec.Members {
-		if _, err := cluster.Run(ctx, o.steward, "local", "fault", m.Name, "wipe", "--dir", c.Dir); err != nil {
+		if _, err := localcluster.Run(ctx, o.steward, "local", "fault", m.Name, "wipe", "--dir", c.Dir); err != nil {
 			return r, err
 		}
 	}

@@ -23,9 +23,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -67,12 +67,12 @@ func run(ctx context.Context, o options) error {
 		dir = d
 	}
 	start := time.Now()
-	c, err := cluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), cluster.Options{Members: 3, Backup: "none",
+	c, err := localcluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), localcluster.Options{Timeout: 3 * time.Minute, Members: 3, Backup: "none",
 		SidecarArgs: []string{"--defrag-schedule=off"}})
 	if err != nil {
 		return err
 	}
-	defer c.Down(context.Background()) //nolint:errcheck
+	defer c.Purge(context.Background()) //nolint:errcheck
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
@@ -97,7 +97,7 @@ func run(ctx context.Context, o options) error {
 			var out []byte
 			d, err := load.During(ctx, eps, o.rate, func(ctx context.Context) (err error) {
 				// A new snapshot-count each time: every member runs an outdated spec.
-				out, err = cluster.Run(ctx, o.steward, "local", "upgrade", "--dir", c.Dir, "--skip-snapshot",
+				out, err = localcluster.Run(ctx, o.steward, "local", "upgrade", "--dir", c.Dir, "--skip-snapshot",
 					"--leader-update", methods[i].leaderUpdate, "--set-flag", fmt.Sprintf("snapshot-count=%d", 10000+n))
 				return err
 			})

@@ -35,7 +35,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/proc"
 	"github.com/etcd-steward/steward/bench/internal/result"
@@ -43,6 +42,7 @@ import (
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -117,13 +117,13 @@ func run(ctx context.Context, o options) (err error) {
 	clusterDir := filepath.Join(dir, "cluster")
 	backupStore := "file://" + filepath.Join(dir, "sidecar-store")
 	fmt.Printf("snapshot bench: %d-member cluster in %s, database %s, %d-byte values\n", o.members, clusterDir, result.Human(o.size), o.valueSize)
-	c, err := cluster.Up(ctx, o.steward, clusterDir, cluster.Options{Members: o.members, Backup: backupStore, SidecarArgs: o.sidecarArgs})
+	c, err := localcluster.Up(ctx, o.steward, clusterDir, localcluster.Options{Timeout: 3 * time.Minute, Members: o.members, Backup: backupStore, SidecarArgs: o.sidecarArgs})
 	if err != nil {
 		return err
 	}
 	if !o.keep {
 		defer func() {
-			if derr := c.Down(context.Background()); derr != nil && err == nil {
+			if derr := c.Purge(context.Background()); derr != nil && err == nil {
 				err = derr
 			}
 		}()

@@ -19,9 +19,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -103,11 +103,11 @@ func run(ctx context.Context, o options) error {
 
 // measure starts a cluster in dir, runs the two phases against it and stops it.
 func measure(ctx context.Context, o options, dir string, tls bool) (measured, error) {
-	c, err := cluster.Up(ctx, o.steward, dir, cluster.Options{Members: 3, Backup: "none", TLS: tls})
+	c, err := localcluster.Up(ctx, o.steward, dir, localcluster.Options{Timeout: 3 * time.Minute, Members: 3, Backup: "none", TLS: tls})
 	if err != nil {
 		return measured{}, err
 	}
-	defer c.Down(context.Background()) //nolint:errcheck
+	defer c.Purge(context.Background()) //nolint:errcheck
 	st, err := c.Status(ctx)
 	if err != nil {
 		return measured{}, err

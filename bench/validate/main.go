@@ -40,18 +40,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/server/v3/embed"
 	etcddatadir "go.etcd.io/etcd/server/v3/storage/datadir"
@@ -121,14 +120,14 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	clusterDir := filepath.Join(dir, "cluster")
 	fmt.Printf("validate bench: one-member cluster in %s, database %s, %d-byte values, %d rounds\n", clusterDir, result.Human(o.size), o.valueSize, o.rounds)
-	if _, err := cluster.Run(ctx, o.steward, "local", "up", "--detach", "--dir", clusterDir, "--members", "1",
-		"--base-port", strconv.Itoa(o.basePort), "--backup", "none", "--timeout", "3m"); err != nil {
+	c, err := localcluster.Up(ctx, o.steward, clusterDir, localcluster.Options{Members: 1, BasePort: o.basePort, Backup: "none", Timeout: 3 * time.Minute})
+	if err != nil {
 		return err
 	}
 	up := true
 	defer func() {
 		if up {
-			if _, derr := cluster.Run(context.Background(), o.steward, "local", "down", "--dir", clusterDir); derr != nil && err == nil {
+			if derr := c.Stop(context.Background()); derr != nil && err == nil {
 				err = derr
 			}
 		}
@@ -144,7 +143,7 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	fmt.Printf("filled: %s\n", fill)
-	if _, err := cluster.Run(ctx, o.steward, "local", "down", "--dir", clusterDir); err != nil {
+	if err := c.Stop(ctx); err != nil {
 		return err
 	}
 	up = false
