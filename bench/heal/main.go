@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/bench/internal/load"
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/etcdproc"
@@ -84,22 +85,21 @@ type options struct {
 	healTimeout    time.Duration
 	basePort       int
 	quorum         bool
-	dir            string
 	keep           bool
 }
 
 func main() {
 	var o options
-	var size string
-	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
-	flag.StringVar(&size, "size", "100MiB", "database size to build before the faults (e.g. 20MiB, 100MiB)")
+	p := program.New("heal bench")
+	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
+	p.Size(&o.size, "size", "100MiB", "database size to build before the faults (e.g. 20MiB, 100MiB)")
 	flag.IntVar(&o.valueSize, "value-size", 4096, "value bytes of each put while filling (random hex)")
 	flag.IntVar(&o.workers, "workers", 16, "concurrent puts while loading")
 	flag.IntVar(&o.conns, "conns", 4, "client connections while loading")
 	flag.IntVar(&o.revisions, "revisions", 100000, "small puts (revisions) written after the full snapshot, before the quorum loss")
 	flag.IntVar(&o.revValueSize, "rev-value-size", 128, "value bytes of those puts")
 	flag.IntVar(&o.revKeys, "rev-keys", 10000, "key space of those puts (they overwrite keys in turn)")
-	flag.IntVar(&o.rounds, "rounds", 3, "one-member wipes measured (each alternating with one reference member add)")
+	p.Rounds(&o.rounds, "rounds", 3, "one-member wipes measured (each alternating with one reference member add)")
 	flag.DurationVar(&o.grace, "grace", 5*time.Second, "the cluster's --quorum-loss-grace")
 	flag.DurationVar(&o.deltaPeriod, "delta-period", time.Second, "the sidecars' --delta-period")
 	flag.DurationVar(&o.poll, "poll", 100*time.Millisecond, "how often the cluster's state is polled while it heals")
@@ -107,42 +107,11 @@ func main() {
 	flag.DurationVar(&o.healTimeout, "heal-timeout", 5*time.Minute, "give up on a heal after this long")
 	flag.IntVar(&o.basePort, "base-port", 24300, "first port to try for the cluster")
 	flag.BoolVar(&o.quorum, "quorum-loss", true, "also measure the quorum loss with all data gone")
-	flag.StringVar(&o.dir, "dir", "", "work dir (default: a new temp dir, removed at the end)")
-	flag.BoolVar(&o.keep, "keep", false, "keep the cluster and work dir at the end")
-	flag.Parse()
-	var err error
-	if o.size, err = result.ParseBytes(size); err != nil {
-		fail(fmt.Errorf("-size: %w", err))
-	}
-	if o.rounds < 1 {
-		fail(errors.New("-rounds must be at least 1"))
-	}
-	if o.steward, err = filepath.Abs(o.steward); err != nil {
-		fail(err)
-	}
-	if _, err := os.Stat(o.steward); err != nil {
-		fail(fmt.Errorf("%w (build it with `make build`)", err))
-	}
-	if err := run(context.Background(), o); err != nil {
-		fail(err)
-	}
+	p.WorkDir(&o.keep, "keep the cluster and work dir at the end")
+	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "heal bench:", err)
-	os.Exit(1)
-}
-
-func run(ctx context.Context, o options) (err error) {
-	dir := o.dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "steward-heal-bench-"); err != nil {
-			return err
-		}
-		if !o.keep {
-			defer os.RemoveAll(dir)
-		}
-	}
+func run(ctx context.Context, o options, dir string) (err error) {
 	clusterDir := filepath.Join(dir, "cluster")
 	storeURL := "file://" + filepath.Join(dir, "backups")
 	fmt.Printf("heal bench: 3-member cluster in %s, database %s, %d-byte values; quorum-loss grace %v, delta period %v\n",
