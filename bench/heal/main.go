@@ -28,12 +28,11 @@
 // (where the reference's fresh member, unlike Steward's, waits for the next write: see
 // docs/benchmarks.md, findings). Each fault and each reference
 // add starts once the cluster has been healthy for 6 s. The members' logs give each heal's
-// phases. The last line of output is the JSON result (see bench/internal/result).
+// phases, read from the "event" field of their lines (timeline.go); a phase expected but never
+// seen fails the run. The last line of output is the JSON result (see bench/internal/result).
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,7 +56,6 @@ import (
 	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/backup"
-	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
@@ -421,33 +419,6 @@ func (b *background) stop() load.Result {
 	return b.res
 }
 
-// publishStall finds how a join hit etcd's publish race, if it did: steward etcd's restart,
-// or etcd's publish timing out (a failure for another reason, such as stopping, is neither).
-func publishStall(path string, since time.Time) (string, logEvent, bool) {
-	if ev, ok := findEvent(path, etcdproc.PublishRaceMessage, since); ok {
-		return pRaceRestart, ev, true
-	}
-	for _, ev := range events(path, since) {
-		if ev.fields.Msg == "failed to publish local member to cluster through raft" && strings.Contains(string(ev.fields.Error), "timed out") {
-			return pPublishFailed, ev, true
-		}
-	}
-	return "", logEvent{}, false
-}
-
-// publishFailures counts etcd's "failed to publish local member" lines in a member's etcd log
-// since a time, and returns the last error: how a stalled join shows.
-func publishFailures(path string, since time.Time) (int, string) {
-	n, last := 0, ""
-	for _, ev := range events(path, since) {
-		if ev.fields.Msg == "failed to publish local member to cluster through raft" {
-			n++
-			last = string(ev.fields.Error)
-		}
-	}
-	return n, last
-}
-
 // ---- 1. one-member wipe ----
 
 type wipeRound struct {
@@ -494,13 +465,15 @@ func wipeOne(ctx context.Context, o options, c *localcluster.Cluster, w *watcher
 			break
 		}
 		if time.Now().After(deadline) {
-			n, last := publishFailures(local.LogPath(c.Dir, victim, "etcd"), t0)
+			n, last := publishFailures(readLog(local.LogPath(c.Dir, victim, "etcd")), t0)
 			return r, fmt.Errorf("wipe of %s: not healed within %v: %s; its etcd logged %d \"failed to publish local member\" lines (last error %s)", victim, o.healTimeout, v, n, last)
 		}
 		time.Sleep(o.poll)
 	}
 	r.background = bg.stop()
-	r.phases = wipeTimeline(c.Dir, victim, t0, r.took)
+	if r.phases, err = wipeTimeline(clusterLogs(c.Dir), victim, t0, r.took); err != nil {
+		return r, err
+	}
 	return r, nil
 }
 
@@ -649,7 +622,7 @@ func addFresh(ctx context.Context, o options, dir string, c *localcluster.Cluste
 		}
 		time.Sleep(o.poll)
 	}
-	n, _ := publishFailures(logPath, t0)
+	n, _ := publishFailures(readLog(logPath), t0)
 	r.publishStalled = n > 0
 	// Leave the cluster as it was: remove the fresh member, stop it, resume the sidecars.
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -829,8 +802,15 @@ func quorumLoss(ctx context.Context, o options, c *localcluster.Cluster, w *watc
 	if resp.Count != int64(min(o.revKeys, o.revisions)) {
 		return r, fmt.Errorf("restored cluster has %d of the %d keys written after the full snapshot", resp.Count, min(o.revKeys, o.revisions))
 	}
-	r.phases = quorumTimeline(c.Dir, w.spec, r.seed, t0, r.took)
-	if ev, ok := findEvent(local.LogPath(c.Dir, r.seed, "sidecar"), "restored from backup", t0); ok {
+	logs := clusterLogs(c.Dir)
+	var members []string
+	for _, m := range w.spec.Members {
+		members = append(members, m.Name)
+	}
+	if r.phases, err = quorumTimeline(logs, members, r.seed, t0, r.took); err != nil {
+		return r, err
+	}
+	if ev, ok := first(logs(r.seed, "sidecar"), t0, isEvent(evRestored)); ok {
 		r.restoreTook = time.Duration(num(ev.fields.Took) * float64(time.Second))
 		r.restoreDeltas = int64(num(ev.fields.Deltas))
 		r.restoreRevs = int64(num(ev.fields.Revision))
@@ -880,206 +860,6 @@ func readChain(ctx context.Context, storeURL string) (chainInfo, error) {
 	}
 	return ci, nil
 }
-
-// ---- the members' logs ----
-
-// logEvent is one JSON log line of a sidecar or etcd (zap).
-type logEvent struct {
-	at     time.Time
-	fields struct {
-		Msg string `json:"msg"`
-		TS  string `json:"ts"`
-		// The others vary in type between loggers (etcd writes durations as strings):
-		// decoded leniently by num.
-		Case     json.RawMessage `json:"case"`
-		Took     json.RawMessage `json:"took"`
-		Error    json.RawMessage `json:"error"`
-		Deltas   json.RawMessage `json:"deltas"`
-		Revision json.RawMessage `json:"revision"`
-	}
-}
-
-// num decodes a JSON number (0 if it is anything else).
-func num(raw json.RawMessage) float64 {
-	var f float64
-	if json.Unmarshal(raw, &f) != nil {
-		return 0
-	}
-	return f
-}
-
-// events returns the log lines of path at or after since.
-func events(path string, since time.Time) []logEvent {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []logEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("{")) {
-			continue
-		}
-		var ev logEvent
-		if json.Unmarshal(line, &ev.fields) != nil {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, ev.fields.TS)
-		if err != nil || t.Before(since) {
-			continue
-		}
-		ev.at = t
-		out = append(out, ev)
-	}
-	return out
-}
-
-func findEvent(path, msg string, since time.Time) (logEvent, bool) {
-	for _, ev := range events(path, since) {
-		if ev.fields.Msg == msg {
-			return ev, true
-		}
-	}
-	return logEvent{}, false
-}
-
-// findDecision returns the first initialisation decision of the given case at or after since.
-func findDecision(path, kase string, since time.Time) (logEvent, bool) {
-	for _, ev := range events(path, since) {
-		var c string
-		if ev.fields.Msg == "initialisation decision" && json.Unmarshal(ev.fields.Case, &c) == nil && c == kase {
-			return ev, true
-		}
-	}
-	return logEvent{}, false
-}
-
-func findLastEvent(path, msg string, since time.Time) (logEvent, bool) {
-	var last logEvent
-	found := false
-	for _, ev := range events(path, since) {
-		if ev.fields.Msg == msg {
-			last, found = ev, true
-		}
-	}
-	return last, found
-}
-
-// timeline is a heal's phases: named points in time after the fault.
-type timeline []point
-
-type point struct {
-	name string
-	at   time.Duration
-}
-
-func (t timeline) String() string {
-	var parts []string
-	for _, p := range t {
-		parts = append(parts, fmt.Sprintf("%s +%.2fs", p.name, p.at.Seconds()))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// at returns the time of the named point.
-func (t timeline) at(name string) (time.Duration, bool) {
-	for _, p := range t {
-		if p.name == name {
-			return p.at, true
-		}
-	}
-	return 0, false
-}
-
-// Names of the points of a wipe's heal.
-const (
-	pDecided  = "sidecar decided"
-	pAdded    = "added as learner"
-	pStarted  = "etcd started"
-	pSnapshot = "snapshot received"
-	pServing  = "learner serving"
-	// etcd's first attempt to publish the new member timed out (7 s): see the findings.
-	pPublishFailed = "publish timed out"
-	// The same race caught by steward etcd, which restarts the member at once instead.
-	pRaceRestart = "publish race, etcd restarted"
-	pPromoted    = "promoted"
-	pHealthy     = "seen healthy"
-	pSeedDecided = "seed acts on the directive"
-	pRestored    = "seed restored"
-	pSeedUp      = "seed serving"
-)
-
-func wipeTimeline(dir, name string, t0 time.Time, healed time.Duration) timeline {
-	var t timeline
-	add := func(n string, ev logEvent, ok bool) {
-		if ok {
-			t = append(t, point{n, ev.at.Sub(t0)})
-		}
-	}
-	sidecar, etcd := local.LogPath(dir, name, "sidecar"), local.LogPath(dir, name, "etcd")
-	ev, ok := findEvent(sidecar, "initialisation decision", t0)
-	add(pDecided, ev, ok)
-	added, ok := findLastEvent(sidecar, "added as learner", t0)
-	add(pAdded, added, ok)
-	since := t0
-	if ok {
-		since = added.at
-	}
-	ev, ok = findEvent(etcd, "starting etcd", since)
-	add(pStarted, ev, ok)
-	ev, ok = findEvent(etcd, "received and saved database snapshot", since)
-	add(pSnapshot, ev, ok)
-	if name, ev, ok := publishStall(etcd, since); ok {
-		t = append(t, point{name, ev.at.Sub(t0)})
-	}
-	ev, ok = findEvent(etcd, "etcd is serving", since)
-	add(pServing, ev, ok)
-	ev, ok = findEvent(sidecar, "promoted to voting member", since)
-	add(pPromoted, ev, ok)
-	t = append(t, point{pHealthy, healed})
-	sort.SliceStable(t, func(i, j int) bool { return t[i].at < t[j].at })
-	return t
-}
-
-func quorumTimeline(dir string, spec local.Spec, seed string, t0 time.Time, healed time.Duration) timeline {
-	var t timeline
-	add := func(n string, ev logEvent, ok bool) {
-		if ok {
-			t = append(t, point{n, ev.at.Sub(t0)})
-		}
-	}
-	ev, ok := findDecision(local.LogPath(dir, seed, "sidecar"), "QuorumLossRestoreFromBackup", t0)
-	add(pSeedDecided, ev, ok)
-	ev, ok = findEvent(local.LogPath(dir, seed, "sidecar"), "restored from backup", t0)
-	add(pRestored, ev, ok)
-	ev, ok = findEvent(local.LogPath(dir, seed, "etcd"), "etcd is serving", t0)
-	add(pSeedUp, ev, ok)
-	for _, m := range spec.Members {
-		if m.Name == seed {
-			continue
-		}
-		ev, ok := findLastEvent(local.LogPath(dir, m.Name, "sidecar"), "added as learner", t0)
-		add(m.Name+" "+pAdded, ev, ok)
-		if ok {
-			if name, pf, ok := publishStall(local.LogPath(dir, m.Name, "etcd"), ev.at); ok {
-				add(m.Name+" "+name, pf, ok)
-			}
-			ev, ok := findEvent(local.LogPath(dir, m.Name, "sidecar"), "promoted to voting member", ev.at)
-			add(m.Name+" "+pPromoted, ev, ok)
-		}
-	}
-	t = append(t, point{"all " + pHealthy, healed})
-	if ev, ok := findEvent(local.LogPath(dir, seed, "sidecar"), "full snapshot after the restore", t0); ok {
-		t = append(t, point{"seed's full snapshot after the restore stored", ev.at.Sub(t0)})
-	}
-	sort.SliceStable(t, func(i, j int) bool { return t[i].at < t[j].at })
-	return t
-}
-
-// ---- loading ----
 
 // ---- the result ----
 
