@@ -106,18 +106,12 @@ func run(ctx context.Context, o options, dir string) (err error) {
 		backup string
 		args   []string
 	}{{off, "off", "none", nil}, {on, "on", storeURL, o.sidecarArgs}} {
-		c, err := localcluster.Up(ctx, o.steward, filepath.Join(dir, t.sub), localcluster.Options{Timeout: 3 * time.Minute, Members: o.members, Backup: t.backup, SidecarArgs: t.args})
-		if err != nil {
-			return err
+		c, upErr := localcluster.Up(ctx, o.steward, filepath.Join(dir, t.sub), localcluster.Options{Timeout: 3 * time.Minute, Members: o.members, Backup: t.backup, SidecarArgs: t.args})
+		if upErr != nil {
+			return upErr
 		}
 		t.t.c = c
-		if !o.keep {
-			defer func() {
-				if derr := c.Purge(context.Background()); derr != nil && err == nil {
-					err = derr
-				}
-			}()
-		}
+		defer c.PurgeOnReturn(o.keep, &err) // err: run's result, not a variable of the loop
 		st, err := c.Status(ctx)
 		if err != nil {
 			return err

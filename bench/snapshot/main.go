@@ -92,13 +92,7 @@ func run(ctx context.Context, o options, dir string) (err error) {
 	if err != nil {
 		return err
 	}
-	if !o.keep {
-		defer func() {
-			if derr := c.Purge(context.Background()); derr != nil && err == nil {
-				err = derr
-			}
-		}()
-	}
+	defer c.PurgeOnReturn(o.keep, &err)
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err

@@ -97,6 +97,18 @@ func (c *Cluster) Purge(ctx context.Context) error {
 	return nil
 }
 
+// PurgeOnReturn purges the cluster unless keep is set, and makes a failure to do so *err
+// unless it already holds one: `defer c.PurgeOnReturn(keep, &err)` in a function that
+// returns err.
+func (c *Cluster) PurgeOnReturn(keep bool, err *error) {
+	if keep {
+		return
+	}
+	if perr := c.Purge(context.Background()); perr != nil && *err == nil {
+		*err = perr
+	}
+}
+
 // Status is `steward local status -o json`, with the accessors the benchmarks use.
 type Status struct {
 	local.Report
