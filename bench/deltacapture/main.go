@@ -44,7 +44,6 @@ type options struct {
 
 func main() {
 	var o options
-	var sidecarArgs string
 	p := program.New("delta capture bench")
 	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
 	flag.IntVar(&o.members, "members", 3, "members of each cluster")
@@ -56,12 +55,9 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", 5*time.Second, "unmeasured load on each cluster before the first round")
 	p.Rounds(&o.rounds, "rounds", 3, "rounds; each loads both clusters once")
 	flag.Float64Var(&o.rate, "rate", 0, "if > 0, also run the rounds at this fixed rate (puts/s) and compare latency and CPU")
-	flag.StringVar(&sidecarArgs, "sidecar-args", "", "extra sidecar flags for the backed-up cluster, comma-separated (e.g. --delta-period=5s)")
+	p.List(&o.sidecarArgs, "sidecar-args", "extra sidecar flags for the backed-up cluster, comma-separated (e.g. --delta-period=5s)")
 	p.WorkDir(&o.keep, "keep the clusters running and the work dir at the end")
 	p.Check(func() error {
-		if sidecarArgs != "" {
-			o.sidecarArgs = strings.Split(sidecarArgs, ",")
-		}
 		if o.phase <= 0 {
 			return errors.New("-phase must be positive")
 		}

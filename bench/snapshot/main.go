@@ -60,7 +60,6 @@ type options struct {
 
 func main() {
 	var o options
-	var sidecarArgs string
 	p := program.New("snapshot bench")
 	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
 	p.Binary(&o.etcdctl, "etcdctl", "bin/etcdctl", "stock etcdctl binary (make tools)")
@@ -71,16 +70,10 @@ func main() {
 	flag.IntVar(&o.members, "members", 1, "cluster members (the leader is snapshotted)")
 	p.Rounds(&o.repeat, "repeat", 3, "measured rounds (each: etcdctl, steward backup save, sidecar)")
 	flag.BoolVar(&o.sidecar, "sidecar", true, "also measure the sidecar's full snapshot (POST /v1/snapshots/full)")
-	flag.StringVar(&sidecarArgs, "sidecar-args", "", "extra sidecar flags, comma-separated (e.g. --delta-max-bytes=4194304)")
+	// The sidecar's snapshots are measured back to back, sooner than the default spacing.
+	o.sidecarArgs = []string{"--full-snapshot-min-interval=1ms"}
+	p.List(&o.sidecarArgs, "sidecar-args", "extra sidecar flags, comma-separated (e.g. --delta-max-bytes=4194304)")
 	p.WorkDir(&o.keep, "keep the cluster and work dir at the end")
-	p.Check(func() error {
-		// The sidecar's snapshots are measured back to back, sooner than the default spacing.
-		o.sidecarArgs = []string{"--full-snapshot-min-interval=1ms"}
-		if sidecarArgs != "" {
-			o.sidecarArgs = append(o.sidecarArgs, strings.Split(sidecarArgs, ",")...)
-		}
-		return nil
-	})
 	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 

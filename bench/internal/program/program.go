@@ -61,6 +61,18 @@ func (p *Program) Size(to *int64, name, def, usage string) {
 	p.sizes = append(p.sizes, sizeFlag{name, s, to})
 }
 
+// List adds a flag of comma-separated values, which Main appends to *to (after any set
+// before).
+func (p *Program) List(to *[]string, name, usage string) {
+	s := flag.String(name, "", usage)
+	p.Check(func() error {
+		if *s != "" {
+			*to = append(*to, strings.Split(*s, ",")...)
+		}
+		return nil
+	})
+}
+
 // Rounds adds an int flag that must be at least 1 (rounds, repeats).
 func (p *Program) Rounds(to *int, name string, def int, usage string) {
 	flag.IntVar(to, name, def, usage)
