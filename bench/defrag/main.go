@@ -27,10 +27,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/maintenance"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -41,31 +42,20 @@ type options struct {
 	valueSize        int
 	rate             float64
 	rounds           int
-	dir              string
 	keep             bool
 }
 
 func main() {
 	var o options
-	var size string
-	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
-	flag.StringVar(&o.etcdctl, "etcdctl", "bin/etcdctl", "etcdctl binary (the reference)")
-	flag.StringVar(&size, "size", "64MiB", "database size before the deletion (half of it becomes free pages)")
+	p := program.New("defrag benchmark")
+	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
+	p.Binary(&o.etcdctl, "etcdctl", "bin/etcdctl", "etcdctl binary (the reference)")
+	p.Size(&o.size, "size", "64MiB", "database size before the deletion (half of it becomes free pages)")
 	flag.IntVar(&o.valueSize, "value-size", 4096, "value size of the fill")
 	flag.Float64Var(&o.rate, "rate", 200, "writes per second during each defragmentation")
 	flag.IntVar(&o.rounds, "rounds", 1, "rounds; each defragments with both methods")
-	flag.StringVar(&o.dir, "dir", "", "work dir (default: a temporary dir, removed afterwards)")
-	flag.BoolVar(&o.keep, "keep", false, "leave the cluster running (with -dir) to look at it afterwards")
-	flag.Parse()
-	var err error
-	if o.size, err = result.ParseBytes(size); err != nil {
-		fmt.Fprintln(os.Stderr, "-size:", err)
-		os.Exit(2)
-	}
-	if err := run(context.Background(), o); err != nil {
-		fmt.Fprintln(os.Stderr, "defrag benchmark:", err)
-		os.Exit(1)
-	}
+	p.WorkDir(&o.keep, "leave the cluster (and the work dir) to look at it afterwards")
+	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 
 // measured is what the writers saw during one defragmentation.
@@ -74,24 +64,15 @@ type measured struct {
 	detail string
 }
 
-func run(ctx context.Context, o options) error {
-	dir := o.dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "steward-bench-defrag-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
+func run(ctx context.Context, o options, dir string) error {
 	start := time.Now()
-	c, err := cluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), cluster.Options{Members: 3, Backup: "none",
+	c, err := localcluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), localcluster.Options{Timeout: 3 * time.Minute, Members: 3, Backup: "none",
 		SidecarArgs: []string{"--defrag-schedule=off"}})
 	if err != nil {
 		return err
 	}
 	if !o.keep {
-		defer c.Down(context.Background()) //nolint:errcheck
+		defer c.Purge(context.Background()) //nolint:errcheck
 	}
 	st, err := c.Status(ctx)
 	if err != nil {

@@ -22,10 +22,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/proc"
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -38,14 +39,13 @@ type options struct {
 	rounds         int
 	rate           float64
 	sidecarArgs    []string
-	dir            string
 	keep           bool
 }
 
 func main() {
 	var o options
-	var sidecarArgs string
-	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
+	p := program.New("delta capture bench")
+	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
 	flag.IntVar(&o.members, "members", 3, "members of each cluster")
 	flag.IntVar(&o.workers, "workers", 16, "concurrent puts (closed loop: each worker waits for its put)")
 	flag.IntVar(&o.conns, "conns", 4, "client connections per cluster (the workers share them)")
@@ -53,39 +53,23 @@ func main() {
 	flag.IntVar(&o.keys, "keys", 100_000, "key space the puts cycle over")
 	flag.DurationVar(&o.phase, "phase", 20*time.Second, "duration of each measured phase")
 	flag.DurationVar(&o.warmup, "warmup", 5*time.Second, "unmeasured load on each cluster before the first round")
-	flag.IntVar(&o.rounds, "rounds", 3, "rounds; each loads both clusters once")
+	p.Rounds(&o.rounds, "rounds", 3, "rounds; each loads both clusters once")
 	flag.Float64Var(&o.rate, "rate", 0, "if > 0, also run the rounds at this fixed rate (puts/s) and compare latency and CPU")
-	flag.StringVar(&sidecarArgs, "sidecar-args", "", "extra sidecar flags for the backed-up cluster, comma-separated (e.g. --delta-period=5s)")
-	flag.StringVar(&o.dir, "dir", "", "work dir (default: a new temp dir, removed at the end)")
-	flag.BoolVar(&o.keep, "keep", false, "keep the clusters running and the work dir at the end")
-	flag.Parse()
-	if sidecarArgs != "" {
-		o.sidecarArgs = strings.Split(sidecarArgs, ",")
-	}
-	if o.rounds < 1 || o.phase <= 0 {
-		fail(errors.New("-rounds must be at least 1 and -phase positive"))
-	}
-	var err error
-	if o.steward, err = filepath.Abs(o.steward); err != nil {
-		fail(err)
-	}
-	if _, err := os.Stat(o.steward); err != nil {
-		fail(fmt.Errorf("%w (build it with `make build`)", err))
-	}
-	if err := run(context.Background(), o); err != nil {
-		fail(err)
-	}
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "delta capture bench:", err)
-	os.Exit(1)
+	p.List(&o.sidecarArgs, "sidecar-args", "extra sidecar flags for the backed-up cluster, comma-separated (e.g. --delta-period=5s)")
+	p.WorkDir(&o.keep, "keep the clusters running and the work dir at the end")
+	p.Check(func() error {
+		if o.phase <= 0 {
+			return errors.New("-phase must be positive")
+		}
+		return nil
+	})
+	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 
 // target is one of the two clusters.
 type target struct {
 	name        string // "backups on" / "backups off"
-	c           *cluster.Cluster
+	c           *localcluster.Cluster
 	gen         *load.Generator
 	etcdPIDs    []int
 	sidecarPIDs []int
@@ -106,16 +90,7 @@ func (p phase) cpuPer1k(d time.Duration) float64 {
 	return float64(d.Milliseconds()) * 1000 / float64(p.Puts)
 }
 
-func run(ctx context.Context, o options) (err error) {
-	dir := o.dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "steward-delta-bench-"); err != nil {
-			return err
-		}
-		if !o.keep {
-			defer os.RemoveAll(dir)
-		}
-	}
+func run(ctx context.Context, o options, dir string) (err error) {
 	fmt.Printf("delta capture bench: two %d-member clusters in %s; %d workers, %d-byte values over %d keys; %d rounds of %v\n",
 		o.members, dir, o.workers, o.valueSize, o.keys, o.rounds, o.phase)
 	off := &target{name: "backups off"}
@@ -127,18 +102,12 @@ func run(ctx context.Context, o options) (err error) {
 		backup string
 		args   []string
 	}{{off, "off", "none", nil}, {on, "on", storeURL, o.sidecarArgs}} {
-		c, err := cluster.Up(ctx, o.steward, filepath.Join(dir, t.sub), cluster.Options{Members: o.members, Backup: t.backup, SidecarArgs: t.args})
-		if err != nil {
-			return err
+		c, upErr := localcluster.Up(ctx, o.steward, filepath.Join(dir, t.sub), localcluster.Options{Timeout: 3 * time.Minute, Members: o.members, Backup: t.backup, SidecarArgs: t.args})
+		if upErr != nil {
+			return upErr
 		}
 		t.t.c = c
-		if !o.keep {
-			defer func() {
-				if derr := c.Down(context.Background()); derr != nil && err == nil {
-					err = derr
-				}
-			}()
-		}
+		defer c.PurgeOnReturn(o.keep, &err) // err: run's result, not a variable of the loop
 		st, err := c.Status(ctx)
 		if err != nil {
 			return err
@@ -227,7 +196,7 @@ func measure(ctx context.Context, t *target, d time.Duration, rate float64) (pha
 	return phase{Result: r, etcdCPU: e1 - e0, sidecarCPU: s1 - s0}, nil
 }
 
-func waitBackupReady(ctx context.Context, c *cluster.Cluster, timeout time.Duration) error {
+func waitBackupReady(ctx context.Context, c *localcluster.Cluster, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := "no status"
 	for time.Now().Before(deadline) {
@@ -249,7 +218,7 @@ func waitBackupReady(ctx context.Context, c *cluster.Cluster, timeout time.Durat
 
 // backupState checks that delta capture kept up: it waits (up to a minute) until the stored
 // deltas reach the revision the cluster had when the load stopped, and reports how long that took.
-func backupState(ctx context.Context, c *cluster.Cluster) (string, error) {
+func backupState(ctx context.Context, c *localcluster.Cluster) (string, error) {
 	st, err := c.Status(ctx)
 	if err != nil {
 		return "", err

@@ -28,10 +28,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/proc"
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -39,29 +40,19 @@ type options struct {
 	size                      int64
 	rate                      float64
 	rounds                    int
-	dir                       string
 }
 
 func main() {
 	var o options
-	var size string
-	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
-	flag.StringVar(&o.etcdctl, "etcdctl", "bin/etcdctl", "stock etcdctl binary (make tools)")
-	flag.StringVar(&o.etcdutl, "etcdutl", "bin/etcdutl", "stock etcdutl binary (make tools)")
-	flag.StringVar(&size, "size", "64MiB", "data written before the drills")
+	p := program.New("drill benchmark")
+	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
+	p.Binary(&o.etcdctl, "etcdctl", "bin/etcdctl", "stock etcdctl binary (make tools)")
+	p.Binary(&o.etcdutl, "etcdutl", "bin/etcdutl", "stock etcdutl binary (make tools)")
+	p.Size(&o.size, "size", "64MiB", "data written before the drills")
 	flag.Float64Var(&o.rate, "rate", 200, "writes per second during each drill and baseline")
 	flag.IntVar(&o.rounds, "rounds", 2, "rounds; each drills both ways")
-	flag.StringVar(&o.dir, "dir", "", "work dir (default: a temporary dir, removed afterwards)")
-	flag.Parse()
-	var err error
-	if o.size, err = result.ParseBytes(size); err != nil {
-		fmt.Fprintln(os.Stderr, "-size:", err)
-		os.Exit(2)
-	}
-	if err := run(context.Background(), o); err != nil {
-		fmt.Fprintln(os.Stderr, "drill benchmark:", err)
-		os.Exit(1)
-	}
+	p.WorkDir(nil, "")
+	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 
 // measured is one drill: what it cost, and what the writers saw during it and during the
@@ -73,24 +64,15 @@ type measured struct {
 	baseline load.Disruption
 }
 
-func run(ctx context.Context, o options) error {
-	dir := o.dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "steward-bench-drill-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
+func run(ctx context.Context, o options, dir string) error {
 	start := time.Now()
 	storeURL := "file://" + filepath.Join(dir, "store")
-	c, err := cluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), cluster.Options{Members: 3, Backup: storeURL,
+	c, err := localcluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), localcluster.Options{Timeout: 3 * time.Minute, Members: 3, Backup: storeURL,
 		SidecarArgs: []string{"--defrag-schedule=off", "--drill-schedule=off"}})
 	if err != nil {
 		return err
 	}
-	defer c.Down(context.Background()) //nolint:errcheck
+	defer c.Purge(context.Background()) //nolint:errcheck
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
@@ -103,7 +85,7 @@ func run(ctx context.Context, o options) error {
 	}
 	// A full snapshot that holds the data, so both ways restore about the same database (the
 	// writers' deltas follow it).
-	if _, err := cluster.Run(ctx, o.steward, "backup", "save", "--endpoints", eps[0], "--store", storeURL); err != nil {
+	if _, err := localcluster.Run(ctx, o.steward, "backup", "save", "--endpoints", eps[0], "--store", storeURL); err != nil {
 		return err
 	}
 

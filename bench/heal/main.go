@@ -28,12 +28,11 @@
 // (where the reference's fresh member, unlike Steward's, waits for the next write: see
 // docs/benchmarks.md, findings). Each fault and each reference
 // add starts once the cluster has been healthy for 6 s. The members' logs give each heal's
-// phases. The last line of output is the JSON result (see bench/internal/result).
+// phases, read from the "event" field of their lines (timeline.go); a phase expected but never
+// seen fails the run. The last line of output is the JSON result (see bench/internal/result).
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,21 +46,20 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/backup"
-	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -85,22 +83,21 @@ type options struct {
 	healTimeout    time.Duration
 	basePort       int
 	quorum         bool
-	dir            string
 	keep           bool
 }
 
 func main() {
 	var o options
-	var size string
-	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
-	flag.StringVar(&size, "size", "100MiB", "database size to build before the faults (e.g. 20MiB, 100MiB)")
+	p := program.New("heal bench")
+	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
+	p.Size(&o.size, "size", "100MiB", "database size to build before the faults (e.g. 20MiB, 100MiB)")
 	flag.IntVar(&o.valueSize, "value-size", 4096, "value bytes of each put while filling (random hex)")
 	flag.IntVar(&o.workers, "workers", 16, "concurrent puts while loading")
 	flag.IntVar(&o.conns, "conns", 4, "client connections while loading")
 	flag.IntVar(&o.revisions, "revisions", 100000, "small puts (revisions) written after the full snapshot, before the quorum loss")
 	flag.IntVar(&o.revValueSize, "rev-value-size", 128, "value bytes of those puts")
 	flag.IntVar(&o.revKeys, "rev-keys", 10000, "key space of those puts (they overwrite keys in turn)")
-	flag.IntVar(&o.rounds, "rounds", 3, "one-member wipes measured (each alternating with one reference member add)")
+	p.Rounds(&o.rounds, "rounds", 3, "one-member wipes measured (each alternating with one reference member add)")
 	flag.DurationVar(&o.grace, "grace", 5*time.Second, "the cluster's --quorum-loss-grace")
 	flag.DurationVar(&o.deltaPeriod, "delta-period", time.Second, "the sidecars' --delta-period")
 	flag.DurationVar(&o.poll, "poll", 100*time.Millisecond, "how often the cluster's state is polled while it heals")
@@ -108,61 +105,24 @@ func main() {
 	flag.DurationVar(&o.healTimeout, "heal-timeout", 5*time.Minute, "give up on a heal after this long")
 	flag.IntVar(&o.basePort, "base-port", 24300, "first port to try for the cluster")
 	flag.BoolVar(&o.quorum, "quorum-loss", true, "also measure the quorum loss with all data gone")
-	flag.StringVar(&o.dir, "dir", "", "work dir (default: a new temp dir, removed at the end)")
-	flag.BoolVar(&o.keep, "keep", false, "keep the cluster and work dir at the end")
-	flag.Parse()
-	var err error
-	if o.size, err = result.ParseBytes(size); err != nil {
-		fail(fmt.Errorf("-size: %w", err))
-	}
-	if o.rounds < 1 {
-		fail(errors.New("-rounds must be at least 1"))
-	}
-	if o.steward, err = filepath.Abs(o.steward); err != nil {
-		fail(err)
-	}
-	if _, err := os.Stat(o.steward); err != nil {
-		fail(fmt.Errorf("%w (build it with `make build`)", err))
-	}
-	if err := run(context.Background(), o); err != nil {
-		fail(err)
-	}
+	p.WorkDir(&o.keep, "keep the cluster and work dir at the end")
+	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "heal bench:", err)
-	os.Exit(1)
-}
-
-func run(ctx context.Context, o options) (err error) {
-	dir := o.dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "steward-heal-bench-"); err != nil {
-			return err
-		}
-		if !o.keep {
-			defer os.RemoveAll(dir)
-		}
-	}
+func run(ctx context.Context, o options, dir string) (err error) {
 	clusterDir := filepath.Join(dir, "cluster")
 	storeURL := "file://" + filepath.Join(dir, "backups")
 	fmt.Printf("heal bench: 3-member cluster in %s, database %s, %d-byte values; quorum-loss grace %v, delta period %v\n",
 		clusterDir, result.Human(o.size), o.valueSize, o.grace, o.deltaPeriod)
-	if _, err := cluster.Run(ctx, o.steward, "local", "up", "--detach", "--dir", clusterDir, "--members", "3",
-		"--base-port", strconv.Itoa(o.basePort), "--backup", storeURL, "--quorum-loss-grace", o.grace.String(),
-		"--sidecar-arg=--delta-period="+o.deltaPeriod.String(),
-		// Each quorum-loss round asks for a full snapshot, sooner than the default spacing.
-		"--sidecar-arg=--full-snapshot-min-interval=1ms", "--timeout", "3m"); err != nil {
+	c, err := localcluster.Up(ctx, o.steward, clusterDir, localcluster.Options{Members: 3, BasePort: o.basePort, Backup: storeURL,
+		Flags: []string{"--quorum-loss-grace", o.grace.String()}, Timeout: 3 * time.Minute,
+		SidecarArgs: []string{"--delta-period=" + o.deltaPeriod.String(),
+			// Each quorum-loss round asks for a full snapshot, sooner than the default spacing.
+			"--full-snapshot-min-interval=1ms"}})
+	if err != nil {
 		return err
 	}
-	c := &cluster.Cluster{Steward: o.steward, Dir: clusterDir}
-	if !o.keep {
-		defer func() {
-			if derr := c.Down(context.Background()); derr != nil && err == nil {
-				err = derr
-			}
-		}()
-	}
+	defer c.PurgeOnReturn(o.keep, &err)
 	spec, _, err := local.ReadSpec(clusterDir)
 	if err != nil {
 		return err
@@ -398,7 +358,7 @@ func (v view) String() string {
 	return fmt.Sprintf("%d listed; %s", v.listed, strings.Join(parts, ", "))
 }
 
-func cliHealthy(ctx context.Context, c *cluster.Cluster) error {
+func cliHealthy(ctx context.Context, c *localcluster.Cluster) error {
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
@@ -453,33 +413,6 @@ func (b *background) stop() load.Result {
 	return b.res
 }
 
-// publishStall finds how a join hit etcd's publish race, if it did: steward etcd's restart,
-// or etcd's publish timing out (a failure for another reason, such as stopping, is neither).
-func publishStall(path string, since time.Time) (string, logEvent, bool) {
-	if ev, ok := findEvent(path, etcdproc.PublishRaceMessage, since); ok {
-		return pRaceRestart, ev, true
-	}
-	for _, ev := range events(path, since) {
-		if ev.fields.Msg == "failed to publish local member to cluster through raft" && strings.Contains(string(ev.fields.Error), "timed out") {
-			return pPublishFailed, ev, true
-		}
-	}
-	return "", logEvent{}, false
-}
-
-// publishFailures counts etcd's "failed to publish local member" lines in a member's etcd log
-// since a time, and returns the last error: how a stalled join shows.
-func publishFailures(path string, since time.Time) (int, string) {
-	n, last := 0, ""
-	for _, ev := range events(path, since) {
-		if ev.fields.Msg == "failed to publish local member to cluster through raft" {
-			n++
-			last = string(ev.fields.Error)
-		}
-	}
-	return n, last
-}
-
 // ---- 1. one-member wipe ----
 
 type wipeRound struct {
@@ -490,7 +423,7 @@ type wipeRound struct {
 	phases       timeline
 }
 
-func wipeOne(ctx context.Context, o options, c *cluster.Cluster, w *watcher, round int) (wipeRound, error) {
+func wipeOne(ctx context.Context, o options, c *localcluster.Cluster, w *watcher, round int) (wipeRound, error) {
 	if err := w.waitHealed(ctx, 2*time.Minute); err != nil {
 		return wipeRound{}, err
 	}
@@ -514,7 +447,7 @@ func wipeOne(ctx context.Context, o options, c *cluster.Cluster, w *watcher, rou
 	}
 	defer bg.stop()
 	t0 := time.Now()
-	if _, err := cluster.Run(ctx, o.steward, "local", "fault", victim, "wipe", "--dir", c.Dir); err != nil {
+	if _, err := localcluster.Run(ctx, o.steward, "local", "fault", victim, "wipe", "--dir", c.Dir); err != nil {
 		return r, err
 	}
 	deadline := t0.Add(o.healTimeout)
@@ -526,13 +459,15 @@ func wipeOne(ctx context.Context, o options, c *cluster.Cluster, w *watcher, rou
 			break
 		}
 		if time.Now().After(deadline) {
-			n, last := publishFailures(local.LogPath(c.Dir, victim, "etcd"), t0)
+			n, last := publishFailures(readLog(local.LogPath(c.Dir, victim, "etcd")), t0)
 			return r, fmt.Errorf("wipe of %s: not healed within %v: %s; its etcd logged %d \"failed to publish local member\" lines (last error %s)", victim, o.healTimeout, v, n, last)
 		}
 		time.Sleep(o.poll)
 	}
 	r.background = bg.stop()
-	r.phases = wipeTimeline(c.Dir, victim, t0, r.took)
+	if r.phases, err = wipeTimeline(clusterLogs(c.Dir), victim, t0, r.took); err != nil {
+		return r, err
+	}
 	return r, nil
 }
 
@@ -546,7 +481,7 @@ type refRound struct {
 	publishStalled bool
 }
 
-func addFresh(ctx context.Context, o options, dir string, c *cluster.Cluster, w *watcher) (r refRound, err error) {
+func addFresh(ctx context.Context, o options, dir string, c *localcluster.Cluster, w *watcher) (r refRound, err error) {
 	if err := w.waitHealed(ctx, 2*time.Minute); err != nil {
 		return r, err
 	}
@@ -681,7 +616,7 @@ func addFresh(ctx context.Context, o options, dir string, c *cluster.Cluster, w 
 		}
 		time.Sleep(o.poll)
 	}
-	n, _ := publishFailures(logPath, t0)
+	n, _ := publishFailures(readLog(logPath), t0)
 	r.publishStalled = n > 0
 	// Leave the cluster as it was: remove the fresh member, stop it, resume the sidecars.
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -746,7 +681,7 @@ type chainInfo struct {
 	deltaBytes, fullSize int64
 }
 
-func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, storeURL string) (r quorumRound, err error) {
+func quorumLoss(ctx context.Context, o options, c *localcluster.Cluster, w *watcher, storeURL string) (r quorumRound, err error) {
 	if err := w.waitHealed(ctx, 2*time.Minute); err != nil {
 		return r, err
 	}
@@ -806,7 +741,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	defer bg.stop()
 	t0 := time.Now()
 	for _, m := range w.spec.Members {
-		if _, err := cluster.Run(ctx, o.steward, "local", "fault", m.Name, "wipe", "--dir", c.Dir); err != nil {
+		if _, err := localcluster.Run(ctx, o.steward, "local", "fault", m.Name, "wipe", "--dir", c.Dir); err != nil {
 			return r, err
 		}
 	}
@@ -861,8 +796,15 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	if resp.Count != int64(min(o.revKeys, o.revisions)) {
 		return r, fmt.Errorf("restored cluster has %d of the %d keys written after the full snapshot", resp.Count, min(o.revKeys, o.revisions))
 	}
-	r.phases = quorumTimeline(c.Dir, w.spec, r.seed, t0, r.took)
-	if ev, ok := findEvent(local.LogPath(c.Dir, r.seed, "sidecar"), "restored from backup", t0); ok {
+	logs := clusterLogs(c.Dir)
+	var members []string
+	for _, m := range w.spec.Members {
+		members = append(members, m.Name)
+	}
+	if r.phases, err = quorumTimeline(logs, members, r.seed, t0, r.took); err != nil {
+		return r, err
+	}
+	if ev, ok := first(logs(r.seed, "sidecar"), t0, isEvent(evRestored)); ok {
 		r.restoreTook = time.Duration(num(ev.fields.Took) * float64(time.Second))
 		r.restoreDeltas = int64(num(ev.fields.Deltas))
 		r.restoreRevs = int64(num(ev.fields.Revision))
@@ -912,206 +854,6 @@ func readChain(ctx context.Context, storeURL string) (chainInfo, error) {
 	}
 	return ci, nil
 }
-
-// ---- the members' logs ----
-
-// logEvent is one JSON log line of a sidecar or etcd (zap).
-type logEvent struct {
-	at     time.Time
-	fields struct {
-		Msg string `json:"msg"`
-		TS  string `json:"ts"`
-		// The others vary in type between loggers (etcd writes durations as strings):
-		// decoded leniently by num.
-		Case     json.RawMessage `json:"case"`
-		Took     json.RawMessage `json:"took"`
-		Error    json.RawMessage `json:"error"`
-		Deltas   json.RawMessage `json:"deltas"`
-		Revision json.RawMessage `json:"revision"`
-	}
-}
-
-// num decodes a JSON number (0 if it is anything else).
-func num(raw json.RawMessage) float64 {
-	var f float64
-	if json.Unmarshal(raw, &f) != nil {
-		return 0
-	}
-	return f
-}
-
-// events returns the log lines of path at or after since.
-func events(path string, since time.Time) []logEvent {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []logEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("{")) {
-			continue
-		}
-		var ev logEvent
-		if json.Unmarshal(line, &ev.fields) != nil {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, ev.fields.TS)
-		if err != nil || t.Before(since) {
-			continue
-		}
-		ev.at = t
-		out = append(out, ev)
-	}
-	return out
-}
-
-func findEvent(path, msg string, since time.Time) (logEvent, bool) {
-	for _, ev := range events(path, since) {
-		if ev.fields.Msg == msg {
-			return ev, true
-		}
-	}
-	return logEvent{}, false
-}
-
-// findDecision returns the first initialisation decision of the given case at or after since.
-func findDecision(path, kase string, since time.Time) (logEvent, bool) {
-	for _, ev := range events(path, since) {
-		var c string
-		if ev.fields.Msg == "initialisation decision" && json.Unmarshal(ev.fields.Case, &c) == nil && c == kase {
-			return ev, true
-		}
-	}
-	return logEvent{}, false
-}
-
-func findLastEvent(path, msg string, since time.Time) (logEvent, bool) {
-	var last logEvent
-	found := false
-	for _, ev := range events(path, since) {
-		if ev.fields.Msg == msg {
-			last, found = ev, true
-		}
-	}
-	return last, found
-}
-
-// timeline is a heal's phases: named points in time after the fault.
-type timeline []point
-
-type point struct {
-	name string
-	at   time.Duration
-}
-
-func (t timeline) String() string {
-	var parts []string
-	for _, p := range t {
-		parts = append(parts, fmt.Sprintf("%s +%.2fs", p.name, p.at.Seconds()))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// at returns the time of the named point.
-func (t timeline) at(name string) (time.Duration, bool) {
-	for _, p := range t {
-		if p.name == name {
-			return p.at, true
-		}
-	}
-	return 0, false
-}
-
-// Names of the points of a wipe's heal.
-const (
-	pDecided  = "sidecar decided"
-	pAdded    = "added as learner"
-	pStarted  = "etcd started"
-	pSnapshot = "snapshot received"
-	pServing  = "learner serving"
-	// etcd's first attempt to publish the new member timed out (7 s): see the findings.
-	pPublishFailed = "publish timed out"
-	// The same race caught by steward etcd, which restarts the member at once instead.
-	pRaceRestart = "publish race, etcd restarted"
-	pPromoted    = "promoted"
-	pHealthy     = "seen healthy"
-	pSeedDecided = "seed acts on the directive"
-	pRestored    = "seed restored"
-	pSeedUp      = "seed serving"
-)
-
-func wipeTimeline(dir, name string, t0 time.Time, healed time.Duration) timeline {
-	var t timeline
-	add := func(n string, ev logEvent, ok bool) {
-		if ok {
-			t = append(t, point{n, ev.at.Sub(t0)})
-		}
-	}
-	sidecar, etcd := local.LogPath(dir, name, "sidecar"), local.LogPath(dir, name, "etcd")
-	ev, ok := findEvent(sidecar, "initialisation decision", t0)
-	add(pDecided, ev, ok)
-	added, ok := findLastEvent(sidecar, "added as learner", t0)
-	add(pAdded, added, ok)
-	since := t0
-	if ok {
-		since = added.at
-	}
-	ev, ok = findEvent(etcd, "starting etcd", since)
-	add(pStarted, ev, ok)
-	ev, ok = findEvent(etcd, "received and saved database snapshot", since)
-	add(pSnapshot, ev, ok)
-	if name, ev, ok := publishStall(etcd, since); ok {
-		t = append(t, point{name, ev.at.Sub(t0)})
-	}
-	ev, ok = findEvent(etcd, "etcd is serving", since)
-	add(pServing, ev, ok)
-	ev, ok = findEvent(sidecar, "promoted to voting member", since)
-	add(pPromoted, ev, ok)
-	t = append(t, point{pHealthy, healed})
-	sort.SliceStable(t, func(i, j int) bool { return t[i].at < t[j].at })
-	return t
-}
-
-func quorumTimeline(dir string, spec local.Spec, seed string, t0 time.Time, healed time.Duration) timeline {
-	var t timeline
-	add := func(n string, ev logEvent, ok bool) {
-		if ok {
-			t = append(t, point{n, ev.at.Sub(t0)})
-		}
-	}
-	ev, ok := findDecision(local.LogPath(dir, seed, "sidecar"), "QuorumLossRestoreFromBackup", t0)
-	add(pSeedDecided, ev, ok)
-	ev, ok = findEvent(local.LogPath(dir, seed, "sidecar"), "restored from backup", t0)
-	add(pRestored, ev, ok)
-	ev, ok = findEvent(local.LogPath(dir, seed, "etcd"), "etcd is serving", t0)
-	add(pSeedUp, ev, ok)
-	for _, m := range spec.Members {
-		if m.Name == seed {
-			continue
-		}
-		ev, ok := findLastEvent(local.LogPath(dir, m.Name, "sidecar"), "added as learner", t0)
-		add(m.Name+" "+pAdded, ev, ok)
-		if ok {
-			if name, pf, ok := publishStall(local.LogPath(dir, m.Name, "etcd"), ev.at); ok {
-				add(m.Name+" "+name, pf, ok)
-			}
-			ev, ok := findEvent(local.LogPath(dir, m.Name, "sidecar"), "promoted to voting member", ev.at)
-			add(m.Name+" "+pPromoted, ev, ok)
-		}
-	}
-	t = append(t, point{"all " + pHealthy, healed})
-	if ev, ok := findEvent(local.LogPath(dir, seed, "sidecar"), "full snapshot after the restore", t0); ok {
-		t = append(t, point{"seed's full snapshot after the restore stored", ev.at.Sub(t0)})
-	}
-	sort.SliceStable(t, func(i, j int) bool { return t[i].at < t[j].at })
-	return t
-}
-
-// ---- loading ----
 
 // ---- the result ----
 

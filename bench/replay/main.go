@@ -34,6 +34,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/internal/restore"
 )
 
@@ -44,35 +45,28 @@ func main() {
 			defaultN = n
 		}
 	}
+	p := program.New("replay bench")
 	n := flag.Int("n", defaultN, "revisions to replay (env STEWARD_BENCH_REPLAY_N)")
 	refN := flag.Int("ref-n", -1, "revisions for the client-Txn reference (-1: same as -n; 0: skip); its rate is compared")
 	keys := flag.Int("keys", 100_000, "distinct keys")
 	valueSize := flag.Int("value-size", 256, "value bytes")
 	batchEvents := flag.Int("batch-events", 0, "restore.ReplayOptions.BatchEvents (0: default)")
 	batchBytes := flag.Int64("batch-bytes", 0, "restore.ReplayOptions.BatchBytes (0: default)")
-	dir := flag.String("dir", "", "work dir (default: a new temp dir, removed at the end)")
 	verify := flag.Bool("verify", true, "compare both results with HashKV when both replay all revisions")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the storage replay to this file")
-	flag.Parse()
-	if *refN < 0 {
-		*refN = *n
-	}
-	if err := run(*n, *refN, *keys, *valueSize, *batchEvents, *batchBytes, *dir, *verify, *cpuProfile); err != nil {
-		fmt.Fprintln(os.Stderr, "replay bench:", err)
-		os.Exit(1)
-	}
+	p.WorkDir(nil, "")
+	p.Check(func() error {
+		if *refN < 0 {
+			*refN = *n
+		}
+		return nil
+	})
+	p.Main(func(ctx context.Context, dir string) error {
+		return run(ctx, *n, *refN, *keys, *valueSize, *batchEvents, *batchBytes, dir, *verify, *cpuProfile)
+	})
 }
 
-func run(n, refN, keys, valueSize, batchEvents int, batchBytes int64, dir string, verify bool, cpuProfile string) error {
-	ctx := context.Background()
-	if dir == "" {
-		d, err := os.MkdirTemp("", "steward-replay-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
+func run(ctx context.Context, n, refN, keys, valueSize, batchEvents int, batchBytes int64, dir string, verify bool, cpuProfile string) error {
 	snap, snapRev, err := baseSnapshot(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("base snapshot: %w", err)

@@ -28,7 +28,6 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +36,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/etcd-steward/steward/bench/internal/program"
+	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
@@ -47,43 +48,32 @@ func main() {
 	if v := os.Getenv("STEWARD_BENCH_RESTORE_SIZE"); v != "" {
 		defSize = v
 	}
-	size := flag.String("size", defSize, "database size to restore, e.g. 256MiB, 1GiB (env STEWARD_BENCH_RESTORE_SIZE)")
+	var size int64
+	p := program.New("restore bench")
+	p.Size(&size, "size", defSize, "database size to restore, e.g. 256MiB, 1GiB (env STEWARD_BENCH_RESTORE_SIZE)")
 	valueSize := flag.Int("value-size", 32<<10, "value bytes per key")
 	runs := flag.Int("runs", 2, "restores of each kind, alternating")
 	etcdutl := flag.String("etcdutl", "", "etcdutl binary (default: bin/etcdutl of this repo; \"lib\": time etcdutl's library instead)")
-	dir := flag.String("dir", "", "work dir (default: a new temp dir, removed at the end)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of steward's restores to this file")
-	flag.Parse()
-	n, err := parseSize(*size)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "restore bench:", err)
-		os.Exit(2)
-	}
-	if *etcdutl == "" {
-		*etcdutl = filepath.Join(repoRoot(), "bin", "etcdutl")
-		if _, err := os.Stat(*etcdutl); err != nil {
-			fmt.Fprintf(os.Stderr, "restore bench: %s missing (run `make tools`); timing etcdutl's library instead\n", *etcdutl)
-			*etcdutl = "lib"
+	p.WorkDir(nil, "")
+	p.Check(func() error {
+		if *etcdutl == "" {
+			*etcdutl = filepath.Join(repoRoot(), "bin", "etcdutl")
+			if _, err := os.Stat(*etcdutl); err != nil {
+				fmt.Fprintf(os.Stderr, "restore bench: %s missing (run `make tools`); timing etcdutl's library instead\n", *etcdutl)
+				*etcdutl = "lib"
+			}
 		}
-	}
-	if err := run(n, *valueSize, *runs, *etcdutl, *dir, *cpuProfile); err != nil {
-		fmt.Fprintln(os.Stderr, "restore bench:", err)
-		os.Exit(1)
-	}
+		return nil
+	})
+	p.Main(func(ctx context.Context, dir string) error {
+		return run(ctx, size, *valueSize, *runs, *etcdutl, dir, *cpuProfile)
+	})
 }
 
-func run(size int64, valueSize, runs int, etcdutl, dir, cpuProfile string) error {
-	ctx := context.Background()
-	if dir == "" {
-		d, err := os.MkdirTemp("", "steward-restore-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
+func run(ctx context.Context, size int64, valueSize, runs int, etcdutl, dir, cpuProfile string) error {
 	fmt.Printf("restore bench: %s database, %d-byte values, %d runs each, %d CPUs, etcdutl %s\n",
-		humanBytes(size), valueSize, runs, runtime.NumCPU(), etcdutl)
+		result.Human(size), valueSize, runs, runtime.NumCPU(), etcdutl)
 
 	t0 := time.Now()
 	snap, rev, clusterID, err := makeSnapshot(ctx, dir, size, valueSize)
@@ -94,7 +84,7 @@ func run(size int64, valueSize, runs int, etcdutl, dir, cpuProfile string) error
 	if err != nil {
 		return err
 	}
-	fmt.Printf("snapshot: %s at revision %d, made in %v\n", humanBytes(st.Size()), rev, time.Since(t0).Round(time.Second))
+	fmt.Printf("snapshot: %s at revision %d, made in %v\n", result.Human(st.Size()), rev, time.Since(t0).Round(time.Second))
 
 	storeURL := "file://" + filepath.Join(dir, "store")
 	s, err := store.Open(ctx, storeURL)
@@ -107,7 +97,7 @@ func run(size int64, valueSize, runs int, etcdutl, dir, cpuProfile string) error
 	if err != nil {
 		return fmt.Errorf("upload: %w", err)
 	}
-	fmt.Printf("stored as a full snapshot: %s (zstd) in %v\n", humanBytes(stored), time.Since(t0).Round(time.Millisecond))
+	fmt.Printf("stored as a full snapshot: %s (zstd) in %v\n", result.Human(stored), time.Since(t0).Round(time.Millisecond))
 
 	const peer = "http://127.0.0.1:2380"
 	var ours, ref []time.Duration
@@ -342,33 +332,6 @@ func freeURL() url.URL {
 	}
 	defer l.Close()
 	return url.URL{Scheme: "http", Host: l.Addr().String()}
-}
-
-func parseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"", 1}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-			if err != nil || v <= 0 {
-				return 0, fmt.Errorf("size %q: want a number with an optional KiB, MiB or GiB", s)
-			}
-			return int64(v * float64(u.mult)), nil
-		}
-	}
-	return 0, fmt.Errorf("size %q not understood", s)
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }
 
 func repoRoot() string {

@@ -23,9 +23,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -33,46 +34,27 @@ type options struct {
 	size    int64
 	rate    float64
 	rounds  int
-	dir     string
 }
 
 func main() {
 	var o options
-	var size string
-	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
-	flag.StringVar(&size, "size", "64MiB", "data written before the rollouts")
+	p := program.New("rollout benchmark")
+	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
+	p.Size(&o.size, "size", "64MiB", "data written before the rollouts")
 	flag.Float64Var(&o.rate, "rate", 100, "writes per second during each rollout")
 	flag.IntVar(&o.rounds, "rounds", 2, "rounds; each rolls the cluster with both methods")
-	flag.StringVar(&o.dir, "dir", "", "work dir (default: a temporary dir, removed afterwards)")
-	flag.Parse()
-	var err error
-	if o.size, err = result.ParseBytes(size); err != nil {
-		fmt.Fprintln(os.Stderr, "-size:", err)
-		os.Exit(2)
-	}
-	if err := run(context.Background(), o); err != nil {
-		fmt.Fprintln(os.Stderr, "rollout benchmark:", err)
-		os.Exit(1)
-	}
+	p.WorkDir(nil, "")
+	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 
-func run(ctx context.Context, o options) error {
-	dir := o.dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "steward-bench-rollout-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
+func run(ctx context.Context, o options, dir string) error {
 	start := time.Now()
-	c, err := cluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), cluster.Options{Members: 3, Backup: "none",
+	c, err := localcluster.Up(ctx, o.steward, filepath.Join(dir, "cluster"), localcluster.Options{Timeout: 3 * time.Minute, Members: 3, Backup: "none",
 		SidecarArgs: []string{"--defrag-schedule=off"}})
 	if err != nil {
 		return err
 	}
-	defer c.Down(context.Background()) //nolint:errcheck
+	defer c.Purge(context.Background()) //nolint:errcheck
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
@@ -97,7 +79,7 @@ func run(ctx context.Context, o options) error {
 			var out []byte
 			d, err := load.During(ctx, eps, o.rate, func(ctx context.Context) (err error) {
 				// A new snapshot-count each time: every member runs an outdated spec.
-				out, err = cluster.Run(ctx, o.steward, "local", "upgrade", "--dir", c.Dir, "--skip-snapshot",
+				out, err = localcluster.Run(ctx, o.steward, "local", "upgrade", "--dir", c.Dir, "--skip-snapshot",
 					"--leader-update", methods[i].leaderUpdate, "--set-flag", fmt.Sprintf("snapshot-count=%d", 10000+n))
 				return err
 			})

@@ -35,14 +35,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
 	"github.com/etcd-steward/steward/bench/internal/proc"
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -54,80 +55,37 @@ type options struct {
 	repeat           int
 	sidecar          bool
 	sidecarArgs      []string
-	dir              string
 	keep             bool
 }
 
 func main() {
 	var o options
-	var size, sidecarArgs string
-	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
-	flag.StringVar(&o.etcdctl, "etcdctl", "bin/etcdctl", "stock etcdctl binary (make tools)")
-	flag.StringVar(&size, "size", "1GiB", "database size to build before snapshotting (e.g. 256MiB, 1GiB)")
+	p := program.New("snapshot bench")
+	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
+	p.Binary(&o.etcdctl, "etcdctl", "bin/etcdctl", "stock etcdctl binary (make tools)")
+	p.Size(&o.size, "size", "1GiB", "database size to build before snapshotting (e.g. 256MiB, 1GiB)")
 	flag.IntVar(&o.valueSize, "value-size", 4096, "value bytes of each put while filling (random hex: zstd halves it)")
 	flag.IntVar(&o.workers, "workers", 32, "concurrent puts while filling")
 	flag.IntVar(&o.conns, "conns", 4, "client connections while filling")
 	flag.IntVar(&o.members, "members", 1, "cluster members (the leader is snapshotted)")
-	flag.IntVar(&o.repeat, "repeat", 3, "measured rounds (each: etcdctl, steward backup save, sidecar)")
+	p.Rounds(&o.repeat, "repeat", 3, "measured rounds (each: etcdctl, steward backup save, sidecar)")
 	flag.BoolVar(&o.sidecar, "sidecar", true, "also measure the sidecar's full snapshot (POST /v1/snapshots/full)")
-	flag.StringVar(&sidecarArgs, "sidecar-args", "", "extra sidecar flags, comma-separated (e.g. --delta-max-bytes=4194304)")
-	flag.StringVar(&o.dir, "dir", "", "work dir (default: a new temp dir, removed at the end)")
-	flag.BoolVar(&o.keep, "keep", false, "keep the cluster and work dir at the end")
-	flag.Parse()
 	// The sidecar's snapshots are measured back to back, sooner than the default spacing.
 	o.sidecarArgs = []string{"--full-snapshot-min-interval=1ms"}
-	if sidecarArgs != "" {
-		o.sidecarArgs = append(o.sidecarArgs, strings.Split(sidecarArgs, ",")...)
-	}
-	var err error
-	if o.size, err = result.ParseBytes(size); err != nil {
-		fail(fmt.Errorf("-size: %w", err))
-	}
-	if o.repeat < 1 {
-		fail(errors.New("-repeat must be at least 1"))
-	}
-	for _, b := range []*string{&o.steward, &o.etcdctl} {
-		if *b, err = filepath.Abs(*b); err != nil {
-			fail(err)
-		}
-		if _, err := os.Stat(*b); err != nil {
-			fail(fmt.Errorf("%w (build it with `make build tools`)", err))
-		}
-	}
-	if err := run(context.Background(), o); err != nil {
-		fail(err)
-	}
+	p.List(&o.sidecarArgs, "sidecar-args", "extra sidecar flags, comma-separated (e.g. --delta-max-bytes=4194304)")
+	p.WorkDir(&o.keep, "keep the cluster and work dir at the end")
+	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "snapshot bench:", err)
-	os.Exit(1)
-}
-
-func run(ctx context.Context, o options) (err error) {
-	dir := o.dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "steward-snapshot-bench-"); err != nil {
-			return err
-		}
-		if !o.keep {
-			defer os.RemoveAll(dir)
-		}
-	}
+func run(ctx context.Context, o options, dir string) (err error) {
 	clusterDir := filepath.Join(dir, "cluster")
 	backupStore := "file://" + filepath.Join(dir, "sidecar-store")
 	fmt.Printf("snapshot bench: %d-member cluster in %s, database %s, %d-byte values\n", o.members, clusterDir, result.Human(o.size), o.valueSize)
-	c, err := cluster.Up(ctx, o.steward, clusterDir, cluster.Options{Members: o.members, Backup: backupStore, SidecarArgs: o.sidecarArgs})
+	c, err := localcluster.Up(ctx, o.steward, clusterDir, localcluster.Options{Timeout: 3 * time.Minute, Members: o.members, Backup: backupStore, SidecarArgs: o.sidecarArgs})
 	if err != nil {
 		return err
 	}
-	if !o.keep {
-		defer func() {
-			if derr := c.Down(context.Background()); derr != nil && err == nil {
-				err = derr
-			}
-		}()
-	}
+	defer c.PurgeOnReturn(o.keep, &err)
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err

@@ -19,9 +19,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 type options struct {
@@ -31,23 +32,19 @@ type options struct {
 	workers   int
 	rate      float64
 	valueSize int
-	dir       string
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
+	p := program.New("tls benchmark")
+	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each phase")
 	flag.IntVar(&o.rounds, "rounds", 2, "rounds; each measures both modes")
 	flag.IntVar(&o.workers, "workers", 32, "concurrent writers of the throughput phase")
 	flag.Float64Var(&o.rate, "rate", 500, "puts per second of the latency phase")
 	flag.IntVar(&o.valueSize, "value-size", 1024, "value size")
-	flag.StringVar(&o.dir, "dir", "", "work dir (default: a temporary dir, removed afterwards)")
-	flag.Parse()
-	if err := run(context.Background(), o); err != nil {
-		fmt.Fprintln(os.Stderr, "tls benchmark:", err)
-		os.Exit(1)
-	}
+	p.WorkDir(nil, "")
+	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 
 // measured is one mode's round.
@@ -55,16 +52,7 @@ type measured struct {
 	throughput, latency load.Result
 }
 
-func run(ctx context.Context, o options) error {
-	dir := o.dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "steward-bench-tls-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
+func run(ctx context.Context, o options, dir string) error {
 	start := time.Now()
 	modes := []struct {
 		name string
@@ -103,11 +91,11 @@ func run(ctx context.Context, o options) error {
 
 // measure starts a cluster in dir, runs the two phases against it and stops it.
 func measure(ctx context.Context, o options, dir string, tls bool) (measured, error) {
-	c, err := cluster.Up(ctx, o.steward, dir, cluster.Options{Members: 3, Backup: "none", TLS: tls})
+	c, err := localcluster.Up(ctx, o.steward, dir, localcluster.Options{Timeout: 3 * time.Minute, Members: 3, Backup: "none", TLS: tls})
 	if err != nil {
 		return measured{}, err
 	}
-	defer c.Down(context.Background()) //nolint:errcheck
+	defer c.Purge(context.Background()) //nolint:errcheck
 	st, err := c.Status(ctx)
 	if err != nil {
 		return measured{}, err

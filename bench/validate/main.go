@@ -40,18 +40,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
-	"github.com/etcd-steward/steward/bench/internal/cluster"
 	"github.com/etcd-steward/steward/bench/internal/load"
+	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/server/v3/embed"
 	etcddatadir "go.etcd.io/etcd/server/v3/storage/datadir"
@@ -66,69 +66,35 @@ type options struct {
 	workers, conns   int
 	rounds           int
 	basePort         int
-	dir              string
 	keep             bool
 }
 
 func main() {
 	var o options
-	var size string
-	flag.StringVar(&o.steward, "steward", "bin/steward", "steward binary")
-	flag.StringVar(&o.etcdutl, "etcdutl", "bin/etcdutl", "stock etcdutl binary (make tools)")
-	flag.StringVar(&size, "size", "1GiB", "database size to build (e.g. 100MiB, 1GiB)")
+	p := program.New("validate bench")
+	p.Binary(&o.steward, "steward", "bin/steward", "steward binary")
+	p.Binary(&o.etcdutl, "etcdutl", "bin/etcdutl", "stock etcdutl binary (make tools)")
+	p.Size(&o.size, "size", "1GiB", "database size to build (e.g. 100MiB, 1GiB)")
 	flag.IntVar(&o.valueSize, "value-size", 2048, "value bytes of each put while filling (random hex)")
 	flag.IntVar(&o.workers, "workers", 32, "concurrent puts while filling")
 	flag.IntVar(&o.conns, "conns", 4, "client connections while filling")
-	flag.IntVar(&o.rounds, "rounds", 3, "measured rounds (each: every check and reference, warm and cold)")
+	p.Rounds(&o.rounds, "rounds", 3, "measured rounds (each: every check and reference, warm and cold)")
 	flag.IntVar(&o.basePort, "base-port", 24500, "first port to try for the cluster")
-	flag.StringVar(&o.dir, "dir", "", "work dir (default: a new temp dir, removed at the end)")
-	flag.BoolVar(&o.keep, "keep", false, "keep the work dir (and the filled data dir) at the end")
-	flag.Parse()
-	var err error
-	if o.size, err = result.ParseBytes(size); err != nil {
-		fail(fmt.Errorf("-size: %w", err))
-	}
-	if o.rounds < 1 {
-		fail(errors.New("-rounds must be at least 1"))
-	}
-	for _, b := range []*string{&o.steward, &o.etcdutl} {
-		if *b, err = filepath.Abs(*b); err != nil {
-			fail(err)
-		}
-		if _, err := os.Stat(*b); err != nil {
-			fail(fmt.Errorf("%w (build it with `make build tools`)", err))
-		}
-	}
-	if err := run(context.Background(), o); err != nil {
-		fail(err)
-	}
+	p.WorkDir(&o.keep, "keep the work dir (and the filled data dir) at the end")
+	p.Main(func(ctx context.Context, dir string) error { return run(ctx, o, dir) })
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "validate bench:", err)
-	os.Exit(1)
-}
-
-func run(ctx context.Context, o options) (err error) {
-	dir := o.dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "steward-validate-bench-"); err != nil {
-			return err
-		}
-		if !o.keep {
-			defer os.RemoveAll(dir)
-		}
-	}
+func run(ctx context.Context, o options, dir string) (err error) {
 	clusterDir := filepath.Join(dir, "cluster")
 	fmt.Printf("validate bench: one-member cluster in %s, database %s, %d-byte values, %d rounds\n", clusterDir, result.Human(o.size), o.valueSize, o.rounds)
-	if _, err := cluster.Run(ctx, o.steward, "local", "up", "--detach", "--dir", clusterDir, "--members", "1",
-		"--base-port", strconv.Itoa(o.basePort), "--backup", "none", "--timeout", "3m"); err != nil {
+	c, err := localcluster.Up(ctx, o.steward, clusterDir, localcluster.Options{Members: 1, BasePort: o.basePort, Backup: "none", Timeout: 3 * time.Minute})
+	if err != nil {
 		return err
 	}
 	up := true
 	defer func() {
 		if up {
-			if _, derr := cluster.Run(context.Background(), o.steward, "local", "down", "--dir", clusterDir); derr != nil && err == nil {
+			if derr := c.Stop(context.Background()); derr != nil && err == nil {
 				err = derr
 			}
 		}
@@ -144,7 +110,7 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	fmt.Printf("filled: %s\n", fill)
-	if _, err := cluster.Run(ctx, o.steward, "local", "down", "--dir", clusterDir); err != nil {
+	if err := c.Stop(ctx); err != nil {
 		return err
 	}
 	up = false

@@ -98,7 +98,7 @@ func startUntilReady(ctx context.Context, cfg *embed.Config, opts Options, lg *z
 	// snapshot; in a new cluster every member's name is known from the start.
 	joining := cfg.ClusterState == embed.ClusterStateFlagExisting && !wal.Exist(etcddatadir.ToWALDir(cfg.Dir))
 	for {
-		lg.Info("starting etcd", zap.String("name", cfg.Name), zap.String("data-dir", cfg.Dir),
+		lg.Info("starting etcd", zap.String("event", "etcd-starting"), zap.String("name", cfg.Name), zap.String("data-dir", cfg.Dir),
 			zap.String("initial-cluster-state", cfg.ClusterState))
 		e, err := embed.StartEtcd(cfg)
 		if err != nil {
@@ -110,14 +110,14 @@ func startUntilReady(ctx context.Context, cfg *embed.Config, opts Options, lg *z
 		}
 		select {
 		case <-e.Server.ReadyNotify():
-			lg.Info("etcd is serving", zap.String("member-id", e.Server.MemberID().String()))
+			lg.Info("etcd is serving", zap.String("event", "etcd-serving"), zap.String("member-id", e.Server.MemberID().String()))
 			return e, nil
 		case <-stalled:
 			// The member's own publish request reached the cluster before the snapshot it
 			// joins with was taken: the snapshot already holds it, so the request is never
 			// applied on its own and etcd waits out its request timeout (7 s) before trying
 			// again. A restart publishes at once.
-			lg.Warn(PublishRaceMessage)
+			lg.Warn(PublishRaceMessage, zap.String("event", "publish-race-restart"))
 			closeUnready(e)
 			joining = false
 			continue

@@ -88,7 +88,7 @@ func (s *Sidecar) initAttempt(ctx context.Context, changes <-chan struct{}, fail
 		s.lg.Warn("cannot observe; retrying", zap.Error(err), zap.Duration("retryIn", delay))
 	default:
 		plan = Decide(obs)
-		s.lg.Info("initialisation decision", zap.String("case", plan.Case),
+		s.lg.Info("initialisation decision", zap.String("event", "init-decision"), zap.String("case", plan.Case),
 			zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
 	}
 	if plan.Action != ActionWait {
@@ -434,7 +434,7 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec cluster.Spec, obs Obse
 	s.metrics.membershipSeconds.WithLabelValues("add_learner").Observe(time.Since(start).Seconds())
 	s.learnerSince.Store(time.Now().UnixNano())
 	idHex := fmt.Sprintf("%x", newID)
-	s.lg.Info("added as learner", zap.String("id", idHex), zap.Duration("took", time.Since(start)))
+	s.lg.Info("added as learner", zap.String("event", "added-as-learner"), zap.String("id", idHex), zap.Duration("took", time.Since(start)))
 
 	// The configuration is generated now from the cluster's current membership, never frozen.
 	var peers []string

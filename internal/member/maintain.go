@@ -114,7 +114,7 @@ func (s *Sidecar) maintainMember(ctx context.Context) {
 					fctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 					if res, err := a.RequestFull(fctx); err == nil {
 						s.fullAfterStart.Store(false)
-						s.lg.Info("full snapshot after the restore", zap.String("key", res.Key), zap.Int64("revision", res.Revision))
+						s.lg.Info("full snapshot after the restore", zap.String("event", "full-after-restore"), zap.String("key", res.Key), zap.Int64("revision", res.Revision))
 					}
 					cancel()
 				}
@@ -222,7 +222,7 @@ func (s *Sidecar) promote(ctx context.Context, cli *clientv3.Client, id uint64, 
 		s.metrics.membershipSeconds.WithLabelValues("catch_up").Observe(time.Since(since).Seconds())
 		s.metrics.learnerStalled.Set(0)
 		s.learnerSince.Store(0)
-		s.lg.Info("promoted to voting member", zap.String("id", fmt.Sprintf("%x", id)), zap.Duration("catchUp", time.Since(since)))
+		s.lg.Info("promoted to voting member", zap.String("event", "promoted"), zap.String("id", fmt.Sprintf("%x", id)), zap.Duration("catchUp", time.Since(since)))
 	case errors.Is(err, rpctypes.ErrMemberLearnerNotReady):
 		if time.Since(since) > learnerStallTimeout {
 			s.metrics.learnerStalled.Set(1)

@@ -62,7 +62,7 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, plan
 	}
 	s.metrics.membership.WithLabelValues("restore", "ok").Inc()
 	s.metrics.membershipSeconds.WithLabelValues("restore").Observe(time.Since(start).Seconds())
-	s.lg.Info("restored from backup", zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision), zap.String("full", res.Full.Key),
+	s.lg.Info("restored from backup", zap.String("event", "restored-from-backup"), zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision), zap.String("full", res.Full.Key),
 		zap.Int("deltas", len(res.Deltas)), zap.Duration("took", time.Since(start)))
 	// A new cluster and member: their IDs are recorded once etcd serves.
 	identity.ClusterID, identity.MemberID = "", ""

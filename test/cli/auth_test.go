@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 // TestLocalAuth: `steward local up --auth` turns etcd authentication on for a cluster made
@@ -18,8 +19,8 @@ import (
 // and the loss of every member's data (restored from the backups, after that change) all work
 // logged in, and the root password stays the file's throughout.
 func TestLocalAuth(t *testing.T) {
-	c := upLocal(t, "--members", "3", "--base-port", "25300", "--sidecar-arg=--delta-period=1s")
-	steward, dir, status := c.steward, c.dir, c.status
+	c := localcluster.Start(t, "--members", "3", "--base-port", "25300", "--sidecar-arg=--delta-period=1s")
+	steward, dir, status := c.Steward, c.Dir, c.Report
 	etcdctl := testutil.Tool(t, "etcdctl")
 	plain := "--endpoints " + strings.Join(strings.Fields(status().Cluster.Etcdctl)[1:2], "")
 	sh := func(cmd string) (string, error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 // TestLocalEncryptedBackups: `steward local up --encrypt-backups` generates a key (0600) and
@@ -19,8 +20,8 @@ import (
 // which keys to give, `backup verify --restore` proves the chain with them, and without them
 // the chain is refused naming the key.
 func TestLocalEncryptedBackups(t *testing.T) {
-	c := upLocal(t, "--members", "1", "--base-port", "25100", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
-	steward, dir, status := c.steward, c.dir, c.status
+	c := localcluster.Start(t, "--members", "1", "--base-port", "25100", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
+	steward, dir, status := c.Steward, c.Dir, c.Report
 	etcdctl := testutil.Tool(t, "etcdctl")
 
 	keys := filepath.Join(dir, "backup-keys")

@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 // TestLocalCARotation: `steward local rotate-ca` rolls a TLS cluster onto a new CA while a
@@ -22,10 +23,10 @@ import (
 // acknowledged is lost, the old CA is trusted nowhere afterwards, and a client holding the
 // old CA's certificate is refused.
 func TestLocalCARotation(t *testing.T) {
-	c := upLocal(t, "--members", "3", "--base-port", "25500", "--tls", "--backup", "none")
+	c := localcluster.Start(t, "--members", "3", "--base-port", "25500", "--tls", "--backup", "none")
 	etcdctl := testutil.Tool(t, "etcdctl")
-	rep := c.status()
-	pkiDir := filepath.Join(c.dir, "pki")
+	rep := c.Report()
+	pkiDir := filepath.Join(c.Dir, "pki")
 	oldCA, err := os.ReadFile(filepath.Join(pkiDir, "ca", "tls.crt"))
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestLocalCARotation(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	cmd := exec.Command(c.steward, "local", "rotate-ca", "--dir", c.dir, "-o", "json")
+	cmd := exec.Command(c.Steward, "local", "rotate-ca", "--dir", c.Dir, "-o", "json")
 	var progress strings.Builder
 	cmd.Stderr = &progress
 	out, err := cmd.Output()
@@ -117,7 +118,7 @@ func TestLocalCARotation(t *testing.T) {
 		}
 	}
 	// Every acknowledged write, through the new certificates; the old client is refused.
-	flags := strings.Fields(c.status().Cluster.Etcdctl)
+	flags := strings.Fields(c.Report().Cluster.Etcdctl)
 	got := run(t, etcdctl, append(flags, "get", "--prefix", "/rotate/", "-w", "json")...)
 	var resp struct {
 		Kvs []struct{ Key, Value []byte } `json:"kvs"`

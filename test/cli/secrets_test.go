@@ -18,6 +18,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 // TestSecretsNeverAppear runs a whole scenario on a cluster with every secret Steward keeps
@@ -28,11 +29,11 @@ import (
 // served (each command's output, every process log, the sidecars' metrics and API answers)
 // and looks for each secret, in the forms it is kept in and decoded.
 func TestSecretsNeverAppear(t *testing.T) {
-	c := upLocal(t, "--members", "3", "--base-port", "25400", "--tls", "--auth", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
-	steward, dir := c.steward, c.dir
+	c := localcluster.Start(t, "--members", "3", "--base-port", "25400", "--tls", "--auth", "--encrypt-backups", "--sidecar-arg=--delta-period=1s")
+	steward, dir := c.Steward, c.Dir
 	etcdctl := testutil.Tool(t, "etcdctl")
 	var outputs bytes.Buffer
-	outputs.WriteString(c.up)
+	outputs.WriteString(c.Output)
 	say := func(name string, args ...string) string {
 		t.Helper()
 		out, err := exec.Command(name, args...).CombinedOutput()

@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/etcd-steward/steward/internal/testutil/localcluster"
 )
 
 // TestLocalTLS: `steward local up --tls` makes the cluster's own CA and serves clients and
@@ -23,8 +24,8 @@ import (
 // wiped is replaced as a learner over TLS with every acknowledged write kept; scaling and a
 // restore back in time work over TLS.
 func TestLocalTLS(t *testing.T) {
-	c := upLocal(t, "--members", "3", "--base-port", "25200", "--tls", "--sidecar-arg=--delta-period=1s")
-	steward, dir, status := c.steward, c.dir, c.status
+	c := localcluster.Start(t, "--members", "3", "--base-port", "25200", "--tls", "--sidecar-arg=--delta-period=1s")
+	steward, dir, status := c.Steward, c.Dir, c.Report
 	etcdctl := testutil.Tool(t, "etcdctl")
 
 	for _, f := range []string{"ca/tls.key", "m0/tls.key", "client/tls.key"} {
