@@ -232,7 +232,8 @@ type StorageSpec struct {
 	EmptyDir *EmptyDirStorage `json:"emptyDir,omitempty"`
 }
 
-// EmptyDirStorage is ephemeral member storage (seed 001, "Ephemeral").
+// EmptyDirStorage is ephemeral member storage: an emptyDir on the node's disk or in memory.
+// A member that loses it rejoins empty, as a learner, like a member whose volume was lost.
 type EmptyDirStorage struct {
 	// Medium is "" (the node's disk) or "Memory" (tmpfs, counted against the pod's memory).
 	// +kubebuilder:validation:Enum="";Memory
@@ -397,7 +398,10 @@ type QuorumLossSpec struct {
 	Policy string `json:"policy,omitempty"`
 }
 
-// Member roles, statuses and reasons (seed 001, "Status").
+// Member roles, statuses and reasons, as status.members records them. A member is Ready while
+// its pod is ready and its sidecar renews its Lease, Unknown once the Lease expired (or was
+// never renewed), and NotReady when its pod is missing or not ready, or when it stayed
+// Unknown longer than the grace.
 const (
 	RoleLeader  = "Leader"
 	RoleMember  = "Member"

@@ -139,8 +139,9 @@ func decide(o Observation, st Status) Decision {
 }
 
 // neverFormedWithBackups: no cluster was ever recorded, every member reports an empty data
-// dir, and the backup store holds backups: the status was lost (seed 001 initialisation
-// case 1 bootstraps only when no backup exists), and the cluster is restored.
+// dir, and the backup store holds backups: the status was lost (a member bootstraps only
+// when no backup of its cluster exists: member.Decide's Bootstrap row), and the cluster is
+// restored.
 func neverFormedWithBackups(o Observation) bool {
 	if o.Status.ClusterID != "" || len(o.Status.Voters) > 0 || !o.Backup.Configured || o.Backup.Revision <= 0 || len(o.Members) == 0 {
 		return false
@@ -191,8 +192,8 @@ func startRecovery(o Observation, st Status, why string) Decision {
 	return Decision{Status: st, Event: fmt.Sprintf("directive %d: %s", st.LastEpoch, st.Directive.Reason)}
 }
 
-// StartRestore starts restoring a running cluster back to target (seed 003, "restore a
-// cluster back to a backup"): a new directive fences every member, restores target into one
+// StartRestore starts restoring a running cluster back to target (a restore in place, see
+// docs/restore.md): a new directive fences every member, restores target into one
 // of them, and the others rejoin it as learners, their data moved aside. Until the seed
 // serves, every new epoch restores the same target (restart). The caller checks the target
 // against the store and takes a full snapshot first: this function only decides.

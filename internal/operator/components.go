@@ -181,7 +181,7 @@ func syncMembers(ctx context.Context, r *run) error {
 
 // syncLeases keeps one member Lease per member (created empty: the sidecar renews it with
 // holder "<memberID>:<role>"), the two snapshot Leases, and deletes the Leases of members
-// that no longer exist (seed cases 11-13).
+// that no longer exist (status table cases 11 to 13).
 func syncLeases(ctx context.Context, r *run) error {
 	want := map[string]string{fullLeaseName(r.ec): "full-snapshot", deltaLeaseName(r.ec): "delta-snapshot"}
 	for i := 0; i < r.memberLeases; i++ {

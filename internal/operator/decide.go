@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,33 +18,39 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Case names a row of seed 001's "Decision table for etcd-druid based on the status".
+// Case names a row of the operator's status table (docs/decisions.md): what the reconciliation
+// observed, and so what it does. A value starts with the row's number; the rows Steward adds
+// to the numbered ones (Bootstrap, StatefulSetReplicasDiffer) have none.
 type Case string
 
-// The rows, numbered as in the seed.
+// The rows, numbered 1 to 13, then the unnumbered ones.
 const (
-	CasePinkOfHealth        Case = "1-PinkOfHealth"
-	CaseLeasesOutOfSync     Case = "2-MemberStatusOutOfSyncWithLeases"
-	CaseAllReadyStaleTrue   Case = "3-AllMembersReadyStaleFalse"
-	CaseAllReadyStaleFalse  Case = "4-AllMembersReadyStaleTrue"
-	CaseReadyStaleTrue      Case = "5-ReadyStaleFalse"
-	CaseReadyStaleFalse     Case = "6-ReadyStaleTrue"
-	CaseUnknownTooLong      Case = "7-UnknownTooLong"
-	CasePodNotReady         Case = "8-PodNotReady"
-	CaseMinorityNotReady    Case = "9-QuorateMinorityNotReady"
-	CaseQuorumLost          Case = "10-QuorumLost"
-	CaseScaleUp             Case = "11-ScaleUp"
-	CaseScaleDown           Case = "12-ScaleDown"
-	CaseSuperfluousEntries  Case = "13-SuperfluousMemberEntries"
-	CaseBootstrap           Case = "Bootstrap"
-	CaseStatefulSetMismatch Case = "StatefulSetReplicasDiffer"
+	CasePinkOfHealth    Case = "1-PinkOfHealth"
+	CaseLeasesOutOfSync Case = "2-MemberStatusOutOfSyncWithLeases"
+	// 3: every member is Ready, but AllMembersReady is still False.
+	CaseAllMembersReadyStaleFalse Case = "3-AllMembersReadyStaleFalse"
+	// 4: a member is not Ready, but AllMembersReady is still True.
+	CaseAllMembersReadyStaleTrue Case = "4-AllMembersReadyStaleTrue"
+	// 5: a majority is Ready, but Ready is still False.
+	CaseReadyConditionStaleFalse Case = "5-ReadyStaleFalse"
+	// 6: a majority is not Ready, but Ready is still True.
+	CaseReadyConditionStaleTrue Case = "6-ReadyStaleTrue"
+	CaseUnknownTooLong          Case = "7-UnknownTooLong"
+	CasePodNotReady             Case = "8-PodNotReady"
+	CaseMinorityNotReady        Case = "9-QuorateMinorityNotReady"
+	CaseQuorumLost              Case = "10-QuorumLost"
+	CaseScaleUp                 Case = "11-ScaleUp"
+	CaseScaleDown               Case = "12-ScaleDown"
+	CaseSuperfluousEntries      Case = "13-SuperfluousMemberEntries"
+	CaseBootstrap               Case = "Bootstrap"
+	CaseStatefulSetMismatch     Case = "StatefulSetReplicasDiffer"
 )
 
 // Graces are how long the operator lets members heal by themselves before it acts.
 type Graces struct {
 	// Unknown: a member whose Lease expired is Unknown this long before it counts NotReady.
 	Unknown time.Duration
-	// NotReady: a NotReady member's pod is deleted after this long (seed case 9); a majority
+	// NotReady: a NotReady member's pod is deleted after this long (case 9); a majority
 	// NotReady this long is a quorum lost for good (case 10).
 	NotReady time.Duration
 	// Volume: a member's volume claim Pending this long is reported.
@@ -131,7 +138,8 @@ type BackupObservation struct {
 
 // Decision is what the reconciliation writes and does.
 type Decision struct {
-	// Cases are the seed rows that matched, in table order.
+	// Cases are the rows of the status table that matched, in table order: the numbered rows
+	// by their number, then the unnumbered ones by name (sortCases).
 	Cases []Case
 	// Members is the new status.members (ordinals below ClusterSize).
 	Members     []v1alpha1.MemberStatus
@@ -143,9 +151,9 @@ type Decision struct {
 	// members the ConfigMap lists (the desired etcd members).
 	StatefulSetReplicas int32
 	ConfigMembers       int32
-	// DeletePods are member pods NotReady past the grace (seed case 9).
+	// DeletePods are member pods NotReady past the grace (case 9).
 	DeletePods []string
-	// QuorumLost: a majority has been NotReady past the grace (seed case 10).
+	// QuorumLost: a majority has been NotReady past the grace (case 10).
 	QuorumLost bool
 	// MinAvailable of the PodDisruptionBudget.
 	MinAvailable int32
@@ -230,7 +238,7 @@ func Decide(o Observation) Decision {
 	quorate := d.Ready > size/2
 	all := size > 0 && d.Ready == size
 
-	// Actions on NotReady members (seed cases 9 and 10), only once the cluster formed: a
+	// Actions on NotReady members (cases 9 and 10), only once the cluster formed: a
 	// cluster still bootstrapping is not yet expected to be Ready.
 	if o.Formed && size > 0 {
 		var longNotReady []v1alpha1.MemberStatus
@@ -283,8 +291,41 @@ func Decide(o Observation) Decision {
 	if len(d.Cases) == 0 {
 		addCase(&d, CasePinkOfHealth)
 	}
-	slices.Sort(d.Cases)
+	sortCases(d.Cases)
 	return d
+}
+
+// sortCases puts cases in table order: the numbered rows by their number ("2-…" before
+// "10-…", which a string sort would not do), then the unnumbered rows by name.
+func sortCases(cs []Case) {
+	slices.SortFunc(cs, func(a, b Case) int {
+		na, oka := a.Row()
+		nb, okb := b.Row()
+		switch {
+		case oka && okb && na != nb:
+			return na - nb
+		case oka != okb:
+			if oka {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(string(a), string(b))
+	})
+}
+
+// Row is the case's row number in the status table (1 to 13); ok is false for the rows
+// Steward adds, which have no number.
+func (c Case) Row() (n int, ok bool) {
+	num, _, found := strings.Cut(string(c), "-")
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
 }
 
 // bootstrapDirective starts a new cluster from a backup (spec.bootstrap.restore) the way a
@@ -450,7 +491,7 @@ func leaderLists(o Observation, name string) bool {
 
 // memberStatus is one member's status: NotReady while its pod is missing or not ready, Ready
 // while the pod is ready and its Lease current, Unknown when the Lease expired, and NotReady
-// again once Unknown lasted the Unknown grace (seed cases 2, 7 and 8).
+// again once Unknown lasted the Unknown grace (cases 2, 7 and 8).
 func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus, had bool) v1alpha1.MemberStatus {
 	st := v1alpha1.MemberStatus{Name: m.Name, ID: prev.ID, Role: prev.Role}
 	if m.Lease != nil && m.Lease.Holder != "" {
@@ -508,16 +549,16 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	members := fmt.Sprintf("%d of %d members Ready", d.Ready, size)
 
 	if all && was(v1alpha1.ConditionAllMembersReady) == metav1.ConditionFalse {
-		addCase(d, CaseAllReadyStaleTrue)
+		addCase(d, CaseAllMembersReadyStaleFalse)
 	}
 	if !all && was(v1alpha1.ConditionAllMembersReady) == metav1.ConditionTrue {
-		addCase(d, CaseAllReadyStaleFalse)
+		addCase(d, CaseAllMembersReadyStaleTrue)
 	}
 	if quorate && was(v1alpha1.ConditionReady) == metav1.ConditionFalse {
-		addCase(d, CaseReadyStaleTrue)
+		addCase(d, CaseReadyConditionStaleFalse)
 	}
 	if !quorate && was(v1alpha1.ConditionReady) == metav1.ConditionTrue {
-		addCase(d, CaseReadyStaleFalse)
+		addCase(d, CaseReadyConditionStaleTrue)
 	}
 
 	set(v1alpha1.ConditionAllMembersReady, all, pick(all, "AllMembersReady", "NotAllMembersReady"), members)
@@ -618,9 +659,10 @@ func backupCurrent(o Observation) (bool, string) {
 	return true, fmt.Sprintf("the newest snapshot is %s old", age.Round(time.Second))
 }
 
-// minAvailable toggles the PodDisruptionBudget as seed 001 says: a majority while every
-// member is Ready; every Ready member (no eviction at all) while one is not; every member
-// while the backups are not current. The highest applicable value wins.
+// minAvailable toggles the PodDisruptionBudget: a majority while every member is Ready (one
+// voluntary eviction at a time keeps the quorum); every Ready member (no eviction at all)
+// while one is not; every member while the backups are not current (no eviction while the
+// newest data may exist only on the members). The highest applicable value wins.
 func minAvailable(size, ready int32, all, backupOK bool) int32 {
 	v := size/2 + 1
 	if !all {

@@ -84,8 +84,8 @@ func cond(d Decision, t string) metav1.ConditionStatus {
 	return "absent"
 }
 
-// TestDecide has one named row per row of seed 001's decision table for the operator (cases
-// 1-13), plus the rows Steward adds.
+// TestDecide has one named row per row of the operator's status table (cases 1-13, see
+// docs/decisions.md), plus the rows Steward adds.
 func TestDecide(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -113,13 +113,13 @@ func TestDecide(t *testing.T) {
 					t.Errorf("c-1 = %+v, want Ready since now", m)
 				}
 			}},
-		{"3 all members Ready but AllMembersReady stale", healthy(3).setCond(v1alpha1.ConditionAllMembersReady, false), CaseAllReadyStaleTrue,
+		{"3 all members Ready but AllMembersReady stale", healthy(3).setCond(v1alpha1.ConditionAllMembersReady, false), CaseAllMembersReadyStaleFalse,
 			func(t *testing.T, d Decision) {
 				if cond(d, v1alpha1.ConditionAllMembersReady) != metav1.ConditionTrue {
 					t.Error("AllMembersReady not set true")
 				}
 			}},
-		{"4 not all members Ready but AllMembersReady stale", healthy(3).podNotReady(1, time.Minute), CaseAllReadyStaleFalse,
+		{"4 not all members Ready but AllMembersReady stale", healthy(3).podNotReady(1, time.Minute), CaseAllMembersReadyStaleTrue,
 			func(t *testing.T, d Decision) {
 				if cond(d, v1alpha1.ConditionAllMembersReady) != metav1.ConditionFalse || cond(d, v1alpha1.ConditionDegraded) != metav1.ConditionTrue {
 					t.Error("AllMembersReady not set false, or Degraded not true")
@@ -128,13 +128,13 @@ func TestDecide(t *testing.T) {
 					t.Errorf("PDB minAvailable = %d, want 2: no eviction while a member is not Ready", d.MinAvailable)
 				}
 			}},
-		{"5 majority Ready but Ready stale", healthy(3).setCond(v1alpha1.ConditionReady, false), CaseReadyStaleTrue,
+		{"5 majority Ready but Ready stale", healthy(3).setCond(v1alpha1.ConditionReady, false), CaseReadyConditionStaleFalse,
 			func(t *testing.T, d Decision) {
 				if cond(d, v1alpha1.ConditionReady) != metav1.ConditionTrue {
 					t.Error("Ready not set true")
 				}
 			}},
-		{"6 majority NotReady but Ready stale", healthy(3).podNotReady(1, time.Minute).podNotReady(2, time.Minute), CaseReadyStaleFalse,
+		{"6 majority NotReady but Ready stale", healthy(3).podNotReady(1, time.Minute).podNotReady(2, time.Minute), CaseReadyConditionStaleTrue,
 			func(t *testing.T, d Decision) {
 				if cond(d, v1alpha1.ConditionReady) != metav1.ConditionFalse || cond(d, v1alpha1.ConditionQuorate) != metav1.ConditionFalse {
 					t.Error("Ready/Quorate not set false")
@@ -202,7 +202,7 @@ func TestDecide(t *testing.T) {
 			w := healthy(3).prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, time.Minute).podNotReady(1, time.Minute)
 			w.o.Desired = 5
 			return w
-		}(), CaseAllReadyStaleFalse, func(t *testing.T, d Decision) {
+		}(), CaseAllMembersReadyStaleTrue, func(t *testing.T, d Decision) {
 			if d.StatefulSetReplicas != 3 || slices.Contains(d.Cases, CaseScaleUp) {
 				t.Errorf("replicas = %d, cases %v: scaling must wait for every member", d.StatefulSetReplicas, d.Cases)
 			}
@@ -258,7 +258,7 @@ func TestDecide(t *testing.T) {
 			w := healthy(4).prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, time.Minute).podNotReady(1, time.Minute)
 			w.o.Desired = 3
 			return w
-		}(), CaseAllReadyStaleFalse, func(t *testing.T, d Decision) {
+		}(), CaseAllMembersReadyStaleTrue, func(t *testing.T, d Decision) {
 			if d.ConfigMembers != 4 || slices.Contains(d.Cases, CaseScaleDown) {
 				t.Errorf("config %d, cases %v: c-1 is healed before anything is removed", d.ConfigMembers, d.Cases)
 			}
@@ -304,6 +304,36 @@ func TestDecide(t *testing.T) {
 				t.Fatalf("cases %v, want %s among them", d.Cases, tc.want)
 			}
 			tc.check(t, d)
+		})
+	}
+}
+
+// TestDecideCasesInTableOrder: Decision.Cases lists the rows by their number, then the
+// unnumbered rows, never as strings sort ("10-…" before "2-…").
+func TestDecideCasesInTableOrder(t *testing.T) {
+	tests := []struct {
+		name  string
+		cases func() []Case
+		want  []Case
+	}{
+		{"quorum lost beside stale conditions and a superfluous entry: 4, 6, 10, 13", func() []Case {
+			w := healthy(3).podNotReady(1, time.Hour).podNotReady(2, time.Hour).
+				prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute)
+			w.o.Previous.Members = append(w.o.Previous.Members, v1alpha1.MemberStatus{Name: "c-3", Status: v1alpha1.MemberNotReady})
+			return Decide(w.o).Cases
+		}, []Case{CaseAllMembersReadyStaleTrue, CaseReadyConditionStaleTrue, CaseQuorumLost, CaseSuperfluousEntries}},
+		{"numbered rows by number, then the unnumbered by name", func() []Case {
+			cs := []Case{CaseStatefulSetMismatch, CaseQuorumLost, CaseBootstrap, CaseLeasesOutOfSync, CaseSuperfluousEntries, CasePinkOfHealth}
+			sortCases(cs)
+			return cs
+		}, []Case{CasePinkOfHealth, CaseLeasesOutOfSync, CaseQuorumLost, CaseSuperfluousEntries, CaseBootstrap, CaseStatefulSetMismatch}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cases(); !slices.Equal(got, tc.want) {
+				t.Fatalf("cases %v, want %v", got, tc.want)
+			}
 		})
 	}
 }

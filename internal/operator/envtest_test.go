@@ -513,7 +513,7 @@ func TestMemberLeaseExpiryAndNotReadyPodDeleted(t *testing.T) {
 	}
 
 	// Member c-2 stays NotReady past the NotReady grace (4s): the operator deletes its pod
-	// (seed case 9).
+	// (case 9).
 	var old corev1.Pod
 	if err := get(t, ns, "c-2", &old); err != nil {
 		t.Fatal(err)

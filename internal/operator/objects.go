@@ -53,7 +53,7 @@ const (
 	AnnotationTrust = "etcd.steward.dev/trust"
 )
 
-// Names of a cluster's objects (DESIGN.md, "Kubernetes objects").
+// Names of a cluster's objects (docs/kubernetes.md, "What the operator creates").
 func statefulSetName(ec *v1alpha1.EtcdCluster) string { return ec.Name }
 func configMapName(ec *v1alpha1.EtcdCluster) string   { return v1alpha1.ConfigMapName(ec.Name) }
 func tokenSecretName(ec *v1alpha1.EtcdCluster) string {

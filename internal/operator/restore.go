@@ -38,8 +38,8 @@ import (
 const storeCheckTimeout = 2 * time.Minute
 
 // RestoreReconciler carries out EtcdRestores: a running cluster restored in place back to a
-// point of its backups (seed 003, "restore a cluster back to a backup"), the way a recovery
-// from backup runs. In order, one step per pass, each recorded in the EtcdRestore's status
+// point of its backups (docs/restore.md, "Restoring a running cluster in place"), the way a
+// recovery from backup runs. In order, one step per pass, each recorded in the EtcdRestore's status
 // before the next:
 //  1. refuse (Failed, saying what to do) a cluster without spec.backup, one that recovers,
 //     or a second restore of a cluster; wait (Pending, then Failed) for a cluster that does

@@ -278,7 +278,7 @@ func TestRollingUpdateStalls(t *testing.T) {
 		}
 		return findEventWith(ns, ReasonRollingUpdateStalled, "EtcdCluster", name+"-1 has not come back healthy")
 	})
-	// The replacement NotReady past the grace is deleted again (seed case 9), by itself.
+	// The replacement NotReady past the grace is deleted again (case 9), by itself.
 	if d := slices.Compact(slices.Clone(p.deletions)); !slices.Equal(d, []string{name + "-1"}) {
 		t.Errorf("pods deleted %v: only %s-1, whose replacement never turned Ready", p.deletions, name)
 	}
