@@ -7,6 +7,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/store"
 )
 
 // Observation is everything the initialisation decision depends on.
@@ -288,7 +289,7 @@ func decideSeed(o Observation, d cluster.Directive) Plan {
 		if d.Restore != nil {
 			return Plan{Case: "BootstrapRestore", Action: ActionRestoreFromBackup, ClusterState: "new",
 				Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: d.Restore,
-				Reason: fmt.Sprintf("a new cluster restored from %s (%s): restore it, start alone, take a full snapshot; the others join as learners", d.Restore.Store, d.Restore.Point())}
+				Reason: fmt.Sprintf("a new cluster restored from %s (%s): restore it, start alone, take a full snapshot; the others join as learners", store.Redact(d.Restore.Store), d.Restore.Point())}
 		}
 		if o.BackupTimeline == 0 {
 			return Plan{Case: "QuorumLossSeedNoOwnBackup", Action: ActionWait,

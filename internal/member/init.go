@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/pki"
+	"github.com/etcd-steward/steward/internal/store"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -208,7 +209,7 @@ func (s *Sidecar) observe(ctx context.Context) (cluster.Spec, Observation, error
 		ids := cluster.IDs(spec, snap.Status.ClusterID)
 		obs.BackupTimeline, obs.ForeignTimelines, err = s.ownBackup(ctx, ids)
 		if err != nil {
-			return spec, Observation{}, fmt.Errorf("the backup store %s cannot say which of its timelines are of this cluster (a new cluster is bootstrapped only when it holds none, a recovery restores the newest): %w", s.cfg.Backup.StoreURL, err)
+			return spec, Observation{}, fmt.Errorf("the backup store %s cannot say which of its timelines are of this cluster (a new cluster is bootstrapped only when it holds none, a recovery restores the newest): %w", store.Redact(s.cfg.Backup.StoreURL), err)
 		}
 	}
 	return spec, obs, nil

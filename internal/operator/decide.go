@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
+	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/units"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -336,7 +337,7 @@ func bootstrapDirective(o Observation, st heal.Status, t cluster.RestoreTarget) 
 	st.LastEpoch = 1
 	st.Directive = &cluster.Directive{Epoch: 1, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromBackup, Seed: seed,
 		Restore: &t, IssuedAt: o.Now, PhaseSince: o.Now,
-		Reason: fmt.Sprintf("spec.bootstrap.restore: %s restores %s from %s and starts alone; the others join it", seed, t.Point(), t.Store)}
+		Reason: fmt.Sprintf("spec.bootstrap.restore: %s restores %s from %s and starts alone; the others join it", seed, t.Point(), store.Redact(t.Store))}
 	st.Waiting = st.Directive.Reason
 	return st
 }

@@ -231,7 +231,8 @@ func (s *Store) openCloud(ctx context.Context, u *url.URL) error {
 	bu := &url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: q.Encode()}
 	b, err := blob.OpenBucket(ctx, bu.String())
 	if err != nil {
-		return fmt.Errorf("store URL %s: cannot open %s at %s: %w: %s", s.display, s.what, s.where, err, credentialHint(u.Scheme))
+		// The driver's error quotes the URL it was given, secrets and all.
+		return fmt.Errorf("store URL %s: cannot open %s at %s: %w: %s", s.display, s.what, s.where, redactedError(err, bu), credentialHint(u.Scheme))
 	}
 	if p := keyPrefix(u.Path); p != "" {
 		b = blob.PrefixedBucket(b, p)
@@ -780,7 +781,7 @@ func credentialHint(scheme string) string {
 	return "check the store URL"
 }
 
-var secretParam = regexp.MustCompile(`(?i)secret|token|password|passwd|signature|credential|^sig$|^sas|^key$|access_?key`)
+var secretParam = regexp.MustCompile(`(?i)secret|token|password|passwd|signature|credential|^sig$|^sas|key$|access_?key`)
 
 // redact renders u without user info and with secret-looking query values hidden.
 func redact(u *url.URL) string {
@@ -832,6 +833,45 @@ func secretKey(key string) bool {
 	}
 	return false
 }
+
+// redactedError is err with the value of every secret-looking query parameter of u hidden
+// wherever its message quotes it, as it is or escaped. It wraps err, so errors.Is and
+// gcerrors.Code still see it.
+func redactedError(err error, u *url.URL) error {
+	msg := err.Error()
+	for pair := range strings.SplitSeq(u.RawQuery, "&") {
+		k, v, ok := strings.Cut(pair, "=")
+		key, kerr := url.QueryUnescape(k)
+		if !ok || v == "" || (kerr == nil && !secretKey(key)) {
+			continue
+		}
+		plain, perr := url.QueryUnescape(v)
+		if perr != nil {
+			plain = v
+		}
+		for _, form := range []string{v, plain, url.QueryEscape(plain), url.PathEscape(plain)} {
+			if form != "" {
+				msg = strings.ReplaceAll(msg, form, "REDACTED")
+			}
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &redacted{msg: msg, err: err}
+}
+
+type redacted struct {
+	msg string
+	err error
+}
+
+func (r *redacted) Error() string { return r.msg }
+func (r *redacted) Unwrap() error { return r.err }
+
+// Redact renders a store URL for errors, logs and status: no user info, and no value of a
+// secret-looking query parameter.
+func Redact(raw string) string { return redactRaw(raw) }
 
 func redactRaw(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
