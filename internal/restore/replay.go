@@ -1,8 +1,8 @@
 package restore
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -114,7 +114,8 @@ const (
 // Memory: events are streamed (one revision, up to BatchBytes, is held) and the open bbolt
 // transaction is bounded by BatchEvents/BatchBytes. What grows is the mvcc in-memory index (one
 // entry per key plus one per revision of history), the same index the etcd member builds when
-// it starts on the result.
+// it starts on the result; with MissingLeaseTTL also one entry per live key whose lease the
+// database lacks, as the member's lessor holds.
 func Replay(ctx context.Context, dataDir string, src EventSource, opts ReplayOptions) (res ReplayResult, err error) {
 	dbPath := DBPath(dataDir)
 	from, _, err := readDBRevision(dbPath)
@@ -174,6 +175,7 @@ type replayer struct {
 	tw       mvcc.TxnWrite // open write txn for txRev, or nil
 	trace    *traceutil.Trace
 
+	leases        *leaseTracker // with MissingLeaseTTL: the leases of live keys the database lacks
 	pendingEvents int
 	pendingBytes  int64
 	broken        bool // a panic escaped etcd's storage; do not touch the backend again
@@ -194,7 +196,15 @@ func (r *replayer) open(lg *zap.Logger, dbPath string) (err error) {
 	// One fsync at the end instead of one per commit; a crash mid-replay discards the dir.
 	bcfg.UnsafeNoFsync = true
 	r.be = backend.New(bcfg)
-	r.kv = mvcc.NewStore(lg, r.be, inertLessor{}, mvcc.StoreConfig{})
+	var le lease.Lessor = inertLessor{}
+	if r.opts.MissingLeaseTTL > 0 {
+		// The store tells the lessor every key's lease as it restores its index from the
+		// snapshot and as puts and deletes change them: that is how the leases live keys
+		// refer to are known at the end, without scanning the keys.
+		r.leases = newLeaseTracker(r.be)
+		le = r.leases
+	}
+	r.kv = mvcc.NewStore(lg, r.be, le, mvcc.StoreConfig{})
 	r.trace = traceutil.TODO()
 	r.rev = r.currentRev()
 	return nil
@@ -420,42 +430,77 @@ func (inertLessor) GetLease(lease.LeaseItem) lease.LeaseID        { return lease
 func (inertLessor) Attach(lease.LeaseID, []lease.LeaseItem) error { return nil }
 func (inertLessor) Detach(lease.LeaseID, []lease.LeaseItem) error { return nil }
 
+// leaseTracker is the lessor of a Replay with MissingLeaseTTL: it is inertLessor (nothing
+// is granted, revoked or expired), and it also keeps, for every key whose lease the database
+// lacks, that lease. mvcc.NewStore attaches each live key of the snapshot to its lease as it
+// restores the index, and every put or delete detaches a key from its previous lease
+// (GetLease) and attaches it to its new one, so at the end the tracker holds exactly the live
+// keys on missing leases. Memory: one entry per such key and one per lease the database
+// holds; keys on the database's own leases are not kept.
+type leaseTracker struct {
+	inertLessor
+	known   map[lease.LeaseID]struct{} // leases in the database's lease bucket
+	missing map[string]lease.LeaseID   // live key -> its lease, which known lacks
+}
+
+func newLeaseTracker(be backend.Backend) *leaseTracker {
+	t := &leaseTracker{known: map[lease.LeaseID]struct{}{}, missing: map[string]lease.LeaseID{}}
+	tx := be.ReadTx()
+	tx.RLock()
+	defer tx.RUnlock()
+	// Lease bucket keys are the IDs, 8 bytes big-endian; the records need no decoding.
+	_ = tx.UnsafeForEach(schema.Lease, func(k, _ []byte) error {
+		if len(k) == 8 {
+			t.known[lease.LeaseID(binary.BigEndian.Uint64(k))] = struct{}{}
+		}
+		return nil
+	})
+	return t
+}
+
+func (t *leaseTracker) GetLease(it lease.LeaseItem) lease.LeaseID {
+	if id, ok := t.missing[it.Key]; ok {
+		return id
+	}
+	return lease.NoLease
+}
+
+func (t *leaseTracker) Attach(id lease.LeaseID, items []lease.LeaseItem) error {
+	if _, ok := t.known[id]; ok || id == lease.NoLease {
+		return nil
+	}
+	for _, it := range items {
+		t.missing[it.Key] = id
+	}
+	return nil
+}
+
+func (t *leaseTracker) Detach(id lease.LeaseID, items []lease.LeaseItem) error {
+	for _, it := range items {
+		if t.missing[it.Key] == id {
+			delete(t.missing, it.Key)
+		}
+	}
+	return nil
+}
+
 // createMissingLeases writes a lease record for every lease that a live key refers to but the
-// lease bucket lacks. A scan of every live key, in chunks, finds them: the scan holds one
-// chunk and one entry per distinct lease in memory.
+// lease bucket lacks, as the lease tracker knows them: no key is read again.
 func (r *replayer) createMissingLeases() error {
-	known := map[int64]bool{} // lease ID: the bucket holds it
+	used := map[lease.LeaseID]struct{}{}
+	for _, id := range r.leases.missing {
+		used[id] = struct{}{}
+	}
 	tx := r.be.BatchTx()
 	tx.LockOutsideApply()
-	schema.UnsafeCreateLeaseBucket(tx)
-	tx.Unlock()
-	key, end := []byte{0}, []byte{}
-	for {
-		tr := r.kv.Read(mvcc.SharedBufReadTxMode, r.trace)
-		res, err := tr.Range(context.Background(), key, end, mvcc.RangeOptions{Limit: 1000})
-		tr.End()
-		if err != nil {
-			return fmt.Errorf("replay: scan keys for leases: %w", err)
-		}
-		tx.LockOutsideApply()
-		for _, kv := range res.KVs {
-			if _, seen := known[kv.Lease]; kv.Lease != 0 && !seen {
-				known[kv.Lease] = schema.MustUnsafeGetLease(tx, kv.Lease) != nil
-			}
-		}
-		tx.Unlock()
-		if len(res.KVs) < 1000 {
-			break
-		}
-		key = append(bytes.Clone(res.KVs[len(res.KVs)-1].Key), 0)
-	}
-	tx.LockOutsideApply()
 	defer tx.Unlock()
-	for id, ok := range known {
-		if !ok {
-			schema.MustUnsafePutLease(tx, &leasepb.Lease{ID: id, TTL: r.opts.MissingLeaseTTL})
-			r.res.LeasesCreated++
+	schema.UnsafeCreateLeaseBucket(tx)
+	for id := range used {
+		if schema.MustUnsafeGetLease(tx, int64(id)) != nil {
+			continue // cannot happen: the tracker read the bucket and Replay writes no lease
 		}
+		schema.MustUnsafePutLease(tx, &leasepb.Lease{ID: int64(id), TTL: r.opts.MissingLeaseTTL})
+		r.res.LeasesCreated++
 	}
 	return nil
 }
