@@ -110,28 +110,28 @@ func TestDecide(t *testing.T) {
 		want Plan // Reason is checked to be non-empty, not compared
 	}{
 		// The initialisation table.
-		{name: "001-1 first start of a fresh cluster, no backups",
+		{name: "first start of a fresh cluster, no backups",
 			obs:  obs("m0", emptyData, cluster.LiveCluster{}, none),
 			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new"}},
-		{name: "001-1 member starting while its peers are still starting (no quorum, nothing formed)",
+		{name: "member starting while its peers are still starting (no quorum, nothing formed)",
 			obs:  obs("m1", emptyData, bootstrapping, none),
 			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new"}},
-		{name: "001-1 nothing formed but the backup store holds backups of this cluster: wait for a restore directive",
+		{name: "nothing formed but the backup store holds backups of this cluster: wait for a restore directive",
 			obs:  with_(obs("m0", emptyData, cluster.LiveCluster{}, none), func(o *Observation) { o.BackupTimeline, o.ForeignTimelines = 2, 1 }),
 			want: Plan{Case: "NoStatusBackupExistsWait", Action: ActionWait}},
-		{name: "001-1 a new cluster on a prefix that holds only other clusters' backups: bootstrap (its backups start a timeline of their own)",
+		{name: "a new cluster on a prefix that holds only other clusters' backups: bootstrap (its backups start a timeline of their own)",
 			obs:  with_(obs("m0", emptyData, cluster.LiveCluster{}, none), func(o *Observation) { o.ForeignTimelines = 2 }),
 			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new"}},
-		{name: "001-2 listed member that never started, the others formed a quorum: starts as that member (existing)",
+		{name: "listed member that never started, the others formed a quorum: starts as that member (existing)",
 			obs:  obs("m1", emptyData, cluster.LiveCluster{Reachable: true, Quorate: true, ClusterID: "def", Members: bootstrapping.Members}, status(formed, ready("m0", "m2"))),
 			want: Plan{Case: "StartUnstartedMember", Action: ActionJoinAsLearner, ClusterState: "existing"}},
-		{name: "001-3 restart of a member of a quorate cluster with valid data (unclean stop, deep check)",
+		{name: "restart of a member of a quorate cluster with valid data (unclean stop, deep check)",
 			obs:  obs("m1", validData, quorate, all),
 			want: Plan{Case: "RestartQuorate", Action: ActionRestart, ClusterState: "existing"}},
-		{name: "001-3 restart after a clean shutdown (quick check)",
+		{name: "restart after a clean shutdown (quick check)",
 			obs:  obs("m1", cleanData, quorate, all),
 			want: Plan{Case: "RestartQuorate", Action: ActionRestart, ClusterState: "existing"}},
-		{name: "001-4 valid metadata, damaged database, quorate",
+		{name: "valid metadata, damaged database, quorate",
 			obs:  obs("m1", damagedDB, quorate, all),
 			want: Plan{Case: "ReplaceInvalidData", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData, RemoveMemberID: "abc"}},
 		{name: "database in use by a running etcd (its lock held), quorate: wait, never replace it as damaged",
@@ -142,20 +142,20 @@ func TestDecide(t *testing.T) {
 				o.Directive = &cluster.Directive{Epoch: 1, Phase: cluster.PhaseSeeding, Mode: cluster.RecoverFromSurvivor, Seed: "m1"}
 			}),
 			want: Plan{Case: "DataInUseWait", Action: ActionWait}},
-		{name: "001-4 database without WAL, quorate",
+		{name: "database without WAL, quorate",
 			obs:  obs("m1", noWAL, quorate, all),
 			want: Plan{Case: "ReplaceInvalidData", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: WipeData, RemoveMemberID: "abc"}},
-		{name: "001-5 no metadata (wiped), quorate",
+		{name: "no metadata (wiped), quorate",
 			obs:  obs("m1", emptyData, quorate, all),
 			want: Plan{Case: "ReplaceLostData", Action: ActionJoinAsLearner, ClusterState: "existing", RemoveMemberID: "abc"}},
-		{name: "001-6 restart of a member of a non-quorate cluster with valid data",
+		{name: "restart of a member of a non-quorate cluster with valid data",
 			obs:  obs("m1", validData, noQuorum, formed),
 			want: Plan{Case: "RestartNonQuorate", Action: ActionRestart, ClusterState: "existing"}},
-		{name: "001-7 seed of a recovery from backup",
+		{name: "seed of a recovery from backup",
 			obs: with_(obs("m1", emptyData, cluster.LiveCluster{}, all), func(o *Observation) { o.Directive, o.BackupTimeline, o.ForeignTimelines = backupM1, 2, 1 }),
 			want: Plan{Case: "QuorumLossRestoreFromBackup", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
 				Restore: &cluster.RestoreTarget{Timeline: 2}}},
-		{name: "001-7 seed of a recovery from backup, the store holds only other clusters' timelines: wait (never restores another cluster)",
+		{name: "seed of a recovery from backup, the store holds only other clusters' timelines: wait (never restores another cluster)",
 			obs:  with_(obs("m1", emptyData, cluster.LiveCluster{}, all), func(o *Observation) { o.Directive, o.ForeignTimelines = backupM1, 3 }),
 			want: Plan{Case: "QuorumLossSeedNoOwnBackup", Action: ActionWait}},
 		{name: "bootstrap.restore: the first member of a new cluster restores the target and starts alone",
@@ -165,7 +165,7 @@ func TestDecide(t *testing.T) {
 				o.Directive = &d
 			}),
 			want: Plan{Case: "BootstrapRestore", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 1, Restore: bootTarget}},
-		{name: "003 restore in place: the seed moves its data aside and restores the target from its own store",
+		{name: "restore in place: the seed moves its data aside and restores the target from its own store",
 			obs: with_(obs("m0", validData, noQuorum, formed), func(o *Observation) {
 				d := *directive(6, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m0")
 				d.Restore = &cluster.RestoreTarget{Timeline: 2, Revision: 77}
@@ -173,7 +173,7 @@ func TestDecide(t *testing.T) {
 			}),
 			want: Plan{Case: "RestoreInPlace", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 6,
 				Restore: &cluster.RestoreTarget{Timeline: 2, Revision: 77}}},
-		{name: "003 restore in place: the others wait with their data for the seed",
+		{name: "restore in place: the others wait with their data for the seed",
 			obs: with_(obs("m1", validData, noQuorum, formed), func(o *Observation) {
 				d := *directive(6, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m0")
 				d.Restore = &cluster.RestoreTarget{Timeline: 2, Revision: 77}
@@ -187,7 +187,7 @@ func TestDecide(t *testing.T) {
 				o.Directive = &d
 			}),
 			want: Plan{Case: "QuorumLossFollowerWait", Action: ActionWait}},
-		{name: "001-8 following member of a recovered cluster without valid data",
+		{name: "following member of a recovered cluster without valid data",
 			obs:  with_(obs("m2", emptyData, newClusterOfM0, status(formed, ready("m0"))), func(o *Observation) { o.Directive = rejoinM0 }),
 			want: Plan{Case: "QuorumLossFollowerRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", RecoveryEpoch: 5}},
 
