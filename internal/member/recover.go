@@ -47,10 +47,17 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, plan
 			return nil, fmt.Errorf("%w: %v", errTryAgain, err)
 		}
 	}
+	// The timeline is resolved as restore.ResolveTarget does: from this cluster's own backup
+	// store, only its own timelines (never another cluster's on the same prefix); from the
+	// store a new cluster bootstraps from (another cluster's), any timeline.
+	var own []uint64
+	if target.Store == "" {
+		own = cluster.IDs(spec, identity.ClusterID)
+	}
 	start := time.Now()
 	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name, RootPassword: rootPassword,
 		InitialCluster: self.Name + "=" + self.PeerURL, InitialClusterToken: spec.Token, PeerURLs: []string{self.PeerURL},
-		ToRevision: target.Revision, ToTime: target.Time, Timeline: target.Timeline,
+		ToRevision: target.Revision, ToTime: target.Time, Timeline: target.Timeline, ClusterIDs: own,
 		MissingLeaseTTL: restore.DefaultMissingLeaseTTL, Logger: s.lg.Named("restore")})
 	if mkErr := os.MkdirAll(s.cfg.DataDir, 0o700); mkErr != nil && err == nil {
 		err = mkErr
