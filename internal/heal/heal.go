@@ -209,6 +209,21 @@ func StartRestore(o Observation, target cluster.RestoreTarget) (Decision, error)
 	return dec, nil
 }
 
+// FoldAck records in st, as read from the status, the seed's acknowledgement of the
+// directive in force, which the seed writes beside its report (ack looks it up by the seed's
+// name): once the seed serves, Seeding moves on. An acknowledgement of another epoch is not
+// this directive's.
+func FoldAck(st Status, ack func(seed string) (cluster.DirectiveAck, bool)) Status {
+	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
+		if a, ok := ack(d.Seed); ok && a.Epoch == d.Epoch {
+			dc := *d
+			dc.Ack = &a.Result
+			st.Directive = &dc
+		}
+	}
+	return st
+}
+
 // CancelRestore withdraws a restore (StartRestore) whose seed has not restored the target
 // yet: a new epoch fences every member again without the target, and once each is confirmed
 // stopped and has reported from disk, Decide finds a majority of the voters holding their

@@ -47,13 +47,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	s.mu.Lock()
 	st := s.state.Status
 	s.mu.Unlock()
-	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
-		if a, ok := readMemberFile[ack](s.dir, acksDir, d.Seed); ok && a.Epoch == d.Epoch {
-			dc := *d
-			dc.Ack = &a.Result
-			st.Directive = &dc
-		}
-	}
+	st = heal.FoldAck(st, func(seed string) (ack, bool) { return readMemberFile[ack](s.dir, acksDir, seed) })
 	if rels := heal.Relocations(members); len(rels) > 0 {
 		for _, rel := range rels {
 			s.relocate(ctx, rel, runs)

@@ -49,14 +49,7 @@ type recoveryOutcome struct {
 // The members are the desired ones (names), with what the status says of them: a member whose
 // pod does not exist yet is still a member of the recovery.
 func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStatus, rec Recovery) recoveryOutcome {
-	st := rec.Status
-	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
-		if a, ok := rec.Acks[d.Seed]; ok && a.Epoch == d.Epoch {
-			dc := *d
-			dc.Ack = &a.Result
-			st.Directive = &dc
-		}
-	}
+	st := heal.FoldAck(rec.Status, func(seed string) (cluster.DirectiveAck, bool) { a, ok := rec.Acks[seed]; return a, ok })
 	var hm []heal.Member
 	for _, name := range names {
 		ms := v1alpha1.MemberStatus{Name: name}
