@@ -224,6 +224,20 @@ func FoldAck(st Status, ack func(seed string) (cluster.DirectiveAck, bool)) Stat
 	return st
 }
 
+// ErrRestoreNotInForce: the restore a cancel names is not the directive in force (it
+// completed, or was replaced or withdrawn): there is nothing of it to cancel.
+var ErrRestoreNotInForce = errors.New("the restore to cancel is not in force")
+
+// CancelRestoreOf is the one way the supervisor and the operator cancel a restore: the
+// restore of directive epoch (0: whichever is in force), withdrawn by CancelRestore while
+// that is safe. A restore that is not in force any more is ErrRestoreNotInForce.
+func CancelRestoreOf(o Observation, epoch int64) (Decision, error) {
+	if d := o.Status.Directive; epoch != 0 && (d == nil || d.Epoch != epoch || d.Restore == nil) {
+		return Decision{Status: o.Status}, fmt.Errorf("%w: directive %d", ErrRestoreNotInForce, epoch)
+	}
+	return CancelRestore(o)
+}
+
 // CancelRestore withdraws a restore (StartRestore) whose seed has not restored the target
 // yet: a new epoch fences every member again without the target, and once each is confirmed
 // stopped and has reported from disk, Decide finds a majority of the voters holding their

@@ -70,7 +70,7 @@ func answerRestoreRequest(o heal.Observation, req RestoreRequest, backupConfigur
 		return refuse(fmt.Errorf("the request made at %s expired at %s before the supervisor took it up (it was not running); nothing was changed: ask again",
 			req.RequestedAt.Format(time.RFC3339), req.Expires.Format(time.RFC3339)))
 	case req.Cancel:
-		dec, err := heal.CancelRestore(o)
+		dec, err := heal.CancelRestoreOf(o, 0)
 		if err != nil {
 			return refuse(err)
 		}

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -74,12 +75,14 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 	}
 	ho := heal.Observation{Now: o.Now, Status: st, Members: hm, Backup: rec.Backup, Timing: rec.Timing}
 	var refused string
-	if d := st.Directive; rec.CancelRestore != 0 && d != nil && d.Epoch == rec.CancelRestore && d.Restore != nil {
-		dec, err := heal.CancelRestore(ho)
-		if err == nil {
+	if rec.CancelRestore != 0 {
+		dec, err := heal.CancelRestoreOf(ho, rec.CancelRestore)
+		switch {
+		case err == nil:
 			return withFence(o, recoveryOutcome{Status: dec.Status, Event: dec.Event})
+		case !errors.Is(err, heal.ErrRestoreNotInForce):
+			refused = err.Error()
 		}
-		refused = err.Error()
 	}
 	dec := heal.Decide(ho)
 	out := recoveryOutcome{Status: dec.Status, Event: dec.Event}
