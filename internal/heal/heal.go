@@ -47,6 +47,21 @@ type Member struct {
 	Report *cluster.Report
 }
 
+// Members is the member list the decisions read, from what the supervisor or the operator
+// records of each member (name, ID, readiness and role, and its sidecar's last report) and,
+// when stopped is set, whether its etcd is confirmed stopped and since when.
+func Members(sms []cluster.StatusMember, stopped func(name string) (bool, time.Time)) []Member {
+	out := make([]Member, 0, len(sms))
+	for _, sm := range sms {
+		m := Member{Name: sm.Name, Ready: sm.Ready, ID: sm.ID, Learner: sm.Learner, Report: sm.Report}
+		if stopped != nil {
+			m.Stopped, m.StoppedSince = stopped(sm.Name)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // Backup is what the backup store holds.
 type Backup struct {
 	Configured bool

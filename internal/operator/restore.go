@@ -477,15 +477,15 @@ func (r *RestoreReconciler) healMembers(ctx context.Context, ec *v1alpha1.EtcdCl
 	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), client.MatchingLabels(selectorLabels(ec))); err != nil {
 		return nil, err
 	}
-	var out []heal.Member
+	names := make([]string, 0, len(ems.Items))
+	reports := map[string]cluster.Report{}
 	for i := range ems.Items {
-		m := heal.Member{Name: ems.Items[i].Name}
+		names = append(names, ems.Items[i].Name)
 		if rep, ok := kubeview.MemberReport(&ems.Items[i], time.Time{}); ok {
-			m.Report = &rep
+			reports[ems.Items[i].Name] = rep
 		}
-		out = append(out, m)
 	}
-	return out, nil
+	return heal.Members(statusMembers(names, ec.Status.Members, reports), nil), nil
 }
 
 func (r *RestoreReconciler) setCondition(er *v1alpha1.EtcdRestore, typ string, ok bool, reason, msg string) {
