@@ -22,6 +22,7 @@ func newRestoreCommand() *cobra.Command {
 		toTime, initialCluster string
 		rootPasswordFile       string
 		peerURLs               []string
+		clusterIDs             []string
 		out                    outputFlag
 		verbose                bool
 	)
@@ -39,7 +40,10 @@ The data dir is built in <data-dir>.part, verified, then renamed into place; on 
 
 The restored data dir belongs to a new cluster made of the --initial-cluster members, as with
 'etcdutl snapshot restore'. Start the member with the same --name, --initial-cluster,
---initial-advertise-peer-urls and --initial-cluster-token.`,
+--initial-advertise-peer-urls and --initial-cluster-token.
+
+Where several clusters share a store, --cluster-id restricts the choice of the timeline
+(without --timeline) to that cluster's own timelines.`,
 		Example: `  steward restore --store s3://backups/prod --data-dir /var/lib/etcd/data --name m0 \
       --initial-advertise-peer-urls https://m0:2380 --initial-cluster m0=https://m0:2380
   steward restore --store file:///backups --data-dir ./m0.etcd --to-time 2024-06-01T12:00:00Z
@@ -55,6 +59,13 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 					return fmt.Errorf("--to-time %q: use RFC 3339, e.g. 2024-06-01T12:00:00Z or 2024-06-01T14:00:00.5+02:00", toTime)
 				}
 				o.ToTime = t
+			}
+			for _, id := range clusterIDs {
+				v, err := strconv.ParseUint(strings.TrimPrefix(id, "0x"), 16, 64)
+				if err != nil || v == 0 {
+					return fmt.Errorf("--cluster-id %q: give an etcd cluster ID in hex, as `steward backup list` shows it", id)
+				}
+				o.ClusterIDs = append(o.ClusterIDs, v)
 			}
 			if o.DataDir == "" && !o.DryRun {
 				return fmt.Errorf("--data-dir is required: the new member data dir (it must not exist or be empty)")
@@ -107,6 +118,7 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 	f.StringSliceVar(&peerURLs, "initial-advertise-peer-urls", []string{"http://localhost:2380"}, "this member's peer URLs")
 	f.StringVar(&o.InitialClusterToken, "initial-cluster-token", "etcd-cluster", "initial cluster token of the restored cluster")
 	f.Uint32Var(&o.Timeline, "timeline", 0, "restore from this timeline (see steward backup list; default: the newest, or with --to-time the one holding that time)")
+	f.StringSliceVar(&clusterIDs, "cluster-id", nil, "without --timeline, read only the timelines of the cluster known by these etcd cluster IDs (hex, see steward backup list), never another cluster's on the same store (default: every timeline)")
 	f.Int64Var(&o.ToRevision, "to-revision", 0, "restore to exactly this revision of the timeline (default: its newest backed-up revision)")
 	f.StringVar(&toTime, "to-time", "", "restore to the newest revision proven to exist at this RFC 3339 time (see docs/restore.md)")
 	f.BoolVar(&o.AllowPartial, "allow-partial", false, "restore up to a hole or a damaged object instead of failing")

@@ -47,6 +47,21 @@ type Member struct {
 	Report *cluster.Report
 }
 
+// Members is the member list the decisions read, from what the supervisor or the operator
+// records of each member (name, ID, readiness and role, and its sidecar's last report) and,
+// when stopped is set, whether its etcd is confirmed stopped and since when.
+func Members(sms []cluster.StatusMember, stopped func(name string) (bool, time.Time)) []Member {
+	out := make([]Member, 0, len(sms))
+	for _, sm := range sms {
+		m := Member{Name: sm.Name, Ready: sm.Ready, ID: sm.ID, Learner: sm.Learner, Report: sm.Report}
+		if stopped != nil {
+			m.Stopped, m.StoppedSince = stopped(sm.Name)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // Backup is what the backup store holds.
 type Backup struct {
 	Configured bool
@@ -208,6 +223,35 @@ func StartRestore(o Observation, target cluster.RestoreTarget) (Decision, error)
 	dec.Status.Waiting = d.Reason
 	dec.Event = fmt.Sprintf("directive %d: %s", d.Epoch, d.Reason)
 	return dec, nil
+}
+
+// FoldAck records in st, as read from the status, the seed's acknowledgement of the
+// directive in force, which the seed writes beside its report (ack looks it up by the seed's
+// name): once the seed serves, Seeding moves on. An acknowledgement of another epoch is not
+// this directive's.
+func FoldAck(st Status, ack func(seed string) (cluster.DirectiveAck, bool)) Status {
+	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
+		if a, ok := ack(d.Seed); ok && a.Epoch == d.Epoch {
+			dc := *d
+			dc.Ack = &a.Result
+			st.Directive = &dc
+		}
+	}
+	return st
+}
+
+// ErrRestoreNotInForce: the restore a cancel names is not the directive in force (it
+// completed, or was replaced or withdrawn): there is nothing of it to cancel.
+var ErrRestoreNotInForce = errors.New("the restore to cancel is not in force")
+
+// CancelRestoreOf is the one way the supervisor and the operator cancel a restore: the
+// restore of directive epoch (0: whichever is in force), withdrawn by CancelRestore while
+// that is safe. A restore that is not in force any more is ErrRestoreNotInForce.
+func CancelRestoreOf(o Observation, epoch int64) (Decision, error) {
+	if d := o.Status.Directive; epoch != 0 && (d == nil || d.Epoch != epoch || d.Restore == nil) {
+		return Decision{Status: o.Status}, fmt.Errorf("%w: directive %d", ErrRestoreNotInForce, epoch)
+	}
+	return CancelRestore(o)
 }
 
 // CancelRestore withdraws a restore (StartRestore) whose seed has not restored the target

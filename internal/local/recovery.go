@@ -47,13 +47,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	s.mu.Lock()
 	st := s.state.Status
 	s.mu.Unlock()
-	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
-		if a, ok := readMemberFile[ack](s.dir, acksDir, d.Seed); ok && a.Epoch == d.Epoch {
-			dc := *d
-			dc.Ack = &a.Result
-			st.Directive = &dc
-		}
-	}
+	st = heal.FoldAck(st, func(seed string) (ack, bool) { return readMemberFile[ack](s.dir, acksDir, seed) })
 	if rels := heal.Relocations(members); len(rels) > 0 {
 		for _, rel := range rels {
 			s.relocate(ctx, rel, runs)
@@ -88,19 +82,20 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 func (s *supervisor) healMembers(runs []*memberRun) []heal.Member {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]heal.Member, 0, len(runs))
+	sms := make([]cluster.StatusMember, 0, len(runs))
+	byName := map[string]*memberRun{}
 	for _, r := range runs {
-		m := heal.Member{Name: r.spec.Name}
+		sm := cluster.StatusMember{Name: r.spec.Name}
 		if ms := s.memberStateLocked(r.spec.Name); ms != nil {
-			m.Ready, m.ID, m.Learner = ms.Ready, ms.ID, ms.Learner
+			sm.Ready, sm.ID, sm.Learner = ms.Ready, ms.ID, ms.Learner
 		}
-		m.Stopped, m.StoppedSince = r.etcd.fenced()
 		if rep, ok := readMemberFile[cluster.Report](s.dir, reportsDir, r.spec.Name); ok {
-			m.Report = &rep
+			sm.Report = &rep
 		}
-		out = append(out, m)
+		sms = append(sms, sm)
+		byName[r.spec.Name] = r
 	}
-	return out
+	return heal.Members(sms, func(name string) (bool, time.Time) { return byName[name].etcd.fenced() })
 }
 
 // refreshVoters records the cluster ID and the voting members from a linearizable member

@@ -11,12 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
@@ -72,7 +70,7 @@ func answerRestoreRequest(o heal.Observation, req RestoreRequest, backupConfigur
 		return refuse(fmt.Errorf("the request made at %s expired at %s before the supervisor took it up (it was not running); nothing was changed: ask again",
 			req.RequestedAt.Format(time.RFC3339), req.Expires.Format(time.RFC3339)))
 	case req.Cancel:
-		dec, err := heal.CancelRestore(o)
+		dec, err := heal.CancelRestoreOf(o, 0)
 		if err != nil {
 			return refuse(err)
 		}
@@ -281,59 +279,10 @@ func restorable(dir string) (Spec, State, error) {
 }
 
 // resolveTarget checks the target against the cluster's own timelines in the store (never
-// another cluster's on the same prefix) and resolves it to a timeline and revision, as a dry
-// run of the restore the seed will make.
+// another cluster's on the same prefix, unless one is named) and resolves it to a timeline
+// and revision, as a dry run of the restore the seed will make (restore.ResolveTarget).
 func resolveTarget(ctx context.Context, s *store.Store, ids []uint64, opts RestoreOptions) (restore.Result, error) {
-	ix, err := backup.ReadIndex(ctx, s)
-	if err != nil {
-		return restore.Result{}, fmt.Errorf("list the backup store %s: %w", s, err)
-	}
-	tls, err := backup.ObserveIndex(ctx, s, ix)
-	if err != nil {
-		return restore.Result{}, fmt.Errorf("read the backup store %s: %w", s, err)
-	}
-	tl, err := chooseTimeline(ix, tls, ids, opts.Timeline, opts.ToTime, s.String())
-	if err != nil {
-		return restore.Result{}, err
-	}
-	return restore.Restore(ctx, restore.Options{Store: s, DryRun: true, Timeline: tl, ToRevision: opts.ToRevision, ToTime: opts.ToTime})
-}
-
-// chooseTimeline picks the timeline to restore among the cluster's own (known by the cluster
-// IDs ids): the one asked for, else the one of time t, else the newest.
-func chooseTimeline(ix backup.Index, tls []backup.TimelineInfo, ids []uint64, want uint32, t time.Time, storeName string) (uint32, error) {
-	var own []uint32
-	ownIx := backup.Index{}
-	for _, tl := range tls {
-		if tl.Of(ids) {
-			own = append(own, tl.Timeline)
-			if ti, ok := ix.Timeline(tl.Timeline); ok {
-				ownIx.Timelines = append(ownIx.Timelines, ti)
-			}
-		}
-	}
-	if want != 0 {
-		if slices.Contains(own, want) {
-			return want, nil
-		}
-		for _, tl := range tls {
-			if tl.Timeline == want {
-				why := fmt.Sprintf("of cluster %x", tl.ClusterID)
-				if tl.Disagrees != "" {
-					why = "unreadable: " + tl.Disagrees
-				}
-				return 0, fmt.Errorf("timeline %d of %s is not this cluster's (%s); this cluster's timelines: %v (restore another cluster's timeline into a new data dir with `steward restore --timeline %d`)", want, storeName, why, own, want)
-			}
-		}
-		return 0, fmt.Errorf("%s holds no timeline %d; this cluster's timelines: %v (see `steward backup list --store %s`)", storeName, want, own, storeName)
-	}
-	if len(own) == 0 {
-		return 0, fmt.Errorf("%s holds no backups of this cluster (%d timelines of other clusters): there is nothing to restore from", storeName, len(tls))
-	}
-	if !t.IsZero() {
-		return restore.TimelineAt(ownIx, t), nil
-	}
-	return slices.Max(own), nil
+	return restore.ResolveTarget(ctx, s, ids, cluster.RestoreTarget{Timeline: opts.Timeline, Revision: opts.ToRevision, Time: opts.ToTime})
 }
 
 // fullSnapshotNow has the backup leader take a full snapshot, and checks that the store holds it.

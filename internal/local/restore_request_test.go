@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
 )
@@ -71,59 +70,6 @@ func TestAnswerRestoreRequest(t *testing.T) {
 			}
 			if wantTarget := !tt.req.Cancel; (d.Restore != nil) != wantTarget || (wantTarget && *d.Restore != target) {
 				t.Fatalf("directive target %+v; want the request's target: %t", d.Restore, wantTarget)
-			}
-		})
-	}
-}
-
-// TestChooseTimeline: a restore in place reads the cluster's own timelines only: the newest
-// of them, the one asked for, or the one of a time; another cluster's timeline on the same
-// store is refused by name, even when it is the store's newest or holds the time.
-func TestChooseTimeline(t *testing.T) {
-	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	full := func(tl uint32, rev int64, at time.Time) backup.Object {
-		return backup.Object{Key: backup.FullKey(tl, rev, at), Kind: backup.KindFull, Timeline: tl, FirstRev: rev, LastRev: rev, Created: at}
-	}
-	delta := func(tl uint32, first, last int64, at time.Time) backup.Object {
-		return backup.Object{Key: backup.DeltaKey(tl, first, last), Kind: backup.KindDelta, Timeline: tl, FirstRev: first, LastRev: last, Created: at}
-	}
-	// Timelines 1 and 2 are this cluster's (IDs 0xa, then 0xc after a restore); 3 is another
-	// cluster's on the same prefix, and the newest.
-	chain := backup.NewChain([]backup.Object{
-		full(1, 10, t0), delta(1, 11, 90, t0.Add(10*time.Minute)),
-		full(2, 40, t0.Add(20*time.Minute)), delta(2, 41, 60, t0.Add(30*time.Minute)),
-		full(3, 5, t0.Add(40*time.Minute)), delta(3, 6, 500, t0.Add(50*time.Minute)),
-	})
-	tls := []backup.TimelineInfo{{Timeline: 1, ClusterID: 0xa}, {Timeline: 2, ClusterID: 0xc}, {Timeline: 3, ClusterID: 0xb}}
-	own := []uint64{0xa, 0xc}
-	tests := []struct {
-		name    string
-		ids     []uint64
-		want    uint32
-		at      time.Time
-		wantTL  uint32
-		wantErr string
-	}{
-		{name: "the newest of its own, not the store's newest", ids: own, wantTL: 2},
-		{name: "an older one of its own", ids: own, want: 1, wantTL: 1},
-		{name: "another cluster's timeline", ids: own, want: 3, wantErr: "timeline 3 of file:///s is not this cluster's (of cluster b); this cluster's timelines: [1 2]"},
-		{name: "a timeline the store does not hold", ids: own, want: 9, wantErr: "holds no timeline 9; this cluster's timelines: [1 2]"},
-		{name: "no timeline of its own", ids: []uint64{0xd}, wantErr: "holds no backups of this cluster (3 timelines of other clusters)"},
-		{name: "a time in the old history", ids: own, at: t0.Add(15 * time.Minute), wantTL: 1},
-		{name: "a time after the restore", ids: own, at: t0.Add(25 * time.Minute), wantTL: 2},
-		{name: "a time only another cluster's timeline holds", ids: own, at: t0.Add(55 * time.Minute), wantTL: 2},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tl, err := chooseTimeline(backup.IndexOf(chain), tls, tt.ids, tt.want, tt.at, "file:///s")
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("timeline %d, err %v; want an error saying %q", tl, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil || tl != tt.wantTL {
-				t.Fatalf("timeline %d (%v), want %d", tl, err, tt.wantTL)
 			}
 		})
 	}

@@ -317,7 +317,7 @@ func (s *Sidecar) act(ctx context.Context, spec cluster.Spec, obs Observation, p
 	case ActionJoinAsLearner:
 		return s.joinAsLearner(ctx, spec, obs, plan, identity)
 	case ActionRestoreFromBackup:
-		return s.restoreFromBackup(ctx, spec, plan, identity)
+		return s.restoreFromBackup(ctx, spec, obs.Status.ClusterID, plan, identity)
 	}
 	return nil, fmt.Errorf("no automatic action for case %s: %s", plan.Case, plan.Reason)
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
@@ -19,8 +21,9 @@ import (
 // restoreFromBackup recovers a quorum lost with all data: restore the plan's target (on a
 // quorum loss, the newest revision of this cluster's newest timeline) into the data dir as a
 // one-member cluster, start alone, and take a full snapshot once serving (the others rejoin
-// as learners).
-func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, plan Plan, identity datadir.Identity) ([]byte, error) {
+// as learners). statusClusterID is the cluster ID the cluster's status records: with the
+// spec, it says which timelines of its own store are this cluster's.
+func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, statusClusterID string, plan Plan, identity datadir.Identity) ([]byte, error) {
 	var target cluster.RestoreTarget
 	if plan.Restore != nil {
 		target = *plan.Restore
@@ -48,10 +51,20 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, plan
 			return nil, fmt.Errorf("%w: %v", errTryAgain, err)
 		}
 	}
+	// The timeline is resolved as restore.ResolveTarget does: from this cluster's own backup
+	// store, only its own timelines (never another cluster's on the same prefix); from the
+	// store a new cluster bootstraps from (another cluster's), any timeline.
+	var own []uint64
+	if target.Store == "" {
+		own = cluster.IDs(spec, statusClusterID)
+		if id, err := strconv.ParseUint(identity.ClusterID, 16, 64); err == nil && id != 0 && !slices.Contains(own, id) {
+			own = append(own, id) // the cluster this member's data was of
+		}
+	}
 	start := time.Now()
 	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name, RootPassword: rootPassword,
 		InitialCluster: self.Name + "=" + self.PeerURL, InitialClusterToken: spec.Token, PeerURLs: []string{self.PeerURL},
-		ToRevision: target.Revision, ToTime: target.Time, Timeline: target.Timeline,
+		ToRevision: target.Revision, ToTime: target.Time, Timeline: target.Timeline, ClusterIDs: own,
 		MissingLeaseTTL: restore.DefaultMissingLeaseTTL, Logger: s.lg.Named("restore")})
 	if mkErr := os.MkdirAll(s.cfg.DataDir, 0o700); mkErr != nil && err == nil {
 		err = mkErr

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/pki"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -157,7 +158,7 @@ func clusterConfig(ec *v1alpha1.EtcdCluster, n int) v1alpha1.ClusterConfig {
 		c.Etcd.ElectionMillis = e.ElectionTimeout.Milliseconds()
 	}
 	if b := ec.Spec.Backup; b != nil {
-		c.Backup = &v1alpha1.BackupConfig{Store: b.Store, FullSchedule: b.FullSchedule, Retention: b.Retention, DeltaPeriod: "5s", DrillSchedule: b.DrillSchedule}
+		c.Backup = &v1alpha1.BackupConfig{Store: b.Store, FullSchedule: b.FullSchedule, Retention: b.Retention, DeltaPeriod: snapshotter.DefaultDeltaPeriod.String(), DrillSchedule: b.DrillSchedule}
 		if b.DeltaPeriod != nil {
 			c.Backup.DeltaPeriod = b.DeltaPeriod.Duration.String()
 		}

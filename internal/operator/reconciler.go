@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/kubeview"
@@ -492,7 +493,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 				continue
 			}
 			if o.Backup == nil {
-				o.Backup = &BackupObservation{DeltaPeriod: 5 * time.Second}
+				o.Backup = &BackupObservation{DeltaPeriod: snapshotter.DefaultDeltaPeriod}
 				if p := ec.Spec.Backup.DeltaPeriod; p != nil {
 					o.Backup.DeltaPeriod = p.Duration
 				}
@@ -519,7 +520,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		}
 	}
 	if ec.Spec.Backup != nil && o.Backup == nil {
-		o.Backup = &BackupObservation{DeltaPeriod: 5 * time.Second}
+		o.Backup = &BackupObservation{DeltaPeriod: snapshotter.DefaultDeltaPeriod}
 	}
 	for _, i := range slices.Sorted(maps.Keys(members)) {
 		o.Members = append(o.Members, *members[i])

@@ -2,8 +2,10 @@ package operator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
@@ -49,44 +51,30 @@ type recoveryOutcome struct {
 // The members are the desired ones (names), with what the status says of them: a member whose
 // pod does not exist yet is still a member of the recovery.
 func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStatus, rec Recovery) recoveryOutcome {
-	st := rec.Status
-	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
-		if a, ok := rec.Acks[d.Seed]; ok && a.Epoch == d.Epoch {
-			dc := *d
-			dc.Ack = &a.Result
-			st.Directive = &dc
+	st := heal.FoldAck(rec.Status, func(seed string) (cluster.DirectiveAck, bool) { a, ok := rec.Acks[seed]; return a, ok })
+	hm := heal.Members(statusMembers(names, members, o.Reports), func(name string) (bool, time.Time) {
+		d := st.Directive
+		if d == nil {
+			return false, time.Time{}
 		}
-	}
-	var hm []heal.Member
-	for _, name := range names {
-		ms := v1alpha1.MemberStatus{Name: name}
-		if i := slices.IndexFunc(members, func(m v1alpha1.MemberStatus) bool { return m.Name == name }); i >= 0 {
-			ms = members[i]
+		switch mo := findMember(o.Members, name); {
+		case mo == nil || mo.Pod == nil:
+			return true, d.IssuedAt
+		case mo.Pod.Created.After(d.IssuedAt):
+			return true, mo.Pod.Created
 		}
-		m := heal.Member{Name: ms.Name, Ready: ms.Status == v1alpha1.MemberReady, ID: ms.ID, Learner: ms.Role == v1alpha1.RoleLearner}
-		if r, ok := o.Reports[ms.Name]; ok {
-			r := r
-			m.Report = &r
-		}
-		if d := st.Directive; d != nil {
-			mo := findMember(o.Members, ms.Name)
-			switch {
-			case mo == nil || mo.Pod == nil:
-				m.Stopped, m.StoppedSince = true, d.IssuedAt
-			case mo.Pod.Created.After(d.IssuedAt):
-				m.Stopped, m.StoppedSince = true, mo.Pod.Created
-			}
-		}
-		hm = append(hm, m)
-	}
+		return false, time.Time{}
+	})
 	ho := heal.Observation{Now: o.Now, Status: st, Members: hm, Backup: rec.Backup, Timing: rec.Timing}
 	var refused string
-	if d := st.Directive; rec.CancelRestore != 0 && d != nil && d.Epoch == rec.CancelRestore && d.Restore != nil {
-		dec, err := heal.CancelRestore(ho)
-		if err == nil {
+	if rec.CancelRestore != 0 {
+		dec, err := heal.CancelRestoreOf(ho, rec.CancelRestore)
+		switch {
+		case err == nil:
 			return withFence(o, recoveryOutcome{Status: dec.Status, Event: dec.Event})
+		case !errors.Is(err, heal.ErrRestoreNotInForce):
+			refused = err.Error()
 		}
-		refused = err.Error()
 	}
 	dec := heal.Decide(ho)
 	out := recoveryOutcome{Status: dec.Status, Event: dec.Event}
@@ -105,6 +93,24 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 		out.Status.Waiting = out.Held
 	}
 	return withFence(o, out)
+}
+
+// statusMembers are the members named, as the status records them (members) with their
+// reports: what heal.Members reads. A member the status does not list yet is still a member.
+func statusMembers(names []string, members []v1alpha1.MemberStatus, reports map[string]cluster.Report) []cluster.StatusMember {
+	out := make([]cluster.StatusMember, 0, len(names))
+	for _, name := range names {
+		ms := v1alpha1.MemberStatus{Name: name}
+		if i := slices.IndexFunc(members, func(m v1alpha1.MemberStatus) bool { return m.Name == name }); i >= 0 {
+			ms = members[i]
+		}
+		sm := cluster.StatusMember{Name: ms.Name, Ready: ms.Status == v1alpha1.MemberReady, ID: ms.ID, Learner: ms.Role == v1alpha1.RoleLearner}
+		if r, ok := reports[ms.Name]; ok {
+			sm.Report = &r
+		}
+		out = append(out, sm)
+	}
+	return out
 }
 
 // withFence lists the member pods the directive in force fences: those older than it.

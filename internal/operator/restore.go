@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/restore"
@@ -314,6 +315,10 @@ func (r *RestoreReconciler) checkTarget(ctx context.Context, ec *v1alpha1.EtcdCl
 		return t, nil
 	}
 	args := []string{"restore", "--dry-run", "-o", "json", "--store", storeURL}
+	for _, id := range ownClusterIDs(ec) {
+		// This cluster's own timelines only, unless one is named (restore.ResolveTarget).
+		args = append(args, "--cluster-id", strconv.FormatUint(id, 16))
+	}
 	if t.Revision > 0 {
 		args = append(args, "--to-revision", strconv.FormatInt(t.Revision, 10))
 	}
@@ -357,6 +362,19 @@ func (r *RestoreReconciler) checkTarget(ctx context.Context, ec *v1alpha1.EtcdCl
 		t.Checked += "; " + res.TargetAfterEnd
 	}
 	return t, nil
+}
+
+// ownClusterIDs are the etcd cluster IDs the EtcdCluster's history is known by in its
+// backup store (cluster.IDs): the one in its status, the one it bootstrapped with, and those
+// a restore onto one of its members gives.
+func ownClusterIDs(ec *v1alpha1.EtcdCluster) []uint64 {
+	n := max(int(ec.Spec.Replicas), int(ec.Status.Replicas), len(ec.Status.Members))
+	c := clusterConfig(ec, n)
+	spec := cluster.Spec{Name: c.Name, Token: c.Token}
+	for _, m := range c.Members {
+		spec.Members = append(spec.Members, cluster.MemberSpec{Name: m.Name, PeerURL: m.PeerURL})
+	}
+	return cluster.IDs(spec, ec.Status.ClusterID)
 }
 
 // unreadableStore says why the operator cannot read a store ("" when it can try).
@@ -459,15 +477,15 @@ func (r *RestoreReconciler) healMembers(ctx context.Context, ec *v1alpha1.EtcdCl
 	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), client.MatchingLabels(selectorLabels(ec))); err != nil {
 		return nil, err
 	}
-	var out []heal.Member
+	names := make([]string, 0, len(ems.Items))
+	reports := map[string]cluster.Report{}
 	for i := range ems.Items {
-		m := heal.Member{Name: ems.Items[i].Name}
+		names = append(names, ems.Items[i].Name)
 		if rep, ok := kubeview.MemberReport(&ems.Items[i], time.Time{}); ok {
-			m.Report = &rep
+			reports[ems.Items[i].Name] = rep
 		}
-		out = append(out, m)
 	}
-	return out, nil
+	return heal.Members(statusMembers(names, ec.Status.Members, reports), nil), nil
 }
 
 func (r *RestoreReconciler) setCondition(er *v1alpha1.EtcdRestore, typ string, ok bool, reason, msg string) {

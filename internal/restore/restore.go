@@ -39,8 +39,12 @@ type Options struct {
 
 	// Timeline is the timeline to restore from (see backup.Chain); a restore never reads
 	// another. 0 means the newest timeline, or with ToTime the one that holds the history at
-	// that time (TimelineAt).
+	// that time (TimelineAt), of the timelines of ClusterIDs.
 	Timeline uint32
+	// ClusterIDs, when set, are the etcd cluster IDs of the cluster restored (cluster.IDs):
+	// without Timeline, only its own timelines are read, never another cluster's on the same
+	// prefix (see ResolveTarget). nil: every timeline of the store.
+	ClusterIDs []uint64
 	// ToRevision restores to exactly this revision. ToTime restores to the newest revision the
 	// backups prove existed at that time (see RevisionAt). At most one may be set; neither means
 	// the newest revision of the timeline.
@@ -297,18 +301,11 @@ func (r *restorer) run(ctx context.Context, res *Result) (err error) {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	tl := r.o.Timeline
-	switch {
-	case tl != 0:
-	case !r.o.ToTime.IsZero():
-		tl = TimelineAt(ix, r.o.ToTime)
-	default:
-		tl = ix.NewestTimeline()
+	tl, err := chooseTimeline(ctx, s, ix, r.o.ClusterIDs, r.o.Timeline, r.o.ToRevision, r.o.ToTime)
+	if err != nil {
+		return err
 	}
-	ti, found := ix.Timeline(tl)
-	if r.o.Timeline != 0 && !found {
-		return fmt.Errorf("restore: %w: %s holds no timeline %d; its timelines: %v (see steward backup list)", ErrOutOfRange, s, tl, ix.TimelineIDs())
-	}
+	ti, _ := ix.Timeline(tl)
 	res.Timeline = tl
 	target := r.o.ToRevision
 	if !r.o.ToTime.IsZero() {

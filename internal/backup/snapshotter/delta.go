@@ -25,10 +25,15 @@ var ErrCompacted = errors.New("delta capture: the next revision is compacted")
 // ErrHole means the watch skipped revisions: the chain cannot continue without a full snapshot.
 var ErrHole = errors.New("delta capture: revisions are missing from the watch")
 
+// DefaultDeltaPeriod is the delta period where none is configured: how long, at most, a
+// write waits before a delta stores it.
+const DefaultDeltaPeriod = 5 * time.Second
+
 // DeltaOptions configure RunDeltas.
 type DeltaOptions struct {
-	// Period bounds how long an event waits before it is stored (default 5s): the history is
-	// read at least this often, and what is read is stored within about a Period.
+	// Period bounds how long an event waits before it is stored (default
+	// DefaultDeltaPeriod): the history is read at least this often, and what is read is
+	// stored within about a Period.
 	Period time.Duration
 	// MaxBytes writes the buffer early once it holds this many bytes of events (default
 	// 16 MiB; counted before compression, and held compressed). It bounds the memory delta
@@ -80,7 +85,7 @@ type Delta struct {
 // before.
 func RunDeltas(ctx context.Context, m Member, s *store.Store, from int64, opts DeltaOptions) error {
 	if opts.Period <= 0 {
-		opts.Period = 5 * time.Second
+		opts.Period = DefaultDeltaPeriod
 	}
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = 16 << 20

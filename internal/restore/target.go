@@ -1,0 +1,126 @@
+package restore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/store"
+)
+
+// ResolveTarget resolves a restore target against the store s, as a dry run of the restore
+// that will read it: the timeline, the revision (for a time, the one RevisionAt finds) and
+// the objects the restore reads. It is the one place a target is resolved: `steward local
+// restore`, the operator's check of an EtcdRestore, the restoring member (through
+// Options.ClusterIDs) and `steward restore` all come here.
+//
+// own are the etcd cluster IDs of the cluster restored (cluster.IDs): the timeline is chosen
+// among that cluster's own timelines only, never another cluster's sharing the prefix, unless
+// t names one (a named timeline is read whoever's it is). own == nil means there is no cluster
+// of one's own (a data dir restored offline, a new cluster bootstrapped from another's
+// store): every timeline of the store counts. t.Store is not read: s is the store.
+func ResolveTarget(ctx context.Context, s *store.Store, own []uint64, t cluster.RestoreTarget) (Result, error) {
+	return Restore(ctx, Options{Store: s, DryRun: true, ClusterIDs: own, Timeline: t.Timeline, ToRevision: t.Revision, ToTime: t.Time})
+}
+
+// chooseTimeline is pickTimeline, after reading from the store which cluster each timeline
+// is of (only when own is set: otherwise it does not matter).
+func chooseTimeline(ctx context.Context, s *store.Store, ix backup.Index, own []uint64, want uint32, rev int64, t time.Time) (uint32, error) {
+	var tls []backup.TimelineInfo
+	if own != nil && want == 0 {
+		var err error
+		if tls, err = backup.ObserveIndex(ctx, s, ix); err != nil {
+			return 0, fmt.Errorf("restore: read which cluster each timeline of %s is of: %w", s, err)
+		}
+	}
+	return pickTimeline(ix, tls, own, want, rev, t, s.String())
+}
+
+// pickTimeline picks the timeline a restore reads from the store's index ix: the one named
+// (want), else among the candidates (the timelines of tls of the cluster known by the IDs
+// own, or every timeline when own is nil) the one that holds the history at time t, else
+// (for a cluster's own) the newest that holds revision rev, else the newest. Errors name the
+// store, the target and what to do.
+func pickTimeline(ix backup.Index, tls []backup.TimelineInfo, own []uint64, want uint32, rev int64, t time.Time, storeName string) (uint32, error) {
+	if want != 0 {
+		if _, ok := ix.Timeline(want); !ok {
+			return 0, fmt.Errorf("restore: %w: %s holds no timeline %d; its timelines: %v (see `steward backup list --store %s`)", ErrOutOfRange, storeName, want, ix.TimelineIDs(), storeName)
+		}
+		return want, nil
+	}
+	cand := ix
+	if own != nil {
+		cand = backup.Index{}
+		for _, tl := range tls {
+			if ti, ok := ix.Timeline(tl.Timeline); ok && tl.Of(own) {
+				cand.Timelines = append(cand.Timelines, ti)
+			}
+		}
+		if len(cand.Timelines) == 0 {
+			if len(tls) == 0 {
+				return 0, fmt.Errorf("restore: %w: %s holds no backups (check the store URL and its prefix)", ErrOutOfRange, storeName)
+			}
+			return 0, fmt.Errorf("restore: %w: %s holds no backups of this cluster (cluster IDs %s); timelines of other clusters in this store: %s; name one with --timeline to restore it",
+				ErrOutOfRange, storeName, hexIDs(own), describeTimelines(ix, tls, func(backup.TimelineInfo) bool { return true }))
+		}
+	}
+	switch {
+	case !t.IsZero():
+		return TimelineAt(cand, t), nil
+	case rev > 0 && own != nil:
+		for i := len(cand.Timelines) - 1; i >= 0; i-- {
+			if ti := cand.Timelines[i]; holdsRevision(ti, rev) {
+				return ti.Timeline, nil
+			}
+		}
+		others := func(tl backup.TimelineInfo) bool {
+			ti, ok := ix.Timeline(tl.Timeline)
+			return !tl.Of(own) && ok && holdsRevision(ti, rev)
+		}
+		return 0, fmt.Errorf("restore to revision %d: %w: no timeline of this cluster (cluster IDs %s) in %s holds revision %d; this cluster's timelines: %s; timelines of other clusters in this store that hold it: %s; name one with --timeline to restore it",
+			rev, ErrOutOfRange, hexIDs(own), storeName, rev, describeTimelines(ix, tls, func(tl backup.TimelineInfo) bool { return tl.Of(own) }), describeTimelines(ix, tls, others))
+	}
+	return cand.NewestTimeline(), nil
+}
+
+// holdsRevision: rev is between ti's oldest full snapshot and its newest revision (a hole
+// in between is for the plan to report).
+func holdsRevision(ti backup.TimelineIndex, rev int64) bool {
+	return len(ti.Fulls) > 0 && ti.Fulls[0].FirstRev <= rev && rev <= ti.NewestRevision()
+}
+
+// describeTimelines lists the timelines of tls that keep keeps, with their cluster and
+// restorable revisions ("none" when none is).
+func describeTimelines(ix backup.Index, tls []backup.TimelineInfo, keep func(backup.TimelineInfo) bool) string {
+	var parts []string
+	for _, tl := range tls {
+		if !keep(tl) {
+			continue
+		}
+		whose := fmt.Sprintf("cluster %x", tl.ClusterID)
+		if tl.Disagrees != "" {
+			whose = "of an unknown cluster: " + tl.Disagrees
+		}
+		cov := "none"
+		if ti, ok := ix.Timeline(tl.Timeline); ok {
+			cov = rangesString(ti.Coverage())
+		}
+		parts = append(parts, fmt.Sprintf("%d (%s, revisions %s)", tl.Timeline, whose, cov))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func hexIDs(ids []uint64) string {
+	s := make([]string, len(ids))
+	for i, id := range slices.Sorted(slices.Values(ids)) {
+		s[i] = fmt.Sprintf("%x", id)
+	}
+	return strings.Join(s, ", ")
+}
