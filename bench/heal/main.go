@@ -163,7 +163,7 @@ func run(ctx context.Context, o options) (err error) {
 			}
 		}()
 	}
-	spec, _, err := local.ReadSpec(clusterDir)
+	spec, _, err := local.ReadSpec(local.Dir(clusterDir))
 	if err != nil {
 		return err
 	}
@@ -526,7 +526,7 @@ func wipeOne(ctx context.Context, o options, c *cluster.Cluster, w *watcher, rou
 			break
 		}
 		if time.Now().After(deadline) {
-			n, last := publishFailures(local.LogPath(c.Dir, victim, "etcd"), t0)
+			n, last := publishFailures(local.Dir(c.Dir).Log(victim, "etcd"), t0)
 			return r, fmt.Errorf("wipe of %s: not healed within %v: %s; its etcd logged %d \"failed to publish local member\" lines (last error %s)", victim, o.healTimeout, v, n, last)
 		}
 		time.Sleep(o.poll)
@@ -550,7 +550,7 @@ func addFresh(ctx context.Context, o options, dir string, c *cluster.Cluster, w 
 	if err := w.waitHealed(ctx, 2*time.Minute); err != nil {
 		return r, err
 	}
-	st, err := local.ReadState(c.Dir)
+	st, err := local.ReadState(local.Dir(c.Dir))
 	if err != nil {
 		return r, err
 	}
@@ -795,7 +795,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	fmt.Printf("backup chain: full snapshot at revision %d (%s stored) + %d deltas (%s) up to revision %d: %d revisions to replay; stored %v after the writes\n",
 		r.chain.fullRev, result.Human(r.chain.fullSize), r.chain.deltas, result.Human(r.chain.deltaBytes), r.chain.target, r.revisions, r.deltaWait.Round(time.Second))
 
-	stateBefore, err := local.ReadState(c.Dir)
+	stateBefore, err := local.ReadState(local.Dir(c.Dir))
 	if err != nil {
 		return r, err
 	}
@@ -815,7 +815,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 		v := w.observe(ctx)
 		now := time.Since(t0)
 		if r.directive == 0 {
-			if s, err := local.ReadState(c.Dir); err == nil && s.Directive != nil && s.Directive.Seed != "" && s.LastEpoch > stateBefore.LastEpoch {
+			if s, err := local.ReadState(local.Dir(c.Dir)); err == nil && s.Directive != nil && s.Directive.Seed != "" && s.LastEpoch > stateBefore.LastEpoch {
 				r.directive, r.seed = now, s.Directive.Seed
 			}
 		}
@@ -840,7 +840,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 	}
 	r.background = bg.stop()
 	if r.seed == "" {
-		if s, err := local.ReadState(c.Dir); err == nil && s.LastEpoch > stateBefore.LastEpoch {
+		if s, err := local.ReadState(local.Dir(c.Dir)); err == nil && s.LastEpoch > stateBefore.LastEpoch {
 			r.seed = "?"
 		}
 		if r.seed == "" {
@@ -862,7 +862,7 @@ func quorumLoss(ctx context.Context, o options, c *cluster.Cluster, w *watcher, 
 		return r, fmt.Errorf("restored cluster has %d of the %d keys written after the full snapshot", resp.Count, min(o.revKeys, o.revisions))
 	}
 	r.phases = quorumTimeline(c.Dir, w.spec, r.seed, t0, r.took)
-	if ev, ok := findEvent(local.LogPath(c.Dir, r.seed, "sidecar"), "restored from backup", t0); ok {
+	if ev, ok := findEvent(local.Dir(c.Dir).Log(r.seed, "sidecar"), "restored from backup", t0); ok {
 		r.restoreTook = time.Duration(num(ev.fields.Took) * float64(time.Second))
 		r.restoreDeltas = int64(num(ev.fields.Deltas))
 		r.restoreRevs = int64(num(ev.fields.Revision))
@@ -875,7 +875,7 @@ func fullSnapshot(ctx context.Context, dir, sidecarURL string) (fullResult, erro
 	if err != nil {
 		return fullResult{}, err
 	}
-	resp, err := sidecarapi.FileClient(local.TokenPath(dir), nil).Do(req)
+	resp, err := sidecarapi.FileClient(local.Dir(dir).Token(), nil).Do(req)
 	if err != nil {
 		return fullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: %w", sidecarURL, err)
 	}
@@ -1051,7 +1051,7 @@ func wipeTimeline(dir, name string, t0 time.Time, healed time.Duration) timeline
 			t = append(t, point{n, ev.at.Sub(t0)})
 		}
 	}
-	sidecar, etcd := local.LogPath(dir, name, "sidecar"), local.LogPath(dir, name, "etcd")
+	sidecar, etcd := local.Dir(dir).Log(name, "sidecar"), local.Dir(dir).Log(name, "etcd")
 	ev, ok := findEvent(sidecar, "initialisation decision", t0)
 	add(pDecided, ev, ok)
 	added, ok := findLastEvent(sidecar, "added as learner", t0)
@@ -1083,28 +1083,28 @@ func quorumTimeline(dir string, spec local.Spec, seed string, t0 time.Time, heal
 			t = append(t, point{n, ev.at.Sub(t0)})
 		}
 	}
-	ev, ok := findDecision(local.LogPath(dir, seed, "sidecar"), "QuorumLossRestoreFromBackup", t0)
+	ev, ok := findDecision(local.Dir(dir).Log(seed, "sidecar"), "QuorumLossRestoreFromBackup", t0)
 	add(pSeedDecided, ev, ok)
-	ev, ok = findEvent(local.LogPath(dir, seed, "sidecar"), "restored from backup", t0)
+	ev, ok = findEvent(local.Dir(dir).Log(seed, "sidecar"), "restored from backup", t0)
 	add(pRestored, ev, ok)
-	ev, ok = findEvent(local.LogPath(dir, seed, "etcd"), "etcd is serving", t0)
+	ev, ok = findEvent(local.Dir(dir).Log(seed, "etcd"), "etcd is serving", t0)
 	add(pSeedUp, ev, ok)
 	for _, m := range spec.Members {
 		if m.Name == seed {
 			continue
 		}
-		ev, ok := findLastEvent(local.LogPath(dir, m.Name, "sidecar"), "added as learner", t0)
+		ev, ok := findLastEvent(local.Dir(dir).Log(m.Name, "sidecar"), "added as learner", t0)
 		add(m.Name+" "+pAdded, ev, ok)
 		if ok {
-			if name, pf, ok := publishStall(local.LogPath(dir, m.Name, "etcd"), ev.at); ok {
+			if name, pf, ok := publishStall(local.Dir(dir).Log(m.Name, "etcd"), ev.at); ok {
 				add(m.Name+" "+name, pf, ok)
 			}
-			ev, ok := findEvent(local.LogPath(dir, m.Name, "sidecar"), "promoted to voting member", ev.at)
+			ev, ok := findEvent(local.Dir(dir).Log(m.Name, "sidecar"), "promoted to voting member", ev.at)
 			add(m.Name+" "+pPromoted, ev, ok)
 		}
 	}
 	t = append(t, point{"all " + pHealthy, healed})
-	if ev, ok := findEvent(local.LogPath(dir, seed, "sidecar"), "full snapshot after the restore", t0); ok {
+	if ev, ok := findEvent(local.Dir(dir).Log(seed, "sidecar"), "full snapshot after the restore", t0); ok {
 		t = append(t, point{"seed's full snapshot after the restore stored", ev.at.Sub(t0)})
 	}
 	sort.SliceStable(t, func(i, j int) bool { return t[i].at < t[j].at })

@@ -109,7 +109,7 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(opts.Dir, "logs", "supervisor.log")
+	logPath := local.Dir(opts.Dir).SupervisorLog()
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -136,7 +136,7 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st, _ := local.ReadState(opts.Dir)
+		st, _ := local.ReadState(local.Dir(opts.Dir))
 		if st.SupervisorPID == child.Process.Pid {
 			switch st.Phase {
 			case local.PhaseReady:
@@ -161,7 +161,7 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 }
 
 func printUpSummary(ctx context.Context, w io.Writer, dir string) {
-	rep, err := local.Status(ctx, dir)
+	rep, err := local.Status(ctx, local.Dir(dir))
 	if err != nil {
 		fmt.Fprintln(w, "status:", err)
 		return
@@ -184,7 +184,7 @@ func newLocalStatusCommand() *cobra.Command {
 		Short: "Show the local cluster's members as etcd reports them",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := local.Status(cmd.Context(), dir)
+			rep, err := local.Status(cmd.Context(), local.Dir(dir))
 			if err != nil {
 				return err
 			}
@@ -267,10 +267,10 @@ leadership first if it leads; their data is removed. Waits until the cluster is 
 			if err != nil {
 				return fmt.Errorf("size %q is not a number", args[0])
 			}
-			if err := local.Scale(cmd.Context(), dir, n, timeout); err != nil {
+			if err := local.Scale(cmd.Context(), local.Dir(dir), n, timeout); err != nil {
 				return err
 			}
-			rep, err := local.Status(cmd.Context(), dir)
+			rep, err := local.Status(cmd.Context(), local.Dir(dir))
 			if err != nil {
 				return err
 			}
@@ -302,7 +302,7 @@ The supervisor restarts the process; the sidecar detects the damage and heals th
 			if len(args) == 3 {
 				other = args[2]
 			}
-			if err := local.Fault(dir, args[0], args[1], other); err != nil {
+			if err := local.Fault(local.Dir(dir), args[0], args[1], other); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "injected %s into %s; watch it heal with `steward local status --dir %s`\n", args[1], args[0], dir)
@@ -364,7 +364,7 @@ still holds it (the seed has moved its data aside); otherwise it is refused and 
 				if cmd.Flags().Changed("to-revision") || toTime != "" || timelineFlag != 0 {
 					return errors.New("--cancel takes no target: it withdraws the restore in progress")
 				}
-				epoch, err := local.CancelRestore(cmd.Context(), opts.Dir, opts.Timeout, progress)
+				epoch, err := local.CancelRestore(cmd.Context(), local.Dir(opts.Dir), opts.Timeout, progress)
 				if err != nil {
 					return err
 				}

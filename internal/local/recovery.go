@@ -48,7 +48,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	st := s.state.Status
 	s.mu.Unlock()
 	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
-		if a, ok := readMemberFile[ack](s.dir, acksDir, d.Seed); ok && a.Epoch == d.Epoch {
+		if a, ok := readMemberFile[ack](s.dir.Ack(d.Seed)); ok && a.Epoch == d.Epoch {
 			dc := *d
 			dc.Ack = &a.Result
 			st.Directive = &dc
@@ -95,7 +95,7 @@ func (s *supervisor) healMembers(runs []*memberRun) []heal.Member {
 			m.Ready, m.ID, m.Learner = ms.Ready, ms.ID, ms.Learner
 		}
 		m.Stopped, m.StoppedSince = r.etcd.fenced()
-		if rep, ok := readMemberFile[cluster.Report](s.dir, reportsDir, r.spec.Name); ok {
+		if rep, ok := readMemberFile[cluster.Report](s.dir.Report(r.spec.Name)); ok {
 			m.Report = &rep
 		}
 		out = append(out, m)
@@ -225,7 +225,7 @@ func (s *supervisor) relocate(ctx context.Context, rel heal.Relocation, runs []*
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	from, to := MemberDataDir(s.dir, rel.From), MemberDataDir(s.dir, rel.Owner)
+	from, to := s.dir.MemberData(rel.From), s.dir.MemberData(rel.Owner)
 	if err := moveData(from, to, rel.Swap); err != nil {
 		s.logf("cannot move %s's data back from %s: %v", rel.Owner, rel.From, err)
 		return

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -18,11 +17,11 @@ import (
 // Scale changes the size of the running cluster in dir to n and waits until it is healthy:
 // new members join one at a time as learners and are promoted; removed members (the highest
 // ones) hand over leadership first, leave etcd, then stop.
-func Scale(ctx context.Context, dir string, n int, timeout time.Duration) error {
+func Scale(ctx context.Context, dir Dir, n int, timeout time.Duration) error {
 	if n < 1 || n > 9 {
 		return fmt.Errorf("size %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", n)
 	}
-	pid, running := SupervisorRunning(dir)
+	pid, running := dir.SupervisorRunning()
 	if !running {
 		return fmt.Errorf("the cluster in %s is not running: start it with `steward local up --dir %s`, then scale", dir, dir)
 	}
@@ -71,7 +70,7 @@ func Scale(ctx context.Context, dir string, n int, timeout time.Duration) error 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the cluster did not reach %d healthy members within %s; see `steward local status --dir %s` and %s", n, timeout, dir, filepath.Join(dir, "logs", "supervisor.log"))
+			return fmt.Errorf("the cluster did not reach %d healthy members within %s; see `steward local status --dir %s` and %s", n, timeout, dir, dir.SupervisorLog())
 		}
 		select {
 		case <-ctx.Done():
@@ -215,7 +214,7 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 	}
 	s.mu.Unlock()
 	_ = s.save()
-	if err := os.RemoveAll(filepath.Join(s.dir, "members", r.spec.Name)); err != nil {
+	if err := os.RemoveAll(s.dir.Member(r.spec.Name)); err != nil {
 		s.logf("cannot remove the data of %s: %v", r.spec.Name, err)
 	}
 	s.logf("member %s removed in %s", r.spec.Name, time.Since(start).Round(time.Millisecond))
@@ -271,7 +270,7 @@ func (s *supervisor) waitVoter(ctx context.Context, m MemberSpec, timeout time.D
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("member %s did not become a healthy voting member within %s; see %s", m.Name, timeout, LogPath(s.dir, m.Name, "sidecar"))
+			return fmt.Errorf("member %s did not become a healthy voting member within %s; see %s", m.Name, timeout, s.dir.Log(m.Name, "sidecar"))
 		}
 		select {
 		case <-ctx.Done():
