@@ -43,6 +43,13 @@ func dirFlag(cmd *cobra.Command, dir *string, usage string) {
 	}
 }
 
+// progressLines writes the progress of a long `local` operation to stderr, a line each,
+// with the time of day.
+func progressLines(cmd *cobra.Command) func(string) {
+	stderr := cmd.ErrOrStderr()
+	return func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+}
+
 func newLocalUpCommand() *cobra.Command {
 	var (
 		opts          local.UpOptions
@@ -358,8 +365,7 @@ still holds it (the seed has moved its data aside); otherwise it is refused and 
 			if err := out.check(); err != nil {
 				return err
 			}
-			stderr := cmd.ErrOrStderr()
-			progress := func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+			progress := progressLines(cmd)
 			if cancelIt {
 				if cmd.Flags().Changed("to-revision") || toTime != "" || timelineFlag != 0 {
 					return errors.New("--cancel takes no target: it withdraws the restore in progress")
@@ -464,8 +470,7 @@ again with the previous binary and flags: the member that is down restarts first
 					return err
 				}
 			}
-			stderr := cmd.ErrOrStderr()
-			opts.Progress = func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+			opts.Progress = progressLines(cmd)
 			res, err := local.Upgrade(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -522,8 +527,7 @@ rollover is finished by running the command again.`,
 			if err := out.check(); err != nil {
 				return err
 			}
-			stderr := cmd.ErrOrStderr()
-			opts.Progress = func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+			opts.Progress = progressLines(cmd)
 			res, err := local.RotateCA(cmd.Context(), opts)
 			if err != nil {
 				return err

@@ -306,21 +306,6 @@ func stillLocked(dir Dir, held *os.File) error {
 	return nil
 }
 
-// SupervisorRunning reports whether a supervisor holds dir's lock, and its pid.
-func SupervisorRunning(dir Dir) (pid int, running bool) {
-	f, err := os.OpenFile(dir.Lock(), os.O_RDWR, 0)
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		return 0, false
-	}
-	_, _ = fmt.Fscan(f, &pid)
-	return pid, true
-}
-
 // installBinary copies a steward executable to dst in DIR/bin, so members keep a binary to
 // restart from even when the original goes away (e.g. `go run`'s temporary build).
 func installBinary(src, dst string) error {

@@ -2,6 +2,15 @@
 // etcd cluster on one machine (one `steward etcd` and one `steward sidecar` process per
 // member) and plays the part Kubernetes plays for the operator: desired members, restarts,
 // member status.
+//
+// The package holds both ends of a local cluster. The supervisor (Up: supervisor.go,
+// process.go, prepare.go, recovery.go, restart.go, scale.go, watch.go) runs the members; the
+// client side (client_*.go: Status, Scale, Upgrade, RotateCA, Down, Fault) is what `steward
+// local` commands run against a running supervisor, through the files of its directory
+// (package localdir: the layout and the request protocol). Both read the spec and the state
+// (spec.go, state.go, tls.go, auth.go, request.go). restore.go holds both ends of a restore:
+// the supervisor's answer to a request, and Restore and CancelRestore. Client files call no
+// supervisor method.
 package local
 
 import (
