@@ -123,7 +123,7 @@ func run(ctx context.Context, o options, dir string) (err error) {
 		return err
 	}
 	defer c.PurgeOnReturn(o.keep, &err)
-	spec, _, err := local.ReadSpec(clusterDir)
+	spec, _, err := local.ReadSpec(local.Dir(clusterDir))
 	if err != nil {
 		return err
 	}
@@ -459,7 +459,7 @@ func wipeOne(ctx context.Context, o options, c *localcluster.Cluster, w *watcher
 			break
 		}
 		if time.Now().After(deadline) {
-			n, last := publishFailures(readLog(local.LogPath(c.Dir, victim, "etcd")), t0)
+			n, last := publishFailures(readLog(local.Dir(c.Dir).Log(victim, "etcd")), t0)
 			return r, fmt.Errorf("wipe of %s: not healed within %v: %s; its etcd logged %d \"failed to publish local member\" lines (last error %s)", victim, o.healTimeout, v, n, last)
 		}
 		time.Sleep(o.poll)
@@ -485,7 +485,7 @@ func addFresh(ctx context.Context, o options, dir string, c *localcluster.Cluste
 	if err := w.waitHealed(ctx, 2*time.Minute); err != nil {
 		return r, err
 	}
-	st, err := local.ReadState(c.Dir)
+	st, err := local.ReadState(local.Dir(c.Dir))
 	if err != nil {
 		return r, err
 	}
@@ -730,7 +730,7 @@ func quorumLoss(ctx context.Context, o options, c *localcluster.Cluster, w *watc
 	fmt.Printf("backup chain: full snapshot at revision %d (%s stored) + %d deltas (%s) up to revision %d: %d revisions to replay; stored %v after the writes\n",
 		r.chain.fullRev, result.Human(r.chain.fullSize), r.chain.deltas, result.Human(r.chain.deltaBytes), r.chain.target, r.revisions, r.deltaWait.Round(time.Second))
 
-	stateBefore, err := local.ReadState(c.Dir)
+	stateBefore, err := local.ReadState(local.Dir(c.Dir))
 	if err != nil {
 		return r, err
 	}
@@ -750,7 +750,7 @@ func quorumLoss(ctx context.Context, o options, c *localcluster.Cluster, w *watc
 		v := w.observe(ctx)
 		now := time.Since(t0)
 		if r.directive == 0 {
-			if s, err := local.ReadState(c.Dir); err == nil && s.Directive != nil && s.Directive.Seed != "" && s.LastEpoch > stateBefore.LastEpoch {
+			if s, err := local.ReadState(local.Dir(c.Dir)); err == nil && s.Directive != nil && s.Directive.Seed != "" && s.LastEpoch > stateBefore.LastEpoch {
 				r.directive, r.seed = now, s.Directive.Seed
 			}
 		}
@@ -775,7 +775,7 @@ func quorumLoss(ctx context.Context, o options, c *localcluster.Cluster, w *watc
 	}
 	r.background = bg.stop()
 	if r.seed == "" {
-		if s, err := local.ReadState(c.Dir); err == nil && s.LastEpoch > stateBefore.LastEpoch {
+		if s, err := local.ReadState(local.Dir(c.Dir)); err == nil && s.LastEpoch > stateBefore.LastEpoch {
 			r.seed = "?"
 		}
 		if r.seed == "" {
@@ -817,7 +817,7 @@ func fullSnapshot(ctx context.Context, dir, sidecarURL string) (fullResult, erro
 	if err != nil {
 		return fullResult{}, err
 	}
-	resp, err := sidecarapi.FileClient(local.TokenPath(dir), nil).Do(req)
+	resp, err := sidecarapi.FileClient(local.Dir(dir).Token(), nil).Do(req)
 	if err != nil {
 		return fullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: %w", sidecarURL, err)
 	}

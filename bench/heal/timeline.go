@@ -103,7 +103,7 @@ type logs func(member, proc string) []logEvent
 
 // clusterLogs reads the logs of the local cluster in dir.
 func clusterLogs(dir string) logs {
-	return func(member, proc string) []logEvent { return readLog(local.LogPath(dir, member, proc)) }
+	return func(member, proc string) []logEvent { return readLog(local.Dir(dir).Log(member, proc)) }
 }
 
 // isEvent matches the lines with the given event field.

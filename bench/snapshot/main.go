@@ -243,7 +243,7 @@ func sidecarSave(ctx context.Context, dir, sidecarURL string, pid int) (measurem
 	if err != nil {
 		return measurement{}, err
 	}
-	resp, err := sidecarapi.FileClient(local.TokenPath(dir), nil).Do(req)
+	resp, err := sidecarapi.FileClient(local.Dir(dir).Token(), nil).Do(req)
 	if err != nil {
 		return measurement{}, fmt.Errorf("POST %s/v1/snapshots/full: %w", sidecarURL, err)
 	}

@@ -99,7 +99,7 @@ func run(ctx context.Context, o options, dir string) (err error) {
 			}
 		}
 	}()
-	spec, _, err := local.ReadSpec(clusterDir)
+	spec, _, err := local.ReadSpec(local.Dir(clusterDir))
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func run(ctx context.Context, o options, dir string) (err error) {
 		return err
 	}
 	up = false
-	dataDir := local.MemberDataDir(clusterDir, m.Name)
+	dataDir := local.Dir(clusterDir).MemberData(m.Name)
 	dbPath := datadir.DBPath(dataDir)
 	if _, ok, err := datadir.ReadShutdown(dataDir); err != nil || !ok {
 		return fmt.Errorf("no clean-shutdown marker in %s after `steward local down` (%v): the quick check cannot be measured", dataDir, err)

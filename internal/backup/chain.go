@@ -335,7 +335,8 @@ func (c Chain) Coverage() []Range {
 	return coverage(c.Fulls, runs)
 }
 
-func describeRanges(rs []Range) string {
+// DescribeRanges lists revision ranges for a message, "none" when there are none.
+func DescribeRanges(rs []Range) string {
 	if len(rs) == 0 {
 		return "none"
 	}
@@ -373,7 +374,7 @@ func (c Chain) Plan(target int64) (RestorePlan, error) {
 	}
 	bi := sort.Search(len(c.Fulls), func(i int) bool { return c.Fulls[i].FirstRev > target }) - 1
 	if bi < 0 {
-		return RestorePlan{}, fmt.Errorf("no full snapshot at or below revision %d: the oldest is at revision %d; restorable revisions: %s", target, c.Fulls[0].FirstRev, describeRanges(cov))
+		return RestorePlan{}, fmt.Errorf("no full snapshot at or below revision %d: the oldest is at revision %d; restorable revisions: %s", target, c.Fulls[0].FirstRev, DescribeRanges(cov))
 	}
 	base := c.Fulls[bi]
 	plan := RestorePlan{Full: base, Target: target}
@@ -394,9 +395,9 @@ func (c Chain) Plan(target int64) (RestorePlan, error) {
 				missingTo = c.Deltas[di].FirstRev - 1
 			}
 			if di == len(c.Deltas) {
-				return RestorePlan{}, fmt.Errorf("revision %d is beyond the backups: from %s they reach revision %d; restorable revisions: %s", target, base.Key, reach, describeRanges(cov))
+				return RestorePlan{}, fmt.Errorf("revision %d is beyond the backups: from %s they reach revision %d; restorable revisions: %s", target, base.Key, reach, DescribeRanges(cov))
 			}
-			return RestorePlan{}, fmt.Errorf("revisions %d-%d are missing from the backups after %s: cannot reach revision %d; restorable revisions: %s", reach+1, missingTo, base.Key, target, describeRanges(cov))
+			return RestorePlan{}, fmt.Errorf("revisions %d-%d are missing from the backups after %s: cannot reach revision %d; restorable revisions: %s", reach+1, missingTo, base.Key, target, DescribeRanges(cov))
 		}
 		plan.Deltas = append(plan.Deltas, c.Deltas[best])
 		reach = c.Deltas[best].LastRev

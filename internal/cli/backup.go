@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -231,7 +230,7 @@ func printList(w io.Writer, format string, v listView, objects func(each func(ob
 				cluster += " (disagrees: " + tv.Disagrees + ")"
 			}
 			t.row(strconv.FormatUint(uint64(tv.Timeline), 10), cluster, tv.Revisions.String(), tv.From.Format(time.RFC3339), tv.To.Format(time.RFC3339),
-				strconv.Itoa(tv.Objects), units.Bytes(tv.Size), rangesString(tv.Coverage))
+				strconv.Itoa(tv.Objects), units.Bytes(tv.Size), backup.DescribeRanges(tv.Coverage))
 		}
 		for _, is := range v.Issues {
 			t.row(is)
@@ -256,17 +255,6 @@ func printList(w io.Writer, format string, v listView, objects func(each func(ob
 	default:
 		return fmt.Errorf("unknown output format %q: use -o table or -o json", format)
 	}
-}
-
-func rangesString(rs []backup.Range) string {
-	if len(rs) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, r := range rs {
-		parts = append(parts, r.String())
-	}
-	return strings.Join(parts, ", ")
 }
 
 func newBackupSaveCommand() *cobra.Command {
@@ -406,7 +394,7 @@ on every exit path.`,
 					t.row(is)
 				}
 				for _, tl := range v.Timelines {
-					t.row(fmt.Sprintf("timeline %d (cluster %x): restorable revisions %s", tl.Timeline, tl.ClusterID, rangesString(tl.Coverage)))
+					t.row(fmt.Sprintf("timeline %d (cluster %x): restorable revisions %s", tl.Timeline, tl.ClusterID, backup.DescribeRanges(tl.Coverage)))
 				}
 				if v.OK {
 					t.row("OK")

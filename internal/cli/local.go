@@ -29,12 +29,25 @@ func newLocalCommand() *cobra.Command {
 	return cmd
 }
 
-func absDir(dir string) (string, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", fmt.Errorf("--dir %s: %w", dir, err)
+// dirFlag gives a `local` subcommand its --dir flag, made absolute before the command runs:
+// every subcommand opens the cluster directory the same way.
+func dirFlag(cmd *cobra.Command, dir *string, usage string) {
+	cmd.Flags().StringVar(dir, "dir", "./steward-data", usage)
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		abs, err := filepath.Abs(*dir)
+		if err != nil {
+			return fmt.Errorf("--dir %s: %w", *dir, err)
+		}
+		*dir = abs
+		return nil
 	}
-	return abs, nil
+}
+
+// progressLines writes the progress of a long `local` operation to stderr, a line each,
+// with the time of day.
+func progressLines(cmd *cobra.Command) func(string) {
+	stderr := cmd.ErrOrStderr()
+	return func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
 }
 
 func newLocalUpCommand() *cobra.Command {
@@ -55,11 +68,6 @@ On a directory that already holds a cluster, starts that cluster on its data.
 Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := absDir(opts.Dir)
-			if err != nil {
-				return err
-			}
-			opts.Dir = dir
 			opts.ReadyTimeout = timeout
 			if !cmd.Flags().Changed("members") {
 				opts.Members = 0 // keep an existing cluster's size; 3 for a new one
@@ -80,7 +88,7 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Dir, "dir", "./steward-data", "directory holding the cluster's data, logs and state")
+	dirFlag(cmd, &opts.Dir, "directory holding the cluster's data, logs and state")
 	f.IntVar(&opts.Members, "members", 3, "number of members of a new cluster")
 	f.IntVar(&opts.BasePort, "base-port", 2379, "first port to try; members take the first free ports from here up")
 	f.StringVar(&opts.Name, "name", "steward", "name of a new cluster")
@@ -108,7 +116,7 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(opts.Dir, "logs", "supervisor.log")
+	logPath := local.Dir(opts.Dir).SupervisorLog()
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -135,7 +143,7 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st, _ := local.ReadState(opts.Dir)
+		st, _ := local.ReadState(local.Dir(opts.Dir))
 		if st.SupervisorPID == child.Process.Pid {
 			switch st.Phase {
 			case local.PhaseReady:
@@ -160,7 +168,7 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 }
 
 func printUpSummary(ctx context.Context, w io.Writer, dir string) {
-	rep, err := local.Status(ctx, dir)
+	rep, err := local.Status(ctx, local.Dir(dir))
 	if err != nil {
 		fmt.Fprintln(w, "status:", err)
 		return
@@ -183,11 +191,7 @@ func newLocalStatusCommand() *cobra.Command {
 		Short: "Show the local cluster's members as etcd reports them",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := absDir(dir)
-			if err != nil {
-				return err
-			}
-			rep, err := local.Status(cmd.Context(), dir)
+			rep, err := local.Status(cmd.Context(), local.Dir(dir))
 			if err != nil {
 				return err
 			}
@@ -197,7 +201,7 @@ func newLocalStatusCommand() *cobra.Command {
 			return printStatusTable(cmd.OutOrStdout(), rep)
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", "./steward-data", "directory of the local cluster")
+	dirFlag(cmd, &dir, "directory of the local cluster")
 	out.register(cmd)
 	return cmd
 }
@@ -270,14 +274,10 @@ leadership first if it leads; their data is removed. Waits until the cluster is 
 			if err != nil {
 				return fmt.Errorf("size %q is not a number", args[0])
 			}
-			dir, err := absDir(dir)
-			if err != nil {
+			if err := local.Scale(cmd.Context(), local.Dir(dir), n, timeout); err != nil {
 				return err
 			}
-			if err := local.Scale(cmd.Context(), dir, n, timeout); err != nil {
-				return err
-			}
-			rep, err := local.Status(cmd.Context(), dir)
+			rep, err := local.Status(cmd.Context(), local.Dir(dir))
 			if err != nil {
 				return err
 			}
@@ -285,7 +285,7 @@ leadership first if it leads; their data is removed. Waits until the cluster is 
 			return printStatusTable(cmd.OutOrStdout(), rep)
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", "./steward-data", "directory of the local cluster")
+	dirFlag(cmd, &dir, "directory of the local cluster")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the new size to be healthy")
 	return cmd
 }
@@ -305,22 +305,18 @@ func newLocalFaultCommand() *cobra.Command {
 The supervisor restarts the process; the sidecar detects the damage and heals the member.`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, err := absDir(dir)
-			if err != nil {
-				return err
-			}
 			other := ""
 			if len(args) == 3 {
 				other = args[2]
 			}
-			if err := local.Fault(dir, args[0], args[1], other); err != nil {
+			if err := local.Fault(local.Dir(dir), args[0], args[1], other); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "injected %s into %s; watch it heal with `steward local status --dir %s`\n", args[1], args[0], dir)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", "./steward-data", "directory of the local cluster")
+	dirFlag(cmd, &dir, "directory of the local cluster")
 	return cmd
 }
 
@@ -365,21 +361,16 @@ still holds it (the seed has moved its data aside); otherwise it is refused and 
   steward local restore --cancel`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := absDir(opts.Dir)
-			if err != nil {
+			opts.Timeline = timelineFlag
+			if err := out.check(); err != nil {
 				return err
 			}
-			opts.Dir, opts.Timeline = dir, timelineFlag
-			if out.format != "json" && out.format != "table" {
-				return fmt.Errorf("unknown output format %q: use -o table or -o json", out.format)
-			}
-			stderr := cmd.ErrOrStderr()
-			progress := func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+			progress := progressLines(cmd)
 			if cancelIt {
 				if cmd.Flags().Changed("to-revision") || toTime != "" || timelineFlag != 0 {
 					return errors.New("--cancel takes no target: it withdraws the restore in progress")
 				}
-				epoch, err := local.CancelRestore(cmd.Context(), dir, opts.Timeout, progress)
+				epoch, err := local.CancelRestore(cmd.Context(), local.Dir(opts.Dir), opts.Timeout, progress)
 				if err != nil {
 					return err
 				}
@@ -418,7 +409,7 @@ still holds it (the seed has moved its data aside); otherwise it is refused and 
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Dir, "dir", "./steward-data", "directory of the local cluster")
+	dirFlag(cmd, &opts.Dir, "directory of the local cluster")
 	f.Int64Var(&opts.ToRevision, "to-revision", 0, "restore exactly this revision (default: the newest)")
 	f.StringVar(&toTime, "to-time", "", "restore the newest revision the backups prove existed at this time (RFC 3339)")
 	f.Uint32Var(&timelineFlag, "timeline", 0, "restore from this timeline of the cluster (default: its newest, or the one of --to-time)")
@@ -464,14 +455,10 @@ again with the previous binary and flags: the member that is down restarts first
   steward local upgrade            # a rolling restart, or completes an interrupted upgrade`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := absDir(opts.Dir)
-			if err != nil {
+			if err := out.check(); err != nil {
 				return err
 			}
-			opts.Dir = dir
-			if out.format != "json" && out.format != "table" {
-				return fmt.Errorf("unknown output format %q: use -o table or -o json", out.format)
-			}
+			var err error
 			if opts.Leader, err = maintenance.ParseLeaderUpdate(leaderUpdate); err != nil {
 				return fmt.Errorf("--leader-update: %w", err)
 			}
@@ -483,8 +470,7 @@ again with the previous binary and flags: the member that is down restarts first
 					return err
 				}
 			}
-			stderr := cmd.ErrOrStderr()
-			opts.Progress = func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+			opts.Progress = progressLines(cmd)
 			res, err := local.Upgrade(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -506,7 +492,7 @@ again with the previous binary and flags: the member that is down restarts first
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Dir, "dir", "./steward-data", "directory of the local cluster")
+	dirFlag(cmd, &opts.Dir, "directory of the local cluster")
 	f.StringVar(&opts.Binary, "binary", "", "the steward executable the members run from now on (copied into DIR/bin)")
 	f.StringArrayVar(&setFlags, "set-flag", nil, "set an extra etcd flag, NAME=VALUE with etcd's flag name, e.g. snapshot-count=50000 (repeatable)")
 	f.StringArrayVar(&opts.UnsetFlags, "unset-flag", nil, "remove an extra etcd flag set earlier: etcd's default applies again (repeatable)")
@@ -538,16 +524,10 @@ Clients outside Steward read DIR/pki/client again (etcdctl does at every run). A
 rollover is finished by running the command again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := absDir(opts.Dir)
-			if err != nil {
+			if err := out.check(); err != nil {
 				return err
 			}
-			opts.Dir = dir
-			if out.format != "json" && out.format != "table" {
-				return fmt.Errorf("unknown output format %q: use -o table or -o json", out.format)
-			}
-			stderr := cmd.ErrOrStderr()
-			opts.Progress = func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+			opts.Progress = progressLines(cmd)
 			res, err := local.RotateCA(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -558,7 +538,7 @@ rollover is finished by running the command again.`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&opts.Dir, "dir", "./steward-data", "directory of the local cluster")
+	dirFlag(cmd, &opts.Dir, "directory of the local cluster")
 	cmd.Flags().DurationVar(&opts.WaitTimeout, "wait-timeout", 5*time.Minute, "how long to wait for a restarted member (or the cluster) to be healthy before the rollover stops")
 	out.register(cmd)
 	return cmd
@@ -571,23 +551,18 @@ func newLocalDownCommand() *cobra.Command {
 		Short: "Stop the local cluster gracefully (data is kept unless --purge)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := absDir(opts.Dir)
-			if err != nil {
-				return err
-			}
-			opts.Dir = dir
 			if err := local.Down(cmd.Context(), opts); err != nil {
 				return err
 			}
 			if opts.Purge {
-				fmt.Fprintf(cmd.OutOrStdout(), "Stopped; removed %s.\n", dir)
+				fmt.Fprintf(cmd.OutOrStdout(), "Stopped; removed %s.\n", opts.Dir)
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "Stopped; data kept in %s (start again with `steward local up --dir %s`).\n", dir, dir)
+				fmt.Fprintf(cmd.OutOrStdout(), "Stopped; data kept in %s (start again with `steward local up --dir %s`).\n", opts.Dir, opts.Dir)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&opts.Dir, "dir", "./steward-data", "directory of the local cluster")
+	dirFlag(cmd, &opts.Dir, "directory of the local cluster")
 	cmd.Flags().BoolVar(&opts.Purge, "purge", false, "also delete the directory with all data, logs and backups")
 	return cmd
 }

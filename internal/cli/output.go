@@ -17,6 +17,14 @@ func (o *outputFlag) register(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&o.format, "output", "o", "table", "output format: table or json")
 }
 
+// check refuses an output format print does not know, before a command changes anything.
+func (o *outputFlag) check() error {
+	if o.format != "json" && o.format != "table" {
+		return fmt.Errorf("unknown output format %q: use -o table or -o json", o.format)
+	}
+	return nil
+}
+
 // print writes v as indented JSON or, for tables, lets fill lay out the rows.
 func (o *outputFlag) print(w io.Writer, v any, fill func(t *table)) error {
 	switch o.format {

@@ -90,7 +90,7 @@ file is read again when it changes).`,
 			case localDir != "" && kubeCluster != "":
 				return errors.New("--local-dir and --kubernetes-cluster exclude each other: give the one cluster view this member belongs to")
 			case localDir != "":
-				cfg.View = local.View{Dir: localDir, Name: cfg.Name}
+				cfg.View = local.View{Dir: local.Dir(localDir), Name: cfg.Name}
 			case kubeCluster != "":
 				if err := kubernetesView(cmd.Context(), &cfg, kubeNamespace, kubeCluster); err != nil {
 					return err

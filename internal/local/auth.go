@@ -13,22 +13,18 @@ import (
 	"github.com/etcd-steward/steward/internal/etcdutil"
 )
 
-// rootPasswordFile holds the root password of a cluster with etcd authentication
-// (`steward local up --auth`), relative to DIR.
-const rootPasswordFile = "auth/root-password"
-
 // RootPasswordPath is the file holding the cluster's root password, "" without authentication.
-func RootPasswordPath(dir string, spec Spec) string {
+func RootPasswordPath(d Dir, spec Spec) string {
 	if !spec.Auth {
 		return ""
 	}
-	return filepath.Join(dir, rootPasswordFile)
+	return d.RootPassword()
 }
 
 // ensureRootPassword makes the root password once (256 random bits, mode 0600) and keeps it
 // after; the log names the file, never the password. Nothing is done without authentication.
-func ensureRootPassword(dir string, spec Spec, logf func(string, ...any)) error {
-	p := RootPasswordPath(dir, spec)
+func ensureRootPassword(d Dir, spec Spec, logf func(string, ...any)) error {
+	p := RootPasswordPath(d, spec)
 	if p == "" {
 		return nil
 	}

@@ -54,7 +54,7 @@ func TestBackupsAcrossLeaderChangeAndStoreOutage(t *testing.T) {
 
 	backupCovers := func(rev int64, wantReady bool) func() error {
 		return func() error {
-			rep, err := Status(ctx, dir)
+			rep, err := Status(ctx, Dir(dir))
 			if err != nil {
 				return err
 			}
@@ -68,7 +68,7 @@ func TestBackupsAcrossLeaderChangeAndStoreOutage(t *testing.T) {
 	testutil.Eventually(t, 60*time.Second, "first deltas stored", backupCovers(20, true))
 
 	// Hand-over: move etcd leadership; backup leadership must follow to the new leader's sidecar.
-	rep, err := Status(ctx, dir)
+	rep, err := Status(ctx, Dir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestBackupsAcrossLeaderChangeAndStoreOutage(t *testing.T) {
 	}
 	mark := lastAcked.Load()
 	testutil.Eventually(t, 60*time.Second, "backup leadership follows etcd leadership", func() error {
-		rep, err := Status(ctx, dir)
+		rep, err := Status(ctx, Dir(dir))
 		if err != nil {
 			return err
 		}
@@ -125,7 +125,7 @@ func TestBackupsAcrossLeaderChangeAndStoreOutage(t *testing.T) {
 	// Store outage: backups fail, BackupReady goes false, etcd keeps serving.
 	s3.SetDown(true)
 	testutil.Eventually(t, 30*time.Second, "BackupReady false during the outage", func() error {
-		rep, err := Status(ctx, dir)
+		rep, err := Status(ctx, Dir(dir))
 		if err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ func FuzzParseSpec(f *testing.F) {
 		}
 		dir := "/cluster"
 		for _, m := range spec.Members {
-			for _, p := range []string{MemberDataDir(dir, m.Name), LogPath(dir, m.Name, "sidecar"), filepath.Join(dir, "members", m.Name)} {
+			for _, p := range []string{Dir(dir).MemberData(m.Name), Dir(dir).Log(m.Name, "sidecar"), filepath.Join(dir, "members", m.Name)} {
 				if rel, err := filepath.Rel(filepath.Join(dir, "members"), p); (err != nil || strings.HasPrefix(rel, "..") || rel == ".") && !strings.HasPrefix(p, filepath.Join(dir, "logs")+"/") {
 					t.Fatalf("member %q: path %s leaves DIR/members", m.Name, p)
 				}

@@ -21,11 +21,11 @@ func healthyVoters(t *testing.T, ctx context.Context, dir string, timeout time.D
 	t.Helper()
 	var ids map[string]string
 	testutil.Eventually(t, timeout, "every member healthy and voting", func() error {
-		rep, err := Status(ctx, dir)
+		rep, err := Status(ctx, Dir(dir))
 		if err != nil {
 			return err
 		}
-		spec, _, _ := ReadSpec(dir)
+		spec, _, _ := ReadSpec(Dir(dir))
 		if len(rep.Members) != len(spec.Members) || rep.Cluster.Size != len(spec.Members) {
 			return fmt.Errorf("%d members reported, %d in etcd, want %d: %+v", len(rep.Members), rep.Cluster.Size, len(spec.Members), rep.Members)
 		}
@@ -117,8 +117,8 @@ func TestMembersHealThemselves(t *testing.T) {
 		{fault: FaultSwap, member: "m0", other: "m2", sameID: []string{"m0", "m2"}},
 	} {
 		t.Run(step.fault+" "+step.member, func(t *testing.T) {
-			before, _ := ReadState(dir)
-			if err := Fault(dir, step.member, step.fault, step.other); err != nil {
+			before, _ := ReadState(Dir(dir))
+			if err := Fault(Dir(dir), step.member, step.fault, step.other); err != nil {
 				t.Fatal(err)
 			}
 			for k, v := range writeKeys(t, ctx, cli, "/after-"+step.fault, 20) {
@@ -135,7 +135,7 @@ func TestMembersHealThemselves(t *testing.T) {
 					t.Errorf("member %s changed ID from %s to %s after %s: its data should have been moved back", name, ids[name], now[name], step.fault)
 				}
 			}
-			if after, _ := ReadState(dir); after.LastEpoch != before.LastEpoch {
+			if after, _ := ReadState(Dir(dir)); after.LastEpoch != before.LastEpoch {
 				t.Errorf("a quorum-loss recovery ran (directive %d) although every copy was intact", after.LastEpoch)
 			}
 			ids = now
@@ -146,7 +146,7 @@ func TestMembersHealThemselves(t *testing.T) {
 	// etcd's hash check marks a member whose data disagrees CORRUPT, and the cluster then
 	// refuses every request. The alarm is raised here as the check raises it.
 	t.Run("CORRUPT alarm on m1", func(t *testing.T) {
-		before, _ := ReadState(dir)
+		before, _ := ReadState(Dir(dir))
 		id, err := strconv.ParseUint(ids["m1"], 16, 64)
 		if err != nil {
 			t.Fatal(err)
@@ -164,7 +164,7 @@ func TestMembersHealThemselves(t *testing.T) {
 		if resp, err := cli.AlarmList(ctx); err != nil || len(resp.Alarms) != 0 {
 			t.Fatalf("alarms after the replacement: %v %v", resp, err)
 		}
-		if after, _ := ReadState(dir); after.LastEpoch != before.LastEpoch {
+		if after, _ := ReadState(Dir(dir)); after.LastEpoch != before.LastEpoch {
 			t.Errorf("a quorum-loss recovery ran (directive %d) for one member marked CORRUPT", after.LastEpoch)
 		}
 		everyMemberHas(t, ctx, r.spec, acked)
@@ -183,13 +183,13 @@ func TestQuorumLossRecoversFromSurvivor(t *testing.T) {
 	healthyVoters(t, ctx, dir, time.Minute)
 
 	for _, m := range []string{"m1", "m2"} {
-		if err := Fault(dir, m, FaultWipe, ""); err != nil {
+		if err := Fault(Dir(dir), m, FaultWipe, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	healthyVoters(t, ctx, dir, 3*time.Minute)
 	everyMemberHas(t, ctx, r.spec, acked)
-	st, _ := ReadState(dir)
+	st, _ := ReadState(Dir(dir))
 	if st.LastEpoch == 0 {
 		t.Fatal("healed without a recovery directive: the majority was not lost?")
 	}
@@ -207,7 +207,7 @@ func TestTotalLossRestoresFromBackup(t *testing.T) {
 	acked := writeKeys(t, ctx, cli, "/k", 100)
 	var backedUp int64
 	testutil.Eventually(t, time.Minute, "the writes are backed up", func() error {
-		rep, err := Status(ctx, dir)
+		rep, err := Status(ctx, Dir(dir))
 		if err != nil {
 			return err
 		}
@@ -220,7 +220,7 @@ func TestTotalLossRestoresFromBackup(t *testing.T) {
 	})
 
 	for _, m := range []string{"m0", "m1", "m2"} {
-		if err := Fault(dir, m, FaultWipe, ""); err != nil {
+		if err := Fault(Dir(dir), m, FaultWipe, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,7 +233,7 @@ func TestTotalLossRestoresFromBackup(t *testing.T) {
 	if resp.Header.Revision < backedUp {
 		t.Fatalf("restored at revision %d, below the newest backed-up revision %d", resp.Header.Revision, backedUp)
 	}
-	logs, _ := os.ReadFile(LogPath(dir, "m0", "sidecar"))
+	logs, _ := os.ReadFile(Dir(dir).Log("m0", "sidecar"))
 	if !strings.Contains(string(logs), "restored from backup") {
 		t.Fatal("m0 did not restore from backup")
 	}
@@ -269,7 +269,7 @@ func TestIdleClusterReplacesMember(t *testing.T) {
 		}
 	}
 	ids := healthyVoters(t, ctx, dir, time.Minute)
-	if err := Fault(dir, "m2", FaultWipe, ""); err != nil {
+	if err := Fault(Dir(dir), "m2", FaultWipe, ""); err != nil {
 		t.Fatal(err)
 	}
 	now := healthyVoters(t, ctx, dir, 2*time.Minute)

@@ -95,7 +95,7 @@ func TestBootstrapSingleMember(t *testing.T) {
 	if _, err := c.Put(ctx, "/single", "v"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Status(ctx, dir)
+	rep, err := Status(ctx, Dir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestThreeMemberLifecycle(t *testing.T) {
 
 	var ids map[string]string
 	t.Run("status agrees with etcd's member list and status", func(t *testing.T) {
-		rep, err := Status(ctx, dir)
+		rep, err := Status(ctx, Dir(dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestThreeMemberLifecycle(t *testing.T) {
 			if m.Role != wantRole || !m.Healthy || m.Revision > st.Header.Revision || m.Revision < 2 || m.DBSize <= 0 {
 				t.Errorf("member %s: %+v; etcd says role %s revision %d", m.Name, m, wantRole, st.Header.Revision)
 			}
-			if m.EtcdPID <= 0 || m.SidecarPID <= 0 || m.DataDir != MemberDataDir(dir, m.Name) {
+			if m.EtcdPID <= 0 || m.SidecarPID <= 0 || m.DataDir != Dir(dir).MemberData(m.Name) {
 				t.Errorf("member %s: pids/dataDir not reported: %+v", m.Name, m)
 			}
 		}
@@ -180,7 +180,7 @@ func TestThreeMemberLifecycle(t *testing.T) {
 	})
 
 	t.Run("kill -9 of an etcd process: restarted, rejoins with the same member ID", func(t *testing.T) {
-		st, err := ReadState(dir)
+		st, err := ReadState(Dir(dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestThreeMemberLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.Eventually(t, 60*time.Second, "m1 restarted and healthy", func() error {
-			st, err := ReadState(dir)
+			st, err := ReadState(Dir(dir))
 			if err != nil {
 				return err
 			}
@@ -218,7 +218,7 @@ func TestThreeMemberLifecycle(t *testing.T) {
 	t.Run("down then up keeps data and member IDs", func(t *testing.T) {
 		r.stop()
 		for _, m := range r.spec.Members {
-			if _, clean, err := datadir.ReadShutdown(MemberDataDir(dir, m.Name)); err != nil || !clean {
+			if _, clean, err := datadir.ReadShutdown(Dir(dir).MemberData(m.Name)); err != nil || !clean {
 				t.Errorf("member %s: no clean-shutdown marker after a graceful stop (%v)", m.Name, err)
 			}
 		}
@@ -289,7 +289,7 @@ func TestUpRefusesBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("port %d (member m0 peer port) is in use", spec.Members[0].PeerPort)) {
 			t.Fatalf("up with a port in use: %v", err)
 		}
-		if _, ok, err := ReadSpec(dir); !ok || err != nil {
+		if _, ok, err := ReadSpec(Dir(dir)); !ok || err != nil {
 			t.Fatalf("cluster.json lost after a refused up: %v", err)
 		}
 	})
@@ -304,10 +304,10 @@ func TestUpRefusesBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "keeps failing to start") || !strings.Contains(err.Error(), "cannot run") {
 			t.Fatalf("up with a broken binary: %v", err)
 		}
-		if _, ok, _ := ReadSpec(dir); !ok {
+		if _, ok, _ := ReadSpec(Dir(dir)); !ok {
 			t.Fatal("cluster.json removed after a failed start")
 		}
-		if _, running := SupervisorRunning(dir); running {
+		if _, running := Dir(dir).SupervisorRunning(); running {
 			t.Fatal("lock still held after a failed up")
 		}
 	})
@@ -328,32 +328,32 @@ func TestStillLocked(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	held, err := lock(dir)
+	held, err := lock(Dir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	if err := stillLocked(dir, held); err != nil {
+	if err := stillLocked(Dir(dir), held); err != nil {
 		t.Fatalf("the lock just taken: %v", err)
 	}
 	if err := os.RemoveAll(filepath.Join(dir, "run")); err != nil {
 		t.Fatal(err)
 	}
-	if err := stillLocked(dir, held); err == nil || !strings.Contains(err.Error(), "removed or replaced") {
+	if err := stillLocked(Dir(dir), held); err == nil || !strings.Contains(err.Error(), "removed or replaced") {
 		t.Fatalf("after the directory was removed: %v", err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	second, err := lock(dir)
+	second, err := lock(Dir(dir))
 	if err != nil {
 		t.Fatalf("a second supervisor on the new directory: %v", err)
 	}
 	defer second.Close()
-	if err := stillLocked(dir, held); err == nil {
+	if err := stillLocked(Dir(dir), held); err == nil {
 		t.Fatal("the first supervisor still thinks it holds the lock of the new directory")
 	}
-	if err := stillLocked(dir, second); err != nil {
+	if err := stillLocked(Dir(dir), second); err != nil {
 		t.Fatalf("the second supervisor: %v", err)
 	}
 }

@@ -80,8 +80,8 @@ func (o *UpOptions) defaults() {
 // never removes anything from DIR.
 func Prepare(opts UpOptions) (Spec, error) {
 	opts.defaults()
-	dir := opts.Dir
-	if pid, running := SupervisorRunning(dir); running {
+	dir := Dir(opts.Dir)
+	if pid, running := dir.SupervisorRunning(); running {
 		return Spec{}, fmt.Errorf("the cluster in %s is already running (supervisor pid %d): see `steward local status --dir %s`, or stop it with `steward local down --dir %s`", dir, pid, dir, dir)
 	}
 	spec, ok, err := ReadSpec(dir)
@@ -161,9 +161,9 @@ func Prepare(opts UpOptions) (Spec, error) {
 			HealthPort:  ports[2*opts.Members+2*i+1],
 		})
 	}
-	for _, sub := range []string{"run", "logs", "bin", "members"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return Spec{}, fmt.Errorf("create %s: %w", filepath.Join(dir, sub), err)
+	for _, sub := range []string{dir.Run(), dir.Logs(), dir.Bin(), dir.Members()} {
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			return Spec{}, fmt.Errorf("create %s: %w", sub, err)
 		}
 	}
 	if err := ensureCerts(dir, spec, time.Now(), opts.Logf); err != nil {
@@ -173,20 +173,20 @@ func Prepare(opts UpOptions) (Spec, error) {
 		return Spec{}, err
 	}
 	if err := writeSpec(dir, spec); err != nil {
-		return Spec{}, fmt.Errorf("write %s: %w", filepath.Join(dir, specFile), err)
+		return Spec{}, fmt.Errorf("write %s: %w", dir.Spec(), err)
 	}
 	return spec, ensureToken(dir, opts.Logf)
 }
 
 // ensureToken makes the cluster's sidecar API token once (256 random bits, mode 0600) and
 // keeps it after; the log names the file, never the token.
-func ensureToken(dir string, logf func(string, ...any)) error {
-	created, err := sidecarapi.EnsureTokenFile(TokenPath(dir))
+func ensureToken(dir Dir, logf func(string, ...any)) error {
+	created, err := sidecarapi.EnsureTokenFile(dir.Token())
 	if err != nil {
 		return err
 	}
 	if created {
-		logf("generated the sidecar API token in %s (mode 0600)", TokenPath(dir))
+		logf("generated the sidecar API token in %s (mode 0600)", dir.Token())
 	}
 	return nil
 }
@@ -197,8 +197,8 @@ const backupKeysDir = "backup-keys"
 // ensureBackupKey makes the cluster's backup key once (32 random bytes, base64, mode 0600 in
 // a 0700 directory, as a mounted Secret holds one: the file's name is the key ID) and keeps it
 // after. It returns the keyring's path relative to dir; the log names the file, never the key.
-func ensureBackupKey(dir string, logf func(string, ...any)) (string, error) {
-	kd := filepath.Join(dir, backupKeysDir)
+func ensureBackupKey(dir Dir, logf func(string, ...any)) (string, error) {
+	kd := dir.BackupKeys()
 	if ents, err := os.ReadDir(kd); err == nil && len(ents) > 0 {
 		return backupKeysDir, nil
 	}
@@ -218,10 +218,10 @@ func ensureBackupKey(dir string, logf func(string, ...any)) (string, error) {
 }
 
 // backupURL resolves the --backup flag: default file://DIR/backups, "none" for no backups.
-func backupURL(dir, flag string) string {
+func backupURL(dir Dir, flag string) string {
 	switch flag {
 	case "":
-		return "file://" + filepath.Join(dir, "backups")
+		return "file://" + dir.Backups()
 	case "none":
 		return ""
 	}
@@ -229,8 +229,8 @@ func backupURL(dir, flag string) string {
 }
 
 // checkForeignDir refuses a non-empty directory that is not a steward local directory.
-func checkForeignDir(dir string) error {
-	entries, err := os.ReadDir(dir)
+func checkForeignDir(dir Dir) error {
+	entries, err := os.ReadDir(dir.String())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -244,8 +244,8 @@ func checkForeignDir(dir string) error {
 		}
 		return fmt.Errorf("%s is not empty and holds no steward cluster (found %q); choose an empty or new --dir", dir, e.Name())
 	}
-	if _, err := os.Stat(filepath.Join(dir, "members")); err == nil {
-		if sub, _ := os.ReadDir(filepath.Join(dir, "members")); len(sub) > 0 {
+	if _, err := os.Stat(dir.Members()); err == nil {
+		if sub, _ := os.ReadDir(dir.Members()); len(sub) > 0 {
 			return fmt.Errorf("%s has member data but no cluster.json; restore cluster.json or choose another --dir (nothing was changed)", dir)
 		}
 	}
@@ -275,15 +275,15 @@ func freePorts(host string, from, n int) ([]int, error) {
 }
 
 // lock takes the supervisor lock of dir; it is released when the process exits.
-func lock(dir string) (*os.File, error) {
-	path := filepath.Join(dir, lockFile)
+func lock(dir Dir) (*os.File, error) {
+	path := dir.Lock()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		pid, _ := SupervisorRunning(dir)
+		pid, _ := dir.SupervisorRunning()
 		return nil, fmt.Errorf("the cluster in %s is already running (supervisor pid %d): see `steward local status --dir %s`, or stop it with `steward local down --dir %s`", dir, pid, dir, dir)
 	}
 	_ = f.Truncate(0)
@@ -294,37 +294,21 @@ func lock(dir string) (*os.File, error) {
 // stillLocked fails when dir's lock file is no longer the one this supervisor holds: the
 // directory was removed or replaced under it, and another supervisor could take the new
 // lock and run a second cluster of the same members.
-func stillLocked(dir string, held *os.File) error {
+func stillLocked(dir Dir, held *os.File) error {
 	mine, err := held.Stat()
 	if err != nil {
 		return err
 	}
-	now, err := os.Stat(filepath.Join(dir, lockFile))
+	now, err := os.Stat(dir.Lock())
 	if err != nil || !os.SameFile(mine, now) {
-		return fmt.Errorf("%s was removed or replaced while this supervisor ran it: stopping its members, so that no second supervisor runs them beside it; start the cluster again with `steward local up --dir %s`", filepath.Join(dir, lockFile), dir)
+		return fmt.Errorf("%s was removed or replaced while this supervisor ran it: stopping its members, so that no second supervisor runs them beside it; start the cluster again with `steward local up --dir %s`", dir.Lock(), dir)
 	}
 	return nil
 }
 
-// SupervisorRunning reports whether a supervisor holds dir's lock, and its pid.
-func SupervisorRunning(dir string) (pid int, running bool) {
-	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR, 0)
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		return 0, false
-	}
-	_, _ = fmt.Fscan(f, &pid)
-	return pid, true
-}
-
-// installBinary copies a steward executable to rel under DIR (bin/...), so members keep a
-// binary to restart from even when the original goes away (e.g. `go run`'s temporary build).
-func installBinary(dir, src, rel string) error {
-	dst := filepath.Join(dir, rel)
+// installBinary copies a steward executable to dst in DIR/bin, so members keep a binary to
+// restart from even when the original goes away (e.g. `go run`'s temporary build).
+func installBinary(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("read steward executable %s: %w", src, err)

@@ -47,7 +47,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	s.mu.Lock()
 	st := s.state.Status
 	s.mu.Unlock()
-	st = heal.FoldAck(st, func(seed string) (ack, bool) { return readMemberFile[ack](s.dir, acksDir, seed) })
+	st = heal.FoldAck(st, func(seed string) (ack, bool) { return readMemberFile[ack](s.dir.Ack(seed)) })
 	if rels := heal.Relocations(members); len(rels) > 0 {
 		for _, rel := range rels {
 			s.relocate(ctx, rel, runs)
@@ -89,7 +89,7 @@ func (s *supervisor) healMembers(runs []*memberRun) []heal.Member {
 		if ms := s.memberStateLocked(r.spec.Name); ms != nil {
 			sm.Ready, sm.ID, sm.Learner = ms.Ready, ms.ID, ms.Learner
 		}
-		if rep, ok := readMemberFile[cluster.Report](s.dir, reportsDir, r.spec.Name); ok {
+		if rep, ok := readMemberFile[cluster.Report](s.dir.Report(r.spec.Name)); ok {
 			sm.Report = &rep
 		}
 		sms = append(sms, sm)
@@ -220,7 +220,7 @@ func (s *supervisor) relocate(ctx context.Context, rel heal.Relocation, runs []*
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	from, to := MemberDataDir(s.dir, rel.From), MemberDataDir(s.dir, rel.Owner)
+	from, to := s.dir.MemberData(rel.From), s.dir.MemberData(rel.Owner)
 	if err := moveData(from, to, rel.Swap); err != nil {
 		s.logf("cannot move %s's data back from %s: %v", rel.Owner, rel.From, err)
 		return

@@ -1,22 +1,19 @@
 package local
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/local/localdir"
 )
 
-// restartRequestFile is where `steward local upgrade` asks the running supervisor to restart
-// one member on the current spec. The supervisor records its answer in the state
-// (RestartAnswer) in the same write as the member's new generation, so a supervisor that
-// dies in between answers again when it starts: by then every member started on the current
-// spec, and the answer is "done".
-const restartRequestFile = "run/restart-request.json"
-
+// RestartRequest (localdir.RestartKind) is how `steward local upgrade` asks the running
+// supervisor to restart one member on the current spec. The supervisor records its answer in
+// the state (RestartAnswer) in the same write as the member's new generation, so a supervisor
+// that dies in between answers again when it starts: by then every member started on the
+// current spec, and the answer is "done".
+//
 // RestartRequest asks the supervisor to restart Member on the spec of Generation.
 type RestartRequest struct {
 	requestHeader
@@ -61,20 +58,13 @@ func answerRestartRequest(now time.Time, req RestartRequest, specGeneration int6
 // takeRestartRequest answers a restart request left in the cluster dir, if any, restarting
 // the member first when it asks for one.
 func (s *supervisor) takeRestartRequest() {
-	path := filepath.Join(s.dir, restartRequestFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return
-	}
-	var req RestartRequest
-	if err := json.Unmarshal(b, &req); err != nil || req.ID == "" {
-		s.logf("restart request %s is unreadable (%v): removed", path, err)
-		_ = os.Remove(path)
+	req, ok := takeRequest[RestartRequest](s, localdir.RestartKind)
+	if !ok {
 		return
 	}
 	want, ok, err := ReadSpec(s.dir)
 	if err != nil || !ok {
-		s.logf("restart request %s: cannot read %s (%v): taken up again next round", req.ID, specFile, err)
+		s.logf("restart request %s: cannot read cluster.json (%v): taken up again next round", req.ID, err)
 		return
 	}
 	s.adoptSpec(want)
@@ -88,7 +78,7 @@ func (s *supervisor) takeRestartRequest() {
 	d := s.state.Directive
 	s.mu.Unlock()
 	if answered {
-		_ = os.Remove(path)
+		s.dir.Done(localdir.RestartKind)
 		return
 	}
 	restart, ans := answerRestartRequest(time.Now(), req, want.Generation, d, ms)
@@ -100,11 +90,9 @@ func (s *supervisor) takeRestartRequest() {
 	s.mu.Lock()
 	s.state.RestartAnswer = &ans
 	s.mu.Unlock()
-	if err := s.save(); err != nil {
-		s.logf("cannot record the answer to restart request %s (%v): taken up again next round", req.ID, err)
+	if !s.recordAnswer(localdir.RestartKind, req.ID) {
 		return
 	}
-	_ = os.Remove(path)
 	if !ans.Accepted {
 		s.logf("restart of %s refused: %s", req.Member, ans.Error)
 	}

@@ -2,39 +2,32 @@ package local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/cluster"
-	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/heal"
+	"github.com/etcd-steward/steward/internal/local/localdir"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
 )
 
-// restoreRequestFile is where `steward local restore` leaves its request for the running
+// A RestoreRequest (localdir.RestoreKind) is how `steward local restore` asks the running
 // supervisor. The supervisor records its answer in the state (RestoreAnswer), in the same
 // write as the directive it issues, so a supervisor that dies in between has done neither
 // and takes the request up again when it starts.
-const restoreRequestFile = "run/restore-request.json"
 
 // restoreRequestTTL is how long a request waits for the supervisor to take it up. A
 // supervisor that finds it later (it was not running) refuses it: the user has been told it
 // failed.
-const restoreRequestTTL = 30 * time.Second
+const restoreRequestTTL = localdir.RequestTTL
 
 // RestoreRequest asks the supervisor to restore the running cluster to Target, or (Cancel)
 // to withdraw the restore in progress.
@@ -88,33 +81,24 @@ func answerRestoreRequest(o heal.Observation, req RestoreRequest, backupConfigur
 // takeRestoreRequest answers a restore request left in the cluster dir, if any: the new
 // status and the answer are recorded together; the request file goes only after that.
 func (s *supervisor) takeRestoreRequest(h *healer, members []heal.Member, spec Spec) {
-	path := filepath.Join(s.dir, restoreRequestFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return
-	}
-	var req RestoreRequest
-	if err := json.Unmarshal(b, &req); err != nil || req.ID == "" {
-		s.logf("restore request %s is unreadable (%v): removed", path, err)
-		_ = os.Remove(path)
+	req, ok := takeRequest[RestoreRequest](s, localdir.RestoreKind)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
 	st, answered := s.state.Status, s.state.RestoreAnswer != nil && s.state.RestoreAnswer.ID == req.ID
 	s.mu.Unlock()
 	if answered {
-		_ = os.Remove(path)
+		s.dir.Done(localdir.RestoreKind)
 		return
 	}
 	dec, ans := answerRestoreRequest(heal.Observation{Now: time.Now(), Status: st, Members: members, Timing: h.timing}, req, spec.Backup != "")
 	s.mu.Lock()
 	s.state.Status, s.state.RestoreAnswer = dec.Status, &ans
 	s.mu.Unlock()
-	if err := s.save(); err != nil {
-		s.logf("cannot record the answer to restore request %s (%v): taken up again next round", req.ID, err)
+	if !s.recordAnswer(localdir.RestoreKind, req.ID) {
 		return
 	}
-	_ = os.Remove(path)
 	if ans.Accepted {
 		s.logf("%s", dec.Event)
 	} else {
@@ -174,11 +158,12 @@ func Restore(ctx context.Context, opts RestoreOptions) (RestoreResult, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	spec, st, err := restorable(opts.Dir)
+	dir := Dir(opts.Dir)
+	spec, st, err := restorable(dir)
 	if err != nil {
 		return RestoreResult{}, err
 	}
-	s, err := openBackupStore(ctx, opts.Dir, spec)
+	s, err := openBackupStore(ctx, dir, spec)
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("the backup store %s of the cluster in %s cannot be opened: %w; nothing was changed", spec.Backup, opts.Dir, err)
 	}
@@ -190,7 +175,7 @@ func Restore(ctx context.Context, opts RestoreOptions) (RestoreResult, error) {
 
 	res := RestoreResult{PreviousClusterID: st.ClusterID}
 	progress("taking a full snapshot first, so the present stays restorable")
-	if res.Snapshot, err = fullSnapshotNow(ctx, opts.Dir, spec, s); err != nil {
+	if res.Snapshot, err = fullSnapshotNow(ctx, dir, spec, s); err != nil {
 		return res, fmt.Errorf("%w; nothing was changed", err)
 	}
 	progress(fmt.Sprintf("full snapshot %s stored (revision %d, timeline %d)", res.Snapshot.Key, res.Snapshot.Revision, res.Snapshot.Timeline))
@@ -206,18 +191,18 @@ func Restore(ctx context.Context, opts RestoreOptions) (RestoreResult, error) {
 		progress("WARNING: " + r.TargetAfterEnd)
 	}
 
-	ans, err := request(ctx, opts.Dir, RestoreRequest{Target: &res.Target})
+	ans, err := request(ctx, dir, RestoreRequest{Target: &res.Target})
 	if err != nil {
 		return res, err
 	}
 	progress(fmt.Sprintf("directive %d: restoring %s of timeline %d", ans.Epoch, res.Target.Point(), res.Target.Timeline))
-	done, err := followRestore(ctx, opts.Dir, res.Target, ans.Epoch, progress)
+	done, err := followRestore(ctx, dir, res.Target, ans.Epoch, progress)
 	if err != nil {
 		return res, err
 	}
 	res.Epoch, res.Seed, res.Revision, res.ClusterID = done.Epoch, done.Seed, done.Ack.Revision, done.Ack.ClusterID
 	progress(fmt.Sprintf("every member serves cluster %s at revision %d; waiting for its backups to continue", res.ClusterID, res.Revision))
-	if res.Timeline, err = waitBackupsContinue(ctx, opts.Dir, res.Revision); err != nil {
+	if res.Timeline, err = waitBackupsContinue(ctx, dir, res.Revision); err != nil {
 		return res, err
 	}
 	res.Duration = time.Since(start)
@@ -226,13 +211,13 @@ func Restore(ctx context.Context, opts RestoreOptions) (RestoreResult, error) {
 
 // CancelRestore withdraws the restore in progress in dir while that is safe (see
 // heal.CancelRestore), and waits until the members serve their own data again.
-func CancelRestore(ctx context.Context, dir string, timeout time.Duration, progress func(string)) (epoch int64, err error) {
+func CancelRestore(ctx context.Context, dir Dir, timeout time.Duration, progress func(string)) (epoch int64, err error) {
 	if progress == nil {
 		progress = func(string) {}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if _, running := SupervisorRunning(dir); !running {
+	if _, running := dir.SupervisorRunning(); !running {
 		return 0, fmt.Errorf("the cluster in %s is not running: no restore is in progress; start it with `steward local up --dir %s`", dir, dir)
 	}
 	ans, err := request(ctx, dir, RestoreRequest{Cancel: true})
@@ -250,7 +235,7 @@ func CancelRestore(ctx context.Context, dir string, timeout time.Duration, progr
 }
 
 // restorable checks that the cluster in dir can be restored in place now.
-func restorable(dir string) (Spec, State, error) {
+func restorable(dir Dir) (Spec, State, error) {
 	spec, ok, err := ReadSpec(dir)
 	if err != nil {
 		return spec, State{}, err
@@ -258,7 +243,7 @@ func restorable(dir string) (Spec, State, error) {
 	if !ok {
 		return spec, State{}, fmt.Errorf("no local cluster in %s; nothing was changed", dir)
 	}
-	if _, running := SupervisorRunning(dir); !running {
+	if _, running := dir.SupervisorRunning(); !running {
 		return spec, State{}, fmt.Errorf("the cluster in %s is not running: start it with `steward local up --dir %s` and restore it then (or restore into a new data dir with `steward restore`); nothing was changed", dir, dir)
 	}
 	if spec.Backup == "" {
@@ -286,7 +271,7 @@ func resolveTarget(ctx context.Context, s *store.Store, ids []uint64, opts Resto
 }
 
 // fullSnapshotNow has the backup leader take a full snapshot, and checks that the store holds it.
-func fullSnapshotNow(ctx context.Context, dir string, spec Spec, s *store.Store) (snapshotter.FullResult, error) {
+func fullSnapshotNow(ctx context.Context, dir Dir, spec Spec, s *store.Store) (snapshotter.FullResult, error) {
 	rep, err := Status(ctx, dir)
 	if err != nil {
 		return snapshotter.FullResult{}, err
@@ -328,9 +313,9 @@ func fullSnapshotNow(ctx context.Context, dir string, spec Spec, s *store.Store)
 }
 
 // request leaves a restore request for the supervisor and waits for its answer.
-func request(ctx context.Context, dir string, req RestoreRequest) (RestoreAnswer, error) {
+func request(ctx context.Context, dir Dir, req RestoreRequest) (RestoreAnswer, error) {
 	var ans RestoreAnswer
-	err := ask(ctx, dir, restoreRequestFile, "restore", func(h requestHeader) any {
+	err := ask(ctx, dir, localdir.RestoreKind, func(h requestHeader) RestoreRequest {
 		req.ID, req.RequestedAt, req.Expires = h.ID, h.RequestedAt, h.Expires
 		return req
 	}, func(st State, id string) (bool, error) {
@@ -346,65 +331,10 @@ func request(ctx context.Context, dir string, req RestoreRequest) (RestoreAnswer
 	return ans, err
 }
 
-// requestHeader is what every request the CLI leaves in run/ for the supervisor carries.
-type requestHeader struct {
-	ID          string    `json:"id"`
-	RequestedAt time.Time `json:"requestedAt"`
-	Expires     time.Time `json:"expires"`
-}
-
-// ask leaves the request build makes at file (under dir) for the supervisor and waits until
-// answered finds the supervisor's answer to it in the state. It refuses while another request
-// of the kind waits; a request not taken up within restoreRequestTTL is withdrawn.
-func ask(ctx context.Context, dir, file, what string, build func(requestHeader) any, answered func(st State, id string) (bool, error)) error {
-	path := filepath.Join(dir, file)
-	if b, err := os.ReadFile(path); err == nil {
-		var other requestHeader
-		if json.Unmarshal(b, &other) == nil && time.Now().Before(other.Expires) {
-			return fmt.Errorf("another %s request (%s, made at %s) waits for the supervisor of %s; try again after %s; nothing was changed",
-				what, other.ID, other.RequestedAt.Format(time.RFC3339), dir, other.Expires.Format(time.RFC3339))
-		}
-	}
-	id := make([]byte, 8)
-	_, _ = rand.Read(id)
-	h := requestHeader{ID: hex.EncodeToString(id), RequestedAt: time.Now().UTC()}
-	h.Expires = h.RequestedAt.Add(restoreRequestTTL)
-	b, err := json.Marshal(build(h))
-	if err != nil {
-		return err
-	}
-	if err := datadir.WriteFileAtomic(path, b, 0o600); err != nil {
-		return fmt.Errorf("leave the %s request in %s: %w", what, path, err)
-	}
-	if pid, running := SupervisorRunning(dir); running {
-		_ = syscall.Kill(pid, syscall.SIGHUP) // at once; it also looks every second
-	}
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	// A little past the expiry: a supervisor that has not answered by then refuses it.
-	deadline := time.NewTimer(time.Until(h.Expires) + 2*time.Second)
-	defer deadline.Stop()
-	for {
-		if st, err := ReadState(dir); err == nil {
-			if done, err := answered(st, h.ID); done {
-				return err
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("interrupted while the supervisor had not answered; the %s request expires at %s unless it is taken up before: see `steward local status --dir %s`", what, h.Expires.Format(time.RFC3339), dir)
-		case <-deadline.C:
-			_ = os.Remove(path)
-			return fmt.Errorf("the supervisor of %s did not take up the %s request within %s (is it stuck? see %s); nothing was changed", dir, what, restoreRequestTTL, filepath.Join(dir, "logs", "supervisor.log"))
-		case <-tick.C:
-		}
-	}
-}
-
 // followRestore waits until the restore to target (issued as directive epoch) is retired, and
 // returns the retired directive. A restore whose seed never served restarts in a new epoch
 // with the same target; it is followed there.
-func followRestore(ctx context.Context, dir string, target cluster.RestoreTarget, epoch int64, progress func(string)) (cluster.Directive, error) {
+func followRestore(ctx context.Context, dir Dir, target cluster.RestoreTarget, epoch int64, progress func(string)) (cluster.Directive, error) {
 	var done cluster.Directive
 	err := waitFor(ctx, dir, progress, func(st State, rep Report) (bool, error) {
 		if d := st.Directive; d != nil {
@@ -430,7 +360,7 @@ func followRestore(ctx context.Context, dir string, target cluster.RestoreTarget
 
 // waitBackupsContinue waits until the backup leader stores the restored cluster's history
 // (a full snapshot at or past the restored revision, backups current) and returns its timeline.
-func waitBackupsContinue(ctx context.Context, dir string, rev int64) (uint32, error) {
+func waitBackupsContinue(ctx context.Context, dir Dir, rev int64) (uint32, error) {
 	var tl uint32
 	err := waitFor(ctx, dir, nil, func(_ State, rep Report) (bool, error) {
 		b := rep.Backup
@@ -445,7 +375,7 @@ func waitBackupsContinue(ctx context.Context, dir string, rev int64) (uint32, er
 
 // waitFor polls the state and the status until cond is done or fails, reporting every new
 // phase and wait reason of the directive in force through progress.
-func waitFor(ctx context.Context, dir string, progress func(string), cond func(State, Report) (bool, error)) error {
+func waitFor(ctx context.Context, dir Dir, progress func(string), cond func(State, Report) (bool, error)) error {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	last, lastWhy := "", ""

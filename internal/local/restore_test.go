@@ -79,7 +79,7 @@ func backedUp(t *testing.T, ctx context.Context, dir string, rev int64) uint32 {
 	t.Helper()
 	var tl uint32
 	testutil.Eventually(t, time.Minute, fmt.Sprintf("revision %d backed up", rev), func() error {
-		rep, err := Status(ctx, dir)
+		rep, err := Status(ctx, Dir(dir))
 		if err != nil {
 			return err
 		}
@@ -135,7 +135,7 @@ func TestRestoreRunningCluster(t *testing.T) {
 	writeKeys(t, ctx, cli, "/b", 10)
 	before, P := keysAt(t, ctx, cli, 0)
 	oldTimeline := backedUp(t, ctx, dir, P)
-	st0, _ := ReadState(dir)
+	st0, _ := ReadState(Dir(dir))
 
 	t.Run("bad targets change nothing", func(t *testing.T) {
 		fulls := fullSnapshots(t, ctx, s)
@@ -153,7 +153,7 @@ func TestRestoreRunningCluster(t *testing.T) {
 				t.Fatalf("restore %+v: %v; want an error saying %q and that nothing was changed", c.opts, err, c.want)
 			}
 		}
-		st, _ := ReadState(dir)
+		st, _ := ReadState(Dir(dir))
 		if st.Directive != nil || st.LastEpoch != st0.LastEpoch || st.ClusterID != st0.ClusterID || fullSnapshots(t, ctx, s) != fulls {
 			t.Fatalf("a refused restore changed something: directive %+v, epoch %d (was %d), cluster %s (was %s), full snapshots %d (was %d)",
 				st.Directive, st.LastEpoch, st0.LastEpoch, st.ClusterID, st0.ClusterID, fullSnapshots(t, ctx, s), fulls)
@@ -179,7 +179,7 @@ func TestRestoreRunningCluster(t *testing.T) {
 		t.Fatalf("the full snapshot taken first: %+v; want timeline %d at revision %d or later", res.Snapshot, oldTimeline, P)
 	}
 	everyMemberServes(t, ctx, r.spec, atR)
-	if st, _ := ReadState(dir); st.ClusterID != res.ClusterID || len(st.Voters) != 3 {
+	if st, _ := ReadState(Dir(dir)); st.ClusterID != res.ClusterID || len(st.Voters) != 3 {
 		t.Fatalf("status: cluster %s, voters %v; want cluster %s with 3 voters", st.ClusterID, st.Voters, res.ClusterID)
 	}
 
@@ -214,7 +214,7 @@ func TestRestoreRunningCluster(t *testing.T) {
 	t.Run("--to-time resolves to the newest revision stored by then", func(t *testing.T) {
 		// A full snapshot proves its revision from the end of the second in its name.
 		testutil.Eventually(t, time.Minute, fmt.Sprintf("revision %d proven stored", Q), func() error {
-			rep, err := Status(ctx, dir)
+			rep, err := Status(ctx, Dir(dir))
 			if err != nil {
 				return err
 			}
@@ -265,7 +265,7 @@ func TestRestoreRefusedWithoutBackupsOrSupervisor(t *testing.T) {
 	if _, err := Restore(ctx, RestoreOptions{Dir: dir, ToRevision: 1}); err == nil || !strings.Contains(err.Error(), "is not running") {
 		t.Fatalf("restore of a stopped cluster: %v", err)
 	}
-	if st, _ := ReadState(dir); st.Directive != nil || st.LastEpoch != 0 {
+	if st, _ := ReadState(Dir(dir)); st.Directive != nil || st.LastEpoch != 0 {
 		t.Fatalf("a refused restore issued directive %+v (last epoch %d)", st.Directive, st.LastEpoch)
 	}
 }
@@ -298,7 +298,7 @@ func TestRestoreCompletesThroughFaults(t *testing.T) {
 	}()
 	var first int64
 	testutil.Eventually(t, time.Minute, "the restore directive issued", func() error {
-		st, err := ReadState(dir)
+		st, err := ReadState(Dir(dir))
 		if err != nil || st.Directive == nil || st.Directive.Restore == nil {
 			return fmt.Errorf("directive %+v (%v)", st.Directive, err)
 		}
@@ -311,7 +311,7 @@ func TestRestoreCompletesThroughFaults(t *testing.T) {
 
 	var seed string
 	testutil.Eventually(t, time.Minute, "the seed restoring", func() error {
-		st, _ := ReadState(dir)
+		st, _ := ReadState(Dir(dir))
 		if d := st.Directive; d == nil || d.Phase != cluster.PhaseSeeding {
 			return fmt.Errorf("directive %+v", d)
 		}
@@ -320,7 +320,7 @@ func TestRestoreCompletesThroughFaults(t *testing.T) {
 	})
 	// Its etcd starts once the fence lifts, on the config the restore generates (or waiting for it).
 	testutil.Eventually(t, 30*time.Second, "the seed's etcd killed while it seeds", func() error {
-		return Fault(dir, seed, FaultKill, "")
+		return Fault(Dir(dir), seed, FaultKill, "")
 	})
 	r.stop()
 	t.Log("supervisor stopped; starting it again")
@@ -358,7 +358,7 @@ func TestRestoreCancelledWhileTheStoreIsDown(t *testing.T) {
 	writeKeys(t, ctx, cli, "/a", 20)
 	present, P := keysAt(t, ctx, cli, 0)
 	backedUp(t, ctx, dir, P)
-	st0, _ := ReadState(dir)
+	st0, _ := ReadState(Dir(dir))
 
 	done := make(chan error, 1)
 	go func() {
@@ -366,7 +366,7 @@ func TestRestoreCancelledWhileTheStoreIsDown(t *testing.T) {
 		done <- err
 	}()
 	testutil.Eventually(t, time.Minute, "the restore directive issued", func() error {
-		if st, err := ReadState(dir); err != nil || st.Directive == nil || st.Directive.Restore == nil {
+		if st, err := ReadState(Dir(dir)); err != nil || st.Directive == nil || st.Directive.Restore == nil {
 			return fmt.Errorf("directive %+v (%v)", st.Directive, err)
 		}
 		return nil
@@ -374,12 +374,12 @@ func TestRestoreCancelledWhileTheStoreIsDown(t *testing.T) {
 	s3.SetDown(true)
 	defer s3.SetDown(false)
 	testutil.Eventually(t, time.Minute, "the seed retrying its restore", func() error {
-		st, _ := ReadState(dir)
+		st, _ := ReadState(Dir(dir))
 		d := st.Directive
 		if d == nil || d.Phase != cluster.PhaseSeeding {
 			return fmt.Errorf("directive %+v", d)
 		}
-		rep, ok := readMemberFile[cluster.Report](dir, reportsDir, d.Seed)
+		rep, ok := readMemberFile[cluster.Report](Dir(dir).Report(d.Seed))
 		if !ok || rep.Case != "RestoreInPlace" || !strings.Contains(rep.Reason, "attempt") {
 			return fmt.Errorf("seed %s reports %q: %s", d.Seed, rep.Case, rep.Reason)
 		}
@@ -389,13 +389,13 @@ func TestRestoreCancelledWhileTheStoreIsDown(t *testing.T) {
 	var epoch int64
 	testutil.Eventually(t, 30*time.Second, "the cancel accepted", func() error {
 		var err error
-		epoch, err = CancelRestore(ctx, dir, 3*time.Minute, func(l string) { t.Log(l) })
+		epoch, err = CancelRestore(ctx, Dir(dir), 3*time.Minute, func(l string) { t.Log(l) })
 		return err
 	})
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "withdrawn") {
 		t.Fatalf("the restore command after the cancel: %v; want it to say the restore was withdrawn", err)
 	}
-	st, _ := ReadState(dir)
+	st, _ := ReadState(Dir(dir))
 	if st.ClusterID != st0.ClusterID || st.Directive != nil || st.LastEpoch < epoch {
 		t.Fatalf("after the cancel: cluster %s (was %s), directive %+v, last epoch %d (cancel %d)", st.ClusterID, st0.ClusterID, st.Directive, st.LastEpoch, epoch)
 	}

@@ -4,91 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// Scale changes the size of the running cluster in dir to n and waits until it is healthy:
-// new members join one at a time as learners and are promoted; removed members (the highest
-// ones) hand over leadership first, leave etcd, then stop.
-func Scale(ctx context.Context, dir string, n int, timeout time.Duration) error {
-	if n < 1 || n > 9 {
-		return fmt.Errorf("size %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", n)
-	}
-	pid, running := SupervisorRunning(dir)
-	if !running {
-		return fmt.Errorf("the cluster in %s is not running: start it with `steward local up --dir %s`, then scale", dir, dir)
-	}
-	spec, ok, err := ReadSpec(dir)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("no local cluster in %s", dir)
-	}
-	switch {
-	case n == len(spec.Members):
-	case n < len(spec.Members):
-		spec.Members = spec.Members[:n]
-	default:
-		maxPort := 0
-		for _, m := range spec.Members {
-			maxPort = max(maxPort, m.ClientPort, m.PeerPort, m.SidecarPort, m.HealthPort)
-		}
-		add := n - len(spec.Members)
-		ports, err := freePorts(spec.Host, maxPort+1, 4*add)
-		if err != nil {
-			return err
-		}
-		next := 0
-		for _, m := range spec.Members {
-			if i, err := strconv.Atoi(m.Name[1:]); err == nil {
-				next = max(next, i+1)
-			}
-		}
-		for i := 0; i < add; i++ {
-			spec.Members = append(spec.Members, MemberSpec{Name: fmt.Sprintf("m%d", next+i),
-				ClientPort: ports[4*i], PeerPort: ports[4*i+1], SidecarPort: ports[4*i+2], HealthPort: ports[4*i+3]})
-		}
-	}
-	if err := writeSpec(dir, spec); err != nil {
-		return err
-	}
-	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
-		return fmt.Errorf("signal the supervisor (pid %d): %w", pid, err)
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		rep, err := Status(ctx, dir)
-		if err == nil && rep.Cluster.Size == n && len(rep.Members) == n && allHealthyVoters(rep) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the cluster did not reach %d healthy members within %s; see `steward local status --dir %s` and %s", n, timeout, dir, filepath.Join(dir, "logs", "supervisor.log"))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func allHealthyVoters(rep Report) bool {
-	for _, m := range rep.Members {
-		if !m.Healthy || (m.Role != "leader" && m.Role != "follower") {
-			return false
-		}
-	}
-	return true
-}
 
 // reconcileMembers brings the running members in line with cluster.json: removals first
 // (highest member first, leadership moved away before), then additions one at a time, each
@@ -215,7 +137,7 @@ func (s *supervisor) removeMember(ctx context.Context, r *memberRun, want Spec) 
 	}
 	s.mu.Unlock()
 	_ = s.save()
-	if err := os.RemoveAll(filepath.Join(s.dir, "members", r.spec.Name)); err != nil {
+	if err := os.RemoveAll(s.dir.Member(r.spec.Name)); err != nil {
 		s.logf("cannot remove the data of %s: %v", r.spec.Name, err)
 	}
 	s.logf("member %s removed in %s", r.spec.Name, time.Since(start).Round(time.Millisecond))
@@ -271,7 +193,7 @@ func (s *supervisor) waitVoter(ctx context.Context, m MemberSpec, timeout time.D
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("member %s did not become a healthy voting member within %s; see %s", m.Name, timeout, LogPath(s.dir, m.Name, "sidecar"))
+			return fmt.Errorf("member %s did not become a healthy voting member within %s; see %s", m.Name, timeout, s.dir.Log(m.Name, "sidecar"))
 		}
 		select {
 		case <-ctx.Done():

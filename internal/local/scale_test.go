@@ -29,7 +29,7 @@ func TestScaleUnderLoad(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; writeCtx.Err() == nil; i++ {
-			spec, _, err := ReadSpec(dir)
+			spec, _, err := ReadSpec(Dir(dir))
 			if err != nil {
 				continue
 			}
@@ -57,7 +57,7 @@ func TestScaleUnderLoad(t *testing.T) {
 			moveLeaderTo(t, ctx, dir, fmt.Sprintf("m%d", size-1))
 		}
 		start := time.Now()
-		if err := Scale(ctx, dir, n, 4*time.Minute); err != nil {
+		if err := Scale(ctx, Dir(dir), n, 4*time.Minute); err != nil {
 			t.Fatalf("scale %d→%d: %v", size, n, err)
 		}
 		t.Logf("scaled %d→%d in %s", size, n, time.Since(start).Round(time.Millisecond))
@@ -71,7 +71,7 @@ func TestScaleUnderLoad(t *testing.T) {
 	if len(acked) < 50 {
 		t.Fatalf("only %d writes acknowledged during scaling", len(acked))
 	}
-	spec, _, _ := ReadSpec(dir)
+	spec, _, _ := ReadSpec(Dir(dir))
 	everyMemberHas(t, ctx, spec, acked)
 	_ = r
 }
@@ -79,7 +79,7 @@ func TestScaleUnderLoad(t *testing.T) {
 // moveLeaderTo makes the named member the leader.
 func moveLeaderTo(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
-	rep, err := Status(ctx, dir)
+	rep, err := Status(ctx, Dir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}

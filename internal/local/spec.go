@@ -2,6 +2,15 @@
 // etcd cluster on one machine (one `steward etcd` and one `steward sidecar` process per
 // member) and plays the part Kubernetes plays for the operator: desired members, restarts,
 // member status.
+//
+// The package holds both ends of a local cluster. The supervisor (Up: supervisor.go,
+// process.go, prepare.go, recovery.go, restart.go, scale.go, watch.go) runs the members; the
+// client side (client_*.go: Status, Scale, Upgrade, RotateCA, Down, Fault) is what `steward
+// local` commands run against a running supervisor, through the files of its directory
+// (package localdir: the layout and the request protocol). Both read the spec and the state
+// (spec.go, state.go, tls.go, auth.go, request.go). restore.go holds both ends of a restore:
+// the supervisor's answer to a request, and Restore and CancelRestore. Client files call no
+// supervisor method.
 package local
 
 import (
@@ -22,37 +31,28 @@ import (
 
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
+	"github.com/etcd-steward/steward/internal/local/localdir"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
 )
 
-// Layout of a local directory.
-const (
-	specFile  = "cluster.json"
-	stateFile = "run/state.json"
-	lockFile  = "run/supervisor.lock"
-	binFile   = "bin/steward"
-	tokenFile = "run/api-token"
-)
+// Dir is the directory of a local cluster: every path in it is one of its methods.
+type Dir = localdir.Dir
 
-// TokenPath is the cluster's sidecar API token file (mode 0600): every sidecar accepts its
-// token, and every local caller of a sidecar (etcd, the supervisor, the CLI) sends it.
-func TokenPath(dir string) string { return filepath.Join(dir, tokenFile) }
-
-// SidecarClient calls the sidecars of the cluster in dir (whose spec is spec) with its token,
+// SidecarClient calls the sidecars of the cluster in d (whose spec is spec) with its token,
 // and with TLS trusting the cluster's CAs, each request within timeout (0: none). Every call
 // the supervisor or the CLI makes to a sidecar goes through one.
-func SidecarClient(dir string, spec Spec, timeout time.Duration) (*sidecarapi.Client, error) {
+func SidecarClient(d Dir, spec Spec, timeout time.Duration) (*sidecarapi.Client, error) {
 	var tc *tls.Config
-	if d := ClientTLSDir(dir, spec); d != "" {
+	if certs := ClientTLSDir(d, spec); certs != "" {
 		var err error
-		if tc, err = pki.ServerTrust(filepath.Join(d, pki.CAFile), ""); err != nil {
+		if tc, err = pki.ServerTrust(filepath.Join(certs, pki.CAFile), ""); err != nil {
 			return nil, fmt.Errorf("the CAs the sidecars are trusted by: %w", err)
 		}
 	}
-	return sidecarapi.FileClient(TokenPath(dir), sidecarapi.HTTPClient(tc, timeout)), nil
+	return sidecarapi.FileClient(d.Token(), sidecarapi.HTTPClient(tc, timeout)), nil
 }
 
 // Spec is the desired cluster, kept in DIR/cluster.json. Its ports are part of each member's
@@ -85,33 +85,25 @@ type Spec struct {
 	EtcdFlags map[string]string `json:"etcdFlags,omitempty"`
 }
 
-// BackupKeysPath is the path of the keyring the backups of the cluster in dir are encrypted
+// BackupKeysPath is the path of the keyring the backups of the cluster in d are encrypted
 // with, "" if they are not.
-func BackupKeysPath(dir string, spec Spec) string {
-	if spec.BackupKeys == "" || filepath.IsAbs(spec.BackupKeys) {
-		return spec.BackupKeys
+func BackupKeysPath(d Dir, spec Spec) string {
+	if spec.BackupKeys == "" {
+		return ""
 	}
-	return filepath.Join(dir, spec.BackupKeys)
+	return d.Path(spec.BackupKeys)
 }
 
-// openBackupStore opens the backup store of the cluster in dir, with its keys.
-func openBackupStore(ctx context.Context, dir string, spec Spec) (*store.Store, error) {
+// openBackupStore opens the backup store of the cluster in d, with its keys.
+func openBackupStore(ctx context.Context, d Dir, spec Spec) (*store.Store, error) {
 	var keys *seal.Keyring
-	if p := BackupKeysPath(dir, spec); p != "" {
+	if p := BackupKeysPath(d, spec); p != "" {
 		var err error
 		if keys, err = seal.LoadKeyring(p, ""); err != nil {
 			return nil, err
 		}
 	}
 	return store.OpenWithKeys(ctx, spec.Backup, keys)
-}
-
-// memberBinary is the steward executable the members of spec run.
-func memberBinary(dir string, spec Spec) string {
-	if spec.Binary == "" {
-		return filepath.Join(dir, binFile)
-	}
-	return filepath.Join(dir, spec.Binary)
 }
 
 // MemberSpec is one member's name and ports.
@@ -164,17 +156,9 @@ func (s Spec) ClientURLs() []string {
 	return out
 }
 
-// MemberDataDir is where member name keeps its etcd data.
-func MemberDataDir(dir, name string) string { return filepath.Join(dir, "members", name, "data") }
-
-// LogPath is the log file of a member's process ("etcd" or "sidecar").
-func LogPath(dir, name, kind string) string {
-	return filepath.Join(dir, "logs", name+"-"+kind+".log")
-}
-
 // ReadSpec loads DIR/cluster.json; ok=false if DIR holds no local cluster.
-func ReadSpec(dir string) (spec Spec, ok bool, err error) {
-	path := filepath.Join(dir, specFile)
+func ReadSpec(d Dir) (spec Spec, ok bool, err error) {
+	path := d.Spec()
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return spec, false, nil
@@ -241,12 +225,12 @@ func parseSpec(b []byte) (Spec, error) {
 	return spec, nil
 }
 
-func writeSpec(dir string, spec Spec) error {
+func writeSpec(d Dir, spec Spec) error {
 	b, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return err
 	}
-	return datadir.WriteFileAtomic(filepath.Join(dir, specFile), b, 0o644)
+	return datadir.WriteFileAtomic(d.Spec(), b, 0o644)
 }
 
 // memberSpec converts to the sidecar's view of the desired cluster.

@@ -66,9 +66,9 @@ type MemberState struct {
 
 // ReadState loads DIR/run/state.json (zero State if there is none). A damaged file is an
 // error that names it.
-func ReadState(dir string) (State, error) {
+func ReadState(d Dir) (State, error) {
 	var st State
-	path := filepath.Join(dir, stateFile)
+	path := d.State()
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return st, nil
@@ -82,42 +82,34 @@ func ReadState(dir string) (State, error) {
 	return st, nil
 }
 
-func writeState(dir string, st State) error {
+func writeState(d Dir, st State) error {
 	st.UpdatedAt = time.Now().UTC()
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	return datadir.WriteFileAtomic(filepath.Join(dir, stateFile), b, 0o644)
+	return datadir.WriteFileAtomic(d.State(), b, 0o644)
 }
 
-// Where the sidecars write their reports and acknowledgements, one file per member.
-const (
-	reportsDir = "run/reports"
-	acksDir    = "run/acks"
-)
-
-func memberFile(dir, sub, name string) string { return filepath.Join(dir, sub, name+".json") }
-
-// readMemberFile reads a member's report or acknowledgement; ok=false when there is none or
-// it cannot be read (a sidecar rewrites it within a second).
-func readMemberFile[T any](dir, sub, name string) (v T, ok bool) {
-	b, err := os.ReadFile(memberFile(dir, sub, name))
+// readMemberFile reads a member's report or acknowledgement (Dir.Report, Dir.Ack); ok=false
+// when there is none or it cannot be read (a sidecar rewrites it within a second).
+func readMemberFile[T any](path string) (v T, ok bool) {
+	b, err := os.ReadFile(path)
 	if err != nil || json.Unmarshal(b, &v) != nil {
 		return v, false
 	}
 	return v, true
 }
 
-func writeMemberFile(dir, sub, name string, v any) error {
-	if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+func writeMemberFile(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return datadir.WriteFileAtomic(memberFile(dir, sub, name), b, 0o600)
+	return datadir.WriteFileAtomic(path, b, 0o600)
 }
 
 // ack is a seed's acknowledgement of a directive, as a sidecar writes it.
@@ -126,7 +118,7 @@ type ack = cluster.DirectiveAck
 // View is the sidecar's cluster.View in local mode: the desired cluster is DIR/cluster.json,
 // the status DIR/run/state.json with the members' reports beside it.
 type View struct {
-	Dir  string
+	Dir  Dir
 	Name string // the member this view reports for
 }
 
@@ -139,7 +131,7 @@ func (v View) Snapshot(context.Context) (cluster.Snapshot, error) {
 		return cluster.Snapshot{}, err
 	}
 	if !ok {
-		return cluster.Snapshot{}, errors.New("no local cluster in " + v.Dir)
+		return cluster.Snapshot{}, errors.New("no local cluster in " + v.Dir.String())
 	}
 	st, err := ReadState(v.Dir)
 	if err != nil {
@@ -150,7 +142,7 @@ func (v View) Snapshot(context.Context) (cluster.Snapshot, error) {
 	snap.Spec.RelocatesData = true
 	for _, m := range st.Members {
 		sm := cluster.StatusMember{Name: m.Name, ID: m.ID, Ready: m.Ready, Learner: m.Learner}
-		if r, ok := readMemberFile[cluster.Report](v.Dir, reportsDir, m.Name); ok {
+		if r, ok := readMemberFile[cluster.Report](v.Dir.Report(m.Name)); ok {
 			sm.Report = &r
 		}
 		snap.Status.Members = append(snap.Status.Members, sm)
@@ -158,7 +150,7 @@ func (v View) Snapshot(context.Context) (cluster.Snapshot, error) {
 	if d := st.Directive; d != nil {
 		dc := *d
 		// The seed sees its own acknowledgement at once, before the supervisor records it.
-		if a, ok := readMemberFile[ack](v.Dir, acksDir, dc.Seed); ok && dc.Ack == nil && a.Epoch == dc.Epoch {
+		if a, ok := readMemberFile[ack](v.Dir.Ack(dc.Seed)); ok && dc.Ack == nil && a.Epoch == dc.Epoch {
 			dc.Ack = &a.Result
 		}
 		snap.Directive = &dc
@@ -168,15 +160,15 @@ func (v View) Snapshot(context.Context) (cluster.Snapshot, error) {
 
 // Report implements cluster.View.
 func (v View) Report(_ context.Context, r cluster.Report) error {
-	return writeMemberFile(v.Dir, reportsDir, v.Name, r)
+	return writeMemberFile(v.Dir.Report(v.Name), r)
 }
 
 // AckDirective implements cluster.View.
 func (v View) AckDirective(_ context.Context, epoch int64, result cluster.DirectiveResult) error {
-	return writeMemberFile(v.Dir, acksDir, v.Name, ack{Epoch: epoch, Result: result})
+	return writeMemberFile(v.Dir.Ack(v.Name), ack{Epoch: epoch, Result: result})
 }
 
 // Watch implements cluster.View: inotify on the files the snapshot reads.
 func (v View) Watch(ctx context.Context) (<-chan struct{}, error) {
-	return watchFiles(ctx, filepath.Join(v.Dir, "run"), v.Dir)
+	return watchFiles(ctx, v.Dir.Run(), v.Dir.String())
 }

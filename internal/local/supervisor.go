@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/heal"
+	"github.com/etcd-steward/steward/internal/local/localdir"
 	"github.com/etcd-steward/steward/internal/pki"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -35,7 +36,8 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	lockF, err := lock(opts.Dir)
+	dir := Dir(opts.Dir)
+	lockF, err := lock(dir)
 	if err != nil {
 		return err
 	}
@@ -46,12 +48,12 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 		if src == "" {
 			src = "/proc/self/exe"
 		}
-		if err := installBinary(opts.Dir, src, binFile); err != nil {
+		if err := installBinary(src, dir.Binary("")); err != nil {
 			return err
 		}
-	} else if _, err := os.Stat(memberBinary(opts.Dir, spec)); err != nil {
+	} else if _, err := os.Stat(dir.Binary(spec.Binary)); err != nil {
 		// An upgrade installed it (generation spec.Generation); `up` keeps it.
-		return fmt.Errorf("the members' steward binary (installed by `steward local upgrade`, generation %d) cannot be used: %w; put the steward binary the members ran back at that path, or remove \"binary\" from %s to run this steward's own", spec.Generation, err, filepath.Join(opts.Dir, specFile))
+		return fmt.Errorf("the members' steward binary (installed by `steward local upgrade`, generation %d) cannot be used: %w; put the steward binary the members ran back at that path, or remove \"binary\" from %s to run this steward's own", spec.Generation, err, dir.Spec())
 	}
 
 	// SIGHUP: cluster.json changed (`steward local scale`): reconcile the members. Caught from
@@ -60,18 +62,18 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	previous, err := ReadState(opts.Dir)
+	previous, err := ReadState(dir)
 	if err != nil {
 		// The status is rebuilt from the members' reports and data: members with valid data
 		// restart on it; a cluster whose every member lost its data is restored from backup.
-		to := fmt.Sprintf("%s.damaged-%d", filepath.Join(opts.Dir, stateFile), time.Now().Unix())
-		if mvErr := os.Rename(filepath.Join(opts.Dir, stateFile), to); mvErr != nil {
+		to := fmt.Sprintf("%s.damaged-%d", dir.State(), time.Now().Unix())
+		if mvErr := os.Rename(dir.State(), to); mvErr != nil {
 			return fmt.Errorf("%v; moving it aside failed: %w", err, mvErr)
 		}
 		opts.Logf("%v; moved aside to %s, rebuilding the status from the members", err, to)
 		previous = State{}
 	}
-	s := &supervisor{dir: opts.Dir, opts: opts, logf: opts.Logf, spec: spec,
+	s := &supervisor{dir: dir, opts: opts, logf: opts.Logf, spec: spec,
 		state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting, Version: previous.Version, Status: previous.Status, RestoreAnswer: previous.RestoreAnswer}}
 	// The member IDs recorded earlier are part of the cluster's status: they persist across
 	// restarts of the supervisor, as an EtcdCluster's status does.
@@ -86,7 +88,7 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 		s.rebuildStatus(spec)
 	}
 	if err := s.save(); err != nil {
-		return fmt.Errorf("write %s: %w", stateFile, err)
+		return fmt.Errorf("write %s: %w", dir.State(), err)
 	}
 	defer func() {
 		if err != nil {
@@ -146,12 +148,12 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 			}
 		}
 	}()
-	for _, sub := range []string{reportsDir, acksDir} {
-		if err := os.MkdirAll(filepath.Join(s.dir, sub), 0o700); err != nil {
+	for _, sub := range []string{s.dir.Reports(), s.dir.Acks()} {
+		if err := os.MkdirAll(sub, 0o700); err != nil {
 			return err
 		}
 	}
-	reports, err := watchFiles(ctx, filepath.Join(s.dir, reportsDir), filepath.Join(s.dir, acksDir))
+	reports, err := watchFiles(ctx, s.dir.Reports(), s.dir.Acks())
 	if err != nil {
 		opts.Logf("cannot watch the members' reports (%v): observing every second only", err)
 	}
@@ -177,10 +179,10 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 			}
 			continue
 		case <-tick.C:
-			if err := stillLocked(opts.Dir, lockF); err != nil {
+			if err := stillLocked(dir, lockF); err != nil {
 				return err
 			}
-			if _, err := os.Stat(filepath.Join(s.dir, restartRequestFile)); err == nil {
+			if s.dir.Pending(localdir.RestartKind) {
 				// Signalled with SIGHUP; this catches a request left while no supervisor ran.
 				select {
 				case pending <- struct{}{}:
@@ -201,7 +203,7 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 }
 
 type supervisor struct {
-	dir  string
+	dir  Dir
 	opts UpOptions
 	logf func(string, ...any)
 
@@ -286,13 +288,13 @@ func (s *supervisor) startMember(m MemberSpec) error {
 // startRun starts a member's processes on the current spec, and records its generation.
 func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 	spec := s.currentSpec()
-	dataDir := MemberDataDir(s.dir, m.Name)
+	dataDir := s.dir.MemberData(m.Name)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	bin := memberBinary(s.dir, spec)
+	bin := s.dir.Binary(spec.Binary)
 	sidecarArgs := []string{"sidecar", "--name", m.Name, "--data-dir", dataDir,
-		"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", s.dir, "--api-token-file", TokenPath(s.dir)}
+		"--listen", fmt.Sprintf("%s:%d", spec.Host, m.SidecarPort), "--local-dir", s.dir.String(), "--api-token-file", s.dir.Token()}
 	if d := MemberTLSDir(s.dir, spec, m.Name); d != "" {
 		// A member added by scaling gets its certificate here; every start renews one due.
 		if err := ensureCerts(s.dir, spec, time.Now(), s.logf); err != nil {
@@ -313,15 +315,15 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 		sidecarArgs = append(sidecarArgs, "--etcd-flag="+f)
 	}
 	sidecarArgs = append(sidecarArgs, s.opts.SidecarArgs...)
-	etcdArgs := []string{"etcd", "--sidecar", spec.SidecarURL(m), "--api-token-file", TokenPath(s.dir),
+	etcdArgs := []string{"etcd", "--sidecar", spec.SidecarURL(m), "--api-token-file", s.dir.Token(),
 		"--listen-health", fmt.Sprintf("%s:%d", spec.Host, m.HealthPort)}
 	if d := MemberTLSDir(s.dir, spec, m.Name); d != "" {
 		etcdArgs = append(etcdArgs, "--sidecar-ca", filepath.Join(d, pki.CAFile))
 	}
 	r := &memberRun{spec: m, etcdDone: make(chan struct{}), sidecarDone: make(chan struct{}),
-		sidecar: &process{member: m.Name, kind: "sidecar", bin: bin, log: LogPath(s.dir, m.Name, "sidecar"),
+		sidecar: &process{member: m.Name, kind: "sidecar", bin: bin, log: s.dir.Log(m.Name, "sidecar"),
 			stopGrace: s.opts.StopGrace, logf: s.logf, args: sidecarArgs},
-		etcd: &process{member: m.Name, kind: "etcd", bin: bin, log: LogPath(s.dir, m.Name, "etcd"),
+		etcd: &process{member: m.Name, kind: "etcd", bin: bin, log: s.dir.Log(m.Name, "etcd"),
 			stopGrace: s.opts.StopGrace, logf: s.logf, args: etcdArgs},
 	}
 	r.conn = Dialer(s.dir, spec).Conn([]string{spec.ClientURL(m)}, time.Second)
@@ -526,7 +528,7 @@ func (s *supervisor) rebuildStatus(spec Spec) {
 	peers := map[string]string{}
 	for _, m := range spec.Members {
 		peers[m.Name] = spec.PeerURL(m)
-		dataDir := MemberDataDir(s.dir, m.Name)
+		dataDir := s.dir.MemberData(m.Name)
 		d := heal.DataDir{Member: m.Name}
 		if id, ok, err := datadir.ReadIdentity(dataDir); err == nil && ok {
 			d.Token, d.Owner, d.ClusterID, d.MemberID, d.Epoch = id.ClusterToken, id.MemberName, id.ClusterID, id.MemberID, id.RecoveryEpoch

@@ -17,11 +17,11 @@ import (
 	"github.com/etcd-steward/steward/internal/pki"
 )
 
-// The cluster's own CA and certificates (`steward local up --tls`), under DIR/pki: the CA in
-// pki/ca, each member's in pki/<member>, and pki/client for etcdctl and Steward's commands.
+// The cluster's own CA and certificates (`steward local up --tls`), under DIR/pki (Dir.PKI):
+// the CA in pki/ca, each member's in pki/<member>, and pki/client for etcdctl and Steward's
+// commands.
 const (
-	pkiDir = "pki"
-	caDir  = "ca"
+	caDir = "ca"
 	// A CA rollover (RotateCA) keeps the coming CA in ca.next, then the going one in ca.old:
 	// both are trusted (in every ca.crt) while either exists.
 	caNextDir = "ca.next"
@@ -32,32 +32,32 @@ const (
 const certCheckInterval = time.Hour
 
 // MemberTLSDir is the certificate directory of member name, "" when the cluster is plain text.
-func MemberTLSDir(dir string, spec Spec, name string) string {
+func MemberTLSDir(dir Dir, spec Spec, name string) string {
 	if !spec.TLS {
 		return ""
 	}
-	return filepath.Join(dir, pkiDir, name)
+	return dir.PKI(name)
 }
 
 // ClientTLSDir is the certificate directory of the cluster's clients (etcdctl, `steward`
 // commands), "" when the cluster is plain text.
-func ClientTLSDir(dir string, spec Spec) string {
+func ClientTLSDir(dir Dir, spec Spec) string {
 	if !spec.TLS {
 		return ""
 	}
-	return filepath.Join(dir, pkiDir, "client")
+	return dir.PKI("client")
 }
 
 // Dialer makes clients of the members of the cluster in dir: with TLS, the client
 // certificate; with etcd authentication, logged in as root.
-func Dialer(dir string, spec Spec) etcdutil.Dialer {
+func Dialer(dir Dir, spec Spec) etcdutil.Dialer {
 	return etcdutil.Dialer{TLSDir: ClientTLSDir(dir, spec), PasswordFile: RootPasswordPath(dir, spec)}
 }
 
 // EtcdctlFlags are the flags etcdctl needs to reach the cluster (its endpoints, with TLS the
 // client certificate, with authentication the root user, whose password is read from its file
 // by the shell: never printed).
-func EtcdctlFlags(dir string, spec Spec) string {
+func EtcdctlFlags(dir Dir, spec Spec) string {
 	flags := "--endpoints " + strings.Join(spec.ClientURLs(), ",")
 	if d := ClientTLSDir(dir, spec); d != "" {
 		flags += fmt.Sprintf(" --cacert %s --cert %s --key %s", filepath.Join(d, pki.CAFile), filepath.Join(d, pki.CertFile), filepath.Join(d, pki.KeyFile))
@@ -74,7 +74,7 @@ func EtcdctlFlags(dir string, spec Spec) string {
 // equal to the CAs the cluster trusts (the current one, and during a rollover the coming or
 // the going one). etcd reads its certificate again at every handshake, and Steward's clients
 // their ca.crt: a renewed leaf is used without a restart. Nothing is done without TLS.
-func ensureCerts(dir string, spec Spec, now time.Time, logf func(string, ...any)) error {
+func ensureCerts(dir Dir, spec Spec, now time.Time, logf func(string, ...any)) error {
 	if !spec.TLS {
 		return nil
 	}
@@ -91,7 +91,7 @@ func ensureCerts(dir string, spec Spec, now time.Time, logf func(string, ...any)
 		leaves[m.Name] = memberLeaf(spec)
 	}
 	for name, leaf := range leaves {
-		d := filepath.Join(dir, pkiDir, name)
+		d := dir.PKI(name)
 		cert, err := os.ReadFile(filepath.Join(d, pki.CertFile))
 		why := "it does not exist yet"
 		switch {
@@ -119,10 +119,10 @@ func ensureCerts(dir string, spec Spec, now time.Time, logf func(string, ...any)
 
 // trustBundle is the CAs the cluster trusts: its current CA, and the coming and going ones of
 // a rollover in progress.
-func trustBundle(dir string) ([]byte, error) {
+func trustBundle(dir Dir) ([]byte, error) {
 	var out []byte
 	for _, sub := range []string{caDir, caNextDir, caOldDir} {
-		b, err := os.ReadFile(filepath.Join(dir, pkiDir, sub, pki.CertFile))
+		b, err := os.ReadFile(filepath.Join(dir.PKI(sub), pki.CertFile))
 		if errors.Is(err, fs.ErrNotExist) && sub != caDir {
 			continue
 		}
@@ -162,14 +162,14 @@ func memberLeaf(spec Spec) pki.Leaf {
 // ensureCA reads the cluster's current CA (DIR/pki/ca), or makes it there once (key 0600,
 // directory 0700). A CA is made only for a cluster that never had one: never during a
 // rollover.
-func ensureCA(dir, name string, now time.Time, logf func(string, ...any)) (pki.CA, error) {
-	caPath := filepath.Join(dir, pkiDir, caDir)
+func ensureCA(dir Dir, name string, now time.Time, logf func(string, ...any)) (pki.CA, error) {
+	caPath := dir.PKI(caDir)
 	ca, err := pki.LoadCA(caPath)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return ca, err
 	}
 	for _, sub := range []string{caNextDir, caOldDir} {
-		if _, err := os.Stat(filepath.Join(dir, pkiDir, sub)); err == nil {
+		if _, err := os.Stat(dir.PKI(sub)); err == nil {
 			return pki.CA{}, fmt.Errorf("the cluster's CA %s is missing while a rollover keeps %s: finish it with `steward local rotate-ca --dir %s`", caPath, sub, dir)
 		}
 	}

@@ -19,7 +19,7 @@ func TestEnsureCerts(t *testing.T) {
 	spec := Spec{Name: "c", Host: "127.0.0.1", TLS: true, Members: []MemberSpec{{Name: "m0"}, {Name: "m1"}}}
 	now := time.Now()
 	logf := func(string, ...any) {}
-	if err := ensureCerts(dir, spec, now, logf); err != nil {
+	if err := ensureCerts(Dir(dir), spec, now, logf); err != nil {
 		t.Fatal(err)
 	}
 	read := func(name, file string) []byte {
@@ -44,7 +44,7 @@ func TestEnsureCerts(t *testing.T) {
 	}
 
 	// Nothing is due a day later: nothing changes.
-	if err := ensureCerts(dir, spec, now.Add(24*time.Hour), logf); err != nil {
+	if err := ensureCerts(Dir(dir), spec, now.Add(24*time.Hour), logf); err != nil {
 		t.Fatal(err)
 	}
 	for n, c := range certs {
@@ -55,7 +55,7 @@ func TestEnsureCerts(t *testing.T) {
 	// 70 of 90 days on, with a member added: every leaf is issued again, the CA kept.
 	spec.Members = append(spec.Members, MemberSpec{Name: "m2"})
 	later := now.Add(70 * 24 * time.Hour)
-	if err := ensureCerts(dir, spec, later, logf); err != nil {
+	if err := ensureCerts(Dir(dir), spec, later, logf); err != nil {
 		t.Fatal(err)
 	}
 	if string(read("ca", pki.CertFile)) != string(ca) {
@@ -81,16 +81,16 @@ func TestTLSIsChosenWhenTheClusterIsMade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, _ := os.ReadFile(filepath.Join(dir, specFile))
+	before, _ := os.ReadFile(Dir(dir).Spec())
 	_, err = Prepare(UpOptions{Dir: dir, TLS: true})
 	if err == nil || !strings.Contains(err.Error(), "--tls: the cluster in "+dir+" was made without TLS") || !strings.Contains(err.Error(), "without --tls") {
 		t.Fatalf("--tls on a plain-text cluster: %v", err)
 	}
-	after, _ := os.ReadFile(filepath.Join(dir, specFile))
+	after, _ := os.ReadFile(Dir(dir).Spec())
 	if string(before) != string(after) || spec.TLS {
 		t.Fatal("the refused --tls changed the cluster's spec")
 	}
-	if _, err := os.Stat(filepath.Join(dir, pkiDir)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, "pki")); err == nil {
 		t.Fatal("the refused --tls made a CA")
 	}
 }

@@ -43,17 +43,17 @@ func TestSidecarAPIToken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	fi, err := os.Stat(TokenPath(dir))
+	fi, err := os.Stat(Dir(dir).Token())
 	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("token file %s: %v, %v; want mode 0600", TokenPath(dir), fi, err)
+		t.Fatalf("token file %s: %v, %v; want mode 0600", Dir(dir).Token(), fi, err)
 	}
-	toks, err := sidecarapi.ReadTokenFile(TokenPath(dir))
+	toks, err := sidecarapi.ReadTokenFile(Dir(dir).Token())
 	if err != nil {
 		t.Fatal(err)
 	}
 	token := toks[0]
 
-	sc, err := SidecarClient(dir, r.spec, 10*time.Second)
+	sc, err := SidecarClient(Dir(dir), r.spec, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestSidecarAPIToken(t *testing.T) {
 	// The status finds the backup leader through the authenticated API.
 	var leader string
 	testutil.Eventually(t, time.Minute, "status names the backup leader", func() error {
-		rep, err := Status(ctx, dir)
+		rep, err := Status(ctx, Dir(dir))
 		if err != nil {
 			return err
 		}
@@ -106,12 +106,12 @@ func TestSidecarAPIToken(t *testing.T) {
 		return sc.GetJSON(ctx, r.spec.SidecarURL(follower)+"/v1/snapshots/latest", &res)
 	})
 	// A member healed: its recovery is logged too.
-	if err := Fault(dir, "m2", FaultWipe, ""); err != nil {
+	if err := Fault(Dir(dir), "m2", FaultWipe, ""); err != nil {
 		t.Fatal(err)
 	}
 	healthyVoters(t, ctx, dir, 2*time.Minute)
 	var outputs strings.Builder // what a user or a scraper reads besides the logs
-	rep, err := Status(ctx, dir)
+	rep, err := Status(ctx, Dir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,18 +146,18 @@ func TestSidecarAPIToken(t *testing.T) {
 	r.stop()
 
 	// An older cluster dir has no token: the next up makes one, and the members use it.
-	if err := os.Remove(TokenPath(dir)); err != nil {
+	if err := os.Remove(Dir(dir).Token()); err != nil {
 		t.Fatal(err)
 	}
 	r = startClusterWith(t, UpOptions{Dir: dir, Logf: logf})
-	toks2, err := sidecarapi.ReadTokenFile(TokenPath(dir))
+	toks2, err := sidecarapi.ReadTokenFile(Dir(dir).Token())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if toks2[0] == token {
 		t.Fatal("the token did not change")
 	}
-	if sc, err = SidecarClient(dir, r.spec, 0); err != nil {
+	if sc, err = SidecarClient(Dir(dir), r.spec, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sc.Call(ctx, http.MethodGet, r.spec.SidecarURL(r.spec.Members[0])+"/v1/report"); err != nil {
@@ -168,7 +168,7 @@ func TestSidecarAPIToken(t *testing.T) {
 	mu.Lock()
 	logs := supervisorLog.String()
 	mu.Unlock()
-	if !strings.Contains(logs, "generated the sidecar API token in "+TokenPath(dir)) {
+	if !strings.Contains(logs, "generated the sidecar API token in "+Dir(dir).Token()) {
 		t.Errorf("the supervisor's log does not say where the token is:\n%s", logs)
 	}
 	// No output holds a secret: the supervisor's log, every file of the cluster dir but the
@@ -176,7 +176,7 @@ func TestSidecarAPIToken(t *testing.T) {
 	// status, the reports and the metrics.
 	logs += outputs.String()
 	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || path == TokenPath(dir) {
+		if err != nil || d.IsDir() || path == Dir(dir).Token() {
 			return err
 		}
 		b, err := os.ReadFile(path)

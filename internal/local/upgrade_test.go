@@ -186,7 +186,7 @@ func leaderName(t *testing.T, ctx context.Context, dir string) string {
 	t.Helper()
 	var leader string
 	testutil.Eventually(t, 30*time.Second, "a leader", func() error {
-		rep, err := Status(ctx, dir)
+		rep, err := Status(ctx, Dir(dir))
 		if err != nil {
 			return err
 		}
@@ -227,7 +227,7 @@ func checkRollout(t *testing.T, res UpgradeResult, spec Spec, leader string, epo
 // etcdStartedWith is an option as the member's etcd reports it in its newest start-up line.
 func etcdStartedWith(t *testing.T, dir, name, option string) any {
 	t.Helper()
-	f, err := os.Open(LogPath(dir, name, "etcd"))
+	f, err := os.Open(Dir(dir).Log(name, "etcd"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func etcdStartedWith(t *testing.T, dir, name, option string) any {
 
 func stateNow(t *testing.T, dir string) State {
 	t.Helper()
-	st, err := ReadState(dir)
+	st, err := ReadState(Dir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestUpgradeThreeMembers(t *testing.T) {
 	})
 
 	t.Run("bad input is refused and changes nothing", func(t *testing.T) {
-		specBefore, _ := os.ReadFile(filepath.Join(dir, specFile))
+		specBefore, _ := os.ReadFile(Dir(dir).Spec())
 		pids := etcdPIDs(t, dir)
 		// A stand-in for a steward binary, for the version check only: it reports etcd 3.8.
 		fake := filepath.Join(t.TempDir(), "steward-etcd-3.8")
@@ -350,7 +350,7 @@ func TestUpgradeThreeMembers(t *testing.T) {
 				t.Fatalf("upgrade %+v: %v; want a refusal with %q that says nothing was changed", tc.opts, err, tc.err)
 			}
 		}
-		if after, _ := os.ReadFile(filepath.Join(dir, specFile)); string(after) != string(specBefore) {
+		if after, _ := os.ReadFile(Dir(dir).Spec()); string(after) != string(specBefore) {
 			t.Fatalf("cluster.json changed:\n%s\nwas\n%s", after, specBefore)
 		}
 		if after := etcdPIDs(t, dir); !maps.Equal(after, pids) {
@@ -442,7 +442,7 @@ func TestPruneBinaries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := pruneBinaries(dir, "bin/steward-g4", "bin/steward-g2"); err != nil {
+	if err := pruneBinaries(Dir(dir), "bin/steward-g4", "bin/steward-g2"); err != nil {
 		t.Fatal(err)
 	}
 	entries, err := os.ReadDir(filepath.Join(dir, "bin"))

@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/restore/restoretest"
 	"github.com/etcd-steward/steward/internal/store"
+	"github.com/etcd-steward/steward/internal/testutil"
 )
 
 // TestRestoreInPlaceToATimeReadsTheClustersOwnTimeline: two clusters share a store; the seed
@@ -38,7 +39,7 @@ func TestRestoreInPlaceToATimeReadsTheClustersOwnTimeline(t *testing.T) {
 				t.Fatal(err)
 			}
 			cli, _ := startFromConfig(t, cfg)
-			got, rev := state(t, cli)
+			got, rev := testutil.State(t, cli)
 			if rev != c.Revision || !strings.HasPrefix(got["/k/0"].Value, fmt.Sprintf("c%d-", i)) {
 				t.Fatalf("restored revision %d (/k/0 = %q), want cluster %d's revision %d", rev, got["/k/0"].Value, i, c.Revision)
 			}

@@ -2,7 +2,6 @@ package restore
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/etcd-steward/steward/internal/backup"
 )
@@ -62,11 +61,11 @@ func planFrom(c backup.Chain, ti backup.TimelineIndex, target int64, allowPartia
 	}
 	if oldest := c.Fulls[0]; target < oldest.FirstRev {
 		return plan{}, fmt.Errorf("restore to revision %d: %w: the oldest full snapshot %s is at revision %d; restorable revisions: %s",
-			target, ErrOutOfRange, oldest.Key, oldest.FirstRev, rangesString(cov))
+			target, ErrOutOfRange, oldest.Key, oldest.FirstRev, backup.DescribeRanges(cov))
 	}
 	if target > newest {
 		return plan{}, fmt.Errorf("restore to revision %d: %w: the newest backed-up revision is %d; restorable revisions: %s",
-			target, ErrOutOfRange, newest, rangesString(cov))
+			target, ErrOutOfRange, newest, backup.DescribeRanges(cov))
 	}
 	if rp, err := c.Plan(target); err == nil {
 		return plan{full: rp.Full, deltas: rp.Deltas, target: rp.Target, requested: target}, nil
@@ -86,7 +85,7 @@ func planFrom(c backup.Chain, ti backup.TimelineIndex, target int64, allowPartia
 	missing := backup.Range{From: reach + 1, To: next - 1}
 	if !allowPartial {
 		return plan{}, fmt.Errorf("restore to revision %d: %w: revisions %s are in no backup after %s, which reaches revision %d; restorable revisions: %s; restore to %d or earlier, or pass --allow-partial to restore up to the hole",
-			target, ErrMissingRevisions, missing, base.Key, reach, rangesString(cov), reach)
+			target, ErrMissingRevisions, missing, base.Key, reach, backup.DescribeRanges(cov), reach)
 	}
 	rp, err := c.Plan(reach)
 	if err != nil {
@@ -109,15 +108,4 @@ func reachFrom(c backup.Chain, from int64) int64 {
 		}
 		reach = best
 	}
-}
-
-func rangesString(rs []backup.Range) string {
-	if len(rs) == 0 {
-		return "none"
-	}
-	parts := make([]string, len(rs))
-	for i, r := range rs {
-		parts[i] = r.String()
-	}
-	return strings.Join(parts, ", ")
 }

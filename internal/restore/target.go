@@ -107,7 +107,7 @@ func describeTimelines(ix backup.Index, tls []backup.TimelineInfo, keep func(bac
 		}
 		cov := "none"
 		if ti, ok := ix.Timeline(tl.Timeline); ok {
-			cov = rangesString(ti.Coverage())
+			cov = backup.DescribeRanges(ti.Coverage())
 		}
 		parts = append(parts, fmt.Sprintf("%d (%s, revisions %s)", tl.Timeline, whose, cov))
 	}

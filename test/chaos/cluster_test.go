@@ -195,7 +195,7 @@ func (c *localCluster) logf(format string, args ...any) {
 func (c *localCluster) waitAuthEnabled() {
 	c.t.Helper()
 	testutil.Eventually(c.t, time.Minute, "etcd authentication on", func() error {
-		cli, err := local.Dialer(c.dir, c.spec).New(c.spec.ClientURLs(), 3*time.Second)
+		cli, err := local.Dialer(local.Dir(c.dir), c.spec).New(c.spec.ClientURLs(), 3*time.Second)
 		if err != nil {
 			return err
 		}
@@ -215,7 +215,7 @@ func (c *localCluster) waitAuthEnabled() {
 
 func (c *localCluster) client() *clientv3.Client {
 	c.t.Helper()
-	cli, err := local.Dialer(c.dir, c.spec).New(c.spec.ClientURLs(), 3*time.Second)
+	cli, err := local.Dialer(local.Dir(c.dir), c.spec).New(c.spec.ClientURLs(), 3*time.Second)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func (c *localCluster) client() *clientv3.Client {
 func (c *localCluster) status(ctx context.Context) (local.Report, error) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return local.Status(sctx, c.dir)
+	return local.Status(sctx, local.Dir(c.dir))
 }
 
 // healthy says why the cluster is not healthy yet, or nil: every desired member serves as a
@@ -236,7 +236,7 @@ func (c *localCluster) healthy(ctx context.Context, wantBackup bool) error {
 	if err != nil {
 		return err
 	}
-	spec, _, err := local.ReadSpec(c.dir)
+	spec, _, err := local.ReadSpec(local.Dir(c.dir))
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ var faults = []fault{
 		i := rng.Intn(len(ms))
 		j := (i + 1 + rng.Intn(len(ms)-1)) % len(ms)
 		return fmt.Sprintf("swapped the data dirs of %s (%s) and %s (%s)", ms[i].Name, ms[i].Role, ms[j].Name, ms[j].Role),
-			local.Fault(c.dir, ms[i].Name, local.FaultSwap, ms[j].Name)
+			local.Fault(local.Dir(c.dir), ms[i].Name, local.FaultSwap, ms[j].Name)
 	}},
 	{"backup-outage", backupOutage},
 	{"scale", scale},
@@ -56,7 +56,7 @@ func killRole(ctx context.Context, c *localCluster, rng *rand.Rand, role string)
 		return "", err
 	}
 	m := ms[rng.Intn(len(ms))]
-	return fmt.Sprintf("kill -9 of %s's etcd (%s)", m.Name, role), local.Fault(c.dir, m.Name, local.FaultKill, "")
+	return fmt.Sprintf("kill -9 of %s's etcd (%s)", m.Name, role), local.Fault(local.Dir(c.dir), m.Name, local.FaultKill, "")
 }
 
 func memberFault(ctx context.Context, c *localCluster, rng *rand.Rand, kind string) (string, error) {
@@ -65,7 +65,7 @@ func memberFault(ctx context.Context, c *localCluster, rng *rand.Rand, kind stri
 		return "", err
 	}
 	m := ms[rng.Intn(len(ms))]
-	return fmt.Sprintf("%s of %s (%s)", kind, m.Name, m.Role), local.Fault(c.dir, m.Name, kind, "")
+	return fmt.Sprintf("%s of %s (%s)", kind, m.Name, m.Role), local.Fault(local.Dir(c.dir), m.Name, kind, "")
 }
 
 // backupOutage takes the backup store down: backups must report the failure while etcd keeps

@@ -87,7 +87,7 @@ func (w *writer) finish() {
 func wipe(t *testing.T, c *localCluster, names []string) {
 	t.Helper()
 	for _, n := range names {
-		if err := local.Fault(c.dir, n, local.FaultWipe, ""); err != nil {
+		if err := local.Fault(local.Dir(c.dir), n, local.FaultWipe, ""); err != nil {
 			t.Fatalf("wipe %s: %v", n, err)
 		}
 	}

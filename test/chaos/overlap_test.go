@@ -46,11 +46,11 @@ func wipeTwo(ctx context.Context, c *localCluster, _ *traffic, rng *rand.Rand) (
 		return "", err
 	}
 	gap := time.Duration(rng.Intn(100)) * time.Millisecond
-	if err := local.Fault(c.dir, a.Name, local.FaultWipe, ""); err != nil {
+	if err := local.Fault(local.Dir(c.dir), a.Name, local.FaultWipe, ""); err != nil {
 		return "", err
 	}
 	time.Sleep(gap) // the fault's timing, not a synchronisation
-	if err := local.Fault(c.dir, b.Name, local.FaultWipe, ""); err != nil {
+	if err := local.Fault(local.Dir(c.dir), b.Name, local.FaultWipe, ""); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("wiped %s (%s) and, %s later, %s (%s)", a.Name, a.Role, gap, b.Name, b.Role), nil
@@ -63,7 +63,7 @@ func wipeDuringReplacement(ctx context.Context, c *localCluster, _ *traffic, rng
 	if err != nil {
 		return "", err
 	}
-	if err := local.Fault(c.dir, a.Name, local.FaultWipe, ""); err != nil {
+	if err := local.Fault(local.Dir(c.dir), a.Name, local.FaultWipe, ""); err != nil {
 		return "", err
 	}
 	stage := "before it rejoined"
@@ -82,7 +82,7 @@ func wipeDuringReplacement(ctx context.Context, c *localCluster, _ *traffic, rng
 		stage = "while it was a learner"
 	}
 	kind := []string{local.FaultWipe, local.FaultKill, local.FaultCorrupt}[rng.Intn(3)]
-	if err := local.Fault(c.dir, b.Name, kind, ""); err != nil {
+	if err := local.Fault(local.Dir(c.dir), b.Name, kind, ""); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("wiped %s, then %s of %s (%s) %s", a.Name, kind, b.Name, b.Role, stage), nil
@@ -99,7 +99,7 @@ func faultDuringRecovery(ctx context.Context, c *localCluster, tr *traffic, rng 
 	}
 	var d cluster.Directive
 	if err := testutil.Poll(2*time.Minute, 20*time.Millisecond, func() error {
-		st, err := local.ReadState(c.dir)
+		st, err := local.ReadState(local.Dir(c.dir))
 		if err != nil {
 			return err
 		}
@@ -125,12 +125,12 @@ func faultDuringRecovery(ctx context.Context, c *localCluster, tr *traffic, rng 
 	case kind == local.FaultKill:
 		// The seed starts its etcd once it has decided; a fenced member has none: strike
 		// the process as soon as there is one.
-		if err := testutil.Poll(time.Minute, 20*time.Millisecond, func() error { return local.Fault(c.dir, target, kind, "") }); err != nil {
+		if err := testutil.Poll(time.Minute, 20*time.Millisecond, func() error { return local.Fault(local.Dir(c.dir), target, kind, "") }); err != nil {
 			return "", err
 		}
-	case local.Fault(c.dir, target, kind, "") != nil:
+	case local.Fault(local.Dir(c.dir), target, kind, "") != nil:
 		// A fenced member has no etcd process to stop first: its data still can be wiped.
-		if err := datadir.Wipe(local.MemberDataDir(c.dir, target)); err != nil {
+		if err := datadir.Wipe(local.Dir(c.dir).MemberData(target)); err != nil {
 			return "", err
 		}
 	}
@@ -160,7 +160,7 @@ func killBackupLeaderDuringFlush(ctx context.Context, c *localCluster, _ *traffi
 	}
 	wait := time.Duration(rng.Intn(1000)) * time.Millisecond
 	time.Sleep(wait) // lands somewhere in the next delta period (1 s)
-	if err := local.Fault(c.dir, leader, local.FaultKill, ""); err != nil {
+	if err := local.Fault(local.Dir(c.dir), leader, local.FaultKill, ""); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("kill -9 of the backup leader %s, %s after a delta was stored", leader, wait), nil
@@ -184,7 +184,7 @@ func supervisorStateLost(ctx context.Context, c *localCluster, _ *traffic, rng *
 		} else if err := os.Remove(path); err != nil {
 			return err
 		}
-		return datadir.Wipe(local.MemberDataDir(c.dir, victim))
+		return datadir.Wipe(local.Dir(c.dir).MemberData(victim))
 	})
 	how := "deleted"
 	if damage {

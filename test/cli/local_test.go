@@ -56,7 +56,7 @@ func TestLocalUpDetachWithEtcdctl(t *testing.T) {
 		t.Fatalf("status of a stopped cluster should still answer: %v", err)
 	}
 	run(t, steward, "local", "down", "--dir", dir, "--purge")
-	if _, ok, _ := local.ReadSpec(dir); ok {
+	if _, ok, _ := local.ReadSpec(local.Dir(dir)); ok {
 		t.Fatal("--purge left the cluster behind")
 	}
 }

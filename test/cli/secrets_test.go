@@ -95,15 +95,15 @@ func TestSecretsNeverAppear(t *testing.T) {
 	} else {
 		fmt.Fprintf(&outputs, "%s\n", out)
 	}
-	token, err := os.ReadFile(local.TokenPath(dir))
+	token, err := os.ReadFile(local.Dir(dir).Token())
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, _, err := local.ReadSpec(dir)
+	spec, _, err := local.ReadSpec(local.Dir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := local.SidecarClient(dir, spec, 10*time.Second) // its HTTP client trusts the cluster's CAs
+	sc, err := local.SidecarClient(local.Dir(dir), spec, 10*time.Second) // its HTTP client trusts the cluster's CAs
 	if err != nil {
 		t.Fatal(err)
 	}

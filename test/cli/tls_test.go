@@ -112,11 +112,11 @@ func TestLocalTLS(t *testing.T) {
 	if !strings.HasPrefix(sidecar, "https://") {
 		t.Fatalf("status names the sidecar API %s; want https", sidecar)
 	}
-	spec, _, err := local.ReadSpec(dir)
+	spec, _, err := local.ReadSpec(local.Dir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	secure, err := local.SidecarClient(dir, spec, 5*time.Second)
+	secure, err := local.SidecarClient(local.Dir(dir), spec, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestLocalTLS(t *testing.T) {
 		t.Fatalf("the sidecar API over TLS with the token: %v", err)
 	}
 	plain := "http://" + strings.TrimPrefix(sidecar, "https://")
-	if _, err := sidecarapi.FileClient(local.TokenPath(dir), nil).Call(t.Context(), http.MethodGet, plain+"/v1/report"); sidecarapi.StatusCode(err) != http.StatusForbidden {
+	if _, err := sidecarapi.FileClient(local.Dir(dir).Token(), nil).Call(t.Context(), http.MethodGet, plain+"/v1/report"); sidecarapi.StatusCode(err) != http.StatusForbidden {
 		t.Fatalf("the sidecar API in plain text with the token: %v; want 403", err)
 	}
 	for _, u := range []string{plain + "/healthz", plain + "/metrics"} {
@@ -145,7 +145,7 @@ func TestLocalTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sidecarapi.FileClient(local.TokenPath(dir), sidecarapi.HTTPClient(otherTrust, 5*time.Second)).Call(t.Context(), http.MethodGet, sidecar+"/v1/report"); err == nil {
+	if _, err := sidecarapi.FileClient(local.Dir(dir).Token(), sidecarapi.HTTPClient(otherTrust, 5*time.Second)).Call(t.Context(), http.MethodGet, sidecar+"/v1/report"); err == nil {
 		t.Fatal("a client trusting another CA took the sidecar's certificate")
 	}
 

@@ -128,7 +128,7 @@ var ErrNotBackupLeader = errors.New("this member is not the backup leader")
 
 func New(cfg Config, etcd etcdutil.Dialer, endpoint string, st *store.Store, lg *zap.Logger, m *Metrics) (*Agent, error) {
 	if cfg.DeltaPeriod <= 0 {
-		cfg.DeltaPeriod = 5 * time.Second
+		cfg.DeltaPeriod = snapshotter.DefaultDeltaPeriod
 	}
 	if cfg.DeltaMaxBytes <= 0 {
 		cfg.DeltaMaxBytes = 16 << 20

@@ -22,7 +22,7 @@ type DownOptions struct {
 // Down stops the cluster in dir gracefully (the supervisor stops etcd members, then
 // sidecars) and waits until it has. Data is kept unless Purge is set.
 func Down(ctx context.Context, opts DownOptions) error {
-	dir := opts.Dir
+	dir := Dir(opts.Dir)
 	if opts.Timeout == 0 {
 		opts.Timeout = 90 * time.Second
 	}
@@ -31,7 +31,7 @@ func Down(ctx context.Context, opts DownOptions) error {
 	} else if !ok {
 		return fmt.Errorf("no local cluster in %s: nothing to stop", dir)
 	}
-	if pid, running := SupervisorRunning(dir); running {
+	if pid, running := dir.SupervisorRunning(); running {
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			return fmt.Errorf("signal supervisor pid %d: %w", pid, err)
 		}
@@ -39,11 +39,11 @@ func Down(ctx context.Context, opts DownOptions) error {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if _, still := SupervisorRunning(dir); !still {
+			if _, still := dir.SupervisorRunning(); !still {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("supervisor pid %d did not stop within %s; see %s", pid, opts.Timeout, filepath.Join(dir, "logs"))
+				return fmt.Errorf("supervisor pid %d did not stop within %s; see %s", pid, opts.Timeout, dir.Logs())
 			}
 			select {
 			case <-ctx.Done():
@@ -63,7 +63,7 @@ func Down(ctx context.Context, opts DownOptions) error {
 		}
 	}
 	if opts.Purge {
-		if err := os.RemoveAll(dir); err != nil {
+		if err := os.RemoveAll(dir.String()); err != nil {
 			return fmt.Errorf("purge %s: %w", dir, err)
 		}
 	}
@@ -71,7 +71,7 @@ func Down(ctx context.Context, opts DownOptions) error {
 }
 
 // ownChild reports whether pid runs this DIR's steward binary.
-func ownChild(dir string, pid int) bool {
+func ownChild(dir Dir, pid int) bool {
 	if pid <= 0 {
 		return false
 	}
@@ -79,7 +79,7 @@ func ownChild(dir string, pid int) bool {
 	if err != nil {
 		return false
 	}
-	abs, _ := filepath.Abs(filepath.Join(dir, binFile))
+	abs, _ := filepath.Abs(dir.Binary(""))
 	exe := strings.SplitN(string(cmdline), "\x00", 2)[0]
-	return exe == filepath.Join(dir, binFile) || exe == abs
+	return exe == dir.Binary("") || exe == abs
 }

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/etcdproc"
+	"github.com/etcd-steward/steward/internal/local/localdir"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -80,7 +80,7 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 	if opts.WaitTimeout <= 0 {
 		opts.WaitTimeout = 5 * time.Minute
 	}
-	dir := opts.Dir
+	dir := Dir(opts.Dir)
 	spec, ok, err := ReadSpec(dir)
 	if err != nil {
 		return UpgradeResult{}, err
@@ -88,7 +88,7 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 	if !ok {
 		return UpgradeResult{}, fmt.Errorf("no local cluster in %s; nothing was changed", dir)
 	}
-	if _, running := SupervisorRunning(dir); !running {
+	if _, running := dir.SupervisorRunning(); !running {
 		return UpgradeResult{}, fmt.Errorf("the cluster in %s is not running: start it with `steward local up --dir %s`, then upgrade it; nothing was changed", dir, dir)
 	}
 	flags, err := changeFlags(spec.EtcdFlags, opts.SetFlags, opts.UnsetFlags)
@@ -98,7 +98,7 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 	if err := etcdproc.CheckFlags(flags); err != nil {
 		return UpgradeResult{}, fmt.Errorf("%w; nothing was changed", err)
 	}
-	cli, err := Dialer(opts.Dir, spec).New(spec.ClientURLs(), 3*time.Second)
+	cli, err := Dialer(dir, spec).New(spec.ClientURLs(), 3*time.Second)
 	if err != nil {
 		return UpgradeResult{}, err
 	}
@@ -116,7 +116,7 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 		if err := checkEtcdUpgrade(running, res.EtcdVersion); err != nil {
 			return res, fmt.Errorf("%s: %w; nothing was changed", opts.Binary, err)
 		}
-		sameBinary = sameContents(opts.Binary, memberBinary(dir, spec))
+		sameBinary = sameContents(opts.Binary, dir.Binary(spec.Binary))
 	}
 	st, err := ReadState(dir)
 	if err != nil {
@@ -134,7 +134,7 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 	res.Resumed = !changed && len(outdated(st, spec.Generation)) > 0
 	if !changed && !res.Resumed && asked {
 		progress(fmt.Sprintf("every member runs this specification already (generation %d): nothing to do", spec.Generation))
-		res.Generation, res.Binary, res.Duration = spec.Generation, memberBinary(dir, spec), time.Since(start)
+		res.Generation, res.Binary, res.Duration = spec.Generation, dir.Binary(spec.Binary), time.Since(start)
 		return res, nil
 	}
 	if !opts.SkipSnapshot {
@@ -148,19 +148,19 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 	} else {
 		spec.Generation++
 		if !sameBinary {
-			spec.Binary = fmt.Sprintf("bin/steward-g%d", spec.Generation)
-			if err := installBinary(dir, opts.Binary, spec.Binary); err != nil {
+			spec.Binary = localdir.GenerationBinaryRel(spec.Generation)
+			if err := installBinary(opts.Binary, dir.Binary(spec.Binary)); err != nil {
 				return res, fmt.Errorf("%w; nothing was changed", err)
 			}
 		}
 		spec.EtcdFlags = flags
 		if err := writeSpec(dir, spec); err != nil {
-			return res, fmt.Errorf("record the new spec in %s: %w; nothing was changed", filepath.Join(dir, specFile), err)
+			return res, fmt.Errorf("record the new spec in %s: %w; nothing was changed", dir.Spec(), err)
 		}
 		progress(fmt.Sprintf("recorded spec generation %d: binary %s, etcd flags [%s]; rolling the members onto it",
-			spec.Generation, memberBinary(dir, spec), strings.Join(etcdproc.FlagList(flags), " ")))
+			spec.Generation, dir.Binary(spec.Binary), strings.Join(etcdproc.FlagList(flags), " ")))
 	}
-	res.Generation, res.Binary = spec.Generation, memberBinary(dir, spec)
+	res.Generation, res.Binary = spec.Generation, dir.Binary(spec.Binary)
 	err = maintenance.Roll(ctx, cli, maintenance.RollOptions{
 		Leader:      opts.Leader,
 		WaitTimeout: opts.WaitTimeout,
@@ -202,18 +202,17 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 
 // pruneBinaries removes the member binaries of earlier generations (DIR/bin/steward-gN) but
 // those kept: the one the members run and the one they ran before, to go back to.
-func pruneBinaries(dir string, keep ...string) error {
-	old, err := filepath.Glob(filepath.Join(dir, "bin", "steward-g*"))
+func pruneBinaries(dir Dir, keep ...string) error {
+	old, err := dir.GenerationBinaries()
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, path := range old {
-		rel, err := filepath.Rel(dir, path)
-		if err != nil || slices.Contains(keep, rel) {
+	for _, rel := range old {
+		if slices.Contains(keep, rel) {
 			continue
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(dir.Path(rel)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
@@ -222,19 +221,19 @@ func pruneBinaries(dir string, keep ...string) error {
 
 // stalled explains a rollout that stopped on a member that did not come back: which, what
 // its log says, and how to go back.
-func stalled(err error, dir string, res UpgradeResult, previous, spec Spec) error {
+func stalled(err error, dir Dir, res UpgradeResult, previous, spec Spec) error {
 	which := ""
 	if n := len(res.Restarted); n > 0 {
 		last := res.Restarted[n-1]
 		which = fmt.Sprintf("; %s was restarted on spec generation %d and is not healthy; %s ends with:\n%s\n",
-			last, spec.Generation, LogPath(dir, last, "etcd"), TailFile(LogPath(dir, last, "etcd"), 5))
+			last, spec.Generation, dir.Log(last, "etcd"), TailFile(dir.Log(last, "etcd"), 5))
 	}
-	back := []string{"steward local upgrade --dir " + dir}
+	back := []string{"steward local upgrade --dir " + dir.String()}
 	if previous.Generation == spec.Generation {
 		return fmt.Errorf("%w%s; to go back, run `%s` with the binary and flags the cluster ran before", err, which, back[0])
 	}
 	if previous.Binary != spec.Binary {
-		back = append(back, "--binary "+memberBinary(dir, previous))
+		back = append(back, "--binary "+dir.Binary(previous.Binary))
 	}
 	for _, name := range slices.Sorted(maps.Keys(spec.EtcdFlags)) {
 		if _, ok := previous.EtcdFlags[name]; !ok {
@@ -312,7 +311,7 @@ func upgradeCanStart(rep Report, st State, generation int64) error {
 }
 
 // snapshotBeforeUpgrade takes the full snapshot that keeps the present restorable.
-func snapshotBeforeUpgrade(ctx context.Context, dir string, spec Spec, progress func(string)) (*snapshotter.FullResult, error) {
+func snapshotBeforeUpgrade(ctx context.Context, dir Dir, spec Spec, progress func(string)) (*snapshotter.FullResult, error) {
 	if spec.Backup == "" {
 		return nil, fmt.Errorf("the cluster in %s has no backup store, so no full snapshot can be taken before the upgrade: pass --skip-snapshot to upgrade without one; nothing was changed", dir)
 	}
@@ -332,7 +331,7 @@ func snapshotBeforeUpgrade(ctx context.Context, dir string, spec Spec, progress 
 
 // askRestart asks the supervisor to restart member name on spec generation, once no
 // directive is in force (a recovery or a restore fences and restarts members itself).
-func askRestart(ctx context.Context, dir, name string, generation int64, timeout time.Duration, progress func(string)) error {
+func askRestart(ctx context.Context, dir Dir, name string, generation int64, timeout time.Duration, progress func(string)) error {
 	deadline := time.Now().Add(timeout)
 	waiting := ""
 	for {
@@ -354,7 +353,7 @@ func askRestart(ctx context.Context, dir, name string, generation int64, timeout
 			continue
 		}
 		var refused string
-		err = ask(ctx, dir, restartRequestFile, "restart", func(h requestHeader) any {
+		err = ask(ctx, dir, localdir.RestartKind, func(h requestHeader) RestartRequest {
 			return RestartRequest{requestHeader: h, Member: name, Generation: generation}
 		}, func(st State, id string) (bool, error) {
 			a := st.RestartAnswer

@@ -99,7 +99,7 @@ type SupervisorReport struct {
 
 // Status reports the cluster in dir as etcd itself reports it (member list and each
 // member's status), together with the supervisor's processes.
-func Status(ctx context.Context, dir string) (Report, error) {
+func Status(ctx context.Context, dir Dir) (Report, error) {
 	spec, ok, err := ReadSpec(dir)
 	if err != nil {
 		return Report{}, err
@@ -109,9 +109,9 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	}
 	st, err := ReadState(dir)
 	if err != nil {
-		return Report{}, fmt.Errorf("read %s: %w", stateFile, err)
+		return Report{}, fmt.Errorf("read %s: %w", dir.State(), err)
 	}
-	pid, running := SupervisorRunning(dir)
+	pid, running := dir.SupervisorRunning()
 	rep := Report{
 		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation, TLS: spec.TLS, ClientTLSDir: ClientTLSDir(dir, spec), RootPasswordFile: RootPasswordPath(dir, spec), Etcdctl: EtcdctlFlags(dir, spec)},
 		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error,
@@ -157,7 +157,7 @@ func Status(ctx context.Context, dir string) (Report, error) {
 	for i, ms := range spec.Members {
 		r := &reports[i]
 		*r = MemberReport{Name: ms.Name, ClientURL: spec.ClientURL(ms), PeerURL: spec.PeerURL(ms), SidecarURL: spec.SidecarURL(ms),
-			DataDir: MemberDataDir(dir, ms.Name), Role: "follower"}
+			DataDir: dir.MemberData(ms.Name), Role: "follower"}
 		if running {
 			r.EtcdPID, r.SidecarPID, r.Generation = states[ms.Name].EtcdPID, states[ms.Name].SidecarPID, states[ms.Name].Generation
 		}

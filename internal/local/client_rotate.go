@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/pki"
@@ -49,7 +48,7 @@ type RotateCAResult struct {
 // running RotateCA again.
 func RotateCA(ctx context.Context, opts RotateCAOptions) (RotateCAResult, error) {
 	start := time.Now()
-	dir := opts.Dir
+	dir := Dir(opts.Dir)
 	progress := opts.Progress
 	if progress == nil {
 		progress = func(string) {}
@@ -63,16 +62,16 @@ func RotateCA(ctx context.Context, opts RotateCAOptions) (RotateCAResult, error)
 	case !spec.TLS:
 		return RotateCAResult{}, fmt.Errorf("the cluster in %s has no TLS, so no CA to rotate (TLS is chosen when a cluster is made: `steward local up --tls`)", dir)
 	}
-	if _, running := SupervisorRunning(dir); !running {
+	if _, running := dir.SupervisorRunning(); !running {
 		return RotateCAResult{}, fmt.Errorf("the cluster in %s is not running: a rollover restarts its members one at a time; start it with `steward local up --dir %s`", dir, dir)
 	}
 	logf := func(format string, args ...any) { progress(fmt.Sprintf(format, args...)) }
-	ca := func(sub string) string { return filepath.Join(dir, pkiDir, sub) }
+	ca := func(sub string) string { return dir.PKI(sub) }
 	exists := func(sub string) bool { _, err := os.Stat(ca(sub)); return err == nil }
 	var res RotateCAResult
 	roll := func(why string) error {
 		progress(why + ": restarting the members one at a time, the leader last")
-		r, err := Upgrade(ctx, UpgradeOptions{Dir: dir, SkipSnapshot: true, WaitTimeout: opts.WaitTimeout, Progress: progress})
+		r, err := Upgrade(ctx, UpgradeOptions{Dir: opts.Dir, SkipSnapshot: true, WaitTimeout: opts.WaitTimeout, Progress: progress})
 		res.Restarted, res.LeaderMoves = append(res.Restarted, r.Restarted...), append(res.LeaderMoves, r.LeaderMoves...)
 		return err
 	}

@@ -20,7 +20,7 @@ const (
 // Fault injects a fault into a running local cluster, for demos and tests. The etcd
 // process is frozen (SIGSTOP) while its data is changed so it writes nothing in between,
 // then killed; the supervisor restarts it and the sidecar heals it.
-func Fault(dir, name, kind, other string) error {
+func Fault(dir Dir, name, kind, other string) error {
 	spec, ok, err := ReadSpec(dir)
 	if err != nil {
 		return err
@@ -51,9 +51,9 @@ func Fault(dir, name, kind, other string) error {
 	case FaultKill:
 		return syscall.Kill(pid, syscall.SIGKILL)
 	case FaultWipe:
-		return frozen([]int{pid}, func() error { return datadir.Wipe(MemberDataDir(dir, name)) })
+		return frozen([]int{pid}, func() error { return datadir.Wipe(dir.MemberData(name)) })
 	case FaultCorrupt:
-		return frozen([]int{pid}, func() error { return corruptDB(datadir.DBPath(MemberDataDir(dir, name))) })
+		return frozen([]int{pid}, func() error { return corruptDB(datadir.DBPath(dir.MemberData(name))) })
 	case FaultSwap:
 		if other == "" || other == name {
 			return fmt.Errorf("swap needs another member: steward local fault %s swap OTHER", name)
@@ -63,7 +63,7 @@ func Fault(dir, name, kind, other string) error {
 			return err
 		}
 		return frozen([]int{pid, otherPID}, func() error {
-			return swapDirs(MemberDataDir(dir, name), MemberDataDir(dir, other))
+			return swapDirs(dir.MemberData(name), dir.MemberData(other))
 		})
 	}
 	return fmt.Errorf("unknown fault %q: use kill, wipe, corrupt or swap", kind)
