@@ -9,6 +9,11 @@
 // print text instead (bench/replay), the runner has a parser for their output. Each run
 // rewrites only its own section of the output file (quick or full), between markers, and
 // keeps everything else in the file, so hand-written analysis stays.
+//
+// Each benchmark is also run, right before, as built from an earlier commit (-baseline REV;
+// default: the newest commit the report records; none: off) in a temporary git worktree, and
+// each Steward figure is compared with the baseline's: more than 10% worse is a regression,
+// and the runner then exits non-zero unless -allow-regressions (baseline.go).
 package main
 
 import (
@@ -243,7 +248,14 @@ func main() {
 		}
 	}
 	if o.command == "" {
-		o.command = "go run ./bench/cmd/runner " + strings.Join(os.Args[1:], " ")
+		args := make([]string, len(os.Args)-1)
+		for i, a := range os.Args[1:] {
+			if strings.ContainsAny(a, " \t'\"") {
+				a = strconv.Quote(a)
+			}
+			args[i] = a
+		}
+		o.command = "go run ./bench/cmd/runner " + strings.Join(args, " ")
 	}
 	if o.timeout == 0 {
 		o.timeout = 30 * time.Minute
