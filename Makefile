@@ -75,11 +75,17 @@ test-short:
 # which this rewrites). `make bench`: quick sizes (~10 min on 2 cores); `make bench FULL=1`: the
 # sizes the issues ask for (1 GiB database, 1M revisions, longer phases); BENCH=snapshot,delta
 # runs only those (snapshot, delta, replay, restore).
+# Each benchmark is also compared with an earlier build of Steward: the benchmark programs and
+# steward of BASELINE (a commit; default: the newest commit docs/benchmarks.md records, each
+# section records the one it measured; BASELINE=none: no comparison), built in a temporary git
+# worktree, run right before this tree's. A figure more than 10% worse than the baseline's is a
+# regression: marked in the report, and the run fails unless ALLOW_REGRESSIONS=1.
 .PHONY: bench
 bench: build tools kube-tools
 	$(GO) run ./bench/cmd/runner -steward $(BIN)/steward -etcdctl $(BIN)/etcdctl -etcdutl $(BIN)/etcdutl \
 		-out docs/benchmarks.md $(if $(filter 1 true yes,$(FULL)),-full) $(if $(BENCH),-only $(BENCH)) \
-		-command "make bench$(if $(filter 1 true yes,$(FULL)), FULL=1)$(if $(BENCH), BENCH=$(BENCH))"
+		$(if $(BASELINE),-baseline $(BASELINE)) $(if $(filter 1 true yes,$(ALLOW_REGRESSIONS)),-allow-regressions) \
+		-command "make bench$(if $(filter 1 true yes,$(FULL)), FULL=1)$(if $(BENCH), BENCH=$(BENCH))$(if $(BASELINE), BASELINE=$(BASELINE))"
 
 # Fuzzing of every decoder of what a store or etcd returns: object names, objects (header,
 # payload, trailer) and delta event streams (internal/backup); the gRPC snapshot stream, its

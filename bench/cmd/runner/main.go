@@ -9,6 +9,11 @@
 // print text instead (bench/replay), the runner has a parser for their output. Each run
 // rewrites only its own section of the output file (quick or full), between markers, and
 // keeps everything else in the file, so hand-written analysis stays.
+//
+// Each benchmark is also run, right before, as built from an earlier commit (-baseline REV;
+// default: the newest commit the report records; none: off) in a temporary git worktree, and
+// each Steward figure is compared with the baseline's: more than 10% worse is a regression,
+// and the runner then exits non-zero unless -allow-regressions (baseline.go).
 package main
 
 import (
@@ -21,12 +26,15 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/etcd-steward/steward/bench/internal/result"
@@ -177,6 +185,30 @@ type options struct {
 	work    string
 	command string
 	timeout time.Duration
+	// commit is the working tree's commit, "-dirty" when it has changes (recorded in the report).
+	commit string
+	// base is the baseline checked out for this run (nil: no comparison).
+	base *baseline
+	// baseline is the commit to compare with ("" until resolved; "none": no comparison).
+	baseline         string
+	allowRegressions bool
+	// extra are flags appended to a benchmark's own (-args NAME=FLAGS), for both builds.
+	extra map[string][]string
+}
+
+// extraArgs is the repeatable -args NAME=FLAGS flag.
+type extraArgs map[string][]string
+
+func (e extraArgs) String() string { return "" }
+
+func (e extraArgs) Set(v string) error {
+	name, flags, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(name) == "" {
+		return errors.New("want NAME=FLAGS, e.g. replay='-n 20000 -ref-n 2000'")
+	}
+	name = strings.TrimSpace(name)
+	e[name] = append(e[name], strings.Fields(flags)...)
+	return nil
 }
 
 func main() {
@@ -191,6 +223,10 @@ func main() {
 	flag.StringVar(&o.work, "work", "", "work dir for binaries and logs (default: a new temp dir)")
 	flag.StringVar(&o.command, "command", "", "the command line to record in the report (default: this program's)")
 	flag.DurationVar(&o.timeout, "timeout", 0, "limit per benchmark (default 30m quick, 2h full)")
+	flag.StringVar(&o.baseline, "baseline", "", "commit to compare with: its benchmark programs and steward, built in a temporary git worktree, run right before this tree's; a figure more than 10% worse is a regression (default: the newest commit the -out report records; none: no comparison)")
+	flag.BoolVar(&o.allowRegressions, "allow-regressions", false, "exit 0 even when a figure regressed against the baseline (they are still reported)")
+	o.extra = extraArgs{}
+	flag.Var(extraArgs(o.extra), "args", "NAME=FLAGS: more flags for benchmark NAME, after its quick or full ones (repeatable), e.g. -args replay='-n 20000 -ref-n 2000'")
 	flag.Parse()
 	if only != "" {
 		o.only = map[string]bool{}
@@ -206,8 +242,20 @@ func main() {
 			o.only[n] = true
 		}
 	}
+	for n := range o.extra {
+		if !slices.ContainsFunc(benchmarks, func(b benchmark) bool { return b.name == n }) {
+			fail(fmt.Errorf("-args: no benchmark %q", n))
+		}
+	}
 	if o.command == "" {
-		o.command = "go run ./bench/cmd/runner " + strings.Join(os.Args[1:], " ")
+		args := make([]string, len(os.Args)-1)
+		for i, a := range os.Args[1:] {
+			if strings.ContainsAny(a, " \t'\"") {
+				a = strconv.Quote(a)
+			}
+			args[i] = a
+		}
+		o.command = "go run ./bench/cmd/runner " + strings.Join(args, " ")
 	}
 	if o.timeout == 0 {
 		o.timeout = 30 * time.Minute
@@ -215,7 +263,9 @@ func main() {
 			o.timeout = 2 * time.Hour
 		}
 	}
-	if err := run(context.Background(), o); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
 		fail(err)
 	}
 }
@@ -233,6 +283,20 @@ type outcome struct {
 	skipped string
 	took    time.Duration
 	log     string
+	// base is the baseline's run of the same benchmark (nil: no comparison in this run);
+	// cmp compares each row of res with it.
+	base *baseOutcome
+	cmp  []rowCmp
+}
+
+// baseOutcome is what the baseline's build of a benchmark produced.
+type baseOutcome struct {
+	res  result.Result
+	took time.Duration
+	log  string
+	// none says why there is no baseline to compare with (the baseline lacks the benchmark,
+	// its program does not accept the flags, it failed…).
+	none string
 }
 
 func run(ctx context.Context, o options) error {
@@ -264,11 +328,43 @@ func run(ctx context.Context, o options) error {
 	} else if abs, err := filepath.Abs(o.tools.steward); err == nil {
 		o.tools.steward = abs
 	}
+	o.commit = treeCommit(ctx)
+	var bl *baseline
+	switch o.baseline {
+	case "none":
+		fmt.Println("bench: no baseline (-baseline none)")
+	case "":
+		rev, why, err := defaultBaseline(ctx, o.out)
+		if err != nil {
+			return err
+		}
+		if rev == "" {
+			fmt.Printf("bench: no baseline: %s (pass -baseline REV to compare with a commit)\n", why)
+			break
+		}
+		if bl, err = setupBaseline(ctx, o, rev, why); err != nil {
+			return err
+		}
+	default:
+		var err error
+		if bl, err = setupBaseline(ctx, o, o.baseline, "-baseline "+o.baseline); err != nil {
+			return err
+		}
+	}
+	defer bl.remove()
+	if bl != nil {
+		fmt.Printf("bench: baseline %s (%s), worktree %s\n", short(bl.commit), bl.why, bl.dir)
+		if bl.unusable != "" {
+			fmt.Printf("bench: no baseline for any benchmark: %s\n", bl.unusable)
+		}
+	}
+	o.base = bl
 	m := machineInfo(ctx, o.tools)
 	start := time.Now()
 	fmt.Printf("bench: %s mode, work dir %s\n", mode(o.full), o.work)
 
 	var outs []outcome
+	var regressions []string
 	for _, b := range benchmarks {
 		if o.only != nil && !o.only[b.name] {
 			continue
@@ -280,7 +376,13 @@ func run(ctx context.Context, o options) error {
 		case !hasGoFiles(b.pkg):
 			out.skipped = fmt.Sprintf("%s does not exist in this tree: skipped", b.pkg)
 		default:
+			var base *baseOutcome
+			if bl != nil {
+				// The baseline first, then this tree's, one right after the other.
+				base = runBaseline(ctx, o, bl, b)
+			}
 			out = runOne(ctx, o, b)
+			out.base = base
 		}
 		if out.skipped != "" {
 			fmt.Printf("bench: %s: %s\n", b.name, out.skipped)
@@ -289,7 +391,13 @@ func run(ctx context.Context, o options) error {
 		} else {
 			fmt.Printf("bench: %s done in %v\n", b.name, out.took.Round(time.Second))
 		}
+		if out.base != nil && out.err == nil && out.skipped == "" {
+			regressions = append(regressions, reportComparison(&out, bl)...)
+		}
 		outs = append(outs, out)
+		if ctx.Err() != nil {
+			break
+		}
 	}
 	m.loadEnd = loadAvg()
 	// The binaries are big; the logs stay for reading.
@@ -308,10 +416,97 @@ func run(ctx context.Context, o options) error {
 			failed = append(failed, out.b.name)
 		}
 	}
+	var errs []error
 	if len(failed) > 0 {
-		return fmt.Errorf("benchmarks failed: %s (their errors are in %s)", strings.Join(failed, ", "), o.out)
+		errs = append(errs, fmt.Errorf("benchmarks failed: %s (their errors are in %s)", strings.Join(failed, ", "), o.out))
 	}
-	return nil
+	if len(regressions) > 0 {
+		msg := fmt.Sprintf("%d regression(s) against %s: %s", len(regressions), short(bl.commit), strings.Join(regressions, "; "))
+		if o.allowRegressions {
+			fmt.Printf("bench: %s (allowed by -allow-regressions)\n", msg)
+		} else {
+			errs = append(errs, errors.New(msg+" (-allow-regressions to accept)"))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// reportComparison compares out with its baseline run, prints the comparison and returns the
+// regressions found, one phrase each.
+func reportComparison(out *outcome, bl *baseline) (regressions []string) {
+	if out.base.none != "" {
+		fmt.Printf("bench: %s: no baseline: %s\n", out.b.name, out.base.none)
+		return nil
+	}
+	out.cmp = compareResults(out.res, out.base.res)
+	for i, c := range out.cmp {
+		r := out.res.Rows[i]
+		label := r.Measure
+		if r.OursName != "" {
+			label += " (" + r.OursName + ")"
+		}
+		d := strings.ReplaceAll(c.describe(r.Unit), "**", "")
+		if c.regression {
+			fmt.Printf("bench: %s: REGRESSION vs %s: %s: %s is %s\n", out.b.name, short(bl.commit), label, figure(r.Ours, r.Unit), strings.TrimPrefix(d, "regression "))
+			regressions = append(regressions, fmt.Sprintf("%s %s %s× of the baseline's", out.b.name, r.Measure, num(c.ratio)))
+		} else {
+			fmt.Printf("bench: %s vs %s: %s: %s is %s\n", out.b.name, short(bl.commit), label, figure(r.Ours, r.Unit), d)
+		}
+	}
+	return regressions
+}
+
+// runBaseline builds and runs the baseline's program of b with the same flags as this tree's.
+func runBaseline(ctx context.Context, o options, bl *baseline, b benchmark) *baseOutcome {
+	bo := &baseOutcome{log: filepath.Join(o.work, "logs", b.name+".baseline.log")}
+	start := time.Now()
+	defer func() { bo.took = time.Since(start) }()
+	at := short(bl.commit)
+	if bl.unusable != "" {
+		bo.none = bl.unusable
+		return bo
+	}
+	if !hasGoFiles(filepath.Join(bl.dir, b.pkg)) {
+		bo.none = fmt.Sprintf("%s has no %s", at, b.pkg)
+		return bo
+	}
+	bin := filepath.Join(bl.bins, "bench-"+b.name)
+	if err := goBuildIn(ctx, bl.dir, bin, b.pkg); err != nil {
+		bo.none = fmt.Sprintf("%s did not build at %s: %s", b.pkg, at, firstLine(err.Error()))
+		return bo
+	}
+	t := o.tools
+	t.steward = bl.steward
+	args := benchArgs(o, b, t)
+	if usage, _ := exec.CommandContext(ctx, bin, "-h").CombinedOutput(); len(usage) > 0 {
+		if unknown := unknownFlags(args, usageFlags(string(usage))); len(unknown) > 0 {
+			bo.none = fmt.Sprintf("%s's %s does not accept %s", at, b.pkg, strings.Join(unknown, ", "))
+			return bo
+		}
+	}
+	fmt.Printf("bench: %s@%s: %s %s\n", b.name, at, b.pkg, strings.Join(args, " "))
+	stdout, err := runProgram(ctx, o, bin, bl.dir, args, bo.log, "  ["+b.name+"@base] ")
+	if err != nil {
+		if flagsRejected(tail(bo.log, 20)) {
+			bo.none = fmt.Sprintf("%s's %s does not accept the flags: %s", at, b.pkg, firstLine(err.Error()))
+		} else {
+			bo.none = fmt.Sprintf("the baseline's run failed (log %s): %s", bo.log, firstLine(err.Error()))
+		}
+		return bo
+	}
+	bo.res, err = parseOutput(b, stdout)
+	if err != nil {
+		bo.none = "the baseline's output: " + firstLine(err.Error())
+	}
+	return bo
+}
+
+// benchArgs are b's flags for this run: its quick or full ones, then any -args.
+func benchArgs(o options, b benchmark, t tools) []string {
+	return append(b.args(o.full, t), o.extra[b.name]...)
 }
 
 func mode(full bool) string {
@@ -326,8 +521,12 @@ func hasGoFiles(pkg string) bool {
 	return len(m) > 0
 }
 
-func goBuild(ctx context.Context, out, pkg string) error {
+func goBuild(ctx context.Context, out, pkg string) error { return goBuildIn(ctx, "", out, pkg) }
+
+// goBuildIn builds pkg of the module in dir ("": the current directory).
+func goBuildIn(ctx context.Context, dir, out, pkg string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = dir
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
@@ -344,44 +543,58 @@ func runOne(ctx context.Context, o options, b benchmark) (out outcome) {
 		out.err = err
 		return out
 	}
-	logFile, err := os.Create(out.log)
+	args := benchArgs(o, b, o.tools)
+	fmt.Printf("bench: %s: %s %s\n", b.name, b.pkg, strings.Join(args, " "))
+	stdout, err := runProgram(ctx, o, bin, "", args, out.log, "  ["+b.name+"] ")
 	if err != nil {
 		out.err = err
 		return out
 	}
+	out.res, out.err = parseOutput(b, stdout)
+	return out
+}
+
+// runProgram runs a benchmark program in dir, streaming its output to the console (each
+// line prefixed) and to its log, and returns its stdout.
+func runProgram(ctx context.Context, o options, bin, dir string, args []string, log, prefix string) (string, error) {
+	logFile, err := os.Create(log)
+	if err != nil {
+		return "", err
+	}
 	defer logFile.Close()
-	args := b.args(o.full, o.tools)
-	fmt.Fprintf(logFile, "$ %s %s\n", b.pkg, strings.Join(args, " "))
-	fmt.Printf("bench: %s: %s %s\n", b.name, b.pkg, strings.Join(args, " "))
+	fmt.Fprintf(logFile, "$ %s %s\n", bin, strings.Join(args, " "))
 	rctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(rctx, bin, args...)
+	cmd.Dir = dir
 	cmd.WaitDelay = 30 * time.Second
 	var stdout bytes.Buffer
-	console := &prefixWriter{w: os.Stdout, prefix: "  [" + b.name + "] "}
+	console := &prefixWriter{w: os.Stdout, prefix: prefix}
 	var mu sync.Mutex // stdout and stderr go to the same console and log
 	cmd.Stdout = lockedWriter(&mu, io.MultiWriter(&stdout, logFile, console))
 	cmd.Stderr = lockedWriter(&mu, io.MultiWriter(logFile, console))
 	runErr := cmd.Run()
-	if rctx.Err() != nil {
+	if rctx.Err() != nil && ctx.Err() == nil {
 		runErr = fmt.Errorf("did not finish within %v", o.timeout)
 	}
 	if runErr != nil {
-		out.err = fmt.Errorf("%w; output ends with:\n%s", runErr, tail(out.log, 8))
-		return out
+		return "", fmt.Errorf("%w; output ends with:\n%s", runErr, tail(log, 8))
 	}
-	res, ok, err := result.Parse(stdout.String())
+	return stdout.String(), nil
+}
+
+// parseOutput extracts b's result from its program's stdout.
+func parseOutput(b benchmark, stdout string) (result.Result, error) {
+	res, ok, err := result.Parse(stdout)
 	switch {
 	case err != nil:
-		out.err = err
+		return res, err
 	case ok:
-		out.res = res
+		return res, nil
 	case b.parse != nil:
-		out.res, out.err = b.parse(stdout.String())
-	default:
-		out.err = errors.New("the program printed no JSON result line (see bench/internal/result)")
+		return b.parse(stdout)
 	}
-	return out
+	return res, errors.New("the program printed no JSON result line (see bench/internal/result)")
 }
 
 type writerFunc func(p []byte) (int, error)

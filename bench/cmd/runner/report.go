@@ -20,22 +20,33 @@ func render(o options, m machine, start time.Time, took time.Duration, outs []ou
 	}
 	p("## %s\n\n", title)
 	p("- Command: `%s`\n", o.command)
+	if o.commit != "" {
+		p("- Commit: `%s`\n", o.commit)
+	}
+	bl := o.base
+	if bl != nil {
+		p("- Baseline: `%s` (%s): each benchmark's program and steward built from that commit ran right before this tree's, with the same flags; \"vs baseline\" is this tree's figure / the baseline's, and a figure more than %.0f%% worse (higher for times, sizes and counts, lower for rates) is a **regression**\n", short(bl.commit), bl.why, 100*regressionThreshold)
+	}
 	p("- Date: %s; the run took %v\n", m.started, took.Round(time.Second))
 	p("- Machine: %d cores (%s), %s memory, %s\n", m.cores, orUnknown(m.cpu), orUnknown(m.memory), orUnknown(m.kernel))
 	p("- Versions: %s; etcd %s (embedded in steward); reference tools etcdctl/etcdutl %s\n", orUnknown(m.goVersion), orUnknown(m.etcd), orUnknown(m.etcdctl))
 	p("- Load average (1/5/15 min) at the start %s, at the end %s: other work shares this machine, so absolute figures vary; ratios come from the same run\n\n", m.loadStart, m.loadEnd)
 
-	p("| benchmark | measure | Steward | reference | ratio | goal |\n|---|---|---|---|---|---|\n")
+	vsHead, vsRule, vsNone := "", "", ""
+	if bl != nil {
+		vsHead, vsRule, vsNone = " vs baseline |", "---|", " |"
+	}
+	p("| benchmark | measure | Steward | reference | ratio | goal |%s\n|---|---|---|---|---|---|%s\n", vsHead, vsRule)
 	for _, out := range outs {
 		switch {
 		case out.skipped != "":
-			p("| %s | — | skipped | | | %s |\n", out.b.name, esc(out.skipped))
+			p("| %s | — | skipped | | | %s |%s\n", out.b.name, esc(out.skipped), vsNone)
 			continue
 		case out.err != nil:
-			p("| %s | — | **failed** | | | see below |\n", out.b.name)
+			p("| %s | — | **failed** | | | see below |%s\n", out.b.name, vsNone)
 			continue
 		}
-		for _, r := range out.res.Rows {
+		for i, r := range out.res.Rows {
 			ours := figure(r.Ours, r.Unit)
 			if r.OursName != "" {
 				ours += " (" + r.OursName + ")"
@@ -53,7 +64,15 @@ func render(o options, m machine, start time.Time, took time.Duration, outs []ou
 					goal += ": **missed**"
 				}
 			}
-			p("| %s | %s | %s | %s | %s | %s |\n", out.res.Benchmark, esc(r.Measure), esc(ours), esc(ref), ratio, esc(goal))
+			vs := ""
+			switch {
+			case bl == nil:
+			case out.base == nil || out.base.none != "":
+				vs = " no baseline |"
+			case i < len(out.cmp):
+				vs = " " + esc(out.cmp[i].describe(r.Unit)) + " |"
+			}
+			p("| %s | %s | %s | %s | %s | %s |%s\n", out.res.Benchmark, esc(r.Measure), esc(ours), esc(ref), ratio, esc(goal), vs)
 		}
 	}
 	p("\nRatios are Steward / reference: for throughput and rates higher is better, for time, latency, CPU and memory lower is better.\n")
@@ -70,7 +89,14 @@ func render(o options, m machine, start time.Time, took time.Duration, outs []ou
 		if out.res.Title != "" {
 			p(": %s", out.res.Title)
 		}
-		p("\n\n`%s %s` (%v)\n\n", out.b.pkg, strings.Join(out.b.args(o.full, tools{steward: "bin/steward", etcdctl: "bin/etcdctl", etcdutl: "bin/etcdutl"}), " "), out.took.Round(time.Second))
+		p("\n\n`%s %s` (%v)\n\n", out.b.pkg, strings.Join(benchArgs(o, out.b, tools{steward: "bin/steward", etcdctl: "bin/etcdctl", etcdutl: "bin/etcdutl"}), " "), out.took.Round(time.Second))
+		if b := out.base; b != nil && bl != nil {
+			if b.none != "" {
+				p("Baseline `%s`: no baseline: %s.\n\n", short(bl.commit), esc(b.none))
+			} else {
+				p("Baseline `%s`: ran right before, in %v.\n\n", short(bl.commit), b.took.Round(time.Second))
+			}
+		}
 		if out.err != nil {
 			p("Failed:\n\n```\n%s\n```\n", strings.TrimSpace(out.err.Error()))
 			continue

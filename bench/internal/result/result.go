@@ -51,6 +51,43 @@ type Row struct {
 	Met  *bool  `json:"met,omitempty"`
 	// Spread describes the variation over repeated runs, e.g. "ratio 0.91–0.97 over 3 runs".
 	Spread string `json:"spread,omitempty"`
+	// Better says which way Ours is better: HigherBetter or LowerBetter. Empty: implied by
+	// the unit (see Direction).
+	Better string `json:"better,omitempty"`
+}
+
+// Values of Row.Better.
+const (
+	HigherBetter = "higher"
+	LowerBetter  = "lower"
+)
+
+// Direction says which way a row's figure is better: Row.Better if set, else what the unit
+// implies: rates (a unit ending in "/s") are better higher; times, sizes, CPU, request counts
+// and percentages (of failures, stalls, overhead) better lower. "" means it is not known.
+func (r Row) Direction() string {
+	switch r.Better {
+	case HigherBetter, LowerBetter:
+		return r.Better
+	}
+	u := strings.TrimSpace(r.Unit)
+	switch {
+	case strings.HasSuffix(u, "/s"):
+		return HigherBetter
+	case u == "":
+		return ""
+	}
+	switch strings.ToLower(strings.TrimPrefix(u, "CPU ")) {
+	case "ns", "µs", "us", "ms", "s", "min", "b", "bytes", "kib", "mib", "gib", "req", "%":
+		return LowerBetter
+	}
+	return ""
+}
+
+// WithBetter sets which way the row's figure is better (HigherBetter or LowerBetter).
+func (r Row) WithBetter(better string) Row {
+	r.Better = better
+	return r
 }
 
 // Compare builds a row with a reference and the ratio ours/reference.
