@@ -52,6 +52,8 @@ decides how the member starts, generates its etcd configuration, and serves:
   GET  /v1/backup            backup status
   GET  /v1/snapshots/latest  the newest full and delta snapshots
   POST /v1/snapshots/full    take a full snapshot now (at most one per --full-snapshot-min-interval)
+  POST /v1/restore/target    resolve a restore target in this member's backup store (a dry run)
+  POST /v1/leader/move       hand leadership to another member
   GET  /healthz, /readyz     the sidecar is up (open)
   GET  /metrics              Prometheus metrics (open)
 

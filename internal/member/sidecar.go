@@ -224,6 +224,9 @@ func (s *Sidecar) Routes() []sidecarapi.Route {
 		// older one (and its deltas) out. They are spaced.
 		{Method: "POST", Path: "/v1/snapshots/full", Access: sidecarapi.Control, MinInterval: s.cfg.FullSnapshotInterval,
 			Timeout: agent.FullSnapshotTimeout + time.Minute, Handler: s.backups.HandleFull},
+		// Resolving a restore target lists the store and reads its objects' headers.
+		{Method: "POST", Path: agent.ResolveTargetPath, Access: sidecarapi.Control, MinInterval: time.Second,
+			Timeout: 2 * time.Minute, Handler: s.backups.HandleResolveTarget},
 		{Method: "GET", Path: "/v1/report", Access: sidecarapi.Read, Handler: s.handleReport},
 		// Moving leadership interrupts writes for an election's worth of time; the operator asks
 		// once per step of a rolling update.

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -11,10 +12,12 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/backup/agent"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/pki"
+	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -299,4 +302,39 @@ func (r *BackupReconciler) finish(ctx context.Context, eb *v1alpha1.EtcdBackup, 
 		r.Recorder.Eventf(eb, nil, corev1.EventTypeNormal, "BackupCompleted", "Backup", "full snapshot %s at revision %d (%d bytes)", res.Key, res.Revision, res.Size)
 	}
 	return r.Client.Status().Update(ctx, eb)
+}
+
+// storeCheckTimeout bounds a sidecar's resolution of a restore target in its store.
+const storeCheckTimeout = 2 * time.Minute
+
+// resolveTarget asks a serving member's sidecar to resolve the restore target t in the
+// cluster's backup store (POST /v1/restore/target). The sidecar reads its own store with its
+// own credentials, in the cluster's namespace: nothing of the tenant's (the store URL, its
+// credentials Secret) is read or run by the operator. why says why no sidecar could answer
+// (the target is then not checked against the store); err is the store's refusal of the
+// target.
+func (r *BackupReconciler) resolveTarget(ctx context.Context, ec *v1alpha1.EtcdCluster, t cluster.RestoreTarget) (res restore.Result, why string, err error) {
+	url, wait, fatal := r.sidecar(ctx, ec)
+	if url == "" {
+		return res, cmp.Or(wait, fatal), nil
+	}
+	sc, err := r.sidecarClient(ctx, ec.Namespace, ec.Name)
+	if err != nil {
+		return res, err.Error(), nil
+	}
+	return askTarget(ctx, sc, url, t)
+}
+
+// askTarget asks the sidecar at url to resolve t (see resolveTarget).
+func askTarget(ctx context.Context, sc *sidecarapi.Client, url string, t cluster.RestoreTarget) (res restore.Result, why string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
+	defer cancel()
+	err = sc.PostJSON(ctx, strings.TrimRight(url, "/")+agent.ResolveTargetPath, t, &res)
+	switch {
+	case err == nil:
+		return res, "", nil
+	case sidecarapi.StatusCode(err) == http.StatusUnprocessableEntity:
+		return res, "", err
+	}
+	return res, fmt.Sprintf("the sidecar at %s could not resolve it: %v", url, err), nil
 }

@@ -98,13 +98,8 @@ func runSuite(m *testing.M) int {
 		HTTP: &http.Client{Transport: sidecarTransport{}}}).SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	steward, err := testutil.BuildSteward()
-	if err != nil {
-		panic(err)
-	}
 	restoreReconciler = &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Snapshots: &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), HTTP: sidecars.Client()},
-		Steward:   steward}
+		Snapshots: &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), HTTP: sidecars.Client()}}
 	if err := restoreReconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}

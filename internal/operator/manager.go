@@ -87,12 +87,8 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := b.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("the operator's own binary (it checks restore targets against the store): %w", err)
-	}
 	rr := &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Snapshots: b, Steward: self}
+		Snapshots: b}
 	if err := rr.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

@@ -1,17 +1,11 @@
 package operator
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"os/exec"
 	"reflect"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -19,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/restore"
+	"github.com/etcd-steward/steward/internal/store"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,9 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
-
-// storeCheckTimeout bounds the dry run that checks a target against the store.
-const storeCheckTimeout = 2 * time.Minute
 
 // RestoreReconciler carries out EtcdRestores: a running cluster restored in place back to a
 // point of its backups (docs/restore.md, "Restoring a running cluster in place"), the way a
@@ -64,10 +56,7 @@ type RestoreReconciler struct {
 	Recorder  events.EventRecorder
 	// Snapshots takes the full snapshot of the present, as it does for EtcdBackups.
 	Snapshots *BackupReconciler
-	// Steward is the steward binary whose `restore --dry-run` checks a target against the
-	// store ("": only the checks against the snapshot are made).
-	Steward string
-	Now     func() time.Time
+	Now       func() time.Time
 }
 
 // SetupWithManager registers the reconciler: it watches EtcdRestores and the EtcdClusters
@@ -289,11 +278,10 @@ func (r *RestoreReconciler) snapshot(ctx context.Context, er *v1alpha1.EtcdResto
 }
 
 // checkTarget checks the target against the cluster's backup store as the seed's restore
-// will read it: `steward restore --dry-run` (the restore's own plan: the timeline, the full
-// snapshot and deltas, holes, the time's revision) as a child process whose environment
-// holds the credentials Secret's keys, as the sidecars' does. A store the operator cannot
-// read (a file:// store on the members' volumes, a mem:// store) is not checked here; the
-// status says so, and the check against the full snapshot (pinTarget) still applies.
+// will read it: a serving member's sidecar resolves it (resolveTarget) in its own store, with
+// its own credentials. When no sidecar can answer, only the check against the full snapshot
+// taken first applies (pinTarget), the status says so, and the restoring member reads the
+// store.
 func (r *RestoreReconciler) checkTarget(ctx context.Context, ec *v1alpha1.EtcdCluster, spec v1alpha1.EtcdRestoreSpec, snap v1alpha1.RestoreSnapshot) (v1alpha1.RestoreTargetStatus, error) {
 	t := v1alpha1.RestoreTargetStatus{Time: spec.Time}
 	if spec.Revision != nil {
@@ -305,55 +293,23 @@ func (r *RestoreReconciler) checkTarget(ctx context.Context, ec *v1alpha1.EtcdCl
 	case spec.Time == nil:
 		t.Timeline = snap.Timeline // the present history
 	}
-	storeURL := ec.Spec.Backup.Store
-	why := unreadableStore(storeURL)
-	if r.Steward == "" {
-		why = "the operator has no steward binary to read it with"
+	want := cluster.RestoreTarget{Revision: t.Revision, Timeline: uint32(t.Timeline)}
+	if t.Time != nil {
+		want.Time = t.Time.Time
 	}
-	if why != "" {
+	res, why, err := r.Snapshots.resolveTarget(ctx, ec, want)
+	return checkedTarget(t, ec.Spec.Backup.Store, res, why, err)
+}
+
+// checkedTarget is t as the store's resolution of it (res) says, or why it was not checked
+// against the store, or the error that refuses it.
+func checkedTarget(t v1alpha1.RestoreTargetStatus, storeURL string, res restore.Result, why string, err error) (v1alpha1.RestoreTargetStatus, error) {
+	switch {
+	case err != nil:
+		return t, fmt.Errorf("the backup store %s cannot give the target: %w", store.Redact(storeURL), err)
+	case why != "":
 		t.Checked = fmt.Sprintf("not against the store (%s): only that the target is not beyond the full snapshot taken first; the restoring member reads the store", why)
 		return t, nil
-	}
-	args := []string{"restore", "--dry-run", "-o", "json", "--store", storeURL}
-	for _, id := range ownClusterIDs(ec) {
-		// This cluster's own timelines only, unless one is named (restore.ResolveTarget).
-		args = append(args, "--cluster-id", strconv.FormatUint(id, 16))
-	}
-	if t.Revision > 0 {
-		args = append(args, "--to-revision", strconv.FormatInt(t.Revision, 10))
-	}
-	if t.Time != nil {
-		args = append(args, "--to-time", t.Time.UTC().Format(time.RFC3339Nano))
-	}
-	if t.Timeline > 0 {
-		args = append(args, "--timeline", strconv.FormatInt(t.Timeline, 10))
-	}
-	env := os.Environ()
-	if s := ec.Spec.Backup.CredentialsSecret; s != nil {
-		var sec corev1.Secret
-		if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: s.Name}, &sec); err != nil {
-			return t, fmt.Errorf("reading the credentials Secret %s/%s to check the target against the store: %w", ec.Namespace, s.Name, err)
-		}
-		for k, v := range sec.Data {
-			env = append(env, k+"="+string(v))
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, r.Steward, args...)
-	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := lastErrorLine(stderr.String())
-		if msg == "" {
-			msg = err.Error()
-		}
-		return t, fmt.Errorf("the backup store %s cannot give the target: %s", storeURL, msg)
-	}
-	var res restore.Result
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		return t, fmt.Errorf("checking the target against the store: unreadable dry run: %w", err)
 	}
 	t.Timeline = int64(res.Timeline)
 	t.Checked = fmt.Sprintf("against the store: timeline %d gives revision %d now (full snapshot %s and %d deltas)",
@@ -362,50 +318,6 @@ func (r *RestoreReconciler) checkTarget(ctx context.Context, ec *v1alpha1.EtcdCl
 		t.Checked += "; " + res.TargetAfterEnd
 	}
 	return t, nil
-}
-
-// ownClusterIDs are the etcd cluster IDs the EtcdCluster's history is known by in its
-// backup store (cluster.IDs): the one in its status, the one it bootstrapped with, and those
-// a restore onto one of its members gives.
-func ownClusterIDs(ec *v1alpha1.EtcdCluster) []uint64 {
-	n := max(int(ec.Spec.Replicas), int(ec.Status.Replicas), len(ec.Status.Members))
-	c := clusterConfig(ec, n)
-	spec := cluster.Spec{Name: c.Name, Token: c.Token}
-	for _, m := range c.Members {
-		spec.Members = append(spec.Members, cluster.MemberSpec{Name: m.Name, PeerURL: m.PeerURL})
-	}
-	return cluster.IDs(spec, ec.Status.ClusterID)
-}
-
-// unreadableStore says why the operator cannot read a store ("" when it can try).
-func unreadableStore(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return err.Error()
-	}
-	switch u.Scheme {
-	case "mem":
-		return "a mem:// store lives in the sidecars' memory"
-	case "file":
-		dir := u.Path
-		if u.Host == "." {
-			dir = "." + dir
-		}
-		if _, err := os.Stat(dir); err != nil {
-			return fmt.Sprintf("the file:// store is on the members' volumes, which the operator does not mount (%v)", err)
-		}
-	}
-	return ""
-}
-
-func lastErrorLine(stderr string) string {
-	lines := strings.Split(strings.TrimSpace(stderr), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if msg, ok := strings.CutPrefix(lines[i], "Error: "); ok {
-			return msg
-		}
-	}
-	return ""
 }
 
 // issue starts the restore (step 4), exactly once: the finalizer first (a restore that has

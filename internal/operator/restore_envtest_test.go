@@ -12,14 +12,18 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/backup/agent"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -34,20 +38,30 @@ import (
 // counted.
 //
 // It also answers POST /v1/leader/move, recording "<from> -> <to>" per namespace: the test
-// that asked plays the leadership change.
+// that asked plays the leadership change; and POST /v1/restore/target with the sidecar's own
+// handler over the store each namespace's cluster backs up to (404, as a sidecar without
+// backups, for a namespace whose store the test did not set).
 type fakeSidecars struct {
 	*httptest.Server
 	mu     sync.Mutex
 	result map[string]snapshotter.FullResult // by namespace
 	calls  map[string]int
 	moves  map[string][]string
+	stores map[string]string // by namespace
 }
 
 func newFakeSidecars() *fakeSidecars {
-	f := &fakeSidecars{result: map[string]snapshotter.FullResult{}, calls: map[string]int{}, moves: map[string][]string{}}
+	f := &fakeSidecars{result: map[string]snapshotter.FullResult{}, calls: map[string]int{}, moves: map[string][]string{}, stores: map[string]string{}}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The request was sent to http://<pod>.<cluster>-peer.<namespace>.svc:<port>.
 		parts := strings.Split(r.Header.Get("X-Sidecar-Host"), ".")
+		if r.Method == http.MethodPost && r.URL.Path == agent.ResolveTargetPath && len(parts) >= 3 {
+			f.mu.Lock()
+			storeURL := f.stores[parts[2]]
+			f.mu.Unlock()
+			agent.NewService(agent.Config{StoreURL: storeURL}, agent.Member{Name: parts[0], View: staticView{}}, zap.NewNop(), nil).HandleResolveTarget(w, r)
+			return
+		}
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/leader/move" && len(parts) >= 3 {
 			var req cluster.MoveLeaderRequest
 			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -96,6 +110,13 @@ func (f *fakeSidecars) set(ns string, res snapshotter.FullResult) {
 	f.result[ns] = res
 }
 
+// setStore makes the sidecars of namespace ns resolve restore targets in storeURL.
+func (f *fakeSidecars) setStore(ns, storeURL string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stores[ns] = storeURL
+}
+
 func (f *fakeSidecars) movesOf(ns string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -137,8 +158,14 @@ func lastEpoch(t *testing.T, ec *v1alpha1.EtcdCluster) int64 {
 // until it is Ready with its cluster ID recorded.
 func restorableCluster(t *testing.T, ns, name, store string) {
 	t.Helper()
+	restorableClusterWith(t, ns, name, &v1alpha1.BackupSpec{Store: store})
+}
+
+// restorableClusterWith is restorableCluster with backups as b says.
+func restorableClusterWith(t *testing.T, ns, name string, b *v1alpha1.BackupSpec) {
+	t.Helper()
 	ec := newCluster(ns, name, 3)
-	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: store}
+	ec.Spec.Backup = b
 	if err := k8s.Create(context.Background(), ec); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +189,7 @@ func TestEtcdRestoreInPlace(t *testing.T) {
 	needEnv(t)
 	ctx := context.Background()
 	ns := namespace(t)
-	// A store the operator cannot read (on the members' volumes): checked against the snapshot.
+	// A store no sidecar here resolves targets in: checked against the snapshot.
 	restorableCluster(t, ns, "rs", "file:///nonexistent/"+ns)
 	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000500-1.snap.zst", Timeline: 2, Revision: 500})
 	renew(t, ns, "rs-delta-snapshot", "490") // the deltas lag the present
@@ -206,7 +233,7 @@ func TestEtcdRestoreInPlace(t *testing.T) {
 
 	// The operator restarts: a new reconciler, the same objects. No second directive, no
 	// second snapshot.
-	restarted := &RestoreReconciler{Client: k8s, APIReader: k8s, Recorder: restoreReconciler.Recorder, Snapshots: restoreReconciler.Snapshots, Steward: restoreReconciler.Steward}
+	restarted := &RestoreReconciler{Client: k8s, APIReader: k8s, Recorder: restoreReconciler.Recorder, Snapshots: restoreReconciler.Snapshots}
 	epoch := lastEpoch(t, getCluster(t, ns, "rs"))
 	for i := 0; i < 3; i++ {
 		if _, err := restarted.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "back"}}); err != nil {
@@ -333,13 +360,14 @@ func TestEtcdRestoreBadTargetsFailBeforeFencing(t *testing.T) {
 	needEnv(t)
 	ctx := context.Background()
 	ns := namespace(t)
-	// A store the operator reads (a directory it sees), holding no backups: the dry run of
+	// A store the members' sidecar reads, holding no backups: the sidecar's resolution of
 	// the restore says so.
 	empty := filepath.Join(t.TempDir(), "store")
 	if err := os.MkdirAll(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	restorableCluster(t, ns, "bad", "file://"+empty)
+	sidecars.setStore(ns, "file://"+empty)
 	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000500-1.snap.zst", Timeline: 1, Revision: 500})
 	renew(t, ns, "bad-delta-snapshot", "500")
 	beyond, future := int64(501), metav1.NewTime(time.Now().Add(time.Hour))
@@ -365,11 +393,12 @@ func TestEtcdRestoreBadTargetsFailBeforeFencing(t *testing.T) {
 			return nil
 		})
 	}
-	// The bounds from the full snapshot taken first apply to any store: the store is made
-	// unreadable to the operator for these.
+	// The bounds from the full snapshot taken first apply to any store: no sidecar resolves
+	// these in it.
 	if err := os.Remove(empty); err != nil {
 		t.Fatal(err)
 	}
+	sidecars.setStore(ns, "")
 	for name, spec := range map[string]v1alpha1.EtcdRestoreSpec{
 		"beyond": {Cluster: "bad", Revision: &beyond},
 		"future": {Cluster: "bad", Time: &future},
@@ -533,5 +562,58 @@ func TestEtcdRestoreCancelledByDeletion(t *testing.T) {
 	})
 	if ec := getCluster(t, ns, "rc"); ec.Status.ClusterID != "c1" {
 		t.Fatalf("cluster ID %q after the cancel, want c1 (nothing restored)", ec.Status.ClusterID)
+	}
+}
+
+// TestEtcdRestoreRunsNothingOfTheTenants: checking an EtcdRestore's target never reads the
+// cluster's store from the operator: nothing a namespace user writes (the store URL, the
+// credentials Secret's variables) runs with the operator's identity or in its environment. The
+// Secret's AWS_* variables would make an AWS SDK post the operator's ServiceAccount token to a
+// server of the user's, and the store's endpoint is that server: it receives nothing while the
+// target is checked (here by a sidecar without backups: not against the store).
+func TestEtcdRestoreRunsNothingOfTheTenants(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	var hits atomic.Int32
+	capture := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "captured", http.StatusForbidden)
+	}))
+	defer capture.Close()
+	ns := namespace(t)
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "creds"}, StringData: map[string]string{
+		"AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+		"AWS_ROLE_ARN":                "arn:aws:iam::123456789012:role/tenant",
+		"AWS_ENDPOINT_URL_STS":        capture.URL,
+		"AWS_ENDPOINT_URL":            capture.URL,
+		"AWS_REGION":                  "us-east-1",
+	}}
+	if err := k8s.Create(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	restorableClusterWith(t, ns, "tn", &v1alpha1.BackupSpec{Store: "s3://bucket/tn?endpoint=" + capture.URL + "&region=us-east-1",
+		CredentialsSecret: &corev1.LocalObjectReference{Name: "creds"}})
+	// The members' sidecars read the store as the tenant, from the tenant's pods; these have
+	// no backups.
+	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000500-1.snap.zst", Timeline: 1, Revision: 500})
+	renew(t, ns, "tn-delta-snapshot", "500")
+	if err := k8s.Create(ctx, &v1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "back"},
+		Spec: v1alpha1.EtcdRestoreSpec{Cluster: "tn"}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "the target checked", func() error {
+		if n := hits.Load(); n != 0 {
+			t.Fatalf("the tenant's server received %d requests while the operator checked the restore target", n)
+		}
+		membersRenewing(t, ns, "tn", all, all)
+		er := getRestore(t, ns, "back")
+		c := apimeta.FindStatusCondition(er.Status.Conditions, v1alpha1.RestoreConditionTargetChecked)
+		if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "not against the store") {
+			return fmt.Errorf("EtcdRestore %s: %s; TargetChecked %+v", er.Status.Phase, er.Status.Message, c)
+		}
+		return nil
+	})
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the tenant's server received %d requests while the operator checked the restore target", n)
 	}
 }

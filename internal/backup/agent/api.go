@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/etcdutil"
+	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
 	"go.uber.org/zap"
@@ -235,4 +236,47 @@ func (s *Service) leaderSidecar(ctx context.Context, endpoint string) (string, e
 		}
 	}
 	return "", errors.New("no leader")
+}
+
+// ResolveTargetPath is where the sidecar resolves a restore target in its own store.
+const ResolveTargetPath = "/v1/restore/target"
+
+// HandleResolveTarget serves POST /v1/restore/target: the body is a cluster.RestoreTarget
+// (revision, time, timeline; its store, when set, must be this member's own), the answer the
+// restore's dry run against this member's backup store (restore.ResolveTarget), among the
+// timelines of this cluster's own IDs unless the target names one. It runs here, beside the
+// cluster's data and with the cluster's own store credentials, so that whoever asks (the
+// operator, for an EtcdRestore) never reads a tenant's store with its own identity. A target
+// the store cannot give is 422, with why.
+func (s *Service) HandleResolveTarget(w http.ResponseWriter, r *http.Request) {
+	var t cluster.RestoreTarget
+	if err := sidecarapi.DecodeBody(r, &t); err != nil {
+		sidecarapi.WriteBodyError(w, err)
+		return
+	}
+	if !s.Enabled() {
+		http.Error(w, "backups are off for this member (no --store)", http.StatusNotFound)
+		return
+	}
+	if t.Store != "" && t.Store != s.cfg.StoreURL {
+		http.Error(w, fmt.Sprintf("this member resolves targets in its own backup store only (%s), not in %s", store.Redact(s.cfg.StoreURL), store.Redact(t.Store)), http.StatusBadRequest)
+		return
+	}
+	snap, err := s.member.View.Snapshot(r.Context())
+	if err != nil {
+		http.Error(w, "cannot read the cluster's specification: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	st, err := s.cfg.OpenStore(r.Context(), s.cfg.StoreURL)
+	if err != nil {
+		http.Error(w, "cannot open the backup store: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	defer st.Close()
+	res, err := restore.ResolveTarget(r.Context(), st, cluster.IDs(snap.Spec, snap.Status.ClusterID), t)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
+		return
+	}
+	sidecarapi.WriteJSON(w, http.StatusOK, res)
 }
