@@ -22,7 +22,7 @@ import (
 
 // TestEtcdRestoreStartsOnRealMembers runs the EtcdRestore reconciler against a real member
 // and its real backups, up to the directive: the full snapshot is taken by the real sidecar,
-// the target is checked by a real dry run of the restore against the store the member backs
+// the target is checked by the real sidecar's dry run of the restore against the store it backs
 // up to, and the directive the members would carry out names that target on that timeline.
 // A timeline the store does not hold fails before the directive. The member then carries the
 // directive out, the test playing the operator's fencing and heal's choice of seed (no
@@ -82,7 +82,7 @@ func TestEtcdRestoreOnARealMember(t *testing.T) {
 	}
 
 	rr := &operator.RestoreReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100),
-		Snapshots: &operator.BackupReconciler{Client: c, Recorder: events.NewFakeRecorder(10)}, Steward: testutil.StewardBinary(t)}
+		Snapshots: &operator.BackupReconciler{Client: c, Recorder: events.NewFakeRecorder(10)}}
 	run := func(name string, spec v1alpha1.EtcdRestoreSpec, until func(*v1alpha1.EtcdRestore) bool) *v1alpha1.EtcdRestore {
 		t.Helper()
 		spec.Cluster = "c"
