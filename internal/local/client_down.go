@@ -70,7 +70,8 @@ func Down(ctx context.Context, opts DownOptions) error {
 	return nil
 }
 
-// ownChild reports whether pid runs this DIR's steward binary.
+// ownChild reports whether pid runs one of this DIR's steward binaries: DIR/bin/steward, or
+// the binary of a generation an upgrade installed beside it (DIR/bin/steward-gN).
 func ownChild(dir Dir, pid int) bool {
 	if pid <= 0 {
 		return false
@@ -79,7 +80,10 @@ func ownChild(dir Dir, pid int) bool {
 	if err != nil {
 		return false
 	}
-	abs, _ := filepath.Abs(dir.Binary(""))
-	exe := strings.SplitN(string(cmdline), "\x00", 2)[0]
-	return exe == dir.Binary("") || exe == abs
+	exe, err := filepath.Abs(strings.SplitN(string(cmdline), "\x00", 2)[0])
+	if err != nil {
+		return false
+	}
+	bin, err := filepath.Abs(dir.Bin())
+	return err == nil && filepath.Dir(exe) == bin && strings.HasPrefix(filepath.Base(exe), filepath.Base(dir.Binary("")))
 }

@@ -138,7 +138,7 @@ func (s Spec) SidecarURL(m MemberSpec) string { return s.tlsURL(m.SidecarPort) }
 // HealthURL is the base URL of the member's /readyz and /livez.
 func (s Spec) HealthURL(m MemberSpec) string { return s.url(m.HealthPort) }
 
-// ClientURLs lists every member's client URL.
+// memberNames lists every member's name.
 func (s Spec) memberNames() []string {
 	var out []string
 	for _, m := range s.Members {
@@ -233,7 +233,7 @@ func writeSpec(d Dir, spec Spec) error {
 	return datadir.WriteFileAtomic(d.Spec(), b, 0o644)
 }
 
-// memberSpec converts to the sidecar's view of the desired cluster.
+// memberView is the desired cluster as the sidecars see it (cluster.View's spec).
 func (s Spec) memberView() cluster.Spec {
 	out := cluster.Spec{Name: s.Name, Token: s.Token}
 	for _, m := range s.Members {
