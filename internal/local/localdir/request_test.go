@@ -24,8 +24,10 @@ func TestAskTake(t *testing.T) {
 	}
 	var mu sync.Mutex
 	answer := ""
-	go func() {
-		for {
+	go func() { // the supervisor's poll, with a deadline
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); <-tick.C {
 			req, ok, err := Take[testRequest](d, RestartKind)
 			if err != nil {
 				t.Error(err)
@@ -44,8 +46,8 @@ func TestAskTake(t *testing.T) {
 				d.Done(RestartKind)
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
+		t.Error("no request to take within a minute")
 	}()
 	err := Ask(context.Background(), d, RestartKind, func(h Header) testRequest { return testRequest{Header: h, Member: "m1"} }, func(id string) (bool, error) {
 		mu.Lock()
