@@ -105,8 +105,8 @@ func TestSecretsStayOutOfKubernetes(t *testing.T) {
 		return nil
 	})
 
-	// A restore whose target the operator checks against the store, with the credentials
-	// in its child's environment; the store is down.
+	// A restore whose target the members' sidecar checks against the store; the store is down.
+	sidecars.setStore(ns, ec.Spec.Backup.Store)
 	sidecars.set(ns, snapshotter.FullResult{Key: "v1/timeline/1/full/00000000000000000500.snap.zst", Timeline: 1, Revision: 500})
 	renew(t, ns, "sg-delta-snapshot", "500")
 	s3.SetDown(true)

@@ -267,9 +267,11 @@ func (s *Service) HandleResolveTarget(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot read the cluster's specification: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	// A store that cannot be read now cannot give the target either: a restore started on it
+	// would fail after the cluster was stopped.
 	st, err := s.cfg.OpenStore(r.Context(), s.cfg.StoreURL)
 	if err != nil {
-		http.Error(w, "cannot open the backup store: "+err.Error(), http.StatusServiceUnavailable)
+		http.Error(w, "cannot open the backup store: "+err.Error(), http.StatusUnprocessableEntity)
 		return
 	}
 	defer st.Close()
