@@ -54,7 +54,7 @@ func (e errorLines) Write(p []byte) (int, error) {
 
 // TestSecretsStayOutOfKubernetes: a cluster with TLS and etcd authentication whose backups need store credentials
 // from a Secret, with its sidecar API token Secret; an EtcdBackup that fails, and an EtcdRestore
-// refused by the store, which the operator checks with the credentials' values. None of the
+// refused by the store, which the members' sidecar checks with the credentials' values. None of the
 // secret values appears in any Event (both APIs), any Steward object, the StatefulSet,
 // ConfigMaps or Pods (nor any TLS private key or the root password), the operator's log at debug level, or its metrics.
 func TestSecretsStayOutOfKubernetes(t *testing.T) {
