@@ -51,7 +51,7 @@ import (
 // the restore is over.
 type RestoreReconciler struct {
 	Client client.Client
-	// APIReader reads the EtcdRestore uncached before the directive is issued.
+	// APIReader reads the EtcdRestore uncached before its full snapshot is taken.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Snapshots takes the full snapshot of the present, as it does for EtcdBackups.
