@@ -514,6 +514,12 @@ func TestRestoreInPlace(t *testing.T) {
 		return nil
 	})
 	t.Logf("restored in place to revision %d in %s", rev, time.Since(start).Round(time.Second))
+	// The target was checked against the store by a member's sidecar, in the cluster's
+	// namespace with its own credentials (the operator reads no store itself).
+	checked, err := kubectlIn(ns, "", "get", "etcdrestore", "back", "-o", "jsonpath={.status.target.checked}")
+	if err != nil || !strings.HasPrefix(checked, "against the store: timeline ") || !strings.Contains(checked, fmt.Sprintf("gives revision %d ", rev)) {
+		t.Fatalf("EtcdRestore back's target was checked %q (%v); want against the store, giving revision %d", checked, err, rev)
+	}
 	waitReady(t, ns, "r", 3, 3*time.Minute)
 	assertKeysOnEveryMember(t, ns, "r", atR)
 	c = etcdClient(t, ns, "r")
