@@ -310,9 +310,9 @@ const storeCheckTimeout = 2 * time.Minute
 // resolveTarget asks a serving member's sidecar to resolve the restore target t in the
 // cluster's backup store (POST /v1/restore/target). The sidecar reads its own store with its
 // own credentials, in the cluster's namespace: nothing of the tenant's (the store URL, its
-// credentials Secret) is read or run by the operator. why says why no sidecar could answer
-// (the target is then not checked against the store); err is the store's refusal of the
-// target.
+// credentials Secret) is read or run by the operator. why says why the target is not checked
+// against the store (no member serves, or its sidecar has no backups); err is the store's
+// refusal of the target, or why the serving member's sidecar could not be asked.
 func (r *BackupReconciler) resolveTarget(ctx context.Context, ec *v1alpha1.EtcdCluster, t cluster.RestoreTarget) (res restore.Result, why string, err error) {
 	url, wait, fatal := r.sidecar(ctx, ec)
 	if url == "" {
@@ -320,7 +320,7 @@ func (r *BackupReconciler) resolveTarget(ctx context.Context, ec *v1alpha1.EtcdC
 	}
 	sc, err := r.sidecarClient(ctx, ec.Namespace, ec.Name)
 	if err != nil {
-		return res, err.Error(), nil
+		return res, "", err
 	}
 	return askTarget(ctx, sc, url, t)
 }
@@ -333,8 +333,10 @@ func askTarget(ctx context.Context, sc *sidecarapi.Client, url string, t cluster
 	switch {
 	case err == nil:
 		return res, "", nil
-	case sidecarapi.StatusCode(err) == http.StatusUnprocessableEntity:
-		return res, "", err
+	case sidecarapi.StatusCode(err) == http.StatusNotFound:
+		return res, fmt.Sprintf("the sidecar at %s has no backups to resolve it in", url), nil
 	}
-	return res, fmt.Sprintf("the sidecar at %s could not resolve it: %v", url, err), nil
+	// A store that refused the target, or a sidecar that could not be asked: no restore is
+	// started on a target nothing vouched for.
+	return res, "", err
 }
