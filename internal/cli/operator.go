@@ -53,7 +53,7 @@ It uses the in-cluster configuration, or KUBECONFIG outside a cluster.`,
 	f.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect one active operator among replicas")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
-	f.DurationVar(&o.Graces.Unknown, "unknown-grace", operator.DefaultGraces.Unknown, "how long a member whose Lease expired stays Unknown before it counts NotReady")
+	f.DurationVar(&o.Graces.Unknown, "unknown-grace", operator.DefaultGraces.Unknown, "how long a member whose Lease expired (its pod Ready) stays Unknown before its status names its sidecar as not renewing")
 	f.DurationVar(&o.Graces.NotReady, "notready-grace", operator.DefaultGraces.NotReady, "how long a member may be NotReady before its pod is deleted (a majority: quorum lost)")
 	f.DurationVar(&o.Graces.CAPropagation, "ca-propagation", operator.DefaultGraces.CAPropagation, "in a CA rollover, how long the kubelets get to mount the new CA's certificates before the old CA is trusted no more")
 	f.DurationVar(&o.Graces.Rollout, "rollout-grace", operator.DefaultGraces.Rollout, "how long a member restarted by a rolling update may take to come back healthy before the update stops (RollingUpdateStalled)")

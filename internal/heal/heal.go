@@ -207,6 +207,16 @@ func startRecovery(o Observation, st Status, why string) Decision {
 	return Decision{Status: st, Event: fmt.Sprintf("directive %d: %s", st.LastEpoch, st.Directive.Reason)}
 }
 
+// Withdraw ends the directive in force before anything was chosen on disk, for why: the
+// members restart on their own data, and the grace starts again, longer for each withdrawal
+// in a row.
+func Withdraw(o Observation, st Status, why string) Decision {
+	epoch := st.Directive.Epoch
+	st.Directive, st.QuorumLostSince, st.Withdrawn = nil, o.Now, st.Withdrawn+1
+	st.Waiting = why
+	return Decision{Status: st, Event: fmt.Sprintf("directive %d withdrawn: %s", epoch, why)}
+}
+
 // StartRestore starts restoring a running cluster back to target (a restore in place, see
 // docs/restore.md): a new directive fences every member, restores target into one
 // of them, and the others rejoin it as learners, their data moved aside. Until the seed
@@ -394,10 +404,8 @@ func decideFenced(o Observation, st Status) Decision {
 	case "":
 		if c.MajorityIntact {
 			// Nothing to recover: unfence; the voters restart on their data and the quorum
-			// re-forms. The grace starts again.
-			st.Directive, st.QuorumLostSince, st.Withdrawn = nil, o.Now, st.Withdrawn+1
-			st.Waiting = c.Reason
-			return Decision{Status: st, Event: fmt.Sprintf("directive %d withdrawn: %s", d.Epoch, c.Reason)}
+			// re-forms.
+			return Withdraw(o, st, c.Reason)
 		}
 		d.Reason = c.Reason
 		st.Directive, st.Waiting = &d, fmt.Sprintf("directive %d: %s", d.Epoch, c.Reason)

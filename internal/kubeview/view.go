@@ -265,27 +265,33 @@ func (v *View) Report(ctx context.Context, r cluster.Report) error {
 	renew := holder != "" && (holder != v.lastHolder || now.Sub(v.lastRenew) >= renewEvery)
 	v.mu.Unlock()
 
+	// The report and the Lease are written independently: a report the API server refuses
+	// (a webhook, a quota, a conflict) must not also leave the Lease to expire, which would
+	// make a serving member look silent.
+	var reportErr, leaseErr error
 	if write {
-		raw, err := json.Marshal(r)
-		if err != nil {
-			return err
+		if reportErr = v.writeReport(ctx, r); reportErr == nil {
+			v.mu.Lock()
+			v.lastKey, v.lastWrite = key, now
+			v.mu.Unlock()
 		}
-		if err := v.writeStatus(ctx, func(st *v1alpha1.EtcdMemberStatus) { st.Report = &runtime.RawExtension{Raw: raw} }); err != nil {
-			return err
-		}
-		v.mu.Lock()
-		v.lastKey, v.lastWrite = key, now
-		v.mu.Unlock()
 	}
 	if renew {
-		if err := v.renewLease(ctx, holder, now); err != nil {
-			return err
+		if leaseErr = v.renewLease(ctx, holder, now); leaseErr == nil {
+			v.mu.Lock()
+			v.lastHolder, v.lastRenew = holder, now
+			v.mu.Unlock()
 		}
-		v.mu.Lock()
-		v.lastHolder, v.lastRenew = holder, now
-		v.mu.Unlock()
 	}
-	return nil
+	return errors.Join(reportErr, leaseErr)
+}
+
+func (v *View) writeReport(ctx context.Context, r cluster.Report) error {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return v.writeStatus(ctx, func(st *v1alpha1.EtcdMemberStatus) { st.Report = &runtime.RawExtension{Raw: raw} })
 }
 
 // reportKey is what of a report matters at once: identity, data, role, formation, the

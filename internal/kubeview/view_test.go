@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -584,5 +585,36 @@ func writeRecovery(t *testing.T, c client.Client, ns, name string, d cluster.Dir
 	ec.Status.Recovery = &runtime.RawExtension{Raw: raw}
 	if err := c.Status().Update(context.Background(), &ec); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLeaseRenewedWhenTheReportIsRefused: the member's report cannot be written (here its
+// EtcdMember is missing; a webhook or quota does the same), yet the Lease is renewed: a
+// serving member never looks silent because its report failed.
+func TestLeaseRenewedWhenTheReportIsRefused(t *testing.T) {
+	c := needAPI(t)
+	ctx := context.Background()
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-"}}
+	if err := c.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	ns := nsObj.Name
+	if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := kubeview.New(ctx, api.Config, ns, "c", "c-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = v.Report(ctx, cluster.Report{Name: "c-0", At: time.Now(), Serving: true, MemberID: "a0", Formed: true})
+	if err == nil || !strings.Contains(err.Error(), "EtcdMember") {
+		t.Fatalf("Report = %v, want the refused report named", err)
+	}
+	var l coordinationv1.Lease
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c-0"}, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "a0:"+v1alpha1.RoleMember || l.Spec.RenewTime == nil {
+		t.Fatalf("Lease %+v: not renewed while the report was refused", l.Spec)
 	}
 }

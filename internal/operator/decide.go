@@ -45,11 +45,15 @@ const (
 	CaseSuperfluousEntries      Case = "13-SuperfluousMemberEntries"
 	CaseBootstrap               Case = "Bootstrap"
 	CaseStatefulSetMismatch     Case = "StatefulSetReplicasDiffer"
+	// CaseQuorumAnswers: the evidence says the quorum is lost, but a member, asked directly,
+	// answers a linearizable read: the recovery is withdrawn and nothing is fenced.
+	CaseQuorumAnswers Case = "QuorumAnswersLinearizableRead"
 )
 
 // Graces are how long the operator lets members heal by themselves before it acts.
 type Graces struct {
-	// Unknown: a member whose Lease expired is Unknown this long before it counts NotReady.
+	// Unknown: a member whose Lease expired (its pod Ready) is Unknown this long before its
+	// status names its sidecar as not renewing (case 7); it never turns NotReady by itself.
 	Unknown time.Duration
 	// NotReady: a NotReady member's pod is deleted after this long (case 9); a majority
 	// NotReady this long is a quorum lost for good (case 10).
@@ -98,6 +102,9 @@ type Observation struct {
 	// Rollout is what a rolling update decides from (nil: no StatefulSet yet).
 	Rollout *RolloutObservation
 	Graces  Graces
+	// QuorumAnswers names a member whose etcd answered a linearizable read when the operator
+	// asked it directly, just now ("" when none did, or none was asked): the quorum serves.
+	QuorumAnswers string
 }
 
 // MemberObservation is one ordinal's pod and Lease.
@@ -121,7 +128,9 @@ type PodState struct {
 // LeaseState is a member Lease as the sidecar last renewed it.
 type LeaseState struct {
 	// Holder is "<memberID>:<role>", empty until the sidecar first renews.
-	Holder   string
+	Holder string
+	// Renewed is when the operator saw the Lease last renewed, on its own clock (leaseClock):
+	// never the sidecar's renewTime, which is another machine's clock.
 	Renewed  time.Time
 	Duration time.Duration
 }
@@ -146,6 +155,9 @@ type Decision struct {
 	Members     []v1alpha1.MemberStatus
 	ClusterSize int32
 	Ready       int32
+	// Unknown counts the members whose pods are Ready (etcd serves a linearizable read) but
+	// whose Leases are not renewed: they count towards the quorum, not as Ready.
+	Unknown int32
 	// Conditions are the new conditions (transition times kept when the status is unchanged).
 	Conditions []metav1.Condition
 	// StatefulSetReplicas is the replica count to write; ConfigMembers the number of
@@ -215,8 +227,11 @@ func Decide(o Observation) Decision {
 		if st.Role == v1alpha1.RoleLeader {
 			d.Leader = st.Name
 		}
-		if st.Status == v1alpha1.MemberReady {
+		switch st.Status {
+		case v1alpha1.MemberReady:
 			d.Ready++
+		case v1alpha1.MemberUnknown:
+			d.Unknown++
 		}
 		d.Members = append(d.Members, st)
 	}
@@ -236,7 +251,7 @@ func Decide(o Observation) Decision {
 		addCase(&d, CasePodNotReady)
 	}
 
-	quorate := d.Ready > size/2
+	quorate := d.Ready+d.Unknown > size/2
 	all := size > 0 && d.Ready == size
 
 	// Actions on NotReady members (cases 9 and 10), only once the cluster formed: a
@@ -277,6 +292,10 @@ func Decide(o Observation) Decision {
 			names = append(names, fmt.Sprintf("%s-%d", o.Name, i))
 		}
 		out := decideRecovery(o, names, d.Members, rec)
+		if out.Withdrawn {
+			addCase(&d, CaseQuorumAnswers)
+			d.QuorumLost = false
+		}
 		d.Recovery = &out
 		d.ClusterID, d.Voters = out.Status.ClusterID, fromMemberVoters(out.Status.Voters)
 		if o.Formed && (out.Status.Directive != nil || out.Held != "") {
@@ -491,8 +510,11 @@ func leaderLists(o Observation, name string) bool {
 }
 
 // memberStatus is one member's status: NotReady while its pod is missing or not ready, Ready
-// while the pod is ready and its Lease current, Unknown when the Lease expired, and NotReady
-// again once Unknown lasted the Unknown grace (cases 2, 7 and 8).
+// while the pod is ready and its Lease current, Unknown when the Lease expired (cases 2, 7 and
+// 8). Unknown never turns NotReady by itself: the pod is Ready, and its readiness probe is
+// etcd's own linearizable read, so etcd serves; only its sidecar cannot renew the Lease (an
+// API server that refuses or throttles it, a clock, a denied write). Past the Unknown grace
+// the reason says so (case 7), and nothing is deleted or fenced on it.
 func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus, had bool) v1alpha1.MemberStatus {
 	st := v1alpha1.MemberStatus{Name: m.Name, ID: prev.ID, Role: prev.Role}
 	if m.Lease != nil && m.Lease.Holder != "" {
@@ -514,12 +536,9 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 		if m.Lease == nil || m.Lease.Holder == "" {
 			st.Reason = v1alpha1.ReasonLeaseNotRenewed
 		}
-		unknownSince := prev.LastTransitionTime.Time
-		if had && (prev.Status == v1alpha1.MemberUnknown || prev.Reason == v1alpha1.ReasonUnknownGracePeriodExceeded) {
-			if prev.Reason == v1alpha1.ReasonUnknownGracePeriodExceeded ||
-				o.Now.Sub(unknownSince) >= o.Graces.Unknown {
-				st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonUnknownGracePeriodExceeded
-			}
+		if had && prev.Status == v1alpha1.MemberUnknown &&
+			(prev.Reason == v1alpha1.ReasonUnknownGracePeriodExceeded || o.Now.Sub(prev.LastTransitionTime.Time) >= o.Graces.Unknown) {
+			st.Reason = v1alpha1.ReasonUnknownGracePeriodExceeded
 		}
 	}
 	st.LastTransitionTime = prev.LastTransitionTime
@@ -547,7 +566,7 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 		return metav1.ConditionUnknown
 	}
 	size := d.ClusterSize
-	members := fmt.Sprintf("%d of %d members Ready", d.Ready, size)
+	members := membersSummary(d, size)
 
 	if all && was(v1alpha1.ConditionAllMembersReady) == metav1.ConditionFalse {
 		addCase(d, CaseAllMembersReadyStaleFalse)
@@ -623,6 +642,27 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 		set(v1alpha1.ConditionBackupReady, false, "BackupsDisabled", "spec.backup is not set: nothing is backed up")
 	}
 	return conds
+}
+
+// membersSummary counts the members Ready, and names those whose Leases are not renewed while
+// their pods are Ready, with what keeps a sidecar from renewing.
+func membersSummary(d *Decision, size int32) string {
+	s := fmt.Sprintf("%d of %d members Ready", d.Ready, size)
+	var silent []string
+	for _, m := range d.Members {
+		if m.Status == v1alpha1.MemberUnknown && m.Reason == v1alpha1.ReasonUnknownGracePeriodExceeded {
+			silent = append(silent, m.Name)
+		}
+	}
+	if d.Unknown > 0 {
+		s += fmt.Sprintf(", %d Unknown (pod Ready, Lease not renewed)", d.Unknown)
+	}
+	if len(silent) > 0 {
+		s += fmt.Sprintf("; the sidecars of %s have not renewed their Leases past the Unknown grace although their pods are Ready, so etcd serves: "+
+			"nothing is restarted or fenced for it; check that the sidecars can write Leases (their Role, admission webhooks or policies on Leases, "+
+			"API priority and fairness) and their logs", strings.Join(silent, ", "))
+	}
+	return s
 }
 
 func backupReady(o Observation) bool {

@@ -143,11 +143,28 @@ func TestDecide(t *testing.T) {
 					t.Error("quorum called lost before the grace passed")
 				}
 			}},
-		{"7 member Unknown longer than the grace becomes NotReady",
+		{"7 member Unknown longer than the grace, its pod Ready: still Unknown, the reason and Degraded say why, nothing deleted",
 			healthy(3).leaseExpired(2).prevStatus(2, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 2*time.Minute), CaseUnknownTooLong,
 			func(t *testing.T, d Decision) {
-				if m := memberOf(d, "c-2"); m.Status != v1alpha1.MemberNotReady || m.Reason != v1alpha1.ReasonUnknownGracePeriodExceeded {
+				if m := memberOf(d, "c-2"); m.Status != v1alpha1.MemberUnknown || m.Reason != v1alpha1.ReasonUnknownGracePeriodExceeded {
 					t.Errorf("c-2 = %+v", m)
+				}
+				if c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionDegraded); c == nil || !strings.Contains(c.Message, "sidecars of c-2 have not renewed") {
+					t.Errorf("Degraded = %+v, want the silent sidecar named", c)
+				}
+				if len(d.DeletePods) > 0 || d.QuorumLost {
+					t.Errorf("deleted %v, quorum lost %t", d.DeletePods, d.QuorumLost)
+				}
+			}},
+		{"7 every Lease stale for an hour (sidecars cannot write, or a skewed clock), every pod Ready: Unknown, Ready, nothing deleted or fenced",
+			healthy(3).leaseExpired(0).leaseExpired(1).leaseExpired(2).
+				prevStatus(0, v1alpha1.MemberUnknown, v1alpha1.ReasonUnknownGracePeriodExceeded, time.Hour).
+				prevStatus(1, v1alpha1.MemberUnknown, v1alpha1.ReasonUnknownGracePeriodExceeded, time.Hour).
+				prevStatus(2, v1alpha1.MemberUnknown, v1alpha1.ReasonUnknownGracePeriodExceeded, time.Hour).
+				setCond(v1alpha1.ConditionAllMembersReady, false).setCond(v1alpha1.ConditionDegraded, true), CasePinkOfHealth,
+			func(t *testing.T, d Decision) {
+				if d.Unknown != 3 || len(d.DeletePods) > 0 || d.QuorumLost || cond(d, v1alpha1.ConditionReady) != metav1.ConditionTrue {
+					t.Errorf("unknown %d, deleted %v, quorum lost %t, Ready %s", d.Unknown, d.DeletePods, d.QuorumLost, cond(d, v1alpha1.ConditionReady))
 				}
 			}},
 		{"7 member Unknown within the grace stays Unknown",
@@ -399,6 +416,57 @@ func TestDecideRecovery(t *testing.T) {
 	}
 	if len(d.Recovery.FencePods) != 0 {
 		t.Errorf("fence %v: c-2's deletion is under way, the others are new", d.Recovery.FencePods)
+	}
+}
+
+// TestDecideQuorumAnswersWithdrawsTheFence: every pod NotReady past the grace says the quorum
+// is lost, but a member asked directly answers a linearizable read: no directive is issued
+// (a new one is withdrawn at once), a directive already fencing is withdrawn, nothing is
+// fenced, and the grace starts again. A restore the user asked for is fenced regardless.
+func TestDecideQuorumAnswersWithdrawsTheFence(t *testing.T) {
+	w := healthy(3).podNotReady(0, time.Hour).podNotReady(1, time.Hour).podNotReady(2, time.Hour)
+	for i := range w.o.Previous.Members {
+		w.prevStatus(i, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 10*time.Minute)
+	}
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+	rec := &Recovery{Timing: heal.Timing{Grace: time.Minute, ReportTimeout: time.Minute, SeedTimeout: time.Hour}}
+	rec.Status.QuorumLostSince = t0.Add(-2 * time.Minute)
+	w.o.Recovery = rec
+	fencing := Decide(w.o)
+	if !fencing.Recovery.FencesForQuorumLoss() || len(fencing.Recovery.FencePods) != 3 {
+		t.Fatalf("without the direct answer: %+v, want a fencing directive", fencing.Recovery)
+	}
+
+	w.o.QuorumAnswers = "c-1"
+	d := Decide(w.o)
+	if d.Recovery.Status.Directive != nil || len(d.Recovery.FencePods) != 0 || !d.Recovery.Withdrawn || d.QuorumLost ||
+		!slices.Contains(d.Cases, CaseQuorumAnswers) || !strings.Contains(d.Recovery.Event, "c-1 answers a linearizable read") {
+		t.Fatalf("a new directive while c-1 answers: %+v, cases %v", d.Recovery, d.Cases)
+	}
+	if st := d.Recovery.Status; st.Withdrawn != 1 || !st.QuorumLostSince.Equal(t0) {
+		t.Errorf("withdrawn %d, quorum lost since %v: the grace starts again, longer", st.Withdrawn, st.QuorumLostSince)
+	}
+
+	// A directive already persisted and fencing (its pods not all stopped): withdrawn too.
+	rec.Status = fencing.Recovery.Status
+	w.o.Now = t0.Add(5 * time.Second)
+	d = Decide(w.o)
+	if d.Recovery.Status.Directive != nil || len(d.Recovery.FencePods) != 0 || !strings.Contains(d.Recovery.Event, "withdrawn") {
+		t.Fatalf("a fencing directive while c-1 answers: %+v", d.Recovery)
+	}
+
+	// A restore in place fences whatever answers: the user asked for it.
+	hd, err := heal.StartRestore(heal.Observation{Now: t0}, cluster.RestoreTarget{Revision: 400, Timeline: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := healthy(3)
+	h.o.Previous.ClusterID, h.o.Previous.Voters = "c1", w.o.Previous.Voters
+	h.o.Recovery = &Recovery{Status: hd.Status, Timing: heal.DefaultTiming}
+	h.o.QuorumAnswers = "c-0"
+	if d := Decide(h.o); d.Recovery.Status.Directive == nil || len(d.Recovery.FencePods) != 3 || d.Recovery.Withdrawn {
+		t.Errorf("restore in place while c-0 answers: %+v", d.Recovery)
 	}
 }
 

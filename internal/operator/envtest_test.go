@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,7 +91,8 @@ func runSuite(m *testing.M) int {
 	defer sidecars.Close()
 	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
 		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second, CAPropagation: 2 * time.Second},
-		Sidecars: &BackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"), HTTP: sidecars.Client()}}
+		Sidecars: &BackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"), HTTP: sidecars.Client()},
+		Health:   &http.Client{Transport: healthTransport{}}}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
@@ -477,43 +479,64 @@ func TestMemberLeaseExpiryAndNotReadyPodDeleted(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "c", &appsv1.StatefulSet{}) })
 	waitReady(t, ns, "c", 3)
 
-	// Member 2's sidecar stops renewing: Unknown (LeaseExpired) once the Lease lapses, then
-	// NotReady after the Unknown grace (2s here).
+	// Member 2's sidecar stops renewing its Lease (2s here), its renewTime a minute behind the
+	// operator's clock: the operator judges freshness by when it saw a renewal, so c-2 turns
+	// Unknown only once the Lease lapses after the operator last saw it renewed.
 	var l coordinationv1.Lease
 	if err := get(t, ns, "c-2", &l); err != nil {
 		t.Fatal(err)
 	}
 	past := metav1.NewMicroTime(time.Now().Add(-time.Minute))
-	l.Spec.RenewTime = &past
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &past, ptr(int32(2))
 	if err := k8s.Update(context.Background(), &l); err != nil {
 		t.Fatal(err)
 	}
-	// The holder did not change: the operator finds the expiry by its requeue deadline.
+	var old corev1.Pod
+	if err := get(t, ns, "c-2", &old); err != nil {
+		t.Fatal(err)
+	}
+	// Its pod stays Ready (etcd serves): Unknown, past the Unknown grace (2s) still Unknown with
+	// the reason saying so; the cluster stays Ready, Degraded names the cause, nothing is deleted.
 	seen := map[string]bool{}
-	testutil.Eventually(t, 30*time.Second, "c-2 Unknown then NotReady", func() error {
+	testutil.Eventually(t, 30*time.Second, "c-2 Unknown past the Unknown grace", func() error {
 		membersRenewing(t, ns, "c", all, func(i int) bool { return i < 2 })
 		ec := getCluster(t, ns, "c")
 		m := ec.Status.Members[2]
 		seen[m.Status+"/"+m.Reason] = true
-		if !seen[v1alpha1.MemberNotReady+"/"+v1alpha1.ReasonUnknownGracePeriodExceeded] {
+		if m.Status != v1alpha1.MemberUnknown || m.Reason != v1alpha1.ReasonUnknownGracePeriodExceeded {
 			return fmt.Errorf("c-2 is %s/%s; seen %v", m.Status, m.Reason, seen)
 		}
-		if condition(ec, v1alpha1.ConditionReady) != metav1.ConditionTrue || condition(ec, v1alpha1.ConditionDegraded) != metav1.ConditionTrue {
-			return fmt.Errorf("conditions %v", ec.Status.Conditions)
+		if c := apimeta.FindStatusCondition(ec.Status.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Status != metav1.ConditionTrue ||
+			!strings.Contains(c.Message, "have not renewed their Leases") {
+			return fmt.Errorf("Degraded: %+v", c)
 		}
 		return nil
 	})
 	if !seen[v1alpha1.MemberUnknown+"/"+v1alpha1.ReasonLeaseExpired] {
 		t.Errorf("c-2 never showed Unknown/LeaseExpired: %v", seen)
 	}
-
-	// Member c-2 stays NotReady past the NotReady grace (4s): the operator deletes its pod
-	// (case 9).
-	var old corev1.Pod
-	if err := get(t, ns, "c-2", &old); err != nil {
-		t.Fatal(err)
+	// Three NotReady graces (4s each) later: still serving, nothing deleted, no fence.
+	deadline := time.Now().Add(3 * 4 * time.Second)
+	for time.Now().Before(deadline) {
+		membersRenewing(t, ns, "c", all, func(i int) bool { return i < 2 })
+		ec := getCluster(t, ns, "c")
+		if m := ec.Status.Members[2]; m.Status != v1alpha1.MemberUnknown {
+			t.Fatalf("c-2, its pod Ready and its Lease not renewed, turned %s/%s", m.Status, m.Reason)
+		}
+		if condition(ec, v1alpha1.ConditionReady) != metav1.ConditionTrue || condition(ec, v1alpha1.ConditionQuorumLost) == metav1.ConditionTrue {
+			t.Fatalf("conditions %v", ec.Status.Conditions)
+		}
+		var p corev1.Pod
+		if err := get(t, ns, "c-2", &p); err != nil || p.UID != old.UID || !p.DeletionTimestamp.IsZero() {
+			t.Fatalf("pod c-2, Ready with its Lease not renewed, was deleted (%v)", err)
+		}
+		time.Sleep(200 * time.Millisecond) // the pace of the sidecars' renewals, not a synchronisation
 	}
+
+	// Its pod turns NotReady (the kubelet's probe, etcd's own read, fails): past the NotReady
+	// grace (4s) the operator deletes it (case 9).
 	testutil.Eventually(t, 30*time.Second, "pod c-2 deleted", func() error {
+		membersRenewing(t, ns, "c", func(i int) bool { return i < 2 }, func(i int) bool { return i < 2 })
 		var p corev1.Pod
 		err := get(t, ns, "c-2", &p)
 		if apierrors.IsNotFound(err) || (err == nil && (p.UID != old.UID || !p.DeletionTimestamp.IsZero())) {
@@ -1003,6 +1026,100 @@ func directive(t *testing.T, ec *v1alpha1.EtcdCluster) *cluster.Directive {
 		t.Fatal(err)
 	}
 	return rec.Directive
+}
+
+// answering holds the member hosts whose etcd answers /readyz (a linearizable read) when
+// the operator asks it directly; no other member answers (healthTransport).
+var answering sync.Map
+
+type healthTransport struct{}
+
+func (healthTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if _, ok := answering.Load(req.URL.Hostname()); !ok || req.URL.Path != "/readyz" {
+		return nil, fmt.Errorf("dial %s: connection refused", req.URL.Host)
+	}
+	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: http.NoBody, Request: req}, nil
+}
+
+// TestNoFenceWhileAMemberAnswers: every pod of a formed cluster is NotReady past every grace
+// and every Lease stale, but one member's etcd, asked directly, answers a linearizable read
+// (pods' readiness and Leases are second-hand; a kubelet or the API server can be behind):
+// no pod is deleted, no directive stays, and an Event says why. Once no member answers,
+// the recovery fences as before, and only once its directive is stored.
+func TestNoFenceWhileAMemberAnswers(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	if err := k8s.Create(ctx, newCluster(ns, "qa", 3)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "qa", &appsv1.StatefulSet{}) })
+	waitReady(t, ns, "qa", 3)
+	testutil.Eventually(t, 10*time.Second, "voters recorded", func() error {
+		if ec := getCluster(t, ns, "qa"); ec.Status.ClusterID != "c1" || len(ec.Status.Voters) != 3 {
+			return fmt.Errorf("cluster %q voters %v", ec.Status.ClusterID, ec.Status.Voters)
+		}
+		return nil
+	})
+	host := memberDNS(getCluster(t, ns, "qa"), 1)
+	answering.Store(host, true)
+	defer answering.Delete(host)
+	pods := map[string]types.UID{}
+	for i := 0; i < 3; i++ {
+		var p corev1.Pod
+		if err := get(t, ns, fmt.Sprintf("qa-%d", i), &p); err != nil {
+			t.Fatal(err)
+		}
+		pods[p.Name] = p.UID
+	}
+	none := func(int) bool { return false }
+	testutil.Eventually(t, 60*time.Second, "the recovery withdrawn because qa-1 answers", func() error {
+		membersRenewing(t, ns, "qa", none, none)
+		return findEventMessage(ns, "Recovery", "qa-1 answers a linearizable read")
+	})
+	// Three recovery graces (4s each) later: no pod deleted, no directive in force.
+	deadline := time.Now().Add(12 * time.Second)
+	for time.Now().Before(deadline) {
+		membersRenewing(t, ns, "qa", none, none)
+		if d := directive(t, getCluster(t, ns, "qa")); d != nil && d.Phase != cluster.PhaseFencing {
+			t.Fatalf("directive %+v while qa-1 answers", d)
+		}
+		for name, uid := range pods {
+			var p corev1.Pod
+			if err := get(t, ns, name, &p); err != nil || p.UID != uid || !p.DeletionTimestamp.IsZero() {
+				t.Fatalf("pod %s deleted while qa-1 answers a linearizable read (%v)", name, err)
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // the members' pace, not a synchronisation
+	}
+
+	// qa-1 stops answering: the recovery fences, with the directive stored first.
+	answering.Delete(host)
+	testutil.Eventually(t, 60*time.Second, "a pod fenced", func() error {
+		membersRenewing(t, ns, "qa", none, none)
+		return findEventMessage(ns, "Fenced", "no member answered a linearizable read")
+	})
+	if d := directive(t, getCluster(t, ns, "qa")); d == nil {
+		t.Fatal("pods fenced, and no directive stored")
+	}
+}
+
+// findEventMessage finds an Event of the reason whose note contains part.
+func findEventMessage(ns, reason, part string) error {
+	var evs eventsv1.EventList
+	if err := k8s.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	var notes []string
+	for _, e := range evs.Items {
+		if e.Reason == reason {
+			if strings.Contains(e.Note, part) {
+				return nil
+			}
+			notes = append(notes, e.Note)
+		}
+	}
+	return fmt.Errorf("no Event %s saying %q among %q", reason, part, notes)
 }
 
 // TestQuorumLossRecovery plays a quorum lost for good on objects: every member down, one

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
@@ -66,17 +67,31 @@ type ClusterReconciler struct {
 	Sidecars *BackupReconciler
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Health asks the members' etcd health ports directly before a fence (a client with
+	// probeTimeout when nil).
+	Health *http.Client
+
+	leases leaseClock
 }
 
 // SetupWithManager registers the reconciler: it watches EtcdClusters, the objects they own,
-// and the member pods. Lease renewals wake it only when the holder changes; expiries are
-// found by the requeue at the next deadline.
+// and the member pods. Lease renewals wake it only when the holder changes (each is noted
+// on the lease clock as it arrives); expiries are found by the requeue at the next deadline.
 func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	holderChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*coordinationv1.Lease)
-		n, ok2 := e.ObjectNew.(*coordinationv1.Lease)
-		return !ok1 || !ok2 || !reflect.DeepEqual(o.Spec.HolderIdentity, n.Spec.HolderIdentity)
-	}}
+	holderChanged := predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*coordinationv1.Lease)
+			n, ok2 := e.ObjectNew.(*coordinationv1.Lease)
+			if ok2 {
+				r.leases.observe(n, r.now())
+			}
+			return !ok1 || !ok2 || !reflect.DeepEqual(o.Spec.HolderIdentity, n.Spec.HolderIdentity)
+		},
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			r.leases.forget(e.Object.GetUID())
+			return true
+		},
+	}
 	podToCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[LabelCluster]
 		if name == "" {
@@ -157,6 +172,16 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	d := Decide(obs)
+	noAnswer := ""
+	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() {
+		// The evidence of a lost quorum is second-hand (pods' readiness, Leases, reports):
+		// before any member is fenced, ask them directly.
+		var answered string
+		if answered, noAnswer = r.answeringMember(ctx, ec, obs.Members); answered != "" {
+			obs.QuorumAnswers = answered
+			d = Decide(obs)
+		}
+	}
 	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d,
 		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: now, recorder: r.Recorder}
 
@@ -173,24 +198,26 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			fail(errCode("SYNC", c.code), err)
 		}
 	}
+	notReadySince := now.Add(-r.graces().NotReady)
 	for _, name := range d.DeletePods {
-		if err := r.deletePod(ctx, ec, name, corev1.EventTypeWarning, "MemberRestarted", fmt.Sprintf(
+		still := func(p *corev1.Pod) bool { return !podReady(p) && p.CreationTimestamp.Time.Before(notReadySince) }
+		if err := r.deletePod(ctx, ec, name, still, corev1.EventTypeWarning, "MemberRestarted", fmt.Sprintf(
 			"member %s was NotReady for more than %s: its pod was deleted to restart it", name, r.graces().NotReady)); err != nil {
 			fail("ERR_DELETE_POD", err)
 		}
 	}
+	requeue := nextDeadline(obs, d, now)
 	if rec := d.Recovery; rec != nil {
-		for _, name := range rec.FencePods {
-			if err := r.deletePod(ctx, ec, name, corev1.EventTypeWarning, "Fenced", fmt.Sprintf(
-				"member %s is stopped for recovery %d: its pod was deleted; the new one waits for the directive", name, rec.Status.Directive.Epoch)); err != nil {
-				fail("ERR_FENCE_POD", err)
-			}
+		switch persisted, err := r.fence(ctx, ec, rec, noAnswer); {
+		case err != nil:
+			fail("ERR_FENCE_POD", err)
+		case !persisted:
+			requeue = time.Second // the directive is written below; the next pass fences
 		}
 		if rec.Event != "" {
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "Recovery", "Recover", "%s", rec.Event)
 		}
 	}
-	requeue := nextDeadline(obs, d, now)
 	if code, err := r.rollout(ctx, ec, &d.Rollout, &requeue); err != nil {
 		fail(code, err)
 	}
@@ -251,13 +278,65 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
-// deletePod deletes a member pod (one already gone counts as deleted) and records why.
-func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdCluster, name, typ, reason, why string) error {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ec.Namespace}}
-	if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod)); err != nil {
+// fence deletes the pods the directive in force stops, only once the directive is persisted:
+// a directive decided from a cache that is behind, or whose status write then fails, would
+// otherwise fence the members and be issued again, with a new epoch that fences their
+// replacements. persisted is false when the directive is not stored yet (nothing is
+// deleted: this pass writes it). noAnswer is what the members said when asked directly.
+func (r *ClusterReconciler) fence(ctx context.Context, ec *v1alpha1.EtcdCluster, rec *recoveryOutcome, noAnswer string) (persisted bool, err error) {
+	dir := rec.Status.Directive
+	if len(rec.FencePods) == 0 {
+		return true, nil
+	}
+	fresh := &v1alpha1.EtcdCluster{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ec), fresh); err != nil {
+		return false, err
+	}
+	var stored heal.Status
+	if fresh.Status.Recovery != nil {
+		if stored, err = decodeRecovery(fresh.Status.Recovery.Raw); err != nil {
+			return false, fmt.Errorf("status.recovery cannot be read: %w", err)
+		}
+	}
+	if d := stored.Directive; d == nil || d.Epoch != dir.Epoch || !d.IssuedAt.Equal(dir.IssuedAt) {
+		return false, nil
+	}
+	evidence := ""
+	if rec.FencesForQuorumLoss() {
+		evidence = "; asked directly, no member answered a linearizable read (" + noAnswer + ")"
+	}
+	olderThanDirective := func(p *corev1.Pod) bool { return !p.CreationTimestamp.Time.After(dir.IssuedAt) }
+	var errs []error
+	for _, name := range rec.FencePods {
+		if err := r.deletePod(ctx, ec, name, olderThanDirective, corev1.EventTypeWarning, "Fenced", fmt.Sprintf(
+			"member %s is stopped for recovery %d: its pod was deleted; the new one waits for the directive%s", name, dir.Epoch, evidence)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return true, errors.Join(errs...)
+}
+
+// deletePod deletes a member pod of this cluster, read fresh, while still says it must go,
+// with its UID and resourceVersion as preconditions: a pod already gone, being deleted, or
+// replaced since the decision is left alone. It records why.
+func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdCluster, name string, still func(*corev1.Pod) bool, typ, reason, why string) error {
+	var pod corev1.Pod
+	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &pod); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
 		return fmt.Errorf("pod %s: %w", name, err)
 	}
-	r.Recorder.Eventf(ec, pod, typ, reason, "DeletePod", "%s", why)
+	if !pod.DeletionTimestamp.IsZero() || !labels.SelectorFromSet(selectorLabels(ec)).Matches(labels.Set(pod.Labels)) || !still(&pod) {
+		return nil
+	}
+	pre := client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}
+	if err := r.Client.Delete(ctx, &pod, pre); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("pod %s: %w", name, err)
+	} else if err != nil {
+		return nil // gone or changed since it was read: the next pass decides again
+	}
+	r.Recorder.Eventf(ec, &pod, typ, reason, "DeletePod", "%s", why)
 	return nil
 }
 
@@ -328,7 +407,8 @@ func (r *ClusterReconciler) rollout(ctx context.Context, ec *v1alpha1.EtcdCluste
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "LeadershipMoved", "RollingUpdate",
 			"leadership moved from %s to %s before %s's pod is deleted (%s)", res.From, res.Leader, rd.MoveFrom, rd.Why)
 	case rd.Delete != "":
-		if err := r.deletePod(ctx, ec, rd.Delete, corev1.EventTypeNormal, ReasonRollingUpdate, fmt.Sprintf(
+		outdated := func(p *corev1.Pod) bool { return p.Labels[appsv1.ControllerRevisionHashLabelKey] != st.Revision }
+		if err := r.deletePod(ctx, ec, rd.Delete, outdated, corev1.EventTypeNormal, ReasonRollingUpdate, fmt.Sprintf(
 			"member %s's pod was deleted to restart it on revision %s: %s", rd.Delete, st.Revision, rd.Why)); err != nil {
 			return "ERR_ROLLOUT_DELETE_POD", err
 		}
@@ -486,7 +566,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		switch l.Labels[LabelLeaseKind] {
 		case "member":
 			if n, ok := ordinal(ec, l.Name); ok {
-				at(n).Lease = leaseState(l)
+				at(n).Lease = leaseState(l, r.leases.observe(l, now))
 			}
 		case "full-snapshot", "delta-snapshot":
 			if ec.Spec.Backup == nil {
@@ -597,13 +677,10 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-func leaseState(l *coordinationv1.Lease) *LeaseState {
-	s := &LeaseState{Duration: leaseDuration}
+func leaseState(l *coordinationv1.Lease, renewed time.Time) *LeaseState {
+	s := &LeaseState{Duration: leaseDuration, Renewed: renewed}
 	if l.Spec.HolderIdentity != nil {
 		s.Holder = *l.Spec.HolderIdentity
-	}
-	if l.Spec.RenewTime != nil {
-		s.Renewed = l.Spec.RenewTime.Time
 	}
 	if l.Spec.LeaseDurationSeconds != nil {
 		s.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second

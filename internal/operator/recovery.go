@@ -40,6 +40,17 @@ type recoveryOutcome struct {
 	FencePods []string
 	// Held says why a Manual recovery waits for its confirmation ("" when it does not).
 	Held string
+	// Withdrawn: a quorum-loss recovery was about to fence the members, or was fencing
+	// them, but a member answered a linearizable read (Observation.QuorumAnswers).
+	Withdrawn bool
+}
+
+// FencesForQuorumLoss says whether the outcome stops members because the quorum is lost: a
+// directive of a quorum loss (not a restore the user asked for) in its fencing phase. Only
+// then does the operator ask the members, directly, whether the quorum still answers.
+func (out recoveryOutcome) FencesForQuorumLoss() bool {
+	d := out.Status.Directive
+	return d != nil && d.Phase == cluster.PhaseFencing && d.Restore == nil
 }
 
 // decideRecovery moves a quorum-loss recovery one step with heal.Decide, from the members'
@@ -92,6 +103,12 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 		out.Held += fmt.Sprintf(". To go ahead: kubectl annotate etcdcluster %s %s=%d", o.Name, v1alpha1.AnnotationConfirmRecovery, nd.Epoch)
 		out.Status.Waiting = out.Held
 	}
+	if o.QuorumAnswers != "" && out.FencesForQuorumLoss() {
+		// A cluster that answers a linearizable read is never fenced, whatever the Leases,
+		// the pods' readiness or the reports say.
+		dec := heal.Withdraw(ho, out.Status, fmt.Sprintf("%s answers a linearizable read, so the quorum serves: no member is fenced", o.QuorumAnswers))
+		return recoveryOutcome{Status: dec.Status, Event: dec.Event, Withdrawn: true}
+	}
 	return withFence(o, out)
 }
 
@@ -104,7 +121,10 @@ func statusMembers(names []string, members []v1alpha1.MemberStatus, reports map[
 		if i := slices.IndexFunc(members, func(m v1alpha1.MemberStatus) bool { return m.Name == name }); i >= 0 {
 			ms = members[i]
 		}
-		sm := cluster.StatusMember{Name: ms.Name, Ready: ms.Status == v1alpha1.MemberReady, ID: ms.ID, Learner: ms.Role == v1alpha1.RoleLearner}
+		// Unknown is a Ready pod whose Lease is not renewed: its readiness probe is etcd's
+		// linearizable read, so it serves, and never counts towards a quorum loss.
+		serves := ms.Status == v1alpha1.MemberReady || ms.Status == v1alpha1.MemberUnknown
+		sm := cluster.StatusMember{Name: ms.Name, Ready: serves, ID: ms.ID, Learner: ms.Role == v1alpha1.RoleLearner}
 		if r, ok := reports[ms.Name]; ok {
 			sm.Report = &r
 		}

@@ -25,6 +25,17 @@ import (
 // ClusterIP and kube-proxy. A cluster with TLS is dialled with its client certificate Secret.
 func etcdClient(t *testing.T, ns, name string, endpoints ...string) *clientv3.Client {
 	t.Helper()
+	c, err := newEtcdClient(t, ns, name, endpoints...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newEtcdClient is etcdClient for a caller that retries: a member that restarts or is still
+// a learner refuses the connection (or the authentication) for a while.
+func newEtcdClient(t *testing.T, ns, name string, endpoints ...string) (*clientv3.Client, error) {
+	t.Helper()
 	if len(endpoints) == 0 {
 		endpoints = []string{serviceEndpoint(t, ns, name)}
 	}
@@ -45,10 +56,10 @@ func etcdClient(t *testing.T, ns, name string, endpoints ...string) *clientv3.Cl
 	}
 	c, err := clientv3.New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("etcd client of %s/%s at %v: %w", ns, name, endpoints, err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return c, nil
 }
 
 // rootPassword is etcd's root password of cluster name, from its Secret.
@@ -194,8 +205,14 @@ func assertKeysOnEveryMember(t *testing.T, ns, name string, want map[string]stri
 		t.Fatal("no acknowledged keys to check: the writer never succeeded")
 	}
 	for podName, pod := range memberPods(t, ns, name) {
-		c := etcdClient(t, ns, name, fmt.Sprintf("%s:%d", pod.Status.PodIP, operator.ClientPort))
+		var c *clientv3.Client
 		testutil.Eventually(t, time.Minute, fmt.Sprintf("member %s holds all %d acknowledged keys", podName, len(want)), func() error {
+			if c == nil {
+				var err error
+				if c, err = newEtcdClient(t, ns, name, fmt.Sprintf("%s:%d", pod.Status.PodIP, operator.ClientPort)); err != nil {
+					return err
+				}
+			}
 			missing := 0
 			var example string
 			for k, v := range want {

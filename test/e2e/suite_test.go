@@ -166,25 +166,45 @@ func namespace(t *testing.T) string {
 	t.Cleanup(func() {
 		t.Logf("%s took %s", t.Name(), time.Since(start).Round(100*time.Millisecond))
 		if t.Failed() {
-			for _, args := range [][]string{{"get", "ec,em,pods,pvc,lease,events", "-o", "wide"}, {"get", "ec", "-o", "yaml"}} {
-				out, _ := kubectlIn(ns, "", args...)
-				t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
-			}
-			out, _ := kubectlIn("steward-system", "", "logs", "deployment/steward-operator", "--tail=80")
-			t.Logf("operator log:\n%s", out)
-			// The sidecars say what they decided and what they backed up (pods deleted by
-			// the test are gone with their logs).
-			pods, _ := kubectlIn(ns, "", "get", "pods", "-o", "jsonpath={.items[*].metadata.name}")
-			for _, pod := range strings.Fields(pods) {
-				out, _ := kubectlIn(ns, "", "logs", pod, "-c", "sidecar", "--tail=150")
-				t.Logf("sidecar log of %s:\n%s", pod, out)
-			}
+			dumpFailure(t, ns)
 		}
 		if _, err := kubectlIn("", "", "delete", "namespace", ns, "--timeout=3m"); err != nil {
 			t.Logf("deleting namespace %s: %v", ns, err)
 		}
 	})
 	return ns
+}
+
+// dumpFailure writes what a failure needs (the objects, Events, the operator's and the
+// sidecars' logs) to files under the system's temp dir, and logs where, with a short
+// summary: the output keeps the failure's own message near its end, where a CI excerpt
+// shows it.
+func dumpFailure(t *testing.T, ns string) {
+	dir := filepath.Join(os.TempDir(), "steward-e2e-failures", ns)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("dumping the failure: %v", err)
+		return
+	}
+	write := func(file, namespace string, args ...string) {
+		out, err := kubectlIn(namespace, "", args...)
+		if err != nil {
+			out += "\n" + err.Error()
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(out), 0o644); err != nil {
+			t.Logf("dumping %s: %v", file, err)
+		}
+	}
+	write("objects.txt", ns, "get", "ec,em,pods,pvc,lease,events", "-o", "wide")
+	write("clusters.yaml", ns, "get", "ec", "-o", "yaml")
+	write("operator.log", "steward-system", "logs", "deployment/steward-operator", "--tail=400")
+	// The sidecars say what they decided and what they backed up (pods deleted by the test
+	// are gone with their logs).
+	pods, _ := kubectlIn(ns, "", "get", "pods", "-o", "jsonpath={.items[*].metadata.name}")
+	for _, pod := range strings.Fields(pods) {
+		write("sidecar-"+pod+".log", ns, "logs", pod, "-c", "sidecar", "--tail=1000")
+	}
+	summary, _ := kubectlIn(ns, "", "get", "ec,pods")
+	t.Logf("failure dumped in %s (objects, Events, operator and sidecar logs); the namespace then:\n%s", dir, summary)
 }
 
 func getEC(ns, name string) (*v1alpha1.EtcdCluster, error) {

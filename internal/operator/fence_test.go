@@ -1,0 +1,78 @@
+package operator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/heal"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+// TestFenceOnlyOncePersisted: the pods a directive fences are deleted only once the directive
+// is stored (read fresh), and then only those created before it and still carrying the UID
+// that was read: a replacement, or a pod of the same name that is not the cluster's, is
+// never deleted.
+func TestFenceOnlyOncePersisted(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	issued := time.Now().Add(-time.Minute).Truncate(time.Second)
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "ec-uid"}}
+	pod := func(name string, created time.Time, lbls map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid"),
+			CreationTimestamp: metav1.NewTime(created), Labels: lbls}}
+	}
+	old := pod("c-0", issued.Add(-time.Hour), selectorLabels(ec))
+	replacement := pod("c-1", issued.Add(time.Second), selectorLabels(ec))
+	foreign := pod("c-2", issued.Add(-time.Hour), map[string]string{"app": "other"})
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ec, old, replacement, foreign).WithStatusSubresource(ec).Build()
+	r := &ClusterReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(10)}
+
+	dir := &cluster.Directive{Epoch: 3, Phase: cluster.PhaseFencing, IssuedAt: issued, PhaseSince: issued}
+	rec := &recoveryOutcome{Status: heal.Status{Directive: dir, LastEpoch: 3}, FencePods: []string{"c-0", "c-1", "c-2"}}
+	persisted, err := r.fence(context.Background(), ec, rec, "c-0: connection refused")
+	if err != nil || persisted {
+		t.Fatalf("fence before the directive is stored: persisted %t, %v", persisted, err)
+	}
+	for _, p := range []*corev1.Pod{old, replacement, foreign} {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(p), &corev1.Pod{}); err != nil {
+			t.Fatalf("pod %s deleted before the directive was stored: %v", p.Name, err)
+		}
+	}
+
+	raw, err := encodeRecovery(rec.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec.Status.Recovery = &runtime.RawExtension{Raw: raw}
+	if err := c.Status().Update(context.Background(), ec); err != nil {
+		t.Fatal(err)
+	}
+	persisted, err = r.fence(context.Background(), ec, rec, "c-0: connection refused")
+	if err != nil || !persisted {
+		t.Fatalf("fence once stored: persisted %t, %v", persisted, err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(old), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("c-0, older than the directive: %v, want deleted", err)
+	}
+	for _, p := range []*corev1.Pod{replacement, foreign} {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(p), &corev1.Pod{}); err != nil {
+			t.Errorf("pod %s deleted: %v", p.Name, err)
+		}
+	}
+}
