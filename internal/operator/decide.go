@@ -205,6 +205,7 @@ func Decide(o Observation) Decision {
 	d.ClusterSize = size
 
 	changedByLease, changedByPod, unknownExpired := false, false, false
+	learners := map[string]bool{}
 	for _, m := range o.Members {
 		if int32(m.Ordinal) >= size {
 			if _, ok := prev[m.Name]; ok {
@@ -227,10 +228,12 @@ func Decide(o Observation) Decision {
 		if st.Role == v1alpha1.RoleLeader {
 			d.Leader = st.Name
 		}
-		switch st.Status {
-		case v1alpha1.MemberReady:
+		switch {
+		case st.Role == v1alpha1.RoleLearner:
+			learners[st.Name] = catchingUp(o, m, st)
+		case st.Status == v1alpha1.MemberReady:
 			d.Ready++
-		case v1alpha1.MemberUnknown:
+		case st.Status == v1alpha1.MemberUnknown:
 			d.Unknown++
 		}
 		d.Members = append(d.Members, st)
@@ -251,20 +254,27 @@ func Decide(o Observation) Decision {
 		addCase(&d, CasePodNotReady)
 	}
 
-	quorate := d.Ready+d.Unknown > size/2
+	// Learners never count: not towards the quorum, not as lost.
+	voters := size - int32(len(learners))
+	quorate := d.Ready+d.Unknown > voters/2
 	all := size > 0 && d.Ready == size
 
 	// Actions on NotReady members (cases 9 and 10), only once the cluster formed: a
 	// cluster still bootstrapping is not yet expected to be Ready.
 	if o.Formed && size > 0 {
 		var longNotReady []v1alpha1.MemberStatus
+		longNotReadyVoters := int32(0)
 		for _, m := range d.Members {
-			if m.Status == v1alpha1.MemberNotReady && o.Now.Sub(m.LastTransitionTime.Time) >= o.Graces.NotReady {
-				longNotReady = append(longNotReady, m)
+			if m.Status != v1alpha1.MemberNotReady || o.Now.Sub(m.LastTransitionTime.Time) < o.Graces.NotReady || learners[m.Name] {
+				continue
+			}
+			longNotReady = append(longNotReady, m)
+			if m.Role != v1alpha1.RoleLearner {
+				longNotReadyVoters++
 			}
 		}
 		switch {
-		case !quorate && int32(len(longNotReady)) > (size-1)/2:
+		case !quorate && longNotReadyVoters > (voters-1)/2:
 			d.QuorumLost = true
 			addCase(&d, CaseQuorumLost)
 		case len(longNotReady) > 0 && quorate:
@@ -307,7 +317,7 @@ func Decide(o Observation) Decision {
 	}
 	d.Rollout = decideRollout(o, &d, quorate, all)
 	d.Conditions = conditions(o, &d, quorate, all)
-	d.MinAvailable = minAvailable(size, d.Ready, all, o.Backup == nil || backupReady(o))
+	d.MinAvailable = minAvailable(size, d.Ready+d.Unknown, all, o.Backup == nil || backupReady(o))
 	if len(d.Cases) == 0 {
 		addCase(&d, CasePinkOfHealth)
 	}
@@ -498,15 +508,27 @@ func memberAt(o Observation, ordinal int32) string {
 	return ""
 }
 
-// leaderLists reports whether the serving leader's member list still has name; without a
-// report from a serving leader, it is taken as listed (nothing is stopped on a guess).
+// leaderLists reports whether the leader's member list still has name. The leader is the
+// member whose report says it leads with the highest term and whose pod is Ready now (its
+// etcd answers a linearizable read): the report of a former leader, or of a member that has
+// stopped, is stale. Without such a report, name is taken as listed (nothing is stopped on a
+// guess).
 func leaderLists(o Observation, name string) bool {
-	for _, r := range o.Reports {
-		if r.Serving && r.Leader && len(r.Members) > 0 {
-			return slices.ContainsFunc(r.Members, func(m cluster.LiveMember) bool { return m.Name == name })
+	var leader *cluster.Report
+	for _, n := range slices.Sorted(maps.Keys(o.Reports)) {
+		r := o.Reports[n]
+		mo := findMember(o.Members, n)
+		if !r.Serving || !r.Leader || len(r.Members) == 0 || mo == nil || mo.Pod == nil || !mo.Pod.Ready || mo.Pod.Deleting {
+			continue
+		}
+		if leader == nil || r.Term > leader.Term {
+			leader = &r
 		}
 	}
-	return true
+	if leader == nil {
+		return true
+	}
+	return slices.ContainsFunc(leader.Members, func(m cluster.LiveMember) bool { return m.Name == name })
 }
 
 // memberStatus is one member's status: NotReady while its pod is missing or not ready, Ready
@@ -523,13 +545,12 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 		t := metav1.NewTime(m.Lease.Renewed)
 		st.LastReport = &t
 	}
-	leaseCurrent := m.Lease != nil && m.Lease.Holder != "" && o.Now.Sub(m.Lease.Renewed) < m.Lease.Duration
 	switch {
 	case m.Pod == nil:
 		st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonPodMissing
 	case !m.Pod.Ready:
 		st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady
-	case leaseCurrent:
+	case leaseCurrent(o, m):
 		st.Status, st.Reason = v1alpha1.MemberReady, v1alpha1.ReasonLeaseSucceeded
 	default:
 		st.Status, st.Reason = v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired
@@ -551,6 +572,19 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 		st.LastReport = prev.LastReport
 	}
 	return st
+}
+
+// leaseCurrent: the member's sidecar renewed its Lease within the Lease's duration, as the
+// operator saw it (LeaseState.Renewed).
+func leaseCurrent(o Observation, m MemberObservation) bool {
+	return m.Lease != nil && m.Lease.Holder != "" && o.Now.Sub(m.Lease.Renewed) < m.Lease.Duration
+}
+
+// catchingUp: the member is a learner whose sidecar renews its Lease, so its etcd runs and
+// replicates; its pod is not Ready (a learner serves no linearizable read) until its sidecar
+// promotes it. It counts towards no quorum, and is never restarted for being NotReady.
+func catchingUp(o Observation, m MemberObservation, st v1alpha1.MemberStatus) bool {
+	return st.Role == v1alpha1.RoleLearner && leaseCurrent(o, m)
 }
 
 func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Condition {
@@ -701,13 +735,18 @@ func backupCurrent(o Observation) (bool, string) {
 }
 
 // minAvailable toggles the PodDisruptionBudget: a majority while every member is Ready (one
-// voluntary eviction at a time keeps the quorum); every Ready member (no eviction at all)
-// while one is not; every member while the backups are not current (no eviction while the
-// newest data may exist only on the members). The highest applicable value wins.
-func minAvailable(size, ready int32, all, backupOK bool) int32 {
+// voluntary eviction at a time keeps the quorum); every member whose pod is Ready (no eviction
+// at all: an Unknown member's pod is Ready too) while one is not; every member while the
+// backups are not current (no eviction while the newest data may exist only on the members).
+// The highest applicable value wins. A single member may be evicted once its backups are
+// current: it has no quorum to keep, and otherwise no drain of its node could ever finish.
+func minAvailable(size, podsReady int32, all, backupOK bool) int32 {
+	if size == 1 && backupOK {
+		return 0
+	}
 	v := size/2 + 1
 	if !all {
-		v = max(size/2, ready)
+		v = max(size/2, podsReady)
 	}
 	if !backupOK {
 		v = max(v, size)

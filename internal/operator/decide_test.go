@@ -167,6 +167,14 @@ func TestDecide(t *testing.T) {
 					t.Errorf("unknown %d, deleted %v, quorum lost %t, Ready %s", d.Unknown, d.DeletePods, d.QuorumLost, cond(d, v1alpha1.ConditionReady))
 				}
 			}},
+		{"7 a member Unknown: its pod is Ready, so the PodDisruptionBudget allows no eviction",
+			healthy(3).leaseExpired(2).prevStatus(2, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 30*time.Second).
+				setCond(v1alpha1.ConditionAllMembersReady, false), CasePinkOfHealth,
+			func(t *testing.T, d Decision) {
+				if d.MinAvailable != 3 {
+					t.Errorf("minAvailable %d, want 3: three pods are Ready, one of them Unknown", d.MinAvailable)
+				}
+			}},
 		{"7 member Unknown within the grace stays Unknown",
 			healthy(3).leaseExpired(2).prevStatus(2, v1alpha1.MemberUnknown, v1alpha1.ReasonLeaseExpired, 30*time.Second).
 				setCond(v1alpha1.ConditionAllMembersReady, false), CasePinkOfHealth,
@@ -250,6 +258,30 @@ func TestDecide(t *testing.T) {
 		}(), CaseScaleDown, func(t *testing.T, d Decision) {
 			if d.StatefulSetReplicas != 4 || d.ConfigMembers != 4 {
 				t.Errorf("replicas %d config %d, want 4 and 4", d.StatefulSetReplicas, d.ConfigMembers)
+			}
+		}},
+		{"12 scale down trusts only the current leader's report: a former leader's, with a lower term, is stale", func() *world {
+			w := healthy(5)
+			w.o.Desired, w.o.ConfigMembers = 3, 4
+			w.o.Reports = map[string]cluster.Report{
+				"c-0": {Serving: true, Leader: true, Term: 7, Members: []cluster.LiveMember{{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}, {Name: "c-4"}}},
+				"c-1": {Serving: true, Leader: true, Term: 6, Members: []cluster.LiveMember{{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}}},
+			}
+			return w
+		}(), CaseScaleDown, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 5 {
+				t.Errorf("replicas %d: c-4 is stopped on a former leader's report", d.StatefulSetReplicas)
+			}
+		}},
+		{"12 scale down ignores a leader report of a member whose pod is not Ready", func() *world {
+			w := healthy(5).podNotReady(0, time.Minute)
+			w.o.Desired, w.o.ConfigMembers = 3, 4
+			w.o.Reports = map[string]cluster.Report{"c-0": {Serving: true, Leader: true, Term: 7, Members: []cluster.LiveMember{
+				{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}}}}
+			return w
+		}(), CaseScaleDown, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 5 {
+				t.Errorf("replicas %d: c-4 is stopped on the report of a leader whose pod is not Ready", d.StatefulSetReplicas)
 			}
 		}},
 		{"12 scale down without a report from the leader stops nothing", func() *world {
@@ -604,5 +636,42 @@ func TestNewerPublication(t *testing.T) {
 				t.Fatalf("got %d, want %d", got.revision, tt.wantRev)
 			}
 		})
+	}
+}
+
+// TestDecideLearnersNeverCount: scaling 1 to 2, the new member is a learner catching up (its
+// pod not Ready: a learner serves no linearizable read; its sidecar renews the Lease). The
+// single voter keeps the cluster Ready, no quorum is called lost, and the learner is not
+// restarted however long it takes. A learner whose sidecar went silent is restarted as any
+// member.
+func TestDecideLearnersNeverCount(t *testing.T) {
+	w := healthy(2).podNotReady(1, time.Hour)
+	w.o.Members[1].Lease.Holder = "65:" + v1alpha1.RoleLearner
+	w.prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, time.Hour)
+	w.o.Previous.Members[1].Role = v1alpha1.RoleLearner
+	d := Decide(w.o)
+	if cond(d, v1alpha1.ConditionReady) != metav1.ConditionTrue || cond(d, v1alpha1.ConditionQuorate) != metav1.ConditionTrue {
+		t.Errorf("Ready %s Quorate %s: the one voter serves", cond(d, v1alpha1.ConditionReady), cond(d, v1alpha1.ConditionQuorate))
+	}
+	if d.QuorumLost || len(d.DeletePods) > 0 {
+		t.Errorf("quorum lost %t, deleted %v: a learner catching up is neither", d.QuorumLost, d.DeletePods)
+	}
+
+	w.leaseExpired(1)
+	if d := Decide(w.o); !slices.Contains(d.DeletePods, "c-1") || d.QuorumLost {
+		t.Errorf("a silent learner NotReady past the grace: deleted %v, quorum lost %t; want it restarted, no quorum loss", d.DeletePods, d.QuorumLost)
+	}
+}
+
+// TestDecideSingleMemberDrain: a single member may be evicted once its backups are current
+// (a drain of its node must be able to finish), and not while they are stale.
+func TestDecideSingleMemberDrain(t *testing.T) {
+	w := healthy(1)
+	if d := Decide(w.o); d.MinAvailable != 0 {
+		t.Errorf("minAvailable %d with current backups, want 0", d.MinAvailable)
+	}
+	w.o.Backup.LastDelta = t0.Add(-time.Hour)
+	if d := Decide(w.o); d.MinAvailable != 1 {
+		t.Errorf("minAvailable %d with stale backups, want 1", d.MinAvailable)
 	}
 }

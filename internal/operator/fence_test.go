@@ -15,15 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
-// TestFenceOnlyOncePersisted: the pods a directive fences are deleted only once the directive
-// is stored (read fresh), and then only those created before it and still carrying the UID
-// that was read: a replacement, or a pod of the same name that is not the cluster's, is
-// never deleted.
-func TestFenceOnlyOncePersisted(t *testing.T) {
+func fakeScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -31,6 +29,41 @@ func TestFenceOnlyOncePersisted(t *testing.T) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	return scheme
+}
+
+// TestSyncErrorKeepsTheDeadline: a reconciliation that fails in part (here a missing
+// credentials Secret) records the error and is tried again within syncRetry: it never hands
+// the cluster to the controller's exponential backoff, which would delay its deadlines.
+func TestSyncErrorKeepsTheDeadline(t *testing.T) {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "ec-uid"},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: 3, Backup: &v1alpha1.BackupSpec{Store: "s3://b/c", CredentialsSecret: &corev1.LocalObjectReference{Name: "missing"}}}}
+	c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithObjects(ec).WithStatusSubresource(ec).Build()
+	r := &ClusterReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100), Image: "steward:test"}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ec)}
+	for range 2 { // the first pass adds the finalizer
+		res, err := r.Reconcile(context.Background(), req)
+		if err != nil {
+			t.Fatalf("Reconcile returned %v: the controller's backoff would replace the deadline", err)
+		}
+		if res.RequeueAfter <= 0 || res.RequeueAfter > syncRetry {
+			t.Fatalf("requeue after %s, want within %s", res.RequeueAfter, syncRetry)
+		}
+	}
+	var got v1alpha1.EtcdCluster
+	if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.LastErrors) == 0 || got.Status.LastErrors[0].Code != "ERR_BACKUP_SECRET" {
+		t.Errorf("lastErrors %+v, want ERR_BACKUP_SECRET recorded", got.Status.LastErrors)
+	}
+}
+
+// TestFenceOnlyOncePersisted: the pods a directive fences are deleted only once the directive
+// is stored (read fresh), and then only those created before it and still carrying the UID
+// that was read: a replacement, or a pod of the same name that is not the cluster's, is
+// never deleted.
+func TestFenceOnlyOncePersisted(t *testing.T) {
 	issued := time.Now().Add(-time.Minute).Truncate(time.Second)
 	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "ec-uid"}}
 	pod := func(name string, created time.Time, lbls map[string]string) *corev1.Pod {
@@ -40,7 +73,7 @@ func TestFenceOnlyOncePersisted(t *testing.T) {
 	old := pod("c-0", issued.Add(-time.Hour), selectorLabels(ec))
 	replacement := pod("c-1", issued.Add(time.Second), selectorLabels(ec))
 	foreign := pod("c-2", issued.Add(-time.Hour), map[string]string{"app": "other"})
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ec, old, replacement, foreign).WithStatusSubresource(ec).Build()
+	c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithObjects(ec, old, replacement, foreign).WithStatusSubresource(ec).Build()
 	r := &ClusterReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(10)}
 
 	dir := &cluster.Directive{Epoch: 3, Phase: cluster.PhaseFencing, IssuedAt: issued, PhaseSince: issued}

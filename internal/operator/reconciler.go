@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -51,6 +52,9 @@ const leaseDuration = 30 * time.Second
 
 // maxRequeue bounds the wait between reconciliations of a cluster at rest.
 const maxRequeue = 5 * time.Minute
+
+// syncRetry bounds the wait before a reconciliation that failed in part is tried again.
+const syncRetry = 15 * time.Second
 
 // ClusterReconciler reconciles EtcdClusters.
 type ClusterReconciler struct {
@@ -273,7 +277,11 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	if len(errs) > 0 {
-		return ctrl.Result{}, fmt.Errorf("%s: %s", errs[0].Code, errs[0].Description)
+		// Recorded in status.lastErrors and logged, not returned: a returned error would
+		// replace the deadline with the controller's exponential backoff (up to minutes),
+		// and delay what the deadline is for (a grace running out, a quorum loss).
+		log.FromContext(ctx).Error(fmt.Errorf("%s: %s", errs[0].Code, errs[0].Description), "reconciliation incomplete", "errors", len(errs))
+		return ctrl.Result{RequeueAfter: min(requeue, syncRetry)}, nil
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
