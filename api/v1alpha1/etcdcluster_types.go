@@ -162,6 +162,20 @@ type CARotationStatus struct {
 	// +optional
 	Message   string      `json:"message,omitempty"`
 	StartTime metav1.Time `json:"startTime"`
+	// Automatic: the operator started it because its CA had less than 30 days left; it
+	// leaves status.caRotated as it was.
+	// +optional
+	Automatic bool `json:"automatic,omitempty"`
+}
+
+// CAStatus identifies the CA that issues the cluster's certificates.
+type CAStatus struct {
+	// Fingerprint is the SHA-256 of the CA certificate, as `openssl x509 -noout -fingerprint
+	// -sha256` prints it. For the cluster's own CA it is the one the operator expects in
+	// Secret <name>-ca: it never replaces that CA by itself.
+	Fingerprint string `json:"fingerprint"`
+	// NotAfter is the end of the CA's validity.
+	NotAfter metav1.Time `json:"notAfter"`
 }
 
 // TLSSpec turns on mutual TLS for client and peer traffic. By default the operator makes the
@@ -431,6 +445,23 @@ const (
 	// ConditionAlarmsActive is true while etcd reports an alarm (NOSPACE, CORRUPT), as the
 	// leader's sidecar last saw it.
 	ConditionAlarmsActive = "AlarmsActive"
+	// ConditionCAReady, with TLS on, is true while the CA that issues the cluster's
+	// certificates is the one expected (status.ca) and has more than 30 days left.
+	ConditionCAReady = "CAReady"
+)
+
+// Reasons of the CAReady condition.
+const (
+	ReasonCAValid = "CAValid"
+	// ReasonCAExpiring: less than 30 days left. The cluster's own CA is rolled over
+	// automatically; the issuer of spec.tls.serverSecret rolls over its own.
+	ReasonCAExpiring = "CAExpiring"
+	// ReasonCASecretMissing: the CA Secret of a cluster that has its CA is gone. No new CA
+	// is made: the members trust the one they started with.
+	ReasonCASecretMissing = "CASecretMissing"
+	// ReasonCASecretChanged: the CA Secret holds another CA than status.ca. It is not used:
+	// the members trust the one they started with.
+	ReasonCASecretChanged = "CASecretChanged"
 )
 
 // Defragmentation is one defragmentation round: followers one at a time, the leader last
@@ -585,6 +616,10 @@ type EtcdClusterStatus struct {
 	// refused (the certificates of spec.tls.serverSecret are rolled over by their issuer).
 	// +optional
 	CARotated string `json:"caRotated,omitempty"`
+	// CA is the CA that issues the cluster's certificates, with TLS on: the cluster's own, or
+	// the issuer of spec.tls.serverSecret's certificate.
+	// +optional
+	CA *CAStatus `json:"ca,omitempty"`
 	// +optional
 	LastErrors []LastError `json:"lastErrors,omitempty"`
 }

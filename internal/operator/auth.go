@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // RootPasswordMount is where the sidecar mounts the root password Secret (spec.auth);
@@ -70,7 +69,7 @@ func deleteAuth(ctx context.Context, r *run) error {
 	if a := r.ec.Spec.Auth; a != nil && a.RootPasswordSecret != "" {
 		return nil
 	}
-	return deleteByName(&corev1.Secret{}, func(ec *v1alpha1.EtcdCluster) string { return v1alpha1.RootPasswordSecretName(ec.Name) })(ctx, r)
+	return deleteOwnedSecret(ctx, r, v1alpha1.RootPasswordSecretName(r.ec.Name))
 }
 
 // randomPassword is 256 random bits, base64url.
@@ -82,13 +81,17 @@ func randomPassword() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// ensureGeneratedSecret makes the Secret name once, owned by the EtcdCluster, with key holding
-// what generate returns, and afterwards only checks it: a value replaced by hand stays, a bad
-// one is an error (check's), and a Secret deleted by hand is made anew.
+// ensureGeneratedSecret makes the Secret name once, owned by the EtcdCluster and held by
+// SecretFinalizer, with key holding what generate returns, and afterwards only checks it: a
+// value replaced by hand stays, a bad one is an error (check's), and a Secret deleted anyway
+// (its finalizer removed by hand) is made anew.
 func ensureGeneratedSecret(ctx context.Context, r *run, name, component, key string, check func([]byte) error, generate func() (string, error)) error {
 	var cur corev1.Secret
 	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 	if err == nil {
+		if err := holdSecret(ctx, r, &cur); err != nil {
+			return err
+		}
 		return check(cur.Data[key])
 	}
 	if !apierrors.IsNotFound(err) {
@@ -100,7 +103,7 @@ func ensureGeneratedSecret(ctx context.Context, r *run, name, component, key str
 	}
 	s := &corev1.Secret{ObjectMeta: objectMeta(r, name), Type: corev1.SecretTypeOpaque, Data: map[string][]byte{key: []byte(v + "\n")}}
 	s.Labels = commonLabels(r.ec, component)
-	if err := controllerutil.SetControllerReference(r.ec, s, r.c.Scheme()); err != nil {
+	if err := newOwnedSecret(r, s); err != nil {
 		return err
 	}
 	if err := r.c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {

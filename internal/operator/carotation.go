@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // ReasonCARotation is the Progressing reason while a CA rollover waits between its rolling
@@ -34,7 +33,13 @@ type CAState struct {
 	// MembersCurrent: every member's pod runs the StatefulSet's newest observed revision and
 	// is Ready, and no rolling update is in progress.
 	MembersCurrent bool
+	// NotAfter is the end of the current CA's validity.
+	NotAfter time.Time
 }
+
+// caRenewBefore is how long before its end a CA is reported (CAReady False, an Event) and,
+// when it is the cluster's own, rolled over without being asked.
+const caRenewBefore = 30 * 24 * time.Hour
 
 // caAction is a step of a CA rollover.
 type caAction int
@@ -55,9 +60,11 @@ type caDecision struct {
 	Rotated string
 }
 
-// decideCARotation is the next step of a CA rollover (pure). The Secrets say where it is,
-// so an operator restarted at any point goes on; status.caRotation only adds the request
-// and the start. Each step waits until the last one reached every member: the members trust
+// decideCARotation is the next step of a CA rollover (pure). A rollover starts on a new
+// request, or by itself once the CA has less than caRenewBefore left (Automatic: it leaves
+// status.caRotated as it was, so a request already done is not taken as new). The Secrets
+// say where it is, so an operator restarted at any point goes on; status.caRotation only
+// adds the request and the start. Each step waits until the last one reached every member: the members trust
 // both CAs (they read the CAs they trust when they start) before leaves of the new CA are
 // issued, and every kubelet has had `propagation` since the newest leaf was issued to mount
 // it before the old CA is dropped.
@@ -66,7 +73,7 @@ func decideCARotation(request string, prev *v1alpha1.CARotationStatus, rotated s
 	cur := func(phase, msg string) *v1alpha1.CARotationStatus {
 		s := &v1alpha1.CARotationStatus{Request: request, Phase: phase, Message: msg, StartTime: metav1.NewTime(now)}
 		if prev != nil {
-			s.Request, s.StartTime = prev.Request, prev.StartTime
+			s.Request, s.StartTime, s.Automatic = prev.Request, prev.StartTime, prev.Automatic
 		}
 		return s
 	}
@@ -84,12 +91,20 @@ func decideCARotation(request string, prev *v1alpha1.CARotationStatus, rotated s
 		d.Status = cur(v1alpha1.CARotationNewLeaves, fmt.Sprintf("certificates of the new CA issued: the kubelets mount them until %s, then the old CA is dropped",
 			st.LeavesIssued.Add(propagation).UTC().Format(time.RFC3339)))
 	case prev != nil && applied:
-		d.Action, d.Rotated = caDone, prev.Request
+		d.Action = caDone
+		if !prev.Automatic {
+			d.Rotated = prev.Request
+		}
 	case prev != nil:
 		d.Status = cur(v1alpha1.CARotationDropOld, "the members restart, one at a time and the leader last, to trust the new CA only")
 	case request != "" && request != rotated:
 		d.Action = caStart
 		d.Status = cur(v1alpha1.CARotationTrustBoth, "a new CA is made: every ca.crt trusts both CAs, and the members restart to trust both")
+	case !st.NotAfter.IsZero() && !now.Before(st.NotAfter.Add(-caRenewBefore)):
+		d.Action = caStart
+		d.Status = cur(v1alpha1.CARotationTrustBoth, fmt.Sprintf("the CA ends at %s: a new CA is made, every ca.crt trusts both CAs, and the members restart to trust both",
+			st.NotAfter.UTC().Format(time.RFC3339)))
+		d.Status.Request, d.Status.Automatic = "expiry "+st.NotAfter.UTC().Format("2006-01-02"), true
 	}
 	return d
 }
@@ -124,7 +139,7 @@ func membersCurrent(o Observation, d Decision) bool {
 
 // rotateCA takes a step of a CA rollover; false: not taken in this pass. Each step can be
 // taken again: an operator stopped in the middle of one finishes it on its next pass.
-func (r *ClusterReconciler) rotateCA(ctx context.Context, run *run, a caAction) (bool, error) {
+func (r *ClusterReconciler) rotateCA(ctx context.Context, run *run, a caAction, request string) (bool, error) {
 	ec := run.ec
 	cur, next, old := v1alpha1.CASecretName(ec.Name), v1alpha1.NextCASecretName(ec.Name), v1alpha1.OldCASecretName(ec.Name)
 	switch a {
@@ -146,7 +161,7 @@ func (r *ClusterReconciler) rotateCA(ctx context.Context, run *run, a caAction) 
 			return false, err
 		}
 		run.event(corev1.EventTypeNormal, "CARotationStarted", fmt.Sprintf("CA rollover %q: new CA made in Secret %s (valid until %s); the members restart to trust both CAs",
-			ec.Annotations[v1alpha1.AnnotationRotateCA], next, ca.Cert.NotAfter.UTC().Format("2006-01-02")))
+			request, next, ca.Cert.NotAfter.UTC().Format("2006-01-02")))
 	case caPromote:
 		// The going CA is kept first (never overwritten: once the coming one is current, the
 		// current Secret holds it), then the coming one becomes current, then its own Secret goes.
@@ -159,7 +174,7 @@ func (r *ClusterReconciler) rotateCA(ctx context.Context, run *run, a caAction) 
 		}
 		if !bytes.Equal(curSecret.Data[pki.CertFile], nextSecret.Data[pki.CertFile]) {
 			keep := tlsSecret(run, old, "ca", curSecret.Data[pki.CertFile], curSecret.Data[pki.KeyFile], curSecret.Data[pki.CertFile])
-			if err := controllerutil.SetControllerReference(ec, keep, r.Client.Scheme()); err != nil {
+			if err := newOwnedSecret(run, keep); err != nil {
 				return false, err
 			}
 			if err := r.Client.Create(ctx, keep); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -170,12 +185,16 @@ func (r *ClusterReconciler) rotateCA(ctx context.Context, run *run, a caAction) 
 				return false, fmt.Errorf("making the new CA the cluster's in Secret %s: %w", cur, err)
 			}
 		}
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, &nextSecret)); err != nil {
+		if err := deleteOwnedSecret(ctx, run, next); err != nil {
 			return false, err
+		}
+		// The new CA is the one the status records from now on.
+		if certs, err := pki.ParseCerts(nextSecret.Data[pki.CertFile]); err == nil && run.caCheck != nil {
+			run.caCheck.CA = caStatus(certs[0])
 		}
 		run.event(corev1.EventTypeNormal, "CARotationPromoted", fmt.Sprintf("every member trusts both CAs: the new CA is the cluster's (Secret %s), the old one is kept in %s, and every certificate is issued again", cur, old))
 	case caDropOld:
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, &corev1.Secret{ObjectMeta: objectMeta(run, old)})); err != nil {
+		if err := deleteOwnedSecret(ctx, run, old); err != nil {
 			return false, err
 		}
 		run.event(corev1.EventTypeNormal, "CARotationDropOld", "the old CA is trusted no more: the members restart to trust the new CA only")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,6 @@ func TestDecideCARotation(t *testing.T) {
 	const prop = 2 * time.Minute
 	running := &v1alpha1.CARotationStatus{Request: "r1", Phase: v1alpha1.CARotationTrustBoth, StartTime: metav1.NewTime(now.Add(-time.Hour))}
 	applied := CAState{Trust: "t2", TemplateTrust: "t2", MembersCurrent: true}
-	with := func(s CAState, f func(*CAState)) CAState { f(&s); return s }
 	for _, tc := range []struct {
 		name    string
 		request string
@@ -194,5 +194,89 @@ func TestCARotationModel(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDecideCARotationExpiry: the cluster's own CA is rolled over by itself once less than 30
+// days are left, and not before; a rollover the operator started leaves status.caRotated as
+// it was, so the annotation of an earlier rollover, left in place, starts nothing afterwards.
+func TestDecideCARotationExpiry(t *testing.T) {
+	end := time.Date(2031, 11, 25, 12, 0, 0, 0, time.UTC)
+	const prop = 2 * time.Minute
+	st := CAState{Trust: "t1", TemplateTrust: "t1", MembersCurrent: true, NotAfter: end}
+	for _, tc := range []struct {
+		left  time.Duration
+		start bool
+	}{
+		{365 * 24 * time.Hour, false},
+		{30*24*time.Hour + time.Second, false},
+		{30 * 24 * time.Hour, true},
+		{24 * time.Hour, true},
+		{-time.Hour, true}, // ended already: a new CA is still the way back
+	} {
+		d := decideCARotation("2026-11", nil, "2026-11", st, end.Add(-tc.left), prop)
+		if got := d.Action == caStart; got != tc.start {
+			t.Fatalf("%s left: rollover started %t, want %t", tc.left, got, tc.start)
+		}
+		if !tc.start {
+			continue
+		}
+		if d.Status == nil || !d.Status.Automatic || d.Status.Phase != v1alpha1.CARotationTrustBoth || d.Status.Request == "2026-11" || d.Rotated != "2026-11" {
+			t.Fatalf("%s left: %+v, rotated %q", tc.left, d.Status, d.Rotated)
+		}
+	}
+
+	now := end.Add(-10 * 24 * time.Hour)
+	auto := &v1alpha1.CARotationStatus{Request: "expiry 2031-11-25", Phase: v1alpha1.CARotationDropOld, Automatic: true, StartTime: metav1.NewTime(now.Add(-time.Hour))}
+	renewed := st
+	renewed.NotAfter = now.Add(5 * 365 * 24 * time.Hour)
+	if d := decideCARotation("2026-11", auto, "2026-11", with(renewed, func(s *CAState) { s.Old, s.LeavesIssued = true, now.Add(-time.Hour) }), now, prop); d.Action != caDropOld || !d.Status.Automatic {
+		t.Fatalf("an automatic rollover goes on as one: %d %+v", d.Action, d.Status)
+	}
+	d := decideCARotation("2026-11", auto, "2026-11", renewed, now, prop)
+	if d.Action != caDone || d.Rotated != "2026-11" {
+		t.Fatalf("automatic rollover done: action %d, rotated %q; want done, %q", d.Action, d.Rotated, "2026-11")
+	}
+	if d := decideCARotation("2026-11", nil, d.Rotated, renewed, now.Add(time.Minute), prop); d.Action != caWait || d.Status != nil {
+		t.Fatalf("after the automatic rollover, the old annotation started another: %d %+v", d.Action, d.Status)
+	}
+	// A request made while the CA nears its end is the rollover that runs, as a request.
+	if d := decideCARotation("2031-10", nil, "2026-11", st, now, prop); d.Action != caStart || d.Status.Automatic || d.Status.Request != "2031-10" {
+		t.Fatalf("a request near the end: %d %+v", d.Action, d.Status)
+	}
+}
+
+func with(s CAState, f func(*CAState)) CAState { f(&s); return s }
+
+// TestCACondition: CAReady turns False, with the reason an alert matches on, from 30 days
+// before the CA's end, for the cluster's own CA and for the issuer of the user's
+// certificates alike; a CA Secret gone or replaced is False with what to do.
+func TestCACondition(t *testing.T) {
+	end := time.Date(2031, 11, 25, 12, 0, 0, 0, time.UTC)
+	own := caCheck{Secret: "ns/main-ca", CA: &v1alpha1.CAStatus{Fingerprint: "AB:CD", NotAfter: metav1.NewTime(end)}}
+	provided := own
+	provided.Secret, provided.Provided = "ns/main-members", true
+	for _, tc := range []struct {
+		name   string
+		check  caCheck
+		left   time.Duration
+		ok     bool
+		reason string
+		says   string
+	}{
+		{"own CA, 31 days left", own, 31 * 24 * time.Hour, true, v1alpha1.ReasonCAValid, "AB:CD is valid until 2031-11-25T12:00:00Z"},
+		{"own CA, 30 days left", own, 30 * 24 * time.Hour, false, v1alpha1.ReasonCAExpiring, "the operator rolls the cluster over to a new CA"},
+		{"own CA, ended", own, -time.Hour, false, v1alpha1.ReasonCAExpiring, "Secret ns/main-ca"},
+		{"user's issuer, 31 days left", provided, 31 * 24 * time.Hour, true, v1alpha1.ReasonCAValid, "AB:CD"},
+		{"user's issuer, 29 days left", provided, 29 * 24 * time.Hour, false, v1alpha1.ReasonCAExpiring, "Secret ns/main-members (spec.tls.serverSecret)"},
+		{"CA Secret gone", caCheck{Secret: "ns/main-ca", CA: own.CA, Problem: v1alpha1.ReasonCASecretMissing, Message: "re-apply"}, 400 * 24 * time.Hour, false, v1alpha1.ReasonCASecretMissing, "re-apply"},
+		{"CA Secret gone, no CA recorded", caCheck{Secret: "ns/main-ca", Problem: v1alpha1.ReasonCASecretMissing, Message: "re-apply"}, 0, false, v1alpha1.ReasonCASecretMissing, "re-apply"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, reason, msg := caCondition(tc.check, end.Add(-tc.left))
+			if ok != tc.ok || reason != tc.reason || !strings.Contains(msg, tc.says) {
+				t.Fatalf("%t %s %q; want %t %s, saying %q", ok, reason, msg, tc.ok, tc.reason, tc.says)
+			}
+		})
 	}
 }

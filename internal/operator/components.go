@@ -41,8 +41,13 @@ type run struct {
 	// memberLeases is how many member Leases must exist (ordinals 0..n-1).
 	memberLeases int
 	now          time.Time
-	// ca is what the TLS component found of the cluster's CAs (nil: no TLS, or not read).
+	// formed: the cluster has formed (Observation.Formed).
+	formed bool
+	// ca is what the TLS component found of the cluster's CAs (nil: no TLS, or not usable).
 	ca *CAState
+	// caCheck is what the TLS component found of the CA that issues the certificates (nil:
+	// no TLS, or not read).
+	caCheck *caCheck
 	// rootPasswordReady: the AUTH component found the root password Secret good this pass.
 	rootPasswordReady bool
 	// recorder, when set, takes the Events of the components.
@@ -67,7 +72,7 @@ func (r *run) event(typ, reason, msg string) {
 // them. Deletion runs in reverse.
 var components = []component{
 	{code: "RBAC", sync: syncRBAC, delete: deleteRBAC},
-	{code: "TOKEN", sync: syncToken, delete: deleteByName(&corev1.Secret{}, tokenSecretName)},
+	{code: "TOKEN", sync: syncToken, delete: deleteSecretNamed(func(r *run) string { return tokenSecretName(r.ec) })},
 	{code: "TLS", sync: syncTLS, delete: deleteTLS},
 	{code: "AUTH", sync: syncAuth, delete: deleteAuth},
 	{code: "CONFIGMAP", sync: syncConfigMap, delete: deleteByName(&corev1.ConfigMap{}, configMapName)},
@@ -111,8 +116,8 @@ func deleteByName(proto client.Object, name func(*v1alpha1.EtcdCluster) string) 
 }
 
 // syncToken makes the cluster's sidecar API token Secret once: 256 random bits, owned by the
-// EtcdCluster. An existing Secret is never rewritten (a token replaced by hand stays), only
-// checked; a Secret deleted by hand is made anew at the next reconciliation. The token is
+// EtcdCluster and held by SecretFinalizer. An existing Secret is never rewritten (a token
+// replaced by hand stays), only checked; a Secret deleted anyway is made anew. The token is
 // never logged, recorded in the status or put in an Event.
 func syncToken(ctx context.Context, r *run) error {
 	name := tokenSecretName(r.ec)

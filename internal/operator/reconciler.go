@@ -186,7 +186,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			d = Decide(obs)
 		}
 	}
-	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d,
+	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d, formed: obs.Formed,
 		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: now, recorder: r.Recorder}
 
 	var errs []v1alpha1.LastError
@@ -244,7 +244,11 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	} else if run.ca != nil && !providedTLS(ec) {
 		cd := decideCARotation(ec.Annotations[v1alpha1.AnnotationRotateCA], ec.Status.CARotation, ec.Status.CARotated,
 			caState(*run.ca, obs, d), now, r.graces().CAPropagation)
-		switch taken, err := r.rotateCA(ctx, run, cd.Action); {
+		request := ""
+		if cd.Status != nil {
+			request = cd.Status.Request
+		}
+		switch taken, err := r.rotateCA(ctx, run, cd.Action, request); {
 		case err != nil:
 			fail("ERR_CA_ROTATION", err)
 		case taken:
@@ -253,6 +257,10 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if cd.Status != nil {
 			requeue = min(requeue, 5*time.Second)
 		}
+	}
+	if c := run.caCheck; c != nil {
+		status.CA = c.CA
+		r.setCACondition(ec, &status, *c, now)
 	}
 	if rot := status.CARotation; rot != nil {
 		// Between its rolling restarts (which report themselves), a rollover is what progresses.
@@ -284,6 +292,22 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{RequeueAfter: min(requeue, syncRetry)}, nil
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// setCACondition sets the CAReady condition, with an Event when its reason changes: a
+// Warning for what is wrong, and a Normal one when it is put right.
+func (r *ClusterReconciler) setCACondition(ec *v1alpha1.EtcdCluster, status *v1alpha1.EtcdClusterStatus, c caCheck, now time.Time) {
+	ok, reason, msg := caCondition(c, now)
+	prev := apimeta.FindStatusCondition(ec.Status.Conditions, v1alpha1.ConditionCAReady)
+	apimeta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionCAReady, Status: boolStatus(ok), Reason: reason,
+		Message: msg, ObservedGeneration: ec.Status.ObservedGeneration, LastTransitionTime: metav1.NewTime(now).Rfc3339Copy()})
+	switch {
+	case prev != nil && prev.Reason == reason:
+	case !ok:
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, reason, "CheckCA", "%s", msg)
+	case prev != nil:
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, reason, "CheckCA", "%s", msg)
+	}
 }
 
 // fence deletes the pods the directive in force stops, only once the directive is persisted:

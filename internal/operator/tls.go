@@ -4,16 +4,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
+	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/pki"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // TLSMount is where both containers of a member pod mount the members' certificate Secret:
@@ -79,22 +81,22 @@ func syncTLS(ctx context.Context, r *run) error {
 	if providedTLS(r.ec) {
 		return checkProvidedTLS(ctx, r)
 	}
-	ca, err := ensureCASecret(ctx, r)
-	if err != nil {
-		return err
-	}
-	state := CAState{}
-	trusted := [][]byte{ca.CertPEM}
 	next, err := readCASecret(ctx, r, v1alpha1.NextCASecretName(r.ec.Name))
 	if err != nil {
 		return err
 	}
-	if next != nil {
-		state.Next, trusted = true, append(trusted, next.CertPEM)
-	}
 	old, err := readCASecret(ctx, r, v1alpha1.OldCASecretName(r.ec.Name))
 	if err != nil {
 		return err
+	}
+	ca, err := clusterCA(ctx, r, old)
+	if err != nil {
+		return err
+	}
+	state := CAState{NotAfter: ca.Cert.NotAfter}
+	trusted := [][]byte{ca.CertPEM}
+	if next != nil {
+		state.Next, trusted = true, append(trusted, next.CertPEM)
 	}
 	if old != nil {
 		state.Old, trusted = true, append(trusted, old.CertPEM)
@@ -139,6 +141,10 @@ func checkProvidedTLS(ctx context.Context, r *run) error {
 		return fmt.Errorf("the members' certificate Secret %s/%s (spec.tls.serverSecret): %w", r.ec.Namespace, name, err)
 	}
 	r.ca = &CAState{Trust: shortHash(s.Data[pki.CAFile])}
+	// The CA to warn about is the one that issued the members' certificate.
+	if issuer, err := pki.IssuerOf(s.Data[pki.CertFile], s.Data[pki.CAFile]); err == nil {
+		r.caCheck = &caCheck{Secret: r.ec.Namespace + "/" + name, Provided: true, CA: caStatus(issuer)}
+	}
 	if name := r.ec.Spec.TLS.ClientSecret; name != "" {
 		c, err := readProvidedSecret(ctx, r, name, "spec.tls.clientSecret")
 		if err != nil {
@@ -180,7 +186,7 @@ func deleteTLS(ctx context.Context, r *run) error {
 	}
 	for _, name := range []func(string) string{v1alpha1.ClientCertificateSecretName, v1alpha1.ServerCertificateSecretName,
 		v1alpha1.NextCASecretName, v1alpha1.OldCASecretName, v1alpha1.CASecretName} {
-		if err := deleteByName(&corev1.Secret{}, func(ec *v1alpha1.EtcdCluster) string { return name(ec.Name) })(ctx, r); err != nil {
+		if err := deleteOwnedSecret(ctx, r, name(r.ec.Name)); err != nil {
 			return err
 		}
 	}
@@ -210,27 +216,78 @@ func readCASecret(ctx context.Context, r *run, name string) (*pki.CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the CA Secret %s/%s: %w; put the CA back (the cluster's certificates are issued from it, and the members trust it)", r.ec.Namespace, name, err)
 	}
+	if err := holdSecret(ctx, r, &s); err != nil {
+		return nil, err
+	}
 	return &ca, nil
 }
 
-// ensureCASecret reads the cluster's CA from its Secret, or makes it once. A CA Secret that
-// does not hold a CA is an error, never replaced: every certificate of the cluster comes from
-// it, and the members trust it from their start.
-func ensureCASecret(ctx context.Context, r *run) (pki.CA, error) {
+// caCheck is what the TLS component found of the CA that issues the cluster's certificates:
+// what the CAReady condition (caCondition) and status.ca say.
+type caCheck struct {
+	// Secret (namespace/name) holds the cluster's own CA, or the certificate of
+	// spec.tls.serverSecret (Provided).
+	Secret   string
+	Provided bool
+	// CA is the CA in use: the one found, or with a Problem the one the status expects (nil
+	// when the status recorded none).
+	CA *v1alpha1.CAStatus
+	// Problem is ReasonCASecretMissing or ReasonCASecretChanged ("": none), and Message says
+	// what it is and how to put it right.
+	Problem, Message string
+}
+
+func caStatus(cert *x509.Certificate) *v1alpha1.CAStatus {
+	return &v1alpha1.CAStatus{Fingerprint: pki.Fingerprint(cert), NotAfter: metav1.NewTime(cert.NotAfter)}
+}
+
+// clusterCA is the cluster's own CA, from its Secret, made only while the cluster has none:
+// never before the status records a CA (status.ca), never once the cluster formed. After
+// that, a CA Secret that is gone, or that holds another CA than status.ca, is reported (the
+// CAReady condition, an Event) and an error, and nothing is issued: the members trust the CA
+// they started with (etcd reads its trusted CAs only at start), so certificates of another
+// would cut them off from each other and from their clients. The CA of status.ca found in
+// the going CA's Secret (old) is a promotion whose status was not written yet: the current
+// one is the new CA.
+func clusterCA(ctx context.Context, r *run, old *pki.CA) (pki.CA, error) {
 	name := v1alpha1.CASecretName(r.ec.Name)
 	cur, err := readCASecret(ctx, r, name)
 	if err != nil {
 		return pki.CA{}, err
 	}
-	if cur != nil {
-		return *cur, nil
+	expected := r.ec.Status.CA
+	secret := r.ec.Namespace + "/" + name
+	check := &caCheck{Secret: secret, CA: expected}
+	r.caCheck = check
+	switch {
+	case cur == nil && (expected != nil || r.formed):
+		trusted := fmt.Sprintf("whose tls.crt the Secret %s's ca.crt holds", v1alpha1.ServerCertificateSecretName(r.ec.Name))
+		if expected != nil {
+			trusted = "of SHA-256 fingerprint " + expected.Fingerprint + " (status.ca)"
+		}
+		check.Problem, check.Message = v1alpha1.ReasonCASecretMissing, fmt.Sprintf(
+			"the CA Secret %s is gone: the members trust its CA, %s, so no new CA is made and no certificate is issued; "+
+				"re-apply your backup of the Secret (with its key, tls.key). Without one, the members serve with their certificates until these end; "+
+				"move the data to a new EtcdCluster (spec.bootstrap.restore from this one's backups) before then", secret, trusted)
+		return pki.CA{}, errors.New(check.Message)
+	case cur == nil:
+		ca, err := createCASecret(ctx, r, name)
+		if err != nil {
+			return pki.CA{}, err
+		}
+		r.event(corev1.EventTypeNormal, "CACreated", fmt.Sprintf("the cluster's own CA was made in Secret %s (SHA-256 fingerprint %s, valid until %s)",
+			name, pki.Fingerprint(ca.Cert), ca.Cert.NotAfter.UTC().Format("2006-01-02")))
+		check.CA = caStatus(ca.Cert)
+		return ca, nil
+	case expected != nil && pki.Fingerprint(cur.Cert) != expected.Fingerprint && (old == nil || pki.Fingerprint(old.Cert) != expected.Fingerprint):
+		check.Problem, check.Message = v1alpha1.ReasonCASecretChanged, fmt.Sprintf(
+			"the CA Secret %s holds another CA (SHA-256 fingerprint %s) than the one the members trust (%s, status.ca): it is not used, and no certificate is issued from it; "+
+				"put back the CA of fingerprint %s (re-apply your backup of the Secret). A new CA comes only by a rollover (annotation %s), which has every member trust it before it is used",
+			secret, pki.Fingerprint(cur.Cert), expected.Fingerprint, expected.Fingerprint, v1alpha1.AnnotationRotateCA)
+		return pki.CA{}, errors.New(check.Message)
 	}
-	ca, err := createCASecret(ctx, r, name)
-	if err != nil {
-		return pki.CA{}, err
-	}
-	r.event(corev1.EventTypeNormal, "CACreated", fmt.Sprintf("the cluster's own CA was made in Secret %s (valid until %s)", name, ca.Cert.NotAfter.UTC().Format("2006-01-02")))
-	return ca, nil
+	check.CA = caStatus(cur.Cert)
+	return *cur, nil
 }
 
 // createCASecret makes a new CA in Secret name, owned by the cluster.
@@ -244,7 +301,7 @@ func createCASecret(ctx context.Context, r *run, name string) (pki.CA, error) {
 		return pki.CA{}, err
 	}
 	s := tlsSecret(r, name, "ca", ca.CertPEM, key, ca.CertPEM)
-	if err := controllerutil.SetControllerReference(r.ec, s, r.c.Scheme()); err != nil {
+	if err := newOwnedSecret(r, s); err != nil {
 		return pki.CA{}, err
 	}
 	if err := r.c.Create(ctx, s); err != nil {
@@ -261,6 +318,9 @@ func ensureLeafSecret(ctx context.Context, r *run, name string, leaf pki.Leaf, c
 	found, why := err == nil, "it did not exist"
 	switch {
 	case found:
+		if err := holdSecret(ctx, r, &cur); err != nil {
+			return nil, err
+		}
 		why = pki.Renewal(cur.Data[pki.CertFile], []*x509.Certificate{ca.Cert}, leaf, r.now)
 		if why == "" {
 			if bytes.Equal(cur.Data[pki.CAFile], bundle) {
@@ -287,7 +347,7 @@ func ensureLeafSecret(ctx context.Context, r *run, name string, leaf pki.Leaf, c
 			return nil, fmt.Errorf("renewing the certificate Secret %s/%s: %w", r.ec.Namespace, name, err)
 		}
 	} else {
-		if err := controllerutil.SetControllerReference(r.ec, desired, r.c.Scheme()); err != nil {
+		if err := newOwnedSecret(r, desired); err != nil {
 			return nil, err
 		}
 		if err := r.c.Create(ctx, desired); err != nil {
@@ -304,4 +364,28 @@ func tlsSecret(r *run, name, component string, certPEM, keyPEM, caPEM []byte) *c
 		Data: map[string][]byte{pki.CertFile: certPEM, pki.KeyFile: keyPEM, pki.CAFile: caPEM}}
 	s.Labels = commonLabels(r.ec, component)
 	return s
+}
+
+// caCondition is the CAReady condition from what the TLS component found (pure): False while
+// the CA Secret is gone or holds another CA (the check's Problem), or while the CA has less
+// than caRenewBefore left (the cluster's own CA is then rolled over by itself; the issuer of
+// spec.tls.serverSecret rolls over its own); True otherwise.
+func caCondition(c caCheck, now time.Time) (ok bool, reason, msg string) {
+	if c.Problem != "" {
+		return false, c.Problem, c.Message
+	}
+	end := c.CA.NotAfter.UTC().Format(time.RFC3339)
+	switch {
+	case now.Before(c.CA.NotAfter.Add(-caRenewBefore)):
+		return true, v1alpha1.ReasonCAValid, fmt.Sprintf("the CA of SHA-256 fingerprint %s is valid until %s", c.CA.Fingerprint, end)
+	case c.Provided:
+		return false, v1alpha1.ReasonCAExpiring, fmt.Sprintf(
+			"the CA that issued the certificate of Secret %s (spec.tls.serverSecret), of SHA-256 fingerprint %s, is valid until %s: "+
+				"roll it over with its issuer (both CAs in ca.crt, the certificates issued from the new one, then the old one dropped from ca.crt)",
+			c.Secret, c.CA.Fingerprint, end)
+	default:
+		return false, v1alpha1.ReasonCAExpiring, fmt.Sprintf(
+			"the cluster's CA (Secret %s, SHA-256 fingerprint %s) is valid until %s: the operator rolls the cluster over to a new CA (status.caRotation)",
+			c.Secret, c.CA.Fingerprint, end)
+	}
 }

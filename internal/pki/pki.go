@@ -12,6 +12,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -23,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -51,6 +53,35 @@ func Issued(certPEM []byte) time.Time {
 		return time.Time{}
 	}
 	return certs[0].NotBefore.Add(Backdate)
+}
+
+// Fingerprint is the SHA-256 of a certificate, as `openssl x509 -noout -fingerprint -sha256`
+// prints it: upper-case hex bytes joined by colons.
+func Fingerprint(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.Raw)
+	parts := make([]string, len(sum))
+	for i, b := range sum {
+		parts[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(parts, ":")
+}
+
+// IssuerOf is the CA of caPEM (a bundle) that signed the first certificate of certPEM.
+func IssuerOf(certPEM, caPEM []byte) (*x509.Certificate, error) {
+	certs, err := ParseCerts(certPEM)
+	if err != nil {
+		return nil, err
+	}
+	cas, err := ParseCerts(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("ca.crt: %w", err)
+	}
+	for _, ca := range cas {
+		if certs[0].CheckSignatureFrom(ca) == nil {
+			return ca, nil
+		}
+	}
+	return nil, errors.New("no CA of ca.crt signed the certificate")
 }
 
 // Default lifetimes: a leaf is renewed once less than a third of its lifetime is left, so a

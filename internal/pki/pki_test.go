@@ -1,8 +1,10 @@
 package pki
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"net"
 	"os"
 	"path/filepath"
@@ -154,5 +156,34 @@ func TestRenewal(t *testing.T) {
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: Renewal = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestFingerprintAndIssuer: the fingerprint is openssl's (SHA-256 of the DER, upper-case hex
+// bytes joined by colons), and IssuerOf finds, in a bundle, the CA that signed a leaf.
+func TestFingerprintAndIssuer(t *testing.T) {
+	now := time.Now()
+	a, err := NewCA("a", now, CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewCA("b", now, CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(a.Cert.Raw)
+	want := strings.ToUpper(hex.EncodeToString(sum[:1]))
+	if fp := Fingerprint(a.Cert); len(fp) != 32*3-1 || !strings.HasPrefix(fp, want+":") || strings.ToLower(strings.ReplaceAll(fp, ":", "")) != hex.EncodeToString(sum[:]) {
+		t.Fatalf("fingerprint %s", fp)
+	}
+	leaf, _, err := a.Issue(Leaf{CommonName: MemberCN}, now, LeafValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := IssuerOf(leaf, append(append([]byte{}, b.CertPEM...), a.CertPEM...)); err != nil || !got.Equal(a.Cert) {
+		t.Fatalf("issuer %v, %v", got, err)
+	}
+	if _, err := IssuerOf(leaf, b.CertPEM); err == nil {
+		t.Fatal("an issuer found in a bundle without it")
 	}
 }
