@@ -23,6 +23,10 @@ const (
 	// its value (the EtcdRestore's status.epoch); the operator sets it when an EtcdRestore is
 	// deleted while its restore runs. It is done only while that is safe (heal.CancelRestore).
 	AnnotationCancelRestore = "etcd.steward.dev/cancel-restore"
+	// AnnotationHibernate hibernates the cluster while it is "true", as spec.replicas: 0 does,
+	// for users who keep spec.replicas as it is: every member stops, its volume, identity and
+	// the cluster ID are kept, and removing the annotation resumes the cluster on its data.
+	AnnotationHibernate = "etcd.steward.dev/hibernate"
 )
 
 // Quorum-loss policies.
@@ -42,7 +46,10 @@ const (
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.auth) && oldSelf.auth.enabled) || !has(self.auth) || (has(self.auth.rootPasswordSecret) == has(oldSelf.auth.rootPasswordSecret) && (!has(self.auth.rootPasswordSecret) || self.auth.rootPasswordSecret == oldSelf.auth.rootPasswordSecret))",message="spec.auth.rootPasswordSecret cannot change once authentication is on: the members would restart with a password etcd does not know; change the password inside the Secret instead"
 type EtcdClusterSpec struct {
 	// Replicas is the number of etcd members. Odd sizes tolerate the most failures per
-	// member: 3 tolerate one, 5 tolerate two. 0 stops the cluster and keeps its volumes.
+	// member: 3 tolerate one, 5 tolerate two. 0 hibernates a formed cluster: a full snapshot
+	// first (with spec.backup), then every member stops; volumes, member identities and the
+	// cluster ID are kept (status.hibernation), and scaling back resumes it on its data, at
+	// the size it had, before any other scaling.
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=9
@@ -134,9 +141,9 @@ type UpdateStrategySpec struct {
 	// +kubebuilder:validation:Enum=moveLeader;restart
 	// +optional
 	LeaderUpdateMethod string `json:"leaderUpdateMethod,omitempty"`
-	// SkipBackup starts a rolling update without taking a full snapshot first. By default
-	// (with spec.backup set) a full snapshot newer than the template change is stored
-	// before the first pod is deleted.
+	// SkipBackup starts a rolling update, or a hibernation, without taking a full snapshot
+	// first. By default (with spec.backup set) a full snapshot is stored before the first pod
+	// is deleted, or before the members stop.
 	// +optional
 	SkipBackup bool `json:"skipBackup,omitempty"`
 }
@@ -431,6 +438,8 @@ const (
 	ReasonUnknownGracePeriodExceeded = "UnknownGracePeriodExceeded"
 	ReasonPodNotReady                = "PodNotReady"
 	ReasonPodMissing                 = "PodMissing"
+	// ReasonHibernated: the cluster hibernates, and the member is stopped with its data kept.
+	ReasonHibernated = "Hibernated"
 )
 
 // Condition types.
@@ -448,6 +457,9 @@ const (
 	// ConditionCAReady, with TLS on, is true while the CA that issues the cluster's
 	// certificates is the one expected (status.ca) and has more than 30 days left.
 	ConditionCAReady = "CAReady"
+	// ConditionHibernated is true while the cluster hibernates: every member stopped, with
+	// its data, its identity and the cluster ID kept (status.hibernation).
+	ConditionHibernated = "Hibernated"
 )
 
 // Reasons of the CAReady condition.
@@ -463,6 +475,41 @@ const (
 	// the members trust the one they started with.
 	ReasonCASecretChanged = "CASecretChanged"
 )
+
+// Phases of a hibernation.
+const (
+	// HibernationStopping: hibernation is asked for and recorded; the members still run
+	// (with spec.backup, a full snapshot is taken first).
+	HibernationStopping = "Stopping"
+	// HibernationStopped: the StatefulSet is scaled to 0; the ConfigMap still lists every
+	// member and nothing leaves etcd's member list.
+	HibernationStopped = "Stopped"
+	// HibernationResuming: the StatefulSet is back at the size the cluster hibernated at;
+	// the record goes once the StatefulSet has that size, and the members restart on their data.
+	HibernationResuming = "Resuming"
+)
+
+// HibernationStatus is a hibernation in progress: the operator's record of the size the
+// cluster resumes at and of the full snapshot taken before the members stopped.
+type HibernationStatus struct {
+	// Phase is Stopping, Stopped or Resuming.
+	Phase string `json:"phase"`
+	// Replicas is the number of members the cluster had when it hibernated: it resumes at
+	// this size first, whatever spec.replicas then says, and scales afterwards.
+	Replicas int32 `json:"replicas"`
+	// Since is when the hibernation was asked for.
+	Since metav1.Time `json:"since"`
+	// SnapshotKey and SnapshotRevision are the full snapshot stored before the members
+	// stopped (empty without spec.backup, with spec.updateStrategy.skipBackup, or when no
+	// member served: Message says which).
+	// +optional
+	SnapshotKey string `json:"snapshotKey,omitempty"`
+	// +optional
+	SnapshotRevision int64 `json:"snapshotRevision,omitempty"`
+	// Message is the current step, or what the hibernation waits for.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
 
 // Defragmentation is one defragmentation round: followers one at a time, the leader last
 // after its leadership moved.
@@ -609,6 +656,10 @@ type EtcdClusterStatus struct {
 	// template than the StatefulSet's.
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// Hibernation is the hibernation in progress (nil: none): spec.replicas: 0 or the
+	// annotation etcd.steward.dev/hibernate=true stopped the members, or is stopping them.
+	// +optional
+	Hibernation *HibernationStatus `json:"hibernation,omitempty"`
 	// CARotation is the CA rollover in progress (nil: none).
 	// +optional
 	CARotation *CARotationStatus `json:"caRotation,omitempty"`

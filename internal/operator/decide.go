@@ -21,7 +21,7 @@ import (
 
 // Case names a row of the operator's status table (docs/decisions.md): what the reconciliation
 // observed, and so what it does. A value starts with the row's number; the rows Steward adds
-// to the numbered ones (Bootstrap, StatefulSetReplicasDiffer) have none.
+// to the numbered ones (Bootstrap, StatefulSetReplicasDiffer, the hibernation's) have none.
 type Case string
 
 // The rows, numbered 1 to 13, then the unnumbered ones.
@@ -101,7 +101,13 @@ type Observation struct {
 	UnboundVolumes []string
 	// Rollout is what a rolling update decides from (nil: no StatefulSet yet).
 	Rollout *RolloutObservation
-	Graces  Graces
+	// SnapshotBeforeStop: a full snapshot is stored before members are stopped (the first
+	// pod deletion of a rolling update, a hibernation).
+	SnapshotBeforeStop bool
+	// Hibernate: the annotation etcd.steward.dev/hibernate asks for hibernation, whatever
+	// Desired says.
+	Hibernate bool
+	Graces    Graces
 	// QuorumAnswers names a member whose etcd answered a linearizable read when the operator
 	// asked it directly, just now ("" when none did, or none was asked): the quorum serves.
 	QuorumAnswers string
@@ -186,6 +192,8 @@ type Decision struct {
 	Recovery *recoveryOutcome
 	// Rollout is the rolling update's next step.
 	Rollout rolloutDecision
+	// Hibernation is the hibernation's step (Status nil: the cluster does not hibernate).
+	Hibernation hibernationDecision
 }
 
 // Decide computes the status and the actions from an observation. It is pure.
@@ -196,13 +204,19 @@ func Decide(o Observation) Decision {
 		prev[m.Name] = m
 	}
 
-	d.StatefulSetReplicas, d.ConfigMembers = nextSizes(o, &d)
-	size := d.StatefulSetReplicas
+	hibernationReplicas, hibernating := hibernationSize(o)
+	size := hibernationReplicas
+	if !hibernating {
+		d.StatefulSetReplicas, d.ConfigMembers = nextSizes(o, &d)
+		size = d.StatefulSetReplicas
+	}
 	if o.StatefulSetReplicas >= 0 && o.StatefulSetReplicas > size {
 		// Members above the new size still exist until their pods are gone.
 		size = o.StatefulSetReplicas
 	}
 	d.ClusterSize = size
+	// The members of a hibernated cluster are stopped on purpose.
+	stopped := hibernating && o.Previous.Hibernation != nil && o.Previous.Hibernation.Phase == v1alpha1.HibernationStopped
 
 	changedByLease, changedByPod, unknownExpired := false, false, false
 	learners := map[string]bool{}
@@ -214,9 +228,11 @@ func Decide(o Observation) Decision {
 			continue
 		}
 		p, had := prev[m.Name]
-		st := memberStatus(o, m, p, had)
+		st := memberStatus(o, m, p, had, stopped)
 		if st.Status != p.Status || st.Reason != p.Reason {
 			switch st.Reason {
+			case v1alpha1.ReasonHibernated:
+				// The hibernation's rows account for it.
 			case v1alpha1.ReasonPodNotReady, v1alpha1.ReasonPodMissing:
 				changedByPod = true
 			case v1alpha1.ReasonUnknownGracePeriodExceeded:
@@ -258,10 +274,14 @@ func Decide(o Observation) Decision {
 	voters := size - int32(len(learners))
 	quorate := d.Ready+d.Unknown > voters/2
 	all := size > 0 && d.Ready == size
+	if hibernating {
+		d.Hibernation = decideHibernation(o, &d, hibernationReplicas, quorate)
+		d.StatefulSetReplicas, d.ConfigMembers = d.Hibernation.StatefulSetReplicas, d.Hibernation.ConfigMembers
+	}
 
 	// Actions on NotReady members (cases 9 and 10), only once the cluster formed: a
-	// cluster still bootstrapping is not yet expected to be Ready.
-	if o.Formed && size > 0 {
+	// cluster still bootstrapping is not yet expected to be Ready, a hibernated one not at all.
+	if o.Formed && size > 0 && !d.Hibernation.MembersDown {
 		var longNotReady []v1alpha1.MemberStatus
 		longNotReadyVoters := int32(0)
 		for _, m := range d.Members {
@@ -291,7 +311,13 @@ func Decide(o Observation) Decision {
 	}
 	d.ClusterID, d.Voters, d.Revision = fromReports(o)
 	d.Alarms, d.LastDefrag = maintenanceFromReports(o)
-	if o.Recovery != nil && (o.Formed || o.Recovery.Status.Directive != nil || o.BootstrapRestore != nil) {
+	if o.Recovery != nil && d.Hibernation.MembersDown {
+		// Stopped on purpose: no quorum is lost, and none was lost while the members stop or
+		// restart. A resumed cluster's grace starts when it has resumed.
+		st := o.Recovery.Status
+		st.QuorumLostSince, st.Waiting = time.Time{}, ""
+		d.Recovery = &recoveryOutcome{Status: st}
+	} else if o.Recovery != nil && (o.Formed || o.Recovery.Status.Directive != nil || o.BootstrapRestore != nil) {
 		rec := *o.Recovery
 		if t := o.BootstrapRestore; t != nil && !o.Formed && rec.Status.Directive == nil && rec.Status.LastEpoch == 0 {
 			rec.Status = bootstrapDirective(o, rec.Status, *t)
@@ -536,8 +562,10 @@ func leaderLists(o Observation, name string) bool {
 // 8). Unknown never turns NotReady by itself: the pod is Ready, and its readiness probe is
 // etcd's own linearizable read, so etcd serves; only its sidecar cannot renew the Lease (an
 // API server that refuses or throttles it, a clock, a denied write). Past the Unknown grace
-// the reason says so (case 7), and nothing is deleted or fenced on it.
-func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus, had bool) v1alpha1.MemberStatus {
+// the reason says so (case 7), and nothing is deleted or fenced on it. A member stopped by a
+// hibernation is NotReady with reason Hibernated; when it starts again its NotReady grace
+// starts afresh, as if it had just stopped.
+func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus, had, stopped bool) v1alpha1.MemberStatus {
 	st := v1alpha1.MemberStatus{Name: m.Name, ID: prev.ID, Role: prev.Role}
 	if m.Lease != nil && m.Lease.Holder != "" {
 		id, role, _ := strings.Cut(m.Lease.Holder, ":")
@@ -546,6 +574,8 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 		st.LastReport = &t
 	}
 	switch {
+	case stopped && (m.Pod == nil || m.Pod.Deleting || !m.Pod.Ready):
+		st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonHibernated
 	case m.Pod == nil:
 		st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonPodMissing
 	case !m.Pod.Ready:
@@ -563,7 +593,7 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 		}
 	}
 	st.LastTransitionTime = prev.LastTransitionTime
-	if !had || st.Status != prev.Status {
+	if !had || st.Status != prev.Status || (prev.Reason == v1alpha1.ReasonHibernated) != (st.Reason == v1alpha1.ReasonHibernated) {
 		st.LastTransitionTime = metav1.NewTime(o.Now)
 	}
 	if had && st.Status == prev.Status && st.Reason == prev.Reason && st.ID == prev.ID && st.Role == prev.Role {
@@ -675,6 +705,7 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	} else {
 		set(v1alpha1.ConditionBackupReady, false, "BackupsDisabled", "spec.backup is not set: nothing is backed up")
 	}
+	hibernationConditions(d, set)
 	return conds
 }
 

@@ -339,7 +339,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		Selector:            &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
 		PodManagementPolicy: appsv1.ParallelPodManagement, // a new cluster needs all its members up to elect
 		UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
-		// Claims survive scaling (a fenced cluster scales to 0 and keeps its survivors' data)
+		// Claims survive scaling (a hibernated cluster scales to 0 and keeps its members' data)
 		// and go with the cluster.
 		PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
 			WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,

@@ -186,6 +186,10 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			d = Decide(obs)
 		}
 	}
+	if stale, err := r.staleForStop(ctx, ec, obs, d); err != nil || stale {
+		// The newer object triggers another pass.
+		return ctrl.Result{RequeueAfter: time.Second}, err
+	}
 	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d, formed: obs.Formed,
 		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: now, recorder: r.Recorder}
 
@@ -225,6 +229,9 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if code, err := r.rollout(ctx, ec, &d.Rollout, &requeue); err != nil {
 		fail(code, err)
 	}
+	if code, err := r.hibernate(ctx, ec, &d, &requeue); err != nil {
+		fail(code, err)
+	}
 	r.recordEvents(ec, obs, d)
 
 	status := r.status(ec, obs, d)
@@ -236,6 +243,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		status.Recovery = &runtime.RawExtension{Raw: raw}
 	}
 	status.Rollout = roundRollout(d.Rollout.Status)
+	status.Hibernation = roundHibernation(d.Hibernation.Status)
 	status.CARotation, status.CARotated = ec.Status.CARotation, ec.Status.CARotated
 	if req := ec.Annotations[v1alpha1.AnnotationRotateCA]; providedTLS(ec) && req != "" && req != ec.Status.CARotated {
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "CARotationRefused", "RotateCA", "CA rollover %q refused: the certificates come from Secret %s (spec.tls.serverSecret), "+
@@ -397,18 +405,9 @@ func (r *ClusterReconciler) rollout(ctx context.Context, ec *v1alpha1.EtcdCluste
 	case rd.Stalled:
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, ReasonRollingUpdateStalled, "RollingUpdate", "%s", st.Message)
 	case rd.Snapshot:
-		if r.Sidecars == nil {
-			return "ERR_ROLLOUT_SNAPSHOT", errors.New("the operator has no sidecar client for the full snapshot before a rolling update")
-		}
-		url, wait, fatal := r.Sidecars.sidecar(ctx, ec)
-		if url == "" {
-			st.Message = fmt.Sprintf("no sidecar takes the full snapshot before the rolling update yet: %s%s", wait, fatal)
-			*requeue = min(*requeue, 10*time.Second)
-			return "", nil
-		}
-		res, err := r.Sidecars.takeFull(ctx, ec.Namespace, ec.Name, url)
-		if retry, ok := retryLater(err); ok {
-			st.Message = fmt.Sprintf("the full snapshot before the rolling update is not taken yet (%v): retrying in %s; no pod was deleted", err, retry)
+		res, notYet, retry, err := r.fullSnapshot(ctx, ec)
+		if notYet != "" {
+			st.Message = fmt.Sprintf("the full snapshot before the rolling update is not taken yet (%s): retrying in %s; no pod was deleted", notYet, retry)
 			*requeue = min(*requeue, retry)
 			return "", nil
 		}
@@ -446,6 +445,74 @@ func (r *ClusterReconciler) rollout(ctx context.Context, ec *v1alpha1.EtcdCluste
 		}
 	}
 	return "", nil
+}
+
+// fullSnapshot takes the full snapshot that comes before members are stopped (a rolling
+// update's first pod deletion, a hibernation) through the backup leader's sidecar. notYet
+// says why it is not taken yet (no member's sidecar serves, or a sidecar asks to be asked
+// again), and retry when to ask again.
+func (r *ClusterReconciler) fullSnapshot(ctx context.Context, ec *v1alpha1.EtcdCluster) (res snapshotter.FullResult, notYet string, retry time.Duration, err error) {
+	if r.Sidecars == nil {
+		return res, "", 0, errors.New("the operator has no sidecar client for a full snapshot")
+	}
+	url, wait, fatal := r.Sidecars.sidecar(ctx, ec)
+	if url == "" {
+		return res, "no sidecar takes it yet: " + wait + fatal, 10 * time.Second, nil
+	}
+	res, err = r.Sidecars.takeFull(ctx, ec.Namespace, ec.Name, url)
+	if d, ok := retryLater(err); ok {
+		return res, err.Error(), d, nil
+	}
+	return res, "", 0, err
+}
+
+// hibernate carries out the hibernation's step (decideHibernation): the full snapshot before
+// the members stop, recorded in status.hibernation, with an Event. Its outcome is the message
+// of status.hibernation and of the conditions that show it; a failure is returned with its
+// stable code, and no member stops.
+func (r *ClusterReconciler) hibernate(ctx context.Context, ec *v1alpha1.EtcdCluster, d *Decision, requeue *time.Duration) (string, error) {
+	if !d.Hibernation.Snapshot {
+		return "", nil
+	}
+	st := d.Hibernation.Status
+	defer func() {
+		for _, t := range []string{v1alpha1.ConditionHibernated, v1alpha1.ConditionProgressing} {
+			if c := apimeta.FindStatusCondition(d.Conditions, t); c != nil {
+				c.Message = st.Message
+			}
+		}
+	}()
+	res, notYet, retry, err := r.fullSnapshot(ctx, ec)
+	if notYet != "" {
+		st.Message = fmt.Sprintf("the full snapshot before the members stop is not taken yet (%s): retrying in %s; the members run", notYet, retry)
+		*requeue = min(*requeue, retry)
+		return "", nil
+	}
+	if err != nil {
+		st.Message = fmt.Sprintf("the full snapshot before the members stop failed, so they run on: %v (fix the backup store, or set spec.updateStrategy.skipBackup to hibernate without it: the data stays on the volumes)", err)
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "HibernationSnapshotFailed", "Hibernate", "%s", st.Message)
+		return "ERR_HIBERNATION_SNAPSHOT", err
+	}
+	st.SnapshotKey, st.SnapshotRevision = res.Key, res.Revision
+	st.Message = fmt.Sprintf("full snapshot %s at revision %d stored; stopping the members", res.Key, res.Revision)
+	*requeue = time.Second
+	r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "HibernationSnapshot", "Hibernate",
+		"full snapshot %s at revision %d stored before the %d members stop", res.Key, res.Revision, st.Replicas)
+	return "", nil
+}
+
+// staleForStop says whether the decision stops the members from a cached EtcdCluster that
+// is behind the stored one: the stop is decided from status.hibernation as the last pass
+// recorded it, and from a spec that still asks for it.
+func (r *ClusterReconciler) staleForStop(ctx context.Context, ec *v1alpha1.EtcdCluster, o Observation, d Decision) (bool, error) {
+	if d.StatefulSetReplicas != 0 || o.StatefulSetReplicas <= 0 {
+		return false, nil
+	}
+	fresh := &v1alpha1.EtcdCluster{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ec), fresh); err != nil {
+		return false, err
+	}
+	return fresh.ResourceVersion != ec.ResourceVersion, nil
 }
 
 func (r *ClusterReconciler) graces() Graces {
@@ -530,7 +597,9 @@ func (r *ClusterReconciler) checkSecrets(ctx context.Context, ec *v1alpha1.EtcdC
 
 // observe reads what Decide needs.
 func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluster, now time.Time) (Observation, error) {
-	o := Observation{Now: now, Name: ec.Name, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1, ConfigMembers: -1}
+	o := Observation{Now: now, Name: ec.Name, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1, ConfigMembers: -1,
+		Hibernate:          ec.Annotations[v1alpha1.AnnotationHibernate] == "true",
+		SnapshotBeforeStop: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup}
 	var cm corev1.ConfigMap
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); {
 	case err == nil:
@@ -552,8 +621,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 			if err != nil {
 				return o, fmt.Errorf("spec.updateStrategy: %w", err)
 			}
-			o.Rollout = &RolloutObservation{Leader: leader, Snapshot: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup,
-				Trust: sts.Spec.Template.Annotations[AnnotationTrust]}
+			o.Rollout = &RolloutObservation{Leader: leader, Trust: sts.Spec.Template.Annotations[AnnotationTrust]}
 			if sts.Status.ObservedGeneration >= sts.Generation {
 				// The StatefulSet controller has seen the newest template: pods it creates
 				// from now on carry this revision.
@@ -583,7 +651,11 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		members[i] = m
 		return m
 	}
-	for i := 0; i < int(max(o.StatefulSetReplicas, 0)); i++ {
+	known := max(o.StatefulSetReplicas, 0)
+	if h := ec.Status.Hibernation; h != nil {
+		known = max(known, h.Replicas) // stopped members are members still
+	}
+	for i := 0; i < int(known); i++ {
 		at(i)
 	}
 	for i := range pods.Items {
@@ -789,6 +861,16 @@ func roundRollout(st *v1alpha1.RolloutStatus) *v1alpha1.RolloutStatus {
 	return st
 }
 
+// roundHibernation is status.hibernation with its time as stored (see roundTimes).
+func roundHibernation(h *v1alpha1.HibernationStatus) *v1alpha1.HibernationStatus {
+	if h == nil {
+		return nil
+	}
+	h = h.DeepCopy()
+	h.Since = metav1.NewTime(h.Since.Rfc3339Copy().Time)
+	return h
+}
+
 func roundTimes(s v1alpha1.EtcdClusterStatus) v1alpha1.EtcdClusterStatus {
 	rt := func(t metav1.Time) metav1.Time { return metav1.NewTime(t.Rfc3339Copy().Time) }
 	for i := range s.Conditions {
@@ -825,7 +907,7 @@ func (r *ClusterReconciler) recordEvents(ec *v1alpha1.EtcdCluster, o Observation
 			continue
 		}
 		typ := corev1.EventTypeNormal
-		if m.Status != v1alpha1.MemberReady {
+		if m.Status != v1alpha1.MemberReady && m.Reason != v1alpha1.ReasonHibernated {
 			typ = corev1.EventTypeWarning
 		}
 		if !had && m.Status != v1alpha1.MemberReady && !o.Formed {
@@ -865,6 +947,14 @@ func (r *ClusterReconciler) recordEvents(ec *v1alpha1.EtcdCluster, o Observation
 			// while its pod stops.
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "ScalingDown", "Scale", "removing member %s (down to %d)",
 				memberName(ec, int(d.ConfigMembers)), ec.Spec.Replicas)
+		case CaseHibernate:
+			if h := d.Hibernation.Status; h.Phase == v1alpha1.HibernationStopped {
+				r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, ReasonHibernated, "Hibernate", "%d members stopped, their data kept: %s", h.Replicas, h.Message)
+			}
+		case CaseResume:
+			if p := o.Previous.Hibernation; p != nil && p.Phase == v1alpha1.HibernationStopped {
+				r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, ReasonResuming, "Resume", "%s", d.Hibernation.Status.Message)
+			}
 		case CaseQuorumLost:
 			if c := apimeta.FindStatusCondition(o.Previous.Conditions, v1alpha1.ConditionQuorumLost); c == nil || c.Status != metav1.ConditionTrue {
 				r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "QuorumLost", "Observe",
@@ -901,6 +991,9 @@ func nextDeadline(o Observation, d Decision, now time.Time) time.Duration {
 	}
 	if r := d.Recovery; d.QuorumLost || (r != nil && (r.Status.Directive != nil || !r.Status.QuorumLostSince.IsZero())) {
 		consider(now.Add(2 * time.Second)) // a recovery's waits end by time
+	}
+	if h := d.Hibernation.Status; h != nil && h.Phase != v1alpha1.HibernationStopped {
+		consider(now.Add(2 * time.Second)) // the next step of a hibernation, or of its end
 	}
 	if d.Rollout.Status != nil {
 		// A rolling update waits for members' Lease renewals (which do not wake the

@@ -32,9 +32,6 @@ type RolloutObservation struct {
 	// Trust is the trust annotation of the StatefulSet's pod template (spec.tls).
 	Trust  string
 	Leader maintenance.LeaderUpdate
-	// Snapshot: a full snapshot is stored before the first pod is deleted (spec.backup is
-	// set and spec.updateStrategy.skipBackup is not).
-	Snapshot bool
 }
 
 // rolloutDecision is one step of a rolling update.
@@ -56,7 +53,7 @@ type rolloutDecision struct {
 }
 
 // decideRollout is the next step of a rolling update (pure). Nothing is deleted while the
-// cluster has not formed, a recovery or restore owns the members, the cluster scales or
+// cluster hibernates, has not formed, a recovery or restore owns the members, the cluster scales or
 // restarts members NotReady too long, or has no quorum. The first pod is deleted only when
 // every member is Ready and, unless skipped, a full snapshot newer than the template change
 // is stored. Then maintenance.NextRestart orders the members: followers one at a time by
@@ -64,6 +61,14 @@ type rolloutDecision struct {
 // after its leadership moved.
 func decideRollout(o Observation, d *Decision, quorate, all bool) rolloutDecision {
 	ro, prev := o.Rollout, o.Previous.Rollout
+	if h := d.Hibernation; h.Status != nil {
+		if h.MembersDown || prev == nil {
+			// Every member restarts on the StatefulSet's template when the cluster resumes:
+			// a rolling update under way is over once they stop, and none starts meanwhile.
+			return rolloutDecision{}
+		}
+		return rolloutDecision{Status: prev.DeepCopy(), Reason: ReasonRollingUpdate, Message: prev.Message}
+	}
 	if ro == nil || ro.Revision == "" {
 		// The target revision is not known yet: the record stays as it is.
 		if prev != nil {
@@ -111,7 +116,7 @@ func decideRollout(o Observation, d *Decision, quorate, all bool) rolloutDecisio
 		switch {
 		case !all:
 			return wait(fmt.Sprintf("%s: waiting for every member to be Ready before the first pod is deleted (%d of %d Ready)", left, d.Ready, d.ClusterSize))
-		case ro.Snapshot && st.SnapshotKey == "":
+		case o.SnapshotBeforeStop && st.SnapshotKey == "":
 			rd.Snapshot = true
 			return wait(fmt.Sprintf("%s: taking a full snapshot before the first pod is deleted", left))
 		}

@@ -19,7 +19,8 @@ import (
 // "new": every member reports serving, c-0 leads.
 func rolling(n int) *world {
 	w := healthy(n)
-	w.o.Rollout = &RolloutObservation{Revision: "new", Leader: maintenance.LeaderMoveLeader, Snapshot: true}
+	w.o.Rollout = &RolloutObservation{Revision: "new", Leader: maintenance.LeaderMoveLeader}
+	w.o.SnapshotBeforeStop = true
 	w.o.Graces.Rollout = 10 * time.Minute
 	w.o.Reports = map[string]cluster.Report{}
 	for i := range w.o.Members {
@@ -100,7 +101,7 @@ func TestDecideRollout(t *testing.T) {
 					t.Errorf("status.rollout %+v: the rollout to revision new starts now", st)
 				}
 			}},
-		{name: "SkipBackupFollowersFirstByName", w: func() *world { w := rolling(3); w.o.Rollout.Snapshot = false; return w }(),
+		{name: "SkipBackupFollowersFirstByName", w: func() *world { w := rolling(3); w.o.SnapshotBeforeStop = false; return w }(),
 			want: "delete c-1", reason: "RollingUpdate", msg: "updating c-1 (3 of 3 left)"},
 		{name: "AfterSnapshotFollowersFirstByName", w: rolling(3).leads(1).started(),
 			want: "delete c-0", reason: "RollingUpdate", msg: "updating c-0 (3 of 3 left)",
