@@ -91,17 +91,17 @@ func runSuite(m *testing.M) int {
 	defer sidecars.Close()
 	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
 		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second, CAPropagation: 2 * time.Second},
-		Sidecars: &BackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"), HTTP: sidecars.Client()},
+		Sidecars: &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HTTP: sidecars.Client()},
 		Health:   &http.Client{Transport: healthTransport{}}}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	if err := (&BackupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		HTTP: &http.Client{Transport: sidecarTransport{}}}).SetupWithManager(mgr); err != nil {
+	if err := (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"),
+		Sidecars: &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HTTP: &http.Client{Transport: sidecarTransport{}}}}).SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
 	restoreReconciler = &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Snapshots: &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), HTTP: sidecars.Client()}}
+		Sidecars: &Sidecars{Client: mgr.GetClient(), HTTP: sidecars.Client()}}
 	if err := restoreReconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}

@@ -66,9 +66,9 @@ type ClusterReconciler struct {
 	// Image runs the members when a cluster does not name one (the operator's own image).
 	Image  string
 	Graces Graces
-	// Sidecars calls the members' sidecars with the cluster's token: the full snapshot
-	// before a rolling update, and the leadership move before the leader's pod is deleted.
-	Sidecars *BackupReconciler
+	// Sidecars calls the members' sidecars: the full snapshot before a rolling update or a
+	// hibernation, and the leadership move before the leader's pod is deleted.
+	Sidecars *Sidecars
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Health asks the members' etcd health ports directly before a fence (a client with
@@ -405,10 +405,11 @@ func (r *ClusterReconciler) rollout(ctx context.Context, ec *v1alpha1.EtcdCluste
 	case rd.Stalled:
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, ReasonRollingUpdateStalled, "RollingUpdate", "%s", st.Message)
 	case rd.Snapshot:
-		res, notYet, retry, err := r.fullSnapshot(ctx, ec)
-		if notYet != "" {
-			st.Message = fmt.Sprintf("the full snapshot before the rolling update is not taken yet (%s): retrying in %s; no pod was deleted", notYet, retry)
-			*requeue = min(*requeue, retry)
+		step := r.fullSnapshot(ctx, ec, "rolling update")
+		res, err := step.Result, step.Err
+		if step.pending() {
+			st.Message = fmt.Sprintf("the full snapshot before the rolling update is not stored yet (%s); no pod was deleted", step.why())
+			*requeue = min(*requeue, step.Retry)
 			return "", nil
 		}
 		if err != nil {
@@ -447,23 +448,14 @@ func (r *ClusterReconciler) rollout(ctx context.Context, ec *v1alpha1.EtcdCluste
 	return "", nil
 }
 
-// fullSnapshot takes the full snapshot that comes before members are stopped (a rolling
-// update's first pod deletion, a hibernation) through the backup leader's sidecar. notYet
-// says why it is not taken yet (no member's sidecar serves, or a sidecar asks to be asked
-// again), and retry when to ask again.
-func (r *ClusterReconciler) fullSnapshot(ctx context.Context, ec *v1alpha1.EtcdCluster) (res snapshotter.FullResult, notYet string, retry time.Duration, err error) {
+// fullSnapshot follows the full snapshot that comes before members are stopped (a rolling
+// update's first pod deletion, a hibernation; purpose says which) through the backup
+// leader's sidecar, taken beside the workers (Sidecars.fullSnapshot).
+func (r *ClusterReconciler) fullSnapshot(ctx context.Context, ec *v1alpha1.EtcdCluster, purpose string) snapshotStep {
 	if r.Sidecars == nil {
-		return res, "", 0, errors.New("the operator has no sidecar client for a full snapshot")
+		return snapshotStep{Err: errors.New("the operator has no sidecar client for a full snapshot")}
 	}
-	url, wait, fatal := r.Sidecars.sidecar(ctx, ec)
-	if url == "" {
-		return res, "no sidecar takes it yet: " + wait + fatal, 10 * time.Second, nil
-	}
-	res, err = r.Sidecars.takeFull(ctx, ec.Namespace, ec.Name, url)
-	if d, ok := retryLater(err); ok {
-		return res, err.Error(), d, nil
-	}
-	return res, "", 0, err
+	return r.Sidecars.fullSnapshot(ctx, ec, fmt.Sprintf("%s of EtcdCluster %s/%s", purpose, ec.Namespace, ec.Name))
 }
 
 // hibernate carries out the hibernation's step (decideHibernation): the full snapshot before
@@ -482,10 +474,11 @@ func (r *ClusterReconciler) hibernate(ctx context.Context, ec *v1alpha1.EtcdClus
 			}
 		}
 	}()
-	res, notYet, retry, err := r.fullSnapshot(ctx, ec)
-	if notYet != "" {
-		st.Message = fmt.Sprintf("the full snapshot before the members stop is not taken yet (%s): retrying in %s; the members run", notYet, retry)
-		*requeue = min(*requeue, retry)
+	step := r.fullSnapshot(ctx, ec, "hibernation")
+	res, err := step.Result, step.Err
+	if step.pending() {
+		st.Message = fmt.Sprintf("the full snapshot before the members stop is not stored yet (%s); the members run", step.why())
+		*requeue = min(*requeue, step.Retry)
 		return "", nil
 	}
 	if err != nil {

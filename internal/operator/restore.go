@@ -54,9 +54,10 @@ type RestoreReconciler struct {
 	// APIReader reads the EtcdRestore uncached before its full snapshot is taken.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	// Snapshots takes the full snapshot of the present, as it does for EtcdBackups.
-	Snapshots *BackupReconciler
-	Now       func() time.Time
+	// Sidecars take the full snapshot of the present, as they do for EtcdBackups, and
+	// resolve the target in the cluster's backup store.
+	Sidecars *Sidecars
+	Now      func() time.Time
 }
 
 // SetupWithManager registers the reconciler: it watches EtcdRestores and the EtcdClusters
@@ -129,7 +130,7 @@ func (r *RestoreReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		o.Rival = rival
 		if o.Cluster != nil && er.Status.Snapshot == nil {
-			_, wait, fatal := r.Snapshots.sidecar(ctx, ec)
+			_, wait, fatal := r.Sidecars.sidecar(ctx, ec)
 			o.SidecarWait = wait + fatal
 		}
 		if o.Cluster != nil && er.Status.Snapshot != nil {
@@ -251,18 +252,18 @@ func (r *RestoreReconciler) snapshot(ctx context.Context, er *v1alpha1.EtcdResto
 	if fresh.ResourceVersion != er.ResourceVersion {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
-	url, wait, fatal := r.Snapshots.sidecar(ctx, ec)
-	if url == "" {
-		return ctrl.Result{RequeueAfter: 10 * time.Second}, fmt.Errorf("no sidecar for the full snapshot: %s", wait+fatal)
-	}
 	if err := r.writeStatus(ctx, er, ec, dec, before); err != nil {
 		return ctrl.Result{}, err
 	}
 	before = er.Status.DeepCopy()
-	res, err := r.Snapshots.takeFull(ctx, ec.Namespace, ec.Name, url)
-	if retry, ok := retryLater(err); ok && r.now().Sub(er.CreationTimestamp.Time) <= restoreWait {
-		dec.Message = fmt.Sprintf("the full snapshot of the present is not taken yet (%v): retrying in %s; nothing was stopped", err, retry)
-		return ctrl.Result{RequeueAfter: retry}, r.writeStatus(ctx, er, ec, dec, before)
+	step := r.Sidecars.fullSnapshot(ctx, ec, fmt.Sprintf("EtcdRestore %s/%s", er.Namespace, er.Name))
+	res, err := step.Result, step.Err
+	if step.NotYet != "" && r.now().Sub(er.CreationTimestamp.Time) > restoreWait {
+		err = errors.New(step.NotYet)
+	}
+	if step.pending() && err == nil {
+		dec.Message = fmt.Sprintf("the full snapshot of the present is not stored yet (%s); nothing was stopped", step.why())
+		return ctrl.Result{RequeueAfter: step.Retry}, r.writeStatus(ctx, er, ec, dec, before)
 	}
 	if err != nil {
 		dec.Phase, dec.Message = v1alpha1.RestoreFailed, fmt.Sprintf("the full snapshot of the present failed, so the restore did not start (nothing was stopped): %v", err)
@@ -297,7 +298,7 @@ func (r *RestoreReconciler) checkTarget(ctx context.Context, ec *v1alpha1.EtcdCl
 	if t.Time != nil {
 		want.Time = t.Time.Time
 	}
-	res, why, err := r.Snapshots.resolveTarget(ctx, ec, want)
+	res, why, err := r.Sidecars.resolveTarget(ctx, ec, want)
 	return checkedTarget(t, ec.Spec.Backup.Store, res, why, err)
 }
 

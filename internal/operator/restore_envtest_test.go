@@ -233,7 +233,7 @@ func TestEtcdRestoreInPlace(t *testing.T) {
 
 	// The operator restarts: a new reconciler, the same objects. No second directive, no
 	// second snapshot.
-	restarted := &RestoreReconciler{Client: k8s, APIReader: k8s, Recorder: restoreReconciler.Recorder, Snapshots: restoreReconciler.Snapshots}
+	restarted := &RestoreReconciler{Client: k8s, APIReader: k8s, Recorder: restoreReconciler.Recorder, Sidecars: restoreReconciler.Sidecars}
 	epoch := lastEpoch(t, getCluster(t, ns, "rs"))
 	for i := 0; i < 3; i++ {
 		if _, err := restarted.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "back"}}); err != nil {

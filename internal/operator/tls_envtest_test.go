@@ -521,7 +521,7 @@ func checkSidecarCallsOverTLS(t *testing.T, ns string) {
 		dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, network, srv.Listener.Addr().String())
 		}
-		b := &BackupReconciler{Client: k8s, HTTP: &http.Client{Transport: &http.Transport{DialContext: dial}}}
+		b := &Sidecars{Client: k8s, HTTP: &http.Client{Transport: &http.Transport{DialContext: dial}}}
 		sc, err := b.sidecarClient(ctx, ns, "tls")
 		if err != nil {
 			t.Fatal(err)
