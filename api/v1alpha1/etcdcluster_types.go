@@ -23,6 +23,11 @@ const (
 	// its value (the EtcdRestore's status.epoch); the operator sets it when an EtcdRestore is
 	// deleted while its restore runs. It is done only while that is safe (heal.CancelRestore).
 	AnnotationCancelRestore = "etcd.steward.dev/cancel-restore"
+	// AnnotationAdopt lets a new EtcdCluster take over the objects a deleted EtcdCluster of
+	// the same name left behind (deleted with orphan propagation: they carry its labels and
+	// no live owner). "true" adopts them when their members' cluster ID matches the status's
+	// or is unknown; any other value is the etcd cluster ID they must report (hex).
+	AnnotationAdopt = "etcd.steward.dev/adopt"
 )
 
 // Quorum-loss policies.
@@ -431,6 +436,10 @@ const (
 	// ConditionAlarmsActive is true while etcd reports an alarm (NOSPACE, CORRUPT), as the
 	// leader's sidecar last saw it.
 	ConditionAlarmsActive = "AlarmsActive"
+	// ConditionOwnershipConflict is true while an object the cluster needs exists under its
+	// name but was not made by this EtcdCluster: the operator leaves it alone and says how to
+	// resolve it (rename or delete it, or adopt what a deleted cluster left behind).
+	ConditionOwnershipConflict = "OwnershipConflict"
 )
 
 // Defragmentation is one defragmentation round: followers one at a time, the leader last
