@@ -157,6 +157,11 @@ func (r *ClusterReconciler) rotateCA(ctx context.Context, run *run, a caAction) 
 		if err := run.secrets().Get(ctx, client.ObjectKey{Namespace: ec.Namespace, Name: cur}, &curSecret); err != nil {
 			return false, err
 		}
+		for _, s := range []*corev1.Secret{&nextSecret, &curSecret} {
+			if _, err := run.claim(s); err != nil {
+				return false, err
+			}
+		}
 		if !bytes.Equal(curSecret.Data[pki.CertFile], nextSecret.Data[pki.CertFile]) {
 			keep := tlsSecret(run, old, "ca", curSecret.Data[pki.CertFile], curSecret.Data[pki.KeyFile], curSecret.Data[pki.CertFile])
 			if err := controllerutil.SetControllerReference(ec, keep, r.Client.Scheme()); err != nil {
@@ -170,12 +175,12 @@ func (r *ClusterReconciler) rotateCA(ctx context.Context, run *run, a caAction) 
 				return false, fmt.Errorf("making the new CA the cluster's in Secret %s: %w", cur, err)
 			}
 		}
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, &nextSecret)); err != nil {
+		if err := deleteIfOwned(ctx, run, &nextSecret); err != nil {
 			return false, err
 		}
 		run.event(corev1.EventTypeNormal, "CARotationPromoted", fmt.Sprintf("every member trusts both CAs: the new CA is the cluster's (Secret %s), the old one is kept in %s, and every certificate is issued again", cur, old))
 	case caDropOld:
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, &corev1.Secret{ObjectMeta: objectMeta(run, old)})); err != nil {
+		if err := deleteOwned(ctx, run, &corev1.Secret{}, old); err != nil {
 			return false, err
 		}
 		run.event(corev1.EventTypeNormal, "CARotationDropOld", "the old CA is trusted no more: the members restart to trust the new CA only")
