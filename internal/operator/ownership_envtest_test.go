@@ -245,3 +245,40 @@ func TestOrphanDeletionKeepsData(t *testing.T) {
 		}
 	}
 }
+
+// TestPodOfAnotherNotDeleted: a pod that carries the cluster's labels but is not of its
+// StatefulSet is never deleted, even NotReady past the grace (case 9 deletes its own).
+func TestPodOfAnotherNotDeleted(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	if err := k8s.Create(ctx, newCluster(ns, "p", 3)); err != nil {
+		t.Fatal(err)
+	}
+	var sts appsv1.StatefulSet
+	testutil.Eventually(t, 20*time.Second, "StatefulSet p", func() error { return get(t, ns, "p", &sts) })
+	stray := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p-2", Labels: sts.Spec.Template.Labels},
+		Spec: *sts.Spec.Template.Spec.DeepCopy()}
+	stray.Spec.Volumes = append(stray.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	if err := k8s.Create(ctx, stray); err != nil {
+		t.Fatal(err)
+	}
+	kept := func() {
+		t.Helper()
+		var got corev1.Pod
+		if err := get(t, ns, "p-2", &got); err != nil || got.UID != stray.UID || !got.DeletionTimestamp.IsZero() {
+			t.Fatalf("pod p-2, not the StatefulSet's, was deleted: %v", err)
+		}
+	}
+	testutil.Eventually(t, 30*time.Second, "the deletion of p-2 refused", func() error {
+		kept()
+		members(t, ns, "p", func(i int) bool { return i < 2 })
+		for _, e := range getCluster(t, ns, "p").Status.LastErrors {
+			if e.Code == "ERR_DELETE_POD" && strings.Contains(e.Description, "pod p-2 is not of the cluster's own StatefulSet") {
+				return nil
+			}
+		}
+		return fmt.Errorf("lastErrors %v", getCluster(t, ns, "p").Status.LastErrors)
+	})
+	kept()
+}

@@ -264,10 +264,26 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
-// deletePod deletes a member pod (one already gone counts as deleted) and records why.
+// deletePod deletes a member pod (one already gone counts as deleted) and records why. Only
+// a pod of the cluster's own StatefulSet is deleted, both read fresh, and only that very pod
+// (a UID precondition).
 func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdCluster, name, typ, reason, why string) error {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ec.Namespace}}
-	if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod)); err != nil {
+	pod := &corev1.Pod{}
+	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, pod); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("pod %s: %w", name, err)
+	}
+	var sts appsv1.StatefulSet
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: statefulSetName(ec)}, &sts); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("StatefulSet %s: %w", statefulSetName(ec), err)
+	}
+	if sts.UID == "" || !metav1.IsControlledBy(&sts, ec) || !metav1.IsControlledBy(pod, &sts) {
+		return fmt.Errorf("pod %s is not of the cluster's own StatefulSet %s: it is not deleted", name, statefulSetName(ec))
+	}
+	uid := pod.UID
+	if err := client.IgnoreNotFound(r.Client.Delete(ctx, pod, client.Preconditions{UID: &uid})); err != nil {
 		return fmt.Errorf("pod %s: %w", name, err)
 	}
 	r.Recorder.Eventf(ec, pod, typ, reason, "DeletePod", "%s", why)
