@@ -35,7 +35,8 @@ type component struct {
 // run is one reconciliation of one cluster: what the components sync from.
 type run struct {
 	c client.Client
-	// reader reads Secrets uncached (the operator does not watch Secrets).
+	// reader reads uncached: Secrets (the operator does not watch them), and what a delete or
+	// an ownership check must see fresh.
 	reader   client.Reader
 	ec       *v1alpha1.EtcdCluster
 	image    string
@@ -56,7 +57,7 @@ type run struct {
 	conflicts []conflict
 }
 
-// secrets reads Secrets: uncached when the run has a reader.
+// secrets reads Secrets, and what must be read fresh: uncached when the run has a reader.
 func (r *run) secrets() client.Reader {
 	if r.reader != nil {
 		return r.reader
