@@ -27,6 +27,11 @@ const (
 	// for users who keep spec.replicas as it is: every member stops, its volume, identity and
 	// the cluster ID are kept, and removing the annotation resumes the cluster on its data.
 	AnnotationHibernate = "etcd.steward.dev/hibernate"
+	// AnnotationAdopt lets a new EtcdCluster take over the objects a deleted EtcdCluster of
+	// the same name left behind (deleted with orphan propagation: they carry its labels and
+	// no live owner). "true" adopts them when their members' cluster ID matches the status's
+	// or is unknown; any other value is the etcd cluster ID they must report (hex).
+	AnnotationAdopt = "etcd.steward.dev/adopt"
 )
 
 // Quorum-loss policies.
@@ -460,6 +465,10 @@ const (
 	// ConditionHibernated is true while the cluster hibernates: every member stopped, with
 	// its data, its identity and the cluster ID kept (status.hibernation).
 	ConditionHibernated = "Hibernated"
+	// ConditionOwnershipConflict is true while an object the cluster needs exists under its
+	// name but was not made by this EtcdCluster: the operator leaves it alone and says how to
+	// resolve it (rename or delete it, or adopt what a deleted cluster left behind).
+	ConditionOwnershipConflict = "OwnershipConflict"
 )
 
 // Reasons of the CAReady condition.

@@ -84,11 +84,15 @@ func randomPassword() (string, error) {
 // ensureGeneratedSecret makes the Secret name once, owned by the EtcdCluster and held by
 // SecretFinalizer, with key holding what generate returns, and afterwards only checks it: a
 // value replaced by hand stays, a bad one is an error (check's), and a Secret deleted anyway
-// (its finalizer removed by hand) is made anew.
+// (its finalizer removed by hand) is made anew. A Secret of that name the cluster does not
+// own is left alone (a conflict).
 func ensureGeneratedSecret(ctx context.Context, r *run, name, component, key string, check func([]byte) error, generate func() (string, error)) error {
 	var cur corev1.Secret
 	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 	if err == nil {
+		if err := r.own(ctx, &cur); err != nil {
+			return err
+		}
 		if err := holdSecret(ctx, r, &cur); err != nil {
 			return err
 		}

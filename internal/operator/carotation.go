@@ -172,6 +172,11 @@ func (r *ClusterReconciler) rotateCA(ctx context.Context, run *run, a caAction, 
 		if err := run.secrets().Get(ctx, client.ObjectKey{Namespace: ec.Namespace, Name: cur}, &curSecret); err != nil {
 			return false, err
 		}
+		for _, s := range []*corev1.Secret{&nextSecret, &curSecret} {
+			if _, err := run.claim(s); err != nil {
+				return false, err
+			}
+		}
 		if !bytes.Equal(curSecret.Data[pki.CertFile], nextSecret.Data[pki.CertFile]) {
 			keep := tlsSecret(run, old, "ca", curSecret.Data[pki.CertFile], curSecret.Data[pki.KeyFile], curSecret.Data[pki.CertFile])
 			if err := newOwnedSecret(run, keep); err != nil {

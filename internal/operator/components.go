@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
@@ -33,7 +35,8 @@ type component struct {
 // run is one reconciliation of one cluster: what the components sync from.
 type run struct {
 	c client.Client
-	// reader reads Secrets uncached (the operator does not watch Secrets).
+	// reader reads uncached: Secrets (the operator does not watch them), and what a delete or
+	// an ownership check must see fresh.
 	reader   client.Reader
 	ec       *v1alpha1.EtcdCluster
 	image    string
@@ -52,9 +55,14 @@ type run struct {
 	rootPasswordReady bool
 	// recorder, when set, takes the Events of the components.
 	recorder events.EventRecorder
+	// orphanClusterIDs are the etcd cluster IDs that members a deleted EtcdCluster of this
+	// name left behind report: adoption must match them.
+	orphanClusterIDs []string
+	// conflicts are the objects under the cluster's names this pass left alone.
+	conflicts []conflict
 }
 
-// secrets reads Secrets: uncached when the run has a reader.
+// secrets reads Secrets, and what must be read fresh: uncached when the run has a reader.
 func (r *run) secrets() client.Reader {
 	if r.reader != nil {
 		return r.reader
@@ -83,9 +91,17 @@ var components = []component{
 }
 
 // apply creates obj or updates it with mutate's changes; it writes nothing when mutate
-// changes nothing (a cluster at rest causes no writes).
+// changes nothing (a cluster at rest causes no writes), and never changes an object the
+// cluster does not own (claim).
 func apply(ctx context.Context, r *run, obj client.Object, component string, mutate func() error) error {
+	adopted := false
 	_, err := controllerutil.CreateOrUpdate(ctx, r.c, obj, func() error {
+		if obj.GetResourceVersion() != "" { // it exists
+			var err error
+			if adopted, err = r.claim(obj); err != nil {
+				return err
+			}
+		}
 		labels := obj.GetLabels()
 		if labels == nil {
 			labels = map[string]string{}
@@ -99,20 +115,105 @@ func apply(ctx context.Context, r *run, obj client.Object, component string, mut
 		}
 		return mutate()
 	})
+	if apierrors.IsAlreadyExists(err) {
+		// The cache does not hold it (a cache limited to Steward's labels does not see
+		// objects others made): read it from the API server to say whose it is.
+		if err := r.secrets().Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		if _, cerr := r.claim(obj); cerr != nil {
+			return cerr
+		}
+	}
+	if err == nil && adopted {
+		r.adopted(obj)
+	}
 	return err
+}
+
+// claim decides whether the run may change obj, which exists under a name the cluster needs
+// (decideClaim). Its own: yes. An orphan the adopt annotation asks for: yes, and obj now
+// carries this EtcdCluster as its controller (adopted is true; the caller writes it and
+// records it with adopted). Any other: the conflict, recorded in the run, and obj is left alone.
+func (r *run) claim(obj client.Object) (adopted bool, err error) {
+	switch c := decideClaim(newClaimInput(r.ec, r.orphanClusterIDs), obj); c {
+	case ClaimOwned:
+		return false, nil
+	case ClaimAdopt:
+		refs := slices.DeleteFunc(obj.GetOwnerReferences(), func(o metav1.OwnerReference) bool { return o.Controller != nil && *o.Controller })
+		obj.SetOwnerReferences(refs)
+		if err := controllerutil.SetControllerReference(r.ec, obj, r.c.Scheme()); err != nil {
+			return false, err
+		}
+		return true, nil
+	default:
+		cf := conflict{Case: c, Kind: kindOf(r, obj), Name: obj.GetName(), Cluster: r.ec.Name, Namespace: r.ec.Namespace, IDs: r.orphanClusterIDs}
+		if !slices.ContainsFunc(r.conflicts, func(o conflict) bool { return o.Kind == cf.Kind && o.Name == cf.Name }) {
+			r.conflicts = append(r.conflicts, cf)
+		}
+		return false, cf
+	}
+}
+
+// own makes obj, read from the API server, the run's to use: its own, or adopted now (the
+// owner reference written); else the conflict.
+func (r *run) own(ctx context.Context, obj client.Object) error {
+	adopted, err := r.claim(obj)
+	if err != nil || !adopted {
+		return err
+	}
+	if err := r.c.Update(ctx, obj); err != nil {
+		return err
+	}
+	r.adopted(obj)
+	return nil
+}
+
+func (r *run) adopted(obj client.Object) {
+	r.event(corev1.EventTypeNormal, "Adopted", fmt.Sprintf("%s %s, left by a deleted EtcdCluster of this name, is adopted (annotation %s)",
+		kindOf(r, obj), obj.GetName(), v1alpha1.AnnotationAdopt))
+}
+
+func kindOf(r *run, obj client.Object) string {
+	if gvk, err := apiutil.GVKForObject(obj, r.c.Scheme()); err == nil {
+		return gvk.Kind
+	}
+	return fmt.Sprintf("%T", obj)
 }
 
 func objectMeta(r *run, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: r.ec.Namespace}
 }
 
+// deleteByName deletes the object of the cluster named name, if the cluster owns it.
 func deleteByName(proto client.Object, name func(*v1alpha1.EtcdCluster) string) func(context.Context, *run) error {
 	return func(ctx context.Context, r *run) error {
 		obj := proto.DeepCopyObject().(client.Object)
-		obj.SetName(name(r.ec))
-		obj.SetNamespace(r.ec.Namespace)
-		return client.IgnoreNotFound(r.c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+		return deleteOwned(ctx, r, obj, name(r.ec))
 	}
+}
+
+// deleteOwned deletes the object of obj's type named name only if its controller owner
+// reference is this EtcdCluster, read fresh from the API server, and only that very object
+// (a UID precondition): what others made under the cluster's names stays.
+func deleteOwned(ctx context.Context, r *run, obj client.Object, name string) error {
+	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, obj)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return deleteIfOwned(ctx, r, obj)
+}
+
+// deleteIfOwned deletes obj, as read, if the cluster owns it, with a UID precondition.
+func deleteIfOwned(ctx context.Context, r *run, obj client.Object) error {
+	if !metav1.IsControlledBy(obj, r.ec) {
+		return nil
+	}
+	uid := obj.GetUID()
+	return client.IgnoreNotFound(r.c.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 }
 
 // syncToken makes the cluster's sidecar API token Secret once: 256 random bits, owned by the
@@ -169,7 +270,7 @@ func syncServices(ctx context.Context, r *run) error {
 
 func deleteServices(ctx context.Context, r *run) error {
 	for _, name := range []string{clientServiceName(r.ec), peerServiceName(r.ec)} {
-		if err := client.IgnoreNotFound(r.c.Delete(ctx, &corev1.Service{ObjectMeta: objectMeta(r, name)})); err != nil {
+		if err := deleteOwned(ctx, r, &corev1.Service{}, name); err != nil {
 			return err
 		}
 	}
@@ -196,19 +297,19 @@ func syncLeases(ctx context.Context, r *run) error {
 	if err := r.c.List(ctx, &have, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
 		return err
 	}
-	exists := map[string]bool{}
+	owned := map[string]bool{}
 	for i := range have.Items {
 		l := &have.Items[i]
-		exists[l.Name] = true
-		if _, ok := want[l.Name]; !ok && metav1.IsControlledBy(l, r.ec) {
-			if err := client.IgnoreNotFound(r.c.Delete(ctx, l)); err != nil {
+		owned[l.Name] = metav1.IsControlledBy(l, r.ec)
+		if _, ok := want[l.Name]; !ok {
+			if err := deleteIfOwned(ctx, r, l); err != nil {
 				return err
 			}
 		}
 	}
 	for name, kind := range want {
-		if exists[name] {
-			continue
+		if owned[name] {
+			continue // the sidecar renews it: nothing to write
 		}
 		l := &coordinationv1.Lease{ObjectMeta: objectMeta(r, name)}
 		if err := apply(ctx, r, l, "lease", func() error {
@@ -224,11 +325,26 @@ func syncLeases(ctx context.Context, r *run) error {
 	return nil
 }
 
+// deleteMembers deletes the cluster's own EtcdMembers and Leases, listed fresh.
 func deleteMembers(ctx context.Context, r *run) error {
-	if err := r.c.DeleteAllOf(ctx, &v1alpha1.EtcdMember{}, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
-		return err
+	var members v1alpha1.EtcdMemberList
+	var leases coordinationv1.LeaseList
+	for _, list := range []client.ObjectList{&members, &leases} {
+		if err := r.secrets().List(ctx, list, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
+			return err
+		}
 	}
-	return r.c.DeleteAllOf(ctx, &coordinationv1.Lease{}, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec)))
+	for i := range members.Items {
+		if err := deleteIfOwned(ctx, r, &members.Items[i]); err != nil {
+			return err
+		}
+	}
+	for i := range leases.Items {
+		if err := deleteIfOwned(ctx, r, &leases.Items[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // syncEtcdMembers keeps one EtcdMember per member (its sidecar writes the status) and deletes
@@ -238,19 +354,19 @@ func syncEtcdMembers(ctx context.Context, r *run) error {
 	if err := r.c.List(ctx, &have, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
 		return err
 	}
-	exists := map[string]bool{}
+	owned := map[string]bool{}
 	for i := range have.Items {
 		m := &have.Items[i]
-		exists[m.Name] = true
-		if n, ok := ordinal(r.ec, m.Name); (!ok || n >= r.memberLeases) && metav1.IsControlledBy(m, r.ec) {
-			if err := client.IgnoreNotFound(r.c.Delete(ctx, m)); err != nil {
+		owned[m.Name] = metav1.IsControlledBy(m, r.ec)
+		if n, ok := ordinal(r.ec, m.Name); !ok || n >= r.memberLeases {
+			if err := deleteIfOwned(ctx, r, m); err != nil {
 				return err
 			}
 		}
 	}
 	for i := 0; i < r.memberLeases; i++ {
-		if exists[memberName(r.ec, i)] {
-			continue
+		if owned[memberName(r.ec, i)] {
+			continue // its sidecar writes the status: nothing to write
 		}
 		m := &v1alpha1.EtcdMember{ObjectMeta: objectMeta(r, memberName(r.ec, i))}
 		if err := apply(ctx, r, m, "member", func() error { return nil }); err != nil {
@@ -323,9 +439,7 @@ func SidecarRules(ec *v1alpha1.EtcdCluster, members int) []rbacv1.PolicyRule {
 
 func deleteRBAC(ctx context.Context, r *run) error {
 	for _, obj := range []client.Object{&rbacv1.RoleBinding{}, &rbacv1.Role{}, &corev1.ServiceAccount{}} {
-		obj.SetName(r.ec.Name)
-		obj.SetNamespace(r.ec.Namespace)
-		if err := client.IgnoreNotFound(r.c.Delete(ctx, obj)); err != nil {
+		if err := deleteOwned(ctx, r, obj, r.ec.Name); err != nil {
 			return err
 		}
 	}
@@ -337,6 +451,15 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 	err := r.c.Get(ctx, client.ObjectKeyFromObject(sts), sts)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
+	}
+	if err == nil {
+		if _, err := r.claim(sts.DeepCopy()); err != nil {
+			return err
+		}
+	}
+	if len(r.conflicts) > 0 {
+		// Pods would run with objects the cluster does not own (its identity, its Services, ...).
+		return fmt.Errorf("the member pods are not created or changed while objects the cluster needs are not its own (condition %s)", v1alpha1.ConditionOwnershipConflict)
 	}
 	if authEnabled(r.ec) && !r.rootPasswordReady {
 		// Pods made without it could not start their sidecar: the StatefulSet waits.

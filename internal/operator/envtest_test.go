@@ -220,7 +220,7 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 			continue
 		}
 		if !ok {
-			p = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pn, Labels: sts.Spec.Template.Labels},
+			p = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pn, Labels: sts.Spec.Template.Labels, OwnerReferences: podOwners(&sts)},
 				Spec: *sts.Spec.Template.Spec.DeepCopy()}
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 			if err := k8s.Create(ctx, p); err != nil {
@@ -245,6 +245,11 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 		}
 	}
 	return n
+}
+
+// podOwners are the owner references the StatefulSet controller gives the pods it makes.
+func podOwners(sts *appsv1.StatefulSet) []metav1.OwnerReference {
+	return []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}
 }
 
 func all(int) bool { return true }

@@ -2,12 +2,14 @@ package operator
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,20 +62,28 @@ func TestSyncErrorKeepsTheDeadline(t *testing.T) {
 }
 
 // TestFenceOnlyOncePersisted: the pods a directive fences are deleted only once the directive
-// is stored (read fresh), and then only those created before it and still carrying the UID
-// that was read: a replacement, or a pod of the same name that is not the cluster's, is
-// never deleted.
+// is stored (read fresh), and then only those created before it, of the cluster's own
+// StatefulSet, still carrying the UID that was read: a replacement is never deleted, and a pod
+// of the same name that is not the StatefulSet's is named in the error and left.
 func TestFenceOnlyOncePersisted(t *testing.T) {
 	issued := time.Now().Add(-time.Minute).Truncate(time.Second)
-	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "ec-uid"}}
-	pod := func(name string, created time.Time, lbls map[string]string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid"),
-			CreationTimestamp: metav1.NewTime(created), Labels: lbls}}
+	ec := &v1alpha1.EtcdCluster{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "ec-uid"}}
+	sts := &appsv1.StatefulSet{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: statefulSetName(ec), UID: "sts-uid",
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ec, ec.GroupVersionKind())}}}
+	pod := func(name string, created time.Time, owned bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid"),
+			CreationTimestamp: metav1.NewTime(created), Labels: selectorLabels(ec)}}
+		if owned {
+			p.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(sts, sts.GroupVersionKind())}
+		}
+		return p
 	}
-	old := pod("c-0", issued.Add(-time.Hour), selectorLabels(ec))
-	replacement := pod("c-1", issued.Add(time.Second), selectorLabels(ec))
-	foreign := pod("c-2", issued.Add(-time.Hour), map[string]string{"app": "other"})
-	c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithObjects(ec, old, replacement, foreign).WithStatusSubresource(ec).Build()
+	old := pod("c-0", issued.Add(-time.Hour), true)
+	replacement := pod("c-1", issued.Add(time.Second), true)
+	foreign := pod("c-2", issued.Add(-time.Hour), false)
+	c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithObjects(ec, sts, old, replacement, foreign).WithStatusSubresource(ec).Build()
 	r := &ClusterReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(10)}
 
 	dir := &cluster.Directive{Epoch: 3, Phase: cluster.PhaseFencing, IssuedAt: issued, PhaseSince: issued}
@@ -97,8 +107,8 @@ func TestFenceOnlyOncePersisted(t *testing.T) {
 		t.Fatal(err)
 	}
 	persisted, err = r.fence(context.Background(), ec, rec, "c-0: connection refused")
-	if err != nil || !persisted {
-		t.Fatalf("fence once stored: persisted %t, %v", persisted, err)
+	if !persisted || err == nil || !strings.Contains(err.Error(), "pod c-2 is not of the cluster's own StatefulSet") {
+		t.Fatalf("fence once stored: persisted %t, %v; want c-2, not the StatefulSet's, named and left", persisted, err)
 	}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(old), &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("c-0, older than the directive: %v, want deleted", err)

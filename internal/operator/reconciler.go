@@ -145,7 +145,7 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile is one pass over one cluster:
-//  1. deleted: delete every owned object (reverse order), then release the finalizer;
+//  1. deleted: delete every owned object (reverse order; none when orphaning), then release the finalizer;
 //  2. add the finalizer; stop here while paused;
 //  3. observe the StatefulSet, the pods and the Leases, and Decide;
 //  4. sync every component in order; delete pods NotReady past the grace;
@@ -192,6 +192,11 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d, formed: obs.Formed,
 		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: now, recorder: r.Recorder}
+	if ec.Annotations[v1alpha1.AnnotationAdopt] != "" {
+		if run.orphanClusterIDs, err = r.orphanClusterIDs(ctx, ec); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 
 	var errs []v1alpha1.LastError
 	fail := func(code string, err error) {
@@ -235,6 +240,14 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	r.recordEvents(ec, obs, d)
 
 	status := r.status(ec, obs, d)
+	if c := ownershipCondition(run.conflicts, ec.Generation, metav1.NewTime(now)); c != nil {
+		if p := apimeta.FindStatusCondition(ec.Status.Conditions, c.Type); p == nil || p.Message != c.Message {
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, c.Reason, "Sync", "%s", c.Message)
+		}
+		apimeta.SetStatusCondition(&status.Conditions, *c)
+	} else {
+		apimeta.RemoveStatusCondition(&status.Conditions, v1alpha1.ConditionOwnershipConflict)
+	}
 	if rec := d.Recovery; rec != nil {
 		raw, err := encodeRecovery(rec.Status)
 		if err != nil {
@@ -358,7 +371,8 @@ func (r *ClusterReconciler) fence(ctx context.Context, ec *v1alpha1.EtcdCluster,
 
 // deletePod deletes a member pod of this cluster, read fresh, while still says it must go,
 // with its UID and resourceVersion as preconditions: a pod already gone, being deleted, or
-// replaced since the decision is left alone. It records why.
+// replaced since the decision is left alone. Only a pod of the cluster's own StatefulSet is
+// deleted (both read fresh); another's is an error that names it. It records why.
 func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdCluster, name string, still func(*corev1.Pod) bool, typ, reason, why string) error {
 	var pod corev1.Pod
 	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &pod); {
@@ -367,8 +381,15 @@ func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdClus
 	case err != nil:
 		return fmt.Errorf("pod %s: %w", name, err)
 	}
-	if !pod.DeletionTimestamp.IsZero() || !labels.SelectorFromSet(selectorLabels(ec)).Matches(labels.Set(pod.Labels)) || !still(&pod) {
+	if !pod.DeletionTimestamp.IsZero() || !still(&pod) {
 		return nil
+	}
+	var sts appsv1.StatefulSet
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: statefulSetName(ec)}, &sts); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("StatefulSet %s: %w", statefulSetName(ec), err)
+	}
+	if sts.UID == "" || !metav1.IsControlledBy(&sts, ec) || !metav1.IsControlledBy(&pod, &sts) {
+		return fmt.Errorf("pod %s is not of the cluster's own StatefulSet %s: it is not deleted", name, statefulSetName(ec))
 	}
 	pre := client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}
 	if err := r.Client.Delete(ctx, &pod, pre); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -530,19 +551,44 @@ func (r *ClusterReconciler) graces() Graces {
 
 // finalize deletes the owned objects in reverse order and releases the finalizer. Owner
 // references would let the garbage collector do the same; deleting explicitly makes the
-// order certain and works where no garbage collector runs.
+// order certain and works where no garbage collector runs. Deleted with orphan propagation
+// (kubectl delete --cascade=orphan), it deletes nothing: the members, their volumes and the
+// Secrets stay, for a later EtcdCluster of the same name to adopt.
 func (r *ClusterReconciler) finalize(ctx context.Context, ec *v1alpha1.EtcdCluster) error {
 	if !controllerutil.ContainsFinalizer(ec, Finalizer) {
 		return nil
 	}
-	run := &run{c: r.Client, reader: r.APIReader, ec: ec}
-	for _, c := range slices.Backward(components) {
-		if err := c.delete(ctx, run); err != nil {
-			return fmt.Errorf("%s: %w", errCode("DELETE", c.code), err)
+	if controllerutil.ContainsFinalizer(ec, metav1.FinalizerOrphanDependents) {
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "Orphaned", "Delete",
+			"deleted with orphan propagation: nothing was deleted; the members, their volumes and Secrets stay for an EtcdCluster named %s with the annotation %s=true to adopt",
+			ec.Name, v1alpha1.AnnotationAdopt)
+	} else {
+		run := &run{c: r.Client, reader: r.APIReader, ec: ec}
+		for _, c := range slices.Backward(components) {
+			if err := c.delete(ctx, run); err != nil {
+				return fmt.Errorf("%s: %w", errCode("DELETE", c.code), err)
+			}
 		}
 	}
 	controllerutil.RemoveFinalizer(ec, Finalizer)
 	return client.IgnoreNotFound(r.Client.Update(ctx, ec))
+}
+
+// orphanClusterIDs are the etcd cluster IDs reported by the members a deleted EtcdCluster of
+// this name left behind (EtcdMembers with its labels that this one does not own).
+func (r *ClusterReconciler) orphanClusterIDs(ctx context.Context, ec *v1alpha1.EtcdCluster) ([]string, error) {
+	var ems v1alpha1.EtcdMemberList
+	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), client.MatchingLabels(selectorLabels(ec))); err != nil {
+		return nil, err
+	}
+	var ids []string
+	for i := range ems.Items {
+		em := &ems.Items[i]
+		if rep, ok := kubeview.MemberReport(em, time.Time{}); ok && rep.ClusterID != "" && !metav1.IsControlledBy(em, ec) && !slices.Contains(ids, rep.ClusterID) {
+			ids = append(ids, rep.ClusterID)
+		}
+	}
+	return ids, nil
 }
 
 func (r *ClusterReconciler) writePaused(ctx context.Context, ec *v1alpha1.EtcdCluster) error {
@@ -596,7 +642,7 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	var cm corev1.ConfigMap
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); {
 	case err == nil:
-		if cc, err := v1alpha1.ParseClusterConfig(cm.Data); err == nil {
+		if cc, err := v1alpha1.ParseClusterConfig(cm.Data); err == nil && metav1.IsControlledBy(&cm, ec) { // another's ConfigMap lists no member of this cluster
 			o.ConfigMembers = int32(len(cc.Members))
 		}
 	case !apierrors.IsNotFound(err):

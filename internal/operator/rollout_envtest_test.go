@@ -102,7 +102,7 @@ func (p *rolloutPlayer) step() {
 			}
 			p.deletions = append(p.deletions, pn)
 			p.problems = append(p.problems, strings.Join(others, ", "))
-			pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.ns, Name: pn, Labels: map[string]string{}},
+			pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.ns, Name: pn, Labels: map[string]string{}, OwnerReferences: podOwners(&sts)},
 				Spec: *sts.Spec.Template.Spec.DeepCopy()}
 			for k, v := range sts.Spec.Template.Labels {
 				pod.Labels[k] = v

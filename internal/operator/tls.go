@@ -202,7 +202,7 @@ func trustBundle(cas [][]byte) []byte {
 }
 
 // readCASecret reads the CA in Secret name: nil when the Secret does not exist; an error
-// naming it when it holds no CA.
+// naming it when it holds no CA or the cluster does not own it.
 func readCASecret(ctx context.Context, r *run, name string) (*pki.CA, error) {
 	var s corev1.Secret
 	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &s)
@@ -211,6 +211,9 @@ func readCASecret(ctx context.Context, r *run, name string) (*pki.CA, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the CA Secret %s/%s: %w", r.ec.Namespace, name, err)
+	}
+	if err := r.own(ctx, &s); err != nil {
+		return nil, err
 	}
 	ca, err := pki.ParseCA(s.Data[pki.CertFile], s.Data[pki.KeyFile])
 	if err != nil {
@@ -318,6 +321,9 @@ func ensureLeafSecret(ctx context.Context, r *run, name string, leaf pki.Leaf, c
 	found, why := err == nil, "it did not exist"
 	switch {
 	case found:
+		if err := r.own(ctx, &cur); err != nil {
+			return nil, err
+		}
 		if err := holdSecret(ctx, r, &cur); err != nil {
 			return nil, err
 		}
