@@ -7,6 +7,7 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // MemberReport reads the report in an EtcdMember's status (ok=false: none, or one this
@@ -35,4 +36,22 @@ func LeaseRenewed(l *coordinationv1.Lease) time.Time {
 		return time.Time{}
 	}
 	return l.Spec.RenewTime.Time
+}
+
+// ChangedAtOnce says whether an EtcdMember's status changed in what its sidecar writes at
+// once: everything but a report's figures (revision, term, indexes, time), which a serving
+// member refreshes every reportRefresh. The operator wakes for the former only.
+func ChangedAtOnce(old, cur *v1alpha1.EtcdMember) bool {
+	key := func(em *v1alpha1.EtcdMember) (string, v1alpha1.EtcdMemberStatus) {
+		st := *em.Status.DeepCopy()
+		st.Report = nil
+		r, ok := MemberReport(em, time.Time{})
+		if !ok {
+			return "", st
+		}
+		return reportKey(r), st
+	}
+	ko, so := key(old)
+	kc, sc := key(cur)
+	return ko != kc || !equality.Semantic.DeepEqual(so, sc)
 }

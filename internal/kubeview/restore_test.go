@@ -82,7 +82,7 @@ func TestEtcdRestoreOnARealMember(t *testing.T) {
 	}
 
 	rr := &operator.RestoreReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100),
-		Sidecars: &operator.Sidecars{Client: c}}
+		Sidecars: sidecars(t, c, ns)}
 	run := func(name string, spec v1alpha1.EtcdRestoreSpec, until func(*v1alpha1.EtcdRestore) bool) *v1alpha1.EtcdRestore {
 		t.Helper()
 		spec.Cluster = "c"

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -342,14 +345,20 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := events.NewFakeRecorder(10)
-	br := &operator.BackupReconciler{Client: c, Recorder: rec}
-	if _, err := br.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "b1"}}); err != nil {
-		t.Fatal(err)
-	}
+	br := &operator.BackupReconciler{Client: c, Recorder: rec, Sidecars: sidecars(t, c, ns)}
 	var eb v1alpha1.EtcdBackup
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b1"}, &eb); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Eventually(t, time.Minute, "EtcdBackup b1 ends", func() error {
+		if _, err := br.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "b1"}}); err != nil {
+			return err
+		}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b1"}, &eb); err != nil {
+			return err
+		}
+		if eb.Status.Phase != v1alpha1.BackupCompleted && eb.Status.Phase != v1alpha1.BackupFailed {
+			return fmt.Errorf("%s: %s", eb.Status.Phase, eb.Status.Message)
+		}
+		return nil
+	})
 	if eb.Status.Phase != v1alpha1.BackupCompleted || eb.Status.Revision < put.Header.Revision || eb.Status.Size <= 0 || eb.Status.StartTime == nil || eb.Status.EndTime == nil {
 		t.Fatalf("EtcdBackup status %+v", eb.Status)
 	}
@@ -617,4 +626,29 @@ func TestLeaseRenewedWhenTheReportIsRefused(t *testing.T) {
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "a0:"+v1alpha1.RoleMember || l.Spec.RenewTime == nil {
 		t.Fatalf("Lease %+v: not renewed while the report was refused", l.Spec)
 	}
+}
+
+// sidecars is the operator's sidecar client for cluster c in ns. The operator calls a
+// member's sidecar at its name in the cluster's peer Service; here the members run on this
+// machine, so the transport takes each such name to the sidecar's 127.0.0.1 URL the
+// ConfigMap lists.
+func sidecars(t *testing.T, c client.Client, ns string) *operator.Sidecars {
+	t.Helper()
+	_, cc := readConfig(t, c, ns)
+	local := map[string]string{}
+	for _, m := range cc.Members {
+		u, err := url.Parse(m.SidecarURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local[m.Name] = u.Host
+	}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, _ := strings.Cut(addr, ".") // <member>.<cluster>-peer.<ns>.svc:<port>
+		if to, ok := local[host]; ok {
+			addr = to
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	return &operator.Sidecars{Client: c, APIReader: c, HTTP: &http.Client{Transport: &http.Transport{DialContext: dial}}}
 }

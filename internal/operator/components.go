@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -297,10 +298,26 @@ func syncLeases(ctx context.Context, r *run) error {
 	if err := r.c.List(ctx, &have, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
 		return err
 	}
-	owned := map[string]bool{}
+	duration := map[string]*int32{} // the duration a Lease needs: its lapse wakes the operator (leaseClock)
+	for name, kind := range want {
+		switch kind {
+		case "member":
+			duration[name] = ptr(int32(leaseDuration.Seconds()))
+		case "delta-snapshot":
+			// Three delta periods without a delta make the backups stale (BackupReady).
+			if b := r.ec.Spec.Backup; b != nil {
+				period := snapshotter.DefaultDeltaPeriod
+				if b.DeltaPeriod != nil {
+					period = b.DeltaPeriod.Duration
+				}
+				duration[name] = ptr(int32(max((3*period+time.Second-1)/time.Second, 1)))
+			}
+		}
+	}
+	current := map[string]bool{} // owned, with the duration it needs
 	for i := range have.Items {
 		l := &have.Items[i]
-		owned[l.Name] = metav1.IsControlledBy(l, r.ec)
+		current[l.Name] = metav1.IsControlledBy(l, r.ec) && ptrEqual(l.Spec.LeaseDurationSeconds, duration[l.Name])
 		if _, ok := want[l.Name]; !ok {
 			if err := deleteIfOwned(ctx, r, l); err != nil {
 				return err
@@ -308,15 +325,13 @@ func syncLeases(ctx context.Context, r *run) error {
 		}
 	}
 	for name, kind := range want {
-		if owned[name] {
+		if current[name] {
 			continue // the sidecar renews it: nothing to write
 		}
 		l := &coordinationv1.Lease{ObjectMeta: objectMeta(r, name)}
 		if err := apply(ctx, r, l, "lease", func() error {
 			l.Labels[LabelLeaseKind] = kind
-			if kind == "member" {
-				l.Spec.LeaseDurationSeconds = ptr(int32(leaseDuration.Seconds()))
-			}
+			l.Spec.LeaseDurationSeconds = duration[name]
 			return nil
 		}); err != nil {
 			return err
@@ -324,6 +339,8 @@ func syncLeases(ctx context.Context, r *run) error {
 	}
 	return nil
 }
+
+func ptrEqual[T comparable](a, b *T) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
 // deleteMembers deletes the cluster's own EtcdMembers and Leases, listed fresh.
 func deleteMembers(ctx context.Context, r *run) error {

@@ -751,9 +751,11 @@ func backupCurrent(o Observation) (bool, string) {
 		}
 		return false, "no snapshot stored yet"
 	}
-	age := o.Now.Sub(newest)
-	if age > 3*b.DeltaPeriod {
-		why := fmt.Sprintf("the newest snapshot is %s old (delta period %s)", age.Round(time.Second), b.DeltaPeriod)
+	// The messages name the snapshot's time, not its age: a message that changed at every
+	// pass would make every pass write the status.
+	stamp := newest.UTC().Format(time.RFC3339)
+	if o.Now.Sub(newest) > 3*b.DeltaPeriod {
+		why := fmt.Sprintf("the newest snapshot, of %s, is older than three delta periods (delta period %s)", stamp, b.DeltaPeriod)
 		if l := b.Leader; l != nil && !l.Ready {
 			why += "; the backup leader says: " + l.Reason
 			if l.LastError != "" && !strings.Contains(l.Reason, l.LastError) {
@@ -762,7 +764,7 @@ func backupCurrent(o Observation) (bool, string) {
 		}
 		return false, why
 	}
-	return true, fmt.Sprintf("the newest snapshot is %s old", age.Round(time.Second))
+	return true, fmt.Sprintf("the newest snapshot, of %s, is within three delta periods (delta period %s)", stamp, b.DeltaPeriod)
 }
 
 // minAvailable toggles the PodDisruptionBudget: a majority while every member is Ready (one

@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -83,7 +84,8 @@ func runSuite(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: stewardObjectsOnly()}})
 	if err != nil {
 		panic(err)
 	}
@@ -1031,6 +1033,52 @@ func directive(t *testing.T, ec *v1alpha1.EtcdCluster) *cluster.Directive {
 		t.Fatal(err)
 	}
 	return rec.Directive
+}
+
+// TestQuietAtRest: a formed cluster whose members renew their Leases and refresh their
+// reports' figures (as a serving etcd taking writes does every few seconds) causes no write
+// of its EtcdCluster: renewals wake nothing, an unchanged status is not written again (times
+// read back in another zone included), and no message carries an age.
+func TestQuietAtRest(t *testing.T) {
+	needEnv(t)
+	ns := namespace(t)
+	if err := k8s.Create(context.Background(), newCluster(ns, "quiet", 3)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "quiet", &appsv1.StatefulSet{}) })
+	waitReady(t, ns, "quiet", 3)
+	// Let the passes that follow readiness settle: the status stops changing.
+	var rv string
+	var settled []byte
+	report := func(rev int64) {
+		writeReport(t, ns, cluster.Report{Name: "quiet-1", At: time.Now(), Serving: true, Formed: true, ClusterID: "c1", MemberID: "a1", Revision: rev}, nil)
+	}
+	testutil.Eventually(t, 30*time.Second, "the status settled", func() error {
+		members(t, ns, "quiet", all)
+		report(99)
+		ec := getCluster(t, ns, "quiet")
+		if age := time.Since(ec.CreationTimestamp.Time); age < 3*reconciler.Graces.NotReady {
+			// A young pod's NotReady grace is a deadline: past it, only lapses wake the operator.
+			return fmt.Errorf("the cluster is %s old", age)
+		}
+		if ec.ResourceVersion != rv {
+			rv = ec.ResourceVersion
+			settled, _ = json.Marshal(ec)
+			return fmt.Errorf("resourceVersion moved to %s", rv)
+		}
+		return nil
+	})
+	// Twenty seconds of renewals and report refreshes: no write.
+	deadline := time.Now().Add(20 * time.Second)
+	for rev := int64(100); time.Now().Before(deadline); rev++ {
+		members(t, ns, "quiet", all)
+		report(rev)
+		if ec := getCluster(t, ns, "quiet"); ec.ResourceVersion != rv {
+			now, _ := json.Marshal(ec)
+			t.Fatalf("the EtcdCluster was written at rest (resourceVersion %s, was %s): %s\nwas %s", ec.ResourceVersion, rv, now, settled)
+		}
+		time.Sleep(time.Second) // the sidecars' pace, not a synchronisation
+	}
 }
 
 // answering holds the member hosts whose etcd answers /readyz (a linearizable read) when

@@ -8,8 +8,14 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -65,6 +71,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.SyncPeriod > 0 {
 		mo.Cache.SyncPeriod = &o.SyncPeriod
 	}
+	mo.Cache.ByObject = stewardObjectsOnly()
 	if o.Namespace != "" {
 		mo.Cache.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
 	}
@@ -94,6 +101,24 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// stewardObjectsOnly limits the cache of the built-in kinds the operator watches to the
+// objects of Steward's clusters (those labelled with their cluster): it holds no other Pod,
+// ConfigMap or Lease of the Kubernetes cluster. An object made by someone else under a
+// cluster's name is read from the API server when a create finds it (apply).
+func stewardObjectsOnly() map[client.Object]cache.ByObject {
+	req, err := labels.NewRequirement(LabelCluster, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant label key
+	}
+	mine := cache.ByObject{Label: labels.NewSelector().Add(*req)}
+	out := map[client.Object]cache.ByObject{}
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.ConfigMap{}, &corev1.Service{},
+		&corev1.ServiceAccount{}, &coordinationv1.Lease{}, &appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+		out[obj] = mine
+	}
+	return out
 }
 
 // OwnImage returns the image of the pod the operator runs in (POD_NAME and POD_NAMESPACE

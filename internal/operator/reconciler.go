@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // Finalizer holds an EtcdCluster until its owned objects are deleted.
@@ -79,23 +81,33 @@ type ClusterReconciler struct {
 }
 
 // SetupWithManager registers the reconciler: it watches EtcdClusters, the objects they own,
-// and the member pods. Lease renewals wake it only when the holder changes (each is noted
-// on the lease clock as it arrives); expiries are found by the requeue at the next deadline.
+// and the member pods. A Lease renewal wakes nothing: a member Lease wakes it when its holder
+// changes, and the lease clock wakes it when a Lease lapses. Renewals are noted on the lease
+// clock as they arrive.
 func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.leases.expired = make(chan event.GenericEvent, 64)
 	holderChanged := predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*coordinationv1.Lease)
 			n, ok2 := e.ObjectNew.(*coordinationv1.Lease)
-			if ok2 {
-				r.leases.observe(n, r.now())
+			if !ok1 || !ok2 {
+				return true
 			}
-			return !ok1 || !ok2 || !reflect.DeepEqual(o.Spec.HolderIdentity, n.Spec.HolderIdentity)
+			r.leases.observe(n, r.now())
+			return n.Labels[LabelLeaseKind] == "member" && !reflect.DeepEqual(o.Spec.HolderIdentity, n.Spec.HolderIdentity)
 		},
 		DeleteFunc: func(e event.DeleteEvent) bool {
 			r.leases.forget(e.Object.GetUID())
 			return true
 		},
 	}
+	// A report's figures (revision, indexes) are refreshed every few seconds while etcd
+	// takes writes: they wake nothing, the next pass reads them.
+	reportChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1alpha1.EtcdMember)
+		n, ok2 := e.ObjectNew.(*v1alpha1.EtcdMember)
+		return !ok1 || !ok2 || kubeview.ChangedAtOnce(o, n)
+	}}
 	podToCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[LabelCluster]
 		if name == "" {
@@ -113,9 +125,10 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&coordinationv1.Lease{}, builder.WithPredicates(holderChanged)).
-		Owns(&v1alpha1.EtcdMember{}).
+		Owns(&v1alpha1.EtcdMember{}, builder.WithPredicates(reportChanged)).
 		Watches(&corev1.Pod{}, podToCluster).
 		Watches(&corev1.PersistentVolumeClaim{}, podToCluster).
+		WatchesRawSource(source.Channel(r.leases.expired, &handler.EnqueueRequestForObject{})).
 		Named("etcdcluster").
 		// Clusters are independent: several reconcile at once (one cluster never twice at once).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
@@ -295,7 +308,9 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if len(errs) == 0 {
 		status.ObservedGeneration = ec.Generation
 	}
-	if !reflect.DeepEqual(status, ec.Status) {
+	// Semantic: times read back from the API server are in the local zone, the computed ones
+	// in UTC; the same instant is no change, and an unchanged status is never written.
+	if !equality.Semantic.DeepEqual(status, ec.Status) {
 		ec.Status = status
 		if err := r.Client.Status().Update(ctx, ec); err != nil {
 			if apierrors.IsConflict(err) {
@@ -706,10 +721,11 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	}
 	for i := range leases.Items {
 		l := &leases.Items[i]
+		seen := r.leases.observe(l, now)
 		switch l.Labels[LabelLeaseKind] {
 		case "member":
 			if n, ok := ordinal(ec, l.Name); ok {
-				at(n).Lease = leaseState(l, r.leases.observe(l, now))
+				at(n).Lease = leaseState(l, seen)
 			}
 		case "full-snapshot", "delta-snapshot":
 			if ec.Spec.Backup == nil {
@@ -1012,10 +1028,9 @@ func nextDeadline(o Observation, d Decision, now time.Time) time.Duration {
 			next = t
 		}
 	}
+	// A Lease that lapses wakes the reconciliation by itself (leaseClock): its renewals move
+	// no deadline here, so that a cluster at rest is not reconciled at every renewal.
 	for _, m := range o.Members {
-		if m.Lease != nil && m.Lease.Holder != "" {
-			consider(m.Lease.Renewed.Add(m.Lease.Duration))
-		}
 		if m.Pod != nil {
 			consider(m.Pod.Created.Add(o.Graces.NotReady))
 		}
@@ -1038,10 +1053,6 @@ func nextDeadline(o Observation, d Decision, now time.Time) time.Duration {
 		// A rolling update waits for members' Lease renewals (which do not wake the
 		// operator), for reports, for the leadership move to be reported, for the stall grace.
 		consider(now.Add(2 * time.Second))
-	}
-	if b := o.Backup; b != nil {
-		consider(b.LastFull.Add(3 * b.DeltaPeriod))
-		consider(b.LastDelta.Add(3 * b.DeltaPeriod))
 	}
 	// A second more, so that the deadline has passed when the reconciliation runs (status
 	// times are kept at second precision).
