@@ -46,7 +46,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is immutable: it is used only when the cluster is created"
 // +kubebuilder:validation:XValidation:rule="(has(self.tls) && self.tls.enabled) == (has(oldSelf.tls) && oldSelf.tls.enabled)",message="spec.tls.enabled is chosen when the cluster is created: the members' peer URLs carry the scheme; create a new EtcdCluster (bootstrap.restore from this one's backups) to change it"
 // +kubebuilder:validation:XValidation:rule="(has(self.tls) && has(self.tls.serverSecret)) == (has(oldSelf.tls) && has(oldSelf.tls.serverSecret)) && (!has(self.tls) || !has(self.tls.serverSecret) || self.tls.serverSecret == oldSelf.tls.serverSecret)",message="spec.tls.serverSecret is chosen when the cluster is created: members of other certificates would not trust each other during the change; renew or roll over the certificates inside the Secret, or create a new EtcdCluster (bootstrap.restore from this one's backups)"
-// +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.restore) || !has(self.backup) || self.bootstrap.restore.store != self.backup.store",message="spec.bootstrap.restore.store must differ from spec.backup.store: a restored cluster is a new history, and its backups need their own store or prefix"
+// +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.restore) || !has(self.backup) || self.bootstrap.restore.store.find('^[^?]*[^?/]') != self.backup.store.find('^[^?]*[^?/]')",message="spec.bootstrap.restore.store must differ from spec.backup.store (their bucket and prefix; query parameters and a trailing '/' do not make another store): a restored cluster is a new history, and its backups need their own store or prefix"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.backup) || !has(self.backup) || self.backup.store.find('^[^?]*[^?/]') == oldSelf.backup.store.find('^[^?]*[^?/]')",message="spec.backup.store cannot change in place: an EtcdRestore reads only the cluster's current store, so the backups already in the old one could no longer be restored in place (a new EtcdCluster can still start from them with spec.bootstrap.restore); to move the backups anyway, remove spec.backup in one change and set it with the new store in the next"
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.auth) && oldSelf.auth.enabled) || (has(self.auth) && self.auth.enabled)",message="spec.auth.enabled cannot be turned off: etcd keeps authentication on, and Steward's clients need the root password to reach it"
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.auth) && oldSelf.auth.enabled) || !has(self.auth) || (has(self.auth.rootPasswordSecret) == has(oldSelf.auth.rootPasswordSecret) && (!has(self.auth.rootPasswordSecret) || self.auth.rootPasswordSecret == oldSelf.auth.rootPasswordSecret))",message="spec.auth.rootPasswordSecret cannot change once authentication is on: the members would restart with a password etcd does not know; change the password inside the Secret instead"
 type EtcdClusterSpec struct {
@@ -272,6 +273,7 @@ type BackupSpec struct {
 	// Store is the object store URL: s3://bucket/prefix?region=…&endpoint=…, gs://…,
 	// azblob://…, or file:///path on a volume.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://.+')",message="spec.backup.store must be a URL with scheme s3://, gs://, azblob://, file:// or mem://"
 	Store string `json:"store"`
 	// CredentialsSecret holds the store's credentials as environment variables
@@ -340,6 +342,7 @@ type MaintenanceSpec struct {
 
 // EtcdSpec tunes the etcd members.
 //
+// +kubebuilder:validation:XValidation:rule="!has(self.autoCompactionRetention) || (has(self.autoCompactionMode) && self.autoCompactionMode == 'revision' ? self.autoCompactionRetention.matches('^[0-9]+$') : self.autoCompactionRetention.matches('^([0-9]+|([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+)$'))",message="spec.etcd.autoCompactionRetention must be a number of revisions (e.g. 10000) with autoCompactionMode revision, and otherwise a duration (e.g. 1h or 30m) or a number of hours"
 // +kubebuilder:validation:XValidation:rule="!has(self.heartbeatInterval) || !has(self.electionTimeout) || duration(self.electionTimeout).getMilliseconds() >= 5 * duration(self.heartbeatInterval).getMilliseconds()",message="spec.etcd.electionTimeout must be at least 5 times spec.etcd.heartbeatInterval, or members elect leaders on every delayed heartbeat"
 type EtcdSpec struct {
 	// QuotaBackendBytes is the database size at which etcd raises NOSPACE.
@@ -349,8 +352,8 @@ type EtcdSpec struct {
 	// +kubebuilder:validation:Enum=periodic;revision
 	// +optional
 	AutoCompactionMode string `json:"autoCompactionMode,omitempty"`
-	// AutoCompactionRetention is etcd's --auto-compaction-retention (a duration for periodic,
-	// a number of revisions for revision).
+	// AutoCompactionRetention is etcd's --auto-compaction-retention: for periodic, a duration
+	// (e.g. 1h, 30m) or a number of hours; for revision, a number of revisions.
 	// +optional
 	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
 	// SnapshotCount is the number of applied entries after which etcd snapshots its state.
@@ -399,6 +402,7 @@ type BootstrapSpec struct {
 // +kubebuilder:validation:XValidation:rule="!(has(self.revision) && has(self.time))",message="spec.bootstrap.restore: give revision or time, not both (neither: the newest)"
 type RestoreSource struct {
 	// Store is the backup store URL to restore from (see spec.backup.store).
+	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://.+')",message="spec.bootstrap.restore.store must be a URL with scheme s3://, gs://, azblob://, file:// or mem://"
 	Store string `json:"store"`
 	// CredentialsSecret holds the store's credentials (see spec.backup.credentialsSecret).
@@ -741,6 +745,8 @@ type SnapshotRef struct {
 
 // EtcdCluster is an etcd cluster that heals itself and backs itself up.
 //
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52",message="metadata.name must be at most 52 characters: the member pods carry the label controller-revision-hash, <name>-<hash of up to 10 characters>, and a label value holds at most 63"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must start with a lowercase letter and hold only lowercase letters, digits and '-' (not at the end): it names the cluster's Services (<name>-client, <name>-peer) and the members' host names, which must be DNS labels"
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:shortName=ec,categories=steward
 // +kubebuilder:subresource:status

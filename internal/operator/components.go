@@ -54,6 +54,9 @@ type run struct {
 	caCheck *caCheck
 	// rootPasswordReady: the AUTH component found the root password Secret good this pass.
 	rootPasswordReady bool
+	// statefulSetObserved: the StatefulSet as this pass left it has been seen by the
+	// StatefulSet controller (status.observedGeneration), so its rollout state is current.
+	statefulSetObserved bool
 	// recorder, when set, takes the Events of the components.
 	recorder events.EventRecorder
 	// orphanClusterIDs are the etcd cluster IDs that members a deleted EtcdCluster of this
@@ -499,6 +502,7 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		want.Template.Annotations[AnnotationTrust] = trust
 	}
 	hash := templateHash(want.Template)
+	defer func() { r.statefulSetObserved = sts.Generation > 0 && sts.Status.ObservedGeneration >= sts.Generation }()
 	if apierrors.IsNotFound(err) {
 		sts.Spec = want
 		return apply(ctx, r, sts, "member", func() error { metav1.SetMetaDataAnnotation(&sts.ObjectMeta, annotationTemplateHash, hash); return nil })

@@ -50,6 +50,17 @@ const (
 	CaseQuorumAnswers Case = "QuorumAnswersLinearizableRead"
 )
 
+// Reasons of the cluster's conditions that more than one step sets or tests look for.
+const (
+	// ReasonBootstrapping: the cluster has not formed yet (Ready and Progressing).
+	ReasonBootstrapping = "Bootstrapping"
+	// ReasonSyncFailed: a step of the pass failed (Progressing; status.lastErrors has each).
+	ReasonSyncFailed = "SyncFailed"
+	// ReasonInvalidSpec: the spec asks for what the operator cannot do, so it does nothing
+	// (Progressing).
+	ReasonInvalidSpec = "InvalidSpec"
+)
+
 // Graces are how long the operator lets members heal by themselves before it acts.
 type Graces struct {
 	// Unknown: a member whose Lease expired (its pod Ready) is Unknown this long before its
@@ -76,8 +87,11 @@ var DefaultGraces = Graces{Unknown: 60 * time.Second, NotReady: 5 * time.Minute,
 type Observation struct {
 	Now time.Time
 	// Name is the EtcdCluster's name (for messages).
-	Name    string
-	Desired int32
+	Name string
+	// Generation is the EtcdCluster's metadata.generation: the spec the conditions are
+	// computed for.
+	Generation int64
+	Desired    int32
 	// Formed: the cluster has formed before (its status has a cluster ID, or a member was
 	// ever Ready). A cluster that never formed bootstraps all members at once.
 	Formed bool
@@ -621,7 +635,7 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	conds := slices.Clone(o.Previous.Conditions)
 	set := func(t string, ok bool, reason, msg string) {
 		meta.SetStatusCondition(&conds, metav1.Condition{Type: t, Status: boolStatus(ok), Reason: reason,
-			Message: msg, ObservedGeneration: o.Previous.ObservedGeneration, LastTransitionTime: metav1.NewTime(o.Now)})
+			Message: msg, ObservedGeneration: o.Generation, LastTransitionTime: metav1.NewTime(o.Now)})
 	}
 	was := func(t string) metav1.ConditionStatus {
 		if c := meta.FindStatusCondition(o.Previous.Conditions, t); c != nil {
@@ -647,7 +661,8 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 
 	set(v1alpha1.ConditionAllMembersReady, all, pick(all, "AllMembersReady", "NotAllMembersReady"), members)
 	set(v1alpha1.ConditionQuorate, quorate, pick(quorate, "Quorate", "NoQuorum"), members)
-	set(v1alpha1.ConditionReady, quorate, pick(quorate, "Quorate", "QuorumLost"), members)
+	// A cluster that never formed has no quorum to lose yet.
+	set(v1alpha1.ConditionReady, quorate, pick(quorate, "Quorate", pick(o.Formed, "QuorumLost", ReasonBootstrapping)), members)
 	degraded := quorate && !all && o.Formed
 	set(v1alpha1.ConditionDegraded, degraded, pick(degraded, "MembersNotReady", "AsDesired"), members)
 
@@ -655,7 +670,7 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	reason, msg := "Reconciled", fmt.Sprintf("%d members, as desired", o.Desired)
 	switch {
 	case !o.Formed:
-		reason, msg = "Bootstrapping", fmt.Sprintf("bootstrapping %d members: %s", o.Desired, members)
+		reason, msg = ReasonBootstrapping, fmt.Sprintf("bootstrapping %d members: %s", o.Desired, members)
 	case d.StatefulSetReplicas > o.StatefulSetReplicas && o.StatefulSetReplicas >= 0:
 		reason, msg = "ScalingUp", fmt.Sprintf("adding member %d of %d", d.StatefulSetReplicas, o.Desired)
 	case d.StatefulSetReplicas < o.StatefulSetReplicas:
@@ -707,6 +722,18 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	}
 	hibernationConditions(d, set)
 	return conds
+}
+
+// syncFailedCondition is the Progressing condition of a pass whose sync failed in part: what
+// the spec asks is not all carried out, and the first failing step says why. The pass is
+// tried again; status.lastErrors holds every error.
+func syncFailedCondition(errs []v1alpha1.LastError, generation int64, now time.Time) metav1.Condition {
+	msg := fmt.Sprintf("%s: %s", errs[0].Code, errs[0].Description)
+	if len(errs) > 1 {
+		msg += fmt.Sprintf(" (and %d more in status.lastErrors)", len(errs)-1)
+	}
+	return metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonSyncFailed,
+		Message: msg + "; retried in " + syncRetry.String(), ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now)}
 }
 
 // membersSummary counts the members Ready, and names those whose Leases are not renewed while

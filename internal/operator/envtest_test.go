@@ -202,6 +202,13 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 		t.Fatal(err)
 	}
 	n := *sts.Spec.Replicas
+	if sts.Status.ObservedGeneration != sts.Generation {
+		// The StatefulSet controller has seen the newest template.
+		sts.Status.ObservedGeneration, sts.Status.Replicas = sts.Generation, n
+		if err := k8s.Status().Update(ctx, &sts); err != nil && !apierrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+	}
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(sts.Spec.Selector.MatchLabels)); err != nil {
 		t.Fatal(err)
@@ -800,6 +807,26 @@ func TestValidation(t *testing.T) {
 		{"restore from the store the new cluster backs up to", func(ec *v1alpha1.EtcdCluster) {
 			ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/p"}}
 		}, "spec.bootstrap.restore.store must differ from spec.backup.store"},
+		{"restore from the same store spelled otherwise", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/p/?region=eu-west-1"}}
+		}, "spec.bootstrap.restore.store must differ from spec.backup.store"},
+		{"restore from another prefix of the bucket", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://b/p2"}}
+		}, ""},
+		{"name of 52 characters", func(ec *v1alpha1.EtcdCluster) { ec.Name = "n" + strings.Repeat("a", 51) }, ""},
+		{"name of 53 characters", func(ec *v1alpha1.EtcdCluster) { ec.Name = "n" + strings.Repeat("a", 52) }, "metadata.name must be at most 52 characters"},
+		{"name starting with a digit", func(ec *v1alpha1.EtcdCluster) { ec.Name = "1st" }, "metadata.name must start with a lowercase letter"},
+		{"name with a dot", func(ec *v1alpha1.EtcdCluster) { ec.Name = "etcd.main" }, "metadata.name must start with a lowercase letter"},
+		{"compaction retention in hours", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Etcd.AutoCompactionRetention = "72" }, ""},
+		{"compaction retention as a duration", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Etcd.AutoCompactionRetention = "1h30m" }, ""},
+		{"compaction retention in words", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Etcd.AutoCompactionRetention = "1 hour" },
+			"spec.etcd.autoCompactionRetention must be"},
+		{"compaction retention of revisions", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.Etcd.AutoCompactionMode, ec.Spec.Etcd.AutoCompactionRetention = "revision", "10000"
+		}, ""},
+		{"compaction retention of revisions as a duration", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.Etcd.AutoCompactionMode, ec.Spec.Etcd.AutoCompactionRetention = "revision", "1h"
+		}, "spec.etcd.autoCompactionRetention must be"},
 		{"unknown quorum-loss policy", func(ec *v1alpha1.EtcdCluster) { ec.Spec.QuorumLoss.Policy = "Sometimes" }, "spec.quorumLoss.policy"},
 		{"the user's certificates", func(ec *v1alpha1.EtcdCluster) {
 			ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true, ServerSecret: "certs", ClientSecret: "client"}
@@ -868,6 +895,19 @@ func TestValidation(t *testing.T) {
 		{"auth turned on with a Secret of the user's", func(ec *v1alpha1.EtcdCluster) {
 			ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "mine"}
 		}, ""},
+		// The backups of the old store would be out of an EtcdRestore's reach.
+		{"backup store moved", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup.Store = "s3://b/q" }, "spec.backup.store cannot change in place"},
+		{"backup store spelled otherwise", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup.Store = "s3://b/p/?region=eu-west-1" }, ""},
+		{"backups turned off, the way to move them", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = nil }, ""},
+	})
+	unbacked := good("unbacked")
+	unbacked.Spec.Backup = nil
+	unbacked.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
+	if err := k8s.Create(ctx, unbacked); err != nil {
+		t.Fatal(err)
+	}
+	updates("unbacked", []change{
+		{"backups turned on in a new store", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "s3://b/q"} }, ""},
 	})
 	authed := good("authed")
 	authed.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "mine"}

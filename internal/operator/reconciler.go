@@ -180,7 +180,14 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	if ec.Annotations[v1alpha1.AnnotationPaused] == "true" {
-		return ctrl.Result{}, r.writePaused(ctx, ec)
+		return ctrl.Result{}, r.writeHeld(ctx, ec, "Paused",
+			fmt.Sprintf("reconciliation is paused by the annotation %s=true; remove it to resume", v1alpha1.AnnotationPaused))
+	}
+	if err := specProblem(ec.Spec); err != nil {
+		// Nothing is changed on the cluster for a spec its members could not run with: the
+		// members keep what they run. The next change of the spec is checked again.
+		return ctrl.Result{}, r.writeHeld(ctx, ec, ReasonInvalidSpec, fmt.Sprintf(
+			"generation %d is not carried out, nothing is changed: %v", ec.Generation, err))
 	}
 
 	now := r.now()
@@ -305,7 +312,14 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	status.LastErrors = errs
-	if len(errs) == 0 {
+	if len(errs) > 0 {
+		apimeta.SetStatusCondition(&status.Conditions, syncFailedCondition(errs, ec.Generation, now))
+	}
+	if len(errs) == 0 && run.statefulSetObserved {
+		// The generation is accounted for only once everything synced and the StatefulSet
+		// controller has seen the template this pass wrote: until then no rolling update
+		// exists to report, and a reader of observedGeneration would take the old members
+		// for the new spec.
 		status.ObservedGeneration = ec.Generation
 	}
 	// Semantic: times read back from the API server are in the local zone, the computed ones
@@ -336,7 +350,7 @@ func (r *ClusterReconciler) setCACondition(ec *v1alpha1.EtcdCluster, status *v1a
 	ok, reason, msg := caCondition(c, now)
 	prev := apimeta.FindStatusCondition(ec.Status.Conditions, v1alpha1.ConditionCAReady)
 	apimeta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionCAReady, Status: boolStatus(ok), Reason: reason,
-		Message: msg, ObservedGeneration: ec.Status.ObservedGeneration, LastTransitionTime: metav1.NewTime(now).Rfc3339Copy()})
+		Message: msg, ObservedGeneration: ec.Generation, LastTransitionTime: metav1.NewTime(now).Rfc3339Copy()})
 	switch {
 	case prev != nil && prev.Reason == reason:
 	case !ok:
@@ -606,15 +620,23 @@ func (r *ClusterReconciler) orphanClusterIDs(ctx context.Context, ec *v1alpha1.E
 	return ids, nil
 }
 
-func (r *ClusterReconciler) writePaused(ctx context.Context, ec *v1alpha1.EtcdCluster) error {
+// writeHeld records in the Progressing condition why nothing is done (a pause, a spec the
+// members could not run with), with a Warning Event the first time for an invalid spec.
+// status.observedGeneration stays: the generation is not carried out.
+func (r *ClusterReconciler) writeHeld(ctx context.Context, ec *v1alpha1.EtcdCluster, reason, msg string) error {
 	before := ec.Status.DeepCopy()
 	apimeta.SetStatusCondition(&ec.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing,
-		Status: metav1.ConditionFalse, Reason: "Paused", ObservedGeneration: ec.Generation,
-		Message: fmt.Sprintf("reconciliation is paused by the annotation %s=true; remove it to resume", v1alpha1.AnnotationPaused)})
-	if reflect.DeepEqual(before, &ec.Status) {
+		Status: metav1.ConditionFalse, Reason: reason, ObservedGeneration: ec.Generation, Message: msg})
+	if equality.Semantic.DeepEqual(before, &ec.Status) {
 		return nil
 	}
-	return r.Client.Status().Update(ctx, ec)
+	if err := r.Client.Status().Update(ctx, ec); err != nil {
+		return err
+	}
+	if reason == ReasonInvalidSpec {
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, ReasonInvalidSpec, "Validate", "%s", msg)
+	}
+	return nil
 }
 
 // checkSecrets reports a credentials Secret that does not exist. Nothing is deleted: the
@@ -651,7 +673,7 @@ func (r *ClusterReconciler) checkSecrets(ctx context.Context, ec *v1alpha1.EtcdC
 
 // observe reads what Decide needs.
 func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluster, now time.Time) (Observation, error) {
-	o := Observation{Now: now, Name: ec.Name, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1, ConfigMembers: -1,
+	o := Observation{Now: now, Name: ec.Name, Generation: ec.Generation, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1, ConfigMembers: -1,
 		Hibernate:          ec.Annotations[v1alpha1.AnnotationHibernate] == "true",
 		SnapshotBeforeStop: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup}
 	var cm corev1.ConfigMap
