@@ -675,3 +675,45 @@ func TestDecideSingleMemberDrain(t *testing.T) {
 		t.Errorf("minAvailable %d with stale backups, want 1", d.MinAvailable)
 	}
 }
+
+// TestDecideRestoreNotHeldUnderManual: under quorumLoss.policy Manual a quorum-loss recovery
+// stops before its seed acts, for a confirmation; a restore the user asked for does not (the
+// EtcdRestore is the confirmation), once every member is stopped and has reported from disk.
+func TestDecideRestoreNotHeldUnderManual(t *testing.T) {
+	stoppedAndReported := func(st heal.Status) *world {
+		w := healthy(3)
+		w.o.Previous.ClusterID = "c1"
+		w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+		w.o.Reports = map[string]cluster.Report{}
+		for i := range w.o.Members {
+			name := fmt.Sprintf("c-%d", i)
+			w.o.Members[i].Pod = &PodState{Created: t0.Add(-30 * time.Second)} // recreated after the directive, held
+			w.o.Members[i].Lease.Renewed = t0.Add(-time.Hour)
+			w.prevStatus(i, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 30*time.Second)
+			w.o.Reports[name] = cluster.Report{Name: name, At: t0, Source: cluster.ReportFromDisk, DataValid: true, Owner: name,
+				MemberID: fmt.Sprintf("%x", 100+i), ClusterID: "c1", Formed: true, LastTerm: 3, LastIndex: uint64(100 + i)}
+		}
+		w.o.Recovery = &Recovery{Status: st, Policy: v1alpha1.QuorumLossManual, Timing: heal.DefaultTiming}
+		return w
+	}
+	issued := t0.Add(-time.Minute)
+	restore, err := heal.StartRestore(heal.Observation{Now: issued}, cluster.RestoreTarget{Revision: 90, Timeline: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore.Status.ClusterID = "c1"
+	d := Decide(stoppedAndReported(restore.Status).o)
+	if dir := d.Recovery.Status.Directive; dir == nil || dir.Phase != cluster.PhaseSeeding || d.Recovery.Held != "" {
+		t.Fatalf("restore under Manual: directive %+v, held %q; want Seeding without a confirmation", dir, d.Recovery.Held)
+	}
+
+	lost := heal.Status{ClusterID: "c1", LastEpoch: 2, Directive: &cluster.Directive{Epoch: 2, Phase: cluster.PhaseFencing, IssuedAt: issued, PhaseSince: issued}}
+	w := stoppedAndReported(lost)
+	for _, name := range []string{"c-1", "c-2"} { // wiped: the quorum is lost for good
+		w.o.Reports[name] = cluster.Report{Name: name, At: t0, Source: cluster.ReportFromDisk, DataEmpty: true}
+	}
+	d = Decide(w.o)
+	if d.Recovery.Held == "" || d.Recovery.Status.Directive.Phase != cluster.PhaseFencing {
+		t.Fatalf("quorum loss under Manual: directive %+v, held %q; want it held for the confirmation", d.Recovery.Status.Directive, d.Recovery.Held)
+	}
+}

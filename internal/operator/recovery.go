@@ -92,9 +92,10 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 	if refused != "" {
 		out.Status.Waiting = refused + "; " + out.Status.Waiting
 	}
-	if nd := dec.Status.Directive; rec.Policy == v1alpha1.QuorumLossManual && nd != nil && nd.Phase == cluster.PhaseSeeding &&
+	if nd := dec.Status.Directive; rec.Policy == v1alpha1.QuorumLossManual && nd != nil && nd.Phase == cluster.PhaseSeeding && nd.Restore == nil &&
 		(st.Directive == nil || st.Directive.Phase == cluster.PhaseFencing) && rec.Confirmed != nd.Epoch {
-		// Manual: stop before anything is changed on disk, and say what would happen.
+		// Manual: stop before anything is changed on disk, and say what would happen. A
+		// restore is not held: the user's EtcdRestore (or bootstrap.restore) is the confirmation.
 		out.Status, out.Event = st, ""
 		out.Held = fmt.Sprintf("recovery %d would start from %s (%s): %s", nd.Epoch, nd.Seed, nd.Mode, nd.Reason)
 		for _, a := range nd.Alternatives {
