@@ -113,6 +113,8 @@ type Observation struct {
 	BootstrapRestore *cluster.RestoreTarget
 	// UnboundVolumes are member volume claims that stayed Pending past a grace, with why.
 	UnboundVolumes []string
+	// Unschedulable are member pods the scheduler could not place, with its reason.
+	Unschedulable []string
 	// Rollout is what a rolling update decides from (nil: no StatefulSet yet).
 	Rollout *RolloutObservation
 	// SnapshotBeforeStop: a full snapshot is stored before members are stopped (the first
@@ -682,6 +684,10 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	}
 	if d.Rollout.Status != nil && (reason == "Reconciled" || reason == "WaitingForMembers") {
 		progressing, reason, msg = true, d.Rollout.Reason, d.Rollout.Message
+	}
+	if len(o.Unschedulable) > 0 {
+		reason, msg = "Unschedulable", "member pods not scheduled: "+strings.Join(o.Unschedulable, "; ")+
+			" (members spread one per node: with fewer nodes than members they share nodes evenly; a lost node's member waits for the node, or for it to be removed)"
 	}
 	if len(o.UnboundVolumes) > 0 {
 		reason, msg = "VolumeNotBound", "volume claims not bound: "+strings.Join(o.UnboundVolumes, "; ")

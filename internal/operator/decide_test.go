@@ -717,3 +717,15 @@ func TestDecideRestoreNotHeldUnderManual(t *testing.T) {
 		t.Fatalf("quorum loss under Manual: directive %+v, held %q; want it held for the confirmation", d.Recovery.Status.Directive, d.Recovery.Held)
 	}
 }
+
+// TestDecideUnschedulableNamed: a member pod the scheduler cannot place (members spread one
+// per node) is named in Progressing with the scheduler's reason.
+func TestDecideUnschedulableNamed(t *testing.T) {
+	w := healthy(3).podNotReady(2, time.Minute)
+	w.o.Unschedulable = []string{"c-2: 0/3 nodes are available: 1 node(s) didn't match pod topology spread constraints"}
+	d := Decide(w.o)
+	c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionProgressing)
+	if c == nil || c.Reason != "Unschedulable" || !strings.Contains(c.Message, "c-2: 0/3 nodes") {
+		t.Errorf("Progressing %+v, want the unschedulable member named", c)
+	}
+}

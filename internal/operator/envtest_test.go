@@ -392,8 +392,9 @@ func TestCreateMakesEveryOwnedObject(t *testing.T) {
 	if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
 		t.Errorf("claims must survive scaling to 0 (fencing keeps the survivors' data): %v", p)
 	}
-	if len(pod.Spec.TopologySpreadConstraints) != 2 {
-		t.Errorf("default spread over nodes then zones: %v", pod.Spec.TopologySpreadConstraints)
+	if c := pod.Spec.TopologySpreadConstraints; len(c) != 2 || c[0].TopologyKey != corev1.LabelHostname || c[0].WhenUnsatisfiable != corev1.DoNotSchedule ||
+		c[1].TopologyKey != corev1.LabelTopologyZone || c[1].WhenUnsatisfiable != corev1.ScheduleAnyway {
+		t.Errorf("default spread: over nodes required, then over zones preferred; got %v", c)
 	}
 
 	var cm corev1.ConfigMap

@@ -307,12 +307,16 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 			Secret: &corev1.SecretVolumeSource{SecretName: enc.KeysSecret.Name, DefaultMode: ptr(int32(0o440))}}})
 	}
 	if podSpec.Affinity == nil && len(podSpec.TopologySpreadConstraints) == 0 {
-		// Spread over nodes first, then zones; ScheduleAnyway keeps small clusters schedulable.
-		for _, key := range []string{corev1.LabelHostname, corev1.LabelTopologyZone} {
-			podSpec.TopologySpreadConstraints = append(podSpec.TopologySpreadConstraints, corev1.TopologySpreadConstraint{
-				MaxSkew: 1, TopologyKey: key, WhenUnsatisfiable: corev1.ScheduleAnyway,
-				LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ec)}})
+		// Over nodes, required: with as many nodes as members, one member per node, so that
+		// deleting a pod (a fence) stops one member, and one lost node costs one member. Fewer
+		// nodes share the members evenly (skew is counted over the nodes there are). Over
+		// zones, preferred: nodes need not carry a zone.
+		spread := func(key string, when corev1.UnsatisfiableConstraintAction) corev1.TopologySpreadConstraint {
+			return corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: key, WhenUnsatisfiable: when,
+				LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ec)}}
 		}
+		podSpec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{
+			spread(corev1.LabelHostname, corev1.DoNotSchedule), spread(corev1.LabelTopologyZone, corev1.ScheduleAnyway)}
 	}
 	size := ec.Spec.Storage.Size
 	if size == nil {

@@ -739,6 +739,9 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		if n, ok := ordinal(ec, p.Name); ok {
 			at(n).Pod = &PodState{Ready: podReady(p), Created: p.CreationTimestamp.Time, Deleting: !p.DeletionTimestamp.IsZero(),
 				Revision: p.Labels[appsv1.ControllerRevisionHashLabelKey]}
+			if why := unschedulable(p); why != "" {
+				o.Unschedulable = append(o.Unschedulable, fmt.Sprintf("%s: %s", p.Name, why))
+			}
 		}
 	}
 	for i := range leases.Items {
@@ -847,6 +850,16 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	o.Formed = ec.Status.ClusterID != "" || slices.ContainsFunc(ec.Status.Members, func(m v1alpha1.MemberStatus) bool { return m.ID != "" }) ||
 		slices.ContainsFunc(o.Members, func(m MemberObservation) bool { return m.Lease != nil && m.Lease.Holder != "" })
 	return o, nil
+}
+
+// unschedulable is the scheduler's reason for not placing the pod ("" once placed).
+func unschedulable(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 func podReady(p *corev1.Pod) bool {
