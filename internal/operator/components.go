@@ -317,10 +317,10 @@ func syncLeases(ctx context.Context, r *run) error {
 			}
 		}
 	}
-	current := map[string]bool{} // owned, with the duration it needs
+	current := map[string]bool{} // owned, and for the delta-snapshot Lease with the duration it needs (the delta period may change)
 	for i := range have.Items {
 		l := &have.Items[i]
-		current[l.Name] = metav1.IsControlledBy(l, r.ec) && ptrEqual(l.Spec.LeaseDurationSeconds, duration[l.Name])
+		current[l.Name] = metav1.IsControlledBy(l, r.ec) && (l.Name != deltaLeaseName(r.ec) || ptrEqual(l.Spec.LeaseDurationSeconds, duration[l.Name]))
 		if _, ok := want[l.Name]; !ok {
 			if err := deleteIfOwned(ctx, r, l); err != nil {
 				return err
@@ -469,6 +469,11 @@ func deleteRBAC(ctx context.Context, r *run) error {
 func syncStatefulSet(ctx context.Context, r *run) error {
 	sts := &appsv1.StatefulSet{ObjectMeta: objectMeta(r, statefulSetName(r.ec))}
 	err := r.c.Get(ctx, client.ObjectKeyFromObject(sts), sts)
+	if apierrors.IsNotFound(err) {
+		// The cache holds only objects labelled for a Steward cluster: one made by someone
+		// else under this name is found on the API server.
+		err = r.secrets().Get(ctx, client.ObjectKeyFromObject(sts), sts)
+	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
