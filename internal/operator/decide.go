@@ -323,8 +323,15 @@ func Decide(o Observation) Decision {
 			rec.Status = bootstrapDirective(o, rec.Status, *t)
 		}
 		rec.Status.ClusterID, rec.Status.Voters = d.ClusterID, toMemberVoters(d.Voters)
+		size := max(d.ConfigMembers, d.StatefulSetReplicas)
+		if o.Formed && rec.Status.Directive != nil {
+			// A directive in force keeps the sizes as they are (below): a member a scale-up
+			// would add gets no pod meanwhile, so it is none of the recovery's members, which
+			// would otherwise wait for it to rejoin for ever.
+			size = max(o.ConfigMembers, o.StatefulSetReplicas, 0)
+		}
 		var names []string
-		for i := int32(0); i < max(d.ConfigMembers, d.StatefulSetReplicas); i++ {
+		for i := int32(0); i < size; i++ {
 			names = append(names, fmt.Sprintf("%s-%d", o.Name, i))
 		}
 		out := decideRecovery(o, names, d.Members, rec)

@@ -451,6 +451,26 @@ func TestDecideRecovery(t *testing.T) {
 	}
 }
 
+// TestDecideRecoveryIgnoresAPendingScaleUp: a scale-up asked for while a recovery is in force
+// waits for it (the sizes stay as they are), so the member it would add is none of the
+// recovery's members: the recovery completes once the members that exist serve (and only
+// then is the new member added).
+func TestDecideRecoveryIgnoresAPendingScaleUp(t *testing.T) {
+	w := healthy(1)
+	w.o.Desired = 2
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}}
+	dir := &cluster.Directive{Epoch: 1, Phase: cluster.PhaseRejoining, Mode: cluster.RecoverFromSurvivor, Seed: "c-0",
+		IssuedAt: t0.Add(-2 * time.Hour), PhaseSince: t0.Add(-time.Minute)}
+	w.o.Recovery = &Recovery{Status: heal.Status{Directive: dir, LastEpoch: 1}, Timing: heal.DefaultTiming}
+	w.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0", Serving: true, Leader: true, MemberID: "64", ClusterID: "c1",
+		Members: []cluster.LiveMember{{ID: "64", Name: "c-0"}}}}
+	d := Decide(w.o)
+	if st := d.Recovery.Status; st.Directive != nil || st.LastRecovery == nil || st.LastRecovery.Epoch != 1 {
+		t.Fatalf("directive %+v (waiting %q): the recovery must complete with c-0 alone, c-1 being added only after it", st.Directive, st.Waiting)
+	}
+}
+
 // TestDecideQuorumAnswersWithdrawsTheFence: every pod NotReady past the grace says the quorum
 // is lost, but a member asked directly answers a linearizable read: no directive is issued
 // (a new one is withdrawn at once), a directive already fencing is withdrawn, nothing is
