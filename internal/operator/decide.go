@@ -324,11 +324,17 @@ func Decide(o Observation) Decision {
 		}
 		rec.Status.ClusterID, rec.Status.Voters = d.ClusterID, toMemberVoters(d.Voters)
 		size := max(d.ConfigMembers, d.StatefulSetReplicas)
-		if o.Formed && rec.Status.Directive != nil {
+		if dir := rec.Status.Directive; o.Formed && dir != nil {
 			// A directive in force keeps the sizes as they are (below): a member a scale-up
 			// would add gets no pod meanwhile, so it is none of the recovery's members, which
 			// would otherwise wait for it to rejoin for ever.
 			size = max(o.ConfigMembers, o.StatefulSetReplicas, 0)
+			if dir.Phase == cluster.PhaseRejoining && o.ConfigMembers >= 0 {
+				// Once the seed serves, only the members the ConfigMap lists rejoin: one that
+				// was leaving (a scale-down under way) is removed from etcd by the leader's
+				// sidecar and never rejoins. Until then it counts: its log may be the newest.
+				size = o.ConfigMembers
+			}
 		}
 		var names []string
 		for i := int32(0); i < size; i++ {

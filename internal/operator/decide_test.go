@@ -471,6 +471,27 @@ func TestDecideRecoveryIgnoresAPendingScaleUp(t *testing.T) {
 	}
 }
 
+// TestDecideRecoveryDoesNotWaitForALeavingMember: a recovery that started while a member was
+// leaving (the ConfigMap lists 2 of the StatefulSet's 3) completes once the two that stay
+// serve as voters: the leaving member never rejoins (the leader's sidecar removes it), and
+// waiting for it would hold the cluster, and the scale-down, for ever.
+func TestDecideRecoveryDoesNotWaitForALeavingMember(t *testing.T) {
+	w := healthy(3).podNotReady(2, time.Minute)
+	w.o.Desired, w.o.ConfigMembers = 2, 2
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}}
+	dir := &cluster.Directive{Epoch: 1, Phase: cluster.PhaseRejoining, Mode: cluster.RecoverFromSurvivor, Seed: "c-0",
+		IssuedAt: t0.Add(-2 * time.Hour), PhaseSince: t0.Add(-time.Minute)}
+	w.o.Recovery = &Recovery{Status: heal.Status{Directive: dir, LastEpoch: 1}, Timing: heal.DefaultTiming}
+	voters := []cluster.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}}
+	w.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0", Serving: true, Leader: true, MemberID: "64", ClusterID: "c1", Members: voters},
+		"c-1": {Name: "c-1", Serving: true, MemberID: "65", ClusterID: "c1", Members: voters}}
+	d := Decide(w.o)
+	if st := d.Recovery.Status; st.Directive != nil || st.LastRecovery == nil || st.LastRecovery.Epoch != 1 {
+		t.Fatalf("directive %+v (waiting %q): the recovery must complete without the leaving c-2", st.Directive, st.Waiting)
+	}
+}
+
 // TestDecideQuorumAnswersWithdrawsTheFence: every pod NotReady past the grace says the quorum
 // is lost, but a member asked directly answers a linearizable read: no directive is issued
 // (a new one is withdrawn at once), a directive already fencing is withdrawn, nothing is
