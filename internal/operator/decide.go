@@ -350,7 +350,8 @@ func Decide(o Observation) Decision {
 		if o.Formed && (out.Status.Directive != nil || out.Held != "") {
 			// The members carry out the recovery: nothing is scaled or restarted meanwhile
 			// (a new cluster restored from a backup starts all its members at once).
-			d.StatefulSetReplicas, d.ConfigMembers = max(o.StatefulSetReplicas, 0), max(o.ConfigMembers, 0)
+			// A member the ConfigMap lists gets its pod, though: its sidecar must report.
+			d.StatefulSetReplicas, d.ConfigMembers = max(o.StatefulSetReplicas, o.ConfigMembers, 0), max(o.ConfigMembers, 0)
 			d.DeletePods = nil
 		}
 	}
@@ -493,6 +494,13 @@ func nextSizes(o Observation, d *Decision) (sts, config int32) {
 			addCase(d, CaseBootstrap)
 		}
 		return o.Desired, o.Desired
+	}
+	if o.ConfigMembers > cur {
+		// A scale-up whose StatefulSet write failed: the ConfigMap lists the new member, which
+		// may have joined etcd already. The StatefulSet catches up first: shrinking the
+		// ConfigMap instead would drop a voter that never left etcd.
+		addCase(d, CaseScaleUp)
+		return o.ConfigMembers, o.ConfigMembers
 	}
 	if o.ConfigMembers >= 0 && o.ConfigMembers < cur {
 		addCase(d, CaseScaleDown)

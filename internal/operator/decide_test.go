@@ -492,6 +492,24 @@ func TestDecideRecoveryDoesNotWaitForALeavingMember(t *testing.T) {
 	}
 }
 
+// TestDecideScaleUpHalfWritten: a scale-up's ConfigMap was written, its StatefulSet not; the
+// new member may have joined etcd. Whatever is asked for now, the StatefulSet catches up with
+// the ConfigMap first (a scale-down then removes the member from etcd in order), also while
+// a recovery is in force (the member's sidecar must report).
+func TestDecideScaleUpHalfWritten(t *testing.T) {
+	w := healthy(2)
+	w.o.ConfigMembers = 3
+	if d := Decide(w.o); d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 {
+		t.Errorf("StatefulSet %d ConfigMap %d, want both at 3 before anything else", d.StatefulSetReplicas, d.ConfigMembers)
+	}
+	w.o.Previous.ClusterID = "c1"
+	dir := &cluster.Directive{Epoch: 1, Phase: cluster.PhaseFencing, IssuedAt: t0.Add(-time.Minute), PhaseSince: t0.Add(-time.Minute)}
+	w.o.Recovery = &Recovery{Status: heal.Status{Directive: dir, LastEpoch: 1}, Timing: heal.DefaultTiming}
+	if d := Decide(w.o); d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 {
+		t.Errorf("during a recovery: StatefulSet %d ConfigMap %d, want both at 3", d.StatefulSetReplicas, d.ConfigMembers)
+	}
+}
+
 // TestDecideQuorumAnswersWithdrawsTheFence: every pod NotReady past the grace says the quorum
 // is lost, but a member asked directly answers a linearizable read: no directive is issued
 // (a new one is withdrawn at once), a directive already fencing is withdrawn, nothing is
