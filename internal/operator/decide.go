@@ -339,8 +339,21 @@ func Decide(o Observation) Decision {
 			rec.Status = bootstrapDirective(o, rec.Status, *t)
 		}
 		rec.Status.ClusterID, rec.Status.Voters = d.ClusterID, toMemberVoters(d.Voters)
+		size := max(d.ConfigMembers, d.StatefulSetReplicas)
+		if dir := rec.Status.Directive; o.Formed && dir != nil {
+			// A directive in force keeps the sizes as they are (below): a member a scale-up
+			// would add gets no pod meanwhile, so it is none of the recovery's members, which
+			// would otherwise wait for it to rejoin for ever.
+			size = max(o.ConfigMembers, o.StatefulSetReplicas, 0)
+			if dir.Phase == cluster.PhaseRejoining && o.ConfigMembers >= 0 {
+				// Once the seed serves, only the members the ConfigMap lists rejoin: one that
+				// was leaving (a scale-down under way) is removed from etcd by the leader's
+				// sidecar and never rejoins. Until then it counts: its log may be the newest.
+				size = o.ConfigMembers
+			}
+		}
 		var names []string
-		for i := int32(0); i < max(d.ConfigMembers, d.StatefulSetReplicas); i++ {
+		for i := int32(0); i < size; i++ {
 			names = append(names, fmt.Sprintf("%s-%d", o.Name, i))
 		}
 		out := decideRecovery(o, names, d.Members, rec)
@@ -353,7 +366,8 @@ func Decide(o Observation) Decision {
 		if o.Formed && (out.Status.Directive != nil || out.Held != "") {
 			// The members carry out the recovery: nothing is scaled or restarted meanwhile
 			// (a new cluster restored from a backup starts all its members at once).
-			d.StatefulSetReplicas, d.ConfigMembers = max(o.StatefulSetReplicas, 0), max(o.ConfigMembers, 0)
+			// A member the ConfigMap lists gets its pod, though: its sidecar must report.
+			d.StatefulSetReplicas, d.ConfigMembers = max(o.StatefulSetReplicas, o.ConfigMembers, 0), max(o.ConfigMembers, 0)
 			d.DeletePods = nil
 		}
 	}
@@ -496,6 +510,13 @@ func nextSizes(o Observation, d *Decision) (sts, config int32) {
 			addCase(d, CaseBootstrap)
 		}
 		return o.Desired, o.Desired
+	}
+	if o.ConfigMembers > cur {
+		// A scale-up whose StatefulSet write failed: the ConfigMap lists the new member, which
+		// may have joined etcd already. The StatefulSet catches up first: shrinking the
+		// ConfigMap instead would drop a voter that never left etcd.
+		addCase(d, CaseScaleUp)
+		return o.ConfigMembers, o.ConfigMembers
 	}
 	if o.ConfigMembers >= 0 && o.ConfigMembers < cur {
 		addCase(d, CaseScaleDown)

@@ -451,6 +451,65 @@ func TestDecideRecovery(t *testing.T) {
 	}
 }
 
+// TestDecideRecoveryIgnoresAPendingScaleUp: a scale-up asked for while a recovery is in force
+// waits for it (the sizes stay as they are), so the member it would add is none of the
+// recovery's members: the recovery completes once the members that exist serve (and only
+// then is the new member added).
+func TestDecideRecoveryIgnoresAPendingScaleUp(t *testing.T) {
+	w := healthy(1)
+	w.o.Desired = 2
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}}
+	dir := &cluster.Directive{Epoch: 1, Phase: cluster.PhaseRejoining, Mode: cluster.RecoverFromSurvivor, Seed: "c-0",
+		IssuedAt: t0.Add(-2 * time.Hour), PhaseSince: t0.Add(-time.Minute)}
+	w.o.Recovery = &Recovery{Status: heal.Status{Directive: dir, LastEpoch: 1}, Timing: heal.DefaultTiming}
+	w.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0", Serving: true, Leader: true, MemberID: "64", ClusterID: "c1",
+		Members: []cluster.LiveMember{{ID: "64", Name: "c-0"}}}}
+	d := Decide(w.o)
+	if st := d.Recovery.Status; st.Directive != nil || st.LastRecovery == nil || st.LastRecovery.Epoch != 1 {
+		t.Fatalf("directive %+v (waiting %q): the recovery must complete with c-0 alone, c-1 being added only after it", st.Directive, st.Waiting)
+	}
+}
+
+// TestDecideRecoveryDoesNotWaitForALeavingMember: a recovery that started while a member was
+// leaving (the ConfigMap lists 2 of the StatefulSet's 3) completes once the two that stay
+// serve as voters: the leaving member never rejoins (the leader's sidecar removes it), and
+// waiting for it would hold the cluster, and the scale-down, for ever.
+func TestDecideRecoveryDoesNotWaitForALeavingMember(t *testing.T) {
+	w := healthy(3).podNotReady(2, time.Minute)
+	w.o.Desired, w.o.ConfigMembers = 2, 2
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}}
+	dir := &cluster.Directive{Epoch: 1, Phase: cluster.PhaseRejoining, Mode: cluster.RecoverFromSurvivor, Seed: "c-0",
+		IssuedAt: t0.Add(-2 * time.Hour), PhaseSince: t0.Add(-time.Minute)}
+	w.o.Recovery = &Recovery{Status: heal.Status{Directive: dir, LastEpoch: 1}, Timing: heal.DefaultTiming}
+	voters := []cluster.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}}
+	w.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0", Serving: true, Leader: true, MemberID: "64", ClusterID: "c1", Members: voters},
+		"c-1": {Name: "c-1", Serving: true, MemberID: "65", ClusterID: "c1", Members: voters}}
+	d := Decide(w.o)
+	if st := d.Recovery.Status; st.Directive != nil || st.LastRecovery == nil || st.LastRecovery.Epoch != 1 {
+		t.Fatalf("directive %+v (waiting %q): the recovery must complete without the leaving c-2", st.Directive, st.Waiting)
+	}
+}
+
+// TestDecideScaleUpHalfWritten: a scale-up's ConfigMap was written, its StatefulSet not; the
+// new member may have joined etcd. Whatever is asked for now, the StatefulSet catches up with
+// the ConfigMap first (a scale-down then removes the member from etcd in order), also while
+// a recovery is in force (the member's sidecar must report).
+func TestDecideScaleUpHalfWritten(t *testing.T) {
+	w := healthy(2)
+	w.o.ConfigMembers = 3
+	if d := Decide(w.o); d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 {
+		t.Errorf("StatefulSet %d ConfigMap %d, want both at 3 before anything else", d.StatefulSetReplicas, d.ConfigMembers)
+	}
+	w.o.Previous.ClusterID = "c1"
+	dir := &cluster.Directive{Epoch: 1, Phase: cluster.PhaseFencing, IssuedAt: t0.Add(-time.Minute), PhaseSince: t0.Add(-time.Minute)}
+	w.o.Recovery = &Recovery{Status: heal.Status{Directive: dir, LastEpoch: 1}, Timing: heal.DefaultTiming}
+	if d := Decide(w.o); d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 {
+		t.Errorf("during a recovery: StatefulSet %d ConfigMap %d, want both at 3", d.StatefulSetReplicas, d.ConfigMembers)
+	}
+}
+
 // TestDecideQuorumAnswersWithdrawsTheFence: every pod NotReady past the grace says the quorum
 // is lost, but a member asked directly answers a linearizable read: no directive is issued
 // (a new one is withdrawn at once), a directive already fencing is withdrawn, nothing is

@@ -66,7 +66,9 @@ func hibernationSize(o Observation) (replicas int32, ok bool) {
 		// to resume at, and the ordinary scale-down goes on afterwards.
 		n := max(o.StatefulSetReplicas, o.ConfigMembers, o.Previous.ClusterSize)
 		return n, n > 0
-	case !want && prev.Phase == v1alpha1.HibernationStopping:
+	case !want && prev.Phase == v1alpha1.HibernationStopping && o.StatefulSetReplicas != 0:
+		// No member stopped. A StatefulSet at 0 says the stop was written although the status
+		// that records it was not: the members stopped, and resume at the recorded size.
 		return 0, false
 	case !want && prev.Phase == v1alpha1.HibernationResuming && o.StatefulSetReplicas == prev.Replicas:
 		return 0, false

@@ -314,3 +314,26 @@ func TestDecideHibernateWithdrawn(t *testing.T) {
 		t.Errorf("never formed: %+v StatefulSet %d cases %v", d.Hibernation.Status, d.StatefulSetReplicas, d.Cases)
 	}
 }
+
+// TestDecideHibernateStopNotRecorded: the pass that stopped the members (StatefulSet at 0) could
+// not write the status, which still says Stopping; then hibernation is asked for no more, at
+// another size. The members stopped: they resume at the size they hibernated at (the ConfigMap
+// keeps them all), and only then does the cluster scale, one member at a time.
+func TestDecideHibernateStopNotRecorded(t *testing.T) {
+	w := formed3()
+	w.o.Desired, w.o.SnapshotBeforeStop = 0, false
+	d := Decide(w.o)
+	stopping := d.Hibernation.Status
+	d = Decide(w.after(d, time.Second).o)
+	if d.StatefulSetReplicas != 0 {
+		t.Fatalf("second pass: StatefulSet %d, want 0", d.StatefulSetReplicas)
+	}
+	w.after(d, time.Second).podsGone()
+	w.o.Previous.Hibernation = stopping // the status write of the stop failed
+	w.o.Desired = 1
+	d = Decide(w.o)
+	if h := d.Hibernation; h.Status == nil || h.Status.Phase != v1alpha1.HibernationResuming || d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 {
+		t.Fatalf("hibernation %+v, StatefulSet %d ConfigMap %d: want Resuming at 3, every member kept in the ConfigMap",
+			h.Status, d.StatefulSetReplicas, d.ConfigMembers)
+	}
+}
