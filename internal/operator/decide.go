@@ -127,6 +127,10 @@ type Observation struct {
 	// QuorumAnswers names a member whose etcd answered a linearizable read when the operator
 	// asked it directly, just now ("" when none did, or none was asked): the quorum serves.
 	QuorumAnswers string
+	// DirectReports are the members' reports as their sidecars answered the operator
+	// directly, just now (nil: none was asked). Before a scale-down stops a member, they
+	// stand in for the EtcdMembers, which may be stale (a sidecar's writes refused).
+	DirectReports map[string]cluster.Report
 }
 
 // MemberObservation is one ordinal's pod and Lease.
@@ -520,8 +524,11 @@ func nextSizes(o Observation, d *Decision) (sts, config int32) {
 	}
 	if o.ConfigMembers >= 0 && o.ConfigMembers < cur {
 		addCase(d, CaseScaleDown)
-		if leaderLists(o, memberAt(o, cur-1)) {
-			return cur, o.ConfigMembers // the leader's sidecar removes it first
+		if leaving := memberAt(o, cur-1); leaderLists(o, leaving) || stillServes(o, leaving) {
+			// The leader's sidecar removes it first; a removed member's etcd stops. A leader
+			// report that no longer lists it may be stale (its writes refused): the member's
+			// own pod and Lease must say it stopped too.
+			return cur, o.ConfigMembers
 		}
 		return cur - 1, o.ConfigMembers
 	}
@@ -571,17 +578,29 @@ func memberAt(o Observation, ordinal int32) string {
 	return ""
 }
 
+// stillServes: the member's pod is Ready and its sidecar renews its Lease, so its etcd still
+// serves as a member of the cluster.
+func stillServes(o Observation, name string) bool {
+	m := findMember(o.Members, name)
+	return m != nil && m.Pod != nil && m.Pod.Ready && !m.Pod.Deleting && leaseCurrent(o, *m)
+}
+
 // leaderLists reports whether the leader's member list still has name. The leader is the
-// member whose report says it leads with the highest term and whose pod is Ready now (its
-// etcd answers a linearizable read): the report of a former leader, or of a member that has
-// stopped, is stale. Without such a report, name is taken as listed (nothing is stopped on a
-// guess).
+// member whose report says it leads with the highest term and, for a report read from its
+// EtcdMember, whose pod is Ready now (its etcd answers a linearizable read): the report of a
+// former leader, or of a member that has stopped, is stale. Reports asked of the sidecars
+// directly (DirectReports) are used instead when there are any. Without such a report, name
+// is taken as listed (nothing is stopped on a guess).
 func leaderLists(o Observation, name string) bool {
+	reports, direct := o.Reports, o.DirectReports != nil
+	if direct {
+		reports = o.DirectReports
+	}
 	var leader *cluster.Report
-	for _, n := range slices.Sorted(maps.Keys(o.Reports)) {
-		r := o.Reports[n]
+	for _, n := range slices.Sorted(maps.Keys(reports)) {
+		r := reports[n]
 		mo := findMember(o.Members, n)
-		if !r.Serving || !r.Leader || len(r.Members) == 0 || mo == nil || mo.Pod == nil || !mo.Pod.Ready || mo.Pod.Deleting {
+		if !r.Serving || !r.Leader || len(r.Members) == 0 || (!direct && (mo == nil || mo.Pod == nil || !mo.Pod.Ready || mo.Pod.Deleting)) {
 			continue
 		}
 		if leader == nil || r.Term > leader.Term {

@@ -284,6 +284,30 @@ func TestDecide(t *testing.T) {
 				t.Errorf("replicas %d: c-4 is stopped on the report of a leader whose pod is not Ready", d.StatefulSetReplicas)
 			}
 		}},
+		{"12 scale down trusts the sidecars' direct answers over a stale EtcdMember", func() *world {
+			w := healthy(5)
+			w.o.Desired, w.o.ConfigMembers = 3, 4
+			w.o.Reports = map[string]cluster.Report{"c-0": {Serving: true, Leader: true, Term: 7, Members: []cluster.LiveMember{
+				{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}}}}
+			w.o.DirectReports = map[string]cluster.Report{"c-0": {Serving: true, Leader: true, Term: 7, Members: []cluster.LiveMember{
+				{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}, {Name: "c-4"}}}}
+			return w
+		}(), CaseScaleDown, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 5 {
+				t.Errorf("replicas %d: c-4 is stopped on a stale EtcdMember while its leader, asked directly, still lists it", d.StatefulSetReplicas)
+			}
+		}},
+		{"12 scale down waits while the leaving member still serves", func() *world {
+			w := healthy(5)
+			w.o.Desired, w.o.ConfigMembers = 3, 4
+			w.o.DirectReports = map[string]cluster.Report{"c-0": {Serving: true, Leader: true, Term: 7, Members: []cluster.LiveMember{
+				{Name: "c-0"}, {Name: "c-1"}, {Name: "c-2"}, {Name: "c-3"}}}}
+			return w
+		}(), CaseScaleDown, func(t *testing.T, d Decision) {
+			if d.StatefulSetReplicas != 5 {
+				t.Errorf("replicas %d: c-4's pod is Ready and its Lease renewed: it still serves", d.StatefulSetReplicas)
+			}
+		}},
 		{"12 scale down without a report from the leader stops nothing", func() *world {
 			w := healthy(3)
 			w.o.Desired, w.o.ConfigMembers = 1, 2

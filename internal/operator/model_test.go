@@ -400,6 +400,10 @@ func (m *opModel) reconcile() {
 			d = Decide(o)
 		}
 	}
+	if slices.Contains(d.Cases, CaseScaleDown) && d.StatefulSetReplicas < o.StatefulSetReplicas {
+		o.DirectReports = m.directReports()
+		d = Decide(o)
+	}
 	m.logf("operator (cache %d behind): %v sts %d config %d delete %v", m.history[len(m.history)-1].seq-a.seq, d.Cases, d.StatefulSetReplicas, d.ConfigMembers, d.DeletePods)
 	if d.StatefulSetReplicas == 0 && o.StatefulSetReplicas > 0 && a.ec.ResourceVersion != strconv.Itoa(m.ecVersion) {
 		return // staleForStop
@@ -695,12 +699,7 @@ func (m *opModel) membershipChanged() {
 // sidecarReports: every sidecar that can reach the API server rewrites its report (from etcd
 // or from its disk) and, while its etcd serves, renews its Lease, every modelRenew.
 func (m *opModel) sidecarReports() {
-	leader := ""
-	for _, mm := range m.mems {
-		if e := m.entry(mm); leader == "" && m.serving(mm) && !e.learner {
-			leader = mm.name
-		}
-	}
+	leader := m.leader()
 	for _, mm := range m.mems {
 		if mm.pod == nil || mm.pod.deleting || mm.nodeLost || m.now.Sub(mm.lastReport) < modelRenew {
 			continue
@@ -725,6 +724,30 @@ func (m *opModel) sidecarReports() {
 			mm.holder, mm.renewTime = holder, m.nodeNow(mm)
 		}
 	}
+}
+
+// leader is the member the model's sidecars report as leading: the first serving voter.
+func (m *opModel) leader() string {
+	for _, mm := range m.mems {
+		if e := m.entry(mm); m.serving(mm) && !e.learner {
+			return mm.name
+		}
+	}
+	return ""
+}
+
+// directReports are the reports the reconciler gets by asking the sidecars directly: every
+// sidecar whose pod runs on a reachable node answers with what it sees now, whether or not
+// its EtcdMember writes are refused.
+func (m *opModel) directReports() map[string]cluster.Report {
+	leader := m.leader()
+	out := map[string]cluster.Report{}
+	for _, mm := range m.mems {
+		if mm.pod != nil && !mm.pod.deleting && !mm.nodeLost {
+			out[mm.name] = m.reportOf(mm, leader == mm.name)
+		}
+	}
+	return out
 }
 
 func (m *opModel) reportOf(mm *mMember, leader bool) cluster.Report {

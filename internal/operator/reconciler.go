@@ -206,6 +206,12 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			d = Decide(obs)
 		}
 	}
+	if slices.Contains(d.Cases, CaseScaleDown) && d.StatefulSetReplicas < obs.StatefulSetReplicas && r.Sidecars != nil {
+		// A member is about to stop because its leader's report no longer lists it: that
+		// report may be stale (its writes refused). Ask the sidecars directly first.
+		obs.DirectReports = r.Sidecars.reports(ctx, ec, obs.Members)
+		d = Decide(obs)
+	}
 	if stale, err := r.staleForStop(ctx, ec, obs, d); err != nil || stale {
 		// The newer object triggers another pass.
 		return ctrl.Result{RequeueAfter: time.Second}, err

@@ -136,6 +136,38 @@ func (r *Sidecars) fullSnapshot(ctx context.Context, ec *v1alpha1.EtcdCluster, p
 	return snapshotStep{Taking: "asked of " + url, Retry: 5 * time.Second}
 }
 
+// reports asks the sidecar of each member for its report (GET /v1/report), directly and
+// now: the members that answered, by name (empty when none did).
+func (r *Sidecars) reports(ctx context.Context, ec *v1alpha1.EtcdCluster, members []MemberObservation) map[string]cluster.Report {
+	out := map[string]cluster.Report{}
+	sc, err := r.sidecarClient(ctx, ec.Namespace, ec.Name)
+	if err != nil {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range members {
+		url, ok := sidecarURL(ec, m.Name)
+		if !ok {
+			continue
+		}
+		wg.Go(func() {
+			body, err := sc.Call(ctx, http.MethodGet, url+"/v1/report")
+			var rep cluster.Report
+			if err != nil || json.Unmarshal(body, &rep) != nil || rep.Name != m.Name {
+				return
+			}
+			mu.Lock()
+			out[m.Name] = rep
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
 // sidecar finds the sidecar of ec that takes a full snapshot: the leader's when it reports,
 // else any serving voter's (it forwards the request to the backup leader).
 func (r *Sidecars) sidecar(ctx context.Context, ec *v1alpha1.EtcdCluster) (url, wait, fatal string) {
