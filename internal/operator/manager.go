@@ -75,6 +75,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Namespace != "" {
 		mo.Cache.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
 	}
+	clock := &apiClock{}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(clock.Wrap)
 	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
 		return nil, fmt.Errorf("operator manager: %w", err)
@@ -88,7 +91,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	sidecars := &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	b := &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), Sidecars: sidecars}
 	r := &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Image: o.Image, Graces: o.Graces, Sidecars: sidecars}
+		Image: o.Image, Graces: o.Graces, Sidecars: sidecars, Now: clock.Now}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
@@ -96,7 +99,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	rr := &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Sidecars: sidecars}
+		Sidecars: sidecars, Now: clock.Now}
 	if err := rr.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

@@ -132,8 +132,6 @@ type opModel struct {
 	cacheLags bool
 	// apiFlaky: the operator's writes fail at random.
 	apiFlaky bool
-	// operatorSkews: the generator may set the operator's clock off the API server's.
-	operatorSkews bool
 	// lastEpoch is the highest epoch ever stored; fenced the pods fenced, by UID, with the
 	// epoch that fenced them.
 	lastEpoch int64
@@ -954,9 +952,11 @@ func (m *opModel) randomAction() {
 	case k < 89:
 		skew := time.Duration(m.rng.Intn(121)-60) * time.Second
 		m.action(fmt.Sprintf("the clock of %s's node is off by %s", mm.name, skew), func() { mm.skew = skew })
-	case k < 90 && m.operatorSkews:
-		skew := time.Duration(m.rng.Intn(121)-60) * time.Second
-		m.action(fmt.Sprintf("the operator's clock is off by %s", skew), func() { m.opSkew = skew })
+	case k < 90:
+		// The operator reads the API server's clock from its answers' Date (apiClock): what
+		// is left of its own clock's error is under a second.
+		skew := time.Duration(m.rng.Intn(2001)-1000) * time.Millisecond
+		m.action(fmt.Sprintf("the operator's reading of the API server's clock is off by %s", skew), func() { m.opSkew = skew })
 	case k < 94:
 		n := int32(1 + m.rng.Intn(modelMaxMembers))
 		m.action(fmt.Sprintf("scale to %d", n), func() { m.setSpec(func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas = n }) })
@@ -995,9 +995,8 @@ func (m *opModel) dump() string {
 // runOpSequence lets a healthy cluster settle, runs a generated sequence of faults among the
 // system's steps, then lets the system run without faults: it must be healthy again (or,
 // with every copy of the data gone, say what it waits for), with every property kept.
-func runOpSequence(t *testing.T, seed int64, size int, operatorSkews bool) {
+func runOpSequence(t *testing.T, seed int64, size int) {
 	m := newOpModel(seed, size)
-	m.operatorSkews = operatorSkews
 	for i := 0; i < 3; i++ {
 		m.round()
 	}
@@ -1046,35 +1045,23 @@ func opSequences(def int) int {
 // TestModelOperatorGeneratedFaults explores seeded orders of etcd killed, volumes wiped,
 // nodes lost (pods stuck Terminating, etcd cut off) and back, Lease and EtcdMember writes
 // refused, the operator's cache lagging, its writes failing, its restarts (its lease clock
-// lost), clocks skewed on nodes and on the operator, scale requests and hibernation, writes
-// and backups.
+// lost), clocks skewed on nodes (up to a minute) and the operator's reading of the API
+// server's clock off by up to a second (apiClock), scale requests and hibernation, writes and
+// backups.
 func TestModelOperatorGeneratedFaults(t *testing.T) {
-	exploreOperator(t, false)
+	exploreOperator(t)
 }
 
-// TestModelOperatorClockSkew adds the operator's clock set off the API server's. The
-// reconciler compares a directive's issue time (its own clock) with pods' creation times (the
-// API server's): a replacement pod created within the skew after the directive is fenced
-// again (operator ahead), and a pod created within the skew before it counts as stopped
-// although its etcd may run (operator behind). Until that comparison is clock-free it runs
-// only on request: STEWARD_MODEL_OPERATOR_SKEW=1.
-func TestModelOperatorClockSkew(t *testing.T) {
-	if os.Getenv("STEWARD_MODEL_OPERATOR_SKEW") == "" {
-		t.Skip("the operator's clock off the API server's breaks the directive's fence (see the test's comment); STEWARD_MODEL_OPERATOR_SKEW=1 runs it")
-	}
-	exploreOperator(t, true)
-}
-
-func exploreOperator(t *testing.T, operatorSkews bool) {
+func exploreOperator(t *testing.T) {
 	for _, tc := range []struct{ size, sequences int }{{3, 1000}, {5, 300}} {
 		t.Run(fmt.Sprintf("%d members", tc.size), func(t *testing.T) {
 			if seed, err := strconv.ParseInt(os.Getenv("STEWARD_MODEL_SEED"), 10, 64); err == nil {
-				runOpSequence(t, seed, tc.size, operatorSkews) // one failing sequence again, as printed
+				runOpSequence(t, seed, tc.size) // one failing sequence again, as printed
 				return
 			}
 			n := opSequences(tc.sequences)
 			for seed := int64(1); seed <= int64(n); seed++ {
-				runOpSequence(t, seed*7919+int64(tc.size), tc.size, operatorSkews)
+				runOpSequence(t, seed*7919+int64(tc.size), tc.size)
 			}
 		})
 	}

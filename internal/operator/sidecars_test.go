@@ -104,3 +104,22 @@ func TestFullSnapshotBesideTheWorkers(t *testing.T) {
 		t.Fatalf("outcome %+v after %d calls", got, calls.Load())
 	}
 }
+
+// TestAPIClock: the operator reads the API server's clock from the Date of its answers, an
+// hour ahead of this machine's here, within a second.
+func TestAPIClock(t *testing.T) {
+	ahead := time.Hour
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Date", time.Now().Add(ahead).UTC().Format(http.TimeFormat))
+	}))
+	defer srv.Close()
+	var c apiClock
+	resp, err := (&http.Client{Transport: c.Wrap(http.DefaultTransport)}).Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if off := c.Now().Sub(time.Now().Add(ahead)); off < -time.Second || off > time.Second {
+		t.Errorf("the API server's clock read %s off", off)
+	}
+}
