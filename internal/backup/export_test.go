@@ -1,4 +1,6 @@
 package backup
 
-// FakeDB is fakeDB, for the tests of package backup_test.
-var FakeDB = fakeDB
+// For the tests of package backup_test.
+var CheckSnapshot = checkSnapshot
+
+const TestKey = testKey

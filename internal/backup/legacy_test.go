@@ -23,7 +23,7 @@ func TestVersion1ObjectsStillRead(t *testing.T) {
 	}
 	defer s.Close()
 	at := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
-	db := backup.FakeDB(2, 1)
+	db := backuptest.Snapshot(t, 10)
 	write := func(key string, hdr backup.Header, fill func(w io.Writer) error) {
 		t.Helper()
 		if _, err := backup.WriteObject(ctx, s, key, hdr, func(w *backup.ObjectWriter) error { return fill(w) }); err != nil {
