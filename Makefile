@@ -103,7 +103,7 @@ FUZZTARGETS := \
 	./internal/backup/snapshotter:FuzzSnapshotChunk \
 	./internal/backup/snapshotter:FuzzSnapshotTrailer \
 	./internal/backup/snapshotter:FuzzWatchResponse \
-	./internal/restore:FuzzEtcdHash \
+	./internal/backup:FuzzSnapshotCheck \
 	./internal/seal:FuzzKeyringFile \
 	./internal/seal:FuzzOpen \
 	./internal/sidecarapi:FuzzDecodeBody \

@@ -1,9 +1,7 @@
 package backup_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"io"
 	"testing"
 	"time"
@@ -25,9 +23,7 @@ func TestVersion1ObjectsStillRead(t *testing.T) {
 	}
 	defer s.Close()
 	at := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
-	db := bytes.Repeat([]byte("etcd"), 128) // 512 bytes, then etcd's SHA-256
-	sum := sha256.Sum256(db)
-	db = append(db, sum[:]...)
+	db := backuptest.Snapshot(t, 10)
 	write := func(key string, hdr backup.Header, fill func(w io.Writer) error) {
 		t.Helper()
 		if _, err := backup.WriteObject(ctx, s, key, hdr, func(w *backup.ObjectWriter) error { return fill(w) }); err != nil {

@@ -485,6 +485,7 @@ type ObjectReader struct {
 	dec     *zstd.Decoder
 	src     io.Reader // plain or dec
 	raw     int64
+	maxRaw  int64 // LimitRaw's bound; -1: none
 	err     error // sticky, io.EOF once verified
 	closer  io.Closer
 	trailer Trailer
@@ -515,7 +516,7 @@ func NewObjectReader(r io.Reader, key string, keys *seal.Keyring) (Header, *Obje
 	if err != nil {
 		return Header{}, nil, fmt.Errorf("backup object %s: %w", key, err)
 	}
-	or := &ObjectReader{key: key, hdr: hdr, pr: newPayloadReader(r)}
+	or := &ObjectReader{key: key, hdr: hdr, pr: newPayloadReader(r), maxRaw: -1}
 	or.plain = or.pr
 	switch {
 	case keys == nil && hdr.Encrypted():
@@ -558,12 +559,22 @@ func (o *ObjectReader) Header() Header { return o.hdr }
 // Key returns the object's key, as given to NewObjectReader.
 func (o *ObjectReader) Key() string { return o.key }
 
+// LimitRaw makes Read fail, as damage, once the payload decompresses to more than n bytes:
+// the raw size a trailer read ahead declared (ReadTrailer), so that no more is ever written.
+func (o *ObjectReader) LimitRaw(n int64) { o.maxRaw = n }
+
 func (o *ObjectReader) Read(p []byte) (int, error) {
 	if o.err != nil {
 		return 0, o.err
 	}
 	n, err := o.src.Read(p)
 	o.raw += int64(n)
+	if o.maxRaw >= 0 && o.raw > o.maxRaw {
+		n -= int(o.raw - o.maxRaw)
+		o.raw = o.maxRaw
+		o.err = fmt.Errorf("backup object %s: %w: it decompresses to more than the %d bytes its trailer declares", o.key, ErrCorrupt, o.maxRaw)
+		return n, o.err
+	}
 	if err == nil {
 		return n, nil
 	}

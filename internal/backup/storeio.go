@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/etcd-steward/steward/internal/store"
@@ -90,6 +91,40 @@ func ReadHeader(ctx context.Context, s *store.Store, key string) (Header, error)
 		return Header{}, fmt.Errorf("backup object %s: %w", key, err)
 	}
 	return hdr, nil
+}
+
+// maxExpansion bounds how many bytes one stored payload byte can decompress to: zstd's
+// densest block (RLE: a 3-byte header and 1 byte) makes at most 128 KiB; an uncompressed
+// payload is its own raw bytes.
+const maxExpansion = 128 << 10 / 4
+
+// ReadTrailer reads the trailer of o, its last TrailerSize bytes (o.Size from the listing),
+// without the payload, and checks that its sizes fit the object's. Nothing else in it is proven
+// until the payload is read (ObjectReader): use it to bound what a read may write (LimitRaw),
+// never to trust.
+func ReadTrailer(ctx context.Context, s *store.Store, o Object) (Trailer, error) {
+	if o.Size < TrailerSize {
+		return Trailer{}, fmt.Errorf("backup object %s: %w: truncated: %d bytes, fewer than a trailer", o.Key, ErrCorrupt, o.Size)
+	}
+	sr, err := s.NewRangeReader(ctx, o.Key, o.Size-TrailerSize, TrailerSize)
+	if err != nil {
+		return Trailer{}, err
+	}
+	defer sr.Close()
+	b, err := io.ReadAll(io.LimitReader(sr, TrailerSize))
+	if err != nil {
+		return Trailer{}, err
+	}
+	t, err := parseTrailer(b)
+	switch {
+	case err != nil:
+		return Trailer{}, fmt.Errorf("backup object %s: %w", o.Key, err)
+	case t.PayloadSize > o.Size-TrailerSize:
+		return Trailer{}, fmt.Errorf("backup object %s: %w: the trailer says the payload is %d bytes, in an object of %d", o.Key, ErrCorrupt, t.PayloadSize, o.Size)
+	case t.RawSize/maxExpansion > t.PayloadSize:
+		return Trailer{}, fmt.Errorf("backup object %s: %w: the trailer says %d bytes decompress to %d, more than zstd can make of them", o.Key, ErrCorrupt, t.PayloadSize, t.RawSize)
+	}
+	return t, nil
 }
 
 // CheckHeader checks that an object's header agrees with its name.

@@ -1,12 +1,10 @@
 package backup
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"hash"
 	"io"
 	"maps"
 	"slices"
@@ -57,8 +55,8 @@ func (r Report) OK() bool {
 
 // Verify reads every backup object in s to the end: header, checksums,
 // the agreement of header and name (timeline included), the framing of delta events and that
-// their revisions follow each other with no gap, etcd's own SHA-256 at the
-// end of full snapshots; then it checks, timeline by timeline, that the objects of a timeline
+// their revisions follow each other with no gap, that full snapshots are bbolt databases
+// followed by etcd's own SHA-256; then it checks, timeline by timeline, that the objects of a timeline
 // are of one cluster and the chain, as if the bad objects were missing. progress, if not
 // nil, is called with bytes read so far and the total to read.
 //
@@ -349,47 +347,14 @@ func (c *DeltaCheck) Done() error {
 	return nil
 }
 
-// verifyFull reads the snapshot and, when it carries one, checks the
-// SHA-256 etcd appends to a snapshot stream (etcd's rule: the size modulo
-// 512 is 32).
+// verifyFull reads the snapshot through a SnapshotCheck: a bbolt database followed by etcd's
+// SHA-256 of it.
 func verifyFull(or *ObjectReader, o Object) error {
-	th := &tailHasher{h: sha256.New()}
-	if _, err := io.Copy(th, or); err != nil {
+	check := NewSnapshotCheck(o.Key)
+	if _, err := io.Copy(check, or); err != nil {
 		return err
 	}
-	if th.n%512 == sha256.Size {
-		var sum [sha256.Size]byte
-		th.h.Sum(sum[:0])
-		if !bytes.Equal(sum[:], th.tail) {
-			return fmt.Errorf("backup object %s: %w: the etcd snapshot's own SHA-256 does not match its data", o.Key, ErrCorrupt)
-		}
-	}
-	return nil
-}
-
-// tailHasher hashes everything written except the last sha256.Size bytes,
-// which it keeps.
-type tailHasher struct {
-	h    hash.Hash
-	tail []byte
-	n    int64
-}
-
-func (t *tailHasher) Write(p []byte) (int, error) {
-	n := len(p)
-	t.n += int64(n)
-	if n >= sha256.Size {
-		t.h.Write(t.tail)
-		t.h.Write(p[:n-sha256.Size])
-		t.tail = append(t.tail[:0], p[n-sha256.Size:]...)
-		return n, nil
-	}
-	t.tail = append(t.tail, p...)
-	if extra := len(t.tail) - sha256.Size; extra > 0 {
-		t.h.Write(t.tail[:extra])
-		t.tail = append(t.tail[:0], t.tail[extra:]...)
-	}
-	return n, nil
+	return check.Done()
 }
 
 type countingReader struct {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -32,12 +34,30 @@ func openStore(t *testing.T, u string) *store.Store {
 	return s
 }
 
-// fakeDB returns bytes shaped like etcd's snapshot stream: a database
-// whose size is a multiple of 512, then its SHA-256.
+// fakeDB returns bytes shaped like etcd's snapshot stream: a bbolt database of 512-byte pages
+// (a sound meta page 0, the rest made up), then its SHA-256.
 func fakeDB(pages int, seed int64) []byte {
 	db := payload(pages*512, seed)
+	copy(db, boltMeta(512, uint64(pages)))
 	sum := sha256.Sum256(db)
 	return append(db, sum[:]...)
+}
+
+// boltMeta is a sound bbolt meta page 0 of a database of pages pages of pageSize bytes: its
+// page header and meta (TestSnapshotCheckRealDatabase checks the layout against bbolt's own).
+func boltMeta(pageSize uint32, pages uint64) []byte {
+	b := make([]byte, boltMetaEnd)
+	le := binary.NativeEndian
+	le.PutUint16(b[8:], boltMetaPage)
+	m := b[boltPageHeader:]
+	le.PutUint32(m, boltMagic)
+	le.PutUint32(m[4:], boltVersion)
+	le.PutUint32(m[8:], pageSize)
+	le.PutUint64(m[40:], pages)
+	h := fnv.New64a()
+	h.Write(m[:boltMetaSummed])
+	le.PutUint64(m[boltMetaSummed:], h.Sum64())
+	return b
 }
 
 func putFull(t *testing.T, s *store.Store, rev int64, data []byte) string {

@@ -161,7 +161,7 @@ file is read again when it changes).`,
 	f.Int64Var(&cfg.Backup.FullAfterRevisions, "full-after-revisions", 1_000_000, "take a full snapshot as soon as the deltas since the newest one span this many revisions, so a restore replays no more (0: no limit)")
 	f.StringVar(&fullAfterBytes, "full-after-bytes", "1Gi", "take a full snapshot as soon as the deltas since the newest one hold this much (0: no limit)")
 	f.StringVar(&cfg.Backup.DrillSchedule, "drill-schedule", "@daily", "cron schedule of restore drills of the newest timeline on the backup leader (restore into a scratch dir, compare HashKV with its member); \""+agent.DrillOff+"\" for none")
-	f.StringVar(&cfg.Backup.DrillScratchDir, "drill-scratch-dir", os.TempDir(), "directory for the restore drill's scratch data dir (room for twice the database; with --kubernetes-cluster the default is the data volume)")
+	f.StringVar(&cfg.Backup.DrillScratchDir, "drill-scratch-dir", os.TempDir(), "directory for the restore drill's scratch data dir (room for twice the database, besides the member's database size, which a drill keeps free; with --kubernetes-cluster the default is the data volume)")
 	f.StringVar(&cfg.Maintenance.DefragSchedule, "defrag-schedule", member.DefaultMaintenance.DefragSchedule, "cron schedule on which the leader's sidecar defragments the members worth it, followers first, the leader last after moving leadership; \""+member.MaintenanceOff+"\" for none")
 	f.Float64Var(&defragThreshold, "defrag-threshold", 100*member.DefaultMaintenance.Defrag.Threshold, "percentage of a member's database file that must be free pages for it to be defragmented")
 	f.StringVar(&defragMinReclaim, "defrag-min-reclaim", "100Mi", "the least a member must give back to be defragmented")

@@ -1,11 +1,8 @@
 package restore
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"sync/atomic"
@@ -19,9 +16,12 @@ import (
 const copyBuffer = 1 << 20
 
 // downloadFull streams the full snapshot o from s into f (decompressed), verifying the
-// object's SHA-256 and etcd's own SHA-256 at the end of the snapshot. It returns the object's
-// header and the bytes read from the store. Memory is constant whatever the size.
-func downloadFull(ctx context.Context, s *store.Store, o backup.Object, f *os.File, progress func(done int64)) (backup.Header, int64, error) {
+// object's SHA-256 and that it is an etcd snapshot (backup.SnapshotCheck: a bbolt database
+// followed by etcd's SHA-256 of it) on the way; a payload that is not one is refused at its
+// first page, and one that decompresses to more than raw bytes (its trailer's, read ahead) as
+// soon as it does, so no more is ever written. It returns the object's header and the bytes
+// read from the store. Memory is constant whatever the size.
+func downloadFull(ctx context.Context, s *store.Store, o backup.Object, raw int64, f *os.File, progress func(done int64)) (backup.Header, int64, error) {
 	sr, err := s.NewReader(ctx, o.Key)
 	if err != nil {
 		return backup.Header{}, 0, fmt.Errorf("restore: full snapshot: %w", err)
@@ -36,15 +36,18 @@ func downloadFull(ctx context.Context, s *store.Store, o backup.Object, f *os.Fi
 	if err := backup.CheckHeader(o, hdr); err != nil {
 		return hdr, cr.n, fmt.Errorf("restore: %w", err)
 	}
-	eh := newEtcdHash(f)
-	if err := pipeCopy(eh, or); err != nil {
-		if eh.werr != nil {
-			return hdr, cr.n, fmt.Errorf("restore: write the snapshot of %s to scratch file %s: %w", o.Key, f.Name(), eh.werr)
+	or.LimitRaw(raw)
+	check := backup.NewSnapshotCheck(o.Key)
+	fw := &fileWriter{f: f}
+	// The check first: what is not a database never reaches the file.
+	if err := pipeCopy(io.MultiWriter(check, fw), or); err != nil {
+		if fw.err != nil {
+			return hdr, cr.n, fmt.Errorf("restore: write the snapshot of %s to scratch file %s: %w", o.Key, f.Name(), fw.err)
 		}
 		return hdr, cr.n, fmt.Errorf("restore: %w", err)
 	}
-	if err := eh.verify(); err != nil {
-		return hdr, cr.n, fmt.Errorf("restore: backup object %s: %w: %v", o.Key, backup.ErrCorrupt, err)
+	if err := check.Done(); err != nil {
+		return hdr, cr.n, fmt.Errorf("restore: %w", err)
 	}
 	return hdr, cr.n, nil
 }
@@ -99,51 +102,18 @@ func pipeCopy(w io.Writer, r io.Reader) error {
 	return rerr
 }
 
-// etcdHash writes a snapshot stream through while hashing all but its last 32 bytes, which
-// (when the size says the stream carries one) are etcd's SHA-256 of the database.
-type etcdHash struct {
-	w    io.Writer
-	werr error
-	h    hash.Hash
-	tail []byte
-	n    int64
+// fileWriter keeps the error of a write to the scratch file apart from the reader's.
+type fileWriter struct {
+	f   *os.File
+	err error
 }
 
-func newEtcdHash(w io.Writer) *etcdHash {
-	return &etcdHash{w: w, h: sha256.New(), tail: make([]byte, 0, 2*sha256.Size)}
-}
-
-func (e *etcdHash) Write(p []byte) (int, error) {
-	n, err := e.w.Write(p)
+func (w *fileWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
 	if err != nil {
-		e.werr = err
-		return n, err
+		w.err = err
 	}
-	e.n += int64(n)
-	if len(p) >= sha256.Size {
-		e.h.Write(e.tail)
-		e.h.Write(p[:len(p)-sha256.Size])
-		e.tail = append(e.tail[:0], p[len(p)-sha256.Size:]...)
-		return n, nil
-	}
-	e.tail = append(e.tail, p...)
-	if extra := len(e.tail) - sha256.Size; extra > 0 {
-		e.h.Write(e.tail[:extra])
-		e.tail = append(e.tail[:0], e.tail[extra:]...)
-	}
-	return n, nil
-}
-
-// verify checks the trailing SHA-256 when etcd's rule says there is one (size mod 512 is 32:
-// the database is whole pages). A stream without it was verified by the object's own SHA-256.
-func (e *etcdHash) verify() error {
-	if e.n%512 != sha256.Size {
-		return nil
-	}
-	if !bytes.Equal(e.h.Sum(nil), e.tail) {
-		return fmt.Errorf("the etcd snapshot's own SHA-256 does not match its database")
-	}
-	return nil
+	return n, err
 }
 
 type countingReader struct {

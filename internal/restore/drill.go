@@ -31,6 +31,8 @@ type DrillOptions struct {
 	// ScratchDir holds the scratch data dir (about twice the database); default os.TempDir().
 	// It is removed on every exit path.
 	ScratchDir string
+	// KeepFree is Options.KeepFree: the space the drill leaves free where it restores.
+	KeepFree int64
 	// Progress, if set, gets the restore's phases, then PhaseHash.
 	Progress func(Progress)
 	// Logger receives etcd's logs; nil discards them.
@@ -87,7 +89,7 @@ func Drill(ctx context.Context, o DrillOptions) (res DrillResult, err error) {
 			return res, err
 		}
 	}
-	scratch, release, rres, err := scratchRestore(ctx, o.ScratchDir, "drill", Options{Store: o.Store, Timeline: o.Timeline, Progress: o.Progress, Logger: lg})
+	scratch, release, rres, err := scratchRestore(ctx, o.ScratchDir, "drill", Options{Store: o.Store, Timeline: o.Timeline, KeepFree: o.KeepFree, Progress: o.Progress, Logger: lg})
 	defer release()
 	res.Restore = &rres
 	res.Timeline, res.Revision = rres.Timeline, rres.Target

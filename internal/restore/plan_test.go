@@ -1,7 +1,6 @@
 package restore
 
 import (
-	"crypto/sha256"
 	"errors"
 	"strings"
 	"testing"
@@ -81,38 +80,6 @@ func TestPlanRestore(t *testing.T) {
 	}
 }
 
-func TestEtcdHash(t *testing.T) {
-	db := make([]byte, 4096)
-	for i := range db {
-		db[i] = byte(i * 7)
-	}
-	sum := sha256Sum(db)
-	for _, chunk := range []int{1, 7, 31, 32, 33, 4096, 1 << 20} {
-		for _, damage := range []bool{false, true} {
-			stream := append(append([]byte{}, db...), sum...)
-			if damage {
-				stream[100] ^= 1
-			}
-			var out strings.Builder
-			h := newEtcdHash(&out)
-			for i := 0; i < len(stream); i += chunk {
-				if _, err := h.Write(stream[i:min(i+chunk, len(stream))]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := h.verify(); (err != nil) != damage || out.Len() != len(stream) {
-				t.Errorf("chunk %d damage %v: verify %v, wrote %d bytes", chunk, damage, err, out.Len())
-			}
-		}
-	}
-	// A stream whose size says it has no hash (a database copied from a data dir) passes.
-	h := newEtcdHash(&strings.Builder{})
-	_, _ = h.Write(db[:1000])
-	if err := h.verify(); err != nil {
-		t.Errorf("stream without a hash: %v", err)
-	}
-}
-
 func TestIsNoSpace(t *testing.T) {
 	if !isNoSpace(errors.New("replay: etcd storage failed at revision 5: write /x/db: no space left on device")) {
 		t.Error("a panic message about a full disk is not recognised")
@@ -120,9 +87,4 @@ func TestIsNoSpace(t *testing.T) {
 	if isNoSpace(errors.New("permission denied")) {
 		t.Error("an unrelated error counts as a full disk")
 	}
-}
-
-func sha256Sum(b []byte) []byte {
-	s := sha256.Sum256(b)
-	return s[:]
 }

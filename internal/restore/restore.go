@@ -73,6 +73,10 @@ type Options struct {
 	// ScratchDir holds the downloaded snapshot while it is restored (one file, the size of the
 	// database, removed as soon as it is restored). Default: DataDir's parent.
 	ScratchDir string
+	// KeepFree is the space, in bytes, a restore leaves free on the file systems of ScratchDir
+	// and DataDir: it refuses, before writing, a full snapshot whose declared size would not
+	// fit with that much left (a drill on a live member's volume keeps the member's room).
+	KeepFree int64
 	// DeltaMemory bounds the decoded events held per delta object while the next one is
 	// fetched (default 32 MiB). A larger object is verified in a first pass and streamed in a
 	// second, so it is read twice but never held.
@@ -250,6 +254,9 @@ func (o Options) validate() error {
 	}
 	if o.MissingLeaseTTL < 0 {
 		probs = append(probs, fmt.Sprintf("missing-lease TTL %d is negative", o.MissingLeaseTTL))
+	}
+	if o.KeepFree < 0 {
+		probs = append(probs, fmt.Sprintf("space to keep free %d is negative", o.KeepFree))
 	}
 	if len(probs) > 0 {
 		return fmt.Errorf("restore: %s", strings.Join(probs, "; "))
@@ -482,13 +489,21 @@ func (r *restorer) resetPart() error {
 // restoreFull streams the full snapshot into a scratch file, restores it into the .part dir
 // with etcdutl, removes the scratch file and reads the database's true revision.
 func (r *restorer) restoreFull(ctx context.Context, full backup.Object, res *Result) (backup.Header, error) {
+	// The trailer declares the database's size: the download never writes more, and it must fit.
+	t, err := backup.ReadTrailer(ctx, r.o.Store, full)
+	if err != nil {
+		return backup.Header{}, fmt.Errorf("restore: %w", err)
+	}
+	if err := checkRoom(full.Key, t.RawSize, r.o.KeepFree, r.o.ScratchDir, r.part); err != nil {
+		return backup.Header{}, err
+	}
 	f, err := os.CreateTemp(r.o.ScratchDir, ".steward-restore-*.snap")
 	if err != nil {
 		return backup.Header{}, fmt.Errorf("restore: create a scratch file in %s (set the scratch dir to a writable directory with room for the database): %w", r.o.ScratchDir, err)
 	}
 	path := f.Name()
 	defer os.Remove(path)
-	hdr, n, err := downloadFull(ctx, r.o.Store, full, f, func(done int64) { r.progress(PhaseDownload, done, full.Size) })
+	hdr, n, err := downloadFull(ctx, r.o.Store, full, t.RawSize, f, func(done int64) { r.progress(PhaseDownload, done, full.Size) })
 	res.Bytes += n
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("restore: write scratch file %s: %w", path, cerr)
@@ -504,7 +519,8 @@ func (r *restorer) restoreFull(ctx context.Context, full backup.Object, res *Res
 		InitialCluster:      r.o.InitialCluster,
 		InitialClusterToken: r.o.InitialClusterToken,
 		PeerURLs:            r.o.PeerURLs,
-		// downloadFull checked etcd's SHA-256 on the way; a second pass would only cost time.
+		// downloadFull checked the database's header and etcd's SHA-256 on the way; a second pass
+		// would only cost time.
 		SkipHashCheck: true,
 		Logger:        r.lg,
 	})

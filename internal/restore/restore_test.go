@@ -643,8 +643,9 @@ func TestRestoreNeverOverwrites(t *testing.T) {
 	}
 }
 
-// TestRestoreNoSpace fills a small tmpfs: once while downloading the snapshot and once inside
-// etcdutl. The error says so and nothing is left on the file system. Needs root (mount).
+// TestRestoreNoSpace restores onto a small tmpfs: one without room for the snapshot, and one
+// with room for it twice but not for etcd's WAL. The error says so and nothing is left on the
+// file system. Needs root (mount).
 func TestRestoreNoSpace(t *testing.T) {
 	c := getChain(t)
 	s := openStore(t, c.storeURL)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 )
@@ -71,7 +72,7 @@ func RestoreSnapshot(ctx context.Context, cfg SnapshotRestoreConfig) (err error)
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	err = snapshot.NewV3(lg).Restore(snapshot.RestoreConfig{
+	err = etcdutlRestore(lg, snapshot.RestoreConfig{
 		SnapshotPath:        cfg.SnapshotPath,
 		Name:                cfg.Name,
 		OutputDataDir:       cfg.DataDir,
@@ -86,6 +87,17 @@ func RestoreSnapshot(ctx context.Context, cfg SnapshotRestoreConfig) (err error)
 			cfg.SnapshotPath, cfg.DataDir, err)
 	}
 	return nil
+}
+
+// etcdutlRestore runs etcdutl's snapshot restore, turning its panics (etcd's storage panics on
+// a database it cannot read, and logs Fatal where it would exit) into an error.
+func etcdutlRestore(lg *zap.Logger, cfg snapshot.RestoreConfig) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("etcd's storage failed on the snapshot: %v", p)
+		}
+	}()
+	return snapshot.NewV3(lg.WithOptions(zap.WithFatalHook(zapcore.WriteThenPanic))).Restore(cfg)
 }
 
 func validateSnapshotConfig(cfg SnapshotRestoreConfig) error {

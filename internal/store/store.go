@@ -442,10 +442,16 @@ type Reader struct {
 // NewReader opens the object at key. A missing object gives an error that
 // wraps ErrNotFound.
 func (s *Store) NewReader(ctx context.Context, key string) (*Reader, error) {
+	return s.NewRangeReader(ctx, key, 0, -1)
+}
+
+// NewRangeReader opens length bytes of the object at key from offset on (length < 0: to the
+// end).
+func (s *Store) NewRangeReader(ctx context.Context, key string, offset, length int64) (*Reader, error) {
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("read from %s: %w", s.display, err)
 	}
-	r, err := s.bucket.NewReader(ctx, key, nil)
+	r, err := s.bucket.NewRangeReader(ctx, key, offset, length, nil)
 	if err != nil {
 		return nil, s.opError("open", key, err)
 	}

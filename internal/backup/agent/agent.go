@@ -10,10 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
@@ -48,7 +46,7 @@ type Config struct {
 	CheckInterval time.Duration
 	// DrillSchedule is a cron schedule for restore drills of the timeline being written
 	// (default daily, DrillOff for none); DrillScratchDir holds each drill's scratch data dir
-	// (default os.TempDir()).
+	// (default os.TempDir()), where a drill keeps the member's database size free.
 	DrillSchedule   string
 	DrillScratchDir string
 	// FullAfterRevisions and FullAfterBytes compact the chain: a full snapshot is taken as soon
@@ -792,10 +790,14 @@ func (a *Agent) drill(ctx context.Context, m snapshotter.Member, tl uint32) {
 	start := time.Now()
 	a.lg.Info("restore drill", zap.Uint32("timeline", tl))
 	var res restore.DrillResult
-	err := a.drillRoom(ctx, m)
-	if err == nil {
+	// The scratch dir may share the member's volume (in a pod it does): the drill leaves as
+	// much free as the member's database takes, so that etcd keeps room to grow.
+	st, err := m.Client.Status(ctx, m.Endpoint)
+	if err != nil {
+		err = fmt.Errorf("restore drill not run: status of %s: %w", m.Endpoint, err)
+	} else {
 		res, err = restore.Drill(ctx, restore.DrillOptions{Store: a.store, Timeline: tl, Live: m.Client, LiveEndpoint: m.Endpoint,
-			ScratchDir: a.cfg.DrillScratchDir, Logger: a.lg.WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))})
+			ScratchDir: a.cfg.DrillScratchDir, KeepFree: st.DbSize, Logger: a.lg.WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))})
 	}
 	if ctx.Err() != nil {
 		return
@@ -814,33 +816,4 @@ func (a *Agent) drill(ctx context.Context, m snapshotter.Member, tl uint32) {
 			zap.Uint32("hash", res.Hash), zap.Int64("compactRevision", res.CompactRevision), zap.Duration("took", res.Duration))
 	}
 	a.update(func(s *cluster.BackupStatus) { s.LastDrill = d })
-}
-
-// drillRoom reads the member's database size and the space free where the drill's scratch dir
-// goes, and refuses a drill that would not fit (see drillFits).
-func (a *Agent) drillRoom(ctx context.Context, m snapshotter.Member) error {
-	dir := a.cfg.DrillScratchDir
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	st, err := m.Client.Status(ctx, m.Endpoint)
-	if err != nil {
-		return fmt.Errorf("restore drill not run: status of %s: %w", m.Endpoint, err)
-	}
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(dir, &fs); err != nil {
-		return fmt.Errorf("restore drill not run: free space in the scratch dir %s: %w", dir, err)
-	}
-	return drillFits(dir, int64(fs.Bavail)*int64(fs.Bsize), st.DbSize)
-}
-
-// drillFits says whether a drill of a database of dbSize bytes may use a scratch dir with free
-// bytes free: the drill needs twice the database, and leaves at least the database's size free
-// besides, since the scratch dir may share etcd's own volume and etcd must keep room to grow.
-func drillFits(dir string, free, dbSize int64) error {
-	if need := 3 * dbSize; free < need {
-		return fmt.Errorf("restore drill not run: the scratch dir %s has %d bytes free, and a drill of the %d-byte database needs %d (twice the database, and as much left for etcd): free space there or give --drill-scratch-dir on a larger disk",
-			dir, free, dbSize, need)
-	}
-	return nil
 }

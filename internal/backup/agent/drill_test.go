@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -148,28 +147,6 @@ func TestSidecarDrill(t *testing.T) {
 	for i, a := range agents {
 		if st := a.Status(); !st.Leader && !st.LastDrill.Time.IsZero() {
 			t.Errorf("member %d is not the backup leader and drilled: %+v", i, st.LastDrill)
-		}
-	}
-}
-
-func TestDrillFits(t *testing.T) {
-	const gib = 1 << 30
-	for _, tc := range []struct {
-		name         string
-		free, dbSize int64
-		fits         bool
-	}{
-		{"room for the drill and as much again for etcd", 3 * gib, gib, true},
-		{"room for the drill only: etcd would be left without", 2 * gib, gib, false},
-		{"a byte short", 3*gib - 1, gib, false},
-		{"plenty", 100 * gib, gib, true},
-	} {
-		err := drillFits("/scratch", tc.free, tc.dbSize)
-		if (err == nil) != tc.fits {
-			t.Errorf("%s: drillFits(%d free, %d database) = %v, want fits %t", tc.name, tc.free, tc.dbSize, err, tc.fits)
-		}
-		if err != nil && (!strings.Contains(err.Error(), "/scratch") || !strings.Contains(err.Error(), fmt.Sprint(3*tc.dbSize))) {
-			t.Errorf("%s: %v does not name the scratch dir and the space needed", tc.name, err)
 		}
 	}
 }

@@ -1,5 +1,6 @@
-// Package backuptest makes backup objects in the formats Steward wrote before, for tests
-// that prove they are still read.
+// Package backuptest makes what tests of backups need: etcd snapshots of real bbolt databases,
+// and backup objects in the formats Steward wrote before, for tests that prove they are still
+// read.
 package backuptest
 
 import (

@@ -1,9 +1,7 @@
 package retention
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/backup/backuptest"
 	"github.com/etcd-steward/steward/internal/store"
 )
 
@@ -260,13 +259,12 @@ func TestParsePolicy(t *testing.T) {
 // putFull stores a full snapshot of cluster on timeline tl, of a small database.
 func putFull(t *testing.T, s *store.Store, tl uint32, cluster uint64, rev int64, at time.Time) string {
 	t.Helper()
-	db := bytes.Repeat([]byte{byte(rev)}, 512)
-	sum := sha256.Sum256(db)
+	db := backuptest.Snapshot(t, int(rev))
 	key := backup.FullKey(tl, rev, at)
 	hdr := backup.Header{Kind: backup.KindFull, Timeline: tl, Compression: backup.CompressionZstd, EtcdVersion: "3.6.4", ClusterID: cluster, FirstRev: rev, Created: at}
 	if _, err := backup.WriteObject(context.Background(), s, key, hdr, func(w *backup.ObjectWriter) error {
 		w.SetLastRev(rev)
-		_, err := w.Write(append(db, sum[:]...))
+		_, err := w.Write(db)
 		return err
 	}); err != nil {
 		t.Fatal(err)
