@@ -217,6 +217,21 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 	for i := range pods.Items {
 		have[pods.Items[i].Name] = &pods.Items[i]
 	}
+	// A member the ConfigMap no longer lists was removed from etcd by the leader's sidecar:
+	// its etcd stopped, so its pod is not Ready and its Lease is not renewed.
+	listed := map[string]bool{}
+	var cm corev1.ConfigMap
+	if err := get(t, ns, name+"-config", &cm); err == nil {
+		if cc, err := v1alpha1.ParseClusterConfig(cm.Data); err == nil {
+			for _, m := range cc.Members {
+				listed[m.Name] = true
+			}
+		}
+	}
+	removed := func(i int) bool { return len(listed) > 0 && !listed[fmt.Sprintf("%s-%d", name, i)] }
+	ready0, renewing0 := ready, renewing
+	ready = func(i int) bool { return ready0(i) && !removed(i) }
+	renewing = func(i int) bool { return renewing0(i) && !removed(i) }
 	for i := int32(0); i < 20; i++ {
 		pn := fmt.Sprintf("%s-%d", name, i)
 		p, ok := have[pn]

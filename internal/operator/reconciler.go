@@ -157,117 +157,170 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
-// Reconcile is one pass over one cluster:
-//  1. deleted: delete every owned object (reverse order; none when orphaning), then release the finalizer;
-//  2. add the finalizer; stop here while paused;
-//  3. observe the StatefulSet, the pods and the Leases, and Decide;
-//  4. sync every component in order; delete pods NotReady past the grace;
-//  5. write the status, observedGeneration last, and requeue at the next deadline.
+// Reconcile is one pass over one cluster, a short list of steps:
+//  1. admit: deleted (finalize), the finalizer added, paused, or a spec that cannot run;
+//  2. observe the StatefulSet, the pods, the Leases and the reports;
+//  3. decide (Decide), with fresh evidence asked directly before a destructive decision;
+//  4. sync every owned object in order;
+//  5. act: restarts, the fence, the rolling update's and the hibernation's steps;
+//  6. write the status, observedGeneration last, and come back at the next deadline.
 func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ec, held, err := r.admit(ctx, req)
+	if held != nil {
+		return *held, err
+	}
+	p := &pass{now: r.now()}
+	obs, err := r.observe(ctx, ec, p.now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	d := r.decide(ctx, ec, &obs, p)
+	if stale, err := r.staleForStop(ctx, ec, obs, d); err != nil || stale {
+		// The newer object triggers another pass.
+		return ctrl.Result{RequeueAfter: time.Second}, err
+	}
+	run, err := r.sync(ctx, ec, d, obs, p)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.act(ctx, ec, obs, &d, p)
+	status, err := r.newStatus(ctx, ec, obs, d, run, p)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.writeStatus(ctx, ec, status, p)
+}
+
+// pass is what one reconciliation carries from step to step: its time, the errors met (each
+// with its stable code), the evidence gathered, and when to come back.
+type pass struct {
+	now     time.Time
+	errs    []v1alpha1.LastError
+	requeue time.Duration
+	// noAnswer is what the members said when asked directly before a fence.
+	noAnswer string
+}
+
+func (p *pass) fail(code string, err error) {
+	p.errs = append(p.errs, v1alpha1.LastError{Code: code, Description: err.Error(), ObservedAt: metav1.NewTime(p.now)})
+}
+
+// admit reads the cluster and stops the pass early (held non-nil) when it is being deleted
+// (finalize), when its finalizer is only now added, while it is paused, or while its spec is
+// one the members could not run with.
+func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alpha1.EtcdCluster, *ctrl.Result, error) {
 	ec := &v1alpha1.EtcdCluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ec); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return nil, &ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !ec.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, ec)
+		return nil, &ctrl.Result{}, r.finalize(ctx, ec)
 	}
 	if controllerutil.AddFinalizer(ec, Finalizer) {
 		if err := r.Client.Update(ctx, ec); err != nil {
 			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: time.Second}, nil
+				return nil, &ctrl.Result{RequeueAfter: time.Second}, nil
 			}
-			return ctrl.Result{}, err
+			return nil, &ctrl.Result{}, err
 		}
 	}
 	if ec.Annotations[v1alpha1.AnnotationPaused] == "true" {
-		return ctrl.Result{}, r.writeHeld(ctx, ec, "Paused",
+		return nil, &ctrl.Result{}, r.writeHeld(ctx, ec, "Paused",
 			fmt.Sprintf("reconciliation is paused by the annotation %s=true; remove it to resume", v1alpha1.AnnotationPaused))
 	}
 	if err := specProblem(ec.Spec); err != nil {
 		// Nothing is changed on the cluster for a spec its members could not run with: the
 		// members keep what they run. The next change of the spec is checked again.
-		return ctrl.Result{}, r.writeHeld(ctx, ec, ReasonInvalidSpec, fmt.Sprintf(
+		return nil, &ctrl.Result{}, r.writeHeld(ctx, ec, ReasonInvalidSpec, fmt.Sprintf(
 			"generation %d is not carried out, nothing is changed: %v", ec.Generation, err))
 	}
+	return ec, nil, nil
+}
 
-	now := r.now()
-	obs, err := r.observe(ctx, ec, now)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	d := Decide(obs)
-	noAnswer := ""
+// decide is Decide, with the operator's own fresh evidence before a destructive decision:
+// before a fence for a lost quorum, whether a member answers a linearizable read; before a
+// scale-down stops a member, the sidecars' reports asked directly (the EtcdMembers may be
+// stale).
+func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster, obs *Observation, p *pass) Decision {
+	d := Decide(*obs)
 	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() {
-		// The evidence of a lost quorum is second-hand (pods' readiness, Leases, reports):
-		// before any member is fenced, ask them directly.
 		var answered string
-		if answered, noAnswer = r.answeringMember(ctx, ec, obs.Members); answered != "" {
+		if answered, p.noAnswer = r.answeringMember(ctx, ec, obs.Members); answered != "" {
 			obs.QuorumAnswers = answered
-			d = Decide(obs)
+			d = Decide(*obs)
 		}
 	}
 	if slices.Contains(d.Cases, CaseScaleDown) && d.StatefulSetReplicas < obs.StatefulSetReplicas && r.Sidecars != nil {
-		// A member is about to stop because its leader's report no longer lists it: that
-		// report may be stale (its writes refused). Ask the sidecars directly first.
-		obs.DirectReports = r.Sidecars.reports(ctx, ec, obs.Members)
-		d = Decide(obs)
-	}
-	if stale, err := r.staleForStop(ctx, ec, obs, d); err != nil || stale {
-		// The newer object triggers another pass.
-		return ctrl.Result{RequeueAfter: time.Second}, err
-	}
-	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d, formed: obs.Formed,
-		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: now, recorder: r.Recorder}
-	if ec.Annotations[v1alpha1.AnnotationAdopt] != "" {
-		if run.orphanClusterIDs, err = r.orphanClusterIDs(ctx, ec); err != nil {
-			return ctrl.Result{}, err
+		// When no sidecar answers (a network policy in the way), the EtcdMembers stand; the
+		// leaving member's own pod and Lease must still say it stopped (stillServes).
+		if direct := r.Sidecars.reports(ctx, ec, obs.Members); len(direct) > 0 {
+			obs.DirectReports = direct
+			d = Decide(*obs)
 		}
 	}
+	return d
+}
 
-	var errs []v1alpha1.LastError
-	fail := func(code string, err error) {
-		errs = append(errs, v1alpha1.LastError{Code: code, Description: err.Error(), ObservedAt: metav1.NewTime(now)})
+// sync brings every owned object to what the decision asks for, in order.
+func (r *ClusterReconciler) sync(ctx context.Context, ec *v1alpha1.EtcdCluster, d Decision, obs Observation, p *pass) (*run, error) {
+	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d, formed: obs.Formed,
+		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: p.now, recorder: r.Recorder}
+	if ec.Annotations[v1alpha1.AnnotationAdopt] != "" {
+		var err error
+		if run.orphanClusterIDs, err = r.orphanClusterIDs(ctx, ec); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.checkSecrets(ctx, ec); err != nil {
-		fail("ERR_BACKUP_SECRET", err)
+		p.fail("ERR_BACKUP_SECRET", err)
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "SecretMissing", "Sync", "%v", err)
 	}
 	for _, c := range components {
 		if err := c.sync(ctx, run); err != nil {
-			fail(errCode("SYNC", c.code), err)
+			p.fail(errCode("SYNC", c.code), err)
 		}
 	}
-	notReadySince := now.Add(-r.graces().NotReady)
+	return run, nil
+}
+
+// act carries out the decision's acts: restarts (case 9), the fence, the rolling update's
+// and the hibernation's steps, and the Events; it sets when to come back.
+func (r *ClusterReconciler) act(ctx context.Context, ec *v1alpha1.EtcdCluster, obs Observation, d *Decision, p *pass) {
+	notReadySince := p.now.Add(-r.graces().NotReady)
 	for _, name := range d.DeletePods {
-		still := func(p *corev1.Pod) bool { return !podReady(p) && p.CreationTimestamp.Time.Before(notReadySince) }
+		still := func(pod *corev1.Pod) bool { return !podReady(pod) && pod.CreationTimestamp.Time.Before(notReadySince) }
 		if err := r.deletePod(ctx, ec, name, still, corev1.EventTypeWarning, "MemberRestarted", fmt.Sprintf(
 			"member %s was NotReady for more than %s: its pod was deleted to restart it", name, r.graces().NotReady)); err != nil {
-			fail("ERR_DELETE_POD", err)
+			p.fail("ERR_DELETE_POD", err)
 		}
 	}
-	requeue := nextDeadline(obs, d, now)
+	p.requeue = nextDeadline(obs, *d, p.now)
 	if rec := d.Recovery; rec != nil {
-		switch persisted, err := r.fence(ctx, ec, rec, noAnswer); {
+		switch persisted, err := r.fence(ctx, ec, rec, p.noAnswer); {
 		case err != nil:
-			fail("ERR_FENCE_POD", err)
+			p.fail("ERR_FENCE_POD", err)
 		case !persisted:
-			requeue = time.Second // the directive is written below; the next pass fences
+			p.requeue = time.Second // the directive is written with the status; the next pass fences
 		}
 		if rec.Event != "" {
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "Recovery", "Recover", "%s", rec.Event)
 		}
 	}
-	if code, err := r.rollout(ctx, ec, &d.Rollout, &requeue); err != nil {
-		fail(code, err)
+	if code, err := r.rollout(ctx, ec, &d.Rollout, &p.requeue); err != nil {
+		p.fail(code, err)
 	}
-	if code, err := r.hibernate(ctx, ec, &d, &requeue); err != nil {
-		fail(code, err)
+	if code, err := r.hibernate(ctx, ec, d, &p.requeue); err != nil {
+		p.fail(code, err)
 	}
-	r.recordEvents(ec, obs, d)
+	r.recordEvents(ec, obs, *d)
+}
 
+// newStatus is the status this pass writes: the decision's, the ownership conflicts, the CA
+// and its rollover (whose step is taken here), the errors met.
+func (r *ClusterReconciler) newStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, obs Observation, d Decision, run *run, p *pass) (v1alpha1.EtcdClusterStatus, error) {
 	status := r.status(ec, obs, d)
-	if c := ownershipCondition(run.conflicts, ec.Generation, metav1.NewTime(now)); c != nil {
-		if p := apimeta.FindStatusCondition(ec.Status.Conditions, c.Type); p == nil || p.Message != c.Message {
+	if c := ownershipCondition(run.conflicts, ec.Generation, metav1.NewTime(p.now)); c != nil {
+		if prev := apimeta.FindStatusCondition(ec.Status.Conditions, c.Type); prev == nil || prev.Message != c.Message {
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, c.Reason, "Sync", "%s", c.Message)
 		}
 		apimeta.SetStatusCondition(&status.Conditions, *c)
@@ -277,12 +330,29 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if rec := d.Recovery; rec != nil {
 		raw, err := encodeRecovery(rec.Status)
 		if err != nil {
-			return ctrl.Result{}, err
+			return status, err
 		}
 		status.Recovery = &runtime.RawExtension{Raw: raw}
 	}
 	status.Rollout = roundRollout(d.Rollout.Status)
 	status.Hibernation = roundHibernation(d.Hibernation.Status)
+	r.caStatus(ctx, ec, obs, d, run, p, &status)
+	status.LastErrors = p.errs
+	if len(p.errs) > 0 {
+		apimeta.SetStatusCondition(&status.Conditions, syncFailedCondition(p.errs, ec.Generation, p.now))
+	}
+	if len(p.errs) == 0 && run.statefulSetObserved {
+		// The generation is accounted for only once everything synced and the StatefulSet
+		// controller has seen the template this pass wrote: until then no rolling update
+		// exists to report, and a reader of observedGeneration would take the old members
+		// for the new spec.
+		status.ObservedGeneration = ec.Generation
+	}
+	return status, nil
+}
+
+// caStatus takes the CA rollover's step and records the CA and its rollover in status.
+func (r *ClusterReconciler) caStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, obs Observation, d Decision, run *run, p *pass, status *v1alpha1.EtcdClusterStatus) {
 	status.CARotation, status.CARotated = ec.Status.CARotation, ec.Status.CARotated
 	if req := ec.Annotations[v1alpha1.AnnotationRotateCA]; providedTLS(ec) && req != "" && req != ec.Status.CARotated {
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "CARotationRefused", "RotateCA", "CA rollover %q refused: the certificates come from Secret %s (spec.tls.serverSecret), "+
@@ -290,44 +360,38 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		status.CARotated = req
 	} else if run.ca != nil && !providedTLS(ec) {
 		cd := decideCARotation(ec.Annotations[v1alpha1.AnnotationRotateCA], ec.Status.CARotation, ec.Status.CARotated,
-			caState(*run.ca, obs, d), now, r.graces().CAPropagation)
+			caState(*run.ca, obs, d), p.now, r.graces().CAPropagation)
 		request := ""
 		if cd.Status != nil {
 			request = cd.Status.Request
 		}
 		switch taken, err := r.rotateCA(ctx, run, cd.Action, request); {
 		case err != nil:
-			fail("ERR_CA_ROTATION", err)
+			p.fail("ERR_CA_ROTATION", err)
 		case taken:
 			status.CARotation, status.CARotated = cd.Status, cd.Rotated
 		}
 		if cd.Status != nil {
-			requeue = min(requeue, 5*time.Second)
+			p.requeue = min(p.requeue, 5*time.Second)
 		}
 	}
 	if c := run.caCheck; c != nil {
 		status.CA = c.CA
-		r.setCACondition(ec, &status, *c, now)
+		r.setCACondition(ec, status, *c, p.now)
 	}
 	if rot := status.CARotation; rot != nil {
 		// Between its rolling restarts (which report themselves), a rollover is what progresses.
 		if c := apimeta.FindStatusCondition(status.Conditions, v1alpha1.ConditionProgressing); c != nil && c.Reason == "Reconciled" {
 			apimeta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
 				Reason: ReasonCARotation, Message: fmt.Sprintf("CA rollover %q, phase %s: %s", rot.Request, rot.Phase, rot.Message),
-				ObservedGeneration: c.ObservedGeneration, LastTransitionTime: metav1.NewTime(now)})
+				ObservedGeneration: c.ObservedGeneration, LastTransitionTime: metav1.NewTime(p.now)})
 		}
 	}
-	status.LastErrors = errs
-	if len(errs) > 0 {
-		apimeta.SetStatusCondition(&status.Conditions, syncFailedCondition(errs, ec.Generation, now))
-	}
-	if len(errs) == 0 && run.statefulSetObserved {
-		// The generation is accounted for only once everything synced and the StatefulSet
-		// controller has seen the template this pass wrote: until then no rolling update
-		// exists to report, and a reader of observedGeneration would take the old members
-		// for the new spec.
-		status.ObservedGeneration = ec.Generation
-	}
+}
+
+// writeStatus writes the status, observedGeneration last, only when it changed, and says
+// when to come back: the next deadline, or sooner when the pass met errors.
+func (r *ClusterReconciler) writeStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, status v1alpha1.EtcdClusterStatus, p *pass) (ctrl.Result, error) {
 	// Semantic: times read back from the API server are in the local zone, the computed ones
 	// in UTC; the same instant is no change, and an unchanged status is never written.
 	if !equality.Semantic.DeepEqual(status, ec.Status) {
@@ -340,14 +404,14 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		}
 	}
-	if len(errs) > 0 {
+	if len(p.errs) > 0 {
 		// Recorded in status.lastErrors and logged, not returned: a returned error would
 		// replace the deadline with the controller's exponential backoff (up to minutes),
 		// and delay what the deadline is for (a grace running out, a quorum loss).
-		log.FromContext(ctx).Error(fmt.Errorf("%s: %s", errs[0].Code, errs[0].Description), "reconciliation incomplete", "errors", len(errs))
-		return ctrl.Result{RequeueAfter: min(requeue, syncRetry)}, nil
+		log.FromContext(ctx).Error(fmt.Errorf("%s: %s", p.errs[0].Code, p.errs[0].Description), "reconciliation incomplete", "errors", len(p.errs))
+		return ctrl.Result{RequeueAfter: min(p.requeue, syncRetry)}, nil
 	}
-	return ctrl.Result{RequeueAfter: requeue}, nil
+	return ctrl.Result{RequeueAfter: p.requeue}, nil
 }
 
 // setCACondition sets the CAReady condition, with an Event when its reason changes: a
