@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/units"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/local"
@@ -62,6 +63,7 @@ token of --api-token-file (one token per line; the first is sent to other sideca
 file is read again when it changes).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var kube *kubeview.View
 			lg, err := newLogger(logLvl)
 			if err != nil {
 				return err
@@ -94,9 +96,10 @@ file is read again when it changes).`,
 			case localDir != "":
 				cfg.View = local.View{Dir: local.Dir(localDir), Name: cfg.Name}
 			case kubeCluster != "":
-				if err := kubernetesView(cmd.Context(), &cfg, kubeNamespace, kubeCluster); err != nil {
+				if kube, err = kubernetesView(cmd.Context(), lg, kubeNamespace, kubeCluster, cfg.Name); err != nil {
 					return err
 				}
+				cfg.View, cfg.ListenHost, cfg.RemoveUndesired = kube, "0.0.0.0", true
 				if !cmd.Flags().Changed("drill-scratch-dir") {
 					// A pod's /tmp is a small emptyDir: the drill's scratch goes on the data
 					// volume, beside the data dir, as a recovery's does.
@@ -126,16 +129,22 @@ file is read again when it changes).`,
 			}
 			cfg.APITokens = sidecarapi.NewFile(tokenFile)
 			cfg.Logger = lg
-			sc, err := member.New(cfg)
-			if err != nil {
-				return err
+			serve := func(ctx context.Context, cfg member.Config) error {
+				sc, err := member.New(cfg)
+				if err != nil {
+					return err
+				}
+				ln, err := net.Listen("tcp", listen)
+				if err != nil {
+					return fmt.Errorf("sidecar API on %s: %w (is another member using this port?)", listen, err)
+				}
+				lg.Info("sidecar serving", zap.String("member", cfg.Name), zap.String("listen", ln.Addr().String()))
+				return sc.Serve(ctx, ln)
 			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("sidecar API on %s: %w (is another member using this port?)", listen, err)
+			if kube != nil {
+				return serveKubernetes(cmd.Context(), lg, cfg, kube, serve)
 			}
-			lg.Info("sidecar serving", zap.String("member", cfg.Name), zap.String("listen", ln.Addr().String()))
-			return sc.Serve(cmd.Context(), ln)
+			return serve(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
@@ -171,24 +180,72 @@ file is read again when it changes).`,
 	return cmd
 }
 
-// kubernetesView sets the sidecar up as a member of an EtcdCluster: its view is the API
-// server, and the cluster's ConfigMap (written by the operator) carries the etcd tuning and
-// the backup settings. etcd listens on every interface and advertises the member's DNS names.
-func kubernetesView(ctx context.Context, cfg *member.Config, ns, cluster string) error {
+// kubernetesView is the view of a member of an EtcdCluster: the API server. It returns at
+// once; the view reads the cluster in the background, for as long as the API server takes.
+func kubernetesView(ctx context.Context, lg *zap.Logger, ns, clusterName, name string) (*kubeview.View, error) {
 	rc, err := ctrlconfig.GetConfig()
 	if err != nil {
-		return fmt.Errorf("kubernetes configuration: %w", err)
+		return nil, fmt.Errorf("kubernetes configuration: %w", err)
 	}
-	v, err := kubeview.New(ctx, rc, ns, cluster, cfg.Name)
-	if err != nil {
-		return err
+	return kubeview.New(ctx, rc, ns, clusterName, name, lg)
+}
+
+// viewWait is how long a member pod's sidecar waits for its view to read the cluster before
+// it serves without the cluster's settings.
+const viewWait = 5 * time.Second
+
+// serveKubernetes serves the sidecar of a member pod. The cluster's ConfigMap carries the etcd
+// tuning and the backup and maintenance settings; etcd listens on every interface and
+// advertises the member's DNS names. While the API server does not answer, a sidecar without
+// those settings serves, with a view that never reads the cluster: the member restarts on its
+// own valid data as it last started, and anything else waits. Once the view has read the
+// cluster, that sidecar stops and one with the cluster's settings serves (steward etcd, if it
+// still waits, asks it again).
+func serveKubernetes(ctx context.Context, lg *zap.Logger, cfg member.Config, v *kubeview.View, serve func(context.Context, member.Config) error) error {
+	select {
+	case <-v.Synced():
+	case <-ctx.Done():
+		return nil
+	case <-time.After(viewWait):
+		lg.Warn("the Kubernetes API server does not answer: serving without the cluster's settings until it does; this member restarts on its own valid data, anything else waits",
+			zap.Error(v.Ready()))
+		waiting := cfg
+		waiting.View, waiting.Backup.StoreURL = awaitingView{v}, ""
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- serve(wctx, waiting) }()
+		select {
+		case <-v.Synced():
+			stop()
+			if err := <-done; err != nil {
+				return err
+			}
+			lg.Info("the cluster view has read the cluster: serving with the cluster's settings")
+		case err := <-done:
+			stop()
+			return err
+		}
 	}
 	cc, _, err := v.Config(ctx)
 	if err != nil {
 		return err
 	}
-	cfg.View, cfg.ListenHost, cfg.RemoveUndesired = v, "0.0.0.0", true
-	return applyClusterConfig(cfg, cc)
+	if err := applyClusterConfig(&cfg, cc); err != nil {
+		return err
+	}
+	return serve(ctx, cfg)
+}
+
+// awaitingView is the view of a sidecar that serves before the API server answered: it never
+// reads the cluster, so that this sidecar, without the cluster's settings, never decides on
+// the cluster's spec.
+type awaitingView struct{ *kubeview.View }
+
+func (a awaitingView) Snapshot(context.Context) (cluster.Snapshot, error) {
+	if err := a.Ready(); err != nil {
+		return cluster.Snapshot{}, err
+	}
+	return cluster.Snapshot{}, fmt.Errorf("%w: the sidecar is about to serve with the cluster's settings", cluster.ErrViewNotReady)
 }
 
 // applyClusterConfig copies the operator's ClusterConfig (the ConfigMap the sidecar reads)

@@ -5,7 +5,10 @@
 // small rules over it, and imports nothing of Steward's.
 package cluster
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // View is the sidecar's one seam to whoever runs the cluster (the local supervisor,
 // the Kubernetes operator). It reads the cluster as one consistent whole, is told of
@@ -21,6 +24,12 @@ type View interface {
 	// AckDirective records in the cluster status that this member carried out directive epoch.
 	AckDirective(ctx context.Context, epoch int64, result DirectiveResult) error
 }
+
+// ErrViewNotReady is returned, wrapped with what the view waits for, by a view that has not
+// read the cluster since the sidecar started (the Kubernetes API server does not answer).
+// Without the cluster's spec and status, only what this member's own data decides goes on:
+// a restart on its own valid data. Everything else waits for the view.
+var ErrViewNotReady = errors.New("the cluster view has not read the cluster yet")
 
 // BackupPublisher is implemented by views that publish the backup leader's progress (the
 // Kubernetes view writes the snapshot Leases the operator reads).

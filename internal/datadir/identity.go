@@ -38,6 +38,25 @@ func ReadIdentity(dataDir string) (Identity, bool, error) {
 	return readJSON[Identity](filepath.Join(dataDir, identityName), "identity file in "+dataDir)
 }
 
+// lastStartName is the file in a data dir that holds the etcd configuration its member last
+// started with. A member whose cluster view cannot be read restarts on its own data with it.
+const lastStartName = "steward-last-start.yaml"
+
+// WriteLastStart records config, the etcd configuration the member of dataDir starts with.
+func WriteLastStart(dataDir string, config []byte) error {
+	return WriteFileAtomic(filepath.Join(dataDir, lastStartName), config, 0o600)
+}
+
+// ReadLastStart returns the configuration WriteLastStart recorded in dataDir, ok=false if
+// there is none.
+func ReadLastStart(dataDir string) (config []byte, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, lastStartName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	return b, err == nil, err
+}
+
 // writeJSON writes v as JSON to path, atomically.
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")

@@ -20,18 +20,22 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
+	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -65,15 +69,22 @@ type View struct {
 	lastWrite  time.Time
 	lastRenew  time.Time
 	lastHolder string
+
+	lg *zap.Logger
+	// synced is closed once the cache has read the cluster; until then waitingFor says why not.
+	synced     chan struct{}
+	waitingFor atomic.Pointer[string]
 }
 
 var _ cluster.View = (*View)(nil)
 
 // New returns the view of member name of cluster in namespace ns. It reads through a cache
 // that watches the cluster's ConfigMap, EtcdCluster, EtcdMembers and Leases (no polling of
-// the API server); reads that precede a write go to the API server. The cache runs until
-// ctx ends.
-func New(ctx context.Context, cfg *rest.Config, ns, clusterName, name string) (*View, error) {
+// the API server); reads that precede a write go to the API server. It returns at once: the
+// cache first reads the cluster in the background, however long the API server takes to
+// answer (an outage, a slow server, a Role not there yet), and logs what it waits for. Until
+// then Snapshot and Config fail with cluster.ErrViewNotReady. The cache runs until ctx ends.
+func New(ctx context.Context, cfg *rest.Config, ns, clusterName, name string, lg *zap.Logger) (*View, error) {
 	if ns == "" || clusterName == "" || name == "" {
 		return nil, errors.New("the Kubernetes view needs the namespace (POD_NAMESPACE), the cluster (--kubernetes-cluster) and the member name (--name)")
 	}
@@ -84,8 +95,18 @@ func New(ctx context.Context, cfg *rest.Config, ns, clusterName, name string) (*
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	// The view knows the four kinds it reads and writes (and their lists), all namespaced: it
+	// needs no discovery from the API server, and nothing it sets up fails while that does not
+	// answer.
+	mapper := meta.NewDefaultRESTMapper(nil)
+	for _, gvk := range []schema.GroupVersionKind{corev1.SchemeGroupVersion.WithKind("ConfigMap"),
+		coordinationv1.SchemeGroupVersion.WithKind("Lease"), v1alpha1.GroupVersion.WithKind("EtcdCluster"),
+		v1alpha1.GroupVersion.WithKind("EtcdMember")} {
+		mapper.Add(gvk, meta.RESTScopeNamespace)
+		mapper.Add(gvk.GroupVersion().WithKind(gvk.Kind+"List"), meta.RESTScopeNamespace)
+	}
 	mine := labels.SelectorFromSet(labels.Set{v1alpha1.LabelCluster: clusterName})
-	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}},
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, Mapper: mapper, DefaultNamespaces: map[string]cache.Config{ns: {}},
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}:     {Field: fields.OneTermEqualSelector("metadata.name", v1alpha1.ConfigMapName(clusterName))},
 			&v1alpha1.EtcdCluster{}: {Field: fields.OneTermEqualSelector("metadata.name", clusterName)},
@@ -95,36 +116,109 @@ func New(ctx context.Context, cfg *rest.Config, ns, clusterName, name string) (*
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes cache: %w", err)
 	}
-	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	direct, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mapper})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	cached, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: ca}})
+	cached, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mapper, Cache: &client.CacheOptions{Reader: ca}})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	v := &View{c: cached, direct: direct, ns: ns, clusterName: clusterName, name: name, now: time.Now}
-	// Lease renewals are not news: they only refresh report times.
-	for _, obj := range []client.Object{&corev1.ConfigMap{}, &v1alpha1.EtcdCluster{}, &v1alpha1.EtcdMember{}} {
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	v := &View{c: cached, direct: direct, ns: ns, clusterName: clusterName, name: name, now: time.Now, lg: lg, synced: make(chan struct{})}
+	v.waitingFor.Store(new("the first answer of the API server"))
+	if err := v.watchObjects(ctx, ca); err != nil {
+		return nil, err
+	}
+	go func() { _ = ca.Start(ctx) }()
+	go v.connect(ctx, ca)
+	return v, nil
+}
+
+// Synced is closed once the view has read the cluster for the first time.
+func (v *View) Synced() <-chan struct{} { return v.synced }
+
+// Ready fails with cluster.ErrViewNotReady, and what the view waits for, until the view has
+// read the cluster (reads from the cache would block until then).
+func (v *View) Ready() error {
+	select {
+	case <-v.synced:
+		return nil
+	default:
+		return fmt.Errorf("%w: reading EtcdCluster %s/%s: waiting for %s", cluster.ErrViewNotReady, v.ns, v.clusterName, *v.waitingFor.Load())
+	}
+}
+
+// connect waits for the cache's first read of the cluster, for as long as it takes (its
+// informers retry their lists and watches on their own), and logs what it waits for with a
+// backoff until then.
+func (v *View) connect(ctx context.Context, ca cache.Cache) {
+	synced := make(chan bool, 1)
+	go func() { synced <- ca.WaitForCacheSync(ctx) }()
+	for n := 1; ; n++ {
+		select {
+		case ok := <-synced:
+			if ok {
+				close(v.synced)
+				v.lg.Info("the cluster view has read the cluster", zap.String("cluster", v.ns+"/"+v.clusterName))
+				v.notify()
+			}
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(retryDelay(n)):
+		}
+		v.probe(ctx)
+		v.lg.Warn("the cluster view waits for the Kubernetes API server; this member restarts on its own valid data meanwhile, anything else waits",
+			zap.String("cluster", v.ns+"/"+v.clusterName), zap.String("waitingFor", *v.waitingFor.Load()))
+	}
+}
+
+// watchObjects sets up the cache's informers. Lease renewals are not news: they only refresh
+// report times, so Leases are cached without notifications.
+func (v *View) watchObjects(ctx context.Context, ca cache.Cache) error {
+	for _, obj := range []client.Object{&corev1.ConfigMap{}, &v1alpha1.EtcdCluster{}, &v1alpha1.EtcdMember{}, &coordinationv1.Lease{}} {
 		inf, err := ca.GetInformer(ctx, obj)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("kubernetes cache: %w", err)
+		}
+		if _, lease := obj.(*coordinationv1.Lease); lease {
+			continue
 		}
 		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { v.notify() },
 			UpdateFunc: func(any, any) { v.notify() },
 			DeleteFunc: func(any) { v.notify() },
 		}); err != nil {
-			return nil, err
+			return fmt.Errorf("kubernetes cache: %w", err)
 		}
 	}
-	go func() { _ = ca.Start(ctx) }()
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	return nil
+}
+
+// probe asks the API server directly for the cluster's ConfigMap, to say what the first read
+// of the cluster waits for.
+func (v *View) probe(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if !ca.WaitForCacheSync(sctx) {
-		return nil, fmt.Errorf("reading the objects of EtcdCluster %s/%s did not complete within a minute: can this member's ServiceAccount list and watch its ConfigMap, EtcdCluster, EtcdMembers and Leases (the Role the operator creates)?", ns, clusterName)
+	var cm corev1.ConfigMap
+	err := v.direct.Get(pctx, v.key(v.configMapName()), &cm)
+	switch {
+	case err == nil:
+		v.waitingFor.Store(new(fmt.Sprintf("the first list of the cluster's objects: the API server answers; can this member's ServiceAccount list and watch ConfigMap %s, EtcdCluster %s, its EtcdMembers and Leases (the Role the operator creates)?", v.configMapName(), v.clusterName)))
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		v.waitingFor.Store(new(fmt.Sprintf("the right to read ConfigMap %s/%s (%v): the Role and RoleBinding the operator creates give it", v.ns, v.configMapName(), err)))
+	default:
+		v.waitingFor.Store(new(fmt.Sprintf("the API server (%v)", err)))
 	}
-	return v, nil
+}
+
+// retryDelay is the wait before the nth retry of the first read: doubling from a second up to
+// half a minute.
+func retryDelay(n int) time.Duration {
+	return min(time.Second<<min(n-1, 5), 30*time.Second)
 }
 
 // notify wakes every Watch.
@@ -147,6 +241,9 @@ func (v *View) configMapName() string { return v1alpha1.ConfigMapName(v.clusterN
 
 // Config reads the cluster's configuration (cluster.yaml of its ConfigMap).
 func (v *View) Config(ctx context.Context) (v1alpha1.ClusterConfig, string, error) {
+	if err := v.Ready(); err != nil {
+		return v1alpha1.ClusterConfig{}, "", err
+	}
 	var cm corev1.ConfigMap
 	if err := v.c.Get(ctx, v.key(v.configMapName()), &cm); err != nil {
 		return v1alpha1.ClusterConfig{}, "", fmt.Errorf("reading ConfigMap %s/%s: %w", v.ns, v.configMapName(), err)

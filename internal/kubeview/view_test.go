@@ -611,7 +611,7 @@ func TestLeaseRenewedWhenTheReportIsRefused(t *testing.T) {
 	if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c-0"}}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := kubeview.New(ctx, api.Config, ns, "c", "c-0")
+	v, err := kubeview.New(ctx, api.Config, ns, "c", "c-0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

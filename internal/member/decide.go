@@ -24,6 +24,11 @@ type Observation struct {
 	Status cluster.Status
 	// Data is what is in this member's data dir.
 	Data datadir.State
+	// ViewUnavailable says why the cluster view cannot be read ("" when it can): the spec,
+	// the status and any directive are then unknown, and only this member's own data decides.
+	ViewUnavailable string
+	// LastStart: the data dir records the etcd configuration its member last started with.
+	LastStart bool
 	// Live is what the running cluster (the other members) says.
 	Live cluster.LiveCluster
 	// Directive is the quorum-loss directive in force, if any.
@@ -110,6 +115,9 @@ func decide(o Observation) Plan {
 		// that is in use, least of all that it is damaged.
 		return Plan{Case: "DataInUseWait", Action: ActionWait,
 			Reason: fmt.Sprintf("the database in %s is in use by a running etcd: waiting for it to stop", o.Data.Dir)}
+	}
+	if o.ViewUnavailable != "" {
+		return decideWithoutView(o)
 	}
 	if d := o.Directive; d != nil && d.Epoch > o.AppliedEpoch {
 		if p, ok := decideDirective(o, *d, selfLive); ok {
@@ -224,6 +232,36 @@ func decideValidData(o Observation, selfLive cluster.LiveMember, selfLiveOK bool
 	}
 	return Plan{Case: "RestartNonQuorate", Action: ActionRestart, ClusterState: "existing",
 		Reason: fmt.Sprintf("data dir holds valid data of member %s (%s); no quorum answers: restart on it so the quorum can re-form", o.Data.MemberIDHex(), validation(o.Data))}
+}
+
+// decideWithoutView decides while the cluster view cannot be read (the Kubernetes API server
+// does not answer): the spec, the status and any directive are unknown. A restart on this
+// member's own valid data, as it last started, needs none of them: etcd keeps the membership
+// in its data, and a member the cluster removed meanwhile learns it from its peers and stops.
+// Joining, bootstrapping, replacing data or carrying out a directive needs the view: they wait.
+func decideWithoutView(o Observation) Plan {
+	id := o.Data.Identity
+	var why string
+	switch {
+	case !o.Data.Valid():
+		why = "data dir is " + describeData(o.Data)
+	case o.Data.PartialRestore:
+		why = "an unfinished restore lies beside the data dir"
+	case id == nil:
+		why = "the data dir records no identity"
+	case o.foreignReason() != "":
+		why = "the data dir is not this member's: " + o.foreignReason()
+	case id.ClusterID != "" && id.ClusterID != o.Data.ClusterIDHex():
+		why = fmt.Sprintf("the data dir's WAL is of cluster %s, its identity says %s", o.Data.ClusterIDHex(), id.ClusterID)
+	case !o.LastStart:
+		why = "the data dir records no earlier start of this member"
+	default:
+		return Plan{Case: "RestartWithoutView", Action: ActionRestart, ClusterState: "existing",
+			Reason: fmt.Sprintf("the cluster view cannot be read (%s); data dir holds valid data of member %s (%s): restart on it as it last started",
+				o.ViewUnavailable, o.Data.MemberIDHex(), validation(o.Data))}
+	}
+	return Plan{Case: "ViewUnavailableWait", Action: ActionWait,
+		Reason: fmt.Sprintf("the cluster view cannot be read (%s) and %s: only a restart on this member's own data goes on without it; waiting for the view", o.ViewUnavailable, why)}
 }
 
 // decideDirective carries out a quorum-loss directive this data dir has not carried out

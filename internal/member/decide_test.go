@@ -1,6 +1,7 @@
 package member
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/etcd-steward/steward/internal/cluster"
@@ -349,6 +350,61 @@ func TestDecide(t *testing.T) {
 			// Never a new cluster on existing data, beside a formed one, or over backups.
 			if got.Action == ActionBootstrap && ((!tt.obs.Data.Empty() && got.Disposal == KeepData) || tt.obs.formed() || tt.obs.BackupTimeline != 0) {
 				t.Fatalf("bootstraps a new cluster where one exists: %+v", got)
+			}
+		})
+	}
+}
+
+// TestDecideWithoutView: while the cluster view cannot be read (the API server does not
+// answer), the only start is a restart on this member's own valid data as it last started;
+// a join, a bootstrap, a replacement of data or anything uncertain about whose data it is
+// waits for the view.
+func TestDecideWithoutView(t *testing.T) {
+	own := func(s datadir.State) datadir.State {
+		s.Identity = &datadir.Identity{ClusterName: "c", ClusterToken: "tok", MemberName: "m1", MemberID: "abc", ClusterID: "def"}
+		return s
+	}
+	blind := func(data datadir.State, lastStart bool) Observation {
+		return Observation{Self: "m1", Data: data, LastStart: lastStart, ViewUnavailable: "the API server does not answer"}
+	}
+	for _, tt := range []struct {
+		name string
+		obs  Observation
+		want Plan
+	}{
+		{"own valid data, started before: restart on it", blind(own(validData), true),
+			Plan{Case: "RestartWithoutView", Action: ActionRestart, ClusterState: "existing"}},
+		{"own data after a clean shutdown: restart on it", blind(own(cleanData), true),
+			Plan{Case: "RestartWithoutView", Action: ActionRestart, ClusterState: "existing"}},
+		{"own data whose identity does not record the cluster yet (it never formed): restart on it",
+			blind(func() datadir.State { s := own(validData); s.Identity.ClusterID = ""; return s }(), true),
+			Plan{Case: "RestartWithoutView", Action: ActionRestart, ClusterState: "existing"}},
+		{"empty data dir (a join or a lost disk): wait", blind(emptyData, false), Plan{Case: "ViewUnavailableWait", Action: ActionWait}},
+		{"empty data dir with a recorded start: wait", blind(emptyData, true), Plan{Case: "ViewUnavailableWait", Action: ActionWait}},
+		{"damaged data: wait", blind(own(damagedDB), true), Plan{Case: "ViewUnavailableWait", Action: ActionWait}},
+		{"valid data without identity: wait", blind(validData, true), Plan{Case: "ViewUnavailableWait", Action: ActionWait}},
+		{"another member's data (a swapped volume): wait", blind(swapped, true), Plan{Case: "ViewUnavailableWait", Action: ActionWait}},
+		{"identity of another cluster than the WAL's: wait",
+			blind(func() datadir.State { s := own(validData); s.Identity.ClusterID = "f00"; return s }(), true),
+			Plan{Case: "ViewUnavailableWait", Action: ActionWait}},
+		{"identity of another member ID than the WAL's: wait",
+			blind(func() datadir.State { s := own(validData); s.Identity.MemberID = "a00"; return s }(), true),
+			Plan{Case: "ViewUnavailableWait", Action: ActionWait}},
+		{"own data never started by this sidecar: wait", blind(own(validData), false), Plan{Case: "ViewUnavailableWait", Action: ActionWait}},
+		{"own data beside an unfinished restore: wait",
+			blind(func() datadir.State { s := own(validData); s.PartialRestore = true; return s }(), true),
+			Plan{Case: "ViewUnavailableWait", Action: ActionWait, CleanPartialRestore: true}},
+		{"own data in use by a running etcd: wait for it to stop", blind(own(inUseDB), true), Plan{Case: "DataInUseWait", Action: ActionWait}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Decide(tt.obs)
+			reason := got.Reason
+			got.Reason = ""
+			if got != tt.want || reason == "" {
+				t.Fatalf("Decide() = %+v (reason %q)\nwant        %+v", got, reason, tt.want)
+			}
+			if got.Action == ActionWait && got.Case == "ViewUnavailableWait" && !strings.Contains(reason, "the API server does not answer") {
+				t.Fatalf("the wait does not say what it waits for: %q", reason)
 			}
 		})
 	}

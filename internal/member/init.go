@@ -22,6 +22,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"sigs.k8s.io/yaml"
 )
 
 // waitInterval is how often a waiting initialisation observes again when nothing changed.
@@ -94,6 +95,9 @@ func (s *Sidecar) initAttempt(ctx context.Context, changes <-chan struct{}, fail
 	}
 	if plan.Action != ActionWait {
 		cfg, err := s.act(ctx, spec, obs, plan)
+		if err == nil {
+			s.recordStart(cfg)
+		}
 		if err == nil || !errors.Is(err, errTryAgain) {
 			return &plan, cfg, true, err
 		}
@@ -172,6 +176,9 @@ var errTryAgain = errors.New("try again")
 
 func (s *Sidecar) observe(ctx context.Context) (cluster.Spec, Observation, error) {
 	snap, err := s.cfg.View.Snapshot(ctx)
+	if errors.Is(err, cluster.ErrViewNotReady) {
+		return s.observeWithoutView(err)
+	}
 	if err != nil {
 		return cluster.Spec{}, Observation{}, fmt.Errorf("read the cluster view: %w", err)
 	}
@@ -213,6 +220,20 @@ func (s *Sidecar) observe(ctx context.Context) (cluster.Spec, Observation, error
 		}
 	}
 	return spec, obs, nil
+}
+
+// observeWithoutView observes while the cluster view cannot be read (why): only the data dir.
+func (s *Sidecar) observeWithoutView(why error) (cluster.Spec, Observation, error) {
+	data, err := s.inspect()
+	if err != nil {
+		return cluster.Spec{}, Observation{}, err
+	}
+	s.lastData.Store(&data)
+	_, lastStart, err := datadir.ReadLastStart(s.cfg.DataDir)
+	if err != nil {
+		return cluster.Spec{}, Observation{}, fmt.Errorf("the configuration of this member's last start: %w", err)
+	}
+	return cluster.Spec{}, Observation{Self: s.cfg.Name, Data: data, ViewUnavailable: why.Error(), LastStart: lastStart}, nil
 }
 
 // others lists the client URLs of the desired members other than self.
@@ -296,6 +317,9 @@ func (s *Sidecar) act(ctx context.Context, spec cluster.Spec, obs Observation, p
 		}
 		return s.etcdConfig(spec, plan, staticCluster(spec))
 	case ActionRestart:
+		if obs.ViewUnavailable != "" {
+			return s.lastStartConfig()
+		}
 		return s.etcdConfig(spec, plan, staticCluster(spec))
 	case ActionForceNewCluster:
 		// force-new-cluster drops the log's entries above the survivor's own commit index. A
@@ -320,6 +344,30 @@ func (s *Sidecar) act(ctx context.Context, spec cluster.Spec, obs Observation, p
 		return s.restoreFromBackup(ctx, spec, obs.Status.ClusterID, plan, identity)
 	}
 	return nil, fmt.Errorf("no automatic action for case %s: %s", plan.Case, plan.Reason)
+}
+
+// lastStartConfig is the configuration of this member's last start, as a restart on the
+// data that start left: never a new cluster, never force-new-cluster again.
+func (s *Sidecar) lastStartConfig() ([]byte, error) {
+	b, _, err := datadir.ReadLastStart(s.cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("the configuration of this member's last start: %w", err)
+	}
+	m := map[string]any{}
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("the configuration of this member's last start in %s is damaged: %w", s.cfg.DataDir, err)
+	}
+	m["initial-cluster-state"] = "existing"
+	delete(m, "force-new-cluster")
+	return yaml.Marshal(m)
+}
+
+// recordStart records the configuration of this start in the data dir, for a restart while
+// the cluster view cannot be read.
+func (s *Sidecar) recordStart(config []byte) {
+	if err := datadir.WriteLastStart(s.cfg.DataDir, config); err != nil {
+		s.lg.Warn("cannot record this start's configuration: a restart while the cluster view cannot be read will wait for it", zap.Error(err))
+	}
 }
 
 func (s *Sidecar) writeIdentity(id datadir.Identity) error {

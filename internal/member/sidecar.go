@@ -120,6 +120,9 @@ type Sidecar struct {
 	// peers calls other members' sidecars with this cluster's token (and, with TLS, its CAs).
 	peers *sidecarapi.Client
 
+	// life ends when Serve's context does: an initialisation runs no longer than its sidecar.
+	life context.Context
+
 	mu     sync.Mutex
 	status etcdproc.InitStatus
 	plan   *Plan
@@ -167,13 +170,14 @@ func New(cfg Config) (*Sidecar, error) {
 	lg = lg.With(zap.String("member", cfg.Name))
 	backups := agent.NewService(cfg.Backup, agent.Member{Name: cfg.Name, View: cfg.View, Etcd: dial, Peers: peers}, lg, m.backups)
 	return &Sidecar{cfg: cfg, auth: auth, peers: peers, lg: lg, metrics: m, defragSchedule: sched, etcd: dial, backups: backups,
-		housekeepingMetrics: newHousekeepingMetrics(m.registry),
-		status:              etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
+		housekeepingMetrics: newHousekeepingMetrics(m.registry), life: context.Background(),
+		status: etcdproc.InitStatus{State: etcdproc.InitNew}, reportKick: make(chan struct{}, 1)}, nil
 }
 
 // Serve serves the sidecar API on ln and runs the backup loop until ctx ends. It returns
 // once the backup loop has stopped: what the delta capture holds is stored first.
 func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
+	s.life = ctx
 	var backups sync.WaitGroup
 	defer backups.Wait()
 	if s.cfg.Backup.StoreURL != "" {
@@ -257,7 +261,7 @@ func (s *Sidecar) handleStartInit(w http.ResponseWriter, r *http.Request) {
 		// Every (re)start of etcd re-initialises: the data dir or the cluster may have changed.
 		s.status = etcdproc.InitStatus{State: etcdproc.InitRunning, Message: "observing the data dir and the cluster"}
 		s.plan, s.config = nil, nil
-		go s.initialise(context.Background())
+		go s.initialise(s.life)
 	}
 	resp := initResponse{InitStatus: s.status, Plan: s.plan}
 	s.mu.Unlock()
@@ -325,6 +329,9 @@ func (s *Sidecar) handleConfig(w http.ResponseWriter, _ *http.Request) {
 func (s *Sidecar) initialise(ctx context.Context) {
 	start := time.Now()
 	plan, cfg, err := s.runInit(ctx)
+	if ctx.Err() != nil {
+		return // the sidecar stops
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.plan = plan
