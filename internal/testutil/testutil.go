@@ -108,6 +108,21 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 	}
 }
 
+// Throughout polls cond every second for the whole of d and fails the test at the first
+// error: what must hold across a time window is checked across it, not once at its end.
+func Throughout(t testing.TB, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; {
+		if err := cond(); err != nil {
+			t.Fatalf("%s: broken after %s of %s: %v", what, (d - time.Until(deadline)).Round(time.Second), d, err)
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Second) // poll interval, not synchronisation
+	}
+}
+
 // CopyDir copies the tree at src to dst (a data dir of a stopped member, say).
 func CopyDir(t testing.TB, src, dst string) {
 	t.Helper()

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -41,6 +42,11 @@ func newEtcdClient(t *testing.T, ns, name string, endpoints ...string) (*clientv
 	}
 	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop()}
 	ec, err := getEC(ns, name)
+	if apierrors.IsNotFound(err) {
+		// Deleted with --cascade=orphan, its members serve on: dialled without TLS or
+		// authentication, as these tests' orphaned clusters run.
+		ec, err = &v1alpha1.EtcdCluster{}, nil
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,12 +134,14 @@ type writer struct {
 	mu    sync.Mutex
 	acked map[string]string
 	fails int
+	// lastAck is when the newest write was acknowledged (or the writer started).
+	lastAck time.Time
 }
 
 func startWriter(t *testing.T, ns, name, prefix string, every time.Duration) *writer {
 	t.Helper()
 	c := etcdClient(t, ns, name)
-	w := &writer{stop: make(chan struct{}), done: make(chan struct{}), acked: map[string]string{}}
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{}), acked: map[string]string{}, lastAck: time.Now()}
 	go func() {
 		defer close(w.done)
 		for i := 0; ; i++ {
@@ -148,7 +156,7 @@ func startWriter(t *testing.T, ns, name, prefix string, every time.Duration) *wr
 			cancel()
 			w.mu.Lock()
 			if err == nil {
-				w.acked[k] = v
+				w.acked[k], w.lastAck = v, time.Now()
 			} else {
 				w.fails++
 			}
@@ -167,6 +175,18 @@ func (w *writer) Stop() {
 		close(w.stop)
 	}
 	<-w.done
+}
+
+// serving says whether a write was acknowledged within the last `within`, and otherwise how
+// long the cluster has not taken one.
+func (w *writer) serving(within time.Duration) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if since := time.Since(w.lastAck); since > within {
+		return fmt.Errorf("no write acknowledged through the client Service for %s (%d acknowledged, %d failed so far)",
+			since.Round(time.Second), len(w.acked), w.fails)
+	}
+	return nil
 }
 
 func (w *writer) Acked() map[string]string {

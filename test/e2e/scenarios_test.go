@@ -111,6 +111,19 @@ func waitMemberReplaced(t *testing.T, ns, name, pod, oldID string) {
 	})
 }
 
+// runStep runs one step of a test that puts a cluster through steps in order, logging its
+// time, and stops the test at the first step that fails: the later ones build on it.
+func runStep(t *testing.T, name string, f func(t *testing.T)) {
+	t.Helper()
+	if !t.Run(name, func(t *testing.T) {
+		start := time.Now()
+		f(t)
+		t.Logf("%s: %s", name, time.Since(start).Round(100*time.Millisecond))
+	}) {
+		t.FailNow()
+	}
+}
+
 // TestThreeMembers creates a 3-member cluster and puts it through the faults a node brings,
 // one after another, checking after each that no acknowledged write is lost.
 func TestThreeMembers(t *testing.T) {
@@ -121,17 +134,7 @@ func TestThreeMembers(t *testing.T) {
 	acked := putKeys(t, ns, "main", "created", 50)
 	assertKeysOnEveryMember(t, ns, "main", acked)
 
-	step := func(name string, f func(t *testing.T)) {
-		if !t.Run(name, func(t *testing.T) {
-			start := time.Now()
-			f(t)
-			t.Logf("%s: %s", name, time.Since(start).Round(100*time.Millisecond))
-		}) {
-			t.FailNow()
-		}
-	}
-
-	step("printer columns", func(t *testing.T) {
+	runStep(t, "printer columns", func(t *testing.T) {
 		out := kubectl(t, ns, "get", "ec", "main")
 		lines := strings.Split(out, "\n")
 		if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME READY MEMBERS LEADER REVISION LAST BACKUP AGE" {
@@ -143,7 +146,7 @@ func TestThreeMembers(t *testing.T) {
 		}
 	})
 
-	step("pod deleted returns with the same member ID", func(t *testing.T) {
+	runStep(t, "pod deleted returns with the same member ID", func(t *testing.T) {
 		before, pods := memberIDs(ec), memberPods(t, ns, "main")
 		deletePods(t, ns, false, "main-1")
 		waitReplaced(t, ns, "main", pods, "main-1")
@@ -154,7 +157,7 @@ func TestThreeMembers(t *testing.T) {
 		assertKeysOnEveryMember(t, ns, "main", acked)
 	})
 
-	step("pod and volume deleted: replaced as a learner and promoted", func(t *testing.T) {
+	runStep(t, "pod and volume deleted: replaced as a learner and promoted", func(t *testing.T) {
 		w := startWriter(t, ns, "main", "replace", 100*time.Millisecond)
 		before, pods := memberIDs(ec), memberPods(t, ns, "main")
 		deletePods(t, ns, true, "main-2")
@@ -168,7 +171,7 @@ func TestThreeMembers(t *testing.T) {
 		assertKeysOnEveryMember(t, ns, "main", acked)
 	})
 
-	step("an eviction that would break quorum is refused", func(t *testing.T) {
+	runStep(t, "an eviction that would break quorum is refused", func(t *testing.T) {
 		evict := func(pod string) error {
 			return kube.SubResource("eviction").Create(context.Background(),
 				&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}},
@@ -197,7 +200,7 @@ func TestThreeMembers(t *testing.T) {
 		assertKeysOnEveryMember(t, ns, "main", acked)
 	})
 
-	step("etcd killed in a member being replaced", func(t *testing.T) {
+	runStep(t, "etcd killed in a member being replaced", func(t *testing.T) {
 		before, pods := memberIDs(ec), memberPods(t, ns, "main")
 		deletePods(t, ns, true, "main-0")
 		waitReplaced(t, ns, "main", pods, "main-0")
@@ -210,7 +213,7 @@ func TestThreeMembers(t *testing.T) {
 		assertKeysOnEveryMember(t, ns, "main", acked)
 	})
 
-	step("backup store down and back", func(t *testing.T) {
+	runStep(t, "backup store down and back", func(t *testing.T) {
 		kubectl(t, "steward-s3", "scale", "deployment/s3", "--replicas=0")
 		defer kubectl(t, "steward-s3", "scale", "deployment/s3", "--replicas=1")
 		w := startWriter(t, ns, "main", "store-down", 200*time.Millisecond)
@@ -230,7 +233,7 @@ func TestThreeMembers(t *testing.T) {
 		}
 	})
 
-	step("two members and their volumes lost at once, the seed crashing mid-recovery", func(t *testing.T) {
+	runStep(t, "two members and their volumes lost at once, the seed crashing mid-recovery", func(t *testing.T) {
 		w := startWriter(t, ns, "main", "two-lost", 100*time.Millisecond)
 		pods := memberPods(t, ns, "main")
 		losePods(t, ns, "main", "main-0", "main-1")
@@ -254,7 +257,7 @@ func TestThreeMembers(t *testing.T) {
 		assertKeysOnEveryMember(t, ns, "main", acked)
 	})
 
-	step("every pod and volume lost: restored from the backups", func(t *testing.T) {
+	runStep(t, "every pod and volume lost: restored from the backups", func(t *testing.T) {
 		for k, v := range putKeys(t, ns, "main", "before-loss", 1) {
 			acked[k] = v
 		}
@@ -295,7 +298,7 @@ func TestThreeMembers(t *testing.T) {
 		assertKeysOnEveryMember(t, ns, "main", acked)
 	})
 
-	step("a new cluster restored at a revision equals the source at that revision", func(t *testing.T) {
+	runStep(t, "a new cluster restored at a revision equals the source at that revision", func(t *testing.T) {
 		c := etcdClient(t, ns, "main")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		resp, err := c.Get(ctx, "", clientv3.WithPrefix())

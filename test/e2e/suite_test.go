@@ -27,6 +27,7 @@ import (
 // The suite's shared state: the node, its admin kubeconfig and an API client.
 var (
 	bin        string
+	kubeNode   *node.Node
 	kubeconfig string
 	kube       client.Client
 )
@@ -80,7 +81,7 @@ func run(m *testing.M) (code int) {
 		fmt.Println("e2e: starting the node:", err)
 		return 1
 	}
-	kubeconfig = n.Admin
+	kubeNode, kubeconfig = n, n.Admin
 	if err := connect(); err != nil {
 		fmt.Println("e2e:", err)
 		return 1

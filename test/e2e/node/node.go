@@ -73,6 +73,9 @@ type Node struct {
 	st    state
 	pki   *pki
 	Admin string // the admin kubeconfig
+	// commands holds each component's program and arguments, so that one stopped can be
+	// started again as it was.
+	commands map[string][]string
 }
 
 func (n *Node) logf(format string, args ...any) {
@@ -101,7 +104,8 @@ func Up(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("stopping the node left in %s: %w", cfg.Dir, err)
 		}
 	}
-	n := &Node{cfg: cfg, st: state{PIDs: map[string]int{}, Sysctls: map[string]string{}, Existed: map[string]bool{}}}
+	n := &Node{cfg: cfg, st: state{PIDs: map[string]int{}, Sysctls: map[string]string{}, Existed: map[string]bool{}},
+		commands: map[string][]string{}}
 	for _, s := range sysctls {
 		b, err := os.ReadFile("/proc/sys/" + s)
 		if err != nil {
@@ -448,8 +452,40 @@ func (n *Node) start(name, bin string, args ...string) error {
 		return fmt.Errorf("starting %s: %w", name, err)
 	}
 	n.st.PIDs[name] = cmd.Process.Pid
+	n.commands[name] = append([]string{bin}, args...)
 	go func() { _ = cmd.Wait() }() // reap it if it dies while this process lives
 	return n.saveState()
+}
+
+// StopAPIServer stops the kube-apiserver, as an outage of the control plane would: the
+// kubelet, the pods and every other component keep running, unable to reach it.
+func (n *Node) StopAPIServer(ctx context.Context) error {
+	pid := n.st.PIDs["kube-apiserver"]
+	stop(pid)
+	// stop ends with a SIGKILL it does not wait for.
+	if err := poll(ctx, 10*time.Second, func() error {
+		if syscall.Kill(pid, 0) == nil {
+			return fmt.Errorf("the kube-apiserver (pid %d) still runs", pid)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// Down must not signal the old pid, which another process may get.
+	delete(n.st.PIDs, "kube-apiserver")
+	return n.saveState()
+}
+
+// StartAPIServer starts the kube-apiserver again as Up started it, and waits until it is ready.
+func (n *Node) StartAPIServer(ctx context.Context) error {
+	command := n.commands["kube-apiserver"]
+	if err := n.start("kube-apiserver", command[0], command[1:]...); err != nil {
+		return err
+	}
+	if err := n.waitHTTPS(ctx, APIServer+"/readyz", 2*time.Minute); err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	return nil
 }
 
 func (n *Node) waitHTTPS(ctx context.Context, url string, timeout time.Duration) error {
