@@ -27,7 +27,7 @@ import (
 
 // outage is how long the API server, or the sidecars' Lease renewals, are away: four times the
 // NotReady grace the suite installs Steward with, so that any fence would have come.
-const outage = 2 * time.Minute
+const outage = 90 * time.Second
 
 // TestHealthyClusterUntouched keeps a client writing through a 3-member cluster's client
 // Service while first the API server is stopped, then the sidecars' Lease renewals are
