@@ -25,7 +25,7 @@ import (
 // not renewed, a Secret gone) and what the user asks for (hibernation, orphan deletion) leave
 // the members serving their data.
 
-// outage is how long the API server, or the sidecars' Lease renewals, are away: four times the
+// outage is how long the API server, or the sidecars' Lease renewals, are away: three times the
 // NotReady grace the suite installs Steward with, so that any fence would have come.
 const outage = 90 * time.Second
 
