@@ -563,6 +563,16 @@ func TestMemberLeaseExpiryAndNotReadyPodDeleted(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // the pace of the sidecars' renewals, not a synchronisation
 	}
 
+	// Its sidecar renews again: the first renewal after the lapse wakes the operator (renewals
+	// otherwise wake nothing), and c-2 is Ready again at once, not at the next 5-minute pass.
+	testutil.Eventually(t, 10*time.Second, "c-2 Ready again after its first renewal", func() error {
+		membersRenewing(t, ns, "c", all, all)
+		if m := getCluster(t, ns, "c").Status.Members[2]; m.Status != v1alpha1.MemberReady {
+			return fmt.Errorf("c-2 is %s/%s", m.Status, m.Reason)
+		}
+		return nil
+	})
+
 	// Its pod turns NotReady (the kubelet's probe, etcd's own read, fails): past the NotReady
 	// grace (4s) the operator deletes it (case 9).
 	testutil.Eventually(t, 30*time.Second, "pod c-2 deleted", func() error {

@@ -37,6 +37,13 @@ type leaseSighting struct {
 
 // observe records what the Lease holds now and returns when the operator last saw it renewed.
 func (c *leaseClock) observe(l *coordinationv1.Lease, now time.Time) time.Time {
+	at, _ := c.renewal(l, now)
+	return at
+}
+
+// renewal is observe, and also says whether this is a renewal of a Lease that had lapsed (as
+// the operator saw it): that is news, which wakes the cluster's reconciliation.
+func (c *leaseClock) renewal(l *coordinationv1.Lease, now time.Time) (at time.Time, revived bool) {
 	s := leaseSighting{at: now}
 	if h := l.Spec.HolderIdentity; h != nil {
 		s.holder = *h
@@ -49,12 +56,14 @@ func (c *leaseClock) observe(l *coordinationv1.Lease, now time.Time) time.Time {
 	if c.seen == nil {
 		c.seen, c.timers = map[types.UID]leaseSighting{}, map[types.UID]*time.Timer{}
 	}
-	if prev, ok := c.seen[l.UID]; ok && prev.holder == s.holder && prev.renewTime == s.renewTime {
-		return prev.at
+	prev, ok := c.seen[l.UID]
+	if ok && prev.holder == s.holder && prev.renewTime == s.renewTime {
+		return prev.at, false
 	}
 	c.seen[l.UID] = s
 	c.arm(l)
-	return now
+	d := l.Spec.LeaseDurationSeconds
+	return now, ok && d != nil && now.Sub(prev.at) >= time.Duration(*d)*time.Second
 }
 
 // arm (re)starts the timer that wakes the Lease's cluster once the Lease lapses, a second

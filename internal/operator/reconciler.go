@@ -81,9 +81,9 @@ type ClusterReconciler struct {
 }
 
 // SetupWithManager registers the reconciler: it watches EtcdClusters, the objects they own,
-// and the member pods. A Lease renewal wakes nothing: a member Lease wakes it when its holder
-// changes, and the lease clock wakes it when a Lease lapses. Renewals are noted on the lease
-// clock as they arrive.
+// and the member pods. A Lease renewal wakes nothing, but for the first after a lapse: a
+// member Lease wakes it when its holder changes, and the lease clock wakes it when a Lease
+// lapses. Renewals are noted on the lease clock as they arrive.
 func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.leases.expired = make(chan event.GenericEvent, 64)
 	holderChanged := predicate.Funcs{
@@ -93,8 +93,8 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			if !ok1 || !ok2 {
 				return true
 			}
-			r.leases.observe(n, r.now())
-			return n.Labels[LabelLeaseKind] == "member" && !reflect.DeepEqual(o.Spec.HolderIdentity, n.Spec.HolderIdentity)
+			_, revived := r.leases.renewal(n, r.now())
+			return revived || (n.Labels[LabelLeaseKind] == "member" && !reflect.DeepEqual(o.Spec.HolderIdentity, n.Spec.HolderIdentity))
 		},
 		DeleteFunc: func(e event.DeleteEvent) bool {
 			r.leases.forget(e.Object.GetUID())
