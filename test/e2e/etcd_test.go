@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -134,6 +136,8 @@ type writer struct {
 	mu    sync.Mutex
 	acked map[string]string
 	fails int
+	// lastErr is the newest failed write's error.
+	lastErr error
 	// lastAck is when the newest write was acknowledged (or the writer started).
 	lastAck time.Time
 }
@@ -154,11 +158,21 @@ func startWriter(t *testing.T, ns, name, prefix string, every time.Duration) *wr
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			_, err := c.Put(ctx, k, v)
 			cancel()
+			if errors.Is(err, rpctypes.ErrPermissionDenied) {
+				// etcd's simple auth tokens are known only to the member that issued them: once
+				// the Service routes the connection to another member, that member takes the
+				// client certificate's name for the user, and refuses. An application logs in
+				// again, as this writer does.
+				if fresh, ferr := newEtcdClient(t, ns, name); ferr == nil {
+					c = fresh
+				}
+			}
 			w.mu.Lock()
 			if err == nil {
 				w.acked[k], w.lastAck = v, time.Now()
 			} else {
 				w.fails++
+				w.lastErr = err
 			}
 			w.mu.Unlock()
 		}
@@ -183,8 +197,8 @@ func (w *writer) serving(within time.Duration) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if since := time.Since(w.lastAck); since > within {
-		return fmt.Errorf("no write acknowledged through the client Service for %s (%d acknowledged, %d failed so far)",
-			since.Round(time.Second), len(w.acked), w.fails)
+		return fmt.Errorf("no write acknowledged through the client Service for %s (%d acknowledged, %d failed so far, the last with: %v)",
+			since.Round(time.Second), len(w.acked), w.fails, w.lastErr)
 	}
 	return nil
 }

@@ -177,7 +177,7 @@ func TestTLS(t *testing.T) {
 	t.Logf("CA rolled over in %s; %d writes acknowledged, %d failed (%d during the rollover)", time.Since(start).Round(time.Second),
 		len(acked), w.fails, w.fails-failsBefore)
 	if w.fails-failsBefore > 10 {
-		t.Errorf("%d writes failed during the CA rollover: more than a leader election's", w.fails-failsBefore)
+		t.Errorf("%d writes failed during the CA rollover: more than a leader election's (the last with: %v)", w.fails-failsBefore, w.lastErr)
 	}
 	var newCA corev1.Secret
 	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sec-ca"}, &newCA); err != nil {
