@@ -177,15 +177,12 @@ func TestMembersStartWhileTheAPIServerIsDown(t *testing.T) {
 	})
 	// Longer than the minute after which a sidecar used to give up on the API server: c-0
 	// serves and c-1 waits, every time they are asked.
-	for time.Since(restarted) < 75*time.Second {
+	testutil.Throughout(t, 75*time.Second-time.Since(restarted), "c-0 serving and c-1 waiting through the outage", func() error {
 		if err := read(); err != nil {
-			t.Fatalf("%s into the outage: %v", time.Since(restarted).Round(time.Second), err)
+			return err
 		}
-		if err := joinWaits(); err != nil {
-			t.Fatalf("%s into the outage: %v", time.Since(restarted).Round(time.Second), err)
-		}
-		time.Sleep(time.Second) // the pace of the checks, not a synchronisation
-	}
+		return joinWaits()
+	})
 
 	proxy.setUp(true)
 	testutil.Eventually(t, 120*time.Second, "c-0 reporting again, c-1 joined and promoted", func() error {

@@ -546,22 +546,21 @@ func TestMemberLeaseExpiryAndNotReadyPodDeleted(t *testing.T) {
 		t.Errorf("c-2 never showed Unknown/LeaseExpired: %v", seen)
 	}
 	// Three NotReady graces (4s each) later: still serving, nothing deleted, no fence.
-	deadline := time.Now().Add(3 * 4 * time.Second)
-	for time.Now().Before(deadline) {
+	testutil.Throughout(t, 3*4*time.Second, "c-2 Unknown, serving, its pod kept", func() error {
 		membersRenewing(t, ns, "c", all, func(i int) bool { return i < 2 })
 		ec := getCluster(t, ns, "c")
 		if m := ec.Status.Members[2]; m.Status != v1alpha1.MemberUnknown {
-			t.Fatalf("c-2, its pod Ready and its Lease not renewed, turned %s/%s", m.Status, m.Reason)
+			return fmt.Errorf("c-2, its pod Ready and its Lease not renewed, turned %s/%s", m.Status, m.Reason)
 		}
 		if condition(ec, v1alpha1.ConditionReady) != metav1.ConditionTrue || condition(ec, v1alpha1.ConditionQuorumLost) == metav1.ConditionTrue {
-			t.Fatalf("conditions %v", ec.Status.Conditions)
+			return fmt.Errorf("conditions %v", ec.Status.Conditions)
 		}
 		var p corev1.Pod
 		if err := get(t, ns, "c-2", &p); err != nil || p.UID != old.UID || !p.DeletionTimestamp.IsZero() {
-			t.Fatalf("pod c-2, Ready with its Lease not renewed, was deleted (%v)", err)
+			return fmt.Errorf("pod c-2, Ready with its Lease not renewed, was deleted (%v)", err)
 		}
-		time.Sleep(200 * time.Millisecond) // the pace of the sidecars' renewals, not a synchronisation
-	}
+		return nil
+	})
 
 	// Its sidecar renews again: the first renewal after the lapse wakes the operator (renewals
 	// otherwise wake nothing), and c-2 is Ready again at once, not at the next 5-minute pass.
@@ -1140,16 +1139,17 @@ func TestQuietAtRest(t *testing.T) {
 		return nil
 	})
 	// Twenty seconds of renewals and report refreshes: no write.
-	deadline := time.Now().Add(20 * time.Second)
-	for rev := int64(100); time.Now().Before(deadline); rev++ {
+	rev := int64(100)
+	testutil.Throughout(t, 20*time.Second, "the EtcdCluster unwritten at rest", func() error {
 		members(t, ns, "quiet", all)
+		rev++
 		report(rev)
 		if ec := getCluster(t, ns, "quiet"); ec.ResourceVersion != rv {
 			now, _ := json.Marshal(ec)
-			t.Fatalf("the EtcdCluster was written at rest (resourceVersion %s, was %s): %s\nwas %s", ec.ResourceVersion, rv, now, settled)
+			return fmt.Errorf("resourceVersion %s, was %s: %s\nwas %s", ec.ResourceVersion, rv, now, settled)
 		}
-		time.Sleep(time.Second) // the sidecars' pace, not a synchronisation
-	}
+		return nil
+	})
 }
 
 // answering holds the member hosts whose etcd answers /readyz (a linearizable read) when
@@ -1202,20 +1202,19 @@ func TestNoFenceWhileAMemberAnswers(t *testing.T) {
 		return findEventMessage(ns, "Recovery", "qa-1 answers a linearizable read")
 	})
 	// Three recovery graces (4s each) later: no pod deleted, no directive in force.
-	deadline := time.Now().Add(12 * time.Second)
-	for time.Now().Before(deadline) {
+	testutil.Throughout(t, 12*time.Second, "nothing fenced while qa-1 answers", func() error {
 		membersRenewing(t, ns, "qa", none, none)
 		if d := directive(t, getCluster(t, ns, "qa")); d != nil && d.Phase != cluster.PhaseFencing {
-			t.Fatalf("directive %+v while qa-1 answers", d)
+			return fmt.Errorf("directive %+v while qa-1 answers", d)
 		}
 		for name, uid := range pods {
 			var p corev1.Pod
 			if err := get(t, ns, name, &p); err != nil || p.UID != uid || !p.DeletionTimestamp.IsZero() {
-				t.Fatalf("pod %s deleted while qa-1 answers a linearizable read (%v)", name, err)
+				return fmt.Errorf("pod %s deleted while qa-1 answers a linearizable read (%v)", name, err)
 			}
 		}
-		time.Sleep(200 * time.Millisecond) // the members' pace, not a synchronisation
-	}
+		return nil
+	})
 
 	// qa-1 stops answering: the recovery fences, with the directive stored first.
 	answering.Delete(host)
