@@ -691,8 +691,15 @@ type EtcdClusterStatus struct {
 // RolloutStatus is a rolling update's progress, as the operator recorded it: its decisions
 // across reconciliations come from this record and from what the members report.
 type RolloutStatus struct {
-	// Revision is the StatefulSet's update revision the members are restarted on.
-	Revision string `json:"revision"`
+	// Revision is the StatefulSet's update revision the members are restarted on; empty
+	// while the new pod template waits to be applied to the StatefulSet.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Template identifies the new pod template while it waits, unapplied, for the full
+	// snapshot that comes before it: until then the StatefulSet keeps the last template, so
+	// a pod that restarts for any other reason (an eviction, a lost node) runs it.
+	// +optional
+	Template string `json:"template,omitempty"`
 	// StartTime is when the operator first saw members on an older revision.
 	StartTime metav1.Time `json:"startTime"`
 	// SnapshotKey and SnapshotRevision are the full snapshot stored before the first pod was

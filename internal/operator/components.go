@@ -54,8 +54,9 @@ type run struct {
 	caCheck *caCheck
 	// rootPasswordReady: the AUTH component found the root password Secret good this pass.
 	rootPasswordReady bool
-	// statefulSetObserved: the StatefulSet as this pass left it has been seen by the
-	// StatefulSet controller (status.observedGeneration), so its rollout state is current.
+	// statefulSetObserved: the StatefulSet as this pass left it holds the newest pod template
+	// (none waits) and has been seen by the StatefulSet controller (status.observedGeneration),
+	// so its rollout state is current.
 	statefulSetObserved bool
 	// recorder, when set, takes the Events of the components.
 	recorder events.EventRecorder
@@ -507,22 +508,32 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		want.Template.Annotations[AnnotationTrust] = trust
 	}
 	hash := templateHash(want.Template)
-	defer func() { r.statefulSetObserved = sts.Generation > 0 && sts.Status.ObservedGeneration >= sts.Generation }()
+	defer func() {
+		r.statefulSetObserved = sts.Generation > 0 && sts.Status.ObservedGeneration >= sts.Generation && sts.Annotations[annotationTemplatePending] == ""
+	}()
 	if apierrors.IsNotFound(err) {
 		sts.Spec = want
 		return apply(ctx, r, sts, "member", func() error { metav1.SetMetaDataAnnotation(&sts.ObjectMeta, annotationTemplateHash, hash); return nil })
 	}
 	return apply(ctx, r, sts, "member", func() error {
 		// Selector, service name and claim templates are immutable in a StatefulSet; the
-		// CRD keeps storage immutable too. The pod template changes, and with OnDelete
-		// updates the pods pick it up when they are next replaced.
+		// CRD keeps storage immutable too.
 		sts.Spec.Replicas = want.Replicas
 		sts.Spec.PodManagementPolicy = want.PodManagementPolicy
-		if sts.Annotations[annotationTemplateHash] != hash {
+		sts.Spec.PersistentVolumeClaimRetentionPolicy = want.PersistentVolumeClaimRetentionPolicy
+		// A new pod template waits, recorded as pending, until the rolling update owns it
+		// (decideRollout): with OnDelete updates, any pod recreated after the StatefulSet
+		// takes it runs it.
+		switch {
+		case sts.Annotations[annotationTemplateHash] == hash:
+			delete(sts.Annotations, annotationTemplatePending)
+		case r.decision.Rollout.mayApply(hash):
 			sts.Spec.Template = want.Template
 			metav1.SetMetaDataAnnotation(&sts.ObjectMeta, annotationTemplateHash, hash)
+			delete(sts.Annotations, annotationTemplatePending)
+		default:
+			metav1.SetMetaDataAnnotation(&sts.ObjectMeta, annotationTemplatePending, hash)
 		}
-		sts.Spec.PersistentVolumeClaimRetentionPolicy = want.PersistentVolumeClaimRetentionPolicy
 		return nil
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -186,6 +187,9 @@ func updateCluster(t *testing.T, ns, name string, change func(*v1alpha1.EtcdClus
 	}
 }
 
+// harnessRevision is the one revision of the pods members makes.
+const harnessRevision = "harness"
+
 // members plays the StatefulSet controller, the kubelet and the sidecars: it makes the pods
 // 0..replicas-1 of the StatefulSet exist (deleting those above), marks the pods of ready
 // ordinals Ready, and renews those members' Leases with "<id>:<role>" (ordinal 0 leads).
@@ -202,9 +206,10 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 		t.Fatal(err)
 	}
 	n := *sts.Spec.Replicas
-	if sts.Status.ObservedGeneration != sts.Generation {
-		// The StatefulSet controller has seen the newest template.
-		sts.Status.ObservedGeneration, sts.Status.Replicas = sts.Generation, n
+	if sts.Status.ObservedGeneration != sts.Generation || sts.Status.UpdateRevision == "" {
+		// The StatefulSet controller has seen the newest template. Its pods all carry one
+		// revision: no rolling update is played here (see rolloutPlayer).
+		sts.Status.ObservedGeneration, sts.Status.Replicas, sts.Status.UpdateRevision = sts.Generation, n, harnessRevision
 		if err := k8s.Status().Update(ctx, &sts); err != nil && !apierrors.IsConflict(err) {
 			t.Fatal(err)
 		}
@@ -244,8 +249,9 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 			continue
 		}
 		if !ok {
-			p = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pn, Labels: sts.Spec.Template.Labels, OwnerReferences: podOwners(&sts)},
+			p = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pn, Labels: maps.Clone(sts.Spec.Template.Labels), OwnerReferences: podOwners(&sts)},
 				Spec: *sts.Spec.Template.Spec.DeepCopy()}
+			p.Labels[appsv1.ControllerRevisionHashLabelKey] = harnessRevision
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 			if err := k8s.Create(ctx, p); err != nil {
 				t.Fatal(err)

@@ -47,6 +47,9 @@ const (
 	LabelLeaseKind = "etcd.steward.dev/lease"
 	// annotationTemplateHash on the StatefulSet identifies the pod template it was given.
 	annotationTemplateHash = "etcd.steward.dev/template-hash"
+	// annotationTemplatePending on the StatefulSet identifies a pod template rendered but
+	// not applied yet: it waits for the rolling update to own the change.
+	annotationTemplatePending = "etcd.steward.dev/template-pending"
 	// annotationConfigHash on the pod template identifies the member settings of the ConfigMap.
 	annotationConfigHash = "etcd.steward.dev/config-hash"
 	// AnnotationTrust on the pod template identifies the CAs the members trust (spec.tls): a

@@ -528,20 +528,24 @@ func (r *ClusterReconciler) rollout(ctx context.Context, ec *v1alpha1.EtcdCluste
 		step := r.fullSnapshot(ctx, ec, "rolling update")
 		res, err := step.Result, step.Err
 		if step.pending() {
-			st.Message = fmt.Sprintf("the full snapshot before the rolling update is not stored yet (%s); no pod was deleted", step.why())
+			st.Message = fmt.Sprintf("the full snapshot before the rolling update is not stored yet (%s); no member is restarted", step.why())
 			*requeue = min(*requeue, step.Retry)
 			return "", nil
 		}
 		if err != nil {
-			st.Message = fmt.Sprintf("the full snapshot before the rolling update failed, so no pod was deleted: %v (set spec.updateStrategy.skipBackup to update without it)", err)
+			st.Message = fmt.Sprintf("the full snapshot before the rolling update failed, so no member is restarted (the StatefulSet keeps the pod template they run): %v (set spec.updateStrategy.skipBackup to update without it)", err)
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "RollingUpdateSnapshotFailed", "RollingUpdate", "%s", st.Message)
 			return "ERR_ROLLOUT_SNAPSHOT", err
 		}
 		st.SnapshotKey, st.SnapshotRevision = res.Key, res.Revision
 		st.Message = fmt.Sprintf("full snapshot %s at revision %d stored; restarting the members", res.Key, res.Revision)
 		*requeue = time.Second
+		to := "revision " + st.Revision
+		if st.Revision == "" {
+			to = "the new pod template"
+		}
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "RollingUpdateSnapshot", "RollingUpdate",
-			"full snapshot %s at revision %d stored before the rolling update to revision %s", res.Key, res.Revision, st.Revision)
+			"full snapshot %s at revision %d stored before the rolling update to %s", res.Key, res.Revision, to)
 	case rd.MoveFrom != "":
 		if r.Sidecars == nil {
 			return "ERR_ROLLOUT_MOVE_LEADER", errors.New("the operator has no sidecar client to move leadership before restarting the leader")
@@ -767,7 +771,11 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 			if err != nil {
 				return o, fmt.Errorf("spec.updateStrategy: %w", err)
 			}
-			o.Rollout = &RolloutObservation{Leader: leader, Trust: sts.Spec.Template.Annotations[AnnotationTrust]}
+			o.Rollout = &RolloutObservation{Leader: leader, Trust: sts.Spec.Template.Annotations[AnnotationTrust],
+				Template: sts.Annotations[annotationTemplateHash]}
+			if p := sts.Annotations[annotationTemplatePending]; p != o.Rollout.Template {
+				o.Rollout.Pending = p
+			}
 			if sts.Status.ObservedGeneration >= sts.Generation {
 				// The StatefulSet controller has seen the newest template: pods it creates
 				// from now on carry this revision.

@@ -40,13 +40,14 @@ type rolloutPlayer struct {
 	uids       map[string]types.UID
 	created    map[string]time.Time
 	reported   map[string]string
+	published  time.Time // when the delta-snapshot Lease was renewed last
 	// deletions are the pods seen deleted, in order, each with the problems seen then.
 	deletions []string
 	problems  []string
 }
 
 func newRolloutPlayer(t *testing.T, ns, name string) *rolloutPlayer {
-	return &rolloutPlayer{t: t, ns: ns, name: name, revision: "r1", revisions: 1, readyAfter: 1500 * time.Millisecond,
+	return &rolloutPlayer{t: t, ns: ns, name: name, revision: harnessRevision, revisions: 1, readyAfter: 1500 * time.Millisecond,
 		uids: map[string]types.UID{}, created: map[string]time.Time{}, reported: map[string]string{}}
 }
 
@@ -84,10 +85,6 @@ func (p *rolloutPlayer) step() {
 		pod, ok := have[pn]
 		if ok && p.uids[pn] == "" {
 			// A pod of the harness that made the cluster: it runs the first revision.
-			pod.Labels[appsv1.ControllerRevisionHashLabelKey] = "r1"
-			if err := k8s.Update(ctx, pod); err != nil {
-				t.Fatal(err)
-			}
 			p.uids[pn], p.created[pn] = pod.UID, time.Now().Add(-time.Hour)
 		}
 		if !ok {
@@ -97,7 +94,7 @@ func (p *rolloutPlayer) step() {
 					others = append(others, o+" not Ready")
 				}
 			}
-			if moves := sidecars.movesOf(p.ns); i == p.leader && p.revision != "r1" {
+			if moves := sidecars.movesOf(p.ns); i == p.leader && p.revision != harnessRevision {
 				others = append(others, fmt.Sprintf("deleted while it leads (moves %v)", moves))
 			}
 			p.deletions = append(p.deletions, pn)
@@ -128,6 +125,11 @@ func (p *rolloutPlayer) step() {
 		if err := k8s.Status().Update(ctx, &sts); err != nil && !apierrors.IsConflict(err) {
 			t.Fatal(err)
 		}
+	}
+	if time.Since(p.published) >= 2*time.Second {
+		// The backup leader stores deltas: the backups are current (a no-op without spec.backup).
+		renew(t, p.ns, p.name+"-delta-snapshot", "1000")
+		p.published = time.Now()
 	}
 	if moves := sidecars.movesOf(p.ns); len(moves) > 0 {
 		to := moves[len(moves)-1][strings.Index(moves[len(moves)-1], " -> ")+4:]
@@ -190,7 +192,7 @@ func TestRollingUpdateOrdered(t *testing.T) {
 	ns, name := namespace(t), "ru"
 	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000042-1.snap.zst", Revision: 42})
 	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "mem://ru"} })
-	testutil.Eventually(t, 20*time.Second, "every member ready, on revision r1", func() error {
+	testutil.Eventually(t, 20*time.Second, "every member ready, on the first revision", func() error {
 		p.step()
 		ec := getCluster(t, ns, name)
 		if condition(ec, v1alpha1.ConditionAllMembersReady) != metav1.ConditionTrue {
@@ -296,8 +298,9 @@ func TestRollingUpdateStalls(t *testing.T) {
 }
 
 // TestRollingUpdateSnapshotFails: while the full snapshot before a rolling update fails, no
-// pod is deleted; status.rollout says why and what to do, with a Warning Event. Once the
-// snapshot is taken, the rolling update goes on.
+// pod is deleted and the StatefulSet keeps the pod template the members run, so a pod
+// evicted meanwhile comes back on it; status.rollout says why and what to do, with a Warning
+// Event. Once the snapshot is taken, the template is applied and the rolling update goes on.
 func TestRollingUpdateSnapshotFails(t *testing.T) {
 	needEnv(t)
 	ns, name := namespace(t), "rf"
@@ -308,22 +311,55 @@ func TestRollingUpdateSnapshotFails(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the failed snapshot reported", func() error {
 		p.step()
 		ro := getCluster(t, ns, name).Status.Rollout
-		if ro == nil || !strings.Contains(ro.Message, "failed, so no pod was deleted") || !strings.Contains(ro.Message, "skipBackup") {
+		if ro == nil || !strings.Contains(ro.Message, "failed, so no member is restarted") || !strings.Contains(ro.Message, "skipBackup") {
 			return fmt.Errorf("status.rollout %+v", ro)
 		}
-		return findEventWith(ns, "RollingUpdateSnapshotFailed", "EtcdCluster", "no pod was deleted")
+		return findEventWith(ns, "RollingUpdateSnapshotFailed", "EtcdCluster", "no member is restarted")
 	})
 	if len(p.deletions) > 0 || sidecars.count(ns) == 0 {
 		t.Fatalf("pods deleted %v, %d snapshots asked: want none deleted after a failed snapshot", p.deletions, sidecars.count(ns))
 	}
+	cpu := func(spec corev1.PodSpec) string {
+		for _, c := range spec.Containers {
+			if c.Name == "etcd" {
+				return c.Resources.Requests.Cpu().String()
+			}
+		}
+		return ""
+	}
+	var sts appsv1.StatefulSet
+	if err := get(t, ns, name, &sts); err != nil {
+		t.Fatal(err)
+	}
+	if got := cpu(sts.Spec.Template.Spec); got == "200m" || sts.Annotations[annotationTemplatePending] == "" {
+		t.Fatalf("StatefulSet template CPU request %s, pending %q: the new template must wait, recorded as pending, while its snapshot fails", got, sts.Annotations[annotationTemplatePending])
+	}
+	// An eviction meanwhile: the pod comes back on the template its members run.
+	evicted := &corev1.Pod{}
+	if err := get(t, ns, name+"-2", evicted); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(context.Background(), evicted); err != nil {
+		t.Fatal(err)
+	}
+	p.step()
+	if err := get(t, ns, name+"-2", evicted); err != nil || cpu(evicted.Spec) == "200m" {
+		t.Fatalf("the evicted pod came back with CPU request %s (err %v): want the last template's", cpu(evicted.Spec), err)
+	}
 	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000077-1.snap.zst", Revision: 77})
 	testutil.Eventually(t, 120*time.Second, "rolling update done", func() error {
 		p.step()
-		if ec := getCluster(t, ns, name); len(p.deletions) < 3 || ec.Status.Rollout != nil {
+		if ec := getCluster(t, ns, name); len(p.deletions) < 4 || ec.Status.Rollout != nil {
 			return fmt.Errorf("deletions %v, status.rollout %+v", p.deletions, ec.Status.Rollout)
 		}
 		return nil
 	})
+	if err := get(t, ns, name, &sts); err != nil {
+		t.Fatal(err)
+	}
+	if got := cpu(sts.Spec.Template.Spec); got != "200m" || sts.Annotations[annotationTemplatePending] != "" {
+		t.Errorf("StatefulSet template CPU request %s, pending %q after the rolling update: want 200m, none pending", got, sts.Annotations[annotationTemplatePending])
+	}
 }
 
 // formedCluster creates a 3-member cluster (changed by setup), plays its members until it is

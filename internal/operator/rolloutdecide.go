@@ -32,6 +32,9 @@ type RolloutObservation struct {
 	// Trust is the trust annotation of the StatefulSet's pod template (spec.tls).
 	Trust  string
 	Leader maintenance.LeaderUpdate
+	// Template identifies the pod template the StatefulSet has; Pending, a newer one that
+	// waits to be applied ("" when none waits).
+	Template, Pending string
 }
 
 // rolloutDecision is one step of a rolling update.
@@ -50,6 +53,16 @@ type rolloutDecision struct {
 	Stalled, Done bool
 	// Reason and Message are the Progressing condition's while Status is set.
 	Reason, Message string
+	// ApplyTemplate: the StatefulSet takes any new pod template now. ApplyPending: it takes
+	// this waiting template now (its full snapshot is stored). Otherwise a new template
+	// waits, and the StatefulSet keeps the last one.
+	ApplyTemplate bool
+	ApplyPending  string
+}
+
+// mayApply says whether the StatefulSet takes the pod template identified by hash now.
+func (rd rolloutDecision) mayApply(hash string) bool {
+	return rd.ApplyTemplate || rd.ApplyPending == hash
 }
 
 // decideRollout is the next step of a rolling update (pure). Nothing is deleted while the
@@ -60,16 +73,36 @@ type rolloutDecision struct {
 // name, each restarted member Ready, healthy and caught up before the next, the leader last
 // after its leadership moved.
 func decideRollout(o Observation, d *Decision, quorate, all bool) rolloutDecision {
+	rd := rolloutStep(o, d, quorate, all)
+	rd.ApplyTemplate = rd.ApplyTemplate || templateAtOnce(o, d)
+	return rd
+}
+
+// templateAtOnce: nothing serves that a new pod template could harm (the cluster has not
+// formed, or its quorum is lost past the grace), and the change may be what the members need
+// to start: the StatefulSet takes it at once.
+func templateAtOnce(o Observation, d *Decision) bool { return !o.Formed || d.QuorumLost }
+
+// rolloutStep is decideRollout's step. A new pod template waits, unapplied, until the rolling
+// update owns it: with pods already on an older revision (a rollout under way), at once;
+// otherwise after the full snapshot that comes before any member is stopped, with a quorum and
+// no recovery or restore owning the members. Until then a pod that restarts for any other
+// reason (an eviction, a lost node, a restart of a member NotReady too long) runs the last
+// template, which its members ran.
+func rolloutStep(o Observation, d *Decision, quorate, all bool) rolloutDecision {
 	ro, prev := o.Rollout, o.Previous.Rollout
 	if h := d.Hibernation; h.Status != nil {
 		if h.MembersDown || prev == nil {
 			// Every member restarts on the StatefulSet's template when the cluster resumes:
 			// a rolling update under way is over once they stop, and none starts meanwhile.
-			return rolloutDecision{}
+			return rolloutDecision{ApplyTemplate: h.MembersDown}
 		}
 		return rolloutDecision{Status: prev.DeepCopy(), Reason: ReasonRollingUpdate, Message: prev.Message}
 	}
-	if ro == nil || ro.Revision == "" {
+	if ro == nil {
+		return rolloutDecision{ApplyTemplate: true} // no StatefulSet yet
+	}
+	if ro.Revision == "" {
 		// The target revision is not known yet: the record stays as it is.
 		if prev != nil {
 			return rolloutDecision{Status: prev.DeepCopy(), Reason: ReasonRollingUpdate, Message: prev.Message}
@@ -83,17 +116,26 @@ func decideRollout(o Observation, d *Decision, quorate, all bool) rolloutDecisio
 		}
 	}
 	if len(outdated) == 0 {
-		if prev != nil && prev.Revision == ro.Revision && len(prev.Updated) > 0 {
+		switch {
+		case ro.Pending != "":
+			return pendingTemplate(o, d, quorate)
+		case prev != nil && prev.Revision == ro.Revision && len(prev.Updated) > 0:
 			return rolloutDecision{Done: true, Why: fmt.Sprintf("every member runs revision %s (restarted: %v)", ro.Revision, prev.Updated)}
 		}
 		return rolloutDecision{}
 	}
 	addCase(d, CaseRollingUpdate)
 	st := &v1alpha1.RolloutStatus{Revision: ro.Revision, StartTime: metav1.NewTime(o.Now)}
-	if prev != nil && prev.Revision == ro.Revision {
+	switch {
+	case prev != nil && prev.Revision == ro.Revision:
 		st = prev.DeepCopy()
+	case prev != nil && prev.Revision == "" && prev.Template != "" && prev.Template == ro.Template:
+		// The template that waited is applied: its snapshot stands.
+		st = prev.DeepCopy()
+		st.Revision = ro.Revision
 	}
-	rd := rolloutDecision{Status: st, Reason: ReasonRollingUpdate}
+	// The rollout owns the members: a newer template joins it at once.
+	rd := rolloutDecision{Status: st, Reason: ReasonRollingUpdate, ApplyTemplate: true}
 	wait := func(msg string) rolloutDecision {
 		st.Message, rd.Message = msg, msg
 		return rd
@@ -113,10 +155,10 @@ func decideRollout(o Observation, d *Decision, quorate, all bool) rolloutDecisio
 		return wait(fmt.Sprintf("%s: no quorum (%d of %d members Ready); no pod is deleted", left, d.Ready, d.ClusterSize))
 	}
 	if len(st.Updated) == 0 {
-		switch {
-		case !all:
+		if !all {
 			return wait(fmt.Sprintf("%s: waiting for every member to be Ready before the first pod is deleted (%d of %d Ready)", left, d.Ready, d.ClusterSize))
-		case o.SnapshotBeforeStop && st.SnapshotKey == "":
+		}
+		if take, _ := snapshotFirst(o, st); take {
 			rd.Snapshot = true
 			return wait(fmt.Sprintf("%s: taking a full snapshot before the first pod is deleted", left))
 		}
@@ -159,6 +201,54 @@ func decideRollout(o Observation, d *Decision, quorate, all bool) rolloutDecisio
 		st.Stalled = false
 	}
 	return wait(msg)
+}
+
+// pendingTemplate decides for a new pod template that waits while every member runs the
+// last one: the full snapshot first (unless skipped), then the template is applied, with a
+// quorum and no recovery or restore owning the members. The wait is the message of
+// status.rollout, which records the waiting template and its snapshot.
+func pendingTemplate(o Observation, d *Decision, quorate bool) rolloutDecision {
+	if templateAtOnce(o, d) {
+		return rolloutDecision{}
+	}
+	addCase(d, CaseRollingUpdate)
+	pending, prev := o.Rollout.Pending, o.Previous.Rollout
+	st := &v1alpha1.RolloutStatus{Template: pending, StartTime: metav1.NewTime(o.Now)}
+	if prev != nil && prev.Revision == "" && prev.Template == pending {
+		st = prev.DeepCopy()
+	}
+	rd := rolloutDecision{Status: st, Reason: ReasonRollingUpdate}
+	wait := func(msg string) rolloutDecision {
+		st.Message, rd.Message = "the pod template changed: "+msg, "the pod template changed: "+msg
+		return rd
+	}
+	switch rec := d.Recovery; {
+	case rec != nil && (rec.Status.Directive != nil || rec.Held != ""):
+		return wait("a recovery or restore owns the members; the new template is applied after it")
+	case !quorate:
+		return wait(fmt.Sprintf("no quorum (%d of %d members Ready); the new template waits for one", d.Ready, d.ClusterSize))
+	}
+	take, without := snapshotFirst(o, st)
+	if take {
+		rd.Snapshot = true
+		return wait("taking a full snapshot before the new template is applied")
+	}
+	rd.ApplyPending = pending
+	return wait("applying it to the StatefulSet; the members restart on it one at a time" + without)
+}
+
+// snapshotFirst says whether a full snapshot is taken before the rolling update goes on: with
+// SnapshotBeforeStop and none stored for it yet, when the backups are current. Backups that
+// are not (just turned on, so the members have no store yet; or failing, which the change may
+// fix) could not store one: the rolling update goes on without it, and without says why.
+func snapshotFirst(o Observation, st *v1alpha1.RolloutStatus) (take bool, without string) {
+	if !o.SnapshotBeforeStop || st.SnapshotKey != "" {
+		return false, ""
+	}
+	if ok, why := backupCurrent(o); !ok {
+		return false, "; no full snapshot first: " + why
+	}
+	return true, ""
 }
 
 // rolloutMembers describes the members as maintenance.NextRestart sees them, from what they

@@ -231,3 +231,114 @@ func TestDecideRollout(t *testing.T) {
 		})
 	}
 }
+
+// templateChanged is a healthy cluster of n members, every pod on the StatefulSet's revision
+// "r1" (template "t1"), with a new pod template "t2" waiting to be applied.
+func templateChanged(n int) *world {
+	w := rolling(n)
+	w.o.Rollout.Revision, w.o.Rollout.Template, w.o.Rollout.Pending = "r1", "t1", "t2"
+	for i := range w.o.Members {
+		w.o.Members[i].Pod.Revision = "r1"
+	}
+	return w
+}
+
+// onRevision puts every pod on revision r (after podNotReady, which makes a new pod).
+func (w *world) onRevision(r string) *world {
+	for i := range w.o.Members {
+		w.o.Members[i].Pod.Revision = r
+	}
+	return w
+}
+
+// TestDecideTemplateWaits has one named row per way a new pod template reaches the
+// StatefulSet: while the members serve it waits for the rolling update to own it (so a pod
+// restarted for any other reason runs the template its members ran); where nothing serves
+// that it could harm, it is applied at once.
+func TestDecideTemplateWaits(t *testing.T) {
+	snapshotted := func(w *world) *world {
+		w.o.Previous.Rollout = &v1alpha1.RolloutStatus{Template: "t2", StartTime: metav1.NewTime(t0.Add(-time.Minute)),
+			SnapshotKey: "v1/full/100.snap.zst", SnapshotRevision: 100}
+		return w
+	}
+	majorityDown := func(w *world, age time.Duration) *world {
+		return w.podNotReady(1, age).podNotReady(2, age).onRevision("r1").
+			prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, age).
+			prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, age)
+	}
+	restoring := func(w *world) *world {
+		w.o.Previous.ClusterID = "c1"
+		hd, err := heal.StartRestore(heal.Observation{Now: t0}, cluster.RestoreTarget{Revision: 400, Timeline: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.o.Recovery = &Recovery{Status: hd.Status, Timing: heal.DefaultTiming}
+		return w
+	}
+	tests := []struct {
+		name string
+		w    *world
+		// applies: the templates the StatefulSet takes now ("any", "t2" or ""); snapshot: a
+		// full snapshot is taken now; msg: a part of status.rollout.message.
+		applies  string
+		snapshot bool
+		msg      string
+	}{
+		{name: "ServingSnapshotFirst", w: templateChanged(3), snapshot: true,
+			msg: "the pod template changed: taking a full snapshot before the new template is applied"},
+		{name: "SnapshotStoredApplied", w: snapshotted(templateChanged(3)), applies: "t2",
+			msg: "applying it to the StatefulSet"},
+		{name: "BackupsNotCurrentAppliedWithoutSnapshot", w: func() *world {
+			w := templateChanged(3)
+			w.o.Backup.LastDelta = time.Time{} // backups just turned on: the members have no store yet
+			return w
+		}(), applies: "t2", msg: "no full snapshot first: no snapshot stored yet"},
+		{name: "SkipBackupApplied", w: func() *world { w := templateChanged(3); w.o.SnapshotBeforeStop = false; return w }(), applies: "t2"},
+		{name: "MemberDownStillApplied", w: snapshotted(templateChanged(3)).podNotReady(2, time.Hour).onRevision("r1").
+			prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute), applies: "t2"},
+		{name: "NoQuorumWaits", w: snapshotted(majorityDown(templateChanged(3), time.Minute)), msg: "no quorum (1 of 3 members Ready); the new template waits"},
+		{name: "QuorumLostAppliedAtOnce", w: majorityDown(templateChanged(3), time.Hour), applies: "any"},
+		{name: "RestoreOwnsTheMembers", w: restoring(snapshotted(templateChanged(3))), msg: "a recovery or restore owns the members"},
+		{name: "NotFormedAppliedAtOnce", w: func() *world { w := templateChanged(3); w.o.Formed = false; return w }(), applies: "any"},
+		{name: "NoStatefulSetAppliedAtOnce", w: func() *world { w := healthy(3); w.o.Rollout = nil; return w }(), applies: "any"},
+		{name: "RolloutUnderWayTakesANewerTemplate", w: rolling(3).started("c-1"), applies: "any"},
+		{name: "NothingWaits", w: func() *world { w := templateChanged(3); w.o.Rollout.Pending = ""; return w }()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.w.o)
+			r := d.Rollout
+			applies := ""
+			switch {
+			case r.mayApply("any template"):
+				applies = "any"
+			case r.mayApply("t2"):
+				applies = "t2"
+			}
+			if applies != tc.applies || r.Snapshot != tc.snapshot {
+				t.Errorf("applies %q, snapshot %v; want %q, %v (rollout %+v)", applies, r.Snapshot, tc.applies, tc.snapshot, r.Status)
+			}
+			if tc.msg != "" && (r.Status == nil || !strings.Contains(r.Status.Message, tc.msg)) {
+				t.Errorf("status.rollout %+v, want a message with %q", r.Status, tc.msg)
+			}
+			if st := r.Status; tc.w.o.Rollout != nil && tc.w.o.Rollout.Pending != "" && st != nil && (st.Template != "t2" || st.Revision != "") {
+				t.Errorf("status.rollout %+v: records the waiting template t2, no revision yet", st)
+			}
+		})
+	}
+}
+
+// TestDecideAppliedTemplateKeepsItsSnapshot: once the waiting template is applied and the
+// StatefulSet has its revision, the rolling update goes on from the snapshot taken for it.
+func TestDecideAppliedTemplateKeepsItsSnapshot(t *testing.T) {
+	w := templateChanged(3)
+	w.o.Rollout.Revision, w.o.Rollout.Template, w.o.Rollout.Pending = "r2", "t2", ""
+	w.o.Previous.Rollout = &v1alpha1.RolloutStatus{Template: "t2", StartTime: metav1.NewTime(t0.Add(-time.Minute)),
+		SnapshotKey: "v1/full/100.snap.zst", SnapshotRevision: 100}
+	d := Decide(w.o)
+	st := d.Rollout.Status
+	if d.Rollout.Snapshot || d.Rollout.Delete != "c-1" || st == nil || st.Revision != "r2" || st.SnapshotKey != "v1/full/100.snap.zst" ||
+		!st.StartTime.Equal(&metav1.Time{Time: t0.Add(-time.Minute)}) {
+		t.Errorf("snapshot %v, delete %q, status.rollout %+v: want c-1 restarted on r2, the snapshot and start kept", d.Rollout.Snapshot, d.Rollout.Delete, st)
+	}
+}

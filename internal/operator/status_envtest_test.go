@@ -58,10 +58,16 @@ func TestStatusFollowsTheGeneration(t *testing.T) {
 		return nil
 	})
 	var sts appsv1.StatefulSet
-	if err := get(t, ns, "gen", &sts); err != nil {
-		t.Fatal(err)
-	}
-	if sts.Status.ObservedGeneration >= sts.Generation {
+	testutil.Eventually(t, 10*time.Second, "the new template on the StatefulSet", func() error {
+		if err := get(t, ns, "gen", &sts); err != nil {
+			return err
+		}
+		if sts.Spec.Template.Annotations["example.com/team"] != "storage" {
+			return fmt.Errorf("pod template annotations %v, pending %q", sts.Spec.Template.Annotations, sts.Annotations[annotationTemplatePending])
+		}
+		return nil
+	})
+	if ec = getCluster(t, ns, "gen"); sts.Status.ObservedGeneration >= sts.Generation {
 		t.Fatalf("the StatefulSet's new template is observed already (generation %d, observed %d): nothing to test", sts.Generation, sts.Status.ObservedGeneration)
 	}
 	if ec.Status.ObservedGeneration == gen {
