@@ -22,7 +22,7 @@ import (
 func TestBackupListShowsTimelines(t *testing.T) {
 	ctx := context.Background()
 	url := "file://" + t.TempDir()
-	s, err := store.Open(ctx, url)
+	s, err := store.Open(ctx, url, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
