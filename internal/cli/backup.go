@@ -42,13 +42,13 @@ type storeFlags struct {
 
 func (sf *storeFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&sf.url, "store", "", "backup store URL (file://, s3://, gs://, azblob://)")
-	registerCredentialsFlag(f, &sf.credentials, "store-credentials", "the store's")
+	registerCredentialsFlag(f, &sf.credentials, "store-credentials", "the store's credentials")
 	registerKeyFlags(f, &sf.keys, &sf.keyID)
 }
 
 // registerCredentialsFlag adds the flag naming a directory of a store's credentials.
-func registerCredentialsFlag(f *pflag.FlagSet, dir *string, name, whose string) {
-	f.StringVar(dir, name, "", whose+" credentials, and no others: a directory (a mounted Secret) of files named like the variables, read again while the store is open: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (optional AWS_SESSION_TOKEN, AWS_REGION); AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN; GOOGLE_APPLICATION_CREDENTIALS holding the service-account key's JSON. Empty: the cloud's default credentials (environment, instance role, workload identity)")
+func registerCredentialsFlag(f *pflag.FlagSet, dir *string, name, what string) {
+	f.StringVar(dir, name, "", what+", and no others: a directory (a mounted Secret) of files named like the variables, read again while the store is open: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (optional AWS_SESSION_TOKEN, AWS_REGION); AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN; GOOGLE_APPLICATION_CREDENTIALS holding the service-account key's JSON. Empty: the cloud's default credentials (environment, instance role, workload identity)")
 }
 
 func (sf *storeFlags) open(ctx context.Context) (*store.Store, error) {
