@@ -276,8 +276,14 @@ type BackupSpec struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://.+')",message="spec.backup.store must be a URL with scheme s3://, gs://, azblob://, file:// or mem://"
 	Store string `json:"store"`
-	// CredentialsSecret holds the store's credentials as environment variables
-	// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_KEY, …).
+	// CredentialsSecret holds the backup store's credentials, one key per variable: for s3://,
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (optional AWS_SESSION_TOKEN, AWS_REGION);
+	// for azblob://, AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN;
+	// for gs://, GOOGLE_APPLICATION_CREDENTIALS holding the service-account key file's JSON
+	// content. It is mounted into the sidecars only, and the backup store uses these
+	// credentials only (none of the pod's environment). A change of the Secret (a rotation)
+	// reaches the running members within a minute or two, without restarting them. Unset: the
+	// cloud's default credentials (e.g. workload identity).
 	// +optional
 	CredentialsSecret *corev1.LocalObjectReference `json:"credentialsSecret,omitempty"`
 	// FullSchedule is the cron schedule of full snapshots.
@@ -405,7 +411,11 @@ type RestoreSource struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://.+')",message="spec.bootstrap.restore.store must be a URL with scheme s3://, gs://, azblob://, file:// or mem://"
 	Store string `json:"store"`
-	// CredentialsSecret holds the store's credentials (see spec.backup.credentialsSecret).
+	// CredentialsSecret holds the credentials of this store, with the keys of
+	// spec.backup.credentialsSecret. A bootstrap restore reads this store with these
+	// credentials only, and the backup store is written with its own Secret only; a rotation
+	// reaches the running members within a minute or two. Unset: the cloud's default
+	// credentials. (When this store is the backup store, the backup store's are used.)
 	// +optional
 	CredentialsSecret *corev1.LocalObjectReference `json:"credentialsSecret,omitempty"`
 	// Revision restores exactly this revision.

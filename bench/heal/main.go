@@ -835,7 +835,7 @@ func fullSnapshot(ctx context.Context, dir, sidecarURL string) (fullResult, erro
 
 // readChain lists the store and returns what a restore to the newest revision reads.
 func readChain(ctx context.Context, storeURL string) (chainInfo, error) {
-	s, err := store.Open(ctx, storeURL)
+	s, err := store.Open(ctx, storeURL, store.Options{})
 	if err != nil {
 		return chainInfo{}, err
 	}

@@ -122,7 +122,7 @@ func listOnce(how, url string) error {
 	var count int
 	switch how {
 	case "after":
-		s, err := store.Open(ctx, url)
+		s, err := store.Open(ctx, url, store.Options{})
 		if err != nil {
 			return err
 		}
@@ -134,7 +134,7 @@ func listOnce(how, url string) error {
 			count += t.Objects()
 		}
 	case "before":
-		s, err := store.Open(ctx, url)
+		s, err := store.Open(ctx, url, store.Options{})
 		if err != nil {
 			return err
 		}

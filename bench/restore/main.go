@@ -87,7 +87,7 @@ func run(ctx context.Context, size int64, valueSize, runs int, etcdutl, dir, cpu
 	fmt.Printf("snapshot: %s at revision %d, made in %v\n", result.Human(st.Size()), rev, time.Since(t0).Round(time.Second))
 
 	storeURL := "file://" + filepath.Join(dir, "store")
-	s, err := store.Open(ctx, storeURL)
+	s, err := store.Open(ctx, storeURL, store.Options{Create: true})
 	if err != nil {
 		return err
 	}

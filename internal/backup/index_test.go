@@ -17,7 +17,7 @@ import (
 // two layouts of timeline 1 merged; LoadTimeline keeps only what it is asked for.
 func TestIndexAgreesWithChain(t *testing.T) {
 	ctx := context.Background()
-	s, err := store.Open(ctx, "file://"+t.TempDir())
+	s, err := store.Open(ctx, "file://"+t.TempDir(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

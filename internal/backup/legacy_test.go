@@ -17,7 +17,7 @@ import (
 // current format on the same timeline.
 func TestVersion1ObjectsStillRead(t *testing.T) {
 	ctx := context.Background()
-	s, err := store.Open(ctx, "mem://"+t.Name())
+	s, err := store.Open(ctx, "mem://"+t.Name(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 
 func openStore(t *testing.T, u string) *store.Store {
 	t.Helper()
-	s, err := store.Open(context.Background(), u)
+	s, err := store.Open(context.Background(), u, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,14 +32,23 @@ func newBackupCommand() *cobra.Command {
 	return cmd
 }
 
-// storeFlags open a backup store: its URL, and the keys its backups are encrypted with.
+// storeFlags open a backup store: its URL, its credentials, and the keys its backups are
+// encrypted with. Only a command that writes backups sets create: the others refuse a store
+// that does not exist (a mistyped --store) and create nothing.
 type storeFlags struct {
-	url, keys, keyID string
+	url, credentials, keys, keyID string
+	create                        bool
 }
 
 func (sf *storeFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&sf.url, "store", "", "backup store URL (file://, s3://, gs://, azblob://)")
+	registerCredentialsFlag(f, &sf.credentials, "store-credentials", "the store's credentials")
 	registerKeyFlags(f, &sf.keys, &sf.keyID)
+}
+
+// registerCredentialsFlag adds the flag naming a directory of a store's credentials.
+func registerCredentialsFlag(f *pflag.FlagSet, dir *string, name, what string) {
+	f.StringVar(dir, name, "", what+", and no others: a directory (a mounted Secret) of files named like the variables, read again while the store is open: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (optional AWS_SESSION_TOKEN, AWS_REGION); AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN; GOOGLE_APPLICATION_CREDENTIALS holding the service-account key's JSON. Empty: the cloud's default credentials (environment, instance role, workload identity)")
 }
 
 func (sf *storeFlags) open(ctx context.Context) (*store.Store, error) {
@@ -50,7 +59,7 @@ func (sf *storeFlags) open(ctx context.Context) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return store.OpenWithKeys(ctx, sf.url, keys)
+	return store.Open(ctx, sf.url, store.Options{Keys: keys, CredentialsDir: sf.credentials, Create: sf.create})
 }
 
 // registerKeyFlags adds the flags naming the backups' encryption keys.
@@ -258,7 +267,7 @@ func printList(w io.Writer, format string, v listView, objects func(each func(ob
 }
 
 func newBackupSaveCommand() *cobra.Command {
-	var sf storeFlags
+	sf := storeFlags{create: true}
 	var eps endpointsFlag
 	cmd := &cobra.Command{
 		Use:   "save",

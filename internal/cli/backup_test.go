@@ -22,7 +22,7 @@ import (
 func TestBackupListShowsTimelines(t *testing.T) {
 	ctx := context.Background()
 	url := "file://" + t.TempDir()
-	s, err := store.Open(ctx, url)
+	s, err := store.Open(ctx, url, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,5 +154,23 @@ func TestBackupVerifyRestore(t *testing.T) {
 	}
 	if v.OK || v.Drill != nil || !strings.HasPrefix(v.DrillError, "not run") {
 		t.Errorf("verify --restore of a damaged chain: %s", out)
+	}
+}
+
+// TestBackupListMissingStore: `backup list` of a file:// store that does not exist (a
+// mistyped --store) says so and creates nothing.
+func TestBackupListMissingStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "mistyped", "dir")
+	cmd := NewRootCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"backup", "list", "--store", "file://" + dir})
+	err := cmd.ExecuteContext(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "does not exist at this machine: create it or fix --store") {
+		t.Fatalf("backup list of a missing store = %v, want an error saying it does not exist\n%s", err, out.String())
+	}
+	if _, err := os.Stat(filepath.Dir(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("backup list created %s (%v)", filepath.Dir(dir), err)
 	}
 }

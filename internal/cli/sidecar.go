@@ -163,6 +163,8 @@ file is read again when it changes).`,
 	f.Uint64Var(&cfg.Etcd.SnapshotCount, "etcd-snapshot-count", 10000, "etcd snapshot-count for the generated configuration")
 	f.StringArrayVar(&etcdFlags, "etcd-flag", nil, "extra etcd option for the generated configuration, as NAME=VALUE with etcd's flag name (repeatable; Steward's own options are refused)")
 	f.StringVar(&cfg.Backup.StoreURL, "store", "", "backup store URL (file://, mem://, s3://, gs://, azblob://); empty: no backups")
+	registerCredentialsFlag(f, &cfg.Backup.CredentialsDir, "store-credentials", "the backup store's credentials")
+	registerCredentialsFlag(f, &cfg.Backup.RestoreCredentialsDir, "restore-store-credentials", "the credentials of the store a bootstrap restore reads, when it is not the backup store")
 	registerKeyFlags(f, &keysPath, &keyID)
 	f.DurationVar(&cfg.Backup.DeltaPeriod, "delta-period", 5*time.Second, "how often delta snapshots are written")
 	f.IntVar(&cfg.Backup.DeltaMaxBytes, "delta-max-bytes", 16<<20, "write a delta early once it holds this many bytes")

@@ -147,7 +147,7 @@ func TestBackupsAcrossLeaderChangeAndStoreOutage(t *testing.T) {
 	testutil.Eventually(t, 60*time.Second, "backups recover and cover every acknowledged write", backupCovers(final, true))
 
 	// The chain is sound: every object verifies and nothing is missing up to the last write.
-	s, err := store.Open(ctx, storeURL)
+	s, err := store.Open(ctx, storeURL, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -275,7 +275,7 @@ func (h *healer) backupRevision(ctx context.Context, url string, ids []uint64) i
 	h.backupChecked, h.backupIDs, h.backupRev = time.Now(), ids, -1
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := store.Open(sctx, url)
+	st, err := store.Open(sctx, url, store.Options{})
 	if err != nil {
 		return -1
 	}

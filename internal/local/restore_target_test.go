@@ -14,7 +14,7 @@ import (
 func TestRestoreTargetOfTwoClustersSharingAStore(t *testing.T) {
 	url, cs := restoretest.TwoClusters(t)
 	ctx := context.Background()
-	s, err := store.Open(ctx, url)
+	s, err := store.Open(ctx, url, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

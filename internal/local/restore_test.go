@@ -113,7 +113,7 @@ func TestRestoreRunningCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cli := clusterClient(t, r.spec)
-	s, err := store.Open(ctx, r.spec.Backup)
+	s, err := store.Open(ctx, r.spec.Backup, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

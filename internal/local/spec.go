@@ -103,7 +103,7 @@ func openBackupStore(ctx context.Context, d Dir, spec Spec) (*store.Store, error
 			return nil, err
 		}
 	}
-	return store.OpenWithKeys(ctx, spec.Backup, keys)
+	return store.Open(ctx, spec.Backup, store.Options{Keys: keys})
 }
 
 // MemberSpec is one member's name and ports.

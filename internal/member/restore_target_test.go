@@ -19,7 +19,7 @@ import (
 // store's newest and holds the time.
 func TestRestoreInPlaceToATimeReadsTheClustersOwnTimeline(t *testing.T) {
 	url, cs := restoretest.TwoClusters(t)
-	s, err := store.Open(context.Background(), url)
+	s, err := store.Open(context.Background(), url, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -404,8 +405,9 @@ func TestCreateMakesEveryOwnedObject(t *testing.T) {
 	if pod.Labels["team"] != "a" || pod.Labels[LabelCluster] != "main" {
 		t.Errorf("pod labels %v", pod.Labels)
 	}
-	if envFrom := pod.Spec.Containers[1].EnvFrom; len(envFrom) != 1 || envFrom[0].SecretRef.Name != "store" {
-		t.Errorf("sidecar envFrom %v: the store credentials come from the Secret", envFrom)
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "store" }) ||
+		!slices.Contains(pod.Spec.Containers[1].Command, BackupCredentialsMount) {
+		t.Errorf("sidecar %v, volumes %v: the store credentials come from the Secret, mounted into the sidecar", pod.Spec.Containers[1].Command, pod.Spec.Volumes)
 	}
 	if len(sts.Spec.VolumeClaimTemplates) != 1 || sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().Cmp(resource.MustParse("8Gi")) != 0 {
 		t.Errorf("claim templates %v", sts.Spec.VolumeClaimTemplates)

@@ -34,6 +34,10 @@ const (
 	TokenFile  = TokenMount + "/token"
 	// BackupKeysMount is where the sidecar mounts the backup encryption keys Secret.
 	BackupKeysMount = "/var/run/steward/backup-keys"
+	// BackupCredentialsMount and RestoreCredentialsMount are where the sidecar mounts the
+	// credentials Secrets of the backup store and of the store a bootstrap restore reads.
+	BackupCredentialsMount  = "/etc/steward/store/backup"
+	RestoreCredentialsMount = "/etc/steward/store/restore"
 )
 
 // Labels on every owned object; LabelCluster alone selects a cluster's pods.
@@ -212,10 +216,6 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 	}
-	var envFrom []corev1.EnvFromSource
-	for _, s := range credentialSecrets(ec) {
-		envFrom = append(envFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: s}}})
-	}
 	// The root file system is read-only; /tmp holds the etcd container's generated config.
 	// The sidecar API token is mounted as a directory (not subPath), so a token replaced in
 	// the Secret reaches the running containers.
@@ -256,7 +256,6 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 			"--listen", fmt.Sprintf("0.0.0.0:%d", SidecarPort), "--kubernetes-cluster", ec.Name, "--api-token-file", TokenFile},
 		Ports:           []corev1.ContainerPort{{Name: "sidecar", ContainerPort: SidecarPort}},
 		Env:             env,
-		EnvFrom:         envFrom,
 		VolumeMounts:    mounts,
 		Resources:       ec.Spec.SidecarResources,
 		LivenessProbe:   probe("/healthz", SidecarPort, 6),
@@ -277,6 +276,13 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		if enc.ActiveKeyID != "" {
 			sidecar.Command = append(sidecar.Command, "--encryption-key-id", enc.ActiveKeyID)
 		}
+	}
+	// Only the sidecar reads and writes stores: only it sees their credentials, each store's
+	// its own. Whole-directory mounts (not subPath, not environment variables), so a rotated
+	// Secret reaches the running sidecar, which reads the files again.
+	for _, c := range storeCredentials(ec) {
+		sidecar.VolumeMounts = append(slices.Clone(sidecar.VolumeMounts), corev1.VolumeMount{Name: c.volume, MountPath: c.mount, ReadOnly: true})
+		sidecar.Command = append(sidecar.Command, c.flag, c.mount)
 	}
 	podSpec := corev1.PodSpec{
 		ServiceAccountName:        ec.Name,
@@ -308,6 +314,10 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	if enc := backupEncryption(ec); enc != nil {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "backup-keys", VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: enc.KeysSecret.Name, DefaultMode: ptr(int32(0o440))}}})
+	}
+	for _, c := range storeCredentials(ec) {
+		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: c.volume, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: c.secret, DefaultMode: ptr(int32(0o440))}}})
 	}
 	if podSpec.Affinity == nil && len(podSpec.TopologySpreadConstraints) == 0 {
 		// Over nodes, required: with as many nodes as members, one member per node, so that
@@ -368,15 +378,32 @@ func backupEncryption(ec *v1alpha1.EtcdCluster) *v1alpha1.BackupEncryption {
 	return nil
 }
 
-// credentialSecrets are the Secrets the member pods read store credentials from.
-func credentialSecrets(ec *v1alpha1.EtcdCluster) []string {
-	var out []string
+// storeCredential is one store's credentials Secret as the sidecar gets it: a volume, where
+// it is mounted, and the flag naming that directory.
+type storeCredential struct {
+	secret, volume, mount, flag string
+}
+
+// storeCredentials are the credentials Secrets of the backup store and of the store a
+// bootstrap restore reads, each mounted on its own.
+func storeCredentials(ec *v1alpha1.EtcdCluster) []storeCredential {
+	var out []storeCredential
 	if b := ec.Spec.Backup; b != nil && b.CredentialsSecret != nil {
-		out = append(out, b.CredentialsSecret.Name)
+		out = append(out, storeCredential{b.CredentialsSecret.Name, "backup-store-credentials", BackupCredentialsMount, "--store-credentials"})
 	}
 	if b := ec.Spec.Bootstrap; b != nil && b.Restore != nil && b.Restore.CredentialsSecret != nil {
-		if len(out) == 0 || out[0] != b.Restore.CredentialsSecret.Name {
-			out = append(out, b.Restore.CredentialsSecret.Name)
+		out = append(out, storeCredential{b.Restore.CredentialsSecret.Name, "restore-store-credentials", RestoreCredentialsMount, "--restore-store-credentials"})
+	}
+	return out
+}
+
+// credentialSecrets are the names of the Secrets the member pods read store credentials
+// from, each once.
+func credentialSecrets(ec *v1alpha1.EtcdCluster) []string {
+	var out []string
+	for _, c := range storeCredentials(ec) {
+		if !slices.Contains(out, c.secret) {
+			out = append(out, c.secret)
 		}
 	}
 	return out

@@ -93,6 +93,48 @@ func TestBackupEncryptionReachesTheSidecarOnly(t *testing.T) {
 	}
 }
 
+// TestStoreCredentialsReachTheSidecarOnly: the credentials Secrets of the backup store and of
+// the store a bootstrap restore reads are mounted into the sidecar only, each on its own
+// (whole Secrets, not subPath: a rotation reaches the running sidecar), each named by its own
+// flag; no container takes credentials from its environment.
+func TestStoreCredentialsReachTheSidecarOnly(t *testing.T) {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "s3://b/c", CredentialsSecret: &corev1.LocalObjectReference{Name: "backup-creds"}}
+	ec.Spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: "s3://other/c",
+		CredentialsSecret: &corev1.LocalObjectReference{Name: "restore-creds"}}}
+	tpl := statefulSetSpec(ec, "img", 3).Template
+	volumeOf := map[string]string{}
+	for _, v := range tpl.Spec.Volumes {
+		if v.Secret != nil {
+			volumeOf[v.Secret.SecretName] = v.Name
+		}
+	}
+	for _, c := range tpl.Spec.Containers {
+		if len(c.EnvFrom) > 0 {
+			t.Errorf("container %s takes its environment from %+v", c.Name, c.EnvFrom)
+		}
+		args := strings.Join(c.Command, " ")
+		for secret, want := range map[string]struct{ mount, flag string }{
+			"backup-creds":  {BackupCredentialsMount, "--store-credentials"},
+			"restore-creds": {RestoreCredentialsMount, "--restore-store-credentials"},
+		} {
+			if volumeOf[secret] == "" {
+				t.Fatalf("no volume of Secret %s: %+v", secret, tpl.Spec.Volumes)
+			}
+			mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == volumeOf[secret] && m.MountPath == want.mount && m.ReadOnly && m.SubPath == ""
+			})
+			flag := strings.Contains(args, want.flag+" "+want.mount)
+			if sidecar := c.Name == "sidecar"; mounted != sidecar || flag != sidecar {
+				t.Errorf("container %s: Secret %s mounted at %s %t, %s %t (%s), want %t", c.Name, secret, want.mount, mounted, want.flag, flag, args, sidecar)
+			}
+		}
+	}
+	if volumeOf["backup-creds"] == volumeOf["restore-creds"] {
+		t.Errorf("both Secrets share the volume %s", volumeOf["backup-creds"])
+	}
+}
+
 // TestTLSObjects: with spec.tls the members' URLs are https, both containers mount the
 // members' certificate Secret, the sidecar gets --tls-dir, and the certificate the operator
 // issues verifies for every member's DNS name (any ordinal: scaling needs no new one), for

@@ -63,7 +63,7 @@ func buildChain(t *testing.T, dir string, f *chainFixture) error {
 	src := startMember(t, filepath.Join(dir, "source"), "source", freeURL(t))
 	defer src.stop()
 	f.storeURL = "mem://restore-chain-fixture"
-	s, err := store.Open(ctx, f.storeURL)
+	s, err := store.Open(ctx, f.storeURL, store.Options{})
 	if err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ var storeCopies atomic.Int64
 func copyStore(t *testing.T, srcURL string, dst *store.Store) *store.Store {
 	t.Helper()
 	ctx := testCtx(t)
-	src, err := store.Open(ctx, srcURL)
+	src, err := store.Open(ctx, srcURL, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func copyStore(t *testing.T, srcURL string, dst *store.Store) *store.Store {
 
 func openStore(t *testing.T, url string) *store.Store {
 	t.Helper()
-	s, err := store.Open(testCtx(t), url)
+	s, err := store.Open(testCtx(t), url, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func FuzzOpenURLRedaction(f *testing.F) {
 		if known(scheme) && !unparseable(raw) {
 			return // would do I/O
 		}
-		_, err := Open(context.Background(), raw)
+		_, err := Open(context.Background(), raw, Options{})
 		if err == nil {
 			t.Fatalf("Open(%q) succeeded", raw)
 		}

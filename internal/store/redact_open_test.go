@@ -15,7 +15,7 @@ func TestOpenNeverEchoesSecretParameters(t *testing.T) {
 		for _, key := range []string{"secret_key", "access_token", "sas_token", "sig", "password", "credentials", "aws_secret_access_key", "SharedKey"} {
 			for _, value := range []string{secret, strings.NewReplacer("/", "%2F", "+", "%2B", "=", "%3D").Replace(secret)} {
 				raw := scheme + "://bucket/prefix?" + key + "=" + value
-				_, err := Open(context.Background(), raw)
+				_, err := Open(context.Background(), raw, Options{})
 				if err == nil {
 					t.Fatalf("Open(%s) succeeded", raw)
 				}

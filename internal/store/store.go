@@ -3,7 +3,7 @@
 //
 // Supported URLs (the path after the bucket is a key prefix):
 //
-//	file:///var/backups/etcd          a local directory, created if missing
+//	file:///var/backups/etcd          a local directory (created if missing only by writers: Options.Create)
 //	file://./relative/dir             a directory relative to the working directory
 //	mem://name/prefix                 in-process memory, shared by every Open of "mem://name"
 //	                                  for the life of the process ("mem://" alone is private)
@@ -15,7 +15,18 @@
 // Credentials come the standard way for each cloud (gocloud's defaults):
 // AWS environment variables, shared config/credentials files and instance
 // roles; Google application default credentials; the AZURE_STORAGE_*
-// environment variables or Azure default credentials.
+// environment variables or Azure default credentials. Or, with
+// Options.CredentialsDir, from a directory of files named like the variables (a mounted
+// Secret), and from nowhere else:
+//
+//	s3://      AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, optional AWS_SESSION_TOKEN and
+//	           AWS_REGION or AWS_DEFAULT_REGION (the URL's region= comes first)
+//	azblob://  AZURE_STORAGE_ACCOUNT (or the URL's storage_account=), with AZURE_STORAGE_KEY
+//	           (a shared key) or AZURE_STORAGE_SAS_TOKEN
+//	gs://      GOOGLE_APPLICATION_CREDENTIALS, holding the service-account key file's JSON
+//
+// The files are read again while the store is open (S3 keys every 30 s, the others at every
+// request), so rotated credentials reach an open store without reopening it.
 //
 // Writes are atomic: an object becomes visible only when Writer.Close
 // succeeds, and an aborted or failed write leaves nothing behind.
@@ -73,18 +84,21 @@ type Store struct {
 	what    string // "bucket X", for error messages
 	where   string // "endpoint Y", for error messages
 	dir     string // file:// only: the directory, for fsync
+	creds   credentialsDir
 	keys    atomic.Pointer[seal.Keyring]
 }
 
-// OpenWithKeys is Open, with the store's backup objects encrypted with keys (nil: not
-// encrypted; see SetKeys).
-func OpenWithKeys(ctx context.Context, rawURL string, keys *seal.Keyring) (*Store, error) {
-	s, err := Open(ctx, rawURL)
-	if err != nil {
-		return nil, err
-	}
-	s.SetKeys(keys)
-	return s, nil
+// Options are how Open opens a store.
+type Options struct {
+	// Keys encrypt the store's backup objects (nil: not encrypted; see SetKeys).
+	Keys *seal.Keyring
+	// CredentialsDir, if set, holds a cloud store's credentials (see the package comment): no
+	// other credentials are used. Empty: the cloud's default credentials.
+	CredentialsDir string
+	// Create makes a file:// store's directory when it is missing. Only writers of backups
+	// set it: a reader of a store that does not exist (a mistyped URL) gets an error, and
+	// leaves no directory behind.
+	Create bool
 }
 
 // SetKeys makes backup objects written to s from now on encrypted with keys, and objects read
@@ -97,7 +111,7 @@ func (s *Store) Keys() *seal.Keyring { return s.keys.Load() }
 // Open opens the store at rawURL. It checks that the bucket (or directory)
 // is reachable, so a wrong URL or missing credentials fail here rather than
 // at the first backup.
-func Open(ctx context.Context, rawURL string) (*Store, error) {
+func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -108,11 +122,11 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	s := &Store{scheme: u.Scheme, display: redact(u)}
 	switch u.Scheme {
 	case "file":
-		err = s.openFile(u)
+		err = s.openFile(u, o.Create)
 	case "mem":
 		err = s.openMem(u)
 	case "s3", "gs", "azblob":
-		err = s.openCloud(ctx, u)
+		err = s.openCloud(ctx, u, credentialsDir(o.CredentialsDir))
 	default:
 		return nil, fmt.Errorf("store URL %s: unknown scheme %q: use one of %s", s.display, u.Scheme, schemeList())
 	}
@@ -123,6 +137,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	s.SetKeys(o.Keys)
 	return s, nil
 }
 
@@ -140,7 +155,7 @@ func parseURL(rawURL string) (*url.URL, error) {
 	return u, nil
 }
 
-func (s *Store) openFile(u *url.URL) error {
+func (s *Store) openFile(u *url.URL, create bool) error {
 	if u.Host != "" && u.Host != "." && u.Host != "localhost" {
 		return fmt.Errorf("store URL %s: file URLs take a path, not a host %q: write file:///abs/dir or file://./rel/dir", s.display, u.Host)
 	}
@@ -155,6 +170,12 @@ func (s *Store) openFile(u *url.URL) error {
 		return fmt.Errorf("store URL %s names no directory: write file:///abs/dir or file://./rel/dir", s.display)
 	}
 	dir = filepath.FromSlash(dir)
+	s.what, s.where = "directory "+dir, "this machine"
+	if !create {
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			return s.missing(err)
+		}
+	}
 	// A full snapshot holds every key (for a Kubernetes control plane, every Secret): only
 	// this user may read the store. Existing directories keep the mode they have.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -170,7 +191,7 @@ func (s *Store) openFile(u *url.URL) error {
 	if err != nil {
 		return fmt.Errorf("store URL %s: cannot open directory %s: %w", s.display, dir, err)
 	}
-	s.bucket, s.dir, s.what, s.where = b, dir, "directory "+dir, "this machine"
+	s.bucket, s.dir = b, dir
 	return nil
 }
 
@@ -206,7 +227,7 @@ func (s *Store) openMem(u *url.URL) error {
 	return nil
 }
 
-func (s *Store) openCloud(ctx context.Context, u *url.URL) error {
+func (s *Store) openCloud(ctx context.Context, u *url.URL, creds credentialsDir) error {
 	if u.Host == "" {
 		return fmt.Errorf("store URL %s names no bucket: write %s://BUCKET/optional/prefix", s.display, u.Scheme)
 	}
@@ -214,7 +235,13 @@ func (s *Store) openCloud(ctx context.Context, u *url.URL) error {
 	if q.Get("prefix") != "" {
 		return fmt.Errorf("store URL %s: put the key prefix in the path (%s://%s/PREFIX), not in ?prefix=", s.display, u.Scheme, u.Host)
 	}
-	s.what, s.where = describeBucket(u)
+	if creds != "" {
+		if err := creds.settings(u.Scheme, q); err != nil {
+			return fmt.Errorf("store URL %s: %w", s.display, err)
+		}
+	}
+	s.creds = creds
+	s.what, s.where = describeBucket(u, q)
 	if u.Scheme == "s3" && q.Get("endpoint") != "" && q.Get("region") == "" &&
 		os.Getenv("AWS_REGION") == "" && os.Getenv("AWS_DEFAULT_REGION") == "" {
 		// S3-compatible stores still need a signing region; almost all accept this one.
@@ -229,10 +256,16 @@ func (s *Store) openCloud(ctx context.Context, u *url.URL) error {
 		q.Set("response_checksum_validation", "when_required")
 	}
 	bu := &url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: q.Encode()}
-	b, err := blob.OpenBucket(ctx, bu.String())
+	var b *blob.Bucket
+	var err error
+	if creds != "" {
+		b, err = openCloudWithCredentials(ctx, bu, creds)
+	} else {
+		b, err = blob.OpenBucket(ctx, bu.String())
+	}
 	if err != nil {
 		// The driver's error quotes the URL it was given, secrets and all.
-		return fmt.Errorf("store URL %s: cannot open %s at %s: %w: %s", s.display, s.what, s.where, redactedError(err, bu), credentialHint(u.Scheme))
+		return fmt.Errorf("store URL %s: cannot open %s at %s: %w: %s", s.display, s.what, s.where, redactedError(err, bu), s.credentialHint())
 	}
 	if p := keyPrefix(u.Path); p != "" {
 		b = blob.PrefixedBucket(b, p)
@@ -256,11 +289,16 @@ func (s *Store) probe(ctx context.Context) error {
 	}
 	switch code {
 	case gcerrors.NotFound:
-		return fmt.Errorf("%s does not exist at %s: create it or fix --store (%s): %w", s.what, s.where, s.display, err)
+		return s.missing(err)
 	case gcerrors.PermissionDenied:
-		return fmt.Errorf("access to %s at %s denied: %s (%s): %w", s.what, s.where, credentialHint(s.scheme), s.display, err)
+		return fmt.Errorf("access to %s at %s denied: %s (%s): %w", s.what, s.where, s.credentialHint(), s.display, err)
 	}
-	return fmt.Errorf("cannot reach %s at %s (%s): check the URL, the network and %s: %w", s.what, s.where, s.display, credentialHint(s.scheme), err)
+	return fmt.Errorf("cannot reach %s at %s (%s): check the URL, the network and %s: %w", s.what, s.where, s.display, s.credentialHint(), err)
+}
+
+// missing is the error for a store whose bucket or directory does not exist.
+func (s *Store) missing(err error) error {
+	return fmt.Errorf("%s does not exist at %s: create it or fix --store (%s): %w", s.what, s.where, s.display, err)
 }
 
 // probeDir reads one name of a file:// store's directory. (A listing of one key through the
@@ -712,7 +750,7 @@ func (s *Store) opError(op, key string, err error) error {
 	case gcerrors.NotFound:
 		return fmt.Errorf("%s object %s in %s: %w (%w)", op, key, s.display, ErrNotFound, err)
 	case gcerrors.PermissionDenied:
-		return fmt.Errorf("%s object %s in %s: access denied: %s: %w", op, key, s.display, credentialHint(s.scheme), err)
+		return fmt.Errorf("%s object %s in %s: access denied: %s: %w", op, key, s.display, s.credentialHint(), err)
 	case gcerrors.Canceled, gcerrors.DeadlineExceeded:
 		return fmt.Errorf("%s object %s in %s: %w", op, key, s.display, err)
 	}
@@ -746,8 +784,8 @@ func keyPrefix(p string) string {
 }
 
 // describeBucket names the bucket and where it lives, for error messages.
-func describeBucket(u *url.URL) (what, where string) {
-	q := u.Query()
+// q is the URL's query as it is opened.
+func describeBucket(u *url.URL, q url.Values) (what, where string) {
 	switch u.Scheme {
 	case "s3":
 		what = "bucket " + u.Host
@@ -773,8 +811,11 @@ func describeBucket(u *url.URL) (what, where string) {
 	return "bucket " + u.Host, u.Scheme
 }
 
-func credentialHint(scheme string) string {
-	switch scheme {
+func (s *Store) credentialHint() string {
+	if s.creds != "" {
+		return "check the credentials files in " + string(s.creds) + " and the bucket's permissions"
+	}
+	switch s.scheme {
 	case "s3":
 		return "check the AWS credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/credentials or the instance role) and the bucket policy"
 	case "gs":

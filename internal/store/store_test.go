@@ -29,19 +29,26 @@ func fakeS3(t *testing.T, buckets ...string) (string, *s3mem.Backend) {
 // fakeS3Seeing is fakeS3 with every request shown to see first (nil: none).
 func fakeS3Seeing(t *testing.T, see func(*http.Request), buckets ...string) (string, *s3mem.Backend) {
 	t.Helper()
+	return fakeS3Wrapped(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if see != nil {
+				see(r)
+			}
+			h.ServeHTTP(w, r)
+		})
+	}, buckets...)
+}
+
+// fakeS3Wrapped is fakeS3 serving through the handler wrap makes of it.
+func fakeS3Wrapped(t *testing.T, wrap func(http.Handler) http.Handler, buckets ...string) (string, *s3mem.Backend) {
+	t.Helper()
 	be := s3mem.New()
 	for _, b := range buckets {
 		if err := be.CreateBucket(b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h := gofakes3.New(be).Server()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if see != nil {
-			see(r)
-		}
-		h.ServeHTTP(w, r)
-	}))
+	srv := httptest.NewServer(wrap(gofakes3.New(be).Server()))
 	t.Cleanup(srv.Close)
 	t.Setenv("AWS_ACCESS_KEY_ID", "steward")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "steward-secret")
@@ -64,7 +71,12 @@ func s3URL(endpoint, bucket, prefix string) string {
 
 func openT(t *testing.T, u string) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), u)
+	return openWithT(t, u, Options{})
+}
+
+func openWithT(t *testing.T, u string, o Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), u, o)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", u, err)
 	}
@@ -213,7 +225,7 @@ func exercise(t *testing.T, s *Store, bigSize int) {
 
 func TestFileStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "does", "not", "exist", "yet")
-	s := openT(t, "file://"+dir)
+	s := openWithT(t, "file://"+dir, Options{Create: true})
 	exercise(t, s, 1<<20)
 
 	// Keys are plain files, no side files, no temporaries left behind.
@@ -243,6 +255,23 @@ func TestFileStore(t *testing.T) {
 	}
 }
 
+// TestFileStoreOnlyWritersCreate: opening a file:// store whose directory does not exist fails
+// with what to do, and creates nothing, unless the opener writes backups (Options.Create).
+func TestFileStoreOnlyWritersCreate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "mistyped", "dir")
+	_, err := Open(context.Background(), "file://"+dir, Options{})
+	if want := "directory " + dir + " does not exist at this machine: create it or fix --store"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open of a missing directory = %v, want an error saying %q", err, want)
+	}
+	if _, err := os.Stat(filepath.Dir(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a reader's Open created %s (%v)", filepath.Dir(dir), err)
+	}
+	openWithT(t, "file://"+dir, Options{Create: true})
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("a writer's Open did not create the directory: %v", err)
+	}
+}
+
 func TestFileStoreHidesInFlightTemporaries(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, "file://"+dir)
@@ -264,7 +293,7 @@ func TestFileStoreHidesInFlightTemporaries(t *testing.T) {
 
 func TestFileStoreRelative(t *testing.T) {
 	t.Chdir(t.TempDir())
-	s := openT(t, "file://./rel/dir")
+	s := openWithT(t, "file://./rel/dir", Options{Create: true})
 	put(t, s, "k", []byte("v"))
 	if b, err := os.ReadFile(filepath.Join("rel", "dir", "k")); err != nil || string(b) != "v" {
 		t.Fatalf("relative store wrote elsewhere: %q, %v", b, err)
@@ -346,7 +375,7 @@ func TestS3UploadsCarryChecksums(t *testing.T) {
 
 func TestS3MissingBucket(t *testing.T) {
 	endpoint, _ := fakeS3(t, "backups")
-	_, err := Open(context.Background(), s3URL(endpoint, "nosuch", "p"))
+	_, err := Open(context.Background(), s3URL(endpoint, "nosuch", "p"), Options{})
 	if err == nil {
 		t.Fatal("Open of a missing bucket succeeded")
 	}
@@ -358,7 +387,7 @@ func TestS3MissingBucket(t *testing.T) {
 
 func TestS3UnknownParameter(t *testing.T) {
 	endpoint, _ := fakeS3(t, "backups")
-	_, err := Open(context.Background(), s3URL(endpoint, "backups", "")+"&bogus=1")
+	_, err := Open(context.Background(), s3URL(endpoint, "backups", "")+"&bogus=1", Options{})
 	if err == nil || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("Open with an unknown parameter: %v", err)
 	}
@@ -379,7 +408,7 @@ func TestOpenErrors(t *testing.T) {
 		{"secret in error", "ftp://user:hunter2@host/x?token=hunter2", "ftp://host/x?token=REDACTED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Open(ctx, tc.url)
+			_, err := Open(ctx, tc.url, Options{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Open(%s) = %v, want an error containing %q", tc.url, err, tc.want)
 			}
@@ -395,7 +424,7 @@ func TestFileStoreUnwritableDir(t *testing.T) {
 		// root ignores permissions; use a file where the directory should be.
 		f := filepath.Join(t.TempDir(), "file")
 		os.WriteFile(f, nil, 0o600)
-		_, err := Open(context.Background(), "file://"+f+"/sub")
+		_, err := Open(context.Background(), "file://"+f+"/sub", Options{Create: true})
 		if err == nil || !strings.Contains(err.Error(), "cannot create directory") {
 			t.Fatalf("Open under a file: %v", err)
 		}
@@ -403,7 +432,7 @@ func TestFileStoreUnwritableDir(t *testing.T) {
 	}
 	d := t.TempDir()
 	os.Chmod(d, 0o500)
-	_, err := Open(context.Background(), "file://"+d+"/sub")
+	_, err := Open(context.Background(), "file://"+d+"/sub", Options{Create: true})
 	if err == nil || !strings.Contains(err.Error(), "cannot create directory") {
 		t.Fatalf("Open in a read-only dir: %v", err)
 	}
@@ -433,7 +462,7 @@ func TestRedactMalformedQuery(t *testing.T) {
 		{"s3://u:pa?ss=SECRETVALUE@b%zz", "SECRETVALUE"},
 		{"FTP://u:SECRETVALUE@h/x", "SECRETVALUE"},
 	} {
-		_, err := Open(context.Background(), tc.raw)
+		_, err := Open(context.Background(), tc.raw, Options{})
 		if err == nil {
 			t.Fatalf("Open(%q) succeeded", tc.raw)
 		}

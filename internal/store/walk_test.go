@@ -55,8 +55,8 @@ func TestWalkStreams(t *testing.T) {
 				tc.put(k)
 				want = append(want, k)
 			}
-			tc.put("other/x")                             // outside the prefix
-			s, err := Open(ctx, urlWithPath(tc.url, "p")) // the prefix p/ is the store's path
+			tc.put("other/x")                                        // outside the prefix
+			s, err := Open(ctx, urlWithPath(tc.url, "p"), Options{}) // the prefix p/ is the store's path
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -374,7 +374,7 @@ func (c *localCluster) verifyBackups(ctx context.Context, rev int64) error {
 	if err != nil {
 		return fmt.Errorf("backups did not reach revision %d within a minute: %v", rev, err)
 	}
-	s, err := store.Open(ctx, c.s3.StoreURL("chaos", "backups"))
+	s, err := store.Open(ctx, c.s3.StoreURL("chaos", "backups"), store.Options{})
 	if err != nil {
 		return err
 	}

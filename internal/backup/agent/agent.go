@@ -62,6 +62,11 @@ type Config struct {
 	Keys     *seal.Keyring
 	KeysPath string
 	KeyID    string
+	// CredentialsDir holds the backup store's credentials, RestoreCredentialsDir those of
+	// another store a bootstrap restore reads (see store.Options.CredentialsDir; empty: the
+	// cloud's default credentials). Each store is opened with its own only.
+	CredentialsDir        string
+	RestoreCredentialsDir string
 }
 
 // CurrentKeys are the keys as KeysPath holds them now; if they cannot be read, the keys
@@ -77,10 +82,21 @@ func (c Config) CurrentKeys() (*seal.Keyring, error) {
 	return k, nil
 }
 
-// OpenStore opens the backup store at url with the configured keys.
-func (c Config) OpenStore(ctx context.Context, url string) (*store.Store, error) {
+// StoreOptions open the store at url for reading: with the configured keys, and with the
+// backup store's credentials if url is the backup store, else with those of the store a
+// bootstrap restore reads.
+func (c Config) StoreOptions(url string) store.Options {
 	keys, _ := c.CurrentKeys() // an error keeps the keys read before: the session reports it
-	return store.OpenWithKeys(ctx, url, keys)
+	creds := c.RestoreCredentialsDir
+	if url == c.StoreURL {
+		creds = c.CredentialsDir
+	}
+	return store.Options{Keys: keys, CredentialsDir: creds}
+}
+
+// OpenStore opens the existing store at url (see StoreOptions).
+func (c Config) OpenStore(ctx context.Context, url string) (*store.Store, error) {
+	return store.Open(ctx, url, c.StoreOptions(url))
 }
 
 // DrillOff as Config.DrillSchedule turns restore drills off.

@@ -73,7 +73,10 @@ func (s *Service) Run(ctx context.Context) {
 		}
 		var st *store.Store
 		if err == nil {
-			st, err = s.cfg.OpenStore(ctx, s.cfg.StoreURL)
+			// The backup store is written to: a file:// directory is made if missing.
+			o := s.cfg.StoreOptions(s.cfg.StoreURL)
+			o.Create = true
+			st, err = store.Open(ctx, s.cfg.StoreURL, o)
 		}
 		if err == nil {
 			agent, aerr := New(s.cfg, s.member.Etcd, self.ClientURL, st, s.lg, s.metrics)

@@ -37,7 +37,7 @@ func keyDir(t *testing.T, active string, keys map[string][]byte) *seal.Keyring {
 // storeWith opens another handle on s's objects with keys.
 func storeWith(t *testing.T, s *store.Store, keys *seal.Keyring) *store.Store {
 	t.Helper()
-	o, err := store.Open(context.Background(), s.String())
+	o, err := store.Open(context.Background(), s.String(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,7 +153,7 @@ func TestDamagedDeltaCompactedAwayTakesAFullSnapshot(t *testing.T) {
 // back, found damaged and written again before it counts as stored: the chain verifies.
 func TestDeltaThatDoesNotReadBackIsWrittenAgain(t *testing.T) {
 	s3 := testutil.FakeS3(t, "backups")
-	s, err := store.Open(context.Background(), s3.StoreURL("backups", "p"))
+	s, err := store.Open(context.Background(), s3.StoreURL("backups", "p"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ const testDeltaPeriod = 300 * time.Millisecond
 
 func openTestStore(t *testing.T) *store.Store {
 	t.Helper()
-	s, err := store.Open(context.Background(), "file://"+t.TempDir())
+	s, err := store.Open(context.Background(), "file://"+t.TempDir(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

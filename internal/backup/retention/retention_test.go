@@ -276,7 +276,7 @@ func putFull(t *testing.T, s *store.Store, tl uint32, cluster uint64, rev int64,
 // timelines only, not from another cluster's that shares the prefix.
 func TestCollectKeepsToItsCluster(t *testing.T) {
 	ctx := context.Background()
-	s, err := store.Open(ctx, "mem://"+t.Name())
+	s, err := store.Open(ctx, "mem://"+t.Name(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func keysOf(objs []backup.Object) []string {
 // Retention deletes nothing while the newest full snapshot does not read back.
 func TestCollectReadsTheNewestFullBack(t *testing.T) {
 	ctx := context.Background()
-	s, err := store.Open(ctx, "mem://")
+	s, err := store.Open(ctx, "mem://", store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +356,7 @@ func TestCollectReadsTheNewestFullBack(t *testing.T) {
 
 func TestApply(t *testing.T) {
 	ctx := context.Background()
-	s, err := store.Open(ctx, "mem://")
+	s, err := store.Open(ctx, "mem://", store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func timelineOf(t *testing.T, cli *clientv3.Client, ep string) Timeline {
 
 func openStore(t *testing.T, url string) *store.Store {
 	t.Helper()
-	s, err := store.Open(context.Background(), url)
+	s, err := store.Open(context.Background(), url, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TwoClusters(t *testing.T) (storeURL string, cs [2]Cluster) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	storeURL = "file://" + t.TempDir()
-	s, err := store.Open(ctx, storeURL)
+	s, err := store.Open(ctx, storeURL, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
