@@ -86,7 +86,7 @@ func ensureCerts(dir Dir, spec Spec, now time.Time, logf func(string, ...any)) e
 	if err != nil {
 		return err
 	}
-	leaves := map[string]pki.Leaf{"client": {CommonName: pki.ClientCN}}
+	leaves := map[string]pki.Leaf{"client": pki.ClientLeaf()}
 	for _, m := range spec.Members {
 		leaves[m.Name] = memberLeaf(spec)
 	}

@@ -132,11 +132,26 @@ type Leaf struct {
 	CommonName string
 	DNSNames   []string
 	IPs        []net.IP
+	// ClientOnly: the certificate authenticates a client and cannot serve. Otherwise it both
+	// serves and dials, as a member's does: a member serves clients and peers and dials its
+	// peers and its own etcd with the same certificate.
+	ClientOnly bool
 }
 
+// usages are the extended key usages of l's certificate.
+func (l Leaf) usages() []x509.ExtKeyUsage {
+	if l.ClientOnly {
+		return []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	return []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+}
+
+// ClientLeaf is the leaf of the client certificate Steward issues for a cluster's clients
+// (etcdctl, Steward's commands, applications): it authenticates them and serves nothing.
+func ClientLeaf() Leaf { return Leaf{CommonName: ClientCN, ClientOnly: true} }
+
 // Issue signs a leaf certificate for l, valid from now for validity (never past the CA's
-// own end), usable both to serve and as a client: a member serves clients and peers and
-// dials its peers and its own etcd with the same certificate.
+// own end), with the usages l needs.
 func (ca CA) Issue(l Leaf, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -152,7 +167,7 @@ func (ca CA) Issue(l Leaf, now time.Time, validity time.Duration) (certPEM, keyP
 		NotBefore:    now.Add(-Backdate),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  l.usages(),
 		DNSNames:     l.DNSNames,
 		IPAddresses:  l.IPs,
 	}
@@ -288,8 +303,9 @@ func ParseCerts(b []byte) ([]*x509.Certificate, error) {
 }
 
 // Renewal says why a leaf must be issued again, or "" while it serves: it does not parse, is
-// not signed by one of the trusted CAs, has another common name than l, does not name every
-// DNS name and IP of l, or has less than a third of its lifetime left at now.
+// not signed by one of the trusted CAs, has another common name or other usages than l (a
+// client's certificate that could also serve is replaced), does not name every DNS name and
+// IP of l, or has less than a third of its lifetime left at now.
 func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time) string {
 	certs, err := ParseCerts(certPEM)
 	if err != nil {
@@ -308,6 +324,9 @@ func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time)
 	}
 	if c.Subject.CommonName != l.CommonName {
 		return fmt.Sprintf("its common name is %q, not %q", c.Subject.CommonName, l.CommonName)
+	}
+	if want := l.usages(); !slices.Equal(c.ExtKeyUsage, want) {
+		return fmt.Sprintf("its usages are %s, not %s", usageNames(c.ExtKeyUsage), usageNames(want))
 	}
 	for _, n := range l.DNSNames {
 		if !slices.Contains(c.DNSNames, n) {

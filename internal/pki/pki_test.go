@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -125,6 +126,49 @@ func TestLoadCA(t *testing.T) {
 	}
 }
 
+// TestLeafUsages: the client certificate authenticates a client and serves nothing; a
+// member's certificate does both, as it serves clients and peers and dials its peers.
+func TestLeafUsages(t *testing.T) {
+	now := time.Now()
+	ca, err := NewCA("steward-test", now, CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	for _, tc := range []struct {
+		name   string
+		leaf   Leaf
+		serves bool
+	}{
+		{"the client's", ClientLeaf(), false},
+		{"a member's", Leaf{CommonName: MemberCN, DNSNames: []string{"localhost"}}, true},
+	} {
+		certPEM, _, err := ca.Issue(tc.leaf, now, LeafValidity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs, err := ParseCerts(certPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verify := func(u x509.ExtKeyUsage) error {
+			_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{u}})
+			return err
+		}
+		if err := verify(x509.ExtKeyUsageClientAuth); err != nil {
+			t.Errorf("%s certificate as a client: %v", tc.name, err)
+		}
+		var invalid x509.CertificateInvalidError
+		switch err := verify(x509.ExtKeyUsageServerAuth); {
+		case tc.serves && err != nil:
+			t.Errorf("%s certificate as a server: %v", tc.name, err)
+		case !tc.serves && (!errors.As(err, &invalid) || invalid.Reason != x509.IncompatibleUsage):
+			t.Errorf("%s certificate as a server: %v; want refused for its usage", tc.name, err)
+		}
+	}
+}
+
 func TestRenewal(t *testing.T) {
 	now := time.Now()
 	ca, _ := NewCA("steward-test", now, CAValidity)
@@ -134,6 +178,9 @@ func TestRenewal(t *testing.T) {
 	foreign, _, _ := other.Issue(leaf, now, LeafValidity)
 	narrow, _, _ := ca.Issue(Leaf{CommonName: "m0", DNSNames: []string{"m0.local"}}, now, LeafValidity)
 	renamed, _, _ := ca.Issue(Leaf{CommonName: "m1", DNSNames: leaf.DNSNames, IPs: leaf.IPs}, now, LeafValidity)
+	client, _, _ := ca.Issue(ClientLeaf(), now, LeafValidity)
+	// A client certificate as Steward issued it before client certificates were client-only.
+	servingClient, _, _ := ca.Issue(Leaf{CommonName: ClientCN}, now, LeafValidity)
 	for _, tc := range []struct {
 		name    string
 		cert    []byte
@@ -150,6 +197,9 @@ func TestRenewal(t *testing.T) {
 		{"either CA trusted during a rollover", foreign, []*x509.Certificate{ca.Cert, other.Cert}, leaf, now, ""},
 		{"another common name", renamed, []*x509.Certificate{ca.Cert}, leaf, now, `its common name is "m1", not "m0"`},
 		{"a name it lacks", narrow, []*x509.Certificate{ca.Cert}, leaf, now, "does not name 127.0.0.1"},
+		{"a client's", client, []*x509.Certificate{ca.Cert}, ClientLeaf(), now, ""},
+		{"a client's that can serve", servingClient, []*x509.Certificate{ca.Cert}, ClientLeaf(), now, "its usages are server auth and client auth, not client auth"},
+		{"a member's that cannot serve", client, []*x509.Certificate{ca.Cert}, Leaf{CommonName: ClientCN}, now, "its usages are client auth, not server auth and client auth"},
 		{"garbage", []byte("not a certificate"), []*x509.Certificate{ca.Cert}, leaf, now, "does not parse"},
 	} {
 		got := Renewal(tc.cert, tc.trusted, tc.leaf, tc.at)
