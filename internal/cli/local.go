@@ -69,8 +69,16 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.ReadyTimeout = timeout
-			if !cmd.Flags().Changed("members") {
+			// local.Up takes 0 as not given; given here, 0 is refused, not taken as that.
+			f := cmd.Flags()
+			switch {
+			case !f.Changed("members"):
 				opts.Members = 0 // keep an existing cluster's size; 3 for a new one
+			case opts.Members == 0:
+				return fmt.Errorf("--members 0: %w; leave --members out to keep an existing cluster's size (3 for a new one)", local.CheckSize(0))
+			}
+			if f.Changed("base-port") && opts.BasePort == 0 {
+				return errors.New("--base-port 0: ports are 1 to 65535; leave --base-port out to start from 2379")
 			}
 			if detach {
 				return detachUp(cmd, opts)
