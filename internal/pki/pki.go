@@ -364,7 +364,8 @@ func ClientTLS(dir string) (*tls.Config, error) {
 // in caPath, read again at every handshake (a rollover adds and drops CAs while clients run),
 // and presents no certificate. serverName, when set, is the name the server's certificate
 // must carry instead of the URL's host: a caller that dials a member over loopback names the
-// member.
+// member. A connection to a host given by IP address needs ForHost (the name is checked
+// whatever the host: a connection with none to check is refused).
 func ServerTrust(caPath, serverName string) (*tls.Config, error) {
 	if _, err := certPool(caPath); err != nil {
 		return nil, err
@@ -376,6 +377,26 @@ func ServerTrust(caPath, serverName string) (*tls.Config, error) {
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			return verifyServer(cs, caPath)
 		}}, nil
+}
+
+// ForHost is tc, a client's TLS configuration (of ClientTLS, ServerTrust or TrustPEM), for one
+// connection to host, the host of the address dialed: the server's certificate must name
+// tc's ServerName when set, else host, an IP address included. crypto/tls keeps no IP address
+// as the connection's server name (SNI carries none), so without it a server dialed by IP
+// would have no name to check.
+func ForHost(tc *tls.Config, host string) *tls.Config {
+	c := tc.Clone()
+	if c.ServerName == "" {
+		c.ServerName = host
+	}
+	if verify := tc.VerifyConnection; verify != nil {
+		name := c.ServerName
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			cs.ServerName = name
+			return verify(cs)
+		}
+	}
+	return c
 }
 
 // ServingTLS is the TLS configuration of a server whose certificate directory is dir. The
@@ -408,10 +429,15 @@ func TrustPEM(caPEM []byte) (*tls.Config, error) {
 }
 
 // verifyServer verifies a server's certificate chain and name as crypto/tls would, with the
-// CAs in caPath as roots.
+// CAs in caPath as roots. A connection without a name to check (a host given by IP address,
+// not bound by ForHost) is refused: the chain alone would let any certificate of the CAs pose
+// as any member.
 func verifyServer(cs tls.ConnectionState, caPath string) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("the server sent no certificate")
+	}
+	if cs.ServerName == "" {
+		return errors.New("no name to verify the server's certificate against: a server dialed by IP address is verified against that address only through pki.ForHost")
 	}
 	roots, err := certPool(caPath)
 	if err != nil {

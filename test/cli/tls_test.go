@@ -69,7 +69,7 @@ func TestLocalTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 5 * time.Second}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ForHost(tc, "127.0.0.1")}, Timeout: 5 * time.Second}
 		resp, err := hc.Get(rep.Members[0].PeerURL + "/members")
 		if err != nil {
 			return err
