@@ -1,7 +1,11 @@
 package cli
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,9 +16,11 @@ import (
 )
 
 // TestSidecarHTTP: `steward etcd` calls an http sidecar in plain text, and an https one only
-// with the CAs to trust; every wrong combination is one error that names the flag to fix.
+// with the CAs to trust, verifying the name given (the URL's host is loopback); every wrong
+// combination is one error that names the flag to fix.
 func TestSidecarHTTP(t *testing.T) {
-	ca, err := pki.NewCA("t", time.Now(), time.Hour)
+	now := time.Now()
+	ca, err := pki.NewCA("t", now, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,13 +28,26 @@ func TestSidecarHTTP(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	certPEM, keyPEM, err := ca.Issue(pki.Leaf{CommonName: pki.MemberCN, DNSNames: []string{"m-0.c-peer.ns.svc"}}, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	srv.StartTLS()
+	defer srv.Close()
 	for _, tc := range []struct {
 		url, ca, name string
-		tls           bool
+		tls, refused  bool
 		err           string
 	}{
 		{url: "http://127.0.0.1:2381"},
-		{url: "https://127.0.0.1:2381", ca: caFile, name: "m-0.c-peer.ns.svc", tls: true},
+		{url: srv.URL, ca: caFile, name: "m-0.c-peer.ns.svc", tls: true},
+		{url: srv.URL, ca: caFile, name: "m-1.c-peer.ns.svc", tls: true, refused: true},
 		{url: "http://127.0.0.1:2381", ca: caFile, err: "need an https --sidecar URL"},
 		{url: "http://127.0.0.1:2381", name: "m-0", err: "need an https --sidecar URL"},
 		{url: "https://127.0.0.1:2381", err: "needs --sidecar-ca"},
@@ -47,8 +66,16 @@ func TestSidecarHTTP(t *testing.T) {
 		case !tc.tls && hc.Transport != nil:
 			t.Errorf("%+v: a transport of its own for plain text", tc)
 		case tc.tls:
-			if tr, ok := hc.Transport.(*http.Transport); !ok || tr.TLSClientConfig == nil || tr.TLSClientConfig.ServerName != tc.name {
-				t.Errorf("%+v: transport %+v; want TLS verifying %q", tc, hc.Transport, tc.name)
+			resp, err := hc.Get(tc.url)
+			if err == nil {
+				resp.Body.Close()
+			}
+			var hostErr x509.HostnameError
+			switch {
+			case tc.refused && !errors.As(err, &hostErr):
+				t.Errorf("%+v: %v; want refused for the name", tc, err)
+			case !tc.refused && err != nil:
+				t.Errorf("%+v: %v", tc, err)
 			}
 		}
 	}

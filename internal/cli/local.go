@@ -69,8 +69,16 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.ReadyTimeout = timeout
-			if !cmd.Flags().Changed("members") {
+			// local.Up takes 0 as not given; given here, 0 is refused, not taken as that.
+			f := cmd.Flags()
+			switch {
+			case !f.Changed("members"):
 				opts.Members = 0 // keep an existing cluster's size; 3 for a new one
+			case opts.Members == 0:
+				return fmt.Errorf("--members 0: %w; leave --members out to keep an existing cluster's size (3 for a new one)", local.CheckSize(0))
+			}
+			if f.Changed("base-port") && opts.BasePort == 0 {
+				return errors.New("--base-port 0: ports are 1 to 65535; leave --base-port out to start from 2379")
 			}
 			if detach {
 				return detachUp(cmd, opts)
@@ -94,7 +102,7 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f.StringVar(&opts.Name, "name", "steward", "name of a new cluster")
 	f.StringVar(&opts.Backup, "backup", "", "backup store URL (default file://DIR/backups for a new cluster; \"none\" turns backups off)")
 	f.BoolVar(&opts.Auth, "auth", false, "turn etcd authentication on: a root user whose password is generated in DIR/auth/root-password, with which every Steward client logs in (also for a cluster made without it; it cannot be turned off)")
-	f.BoolVar(&opts.TLS, "tls", false, "make a new cluster's client and peer traffic mutual TLS of its own CA, generated under DIR/pki (`steward local status` prints the etcdctl flags)")
+	f.BoolVar(&opts.TLS, "tls", false, "make a new cluster's client and peer traffic mutual TLS of its own CA, generated under DIR/pki (`steward local status` prints an etcdctl command line)")
 	f.BoolVar(&opts.EncryptBackups, "encrypt-backups", false, "encrypt the cluster's backups (AES-256-GCM) from now on, with a key generated into DIR/backup-keys (keep a copy elsewhere: backups cannot be restored without it)")
 	f.StringSliceVar(&opts.SidecarArgs, "sidecar-arg", nil, "extra flag for every sidecar, e.g. --sidecar-arg=--delta-period=1s (repeatable)")
 	f.DurationVar(&opts.QuorumLossGrace, "quorum-loss-grace", 30*time.Second, "how long a quorum must be lost before it is recovered automatically")
@@ -223,7 +231,7 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 		sup = fmt.Sprintf("running (pid %d, %s)", rep.Supervisor.PID, rep.Supervisor.Phase)
 	}
 	fmt.Fprintf(w, "\ncluster %s  id %s  size %d  leader %s  supervisor %s\n", rep.Cluster.Name, orDash(rep.Cluster.ClusterID), rep.Cluster.Size, orDash(rep.Cluster.Leader), sup)
-	fmt.Fprintf(w, "etcdctl  %s\n", rep.Cluster.Etcdctl)
+	fmt.Fprintf(w, "client  %s\n", rep.Cluster.Etcdctl)
 	if d := rep.Cluster.ClientTLSDir; d != "" {
 		fmt.Fprintf(w, "tls  mutual TLS of the cluster's own CA: give `steward` commands --tls-dir %s\n", d)
 	}

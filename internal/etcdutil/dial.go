@@ -49,7 +49,10 @@ func (d Dialer) Config(endpoints []string, dialTimeout time.Duration) (clientv3.
 		if err != nil {
 			return c, err
 		}
+		// clientv3 makes its transport credentials of c.TLS; the last ones given win, and these
+		// verify each member's certificate against the host dialed, an IP address included.
 		c.TLS = tc
+		c.DialOptions = append(c.DialOptions, grpc.WithTransportCredentials(hostTLS{tc}))
 	}
 	if d.PasswordFile != "" {
 		pw, err := ReadPassword(d.PasswordFile)

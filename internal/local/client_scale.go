@@ -11,8 +11,8 @@ import (
 // new members join one at a time as learners and are promoted; removed members (the highest
 // ones) hand over leadership first, leave etcd, then stop.
 func Scale(ctx context.Context, dir Dir, n int, timeout time.Duration) error {
-	if n < 1 || n > 9 {
-		return fmt.Errorf("size %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", n)
+	if err := CheckSize(n); err != nil {
+		return fmt.Errorf("size %d: %w", n, err)
 	}
 	if _, running := dir.SupervisorRunning(); !running {
 		return fmt.Errorf("the cluster in %s is not running: start it with `steward local up --dir %s`, then scale", dir, dir)

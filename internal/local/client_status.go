@@ -60,7 +60,7 @@ type ClusterReport struct {
 	// RootPasswordFile holds etcd's root password when authentication is on (`steward`
 	// commands take it as --password-file).
 	RootPasswordFile string `json:"rootPasswordFile,omitempty"`
-	// Etcdctl are the flags etcdctl needs to reach the cluster.
+	// Etcdctl is a shell command line of etcdctl that reaches the cluster (EtcdctlCommand).
 	Etcdctl string `json:"etcdctl"`
 }
 
@@ -113,7 +113,7 @@ func Status(ctx context.Context, dir Dir) (Report, error) {
 	}
 	pid, running := dir.SupervisorRunning()
 	rep := Report{
-		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation, TLS: spec.TLS, ClientTLSDir: ClientTLSDir(dir, spec), RootPasswordFile: RootPasswordPath(dir, spec), Etcdctl: EtcdctlFlags(dir, spec)},
+		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation, TLS: spec.TLS, ClientTLSDir: ClientTLSDir(dir, spec), RootPasswordFile: RootPasswordPath(dir, spec), Etcdctl: EtcdctlCommand(dir, spec)},
 		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error,
 			Waiting: st.Waiting, Stuck: st.Stuck, Recovery: st.Directive, LastRecovery: st.LastRecovery},
 	}

@@ -313,6 +313,50 @@ func TestUpRefusesBadInput(t *testing.T) {
 	})
 }
 
+// TestPrepareRefusesBadFlags: a size, a first port or a backup store that cannot make a
+// cluster is refused at once, naming its flag, before anything is written: nothing in a new
+// directory, the cluster.json of an existing cluster unchanged.
+func TestPrepareRefusesBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts UpOptions
+		want string
+	}{
+		{"too many members", UpOptions{Members: 11}, "--members 11: a local cluster has 1 to 9 members"},
+		{"a negative size", UpOptions{Members: -1}, "--members -1: a local cluster has 1 to 9 members"},
+		{"a negative first port", UpOptions{Members: 1, BasePort: -5}, "--base-port -5: ports are 1 to 65535"},
+		{"a first port above the last", UpOptions{Members: 1, BasePort: 70000}, "--base-port 70000: ports are 1 to 65535"},
+		{"a store scheme of none", UpOptions{Members: 1, BasePort: 24100, Backup: "ftp://host/backups"}, `--backup: store URL ftp://host/backups: unknown scheme "ftp"`},
+		{"a store URL without a scheme", UpOptions{Members: 1, BasePort: 24100, Backup: "/var/backups"}, "--backup: store URL \"/var/backups\" has no scheme"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Dir = filepath.Join(t.TempDir(), "cluster")
+			if _, err := Prepare(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Prepare: %v; want an error with %q", err, tc.want)
+			}
+			if _, err := os.Stat(tc.opts.Dir); !os.IsNotExist(err) {
+				t.Fatalf("%s was written (%v)", tc.opts.Dir, err)
+			}
+		})
+	}
+	t.Run("an existing cluster", func(t *testing.T) {
+		dir := t.TempDir()
+		if _, err := Prepare(UpOptions{Dir: dir, Members: 1, BasePort: 24100, Backup: "none"}); err != nil {
+			t.Fatal(err)
+		}
+		before, err := os.ReadFile(Dir(dir).Spec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Prepare(UpOptions{Dir: dir, Backup: "ftp://host/backups"}); err == nil || !strings.Contains(err.Error(), "--backup") {
+			t.Fatalf("Prepare with an unknown store scheme: %v; want an error naming --backup", err)
+		}
+		if after, err := os.ReadFile(Dir(dir).Spec()); err != nil || string(after) != string(before) {
+			t.Fatalf("cluster.json changed by a refused up (%v):\n%s", err, after)
+		}
+	})
+}
+
 func TestDownWithoutCluster(t *testing.T) {
 	err := Down(context.Background(), DownOptions{Dir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "no local cluster") {

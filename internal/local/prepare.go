@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
+	"github.com/etcd-steward/steward/internal/store"
 )
 
 // UpOptions configure Up.
@@ -80,6 +81,9 @@ func (o *UpOptions) defaults() {
 // never removes anything from DIR.
 func Prepare(opts UpOptions) (Spec, error) {
 	opts.defaults()
+	if err := opts.check(); err != nil {
+		return Spec{}, err
+	}
 	dir := Dir(opts.Dir)
 	if pid, running := dir.SupervisorRunning(); running {
 		return Spec{}, fmt.Errorf("the cluster in %s is already running (supervisor pid %d): see `steward local status --dir %s`, or stop it with `steward local down --dir %s`", dir, pid, dir, dir)
@@ -138,9 +142,6 @@ func Prepare(opts UpOptions) (Spec, error) {
 	if opts.Members == 0 {
 		opts.Members = 3
 	}
-	if opts.Members < 1 || opts.Members > 9 {
-		return Spec{}, fmt.Errorf("--members %d: a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)", opts.Members)
-	}
 	spec = Spec{Name: opts.Name, Token: newToken(opts.Name), Host: "127.0.0.1", CreatedAt: time.Now().UTC(), Backup: backupURL(dir, opts.Backup), TLS: opts.TLS, Auth: opts.Auth}
 	if opts.EncryptBackups {
 		if spec.BackupKeys, err = ensureBackupKey(dir, opts.Logf); err != nil {
@@ -177,6 +178,35 @@ func Prepare(opts UpOptions) (Spec, error) {
 	}
 	return spec, ensureToken(dir, opts.Logf)
 }
+
+// check says, naming the flag, why opts cannot start a cluster, before anything is written.
+func (o UpOptions) check() error {
+	if o.Members != 0 {
+		if err := CheckSize(o.Members); err != nil {
+			return fmt.Errorf("--members %d: %w", o.Members, err)
+		}
+	}
+	if o.BasePort < 1 || o.BasePort > maxPort {
+		return fmt.Errorf("--base-port %d: ports are 1 to %d; give the first port to try (members take the first free ones from there up)", o.BasePort, maxPort)
+	}
+	if o.Backup != "" && o.Backup != "none" {
+		if err := store.CheckURL(o.Backup); err != nil {
+			return fmt.Errorf("--backup: %w; or \"none\" for no backups", err)
+		}
+	}
+	return nil
+}
+
+// CheckSize says why n members cannot make a local cluster, or nil.
+func CheckSize(n int) error {
+	if n < 1 || n > 9 {
+		return errors.New("a local cluster has 1 to 9 members (odd sizes keep a majority: 1, 3 or 5)")
+	}
+	return nil
+}
+
+// maxPort is the highest TCP port.
+const maxPort = 65535
 
 // ensureToken makes the cluster's sidecar API token once (256 random bits, mode 0600) and
 // keeps it after; the log names the file, never the token.
@@ -263,7 +293,7 @@ func portFree(host string, port int) bool {
 
 func freePorts(host string, from, n int) ([]int, error) {
 	var out []int
-	for p := from; p < 65536 && len(out) < n; p++ {
+	for p := from; p <= maxPort && len(out) < n; p++ {
 		if portFree(host, p) {
 			out = append(out, p)
 		}

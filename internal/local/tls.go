@@ -54,18 +54,20 @@ func Dialer(dir Dir, spec Spec) etcdutil.Dialer {
 	return etcdutil.Dialer{TLSDir: ClientTLSDir(dir, spec), PasswordFile: RootPasswordPath(dir, spec)}
 }
 
-// EtcdctlFlags are the flags etcdctl needs to reach the cluster (its endpoints, with TLS the
-// client certificate, with authentication the root user, whose password is read from its file
-// by the shell: never printed).
-func EtcdctlFlags(dir Dir, spec Spec) string {
-	flags := "--endpoints " + strings.Join(spec.ClientURLs(), ",")
+// EtcdctlCommand is a shell command line of etcdctl that reaches the cluster, for a user to
+// append a command to: its endpoints, with TLS the client certificate, with authentication
+// the root user. The shell reads root's password from its file into etcdctl's environment
+// (ETCDCTL_PASSWORD): it is never printed, and never in etcdctl's arguments, which every user
+// of the machine can list.
+func EtcdctlCommand(dir Dir, spec Spec) string {
+	cmd := "etcdctl --endpoints " + strings.Join(spec.ClientURLs(), ",")
 	if d := ClientTLSDir(dir, spec); d != "" {
-		flags += fmt.Sprintf(" --cacert %s --cert %s --key %s", filepath.Join(d, pki.CAFile), filepath.Join(d, pki.CertFile), filepath.Join(d, pki.KeyFile))
+		cmd += fmt.Sprintf(" --cacert %s --cert %s --key %s", filepath.Join(d, pki.CAFile), filepath.Join(d, pki.CertFile), filepath.Join(d, pki.KeyFile))
 	}
 	if p := RootPasswordPath(dir, spec); p != "" {
-		flags += fmt.Sprintf(` --user %s --password "$(cat %s)"`, etcdutil.RootUser, p)
+		cmd = fmt.Sprintf(`ETCDCTL_PASSWORD="$(cat %s)" %s --user %s`, p, cmd, etcdutil.RootUser)
 	}
-	return flags
+	return cmd
 }
 
 // ensureCerts makes the cluster's CA once, and issues each member's certificate and the
@@ -86,7 +88,7 @@ func ensureCerts(dir Dir, spec Spec, now time.Time, logf func(string, ...any)) e
 	if err != nil {
 		return err
 	}
-	leaves := map[string]pki.Leaf{"client": {CommonName: pki.ClientCN}}
+	leaves := map[string]pki.Leaf{"client": pki.ClientLeaf()}
 	for _, m := range spec.Members {
 		leaves[m.Name] = memberLeaf(spec)
 	}

@@ -3,6 +3,7 @@ package local
 import (
 	"crypto/x509"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +93,53 @@ func TestTLSIsChosenWhenTheClusterIsMade(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pki")); err == nil {
 		t.Fatal("the refused --tls made a CA")
+	}
+}
+
+// TestEtcdctlCommandKeepsThePasswordOutOfArgv runs the etcdctl command line status prints in
+// a shell, with an etcdctl that records what it was given: the root password reaches it in
+// its environment, never in its arguments (which every user of the machine can list), and the
+// line itself does not hold it.
+func TestEtcdctlCommandKeepsThePasswordOutOfArgv(t *testing.T) {
+	dir := Dir(t.TempDir())
+	spec := Spec{Name: "c", Host: "127.0.0.1", TLS: true, Auth: true, Members: []MemberSpec{{Name: "m0", ClientPort: 2379}}}
+	const password = "the-root-password-0123456789"
+	if err := os.MkdirAll(filepath.Dir(RootPasswordPath(dir, spec)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(RootPasswordPath(dir, spec), []byte(password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	line := EtcdctlCommand(dir, spec)
+	if strings.Contains(line, password) {
+		t.Fatalf("the command line holds the password: %s", line)
+	}
+	bin, got := t.TempDir(), t.TempDir()
+	fake := `#!/bin/sh
+printf '%s\n' "$@" > ` + filepath.Join(got, "argv") + `
+printf '%s' "$ETCDCTL_PASSWORD" > ` + filepath.Join(got, "password") + `
+`
+	if err := os.WriteFile(filepath.Join(bin, "etcdctl"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", line+" get /k")
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sh -c %q: %v\n%s", line, err, out)
+	}
+	argv, err := os.ReadFile(filepath.Join(got, "argv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(argv), password) {
+		t.Errorf("etcdctl's arguments hold the password:\n%s", argv)
+	}
+	for _, want := range []string{"--user\nroot\n", "--cert\n" + filepath.Join(ClientTLSDir(dir, spec), pki.CertFile) + "\n", "get\n/k\n"} {
+		if !strings.Contains(string(argv), want) {
+			t.Errorf("etcdctl's arguments lack %q:\n%s", want, argv)
+		}
+	}
+	if pw, err := os.ReadFile(filepath.Join(got, "password")); err != nil || string(pw) != password {
+		t.Errorf("ETCDCTL_PASSWORD = %q (%v), want the file's password", pw, err)
 	}
 }

@@ -185,6 +185,34 @@ func TestAPIFullSnapshotRateLimited(t *testing.T) {
 	}
 }
 
+// TestAPIMalformedBodySpendsNoTurn: a rate-limited route checks the body before it counts
+// the request, so malformed requests are refused with 400 and the next well-formed one is
+// still let through; only then is the route's limit in force.
+func TestAPIMalformedBodySpendsNoTurn(t *testing.T) {
+	c := newAPICluster(t, time.Hour)
+	auth := "Bearer " + c.token
+	for _, rt := range c.sc.Routes() {
+		if rt.Method == http.MethodPost && rt.Body == nil {
+			t.Errorf("%s takes a body but does not say which (Route.Body)", rt.Pattern())
+		}
+		if rt.MinInterval == 0 {
+			continue
+		}
+		for range 3 {
+			if code, _, body := c.do(t, rt.Method, rt.Path, auth, []byte(`{"no-such-field":1}`)); code != http.StatusBadRequest {
+				t.Errorf("%s with a malformed body: %d %q, want 400", rt.Pattern(), code, body)
+			}
+		}
+		if code, _, body := c.do(t, rt.Method, rt.Path, auth, nil); code == http.StatusTooManyRequests || code == http.StatusBadRequest {
+			t.Errorf("%s well-formed after malformed ones: %d %q, want it let through", rt.Pattern(), code, body)
+		}
+		// A limit of a second may have passed while the request ran.
+		if code, _, body := c.do(t, rt.Method, rt.Path, auth, nil); rt.MinInterval == time.Hour && code != http.StatusTooManyRequests {
+			t.Errorf("%s again within its interval: %d %q, want 429", rt.Pattern(), code, body)
+		}
+	}
+}
+
 // TestAPIWithoutTokensRefusesAll: a sidecar given no tokens is closed, not open.
 func TestAPIWithoutTokensRefusesAll(t *testing.T) {
 	sc, err := New(Config{Name: "test", DataDir: t.TempDir(), View: staticView{}, Logger: zap.NewNop()})

@@ -216,10 +216,11 @@ func (s *Sidecar) Handler() http.Handler {
 // /metrics are open; everything else needs the cluster's token.
 func (s *Sidecar) Routes() []sidecarapi.Route {
 	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+	noBody := func() any { return &sidecarapi.NoBody{} }
 	return []sidecarapi.Route{
 		// Initialisation restarts the decision; one start a second is plenty (a caller that is
 		// refused retries, as steward etcd does).
-		{Method: "POST", Path: "/v1/init", Access: sidecarapi.Control, MinInterval: time.Second, Handler: s.handleStartInit},
+		{Method: "POST", Path: "/v1/init", Access: sidecarapi.Control, MinInterval: time.Second, Body: noBody, Handler: s.handleStartInit},
 		{Method: "GET", Path: "/v1/init", Access: sidecarapi.Read, Handler: s.handleInitStatus},
 		{Method: "GET", Path: "/v1/config", Access: sidecarapi.Read, Handler: s.handleConfig},
 		{Method: "GET", Path: "/v1/backup", Access: sidecarapi.Read, Handler: s.backups.HandleStatus},
@@ -227,14 +228,15 @@ func (s *Sidecar) Routes() []sidecarapi.Route {
 		// A full snapshot runs retention: with limit:N, N snapshots in a row would push every
 		// older one (and its deltas) out. They are spaced.
 		{Method: "POST", Path: "/v1/snapshots/full", Access: sidecarapi.Control, MinInterval: s.cfg.FullSnapshotInterval,
-			Timeout: agent.FullSnapshotTimeout + time.Minute, Handler: s.backups.HandleFull},
+			Timeout: agent.FullSnapshotTimeout + time.Minute, Body: noBody, Handler: s.backups.HandleFull},
 		// Resolving a restore target lists the store and reads its objects' headers.
 		{Method: "POST", Path: agent.ResolveTargetPath, Access: sidecarapi.Control, MinInterval: time.Second,
-			Timeout: 2 * time.Minute, Handler: s.backups.HandleResolveTarget},
+			Timeout: 2 * time.Minute, Body: func() any { return &cluster.RestoreTarget{} }, Handler: s.backups.HandleResolveTarget},
 		{Method: "GET", Path: "/v1/report", Access: sidecarapi.Read, Handler: s.handleReport},
 		// Moving leadership interrupts writes for an election's worth of time; the operator asks
 		// once per step of a rolling update.
-		{Method: "POST", Path: "/v1/leader/move", Access: sidecarapi.Control, MinInterval: time.Second, Handler: s.handleMoveLeader},
+		{Method: "POST", Path: "/v1/leader/move", Access: sidecarapi.Control, MinInterval: time.Second,
+			Body: func() any { return &cluster.MoveLeaderRequest{} }, Handler: s.handleMoveLeader},
 		{Method: "GET", Path: "/healthz", Access: sidecarapi.Open, Handler: ok},
 		{Method: "GET", Path: "/readyz", Access: sidecarapi.Open, Handler: ok},
 		{Method: "GET", Path: "/metrics", Access: sidecarapi.Open, Handler: promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP},

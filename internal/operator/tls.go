@@ -110,7 +110,7 @@ func syncTLS(ctx context.Context, r *run) error {
 		leaf pki.Leaf
 	}{
 		{v1alpha1.ServerCertificateSecretName(r.ec.Name), serverLeaf(r.ec)},
-		{v1alpha1.ClientCertificateSecretName(r.ec.Name), pki.Leaf{CommonName: pki.ClientCN}},
+		{v1alpha1.ClientCertificateSecretName(r.ec.Name), pki.ClientLeaf()},
 	} {
 		cert, err := ensureLeafSecret(ctx, r, s.name, s.leaf, ca, bundle)
 		if err != nil {

@@ -263,7 +263,7 @@ func TestCARotation(t *testing.T) {
 		if !bytes.Equal(s.Data["ca.crt"], newCA.CertPEM) {
 			t.Errorf("Secret %s trusts other CAs than the new one", name)
 		}
-		if why := pki.Renewal(s.Data["tls.crt"], []*x509.Certificate{newCA.Cert}, pki.Leaf{CommonName: leafCN(name)}, time.Now()); why != "" {
+		if why := pki.Renewal(s.Data["tls.crt"], []*x509.Certificate{newCA.Cert}, leafOf(name), time.Now()); why != "" {
 			t.Errorf("Secret %s: %s", name, why)
 		}
 	}
@@ -281,11 +281,12 @@ func TestCARotation(t *testing.T) {
 	}
 }
 
-func leafCN(secret string) string {
+// leafOf is what the operator issues in the certificate Secret secret, its names aside.
+func leafOf(secret string) pki.Leaf {
 	if strings.HasSuffix(secret, "-client-tls") {
-		return pki.ClientCN
+		return pki.ClientLeaf()
 	}
-	return pki.MemberCN
+	return pki.Leaf{CommonName: pki.MemberCN}
 }
 
 // userCertificates are Secrets as cert-manager writes them for a cluster's members and a

@@ -94,10 +94,25 @@ func checkLeaf(certPEM, keyPEM []byte, roots *x509.CertPool, now time.Time, usag
 }
 
 func usageName(u x509.ExtKeyUsage) string {
-	if u == x509.ExtKeyUsageServerAuth {
+	switch u {
+	case x509.ExtKeyUsageServerAuth:
 		return "server auth"
+	case x509.ExtKeyUsageClientAuth:
+		return "client auth"
 	}
-	return "client auth"
+	return fmt.Sprintf("extended key usage %d", u)
+}
+
+// usageNames names usages, joined by " and " ("none" when empty).
+func usageNames(usages []x509.ExtKeyUsage) string {
+	if len(usages) == 0 {
+		return "none"
+	}
+	names := make([]string, len(usages))
+	for i, u := range usages {
+		names[i] = usageName(u)
+	}
+	return strings.Join(names, " and ")
 }
 
 // parent is host without its first label.

@@ -132,11 +132,26 @@ type Leaf struct {
 	CommonName string
 	DNSNames   []string
 	IPs        []net.IP
+	// ClientOnly: the certificate authenticates a client and cannot serve. Otherwise it both
+	// serves and dials, as a member's does: a member serves clients and peers and dials its
+	// peers and its own etcd with the same certificate.
+	ClientOnly bool
 }
 
+// usages are the extended key usages of l's certificate.
+func (l Leaf) usages() []x509.ExtKeyUsage {
+	if l.ClientOnly {
+		return []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	return []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+}
+
+// ClientLeaf is the leaf of the client certificate Steward issues for a cluster's clients
+// (etcdctl, Steward's commands, applications): it authenticates them and serves nothing.
+func ClientLeaf() Leaf { return Leaf{CommonName: ClientCN, ClientOnly: true} }
+
 // Issue signs a leaf certificate for l, valid from now for validity (never past the CA's
-// own end), usable both to serve and as a client: a member serves clients and peers and
-// dials its peers and its own etcd with the same certificate.
+// own end), with the usages l needs.
 func (ca CA) Issue(l Leaf, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -152,7 +167,7 @@ func (ca CA) Issue(l Leaf, now time.Time, validity time.Duration) (certPEM, keyP
 		NotBefore:    now.Add(-Backdate),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  l.usages(),
 		DNSNames:     l.DNSNames,
 		IPAddresses:  l.IPs,
 	}
@@ -288,8 +303,9 @@ func ParseCerts(b []byte) ([]*x509.Certificate, error) {
 }
 
 // Renewal says why a leaf must be issued again, or "" while it serves: it does not parse, is
-// not signed by one of the trusted CAs, has another common name than l, does not name every
-// DNS name and IP of l, or has less than a third of its lifetime left at now.
+// not signed by one of the trusted CAs, has another common name or other usages than l (a
+// client's certificate that could also serve is replaced), does not name every DNS name and
+// IP of l, or has less than a third of its lifetime left at now.
 func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time) string {
 	certs, err := ParseCerts(certPEM)
 	if err != nil {
@@ -308,6 +324,9 @@ func Renewal(certPEM []byte, trusted []*x509.Certificate, l Leaf, now time.Time)
 	}
 	if c.Subject.CommonName != l.CommonName {
 		return fmt.Sprintf("its common name is %q, not %q", c.Subject.CommonName, l.CommonName)
+	}
+	if want := l.usages(); !slices.Equal(c.ExtKeyUsage, want) {
+		return fmt.Sprintf("its usages are %s, not %s", usageNames(c.ExtKeyUsage), usageNames(want))
 	}
 	for _, n := range l.DNSNames {
 		if !slices.Contains(c.DNSNames, n) {
@@ -345,7 +364,8 @@ func ClientTLS(dir string) (*tls.Config, error) {
 // in caPath, read again at every handshake (a rollover adds and drops CAs while clients run),
 // and presents no certificate. serverName, when set, is the name the server's certificate
 // must carry instead of the URL's host: a caller that dials a member over loopback names the
-// member.
+// member. A connection to a host given by IP address needs ForHost (the name is checked
+// whatever the host: a connection with none to check is refused).
 func ServerTrust(caPath, serverName string) (*tls.Config, error) {
 	if _, err := certPool(caPath); err != nil {
 		return nil, err
@@ -357,6 +377,26 @@ func ServerTrust(caPath, serverName string) (*tls.Config, error) {
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			return verifyServer(cs, caPath)
 		}}, nil
+}
+
+// ForHost is tc, a client's TLS configuration (of ClientTLS, ServerTrust or TrustPEM), for one
+// connection to host, the host of the address dialed: the server's certificate must name
+// tc's ServerName when set, else host, an IP address included. crypto/tls keeps no IP address
+// as the connection's server name (SNI carries none), so without it a server dialed by IP
+// would have no name to check.
+func ForHost(tc *tls.Config, host string) *tls.Config {
+	c := tc.Clone()
+	if c.ServerName == "" {
+		c.ServerName = host
+	}
+	if verify := tc.VerifyConnection; verify != nil {
+		name := c.ServerName
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			cs.ServerName = name
+			return verify(cs)
+		}
+	}
+	return c
 }
 
 // ServingTLS is the TLS configuration of a server whose certificate directory is dir. The
@@ -389,10 +429,15 @@ func TrustPEM(caPEM []byte) (*tls.Config, error) {
 }
 
 // verifyServer verifies a server's certificate chain and name as crypto/tls would, with the
-// CAs in caPath as roots.
+// CAs in caPath as roots. A connection without a name to check (a host given by IP address,
+// not bound by ForHost) is refused: the chain alone would let any certificate of the CAs pose
+// as any member.
 func verifyServer(cs tls.ConnectionState, caPath string) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("the server sent no certificate")
+	}
+	if cs.ServerName == "" {
+		return errors.New("no name to verify the server's certificate against: a server dialed by IP address is verified against that address only through pki.ForHost")
 	}
 	roots, err := certPool(caPath)
 	if err != nil {

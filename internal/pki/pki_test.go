@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -60,7 +61,7 @@ func TestIssuedLeafServesAndDials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+	c, err := tls.Dial("tcp", ln.Addr().String(), ForHost(cfg, "127.0.0.1"))
 	if err != nil {
 		t.Fatalf("a client with the cluster's certificate: %v", err)
 	}
@@ -82,7 +83,7 @@ func TestIssuedLeafServesAndDials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := tls.Dial("tcp", ln.Addr().String(), ocfg); err == nil {
+	if c, err := tls.Dial("tcp", ln.Addr().String(), ForHost(ocfg, "127.0.0.1")); err == nil {
 		// TLS 1.3 reports the server's refusal of the client certificate on the first read.
 		if _, err = c.Read(buf); err == nil {
 			t.Fatal("a client certificate of another CA was accepted")
@@ -93,8 +94,83 @@ func TestIssuedLeafServesAndDials(t *testing.T) {
 		t.Fatal(err)
 	}
 	ocfg, _ = ClientTLS(odir)
-	if _, err := tls.Dial("tcp", ln.Addr().String(), ocfg); err == nil {
+	if _, err := tls.Dial("tcp", ln.Addr().String(), ForHost(ocfg, "127.0.0.1")); err == nil {
 		t.Fatal("a client trusting another CA accepted the server")
+	}
+}
+
+// TestServerDialedByIPMustNameIt: a server dialed by IP address is verified against that
+// address, as one dialed by name is against the name: a certificate of the cluster's CA that
+// does not name the IP is refused, and a connection with no name to check at all is refused.
+func TestServerDialedByIPMustNameIt(t *testing.T) {
+	now := time.Now()
+	ca, err := NewCA("steward-test", now, CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPath := filepath.Join(t.TempDir(), CAFile)
+	if err := os.WriteFile(caPath, ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serve := func(l Leaf) string {
+		certPEM, keyPEM, err := ca.Issue(l, now, LeafValidity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.(*tls.Conn).Handshake()
+				c.Close()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	named := serve(Leaf{CommonName: MemberCN, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	elsewhere := serve(Leaf{CommonName: MemberCN, DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.2")}})
+	trust, err := ServerTrust(caPath, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(addr string, tc *tls.Config) error {
+		c, err := tls.Dial("tcp", addr, tc)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := dial(named, ForHost(trust, "127.0.0.1")); err != nil {
+		t.Errorf("a server whose certificate names the IP dialed: %v", err)
+	}
+	var hostErr x509.HostnameError
+	if err := dial(elsewhere, ForHost(trust, "127.0.0.1")); !errors.As(err, &hostErr) {
+		t.Errorf("a server whose certificate names other hosts than the IP dialed: %v; want refused for the name", err)
+	}
+	if err := dial(named, trust); err == nil || !strings.Contains(err.Error(), "no name to verify") {
+		t.Errorf("a server dialed by IP with no name bound: %v; want refused", err)
+	}
+	// A name given (a member dialed over loopback under its own name) is the one checked.
+	byName, err := ServerTrust(caPath, "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dial(elsewhere, ForHost(byName, "127.0.0.1")); err != nil {
+		t.Errorf("a server named by ServerTrust's server name: %v", err)
+	}
+	if err := dial(named, ForHost(byName, "127.0.0.1")); !errors.As(err, &hostErr) {
+		t.Errorf("a server that does not carry ServerTrust's server name: %v; want refused for the name", err)
 	}
 }
 
@@ -125,6 +201,49 @@ func TestLoadCA(t *testing.T) {
 	}
 }
 
+// TestLeafUsages: the client certificate authenticates a client and serves nothing; a
+// member's certificate does both, as it serves clients and peers and dials its peers.
+func TestLeafUsages(t *testing.T) {
+	now := time.Now()
+	ca, err := NewCA("steward-test", now, CAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	for _, tc := range []struct {
+		name   string
+		leaf   Leaf
+		serves bool
+	}{
+		{"the client's", ClientLeaf(), false},
+		{"a member's", Leaf{CommonName: MemberCN, DNSNames: []string{"localhost"}}, true},
+	} {
+		certPEM, _, err := ca.Issue(tc.leaf, now, LeafValidity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs, err := ParseCerts(certPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verify := func(u x509.ExtKeyUsage) error {
+			_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{u}})
+			return err
+		}
+		if err := verify(x509.ExtKeyUsageClientAuth); err != nil {
+			t.Errorf("%s certificate as a client: %v", tc.name, err)
+		}
+		var invalid x509.CertificateInvalidError
+		switch err := verify(x509.ExtKeyUsageServerAuth); {
+		case tc.serves && err != nil:
+			t.Errorf("%s certificate as a server: %v", tc.name, err)
+		case !tc.serves && (!errors.As(err, &invalid) || invalid.Reason != x509.IncompatibleUsage):
+			t.Errorf("%s certificate as a server: %v; want refused for its usage", tc.name, err)
+		}
+	}
+}
+
 func TestRenewal(t *testing.T) {
 	now := time.Now()
 	ca, _ := NewCA("steward-test", now, CAValidity)
@@ -134,6 +253,9 @@ func TestRenewal(t *testing.T) {
 	foreign, _, _ := other.Issue(leaf, now, LeafValidity)
 	narrow, _, _ := ca.Issue(Leaf{CommonName: "m0", DNSNames: []string{"m0.local"}}, now, LeafValidity)
 	renamed, _, _ := ca.Issue(Leaf{CommonName: "m1", DNSNames: leaf.DNSNames, IPs: leaf.IPs}, now, LeafValidity)
+	client, _, _ := ca.Issue(ClientLeaf(), now, LeafValidity)
+	// A client certificate as Steward issued it before client certificates were client-only.
+	servingClient, _, _ := ca.Issue(Leaf{CommonName: ClientCN}, now, LeafValidity)
 	for _, tc := range []struct {
 		name    string
 		cert    []byte
@@ -150,6 +272,9 @@ func TestRenewal(t *testing.T) {
 		{"either CA trusted during a rollover", foreign, []*x509.Certificate{ca.Cert, other.Cert}, leaf, now, ""},
 		{"another common name", renamed, []*x509.Certificate{ca.Cert}, leaf, now, `its common name is "m1", not "m0"`},
 		{"a name it lacks", narrow, []*x509.Certificate{ca.Cert}, leaf, now, "does not name 127.0.0.1"},
+		{"a client's", client, []*x509.Certificate{ca.Cert}, ClientLeaf(), now, ""},
+		{"a client's that can serve", servingClient, []*x509.Certificate{ca.Cert}, ClientLeaf(), now, "its usages are server auth and client auth, not client auth"},
+		{"a member's that cannot serve", client, []*x509.Certificate{ca.Cert}, Leaf{CommonName: ClientCN}, now, "its usages are client auth, not server auth and client auth"},
 		{"garbage", []byte("not a certificate"), []*x509.Certificate{ca.Cert}, leaf, now, "does not parse"},
 	} {
 		got := Renewal(tc.cert, tc.trusted, tc.leaf, tc.at)

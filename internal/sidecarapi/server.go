@@ -59,6 +59,11 @@ type Route struct {
 	MinInterval time.Duration
 	// Timeout bounds the time to write the answer (DefaultTimeout when zero).
 	Timeout time.Duration
+	// Body, set on a route that takes a body, makes a new value of what it decodes into
+	// (DecodeBody's rules; NoBody for none). The body is checked before the route's rate
+	// limit: a malformed request is refused with 400 or 413 and spends no request's turn. The
+	// handler decodes it again from the same bytes.
+	Body    func() any
 	Handler http.HandlerFunc
 }
 
@@ -131,7 +136,8 @@ func Match(tok string, valid []string) bool {
 }
 
 // NewHandler serves routes: every request body is limited to MaxBody, every route but the
-// Open ones needs a valid token, rate-limited routes answer 429 with Retry-After, and each
+// Open ones needs a valid token, a route's body is checked (Route.Body), then rate-limited
+// routes answer 429 with Retry-After, and each
 // answer must be written within the route's timeout. With tlsOnly, a route that is not Open
 // refuses a request that did not come over TLS, before its token is looked at.
 func NewHandler(routes []Route, tokens Tokens, tlsOnly bool) http.Handler {
@@ -176,6 +182,17 @@ func guard(rt Route, tokens Tokens, tlsOnly bool) http.Handler {
 				http.Error(w, fmt.Sprintf("%s may not %s %s (it needs %s access)", p.Name, rt.Method, rt.Path, rt.Access), http.StatusForbidden)
 				return
 			}
+		}
+		if rt.Body != nil {
+			b, err := readBody(r)
+			if err == nil {
+				err = decodeJSON(b, rt.Body())
+			}
+			if err != nil {
+				WriteBodyError(w, err)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
 		}
 		if lim != nil {
 			if wait, ok := lim.allow(time.Now()); !ok {
@@ -226,15 +243,24 @@ func (e *BodyError) Error() string { return e.Err.Error() }
 // DecodeBody decodes r's optional JSON body into v, strictly: an empty body leaves v as it
 // is; otherwise exactly one JSON object with no unknown fields, within MaxBody.
 func DecodeBody(r *http.Request, v any) error {
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(b, v)
+}
+
+// readBody reads r's body whole, within MaxBody when the handler's guard limits it.
+func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &BodyError{http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", mbe.Limit)}
+			return nil, &BodyError{http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", mbe.Limit)}
 		}
-		return &BodyError{http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)}
+		return nil, &BodyError{http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)}
 	}
-	return decodeJSON(b, v)
+	return b, nil
 }
 
 func decodeJSON(b []byte, v any) error {

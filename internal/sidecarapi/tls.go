@@ -2,12 +2,15 @@ package sidecarapi
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/pki"
 )
 
 // With TLS, one port serves both: the API over TLS, and the open endpoints (/healthz,
@@ -113,12 +116,32 @@ type peekedConn struct {
 func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // HTTPClient is an HTTP client for sidecars that serve the API over TLS with tc (nil: plain
-// text), with the given overall timeout per request (0: none).
+// text), with the given overall timeout per request (0: none). Each connection verifies the
+// sidecar's certificate against the host it dials, an IP address included (pki.ForHost).
 func HTTPClient(tc *tls.Config, timeout time.Duration) *http.Client {
 	if tc == nil {
 		return &http.Client{Timeout: timeout}
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = tc
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		conn := tls.Client(raw, pki.ForHost(tc, host))
+		// The transport's own handshake bound does not apply to a connection dialed here.
+		hctx, cancel := context.WithTimeout(ctx, t.TLSHandshakeTimeout)
+		defer cancel()
+		if err := conn.HandshakeContext(hctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
 	return &http.Client{Transport: t, Timeout: timeout}
 }

@@ -129,3 +129,41 @@ func TestTLSListener(t *testing.T) {
 		t.Fatalf("Serve after Close: %v", err)
 	}
 }
+
+// TestHTTPClientVerifiesTheIPDialed: a sidecar dialed by IP address must present a
+// certificate that names that address; one of the cluster's CA that names another is refused.
+func TestHTTPClientVerifiesTheIPDialed(t *testing.T) {
+	now := time.Now()
+	ca, err := pki.NewCA("sidecar-test", now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert, key, err := ca.Issue(pki.Leaf{CommonName: pki.MemberCN, DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.2")}}, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.WriteDir(dir, cert, key, ca.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := pki.ServingTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	go func() { _ = srv.Serve(TLSListener(ln, tc)) }()
+	t.Cleanup(func() { srv.Close() })
+	trust, err := pki.ServerTrust(filepath.Join(dir, pki.CAFile), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = HTTPClient(trust, 10*time.Second).Get("https://" + ln.Addr().String() + "/")
+	var hostErr x509.HostnameError
+	if !errors.As(err, &hostErr) {
+		t.Fatalf("a sidecar at 127.0.0.1 whose certificate names 127.0.0.2 and localhost: %v; want refused for the name", err)
+	}
+}

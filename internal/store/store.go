@@ -45,6 +45,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -112,12 +113,9 @@ func (s *Store) Keys() *seal.Keyring { return s.keys.Load() }
 // is reachable, so a wrong URL or missing credentials fail here rather than
 // at the first backup.
 func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
-	u, err := parseURL(rawURL)
+	u, err := checkURL(rawURL)
 	if err != nil {
 		return nil, err
-	}
-	if u.Scheme == "" {
-		return nil, fmt.Errorf("store URL %q has no scheme: use one of %s, e.g. file://%s", redactRaw(rawURL), schemeList(), absHint(rawURL))
 	}
 	s := &Store{scheme: u.Scheme, display: redact(u)}
 	switch u.Scheme {
@@ -125,10 +123,8 @@ func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 		err = s.openFile(u, o.Create)
 	case "mem":
 		err = s.openMem(u)
-	case "s3", "gs", "azblob":
+	default: // s3, gs, azblob
 		err = s.openCloud(ctx, u, credentialsDir(o.CredentialsDir))
-	default:
-		return nil, fmt.Errorf("store URL %s: unknown scheme %q: use one of %s", s.display, u.Scheme, schemeList())
 	}
 	if err != nil {
 		return nil, err
@@ -139,6 +135,27 @@ func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 	}
 	s.SetKeys(o.Keys)
 	return s, nil
+}
+
+// CheckURL says why rawURL is not a store URL Open understands (not a URL, or a scheme not
+// of Schemes), or nil. It opens nothing: the store may still be unreachable.
+func CheckURL(rawURL string) error {
+	_, err := checkURL(rawURL)
+	return err
+}
+
+func checkURL(rawURL string) (*url.URL, error) {
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("store URL %q has no scheme: use one of %s, e.g. file://%s", redactRaw(rawURL), schemeList(), absHint(rawURL))
+	}
+	if !slices.Contains(Schemes, u.Scheme) {
+		return nil, fmt.Errorf("store URL %s: unknown scheme %q: use one of %s", redact(u), u.Scheme, schemeList())
+	}
+	return u, nil
 }
 
 // parseURL parses a store URL. Its error never holds the URL's credentials: url.Parse's own

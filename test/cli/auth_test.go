@@ -22,14 +22,14 @@ func TestLocalAuth(t *testing.T) {
 	c := localcluster.Start(t, "--members", "3", "--base-port", "25300", "--sidecar-arg=--delta-period=1s")
 	steward, dir, status := c.Steward, c.Dir, c.Report
 	etcdctl := testutil.Tool(t, "etcdctl")
-	plain := "--endpoints " + strings.Join(strings.Fields(status().Cluster.Etcdctl)[1:2], "")
+	plain := strings.Join(etcdctlArgs(t, status().Cluster.Etcdctl), " ")
 	sh := func(cmd string) (string, error) {
 		out, err := exec.Command("sh", "-c", etcdctl+" "+cmd).CombinedOutput()
 		return string(out), err
 	}
 	ctl := func(args string) string { // its standard output alone: etcdctl logs retries on stderr
 		t.Helper()
-		cmd := exec.Command("sh", "-c", etcdctl+" "+status().Cluster.Etcdctl+" "+args)
+		cmd := etcdctlShell(etcdctl, status().Cluster.Etcdctl, args)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -52,8 +52,8 @@ func TestLocalAuth(t *testing.T) {
 	if fi, err := os.Stat(rep.Cluster.RootPasswordFile); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the root password file %q: %v, %v: want a 0600 file", rep.Cluster.RootPasswordFile, fi, err)
 	}
-	if !strings.Contains(rep.Cluster.Etcdctl, "--user root") {
-		t.Fatalf("the etcdctl flags do not log in: %s", rep.Cluster.Etcdctl)
+	if !strings.Contains(rep.Cluster.Etcdctl, "--user root") || strings.Contains(rep.Cluster.Etcdctl, "--password") {
+		t.Fatalf("the etcdctl command line does not log in with the password from the environment: %s", rep.Cluster.Etcdctl)
 	}
 	testutil.Eventually(t, 60*time.Second, "a client without the password refused", func() error {
 		if out, err := sh(plain + " --command-timeout 3s put /auth/refused x"); err == nil || !strings.Contains(out, "user name is empty") {

@@ -3,7 +3,9 @@
 package cli_test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,6 +16,25 @@ import (
 
 // run runs a command, fails the test if it fails, and returns what it printed.
 var run = localcluster.MustRun
+
+// etcdctlShell runs the etcdctl command line `steward local status` prints, followed by args,
+// in sh, with the stock etcdctl at path etcdctl first on the PATH.
+func etcdctlShell(etcdctl, line, args string) *exec.Cmd {
+	cmd := exec.Command("sh", "-c", line+" "+args)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(etcdctl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return cmd
+}
+
+// etcdctlArgs are the arguments of the etcdctl command line status prints for a cluster
+// without authentication, which sets no environment: the line split on spaces, etcdctl left out.
+func etcdctlArgs(t *testing.T, line string) []string {
+	t.Helper()
+	f := strings.Fields(line)
+	if len(f) == 0 || f[0] != "etcdctl" {
+		t.Fatalf("the etcdctl command line does not start with etcdctl: %s", line)
+	}
+	return f[1:]
+}
 
 func TestLocalUpDetachWithEtcdctl(t *testing.T) {
 	etcdctl := testutil.Tool(t, "etcdctl")

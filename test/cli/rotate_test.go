@@ -118,7 +118,7 @@ func TestLocalCARotation(t *testing.T) {
 		}
 	}
 	// Every acknowledged write, through the new certificates; the old client is refused.
-	flags := strings.Fields(c.Report().Cluster.Etcdctl)
+	flags := etcdctlArgs(t, c.Report().Cluster.Etcdctl)
 	got := run(t, etcdctl, append(flags, "get", "--prefix", "/rotate/", "-w", "json")...)
 	var resp struct {
 		Kvs []struct{ Key, Value []byte } `json:"kvs"`

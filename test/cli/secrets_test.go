@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,11 +52,15 @@ func TestSecretsNeverAppear(t *testing.T) {
 		return rep
 	}
 	rep := status()
-	// The flags read the password from its file in the shell (`steward local status` never prints it).
+	// The command line reads the password from its file in the shell (`steward local status`
+	// never prints it).
+	path := "PATH=" + filepath.Dir(etcdctl) + string(os.PathListSeparator) + os.Getenv("PATH")
 	for i := range 10 {
-		say("sh", "-c", fmt.Sprintf("%s %s put /k/%d v", etcdctl, rep.Cluster.Etcdctl, i))
+		say("env", path, "sh", "-c", fmt.Sprintf("%s put /k/%d v", rep.Cluster.Etcdctl, i))
 	}
-	tlsOnly := strings.Join(strings.Fields(rep.Cluster.Etcdctl)[:8], " ") // --endpoints, --cacert, --cert, --key
+	line := strings.Fields(rep.Cluster.Etcdctl)
+	at := slices.Index(line, "etcdctl")
+	tlsOnly := strings.Join(line[at+1:at+9], " ") // --endpoints, --cacert, --cert, --key
 	// With client certificates, etcd takes the certificate's common name for the user, which
 	// has no role: refused all the same, once the leader's sidecar has turned authentication on.
 	testutil.Eventually(t, 60*time.Second, "a client with the client certificate and no password refused", func() error {

@@ -37,10 +37,10 @@ func TestLocalTLS(t *testing.T) {
 	if !rep.Cluster.TLS || !strings.HasPrefix(rep.Members[0].ClientURL, "https://") {
 		t.Fatalf("status: TLS %t, client URL %s", rep.Cluster.TLS, rep.Members[0].ClientURL)
 	}
-	if table := run(t, steward, "local", "status", "--dir", dir); !strings.Contains(table, "etcdctl  "+rep.Cluster.Etcdctl) {
-		t.Fatalf("status does not print the etcdctl flags:\n%s", table)
+	if table := run(t, steward, "local", "status", "--dir", dir); !strings.Contains(table, "client  "+rep.Cluster.Etcdctl) {
+		t.Fatalf("status does not print the etcdctl command line:\n%s", table)
 	}
-	flags := strings.Fields(rep.Cluster.Etcdctl)
+	flags := etcdctlArgs(t, rep.Cluster.Etcdctl)
 	ctl := func(args ...string) string { return run(t, etcdctl, append(append([]string{}, flags...), args...)...) }
 	acked := map[string]string{}
 	for i := range 20 {
@@ -69,7 +69,7 @@ func TestLocalTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 5 * time.Second}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ForHost(tc, "127.0.0.1")}, Timeout: 5 * time.Second}
 		resp, err := hc.Get(rep.Members[0].PeerURL + "/members")
 		if err != nil {
 			return err
