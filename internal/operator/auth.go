@@ -84,7 +84,7 @@ func syncRootPassword(ctx context.Context, r *run) error {
 		}
 		return check(cur.Data[v1alpha1.RootPasswordKey])
 	}
-	_, err := ensureGeneratedSecret(ctx, r, name, "root-password", func(data map[string][]byte) error { return check(data[v1alpha1.RootPasswordKey]) },
+	_, _, err := ensureGeneratedSecret(ctx, r, name, "root-password", func(data map[string][]byte) error { return check(data[v1alpha1.RootPasswordKey]) },
 		singleValue(v1alpha1.RootPasswordKey, randomPassword))
 	return err
 }
@@ -98,7 +98,7 @@ func syncRootPassword(ctx context.Context, r *run) error {
 func syncTokenKey(ctx context.Context, r *run) ([]byte, error) {
 	name := tokenKeySecretName(r.ec)
 	what := fmt.Sprintf("the token signing key Secret %s/%s", r.ec.Namespace, name)
-	data, err := ensureGeneratedSecret(ctx, r, name, "token-key", func(data map[string][]byte) error {
+	data, created, err := ensureGeneratedSecret(ctx, r, name, "token-key", func(data map[string][]byte) error {
 		if err := pki.CheckTokenKey(data[pki.TokenKeyFile], data[pki.TokenPublicKeyFile]); err != nil {
 			return fmt.Errorf("%s: %w; put the cluster's key pair back (re-apply your backup of the Secret)", what, err)
 		}
@@ -122,11 +122,13 @@ func syncTokenKey(ctx context.Context, r *run) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.event(corev1.EventTypeNormal, ReasonTokenKeyCreated, fmt.Sprintf("the key pair etcd signs its authentication tokens with was made in Secret %s", name))
 		return map[string][]byte{pki.TokenKeyFile: key, pki.TokenPublicKeyFile: pub}, nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if created {
+		r.event(corev1.EventTypeNormal, ReasonTokenKeyCreated, fmt.Sprintf("the key pair etcd signs its authentication tokens with was made in Secret %s", name))
 	}
 	return data[pki.TokenPublicKeyFile], nil
 }
@@ -192,37 +194,39 @@ func randomPassword() (string, error) {
 // SecretFinalizer, with the data generate returns, and afterwards only checks it: a value
 // replaced by hand stays, a bad one is an error (check's), and a Secret deleted anyway (its
 // finalizer removed by hand) is made anew, unless generate refuses. A Secret of that name
-// the cluster does not own is left alone (a conflict). It returns the Secret's data.
-func ensureGeneratedSecret(ctx context.Context, r *run, name, component string, check func(map[string][]byte) error, generate func() (map[string][]byte, error)) (map[string][]byte, error) {
+// the cluster does not own is left alone (a conflict). It returns the Secret's data, and
+// whether it made the Secret.
+func ensureGeneratedSecret(ctx context.Context, r *run, name, component string, check func(map[string][]byte) error,
+	generate func() (map[string][]byte, error)) (data map[string][]byte, created bool, err error) {
 	var cur corev1.Secret
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+	err = r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 	if err == nil {
 		if err := r.own(ctx, &cur); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if err := holdSecret(ctx, r, &cur); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		return cur.Data, check(cur.Data)
+		return cur.Data, false, check(cur.Data)
 	}
 	if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading the Secret %s/%s: %w", r.ec.Namespace, name, err)
+		return nil, false, fmt.Errorf("reading the Secret %s/%s: %w", r.ec.Namespace, name, err)
 	}
-	data, err := generate()
+	data, err = generate()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	s := &corev1.Secret{ObjectMeta: objectMeta(r, name), Type: corev1.SecretTypeOpaque, Data: data}
 	s.Labels = commonLabels(r.ec, component)
 	if err := newOwnedSecret(r, s); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := r.c.Create(ctx, s); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Made meanwhile: that one is the Secret.
 			return ensureGeneratedSecret(ctx, r, name, component, check, generate)
 		}
-		return nil, fmt.Errorf("creating the Secret %s/%s: %w", r.ec.Namespace, name, err)
+		return nil, false, fmt.Errorf("creating the Secret %s/%s: %w", r.ec.Namespace, name, err)
 	}
-	return data, nil
+	return data, true, nil
 }

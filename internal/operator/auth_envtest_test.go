@@ -106,6 +106,9 @@ func TestTokenKeySecret(t *testing.T) {
 	if err := pki.CheckTokenKey(backup.Data[pki.TokenKeyFile], backup.Data[pki.TokenPublicKeyFile]); err != nil {
 		t.Fatalf("the token key Secret: %v", err)
 	}
+	if err := findEvent(ns, ReasonTokenKeyCreated); err != nil {
+		t.Fatal(err)
+	}
 	var sts appsv1.StatefulSet
 	if err := get(t, ns, name, &sts); err != nil {
 		t.Fatal(err)
@@ -203,6 +206,8 @@ func TestTokenKeySecret(t *testing.T) {
 		}
 		return nil
 	})
+	// Not left rolling for the tests after.
+	deleteCluster(t, ns, name, 30*time.Second)
 }
 
 // membersMountTokenKey: the pod template mounts Secret secret into the etcd container only.

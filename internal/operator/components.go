@@ -227,7 +227,7 @@ func deleteIfOwned(ctx context.Context, r *run, obj client.Object) error {
 // never logged, recorded in the status or put in an Event.
 func syncToken(ctx context.Context, r *run) error {
 	name := tokenSecretName(r.ec)
-	_, err := ensureGeneratedSecret(ctx, r, name, "sidecar-token", func(data map[string][]byte) error {
+	_, _, err := ensureGeneratedSecret(ctx, r, name, "sidecar-token", func(data map[string][]byte) error {
 		if _, err := sidecarapi.ParseTokens(data[v1alpha1.SidecarTokenKey]); err != nil {
 			return fmt.Errorf("the sidecar API token Secret %s/%s, key %s: %w; put a valid token there, or delete the Secret to have a new one made", r.ec.Namespace, name, v1alpha1.SidecarTokenKey, err)
 		}
