@@ -37,6 +37,10 @@ func RootPasswordSecretName(cluster string) string { return cluster + "-root-pas
 
 const RootPasswordKey = "password"
 
+// TokenKeySecretName is the Secret the operator makes, for a cluster with authentication,
+// with the key pair etcd signs its clients' tokens with (token.key, token.pub).
+func TokenKeySecretName(cluster string) string { return cluster + "-token-key" }
+
 // SidecarTokenKey is the key of the token in the Secret SidecarTokenSecretName: one token per
 // line, the first one sent (see docs/kubernetes.md for rotation).
 const SidecarTokenKey = "token"

@@ -101,7 +101,7 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f.IntVar(&opts.BasePort, "base-port", 2379, "first port to try; members take the first free ports from here up")
 	f.StringVar(&opts.Name, "name", "steward", "name of a new cluster")
 	f.StringVar(&opts.Backup, "backup", "", "backup store URL (default file://DIR/backups for a new cluster; \"none\" turns backups off)")
-	f.BoolVar(&opts.Auth, "auth", false, "turn etcd authentication on: a root user whose password is generated in DIR/auth/root-password, with which every Steward client logs in (also for a cluster made without it; it cannot be turned off)")
+	f.BoolVar(&opts.Auth, "auth", false, "turn etcd authentication on: a root user whose password is generated in DIR/auth/root-password, with which every Steward client logs in, and tokens etcd signs with the key pair generated in DIR/auth/token-key, valid on every member (also for a cluster made without it; it cannot be turned off)")
 	f.BoolVar(&opts.TLS, "tls", false, "make a new cluster's client and peer traffic mutual TLS of its own CA, generated under DIR/pki (`steward local status` prints an etcdctl command line)")
 	f.BoolVar(&opts.EncryptBackups, "encrypt-backups", false, "encrypt the cluster's backups (AES-256-GCM) from now on, with a key generated into DIR/backup-keys (keep a copy elsewhere: backups cannot be restored without it)")
 	f.StringSliceVar(&opts.SidecarArgs, "sidecar-arg", nil, "extra flag for every sidecar, e.g. --sidecar-arg=--delta-period=1s (repeatable)")

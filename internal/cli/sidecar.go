@@ -156,6 +156,7 @@ file is read again when it changes).`,
 	f.StringVar(&kubeNamespace, "kubernetes-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the EtcdCluster (default: POD_NAMESPACE)")
 	f.StringVar(&cfg.TLSDir, "tls-dir", "", "this member's certificate directory (tls.crt, tls.key, ca.crt, as cert-manager writes a Secret): etcd serves clients and peers with mutual TLS of that CA, the sidecar serves its API over TLS with it (only /healthz, /readyz and /metrics also in plain text), and the sidecar's clients present it; empty: plain text")
 	f.StringVar(&cfg.RootPasswordFile, "root-password-file", "", "file holding etcd's root password (a mounted Secret key): the sidecar turns etcd authentication on with it, its clients log in as root, and a restore gives the restored root user this password; empty: no authentication")
+	f.StringVar(&cfg.TokenKeyDir, "token-key-dir", "", "directory holding the cluster's token signing key pair (token.key, token.pub) where etcd reads it: etcd signs the tokens its clients log in for with it (JWT, ES256), so every member takes them; empty: etcd's simple tokens, valid only on the member that issued them")
 	f.StringVar(&logLvl, "log-level", "info", "log level")
 	f.StringVar(&tokenFile, "api-token-file", "", "file holding the cluster's sidecar API token(s), one per line (required)")
 	f.DurationVar(&cfg.FullSnapshotInterval, "full-snapshot-min-interval", member.DefaultFullSnapshotInterval, "least time between two on-demand full snapshots (POST /v1/snapshots/full)")

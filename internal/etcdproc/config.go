@@ -6,6 +6,10 @@ package etcdproc
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/pki"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"sigs.k8s.io/yaml"
@@ -31,10 +35,25 @@ type Config struct {
 	AutoCompactionMode       string `json:"auto-compaction-mode,omitempty"`
 	AutoCompactionRetention  string `json:"auto-compaction-retention,omitempty"`
 	LogLevel                 string `json:"log-level,omitempty"`
+	// AuthToken is how etcd makes its authentication tokens (JWTAuthToken); empty: etcd's
+	// default, simple tokens.
+	AuthToken string `json:"auth-token,omitempty"`
 	// ClientTransportSecurity and PeerTransportSecurity turn TLS on for client and peer
 	// traffic; nil: plain text.
 	ClientTransportSecurity *TransportSecurity `json:"client-transport-security,omitempty"`
 	PeerTransportSecurity   *TransportSecurity `json:"peer-transport-security,omitempty"`
+}
+
+// TokenTTL is how long a token etcd issues is valid; a client whose token ran out gets
+// "invalid auth token", and etcd's client then logs in again by itself.
+const TokenTTL = 10 * time.Minute
+
+// JWTAuthToken is etcd's auth-token setting for tokens signed with the key pair in dir
+// (pki.TokenKeyFile, pki.TokenPublicKeyFile): a signed token is valid on every member that
+// has the public key, not only on the member that issued it, as etcd's simple tokens are.
+func JWTAuthToken(dir string) string {
+	return fmt.Sprintf("jwt,pub-key=%s,priv-key=%s,sign-method=ES256,ttl=%s",
+		filepath.Join(dir, pki.TokenPublicKeyFile), filepath.Join(dir, pki.TokenKeyFile), TokenTTL)
 }
 
 // TransportSecurity is etcd's TLS setting for client or peer traffic. etcd reads the

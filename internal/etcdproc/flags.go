@@ -14,7 +14,7 @@ import (
 )
 
 // ownedFlags are the etcd settings Steward sets for every start of a member: its identity,
-// where its data is, its URLs and how it joins. An extra flag may not replace them.
+// where its data is, its URLs, how it joins, its TLS and its authentication tokens. An extra flag may not replace them.
 var ownedFlags = []string{
 	"name", "data-dir", "wal-dir",
 	"initial-cluster", "initial-cluster-state", "initial-cluster-token", "force-new-cluster",
@@ -22,6 +22,7 @@ var ownedFlags = []string{
 	"listen-client-urls", "listen-client-http-urls", "listen-peer-urls", "advertise-client-urls", "initial-advertise-peer-urls",
 	"logger", "log-outputs", // steward etcd logs to stderr, which the supervisor or the pod keeps
 	"client-transport-security", "peer-transport-security", // the cluster's TLS
+	"auth-token", // signed tokens, valid on every member, with etcd authentication
 }
 
 // flagTypes maps every key of etcd's configuration file (its flag names) to the type of its
@@ -44,7 +45,7 @@ var flagTypes = func() map[string]reflect.Type {
 func CheckFlags(flags map[string]string) error {
 	for _, name := range sortedKeys(flags) {
 		if slices.Contains(ownedFlags, name) {
-			return fmt.Errorf("etcd flag %q is set by Steward for every member (its identity, data, URLs and how it joins) and cannot be changed", name)
+			return fmt.Errorf("etcd flag %q is set by Steward for every member (its identity, data, URLs, how it joins, its TLS and its authentication tokens) and cannot be changed", name)
 		}
 		if _, ok := flagTypes[name]; !ok {
 			return fmt.Errorf("etcd flag %q is not an etcd configuration option: see `etcd --help` for the names (without the leading --)", name)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/etcdutil"
+	"github.com/etcd-steward/steward/internal/pki"
 )
 
 // RootPasswordPath is the file holding the cluster's root password, "" without authentication.
@@ -19,6 +20,32 @@ func RootPasswordPath(d Dir, spec Spec) string {
 		return ""
 	}
 	return d.RootPassword()
+}
+
+// TokenKeyPath is the directory holding the cluster's token signing key pair, "" without
+// authentication.
+func TokenKeyPath(d Dir, spec Spec) string {
+	if !spec.Auth {
+		return ""
+	}
+	return d.TokenKey()
+}
+
+// ensureAuth makes, for a cluster with authentication, the root password and the token
+// signing key pair once, and keeps them after.
+func ensureAuth(d Dir, spec Spec, logf func(string, ...any)) error {
+	if err := ensureRootPassword(d, spec, logf); err != nil {
+		return err
+	}
+	p := TokenKeyPath(d, spec)
+	if p == "" {
+		return nil
+	}
+	created, err := pki.EnsureTokenKeyDir(p)
+	if created {
+		logf("generated the token signing key pair etcd signs its authentication tokens with in %s (mode 0600)", p)
+	}
+	return err
 }
 
 // ensureRootPassword makes the root password once (256 random bits, mode 0600) and keeps it

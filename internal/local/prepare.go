@@ -130,7 +130,7 @@ func Prepare(opts UpOptions) (Spec, error) {
 		if err := ensureCerts(dir, spec, time.Now(), opts.Logf); err != nil {
 			return Spec{}, err
 		}
-		if err := ensureRootPassword(dir, spec, opts.Logf); err != nil {
+		if err := ensureAuth(dir, spec, opts.Logf); err != nil {
 			return Spec{}, err
 		}
 		// A cluster made by an older steward has no token yet: it gets one now.
@@ -170,7 +170,7 @@ func Prepare(opts UpOptions) (Spec, error) {
 	if err := ensureCerts(dir, spec, time.Now(), opts.Logf); err != nil {
 		return Spec{}, err
 	}
-	if err := ensureRootPassword(dir, spec, opts.Logf); err != nil {
+	if err := ensureAuth(dir, spec, opts.Logf); err != nil {
 		return Spec{}, err
 	}
 	if err := writeSpec(dir, spec); err != nil {

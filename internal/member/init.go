@@ -543,6 +543,9 @@ func (s *Sidecar) etcdConfig(spec cluster.Spec, plan Plan, initialCluster string
 		}
 		c.ClientTransportSecurity, c.PeerTransportSecurity = client, peer
 	}
+	if dir := s.cfg.TokenKeyDir; dir != "" {
+		c.AuthToken = etcdproc.JWTAuthToken(dir)
+	}
 	return c.MarshalWith(s.cfg.EtcdFlags)
 }
 

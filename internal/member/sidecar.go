@@ -61,6 +61,10 @@ type Config struct {
 	// root user with this file's password and enables authentication, every client of the
 	// sidecar logs in as root, and a restore gives the restored root user this password.
 	RootPasswordFile string
+	// TokenKeyDir, when set, holds the cluster's token signing key pair (pki.TokenKeyFile,
+	// pki.TokenPublicKeyFile) at a path etcd reads: etcd signs its authentication tokens with
+	// it, so a token is valid on every member, not only on the one that issued it.
+	TokenKeyDir string
 	// ListenHost, when set, is the address etcd listens on (e.g. 0.0.0.0 in a pod), on the
 	// ports of the member's URLs; the URLs (DNS names) are what etcd advertises.
 	ListenHost string

@@ -4,22 +4,36 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/pki"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // RootPasswordMount is where the sidecar mounts the root password Secret (spec.auth);
-// RootPasswordFile is the password's file.
+// RootPasswordFile is the password's file. TokenKeyMount is where the etcd container mounts
+// the token signing key Secret.
 const (
 	RootPasswordMount = "/var/run/steward/auth"
 	RootPasswordFile  = RootPasswordMount + "/password"
+	TokenKeyMount     = "/var/run/steward/token-key"
+)
+
+// Reasons of the Events about the token signing key.
+const (
+	ReasonTokenKeyCreated       = "TokenKeyCreated"
+	ReasonTokenKeySecretMissing = "TokenKeySecretMissing"
 )
 
 func authEnabled(ec *v1alpha1.EtcdCluster) bool { return ec.Spec.Auth != nil && ec.Spec.Auth.Enabled }
+
+func tokenKeySecretName(ec *v1alpha1.EtcdCluster) string { return v1alpha1.TokenKeySecretName(ec.Name) }
 
 // rootPasswordSecretName is the Secret holding the root password: the one the spec names, or
 // the one the operator makes.
@@ -30,13 +44,26 @@ func rootPasswordSecretName(ec *v1alpha1.EtcdCluster) string {
 	return v1alpha1.RootPasswordSecretName(ec.Name)
 }
 
-// syncAuth checks the root password Secret of a cluster with authentication, and makes it
-// once (a random password, owned by the EtcdCluster) unless the spec names one of the
-// user's. The password is never logged, recorded in the status or put in an Event.
+// syncAuth keeps the Secrets of a cluster with authentication: its root password and its
+// token signing key. Neither is ever logged, recorded in the status or put in an Event.
 func syncAuth(ctx context.Context, r *run) error {
 	if !authEnabled(r.ec) {
 		return nil
 	}
+	if err := syncRootPassword(ctx, r); err != nil {
+		return err
+	}
+	key, err := syncTokenKey(ctx, r)
+	if err != nil {
+		return err
+	}
+	r.tokenKey = shortHash(key)
+	return nil
+}
+
+// syncRootPassword checks the root password Secret, and makes it once (a random password,
+// owned by the EtcdCluster) unless the spec names one of the user's.
+func syncRootPassword(ctx context.Context, r *run) error {
 	name := rootPasswordSecretName(r.ec)
 	what := fmt.Sprintf("the root password Secret %s/%s", r.ec.Namespace, name)
 	check := func(data []byte) error {
@@ -45,10 +72,9 @@ func syncAuth(ctx context.Context, r *run) error {
 		}
 		return nil
 	}
-	var err error
 	if r.ec.Spec.Auth.RootPasswordSecret != "" {
 		var cur corev1.Secret
-		err = r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+		err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%s (spec.auth.rootPasswordSecret) does not exist: create it with the password under the key %q (kubectl create secret generic %s --from-literal=%s=...)",
 				what, v1alpha1.RootPasswordKey, name, v1alpha1.RootPasswordKey)
@@ -56,20 +82,103 @@ func syncAuth(ctx context.Context, r *run) error {
 		if err != nil {
 			return fmt.Errorf("reading %s: %w", what, err)
 		}
-		err = check(cur.Data[v1alpha1.RootPasswordKey])
-	} else {
-		err = ensureGeneratedSecret(ctx, r, name, "root-password", v1alpha1.RootPasswordKey, check, randomPassword)
+		return check(cur.Data[v1alpha1.RootPasswordKey])
 	}
-	r.rootPasswordReady = err == nil
+	_, _, err := ensureGeneratedSecret(ctx, r, name, "root-password", func(data map[string][]byte) error { return check(data[v1alpha1.RootPasswordKey]) },
+		singleValue(v1alpha1.RootPasswordKey, randomPassword))
 	return err
 }
 
-// deleteAuth deletes the root password Secret the operator made (never one of the user's).
+// syncTokenKey keeps the token signing key Secret: the key pair etcd signs its clients'
+// tokens with (ES256), which every member's etcd container mounts, so that a token one
+// member issued is valid on every member. It returns the public key. The pair is made once,
+// and never again on its own once the cluster formed with members that use it: members
+// would then sign with different keys until every one restarted, and refuse each other's
+// tokens. Gone then, it is reported (an Event, and the error) and nothing is made.
+func syncTokenKey(ctx context.Context, r *run) ([]byte, error) {
+	name := tokenKeySecretName(r.ec)
+	what := fmt.Sprintf("the token signing key Secret %s/%s", r.ec.Namespace, name)
+	data, created, err := ensureGeneratedSecret(ctx, r, name, "token-key", func(data map[string][]byte) error {
+		if err := pki.CheckTokenKey(data[pki.TokenKeyFile], data[pki.TokenPublicKeyFile]); err != nil {
+			return fmt.Errorf("%s: %w; put the cluster's key pair back (re-apply your backup of the Secret)", what, err)
+		}
+		return nil
+	}, func() (map[string][]byte, error) {
+		used, err := membersUseTokenKey(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		if r.formed && used {
+			msg := fmt.Sprintf("%s is gone: the members sign and check etcd's authentication tokens with its key, so no new key is made "+
+				"(members with different keys refuse each other's tokens) and the member pods are not changed; re-apply your backup of the Secret "+
+				"(with its keys %s and %s). Until then a member whose pod restarts does not start: its pod mounts the Secret",
+				what, pki.TokenKeyFile, pki.TokenPublicKeyFile)
+			if !reported(r.ec, errCode("SYNC", "AUTH"), msg) {
+				r.event(corev1.EventTypeWarning, ReasonTokenKeySecretMissing, msg)
+			}
+			return nil, errors.New(msg)
+		}
+		key, pub, err := pki.NewTokenKey()
+		if err != nil {
+			return nil, err
+		}
+		return map[string][]byte{pki.TokenKeyFile: key, pki.TokenPublicKeyFile: pub}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		r.event(corev1.EventTypeNormal, ReasonTokenKeyCreated, fmt.Sprintf("the key pair etcd signs its authentication tokens with was made in Secret %s", name))
+	}
+	return data[pki.TokenPublicKeyFile], nil
+}
+
+// membersUseTokenKey says whether the cluster's StatefulSet, read fresh, gives its pods the
+// token signing key Secret.
+func membersUseTokenKey(ctx context.Context, r *run) (bool, error) {
+	var sts appsv1.StatefulSet
+	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: statefulSetName(r.ec)}, &sts)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the StatefulSet %s/%s: %w", r.ec.Namespace, statefulSetName(r.ec), err)
+	}
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == tokenKeySecretName(r.ec) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// reported says whether the status already records the error code with msg.
+func reported(ec *v1alpha1.EtcdCluster, code, msg string) bool {
+	return slices.ContainsFunc(ec.Status.LastErrors, func(e v1alpha1.LastError) bool { return e.Code == code && e.Description == msg })
+}
+
+// deleteAuth deletes the Secrets of authentication the operator made: the token signing key,
+// and the root password unless it is the user's.
 func deleteAuth(ctx context.Context, r *run) error {
+	if err := deleteOwnedSecret(ctx, r, tokenKeySecretName(r.ec)); err != nil {
+		return err
+	}
 	if a := r.ec.Spec.Auth; a != nil && a.RootPasswordSecret != "" {
 		return nil
 	}
 	return deleteOwnedSecret(ctx, r, v1alpha1.RootPasswordSecretName(r.ec.Name))
+}
+
+// singleValue is the data of a generated Secret holding what generate returns, as a line,
+// under key.
+func singleValue(key string, generate func() (string, error)) func() (map[string][]byte, error) {
+	return func() (map[string][]byte, error) {
+		v, err := generate()
+		if err != nil {
+			return nil, err
+		}
+		return map[string][]byte{key: []byte(v + "\n")}, nil
+	}
 }
 
 // randomPassword is 256 random bits, base64url.
@@ -82,36 +191,42 @@ func randomPassword() (string, error) {
 }
 
 // ensureGeneratedSecret makes the Secret name once, owned by the EtcdCluster and held by
-// SecretFinalizer, with key holding what generate returns, and afterwards only checks it: a
-// value replaced by hand stays, a bad one is an error (check's), and a Secret deleted anyway
-// (its finalizer removed by hand) is made anew. A Secret of that name the cluster does not
-// own is left alone (a conflict).
-func ensureGeneratedSecret(ctx context.Context, r *run, name, component, key string, check func([]byte) error, generate func() (string, error)) error {
+// SecretFinalizer, with the data generate returns, and afterwards only checks it: a value
+// replaced by hand stays, a bad one is an error (check's), and a Secret deleted anyway (its
+// finalizer removed by hand) is made anew, unless generate refuses. A Secret of that name
+// the cluster does not own is left alone (a conflict). It returns the Secret's data, and
+// whether it made the Secret.
+func ensureGeneratedSecret(ctx context.Context, r *run, name, component string, check func(map[string][]byte) error,
+	generate func() (map[string][]byte, error)) (data map[string][]byte, created bool, err error) {
 	var cur corev1.Secret
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+	err = r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 	if err == nil {
 		if err := r.own(ctx, &cur); err != nil {
-			return err
+			return nil, false, err
 		}
 		if err := holdSecret(ctx, r, &cur); err != nil {
-			return err
+			return nil, false, err
 		}
-		return check(cur.Data[key])
+		return cur.Data, false, check(cur.Data)
 	}
 	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading the Secret %s/%s: %w", r.ec.Namespace, name, err)
+		return nil, false, fmt.Errorf("reading the Secret %s/%s: %w", r.ec.Namespace, name, err)
 	}
-	v, err := generate()
+	data, err = generate()
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	s := &corev1.Secret{ObjectMeta: objectMeta(r, name), Type: corev1.SecretTypeOpaque, Data: map[string][]byte{key: []byte(v + "\n")}}
+	s := &corev1.Secret{ObjectMeta: objectMeta(r, name), Type: corev1.SecretTypeOpaque, Data: data}
 	s.Labels = commonLabels(r.ec, component)
 	if err := newOwnedSecret(r, s); err != nil {
-		return err
+		return nil, false, err
 	}
-	if err := r.c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the Secret %s/%s: %w", r.ec.Namespace, name, err)
+	if err := r.c.Create(ctx, s); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Made meanwhile: that one is the Secret.
+			return ensureGeneratedSecret(ctx, r, name, component, check, generate)
+		}
+		return nil, false, fmt.Errorf("creating the Secret %s/%s: %w", r.ec.Namespace, name, err)
 	}
-	return nil
+	return data, true, nil
 }

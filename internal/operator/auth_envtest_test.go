@@ -1,18 +1,22 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // TestAuthSecrets: a cluster with spec.auth gets a random root password in a Secret it owns,
@@ -78,4 +82,146 @@ func TestAuthSecrets(t *testing.T) {
 	if err := get(t, ns, "my-password", &corev1.Secret{}); err != nil {
 		t.Fatalf("the user's Secret went with the cluster: %v", err)
 	}
+}
+
+// TestTokenKeySecret: a cluster with spec.auth gets a token signing key pair in a Secret it
+// owns and holds, mounted into the etcd container, which the sidecar's --token-key-dir names
+// (etcd signs its tokens with it: they are valid on every member). On the formed cluster,
+// the Secret deleted (its finalizer forced off) is reported (an Event, ERR_SYNC_AUTH) and not
+// made again; put back from a backup, it is taken again and the members keep their key. A
+// cluster whose members do not use the key yet (made by an older operator) gets a new one,
+// which reaches them by the rolling update.
+func TestTokenKeySecret(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns, name := namespace(t), "jwt"
+	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true} })
+	secret := name + "-token-key"
+	var backup corev1.Secret
+	testutil.Eventually(t, 20*time.Second, "Secret "+secret, func() error { return get(t, ns, secret, &backup) })
+	ec := getCluster(t, ns, name)
+	if ref := metav1.GetControllerOf(&backup); ref == nil || ref.UID != ec.UID || !controllerutil.ContainsFinalizer(&backup, SecretFinalizer) {
+		t.Fatalf("the token key Secret is not owned and held by the cluster: %+v, %v", backup.OwnerReferences, backup.Finalizers)
+	}
+	if err := pki.CheckTokenKey(backup.Data[pki.TokenKeyFile], backup.Data[pki.TokenPublicKeyFile]); err != nil {
+		t.Fatalf("the token key Secret: %v", err)
+	}
+	if err := findEvent(ns, ReasonTokenKeyCreated); err != nil {
+		t.Fatal(err)
+	}
+	var sts appsv1.StatefulSet
+	if err := get(t, ns, name, &sts); err != nil {
+		t.Fatal(err)
+	}
+	keyAnnotation := sts.Spec.Template.Annotations[AnnotationTokenKey]
+	if keyAnnotation == "" || !membersMountTokenKey(sts, secret) {
+		t.Fatalf("the members do not get the token key: annotation %q, volumes %+v", keyAnnotation, sts.Spec.Template.Spec.Volumes)
+	}
+	forceDelete := func() {
+		t.Helper()
+		if err := k8s.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secret}}); err != nil {
+			t.Fatal(err)
+		}
+		var held corev1.Secret
+		if err := get(t, ns, secret, &held); err != nil || held.DeletionTimestamp.IsZero() {
+			t.Fatalf("the token key Secret is not held by its finalizer: %v", err)
+		}
+		controllerutil.RemoveFinalizer(&held, SecretFinalizer)
+		if err := k8s.Update(ctx, &held); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 10*time.Second, "the token key Secret gone", func() error {
+			if err := get(t, ns, secret, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there (%v)", err)
+			}
+			return nil
+		})
+	}
+
+	forceDelete()
+	poke(t, ns, name, "key-gone")
+	testutil.Eventually(t, 20*time.Second, "the token key Secret reported gone", func() error {
+		p.step()
+		for _, e := range getCluster(t, ns, name).Status.LastErrors {
+			if e.Code == "ERR_SYNC_AUTH" && strings.Contains(e.Description, ns+"/"+secret+" is gone") && strings.Contains(e.Description, "re-apply your backup") {
+				return findEvent(ns, ReasonTokenKeySecretMissing)
+			}
+		}
+		return fmt.Errorf("lastErrors %+v", getCluster(t, ns, name).Status.LastErrors)
+	})
+	poke(t, ns, name, "key-gone-2")
+	testutil.Throughout(t, 3*time.Second, "no new token key on the formed cluster", func() error {
+		if err := get(t, ns, secret, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the token key Secret was made again (%v)", err)
+		}
+		return nil
+	})
+
+	// Put back from the backup (as `kubectl get -o yaml` saved it): taken again, and the
+	// members keep their key.
+	restored := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secret, Labels: backup.Labels, OwnerReferences: backup.OwnerReferences},
+		Type: backup.Type, Data: backup.Data}
+	if err := k8s.Create(ctx, restored); err != nil {
+		t.Fatal(err)
+	}
+	poke(t, ns, name, "key-back")
+	testutil.Eventually(t, 20*time.Second, "the token key Secret taken again", func() error {
+		p.step()
+		if errs := getCluster(t, ns, name).Status.LastErrors; len(errs) > 0 {
+			return fmt.Errorf("lastErrors %+v", errs)
+		}
+		return nil
+	})
+	if err := get(t, ns, name, &sts); err != nil || sts.Spec.Template.Annotations[AnnotationTokenKey] != keyAnnotation {
+		t.Fatalf("the members' token key changed (%v)", err)
+	}
+
+	// Members that do not use the key yet: a new one is made, and their template changes.
+	if err := get(t, ns, name, &sts); err != nil {
+		t.Fatal(err)
+	}
+	sts.Spec.Template.Spec.Volumes = slices.DeleteFunc(sts.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "token-key" })
+	for i := range sts.Spec.Template.Spec.Containers {
+		c := &sts.Spec.Template.Spec.Containers[i]
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "token-key" })
+	}
+	if err := k8s.Update(ctx, &sts); err != nil {
+		t.Fatal(err)
+	}
+	forceDelete()
+	poke(t, ns, name, "key-unused")
+	testutil.Eventually(t, 20*time.Second, "a new token key for members that did not use one", func() error {
+		var s corev1.Secret
+		if err := get(t, ns, secret, &s); err != nil {
+			return err
+		}
+		if bytes.Equal(s.Data[pki.TokenPublicKeyFile], backup.Data[pki.TokenPublicKeyFile]) {
+			t.Fatal("the Secret put back is there again")
+		}
+		if err := get(t, ns, name, &sts); err != nil {
+			return err
+		}
+		if a := sts.Spec.Template.Annotations[AnnotationTokenKey]; a == keyAnnotation || !membersMountTokenKey(sts, secret) {
+			return fmt.Errorf("template annotation %q (was %q), volumes %+v", a, keyAnnotation, sts.Spec.Template.Spec.Volumes)
+		}
+		return nil
+	})
+	// Not left rolling for the tests after.
+	deleteCluster(t, ns, name, 30*time.Second)
+}
+
+// membersMountTokenKey: the pod template mounts Secret secret into the etcd container only.
+func membersMountTokenKey(sts appsv1.StatefulSet, secret string) bool {
+	if !slices.ContainsFunc(sts.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "token-key" && v.Secret != nil && v.Secret.SecretName == secret
+	}) {
+		return false
+	}
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		mounts := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "token-key" })
+		if mounts != (c.Name == "etcd") {
+			return false
+		}
+	}
+	return true
 }

@@ -174,7 +174,7 @@ func TestSecretsHeldUntilClusterDeleted(t *testing.T) {
 	if err := k8s.Create(ctx, ec); err != nil {
 		t.Fatal(err)
 	}
-	secrets := []string{"held-ca", "held-server-tls", "held-client-tls", "held-sidecar-token", "held-root-password"}
+	secrets := []string{"held-ca", "held-server-tls", "held-client-tls", "held-sidecar-token", "held-root-password", "held-token-key"}
 	allHeld := func() error {
 		for _, n := range secrets {
 			var s corev1.Secret

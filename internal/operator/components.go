@@ -52,8 +52,9 @@ type run struct {
 	// caCheck is what the TLS component found of the CA that issues the certificates (nil:
 	// no TLS, or not read).
 	caCheck *caCheck
-	// rootPasswordReady: the AUTH component found the root password Secret good this pass.
-	rootPasswordReady bool
+	// tokenKey identifies the token signing key the AUTH component found good this pass (a
+	// hash of its public key; "": none, or no authentication).
+	tokenKey string
 	// statefulSetObserved: the StatefulSet as this pass left it holds the newest pod template
 	// (none waits) and has been seen by the StatefulSet controller (status.observedGeneration),
 	// so its rollout state is current.
@@ -227,12 +228,13 @@ func deleteIfOwned(ctx context.Context, r *run, obj client.Object) error {
 // never logged, recorded in the status or put in an Event.
 func syncToken(ctx context.Context, r *run) error {
 	name := tokenSecretName(r.ec)
-	return ensureGeneratedSecret(ctx, r, name, "sidecar-token", v1alpha1.SidecarTokenKey, func(data []byte) error {
-		if _, err := sidecarapi.ParseTokens(data); err != nil {
+	_, _, err := ensureGeneratedSecret(ctx, r, name, "sidecar-token", func(data map[string][]byte) error {
+		if _, err := sidecarapi.ParseTokens(data[v1alpha1.SidecarTokenKey]); err != nil {
 			return fmt.Errorf("the sidecar API token Secret %s/%s, key %s: %w; put a valid token there, or delete the Secret to have a new one made", r.ec.Namespace, name, v1alpha1.SidecarTokenKey, err)
 		}
 		return nil
-	}, sidecarapi.GenerateToken)
+	}, singleValue(v1alpha1.SidecarTokenKey, sidecarapi.GenerateToken))
+	return err
 }
 
 func syncConfigMap(ctx context.Context, r *run) error {
@@ -487,11 +489,16 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		// Pods would run with objects the cluster does not own (its identity, its Services, ...).
 		return fmt.Errorf("the member pods are not created or changed while objects the cluster needs are not its own (condition %s)", v1alpha1.ConditionOwnershipConflict)
 	}
-	if authEnabled(r.ec) && !r.rootPasswordReady {
-		// Pods made without it could not start their sidecar: the StatefulSet waits.
-		return errors.New("the member pods are not created or changed before the root password Secret is good (component AUTH)")
+	if authEnabled(r.ec) && r.tokenKey == "" {
+		// Pods made without them could not start: the StatefulSet waits.
+		return errors.New("the member pods are not created or changed before the root password and token signing key Secrets are good (component AUTH)")
 	}
 	want := statefulSetSpec(r.ec, r.image, r.decision.StatefulSetReplicas)
+	if authEnabled(r.ec) {
+		// etcd reads the key only when it starts: another key (put back by hand) reaches the
+		// members by the ordered rolling update, not as their pods happen to restart.
+		want.Template.Annotations[AnnotationTokenKey] = r.tokenKey
+	}
 	if tlsEnabled(r.ec) {
 		// The CAs the members trust: a change restarts them, as etcd reads them only when it
 		// starts. Without the TLS Secrets this pass, the template keeps what it had.

@@ -59,6 +59,9 @@ const (
 	// AnnotationTrust on the pod template identifies the CAs the members trust (spec.tls): a
 	// change restarts them.
 	AnnotationTrust = "etcd.steward.dev/trust"
+	// AnnotationTokenKey on the pod template identifies the key pair etcd signs its
+	// authentication tokens with (spec.auth): a change restarts the members.
+	AnnotationTokenKey = "etcd.steward.dev/token-key"
 )
 
 // Names of a cluster's objects (docs/kubernetes.md, "What the operator creates").
@@ -265,9 +268,11 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		sidecar.Command = append(sidecar.Command, "--tls-dir", TLSMount)
 	}
 	if authEnabled(ec) {
-		// Only the sidecar logs in to etcd: only it sees the root password.
+		// Only the sidecar logs in to etcd: only it sees the root password. Only etcd signs
+		// tokens: only it sees the key, where the sidecar's generated configuration names it.
 		sidecar.VolumeMounts = append(slices.Clone(sidecar.VolumeMounts), corev1.VolumeMount{Name: "root-password", MountPath: RootPasswordMount, ReadOnly: true})
-		sidecar.Command = append(sidecar.Command, "--root-password-file", RootPasswordFile)
+		sidecar.Command = append(sidecar.Command, "--root-password-file", RootPasswordFile, "--token-key-dir", TokenKeyMount)
+		etcd.VolumeMounts = append(slices.Clone(etcd.VolumeMounts), corev1.VolumeMount{Name: "token-key", MountPath: TokenKeyMount, ReadOnly: true})
 	}
 	if enc := backupEncryption(ec); enc != nil {
 		// Only the sidecar reads and writes backups: only it sees the keys.
@@ -309,7 +314,10 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	if authEnabled(ec) {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "root-password", VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: rootPasswordSecretName(ec),
-				Items: []corev1.KeyToPath{{Key: v1alpha1.RootPasswordKey, Path: "password"}}, DefaultMode: ptr(int32(0o440))}}})
+				Items: []corev1.KeyToPath{{Key: v1alpha1.RootPasswordKey, Path: "password"}}, DefaultMode: ptr(int32(0o440))}}},
+			corev1.Volume{Name: "token-key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: tokenKeySecretName(ec),
+				Items:       []corev1.KeyToPath{{Key: pki.TokenKeyFile, Path: pki.TokenKeyFile}, {Key: pki.TokenPublicKeyFile, Path: pki.TokenPublicKeyFile}},
+				DefaultMode: ptr(int32(0o440))}}})
 	}
 	if enc := backupEncryption(ec); enc != nil {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "backup-keys", VolumeSource: corev1.VolumeSource{

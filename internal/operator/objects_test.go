@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/pki"
 )
 
@@ -219,7 +220,9 @@ func TestTLSObjects(t *testing.T) {
 }
 
 // TestAuthObjects: with spec.auth the sidecar alone mounts the root password (the generated
-// Secret, or the one the spec names) and is given its file; without, nothing of it.
+// Secret, or the one the spec names) and is given its file, and the etcd container alone
+// mounts the token signing key where the sidecar's --token-key-dir says, whence etcd signs
+// its tokens (JWT); without, nothing of them.
 func TestAuthObjects(t *testing.T) {
 	for _, tc := range []struct {
 		auth   *v1alpha1.AuthSpec
@@ -247,6 +250,31 @@ func TestAuthObjects(t *testing.T) {
 			flag := strings.Contains(strings.Join(c.Command, " "), "--root-password-file "+RootPasswordFile)
 			if mounts != want || flag != want {
 				t.Errorf("%+v: container %s mounts the password %t, has its flag %t; want %t", tc.auth, c.Name, mounts, flag, want)
+			}
+			mountsKey := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == "token-key" && m.MountPath == TokenKeyMount && m.ReadOnly
+			})
+			keyFlag := strings.Contains(strings.Join(c.Command, " "), "--token-key-dir "+TokenKeyMount)
+			if mountsKey != (tc.secret != "" && c.Name == "etcd") || keyFlag != want {
+				t.Errorf("%+v: container %s mounts the token key %t, has --token-key-dir %t", tc.auth, c.Name, mountsKey, keyFlag)
+			}
+		}
+		k := slices.IndexFunc(tpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "token-key" })
+		switch {
+		case tc.secret == "" && k >= 0:
+			t.Errorf("%+v: a token key volume without authentication", tc.auth)
+		case tc.secret != "":
+			if k < 0 || tpl.Spec.Volumes[k].Secret == nil || tpl.Spec.Volumes[k].Secret.SecretName != "c-token-key" {
+				t.Fatalf("%+v: no volume of Secret c-token-key: %+v", tc.auth, tpl.Spec.Volumes)
+			}
+			// The files etcd's auth-token setting names.
+			for _, f := range []string{pki.TokenKeyFile, pki.TokenPublicKeyFile} {
+				if !slices.Contains(tpl.Spec.Volumes[k].Secret.Items, corev1.KeyToPath{Key: f, Path: f}) {
+					t.Errorf("the token key volume has no file %s: %+v", f, tpl.Spec.Volumes[k].Secret.Items)
+				}
+				if !strings.Contains(etcdproc.JWTAuthToken(TokenKeyMount), TokenKeyMount+"/"+f) {
+					t.Errorf("etcd's auth-token %s does not name %s", etcdproc.JWTAuthToken(TokenKeyMount), f)
+				}
 			}
 		}
 	}

@@ -1,16 +1,23 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
 	"github.com/etcd-steward/steward/internal/testutil/localcluster"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
 )
 
 // TestLocalAuth: `steward local up --auth` turns etcd authentication on for a cluster made
@@ -159,4 +166,54 @@ func TestLocalAuth(t *testing.T) {
 		}
 	}
 	refused("the cluster restored from its backups")
+}
+
+// TestLocalAuthTokenEveryMember: a token a client logs in for at one member is taken by the
+// other members, also once they restarted: etcd signs it with the cluster's key, which every
+// member has, kept in the cluster's directory (0600). etcd's simple tokens live only in each
+// member's memory: a restarted member refuses those issued before.
+func TestLocalAuthTokenEveryMember(t *testing.T) {
+	c := localcluster.Start(t, "--members", "3", "--base-port", "25600", "--auth", "--backup", "none")
+	rep := c.Report()
+	password, err := os.ReadFile(rep.Cluster.RootPasswordFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDir := filepath.Join(c.Dir, "auth", "token-key")
+	for _, f := range []string{pki.TokenKeyFile, pki.TokenPublicKeyFile} {
+		if fi, err := os.Stat(filepath.Join(keyDir, f)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("the token signing key file %s: %v, %v: want a 0600 file", f, fi, err)
+		}
+	}
+	endpoints := localcluster.Status{Report: rep}.Endpoints()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	at := func(endpoint string) *clientv3.Client {
+		t.Helper()
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	login, err := at(endpoints[0]).Authenticate(ctx, "root", strings.TrimSpace(string(password)))
+	if err != nil {
+		t.Fatalf("logging in at %s: %v", endpoints[0], err)
+	}
+	// The token as etcd's client sends it, to a member that did not issue it.
+	withToken := metadata.NewOutgoingContext(ctx, metadata.Pairs(rpctypes.TokenFieldNameGRPC, login.Token))
+	useElsewhere := func(when string) {
+		t.Helper()
+		for _, ep := range endpoints[1:] {
+			if _, err := at(ep).Put(withToken, "/token/"+when, ep); err != nil {
+				t.Fatalf("%s: a put at %s with the token issued by %s: %v", when, ep, endpoints[0], err)
+			}
+		}
+	}
+	useElsewhere("issued")
+
+	run(t, c.Steward, "local", "down", "--dir", c.Dir)
+	run(t, c.Steward, "local", "up", "--detach", "--dir", c.Dir)
+	useElsewhere("restarted")
 }

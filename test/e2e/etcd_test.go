@@ -159,10 +159,11 @@ func startWriter(t *testing.T, ns, name, prefix string, every time.Duration) *wr
 			_, err := c.Put(ctx, k, v)
 			cancel()
 			if errors.Is(err, rpctypes.ErrPermissionDenied) {
-				// etcd's simple auth tokens are known only to the member that issued them: once
-				// the Service routes the connection to another member, that member takes the
-				// client certificate's name for the user, and refuses. An application logs in
-				// again, as this writer does.
+				// A client made while etcd's authentication was not on yet (it is turned on
+				// seconds after the cluster forms) holds no token: etcd takes the client
+				// certificate's name for the user, and refuses. It logs in again. (Tokens are
+				// signed and valid on every member: one that ran out is "invalid auth token",
+				// on which etcd's client logs in again by itself.)
 				if fresh, ferr := newEtcdClient(t, ns, name); ferr == nil {
 					c = fresh
 				}

@@ -95,6 +95,9 @@ func (d Dir) PKI(sub string) string { return filepath.Join(d.Path("pki"), sub) }
 // RootPassword holds the root password of a cluster with etcd authentication.
 func (d Dir) RootPassword() string { return d.Path("auth/root-password") }
 
+// TokenKey holds the token signing key pair of a cluster with etcd authentication.
+func (d Dir) TokenKey() string { return d.Path("auth/token-key") }
+
 // BackupKeysRel is where `steward local up --encrypt-backups` keeps the backup keys, relative
 // to the directory (as cluster.json records it).
 const BackupKeysRel = "backup-keys"
