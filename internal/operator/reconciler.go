@@ -215,6 +215,9 @@ type pass struct {
 	requeue time.Duration
 	// noAnswer is what the members said when asked directly before a fence.
 	noAnswer string
+	// stored are the Events of what this pass's status write records, emitted once it is
+	// stored (a write that loses a race records nothing).
+	stored []func()
 }
 
 func (p *pass) fail(code string, err error) {
@@ -321,9 +324,12 @@ func (r *ClusterReconciler) act(ctx context.Context, ec *v1alpha1.EtcdCluster, o
 		switch s := rec.Started; {
 		case s != nil:
 			restore := &v1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Namespace: ec.Namespace, Name: s.Name, UID: s.UID}}
-			r.Recorder.Eventf(ec, restore, corev1.EventTypeWarning, "RestoreStarted", "Restore",
-				"EtcdRestore %s: directive %d restores %s: every member is stopped, one restores it and starts alone, the others rejoin it; "+
-					"the full snapshot %s (revision %d) keeps the present restorable", s.Name, rec.Status.Directive.Epoch, s.Target.Point(), s.Snapshot.Key, s.Snapshot.Revision)
+			epoch := rec.Status.Directive.Epoch
+			p.stored = append(p.stored, func() {
+				r.Recorder.Eventf(ec, restore, corev1.EventTypeWarning, "RestoreStarted", "Restore",
+					"EtcdRestore %s: directive %d restores %s: every member is stopped, one restores it and starts alone, the others rejoin it; "+
+						"the full snapshot %s (revision %d) keeps the present restorable", s.Name, epoch, s.Target.Point(), s.Snapshot.Key, s.Snapshot.Revision)
+			})
 		case rec.Event != "":
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "Recovery", "Recover", "%s", rec.Event)
 		}
@@ -411,8 +417,9 @@ func (r *ClusterReconciler) caStatus(ctx context.Context, ec *v1alpha1.EtcdClust
 	}
 }
 
-// writeStatus writes the status, observedGeneration last, only when it changed, and says
-// when to come back: the next deadline, or sooner when the pass met errors.
+// writeStatus writes the status, observedGeneration last, only when it changed, with the
+// Events of what it records once stored, and says when to come back: the next deadline, or
+// sooner when the pass met errors.
 func (r *ClusterReconciler) writeStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, status v1alpha1.EtcdClusterStatus, p *pass) (ctrl.Result, error) {
 	// Semantic: times read back from the API server are in the local zone, the computed ones
 	// in UTC; the same instant is no change, and an unchanged status is never written.
@@ -424,6 +431,9 @@ func (r *ClusterReconciler) writeStatus(ctx context.Context, ec *v1alpha1.EtcdCl
 				return ctrl.Result{RequeueAfter: time.Second}, nil
 			}
 			return ctrl.Result{}, err
+		}
+		for _, event := range p.stored {
+			event()
 		}
 	}
 	if len(p.errs) > 0 {

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,8 +24,8 @@ import (
 // TestRestoreRequestOneWriterOfRecovery: the EtcdCluster's status.recovery has one writer,
 // the ClusterReconciler. The RestoreReconciler, ready to start, only records its request in
 // the EtcdRestore's status (it never writes the cluster's status); the ClusterReconciler
-// issues the directive from it, with the RestoreStarted Event; the RestoreReconciler then
-// records the directive's epoch.
+// issues the directive from it, with the RestoreStarted Event once the directive is stored;
+// the RestoreReconciler then records the directive's epoch.
 func TestRestoreRequestOneWriterOfRecovery(t *testing.T) {
 	ctx := context.Background()
 	raw, err := encodeRecovery(heal.Status{LastEpoch: 2})
@@ -59,8 +61,19 @@ func TestRestoreRequestOneWriterOfRecovery(t *testing.T) {
 		},
 	})
 	restores := &RestoreReconciler{Client: restoreClient, APIReader: restoreClient, Recorder: events.NewFakeRecorder(100)}
+	// The cluster reconciler's first status write loses a race: it records nothing.
+	lost := false
+	clusterClient := interceptor.NewClient(base, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if _, ok := obj.(*v1alpha1.EtcdCluster); ok && !lost {
+				lost = true
+				return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("etcdclusters").GroupResource(), obj.GetName(), errors.New("changed meanwhile"))
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
 	recorder := events.NewFakeRecorder(100)
-	clusters := &ClusterReconciler{Client: base, APIReader: base, Recorder: recorder, Image: "steward:test"}
+	clusters := &ClusterReconciler{Client: clusterClient, APIReader: clusterClient, Recorder: recorder, Image: "steward:test"}
 	restoreReq := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(er)}
 	recovery := func() heal.Status {
 		t.Helper()
@@ -98,6 +111,12 @@ func TestRestoreRequestOneWriterOfRecovery(t *testing.T) {
 		t.Fatalf("status.recovery %+v before the cluster's reconciler ran", st)
 	}
 
+	if _, err := clusters.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ec)}); err != nil {
+		t.Fatal(err)
+	}
+	if st := recovery(); st.Directive != nil || drained(recorder, "RestoreStarted") {
+		t.Fatalf("status.recovery %+v: a directive whose write lost its race is neither stored nor announced", st)
+	}
 	if _, err := clusters.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ec)}); err != nil {
 		t.Fatal(err)
 	}
