@@ -10,7 +10,8 @@ const (
 	RestorePending = "Pending"
 	// RestoreSnapshotting: the target was checked; a full snapshot of the present is taken.
 	RestoreSnapshotting = "Snapshotting"
-	// RestoreFencing: the recovery directive is issued; every member is being stopped.
+	// RestoreFencing: the restore is requested of the cluster's reconciler, which issues the
+	// recovery directive; every member is being stopped.
 	RestoreFencing = "Fencing"
 	// RestoreRestoring: one member restores the target and starts alone.
 	RestoreRestoring = "Restoring"
@@ -28,7 +29,8 @@ const (
 	// RestoreConditionSnapshotTaken: a full snapshot of the present is stored.
 	RestoreConditionSnapshotTaken = "SnapshotTaken"
 	// RestoreConditionDirectiveIssued: the recovery directive that carries the restore out is
-	// in the cluster's status.recovery.
+	// in the cluster's status.recovery (False, reason Requested, while the request waits for
+	// the cluster's reconciler to issue it).
 	RestoreConditionDirectiveIssued = "DirectiveIssued"
 	// RestoreConditionComplete: the restore ended (reason Succeeded or Failed).
 	RestoreConditionComplete = "Complete"
@@ -92,6 +94,16 @@ type RestoreSnapshot struct {
 	Time *metav1.Time `json:"time,omitempty"`
 }
 
+// RestoreRequest is an EtcdRestore's request to the EtcdCluster's reconciler to start it.
+type RestoreRequest struct {
+	// AfterEpoch is the cluster's newest recovery epoch (status.recovery's lastEpoch) when the
+	// restore was requested. The directive that carries the restore out is the next one the
+	// cluster issues; once any other is issued first, none is issued for this request, so a
+	// request starts at most one restore.
+	// +kubebuilder:validation:Minimum=0
+	AfterEpoch int64 `json:"afterEpoch"`
+}
+
 // EtcdRestoreStatus is the restore's progress and outcome.
 type EtcdRestoreStatus struct {
 	// ObservedGeneration is the generation this status describes; written last.
@@ -110,8 +122,13 @@ type EtcdRestoreStatus struct {
 	// Snapshot is the full snapshot of the present taken first.
 	// +optional
 	Snapshot *RestoreSnapshot `json:"snapshot,omitempty"`
+	// Request asks the EtcdCluster's reconciler, the one writer of the cluster's
+	// status.recovery, to start the restore (to status.target): recorded once the target is
+	// checked and the full snapshot stored, before anything is stopped.
+	// +optional
+	Request *RestoreRequest `json:"request,omitempty"`
 	// Epoch is the recovery directive that carries the restore out (the cluster's
-	// status.recovery); recorded before the directive is written, so that it is issued once.
+	// status.recovery), recorded once the cluster's reconciler has issued it.
 	// +optional
 	Epoch int64 `json:"epoch,omitempty"`
 	// RestoredRevision is the revision the restored member started at.

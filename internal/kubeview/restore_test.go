@@ -20,13 +20,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// TestEtcdRestoreStartsOnRealMembers runs the EtcdRestore reconciler against a real member
-// and its real backups, up to the directive: the full snapshot is taken by the real sidecar,
-// the target is checked by the real sidecar's dry run of the restore against the store it backs
-// up to, and the directive the members would carry out names that target on that timeline.
-// A timeline the store does not hold fails before the directive. The member then carries the
-// directive out, the test playing the operator's fencing and heal's choice of seed (no
-// operator runs here): restored in place to exactly the target.
+// TestEtcdRestoreOnARealMember runs the EtcdRestore reconciler against a real member
+// and its real backups, up to its request to start: the full snapshot is taken by the real
+// sidecar, the target is checked by the real sidecar's dry run of the restore against the
+// store it backs up to, and the request names that target on that timeline. A timeline the
+// store does not hold fails before the request. The member then carries the directive out,
+// the test playing the cluster reconciler's part (the directive issued from the request, the
+// fencing) and heal's choice of seed (no operator runs here): restored in place to exactly
+// the target.
 func TestEtcdRestoreOnARealMember(t *testing.T) {
 	c := needAPI(t)
 	ns, ms := newCluster(t, c, 1)
@@ -83,12 +84,8 @@ func TestEtcdRestoreOnARealMember(t *testing.T) {
 
 	rr := &operator.RestoreReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100),
 		Sidecars: sidecars(t, c, ns)}
-	run := func(name string, spec v1alpha1.EtcdRestoreSpec, until func(*v1alpha1.EtcdRestore) bool) *v1alpha1.EtcdRestore {
+	follow := func(name string, until func(*v1alpha1.EtcdRestore) bool) *v1alpha1.EtcdRestore {
 		t.Helper()
-		spec.Cluster = "c"
-		if err := c.Create(ctx, &v1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}); err != nil {
-			t.Fatal(err)
-		}
 		er := &v1alpha1.EtcdRestore{}
 		testutil.Eventually(t, 60*time.Second, name, func() error {
 			if _, err := rr.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}}); err != nil {
@@ -104,6 +101,14 @@ func TestEtcdRestoreOnARealMember(t *testing.T) {
 		})
 		return er
 	}
+	run := func(name string, spec v1alpha1.EtcdRestoreSpec, until func(*v1alpha1.EtcdRestore) bool) *v1alpha1.EtcdRestore {
+		t.Helper()
+		spec.Cluster = "c"
+		if err := c.Create(ctx, &v1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+		return follow(name, until)
+	}
 
 	// A timeline the store does not hold: refused by the dry run, before any directive.
 	tl := int64(99)
@@ -118,15 +123,24 @@ func TestEtcdRestoreOnARealMember(t *testing.T) {
 	}
 
 	er := run("good", v1alpha1.EtcdRestoreSpec{Revision: &target}, func(er *v1alpha1.EtcdRestore) bool {
-		return er.Status.Phase == v1alpha1.RestoreFencing && er.Status.Epoch != 0
+		return er.Status.Phase == v1alpha1.RestoreFencing && er.Status.Request != nil
 	})
 	snap, checked := er.Status.Snapshot, er.Status.Target
 	if snap == nil || snap.Revision < target+10 || snap.Timeline < 1 || !strings.Contains(snap.Key, "/full/") {
 		t.Fatalf("snapshot %+v: want a full snapshot of the present, at revision %d or later", snap, target+10)
 	}
-	if checked == nil || !strings.Contains(checked.Checked, fmt.Sprintf("against the store: timeline %d gives revision %d", snap.Timeline, target)) {
-		t.Fatalf("target %+v", checked)
+	if checked == nil || !strings.Contains(checked.Checked, fmt.Sprintf("against the store: timeline %d gives revision %d", snap.Timeline, target)) ||
+		checked.Revision != target || checked.Timeline != snap.Timeline {
+		t.Fatalf("target %+v: want revision %d pinned to timeline %d", checked, target, snap.Timeline)
 	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &ec); err != nil || ec.Status.Recovery != nil {
+		t.Fatalf("the EtcdRestore's reconciler wrote the cluster's status.recovery: %v %+v", err, ec.Status.Recovery)
+	}
+	// The test plays the cluster's reconciler: it issues the directive the request asks for.
+	issued := time.Now()
+	writeRecovery(t, c, ns, "c", cluster.Directive{Epoch: er.Status.Request.AfterEpoch + 1, Phase: cluster.PhaseFencing,
+		Restore: &cluster.RestoreTarget{Revision: checked.Revision, Timeline: uint32(checked.Timeline)}, IssuedAt: issued, PhaseSince: issued})
+	er = follow("good", func(er *v1alpha1.EtcdRestore) bool { return er.Status.Epoch != 0 })
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &ec); err != nil {
 		t.Fatal(err)
 	}

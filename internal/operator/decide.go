@@ -48,6 +48,9 @@ const (
 	// CaseQuorumAnswers: the evidence says the quorum is lost, but a member, asked directly,
 	// answers a linearizable read: the recovery is withdrawn and nothing is fenced.
 	CaseQuorumAnswers Case = "QuorumAnswersLinearizableRead"
+	// CaseRestoreRequested: an EtcdRestore requests its restore in place, and no directive
+	// was issued since: the directive that carries it out is issued, and every member fenced.
+	CaseRestoreRequested Case = "RestoreRequested"
 )
 
 // Reasons of the cluster's conditions that more than one step sets or tests look for.
@@ -361,6 +364,9 @@ func Decide(o Observation) Decision {
 			names = append(names, fmt.Sprintf("%s-%d", o.Name, i))
 		}
 		out := decideRecovery(o, names, d.Members, rec)
+		if out.Started != nil {
+			addCase(&d, CaseRestoreRequested)
+		}
 		if out.Withdrawn {
 			addCase(&d, CaseQuorumAnswers)
 			d.QuorumLost = false

@@ -638,22 +638,27 @@ func TestDecideBootstrapRestore(t *testing.T) {
 	}
 }
 
-// TestDecideRestoreInPlace: an EtcdRestore's directive (heal.StartRestore) on a healthy,
-// formed cluster: every pod older than it is fenced, nothing is scaled, and Progressing says
-// Restoring with the target.
+// TestDecideRestoreInPlace: an EtcdRestore's request (RestoreRequested) issues the
+// directive that carries its target, whose epoch moves past the request's: the next pass,
+// from the persisted directive, issues none again. Every member is fenced, nothing scaled,
+// Progressing says Restoring. A request another epoch overtook, or made while a directive is
+// in force, issues nothing.
 func TestDecideRestoreInPlace(t *testing.T) {
 	w := healthy(3)
 	w.o.Previous.ClusterID = "c1"
 	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
-	hd, err := heal.StartRestore(heal.Observation{Now: t0}, cluster.RestoreTarget{Revision: 400, Timeline: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
 	w.o.Desired = 5 // a scale asked for meanwhile waits
-	w.o.Recovery = &Recovery{Status: hd.Status, Timing: heal.DefaultTiming}
+	target := cluster.RestoreTarget{Revision: 400, Timeline: 2}
+	req := &RestoreRequest{Name: "back", UID: "er-uid", Target: target, AfterEpoch: 2}
+	rec := &Recovery{Status: heal.Status{LastEpoch: 2}, Timing: heal.DefaultTiming, RestoreRequest: req}
+	w.o.Recovery = rec
 	d := Decide(w.o)
-	if dir := d.Recovery.Status.Directive; dir == nil || dir.Phase != cluster.PhaseFencing || dir.Restore == nil || dir.Restore.Revision != 400 {
+	dir := d.Recovery.Status.Directive
+	if dir == nil || dir.Phase != cluster.PhaseFencing || dir.Epoch != 3 || dir.Restore == nil || *dir.Restore != target {
 		t.Fatalf("directive %+v", dir)
+	}
+	if !slices.Contains(d.Cases, CaseRestoreRequested) || d.Recovery.Started != req {
+		t.Errorf("cases %v, started %+v: the request's directive is issued", d.Cases, d.Recovery.Started)
 	}
 	if len(d.Recovery.FencePods) != 3 || d.StatefulSetReplicas != 3 {
 		t.Errorf("fence %v, replicas %d: every member is stopped, nothing scaled", d.Recovery.FencePods, d.StatefulSetReplicas)
@@ -661,6 +666,32 @@ func TestDecideRestoreInPlace(t *testing.T) {
 	c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionProgressing)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "Restoring" || !strings.Contains(c.Message, "restoring revision 400") {
 		t.Errorf("Progressing %+v", c)
+	}
+
+	// The directive persisted, the request still there (its epoch not recorded yet): the
+	// directive goes on, none is issued again.
+	rec.Status = d.Recovery.Status
+	w.o.Now = t0.Add(time.Second)
+	d = Decide(w.o)
+	if got := d.Recovery.Status.Directive; got == nil || got.Epoch != 3 || d.Recovery.Started != nil || slices.Contains(d.Cases, CaseRestoreRequested) {
+		t.Errorf("directive %+v, started %+v, cases %v: the request was answered", got, d.Recovery.Started, d.Cases)
+	}
+	// Retired, the request still there: nothing is issued.
+	rec.Status = heal.Status{LastEpoch: 3, LastRecovery: dir}
+	if d := Decide(w.o); d.Recovery.Status.Directive != nil || d.Recovery.Started != nil {
+		t.Errorf("directive %+v after the request's retired", d.Recovery.Status.Directive)
+	}
+
+	// Another epoch was issued after the request: the request is not the cluster's present.
+	rec.Status = heal.Status{LastEpoch: 4}
+	if d := Decide(w.o); d.Recovery.Status.Directive != nil || d.Recovery.Started != nil {
+		t.Errorf("directive %+v from a request another epoch overtook", d.Recovery.Status.Directive)
+	}
+	// A directive in force at the request's epoch (a view behind the request's): it goes on.
+	quorumLoss := &cluster.Directive{Epoch: 2, Phase: cluster.PhaseFencing, IssuedAt: t0, PhaseSince: t0}
+	rec.Status = heal.Status{LastEpoch: 2, Directive: quorumLoss}
+	if d := Decide(w.o); d.Recovery.Started != nil || d.Recovery.Status.Directive == nil || d.Recovery.Status.Directive.Restore != nil {
+		t.Errorf("directive %+v, started %+v: a directive in force refuses the request", d.Recovery.Status.Directive, d.Recovery.Started)
 	}
 }
 

@@ -81,9 +81,10 @@ type ClusterReconciler struct {
 }
 
 // SetupWithManager registers the reconciler: it watches EtcdClusters, the objects they own,
-// and the member pods. A Lease renewal wakes nothing, but for the first after a lapse: a
-// member Lease wakes it when its holder changes, and the lease clock wakes it when a Lease
-// lapses. Renewals are noted on the lease clock as they arrive.
+// the member pods, and the EtcdRestores' requests to start. A Lease renewal wakes nothing,
+// but for the first after a lapse: a member Lease wakes it when its holder changes, and the
+// lease clock wakes it when a Lease lapses. Renewals are noted on the lease clock as they
+// arrive.
 func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.leases.expired = make(chan event.GenericEvent, 64)
 	holderChanged := predicate.Funcs{
@@ -108,6 +109,20 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		n, ok2 := e.ObjectNew.(*v1alpha1.EtcdMember)
 		return !ok1 || !ok2 || kubeview.ChangedAtOnce(o, n)
 	}}
+	// An EtcdRestore wakes its cluster when its request to start is recorded (and when it
+	// appears, as every object does when the operator starts).
+	requestChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1alpha1.EtcdRestore)
+		n, ok2 := e.ObjectNew.(*v1alpha1.EtcdRestore)
+		return !ok1 || !ok2 || !reflect.DeepEqual(o.Status.Request, n.Status.Request)
+	}}
+	restoreToCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		er, ok := o.(*v1alpha1.EtcdRestore)
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: er.Namespace, Name: er.Spec.Cluster}}}
+	})
 	podToCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[LabelCluster]
 		if name == "" {
@@ -128,6 +143,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1alpha1.EtcdMember{}, builder.WithPredicates(reportChanged)).
 		Watches(&corev1.Pod{}, podToCluster).
 		Watches(&corev1.PersistentVolumeClaim{}, podToCluster).
+		Watches(&v1alpha1.EtcdRestore{}, restoreToCluster, builder.WithPredicates(requestChanged)).
 		WatchesRawSource(source.Channel(r.leases.expired, &handler.EnqueueRequestForObject{})).
 		Named("etcdcluster").
 		// Clusters are independent: several reconcile at once (one cluster never twice at once).
@@ -199,6 +215,9 @@ type pass struct {
 	requeue time.Duration
 	// noAnswer is what the members said when asked directly before a fence.
 	noAnswer string
+	// stored are the Events of what this pass's status write records, emitted once it is
+	// stored (a write that loses a race records nothing).
+	stored []func()
 }
 
 func (p *pass) fail(code string, err error) {
@@ -302,7 +321,16 @@ func (r *ClusterReconciler) act(ctx context.Context, ec *v1alpha1.EtcdCluster, o
 		case !persisted:
 			p.requeue = time.Second // the directive is written with the status; the next pass fences
 		}
-		if rec.Event != "" {
+		switch s := rec.Started; {
+		case s != nil:
+			restore := &v1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Namespace: ec.Namespace, Name: s.Name, UID: s.UID}}
+			epoch := rec.Status.Directive.Epoch
+			p.stored = append(p.stored, func() {
+				r.Recorder.Eventf(ec, restore, corev1.EventTypeWarning, "RestoreStarted", "Restore",
+					"EtcdRestore %s: directive %d restores %s: every member is stopped, one restores it and starts alone, the others rejoin it; "+
+						"the full snapshot %s (revision %d) keeps the present restorable", s.Name, epoch, s.Target.Point(), s.Snapshot.Key, s.Snapshot.Revision)
+			})
+		case rec.Event != "":
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "Recovery", "Recover", "%s", rec.Event)
 		}
 	}
@@ -389,8 +417,9 @@ func (r *ClusterReconciler) caStatus(ctx context.Context, ec *v1alpha1.EtcdClust
 	}
 }
 
-// writeStatus writes the status, observedGeneration last, only when it changed, and says
-// when to come back: the next deadline, or sooner when the pass met errors.
+// writeStatus writes the status, observedGeneration last, only when it changed, with the
+// Events of what it records once stored, and says when to come back: the next deadline, or
+// sooner when the pass met errors.
 func (r *ClusterReconciler) writeStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, status v1alpha1.EtcdClusterStatus, p *pass) (ctrl.Result, error) {
 	// Semantic: times read back from the API server are in the local zone, the computed ones
 	// in UTC; the same instant is no change, and an unchanged status is never written.
@@ -402,6 +431,9 @@ func (r *ClusterReconciler) writeStatus(ctx context.Context, ec *v1alpha1.EtcdCl
 				return ctrl.Result{RequeueAfter: time.Second}, nil
 			}
 			return ctrl.Result{}, err
+		}
+		for _, event := range p.stored {
+			event()
 		}
 	}
 	if len(p.errs) > 0 {
@@ -901,6 +933,11 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 		}
 		rec.Status = st
 	}
+	var restores v1alpha1.EtcdRestoreList
+	if err := r.Client.List(ctx, &restores, client.InNamespace(ec.Namespace)); err != nil {
+		return o, err
+	}
+	rec.RestoreRequest = restoreRequest(ec, restores.Items)
 	o.Recovery = &rec
 	if b := ec.Spec.Bootstrap; b != nil && b.Restore != nil {
 		t := cluster.RestoreTarget{Store: b.Restore.Store}

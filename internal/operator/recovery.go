@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Recovery holds what the quorum-loss recovery needs beyond the member status: the state
@@ -26,9 +27,28 @@ type Recovery struct {
 	// CancelRestore is the epoch of a restore in place to withdraw (0: none): an EtcdRestore
 	// deleted while its restore runs.
 	CancelRestore int64
+	// RestoreRequest is an EtcdRestore's request to start its restore in place (nil: none).
+	RestoreRequest *RestoreRequest
 	// Backup is what the store holds, as the backup leader last published it.
 	Backup heal.Backup
 	Timing heal.Timing
+}
+
+// RestoreRequest is an EtcdRestore's request to restore the cluster in place (its
+// status.request): its reconciler has stored the full snapshot of the present and checked
+// the target; the cluster's reconciler, the one writer of status.recovery, issues the
+// directive that carries it out.
+type RestoreRequest struct {
+	// Name and UID are the EtcdRestore's.
+	Name string
+	UID  types.UID
+	// Target is the point to restore (its status.target), from the cluster's own store.
+	Target cluster.RestoreTarget
+	// AfterEpoch is status.recovery's lastEpoch when the restore was requested: the directive
+	// is issued only while it still is, and so once.
+	AfterEpoch int64
+	// Snapshot is the full snapshot of the present taken first.
+	Snapshot v1alpha1.RestoreSnapshot
 }
 
 // recoveryOutcome is what the recovery step decided.
@@ -43,6 +63,8 @@ type recoveryOutcome struct {
 	// Withdrawn: a quorum-loss recovery was about to fence the members, or was fencing
 	// them, but a member answered a linearizable read (Observation.QuorumAnswers).
 	Withdrawn bool
+	// Started is the restore request whose directive this outcome issues (nil: none).
+	Started *RestoreRequest
 }
 
 // FencesForQuorumLoss says whether the outcome stops members because the quorum is lost: a
@@ -54,10 +76,12 @@ func (out recoveryOutcome) FencesForQuorumLoss() bool {
 }
 
 // decideRecovery moves a quorum-loss recovery one step with heal.Decide, from the members'
-// reports and readiness. A member counts as stopped once its pod is gone or was created after
-// the directive: its sidecar then holds its etcd until the directive says otherwise. A pod
-// that cannot be deleted (its node is lost) never counts as stopped, and the recovery waits
-// for it, as it must: its etcd may still serve.
+// reports and readiness; or starts the restore an EtcdRestore requests (heal.StartRestore),
+// or withdraws the one its deletion cancels (heal.CancelRestoreOf). A member counts as
+// stopped once its pod is gone or was created after the directive: its sidecar then holds
+// its etcd until the directive says otherwise. A pod that cannot be deleted (its node is
+// lost) never counts as stopped, and the recovery waits for it, as it must: its etcd may
+// still serve.
 //
 // The members are the desired ones (names), with what the status says of them: a member whose
 // pod does not exist yet is still a member of the recovery.
@@ -85,6 +109,13 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 			return withFence(o, recoveryOutcome{Status: dec.Status, Event: dec.Event})
 		case !errors.Is(err, heal.ErrRestoreNotInForce):
 			refused = err.Error()
+		}
+	}
+	if req := rec.RestoreRequest; req != nil && st.LastEpoch == req.AfterEpoch {
+		// The new directive moves lastEpoch past the request's, so a request starts one
+		// restore. A directive in force refuses it (StartRestore): the request waits.
+		if dec, err := heal.StartRestore(ho, req.Target); err == nil {
+			return withFence(o, recoveryOutcome{Status: dec.Status, Event: dec.Event, Started: req})
 		}
 	}
 	dec := heal.Decide(ho)

@@ -10,8 +10,6 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
-	"github.com/etcd-steward/steward/internal/heal"
-	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -19,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,14 +38,14 @@ import (
 //  3. check the target against the store (a dry run of the restore the seed will run) and
 //     against that snapshot, so that a target the store cannot give fails before anything
 //     is stopped;
-//  4. record the directive's epoch, then write the directive (heal.StartRestore) into the
-//     cluster's status.recovery: the ClusterReconciler carries it out (fence, restore into
-//     one member, rejoin the others);
-//  5. follow the directive until it retires: Succeeded with the restored revision and the
-//     new cluster ID.
+//  4. request the restore (status.request) of the ClusterReconciler, the one writer of the
+//     cluster's status.recovery: it issues the directive (heal.StartRestore) and carries it
+//     out (fence, restore into one member, rejoin the others);
+//  5. record the directive's epoch once it is issued, and follow the directive until it
+//     retires: Succeeded with the restored revision and the new cluster ID.
 //
 // Nothing is stopped before step 4; from then on a finalizer keeps the EtcdRestore until
-// the restore is over.
+// the restore is over. This reconciler never writes the EtcdCluster's status.
 type RestoreReconciler struct {
 	Client client.Client
 	// APIReader reads the EtcdRestore uncached before its full snapshot is taken.
@@ -123,7 +120,7 @@ func (r *RestoreReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, err
 	}
-	if er.Status.Epoch == 0 && !terminal(er.Status.Phase) {
+	if er.Status.Epoch == 0 && er.Status.Request == nil && !terminal(er.Status.Phase) {
 		rival, err := r.rival(ctx, er)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -156,8 +153,8 @@ func (r *RestoreReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 			r.setCondition(er, v1alpha1.RestoreConditionTargetChecked, true, "Checked", t.Checked)
 		}
 		return ctrl.Result{}, r.writeStatus(ctx, er, ec, dec, before)
-	case stepIssue:
-		return r.issue(ctx, er, ec, o, dec, before)
+	case stepRequest:
+		return r.request(ctx, er, ec, o, dec, before)
 	case stepCancel:
 		if want := strconv.FormatInt(dec.Cancel, 10); ec.Annotations[v1alpha1.AnnotationCancelRestore] != want {
 			patch := client.MergeFrom(ec.DeepCopy())
@@ -188,8 +185,8 @@ func (r *RestoreReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	case er.Status.Phase == v1alpha1.RestoreSnapshotting:
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil // the deltas catch up within a delta period
 	}
-	// The directive moves with the EtcdCluster's status, which wakes this reconciler; the
-	// requeue is a backstop.
+	// The directive is issued and moves with the EtcdCluster's status, which wakes this
+	// reconciler; the requeue is a backstop.
 	return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
 }
 
@@ -230,13 +227,44 @@ func (r *RestoreReconciler) rival(ctx context.Context, er *v1alpha1.EtcdRestore)
 		if o.Status.Epoch != 0 || (o.Status.Phase != "" && o.Status.Phase != v1alpha1.RestorePending) {
 			return o.Name, nil
 		}
-		older := o.CreationTimestamp.Before(&er.CreationTimestamp) ||
-			(o.CreationTimestamp.Equal(&er.CreationTimestamp) && o.Name < er.Name)
-		if older && o.DeletionTimestamp.IsZero() {
+		if goesBefore(&o, er) && o.DeletionTimestamp.IsZero() {
 			return o.Name, nil
 		}
 	}
 	return "", nil
+}
+
+// goesBefore: of two restores of a cluster, a goes first (the older, by creation, then name).
+func goesBefore(a, b *v1alpha1.EtcdRestore) bool {
+	return a.CreationTimestamp.Before(&b.CreationTimestamp) ||
+		(a.CreationTimestamp.Equal(&b.CreationTimestamp) && a.Name < b.Name)
+}
+
+// restoreRequest is the request to start of the EtcdRestores of ec (nil: none), for the
+// ClusterReconciler. Read from the cache: a request once recorded is never withdrawn (only
+// answered, by a directive or by another epoch issued first), and the directive is issued
+// only while status.recovery's lastEpoch is the request's, which the status write checks
+// (its resourceVersion). One restore asks at a time (rival); were two ever to, the one that
+// goes first is taken.
+func restoreRequest(ec *v1alpha1.EtcdCluster, restores []v1alpha1.EtcdRestore) *RestoreRequest {
+	var first *v1alpha1.EtcdRestore
+	for i := range restores {
+		er := &restores[i]
+		if er.Spec.Cluster != ec.Name || er.Status.Request == nil || er.Status.Epoch != 0 || terminal(er.Status.Phase) {
+			continue
+		}
+		if first == nil || goesBefore(er, first) {
+			first = er
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	req := &RestoreRequest{Name: first.Name, UID: first.UID, Target: restoreTarget(first.Status), AfterEpoch: first.Status.Request.AfterEpoch}
+	if s := first.Status.Snapshot; s != nil {
+		req.Snapshot = *s
+	}
+	return req
 }
 
 // snapshot takes the full snapshot of the present through a sidecar (step 2). Snapshotting
@@ -321,12 +349,12 @@ func checkedTarget(t v1alpha1.RestoreTargetStatus, storeURL string, res restore.
 	return t, nil
 }
 
-// issue starts the restore (step 4), exactly once: the finalizer first (a restore that has
-// fenced must finish), then the directive's epoch in the EtcdRestore's status, then the
-// directive in the cluster's status.recovery. A pass that finds the epoch recorded but no
-// directive of it (the operator restarted in between, or the cluster's write lost a race)
-// writes it then; one that finds it written follows it (decideCommitted).
-func (r *RestoreReconciler) issue(ctx context.Context, er *v1alpha1.EtcdRestore, ec *v1alpha1.EtcdCluster, o restoreObservation, dec restoreDecision, before *v1alpha1.EtcdRestoreStatus) (ctrl.Result, error) {
+// request asks the ClusterReconciler to start the restore (step 4): the finalizer first (a
+// restore that may fence must finish), then the target pinned (status.target) and the
+// request (status.request) in one status write. The cluster's reconciler issues the
+// directive from its own observation; the next passes record its epoch and follow it
+// (decideRequested).
+func (r *RestoreReconciler) request(ctx context.Context, er *v1alpha1.EtcdRestore, ec *v1alpha1.EtcdCluster, o restoreObservation, dec restoreDecision, before *v1alpha1.EtcdRestoreStatus) (ctrl.Result, error) {
 	if controllerutil.AddFinalizer(er, v1alpha1.RestoreFinalizer) {
 		if err := r.Client.Update(ctx, er); err != nil {
 			if apierrors.IsConflict(err) {
@@ -335,70 +363,20 @@ func (r *RestoreReconciler) issue(ctx context.Context, er *v1alpha1.EtcdRestore,
 			return ctrl.Result{}, err
 		}
 	}
-	members, err := r.healMembers(ctx, ec)
-	if err != nil {
-		return ctrl.Result{}, err
+	t := dec.Target
+	checked := ""
+	if er.Status.Target != nil {
+		checked = er.Status.Target.Checked
 	}
-	st := o.Recovery
-	st.ClusterID, st.Voters = ec.Status.ClusterID, toMemberVoters(ec.Status.Voters)
-	hd, err := heal.StartRestore(heal.Observation{Now: o.Now, Status: st, Members: members}, dec.Target)
-	if err != nil {
-		dec.Phase, dec.Message = v1alpha1.RestoreFailed, err.Error()
-		return ctrl.Result{}, r.writeStatus(ctx, er, ec, dec, before)
+	er.Status.Target = &v1alpha1.RestoreTargetStatus{Revision: t.Revision, Timeline: int64(t.Timeline), Checked: checked}
+	if !t.Time.IsZero() {
+		tt := metav1.NewTime(t.Time)
+		er.Status.Target.Time = &tt
 	}
-	epoch := hd.Status.Directive.Epoch
-	if er.Status.Epoch != epoch {
-		er.Status.Epoch = epoch
-		t := dec.Target
-		checked := ""
-		if er.Status.Target != nil {
-			checked = er.Status.Target.Checked
-		}
-		er.Status.Target = &v1alpha1.RestoreTargetStatus{Revision: t.Revision, Timeline: int64(t.Timeline), Checked: checked}
-		if !t.Time.IsZero() {
-			tt := metav1.NewTime(t.Time)
-			er.Status.Target.Time = &tt
-		}
-		if err := r.writeStatus(ctx, er, ec, dec, before); err != nil {
-			return ctrl.Result{}, err
-		}
-		before = er.Status.DeepCopy()
-	}
-	raw, err := encodeRecovery(hd.Status)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	ec.Status.Recovery = &runtime.RawExtension{Raw: raw}
-	if err := r.Client.Status().Update(ctx, ec); err != nil {
-		if apierrors.IsConflict(err) {
-			// The cluster's status moved meanwhile: decide again from the new one.
-			return ctrl.Result{RequeueAfter: time.Second}, nil
-		}
-		return ctrl.Result{}, err
-	}
-	r.Recorder.Eventf(ec, er, corev1.EventTypeWarning, "RestoreStarted", "Restore",
-		"EtcdRestore %s: directive %d restores %s: every member is stopped, one restores it and starts alone, the others rejoin it; "+
-			"the full snapshot %s (revision %d) keeps the present restorable", er.Name, epoch, dec.Target.Point(), er.Status.Snapshot.Key, er.Status.Snapshot.Revision)
-	r.setCondition(er, v1alpha1.RestoreConditionDirectiveIssued, true, "Issued", fmt.Sprintf("directive %d in EtcdCluster %s's status.recovery", epoch, ec.Name))
-	return ctrl.Result{}, r.writeStatus(ctx, er, ec, dec, before)
-}
-
-// healMembers are the cluster's members with their reports, for heal.StartRestore (a new
-// epoch is above every epoch a member reports having carried out).
-func (r *RestoreReconciler) healMembers(ctx context.Context, ec *v1alpha1.EtcdCluster) ([]heal.Member, error) {
-	var ems v1alpha1.EtcdMemberList
-	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), client.MatchingLabels(selectorLabels(ec))); err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(ems.Items))
-	reports := map[string]cluster.Report{}
-	for i := range ems.Items {
-		names = append(names, ems.Items[i].Name)
-		if rep, ok := kubeview.MemberReport(&ems.Items[i], time.Time{}); ok {
-			reports[ems.Items[i].Name] = rep
-		}
-	}
-	return heal.Members(statusMembers(names, ec.Status.Members, reports), nil), nil
+	er.Status.Request = &v1alpha1.RestoreRequest{AfterEpoch: o.Recovery.LastEpoch}
+	r.setCondition(er, v1alpha1.RestoreConditionDirectiveIssued, false, "Requested",
+		fmt.Sprintf("requested of EtcdCluster %s's reconciler, which issues the directive after epoch %d", ec.Name, o.Recovery.LastEpoch))
+	return ctrl.Result{RequeueAfter: 30 * time.Second}, r.writeStatus(ctx, er, ec, dec, before)
 }
 
 func (r *RestoreReconciler) setCondition(er *v1alpha1.EtcdRestore, typ string, ok bool, reason, msg string) {
@@ -406,9 +384,10 @@ func (r *RestoreReconciler) setCondition(er *v1alpha1.EtcdRestore, typ string, o
 		ObservedGeneration: er.Generation, LastTransitionTime: metav1.NewTime(r.now())})
 }
 
-// writeStatus records a decision: phase, message, the seed's acknowledgement, times, the
-// Complete condition, Events on a phase change, and observedGeneration last. A status
-// unchanged since before (as last read or written) is not written.
+// writeStatus records a decision: phase, message, the directive's epoch once issued, the
+// seed's acknowledgement, times, the Complete condition, Events on a phase change, and
+// observedGeneration last. A status unchanged since before (as last read or written) is not
+// written.
 func (r *RestoreReconciler) writeStatus(ctx context.Context, er *v1alpha1.EtcdRestore, ec *v1alpha1.EtcdCluster, dec restoreDecision, before *v1alpha1.EtcdRestoreStatus) error {
 	st := &er.Status
 	now := metav1.NewTime(r.now().Truncate(time.Second))
@@ -422,6 +401,10 @@ func (r *RestoreReconciler) writeStatus(ctx context.Context, er *v1alpha1.EtcdRe
 		r.phaseEvent(er, ec, dec)
 	}
 	st.Phase, st.Message = dec.Phase, dec.Message
+	if dec.Epoch != 0 && st.Epoch == 0 {
+		st.Epoch = dec.Epoch
+		r.setCondition(er, v1alpha1.RestoreConditionDirectiveIssued, true, "Issued", fmt.Sprintf("directive %d in EtcdCluster %s's status.recovery", dec.Epoch, er.Spec.Cluster))
+	}
 	if st.Epoch != 0 && dec.Phase != v1alpha1.RestoreFencing && !terminal(dec.Phase) {
 		r.setCondition(er, v1alpha1.RestoreConditionDirectiveIssued, true, "Issued", fmt.Sprintf("directive %d", st.Epoch))
 	}

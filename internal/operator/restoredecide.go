@@ -24,8 +24,9 @@ const (
 	// stepCheck: check the target against the backup store (after the snapshot, whose
 	// timeline is the cluster's present history).
 	stepCheck
-	// stepIssue: record the directive's epoch in the EtcdRestore, then write the directive.
-	stepIssue
+	// stepRequest: record the request to start (status.request) for the cluster's
+	// reconciler, which issues the directive.
+	stepRequest
 	// stepRelease: the EtcdRestore is being deleted and nothing was fenced: let it go.
 	stepRelease
 	// stepCancel: the EtcdRestore is being deleted while its restore runs: ask the cluster's
@@ -56,8 +57,11 @@ type restoreDecision struct {
 	Phase string
 	// Message is the new status.message.
 	Message string
-	// Target is the point handed to the members (stepIssue).
+	// Target is the point handed to the members (stepRequest).
 	Target cluster.RestoreTarget
+	// Epoch is the directive the cluster's reconciler issued for the request, to record
+	// (0: none yet, or recorded already).
+	Epoch int64
 	// Ack is the seed's acknowledgement, once the restored member serves.
 	Ack *cluster.DirectiveResult
 	// Cancel is the epoch of the directive to withdraw (stepCancel).
@@ -70,25 +74,29 @@ func terminal(phase string) bool {
 
 // decideRestore moves an EtcdRestore one step. It is pure.
 //
-// Before the directive's epoch is recorded (not committed) nothing is stopped: every refusal
-// fails the restore with what to do, every wait ends after restoreWait, and a deletion lets
-// the object go. Once the epoch is recorded, the restore follows the directive of that epoch
-// (or a later one with the same target: a recovery that restarts keeps an unreached target)
-// until it retires; a deletion waits for that (the finalizer).
+// Before the restore is requested of the cluster's reconciler (uncommitted) nothing is
+// stopped: every refusal fails the restore with what to do, every wait ends after
+// restoreWait, and a deletion lets the object go. A request is answered, never withdrawn:
+// the directive issued for it (its epoch recorded), or another epoch issued first. From the
+// directive on, the restore follows the directive of that epoch (or a later one with the
+// same target: a recovery that restarts keeps an unreached target) until it retires; a
+// deletion waits for that (the finalizer).
 func decideRestore(o restoreObservation) restoreDecision {
 	er := o.Restore
 	st := er.Status
-	if terminal(st.Phase) {
+	switch {
+	case terminal(st.Phase):
 		dec := restoreDecision{Phase: st.Phase, Message: st.Message}
 		if !er.DeletionTimestamp.IsZero() {
 			dec.Step = stepRelease
 		}
 		return dec
+	case st.Epoch != 0:
+		return decideCommitted(o)
+	case st.Request != nil:
+		return decideRequested(o)
 	}
-	if st.Epoch == 0 {
-		return decideUncommitted(o)
-	}
-	return decideCommitted(o)
+	return decideUncommitted(o)
 }
 
 func decideUncommitted(o restoreObservation) restoreDecision {
@@ -145,8 +153,50 @@ func decideUncommitted(o restoreObservation) restoreDecision {
 	if err != nil {
 		return fail("%v (nothing was stopped)", err)
 	}
-	return restoreDecision{Step: stepIssue, Phase: v1alpha1.RestoreFencing, Target: t,
-		Message: fmt.Sprintf("restoring %s: stopping every member of %s", t.Point(), ec.Name)}
+	return restoreDecision{Step: stepRequest, Phase: v1alpha1.RestoreFencing, Target: t,
+		Message: fmt.Sprintf("restoring %s: requested of EtcdCluster %s, whose reconciler issues the directive that stops every member", t.Point(), ec.Name)}
+}
+
+// decideRequested answers a restore requested of the cluster's reconciler: the directive it
+// issued for the request (the first epoch after the request's with its target, in force or
+// retired already) is recorded and followed (decideCommitted); another epoch issued first
+// fails the restore, nothing having been stopped for it; otherwise the request waits, also
+// when the EtcdRestore is deleted meanwhile (the cluster's reconciler may be issuing the
+// directive: once issued, the deletion cancels it).
+func decideRequested(o restoreObservation) restoreDecision {
+	er := o.Restore
+	after := er.Status.Request.AfterEpoch
+	if o.Cluster == nil || !o.Cluster.DeletionTimestamp.IsZero() {
+		return restoreDecision{Phase: v1alpha1.RestoreFailed,
+			Message: fmt.Sprintf("EtcdCluster %s was deleted before the restore's directive was issued (nothing was stopped for it)", er.Spec.Cluster)}
+	}
+	t, rec := restoreTarget(er.Status), o.Recovery
+	for _, d := range []*cluster.Directive{rec.Directive, rec.LastRecovery} {
+		if carries(d, after+1, t) {
+			issued := o
+			issued.Restore = er.DeepCopy()
+			issued.Restore.Status.Epoch = d.Epoch
+			dec := decideCommitted(issued)
+			dec.Epoch = d.Epoch
+			return dec
+		}
+	}
+	if rec.LastEpoch > after {
+		msg := fmt.Sprintf("EtcdCluster %s issued directive %d before the restore's", o.Cluster.Name, rec.LastEpoch)
+		if d := rec.Directive; d != nil {
+			msg = fmt.Sprintf("EtcdCluster %s started recovery %d (%s) before the restore's directive was issued", o.Cluster.Name, d.Epoch, d.Reason)
+		}
+		return restoreDecision{Phase: v1alpha1.RestoreFailed,
+			Message: msg + "; nothing was stopped for the restore: create another EtcdRestore once the cluster is Ready"}
+	}
+	msg := fmt.Sprintf("restoring %s: waiting for EtcdCluster %s's reconciler to issue the directive that stops every member (after epoch %d)", t.Point(), o.Cluster.Name, after)
+	if o.Cluster.Annotations[v1alpha1.AnnotationPaused] == "true" {
+		msg = fmt.Sprintf("EtcdCluster %s is paused (%s=true): the restore starts once it is resumed; ", o.Cluster.Name, v1alpha1.AnnotationPaused) + msg
+	}
+	if !er.DeletionTimestamp.IsZero() {
+		msg = "deleted: the directive is cancelled once issued; " + msg
+	}
+	return restoreDecision{Phase: v1alpha1.RestoreFencing, Message: msg}
 }
 
 // pinTarget is the target handed to the members, checked against the full snapshot taken
@@ -254,17 +304,11 @@ func decideCommitted(o restoreObservation) restoreDecision {
 			msg += fmt.Sprintf("; the cluster has been recovering since (directive %d, %s)", d.Epoch, d.Phase)
 		}
 		return restoreDecision{Phase: v1alpha1.RestoreSucceeded, Message: msg}
-	case rec.LastEpoch < st.Epoch && d == nil:
-		// The epoch was recorded but the directive never written (the operator restarted, or
-		// the write lost a race): write it now, nothing was stopped yet.
-		if !er.DeletionTimestamp.IsZero() {
-			return restoreDecision{Step: stepRelease, Phase: v1alpha1.RestoreFailed, Message: "deleted before the restore started (nothing was stopped)"}
-		}
-		return restoreDecision{Step: stepIssue, Phase: v1alpha1.RestoreFencing, Target: t,
-			Message: fmt.Sprintf("restoring %s: stopping every member of %s", t.Point(), o.Cluster.Name)}
 	case rec.LastEpoch < st.Epoch:
-		return fail("EtcdCluster %s started recovery %d (%s) before the restore's directive was written; nothing was stopped for the restore: "+
-			"create another EtcdRestore once the cluster is Ready", o.Cluster.Name, d.Epoch, d.Reason)
+		// The epoch is recorded from the directive in status.recovery, which never goes back:
+		// this status.recovery was lost or replaced since.
+		return fail("EtcdCluster %s's status.recovery is at epoch %d, below the restore's directive %d: it no longer holds the restore; "+
+			"see the cluster's Events, and create another EtcdRestore once the cluster is Ready", o.Cluster.Name, rec.LastEpoch, st.Epoch)
 	}
 	if !er.DeletionTimestamp.IsZero() && rec.LastEpoch > st.Epoch {
 		return fail("cancelled: the EtcdRestore was deleted before the restored member served; directive %d withdrew the restore "+

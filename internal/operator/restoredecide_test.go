@@ -28,6 +28,9 @@ func TestDecideRestore(t *testing.T) {
 		}
 		return er
 	}
+	requested := func(er *v1alpha1.EtcdRestore) {
+		er.Status = v1alpha1.EtcdRestoreStatus{Phase: v1alpha1.RestoreFencing, Snapshot: snap, Target: checked, Request: &v1alpha1.RestoreRequest{AfterEpoch: 2}}
+	}
 	committed := func(er *v1alpha1.EtcdRestore) {
 		er.Status = v1alpha1.EtcdRestoreStatus{Phase: v1alpha1.RestoreFencing, Epoch: 3, Snapshot: snap, Target: checked}
 	}
@@ -55,6 +58,7 @@ func TestDecideRestore(t *testing.T) {
 		msg       string // a part of the message
 		wantAck   bool
 		wantPinTo uint32
+		wantEpoch int64 // the epoch to record
 	}{
 		{name: "cluster missing: waits", o: restoreObservation{Restore: restoreObj(nil)},
 			phase: v1alpha1.RestorePending, msg: "does not exist"},
@@ -81,9 +85,9 @@ func TestDecideRestore(t *testing.T) {
 			Cluster: newEC(nil), DeltaRevision: 480}, phase: v1alpha1.RestoreSnapshotting, msg: "waiting for the deltas to reach revision 500"},
 		{name: "then the target is checked", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) { er.Status.Snapshot = snap }),
 			Cluster: newEC(nil), DeltaRevision: 500}, step: stepCheck, phase: v1alpha1.RestoreSnapshotting},
-		{name: "then the directive is issued, pinned to the checked timeline", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
+		{name: "then the restore is requested of the cluster's reconciler, pinned to the checked timeline", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			er.Status.Snapshot, er.Status.Target = snap, checked
-		}), Cluster: newEC(nil)}, step: stepIssue, phase: v1alpha1.RestoreFencing, wantPinTo: 2},
+		}), Cluster: newEC(nil)}, step: stepRequest, phase: v1alpha1.RestoreFencing, msg: "requested of EtcdCluster c", wantPinTo: 2},
 		{name: "a revision beyond the snapshot fails before fencing", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			r := int64(501)
 			er.Spec.Revision = &r
@@ -92,14 +96,38 @@ func TestDecideRestore(t *testing.T) {
 		{name: "deleted before anything was stopped: released", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
 			er.DeletionTimestamp, er.Status.Snapshot = &deleted, snap
 		}), Cluster: newEC(nil)}, step: stepRelease},
-		{name: "epoch recorded, directive never written: written now", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
-			Recovery: heal.Status{LastEpoch: 2}}, step: stepIssue, phase: v1alpha1.RestoreFencing, wantPinTo: 2},
-		{name: "epoch recorded, directive never written, deleted: released", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
-			committed(er)
+		{name: "requested: waits for the cluster's reconciler to issue the directive", o: restoreObservation{Restore: restoreObj(requested), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 2}}, phase: v1alpha1.RestoreFencing, msg: "waiting for EtcdCluster c's reconciler to issue the directive"},
+		{name: "requested, paused: says so, waits", o: restoreObservation{Restore: restoreObj(requested), Cluster: newEC(func(ec *v1alpha1.EtcdCluster) {
+			ec.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
+		}), Recovery: heal.Status{LastEpoch: 2}}, phase: v1alpha1.RestoreFencing, msg: "is paused"},
+		{name: "requested, deleted: not released before the request is answered", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
+			requested(er)
 			er.DeletionTimestamp = &deleted
-		}), Cluster: newEC(nil), Recovery: heal.Status{LastEpoch: 2}}, step: stepRelease, phase: v1alpha1.RestoreFailed},
-		{name: "epoch recorded, a quorum-loss recovery took the cluster first: fails", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
-			Recovery: heal.Status{LastEpoch: 2, Directive: directive(2, cluster.PhaseFencing, nil)}}, phase: v1alpha1.RestoreFailed, msg: "before the restore's directive was written"},
+		}), Cluster: newEC(nil), Recovery: heal.Status{LastEpoch: 2}}, phase: v1alpha1.RestoreFencing, msg: "deleted: the directive is cancelled once issued"},
+		{name: "requested, the directive issued: its epoch recorded and followed", o: restoreObservation{Restore: restoreObj(requested), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, cluster.PhaseFencing, &target)}},
+			phase: v1alpha1.RestoreFencing, msg: "directive 3, Fencing", wantEpoch: 3},
+		{name: "requested, deleted, the directive issued: its epoch recorded, cancelled", o: restoreObservation{Restore: restoreObj(func(er *v1alpha1.EtcdRestore) {
+			requested(er)
+			er.DeletionTimestamp = &deleted
+		}), Cluster: newEC(nil), Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, cluster.PhaseFencing, &target)}},
+			step: stepCancel, phase: v1alpha1.RestoreFencing, msg: "cancelling directive 3", wantEpoch: 3},
+		{name: "requested, the restore ran to its end unseen: its epoch recorded, Succeeded", o: restoreObservation{Restore: restoreObj(requested), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, LastRecovery: func() *cluster.Directive {
+				d := directive(3, cluster.PhaseRejoining, &target)
+				d.Ack = ack
+				return d
+			}()}}, phase: v1alpha1.RestoreSucceeded, msg: "revision 400, new cluster c2", wantAck: true, wantEpoch: 3},
+		{name: "requested, a quorum-loss recovery issued first: fails, nothing stopped", o: restoreObservation{Restore: restoreObj(requested), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, cluster.PhaseFencing, nil)}}, phase: v1alpha1.RestoreFailed, msg: "started recovery 3"},
+		{name: "requested, another directive issued and retired first: fails, nothing stopped", o: restoreObservation{Restore: restoreObj(requested), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, LastRecovery: directive(3, cluster.PhaseRejoining, nil)}}, phase: v1alpha1.RestoreFailed, msg: "issued directive 3 before the restore's"},
+		{name: "requested, another target's directive is not this request's", o: restoreObservation{Restore: restoreObj(requested), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, cluster.PhaseFencing, &otherTime)}}, phase: v1alpha1.RestoreFailed, msg: "before the restore's directive was issued"},
+		{name: "requested, cluster deleted: fails", o: restoreObservation{Restore: restoreObj(requested)}, phase: v1alpha1.RestoreFailed, msg: "was deleted before the restore's directive was issued"},
+		{name: "epoch recorded, status.recovery behind it (lost or replaced): fails", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
+			Recovery: heal.Status{LastEpoch: 2}}, phase: v1alpha1.RestoreFailed, msg: "below the restore's directive 3"},
 		{name: "fencing: followed", o: restoreObservation{Restore: restoreObj(committed), Cluster: newEC(nil),
 			Recovery: heal.Status{LastEpoch: 3, Directive: directive(3, cluster.PhaseFencing, &target)}},
 			phase: v1alpha1.RestoreFencing, msg: "directive 3, Fencing"},
@@ -165,7 +193,10 @@ func TestDecideRestore(t *testing.T) {
 			if tc.step == stepCancel && d.Cancel != tc.o.Recovery.Directive.Epoch {
 				t.Errorf("cancel epoch %d, want the directive in force, %d", d.Cancel, tc.o.Recovery.Directive.Epoch)
 			}
-			if tc.step == stepIssue && (d.Target.Timeline != tc.wantPinTo || d.Target.Revision != 400 || d.Target.Store != "") {
+			if d.Epoch != tc.wantEpoch {
+				t.Errorf("epoch to record %d, want %d", d.Epoch, tc.wantEpoch)
+			}
+			if tc.step == stepRequest && (d.Target.Timeline != tc.wantPinTo || d.Target.Revision != 400 || d.Target.Store != "") {
 				t.Errorf("target %+v: want revision 400 of timeline %d from the cluster's own store", d.Target, tc.wantPinTo)
 			}
 		})
