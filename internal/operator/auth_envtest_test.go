@@ -191,6 +191,7 @@ func TestTokenKeySecret(t *testing.T) {
 	forceDelete()
 	poke(t, ns, name, "key-unused")
 	testutil.Eventually(t, 20*time.Second, "a new token key for members that did not use one", func() error {
+		p.step() // the StatefulSet controller sees the edited template
 		var s corev1.Secret
 		if err := get(t, ns, secret, &s); err != nil {
 			return err

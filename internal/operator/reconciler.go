@@ -777,11 +777,37 @@ func (r *ClusterReconciler) checkSecrets(ctx context.Context, ec *v1alpha1.EtcdC
 	return nil
 }
 
-// observe reads what Decide needs.
+// observe reads what Decide needs, by what it reads: the ConfigMap, the StatefulSet, the
+// member pods and Leases, the members' reports with the recovery's record, the volumes.
 func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluster, now time.Time) (Observation, error) {
 	o := Observation{Now: now, Name: ec.Name, Generation: ec.Generation, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1, ConfigMembers: -1,
 		Hibernate:          ec.Annotations[v1alpha1.AnnotationHibernate] == "true",
-		SnapshotBeforeStop: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup}
+		SnapshotBeforeStop: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup,
+		BootstrapRestore:   bootstrapRestore(ec)}
+	sel := client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(selectorLabels(ec))}
+	if err := r.observeConfig(ctx, ec, &o); err != nil {
+		return o, err
+	}
+	if err := r.observeStatefulSet(ctx, ec, &o); err != nil {
+		return o, err
+	}
+	stored, err := r.observeMembers(ctx, ec, sel, &o)
+	if err != nil {
+		return o, err
+	}
+	if err := r.observeReports(ctx, ec, sel, stored, &o); err != nil {
+		return o, err
+	}
+	if err := r.observeVolumes(ctx, ec, sel, &o); err != nil {
+		return o, err
+	}
+	o.Formed = ec.Status.ClusterID != "" || slices.ContainsFunc(ec.Status.Members, func(m v1alpha1.MemberStatus) bool { return m.ID != "" }) ||
+		slices.ContainsFunc(o.Members, func(m MemberObservation) bool { return m.Lease != nil && m.Lease.Holder != "" })
+	return o, nil
+}
+
+// observeConfig reads how many members the cluster's own ConfigMap lists.
+func (r *ClusterReconciler) observeConfig(ctx context.Context, ec *v1alpha1.EtcdCluster, o *Observation) error {
 	var cm corev1.ConfigMap
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: configMapName(ec)}, &cm); {
 	case err == nil:
@@ -789,45 +815,56 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 			o.ConfigMembers = int32(len(cc.Members))
 		}
 	case !apierrors.IsNotFound(err):
-		return o, err
+		return err
 	}
+	return nil
+}
+
+// observeStatefulSet reads the cluster's own StatefulSet: its size, and its templates and
+// revision for a rolling update.
+func (r *ClusterReconciler) observeStatefulSet(ctx context.Context, ec *v1alpha1.EtcdCluster, o *Observation) error {
 	var sts appsv1.StatefulSet
-	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: statefulSetName(ec)}, &sts); {
-	case err == nil:
-		if metav1.IsControlledBy(&sts, ec) {
-			o.StatefulSetReplicas = 1
-			if sts.Spec.Replicas != nil {
-				o.StatefulSetReplicas = *sts.Spec.Replicas
-			}
-			leader, err := maintenance.ParseLeaderUpdate(ec.Spec.UpdateStrategy.LeaderUpdateMethod)
-			if err != nil {
-				return o, fmt.Errorf("spec.updateStrategy: %w", err)
-			}
-			o.Rollout = &RolloutObservation{Leader: leader, Trust: sts.Spec.Template.Annotations[AnnotationTrust],
-				Template: sts.Annotations[annotationTemplateHash]}
-			if p := sts.Annotations[annotationTemplatePending]; p != o.Rollout.Template {
-				o.Rollout.Pending = p
-			}
-			if sts.Status.ObservedGeneration >= sts.Generation {
-				// The StatefulSet controller has seen the newest template: pods it creates
-				// from now on carry this revision.
-				o.Rollout.Revision = sts.Status.UpdateRevision
-			}
-		}
-	case !apierrors.IsNotFound(err):
-		return o, err
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: statefulSetName(ec)}, &sts)
+	if apierrors.IsNotFound(err) || err == nil && !metav1.IsControlledBy(&sts, ec) {
+		return nil
 	}
-	sel := client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(selectorLabels(ec))}
+	if err != nil {
+		return err
+	}
+	o.StatefulSetReplicas = 1
+	if sts.Spec.Replicas != nil {
+		o.StatefulSetReplicas = *sts.Spec.Replicas
+	}
+	leader, err := maintenance.ParseLeaderUpdate(ec.Spec.UpdateStrategy.LeaderUpdateMethod)
+	if err != nil {
+		return fmt.Errorf("spec.updateStrategy: %w", err)
+	}
+	o.Rollout = &RolloutObservation{Leader: leader, Trust: sts.Spec.Template.Annotations[AnnotationTrust],
+		Template: sts.Annotations[annotationTemplateHash]}
+	if p := sts.Annotations[annotationTemplatePending]; p != o.Rollout.Template {
+		o.Rollout.Pending = p
+	}
+	if sts.Status.ObservedGeneration >= sts.Generation {
+		// The StatefulSet controller has seen the newest template: pods it creates
+		// from now on carry this revision.
+		o.Rollout.Revision = sts.Status.UpdateRevision
+	}
+	return nil
+}
+
+// observeMembers reads the member pods and Leases, one entry per ordinal the StatefulSet or
+// the hibernation knows of, and the snapshot Leases: what the backups hold, and the newest
+// revision the backup leader published as stored.
+func (r *ClusterReconciler) observeMembers(ctx context.Context, ec *v1alpha1.EtcdCluster, sel client.ListOption, o *Observation) (publication, error) {
+	stored := publication{revision: -1}
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(ec.Namespace), sel); err != nil {
-		return o, err
+		return stored, err
 	}
 	var leases coordinationv1.LeaseList
 	if err := r.Client.List(ctx, &leases, client.InNamespace(ec.Namespace), sel); err != nil {
-		return o, err
+		return stored, err
 	}
-
-	stored := publication{revision: -1} // the newest revision the backups hold, as the backup leader published it
 	members := map[int]*MemberObservation{}
 	at := func(i int) *MemberObservation {
 		if m, ok := members[i]; ok {
@@ -854,25 +891,22 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 			}
 		}
 	}
+	if b := ec.Spec.Backup; b != nil {
+		o.Backup = &BackupObservation{DeltaPeriod: snapshotter.DefaultDeltaPeriod}
+		if b.DeltaPeriod != nil {
+			o.Backup.DeltaPeriod = b.DeltaPeriod.Duration
+		}
+	}
 	for i := range leases.Items {
 		l := &leases.Items[i]
-		seen := r.leases.observe(l, now)
-		switch l.Labels[LabelLeaseKind] {
+		seen := r.leases.observe(l, o.Now)
+		switch kind := l.Labels[LabelLeaseKind]; kind {
 		case "member":
 			if n, ok := ordinal(ec, l.Name); ok {
 				at(n).Lease = leaseState(l, seen)
 			}
 		case "full-snapshot", "delta-snapshot":
-			if ec.Spec.Backup == nil {
-				continue
-			}
-			if o.Backup == nil {
-				o.Backup = &BackupObservation{DeltaPeriod: snapshotter.DefaultDeltaPeriod}
-				if p := ec.Spec.Backup.DeltaPeriod; p != nil {
-					o.Backup.DeltaPeriod = p.Duration
-				}
-			}
-			if l.Spec.HolderIdentity == nil {
+			if o.Backup == nil || l.Spec.HolderIdentity == nil {
 				continue
 			}
 			rev, err := strconv.ParseInt(*l.Spec.HolderIdentity, 10, 64)
@@ -884,24 +918,29 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 				renewed = l.Spec.RenewTime.Time
 			}
 			stored = newerPublication(stored, publication{rev, renewed})
-			if l.Spec.RenewTime != nil {
-				if l.Labels[LabelLeaseKind] == "full-snapshot" {
-					o.Backup.LastFull, o.Backup.LastFullRevision = l.Spec.RenewTime.Time, rev
-				} else {
-					o.Backup.LastDelta, o.Backup.LastDeltaRevision = l.Spec.RenewTime.Time, rev
-				}
+			if l.Spec.RenewTime == nil {
+				continue
+			}
+			if kind == "full-snapshot" {
+				o.Backup.LastFull, o.Backup.LastFullRevision = renewed, rev
+			} else {
+				o.Backup.LastDelta, o.Backup.LastDeltaRevision = renewed, rev
 			}
 		}
-	}
-	if ec.Spec.Backup != nil && o.Backup == nil {
-		o.Backup = &BackupObservation{DeltaPeriod: snapshotter.DefaultDeltaPeriod}
 	}
 	for _, i := range slices.Sorted(maps.Keys(members)) {
 		o.Members = append(o.Members, *members[i])
 	}
+	return stored, nil
+}
+
+// observeReports reads the members' own reports (their EtcdMembers), the backup leader's
+// account, and the recovery's input: the members' acknowledgements, the confirmations by
+// annotation, status.recovery and a restore's request.
+func (r *ClusterReconciler) observeReports(ctx context.Context, ec *v1alpha1.EtcdCluster, sel client.ListOption, stored publication, o *Observation) error {
 	var ems v1alpha1.EtcdMemberList
 	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), sel); err != nil {
-		return o, err
+		return err
 	}
 	o.Reports = map[string]cluster.Report{}
 	rec := Recovery{Acks: map[string]cluster.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
@@ -929,32 +968,27 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 	if ec.Status.Recovery != nil {
 		st, err := decodeRecovery(ec.Status.Recovery.Raw)
 		if err != nil {
-			return o, fmt.Errorf("status.recovery cannot be read: %w", err)
+			return fmt.Errorf("status.recovery cannot be read: %w", err)
 		}
 		rec.Status = st
 	}
 	var restores v1alpha1.EtcdRestoreList
 	if err := r.Client.List(ctx, &restores, client.InNamespace(ec.Namespace)); err != nil {
-		return o, err
+		return err
 	}
 	rec.RestoreRequest = restoreRequest(ec, restores.Items)
 	o.Recovery = &rec
-	if b := ec.Spec.Bootstrap; b != nil && b.Restore != nil {
-		t := cluster.RestoreTarget{Store: b.Restore.Store}
-		if b.Restore.Revision != nil {
-			t.Revision = *b.Restore.Revision
-		}
-		if b.Restore.Time != nil {
-			t.Time = b.Restore.Time.Time
-		}
-		o.BootstrapRestore = &t
-	}
+	return nil
+}
+
+// observeVolumes reads the member volume claims Pending past the grace, with why.
+func (r *ClusterReconciler) observeVolumes(ctx context.Context, ec *v1alpha1.EtcdCluster, sel client.ListOption, o *Observation) error {
 	var pvcs corev1.PersistentVolumeClaimList
 	if err := r.Client.List(ctx, &pvcs, client.InNamespace(ec.Namespace), sel); err != nil {
-		return o, err
+		return err
 	}
 	for _, pvc := range pvcs.Items {
-		if age := now.Sub(pvc.CreationTimestamp.Time); pvc.Status.Phase == corev1.ClaimPending && age > o.Graces.Volume {
+		if age := o.Now.Sub(pvc.CreationTimestamp.Time); pvc.Status.Phase == corev1.ClaimPending && age > o.Graces.Volume {
 			class := "the default storage class"
 			if c := pvc.Spec.StorageClassName; c != nil {
 				class = fmt.Sprintf("storage class %q", *c)
@@ -962,9 +996,23 @@ func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluste
 			o.UnboundVolumes = append(o.UnboundVolumes, fmt.Sprintf("%s has been Pending for %s (%s; see its Events)", pvc.Name, age.Round(time.Second), class))
 		}
 	}
-	o.Formed = ec.Status.ClusterID != "" || slices.ContainsFunc(ec.Status.Members, func(m v1alpha1.MemberStatus) bool { return m.ID != "" }) ||
-		slices.ContainsFunc(o.Members, func(m MemberObservation) bool { return m.Lease != nil && m.Lease.Holder != "" })
-	return o, nil
+	return nil
+}
+
+// bootstrapRestore is spec.bootstrap.restore as a restore target (nil: none).
+func bootstrapRestore(ec *v1alpha1.EtcdCluster) *cluster.RestoreTarget {
+	b := ec.Spec.Bootstrap
+	if b == nil || b.Restore == nil {
+		return nil
+	}
+	t := cluster.RestoreTarget{Store: b.Restore.Store}
+	if b.Restore.Revision != nil {
+		t.Revision = *b.Restore.Revision
+	}
+	if b.Restore.Time != nil {
+		t.Time = b.Restore.Time.Time
+	}
+	return &t
 }
 
 // unschedulable is the scheduler's reason for not placing the pod ("" once placed).

@@ -69,17 +69,19 @@ func progressing(d Decision) *metav1.Condition {
 	return apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionProgressing)
 }
 
+// restoring makes a restore directive own the members.
+func (w *world) restoring(t *testing.T) *world {
+	w.o.Previous.ClusterID = "c1"
+	hd, err := heal.StartRestore(heal.Observation{Now: t0}, cluster.RestoreTarget{Revision: 400, Timeline: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.o.Recovery = &Recovery{Status: hd.Status, Timing: heal.DefaultTiming}
+	return w
+}
+
 // TestDecideRollout has one named row per step of a rolling update.
 func TestDecideRollout(t *testing.T) {
-	restore := func(w *world) *world {
-		w.o.Previous.ClusterID = "c1"
-		hd, err := heal.StartRestore(heal.Observation{Now: t0}, cluster.RestoreTarget{Revision: 400, Timeline: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.o.Recovery = &Recovery{Status: hd.Status, Timing: heal.DefaultTiming}
-		return w
-	}
 	tests := []struct {
 		name string
 		w    *world
@@ -173,7 +175,7 @@ func TestDecideRollout(t *testing.T) {
 					t.Errorf("stalled %v, status %+v: the stall is new and recorded", d.Rollout.Stalled, d.Rollout.Status)
 				}
 			}},
-		{name: "DirectiveActiveNoDeletion", w: restore(rolling(3).started()), reason: "Restoring",
+		{name: "DirectiveActiveNoDeletion", w: rolling(3).started().restoring(t), reason: "Restoring",
 			check: func(t *testing.T, d Decision) {
 				if !strings.Contains(d.Rollout.Status.Message, "a recovery or restore owns the members") {
 					t.Errorf("status.rollout.message %q", d.Rollout.Status.Message)
@@ -266,15 +268,6 @@ func TestDecideTemplateWaits(t *testing.T) {
 			prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, age).
 			prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, age)
 	}
-	restoring := func(w *world) *world {
-		w.o.Previous.ClusterID = "c1"
-		hd, err := heal.StartRestore(heal.Observation{Now: t0}, cluster.RestoreTarget{Revision: 400, Timeline: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.o.Recovery = &Recovery{Status: hd.Status, Timing: heal.DefaultTiming}
-		return w
-	}
 	tests := []struct {
 		name string
 		w    *world
@@ -298,7 +291,7 @@ func TestDecideTemplateWaits(t *testing.T) {
 			prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute), applies: "t2"},
 		{name: "NoQuorumWaits", w: snapshotted(majorityDown(templateChanged(3), time.Minute)), msg: "no quorum (1 of 3 members Ready); the new template waits"},
 		{name: "QuorumLostAppliedAtOnce", w: majorityDown(templateChanged(3), time.Hour), applies: "any"},
-		{name: "RestoreOwnsTheMembers", w: restoring(snapshotted(templateChanged(3))), msg: "a recovery or restore owns the members"},
+		{name: "RestoreOwnsTheMembers", w: snapshotted(templateChanged(3)).restoring(t), msg: "a recovery or restore owns the members"},
 		{name: "NotFormedAppliedAtOnce", w: func() *world { w := templateChanged(3); w.o.Formed = false; return w }(), applies: "any"},
 		{name: "NoStatefulSetAppliedAtOnce", w: func() *world { w := healthy(3); w.o.Rollout = nil; return w }(), applies: "any"},
 		{name: "RolloutUnderWayTakesANewerTemplate", w: rolling(3).started("c-1"), applies: "any"},
