@@ -319,7 +319,7 @@ func (r *ClusterReconciler) act(ctx context.Context, ec *v1alpha1.EtcdCluster, o
 		case err != nil:
 			p.fail("ERR_FENCE_POD", err)
 		case !persisted:
-			p.requeue = time.Second // the directive is written with the status; the next pass fences
+			p.requeue = time.Second // the directive is written with the status (or its second is not over): the next pass fences
 		}
 		switch s := rec.Started; {
 		case s != nil:
@@ -489,7 +489,14 @@ func (r *ClusterReconciler) fence(ctx context.Context, ec *v1alpha1.EtcdCluster,
 	if rec.FencesForQuorumLoss() {
 		evidence = "; asked directly, no member answered a linearizable read (" + noAnswer + ")"
 	}
-	olderThanDirective := func(p *corev1.Pod) bool { return !p.CreationTimestamp.Time.After(dir.IssuedAt) }
+	// A pod's creation time has whole seconds: one made after the directive, in the second it
+	// was issued, would read as older and be fenced again and again. Pods are fenced once the
+	// clock has left that second, and a pod made before then counts as older than the directive.
+	fenceFrom := dir.IssuedAt.Truncate(time.Second).Add(time.Second)
+	if r.now().Before(fenceFrom) {
+		return false, nil // the next pass fences
+	}
+	olderThanDirective := func(p *corev1.Pod) bool { return p.CreationTimestamp.Time.Before(fenceFrom) }
 	var errs []error
 	for _, name := range rec.FencePods {
 		if err := r.deletePod(ctx, ec, name, olderThanDirective, corev1.EventTypeWarning, "Fenced", fmt.Sprintf(
