@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -18,7 +19,8 @@ import (
 // TestDialerVerifiesTheIPDialed: a member dialed by IP address must present a certificate
 // that names that address. One etcd serves on 127.0.0.1 and 127.0.0.2 with a certificate of
 // the cluster's CA that names 127.0.0.2 only: the client gets through at 127.0.0.2 and is
-// refused at 127.0.0.1.
+// refused at 127.0.0.1. A client of etcd's own (clientv3) with the client certificate's
+// configuration and a server name set gets through by that name, which is checked.
 func TestDialerVerifiesTheIPDialed(t *testing.T) {
 	now := time.Now()
 	ca, err := pki.NewCA("steward-test", now, pki.CAValidity)
@@ -35,7 +37,7 @@ func TestDialerVerifiesTheIPDialed(t *testing.T) {
 		}
 	}
 	serverDir, clientDir := filepath.Join(t.TempDir(), "member"), filepath.Join(t.TempDir(), "client")
-	issue(serverDir, pki.Leaf{CommonName: pki.MemberCN, IPs: []net.IP{net.ParseIP("127.0.0.2")}})
+	issue(serverDir, pki.Leaf{CommonName: pki.MemberCN, IPs: []net.IP{net.ParseIP("127.0.0.2")}, DNSNames: []string{"member.example"}})
 	issue(clientDir, pki.ClientLeaf())
 
 	cfg := embed.NewConfig()
@@ -76,5 +78,28 @@ func TestDialerVerifiesTheIPDialed(t *testing.T) {
 	}
 	if err := get(unnamed.String()); err == nil {
 		t.Error("the member at an IP its certificate does not name was answered")
+	}
+
+	byName := func(serverName string) error {
+		tc, err := pki.ClientTLS(clientDir)
+		if err != nil {
+			return err
+		}
+		tc.ServerName = serverName
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{unnamed.Host}, TLS: tc, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err = c.Get(ctx, "k")
+		return err
+	}
+	if err := byName("member.example"); err != nil {
+		t.Errorf("clientv3 with the server name the certificate carries: %v", err)
+	}
+	if err := byName("other.example"); err == nil {
+		t.Error("clientv3 with a server name the certificate does not carry was answered")
 	}
 }

@@ -370,13 +370,20 @@ func ServerTrust(caPath, serverName string) (*tls.Config, error) {
 	if _, err := certPool(caPath); err != nil {
 		return nil, err
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName,
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName,
 		// The server's chain and name are verified in VerifyConnection instead, against the
 		// CAs caPath holds at this handshake (crypto/tls takes a fixed pool only).
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyServer(cs, caPath)
-		}}, nil
+		InsecureSkipVerify: true}
+	tc.VerifyConnection = func(cs tls.ConnectionState) error {
+		if cs.ServerName == "" {
+			// With verification of its own, a handshake may leave the connection without the
+			// name it was configured with (etcd's client does): that name is the one checked,
+			// set on this configuration before it is used.
+			cs.ServerName = tc.ServerName
+		}
+		return verifyServer(cs, caPath)
+	}
+	return tc, nil
 }
 
 // ForHost is tc, a client's TLS configuration (of ClientTLS, ServerTrust or TrustPEM), for one
