@@ -489,14 +489,10 @@ func (r *ClusterReconciler) fence(ctx context.Context, ec *v1alpha1.EtcdCluster,
 	if rec.FencesForQuorumLoss() {
 		evidence = "; asked directly, no member answered a linearizable read (" + noAnswer + ")"
 	}
-	// A pod's creation time has whole seconds: one made after the directive, in the second it
-	// was issued, would read as older and be fenced again and again. Pods are fenced once the
-	// clock has left that second, and a pod made before then counts as older than the directive.
-	fenceFrom := dir.IssuedAt.Truncate(time.Second).Add(time.Second)
-	if r.now().Before(fenceFrom) {
-		return false, nil // the next pass fences
+	if r.now().Before(fenceFrom(dir)) {
+		return false, nil // a pod made now would read as older than the directive: the next pass fences
 	}
-	olderThanDirective := func(p *corev1.Pod) bool { return p.CreationTimestamp.Time.Before(fenceFrom) }
+	olderThanDirective := func(p *corev1.Pod) bool { return madeBefore(dir, p.CreationTimestamp.Time) }
 	var errs []error
 	for _, name := range rec.FencePods {
 		if err := r.deletePod(ctx, ec, name, olderThanDirective, corev1.EventTypeWarning, "Fenced", fmt.Sprintf(

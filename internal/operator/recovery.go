@@ -95,7 +95,7 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 		switch mo := findMember(o.Members, name); {
 		case mo == nil || mo.Pod == nil:
 			return true, d.IssuedAt
-		case mo.Pod.Created.After(d.IssuedAt):
+		case !madeBefore(d, mo.Pod.Created):
 			return true, mo.Pod.Created
 		}
 		return false, time.Time{}
@@ -165,11 +165,22 @@ func statusMembers(names []string, members []v1alpha1.MemberStatus, reports map[
 	return out
 }
 
+// fenceFrom divides the pods of directive d's recovery: a pod's creation time has whole
+// seconds, so one made after d in the second it was issued reads as made before it. A pod made
+// before the end of that second is older than d, and fenced; only once the clock has left it
+// are pods fenced, so that the ones made from then on are never fenced by d.
+func fenceFrom(d *cluster.Directive) time.Time {
+	return d.IssuedAt.Truncate(time.Second).Add(time.Second)
+}
+
+// madeBefore says whether a pod created at created (whole seconds) predates directive d.
+func madeBefore(d *cluster.Directive, created time.Time) bool { return created.Before(fenceFrom(d)) }
+
 // withFence lists the member pods the directive in force fences: those older than it.
 func withFence(o Observation, out recoveryOutcome) recoveryOutcome {
 	if d := out.Status.Directive; d != nil {
 		for _, m := range o.Members {
-			if m.Pod != nil && !m.Pod.Deleting && !m.Pod.Created.After(d.IssuedAt) {
+			if m.Pod != nil && !m.Pod.Deleting && madeBefore(d, m.Pod.Created) {
 				out.FencePods = append(out.FencePods, m.Name)
 			}
 		}
