@@ -41,7 +41,8 @@ $(KUBE_TOOLS) &: hack/kube/go.mod
 	@touch $(KUBE_TOOLS)
 
 # Deepcopy functions, CRD YAML (api/v1alpha1) and the operator's ClusterRole (its rbac markers),
-# copied into the Helm chart. `make test` fails when the committed files differ from these.
+# copied with the other RBAC rules and admission policies into the Helm chart's files/.
+# `make test` fails when the committed files differ from these.
 CHART := deploy/helm/steward
 generate: $(BIN)/controller-gen
 	$(BIN)/controller-gen object paths=./api/...
@@ -49,8 +50,8 @@ generate: $(BIN)/controller-gen
 	$(BIN)/controller-gen rbac:roleName=steward-operator paths=./internal/operator/... output:rbac:artifacts:config=deploy/rbac
 	@mkdir -p $(CHART)/crds $(CHART)/files
 	cp deploy/crd/*.yaml $(CHART)/crds/
-	cp deploy/rbac/role.yaml $(CHART)/templates/clusterrole.yaml
-	cp deploy/policy/even-size-warning.yaml $(CHART)/files/
+	cp deploy/rbac/role.yaml $(CHART)/files/operator-role.yaml
+	cp deploy/rbac/metrics_auth_role.yaml deploy/rbac/metrics_reader_role.yaml deploy/policy/*.yaml $(CHART)/files/
 
 check-generated: generate
 	@test -z "$$(git status --porcelain -- api deploy)" || { git status --short -- api deploy; echo "generated files differ from the committed ones: run make generate and commit"; exit 1; }
@@ -167,7 +168,7 @@ $(BIN)/pause: hack/kube/go.mod
 	gcc -Os -static -DVERSION=v3.10.2 -o $@ "$$(cd hack/kube && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
 
 e2e: e2e-tools
-	STEWARD_E2E=1 STEWARD_E2E_DIR=$(E2E_DIR) STEWARD_E2E_BIN=$(BIN) $(GO) test -count=1 -v -timeout 50m ./test/e2e/
+	STEWARD_E2E=1 STEWARD_E2E_DIR=$(E2E_DIR) STEWARD_E2E_BIN=$(BIN) $(GO) test -count=1 -v -parallel 2 -timeout 50m ./test/e2e/
 
 e2e-up: e2e-tools
 	$(BIN)/e2e-node up --dir $(E2E_DIR) --bin $(BIN)

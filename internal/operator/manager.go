@@ -34,6 +34,9 @@ type Options struct {
 	Namespace string
 	// MetricsAddr and HealthAddr serve /metrics and /healthz, /readyz ("0" turns one off).
 	MetricsAddr, HealthAddr string
+	// MetricsPlain serves /metrics over plain HTTP to anyone who reaches it; by default it is
+	// served over HTTPS to clients the API server authenticates and authorises.
+	MetricsPlain bool
 	// LeaderElection lets several operator replicas run, one active.
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -62,7 +65,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	mo := ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                 MetricsOptions(o.MetricsAddr, o.MetricsPlain),
 		HealthProbeBindAddress:  o.HealthAddr,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "steward-operator.etcd.steward.dev",
@@ -104,6 +107,16 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// MetricsOptions serve /metrics at addr: over HTTPS (a certificate made at start) to clients
+// whose token the API server accepts and who may get the /metrics URL (metricsAuthFilter);
+// plain, to anyone, only when asked.
+func MetricsOptions(addr string, plain bool) metricsserver.Options {
+	if plain {
+		return metricsserver.Options{BindAddress: addr}
+	}
+	return metricsserver.Options{BindAddress: addr, SecureServing: true, FilterProvider: metricsAuthFilter}
 }
 
 // stewardObjectsOnly limits the cache of the built-in kinds the operator watches to the

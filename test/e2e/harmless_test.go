@@ -116,6 +116,7 @@ func TestHealthyClusterUntouched(t *testing.T) {
 // acknowledged write; orphan deletion deletes nothing, and the members serve on without
 // their EtcdCluster.
 func TestHibernateThenOrphan(t *testing.T) {
+	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
 	apply(t, ns, clusterYAML(ns, "z", 3, ""))
@@ -235,6 +236,7 @@ func TestHibernateThenOrphan(t *testing.T) {
 // Secret is missing, makes no CA of its own and issues nothing; the saved copy re-applied is
 // the cluster's CA again.
 func TestCASecretDeleted(t *testing.T) {
+	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
 	apply(t, ns, clusterYAML(ns, "ca", 1, "  tls: {enabled: true}\n"))

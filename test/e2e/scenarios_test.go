@@ -127,6 +127,7 @@ func runStep(t *testing.T, name string, f func(t *testing.T)) {
 // TestThreeMembers creates a 3-member cluster and puts it through the faults a node brings,
 // one after another, checking after each that no acknowledged write is lost.
 func TestThreeMembers(t *testing.T) {
+	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
 	apply(t, ns, clusterYAML(ns, "main", 3, ""))
@@ -385,6 +386,7 @@ func killContainer(containerID string) error {
 // acknowledged write is lost. The last step finds the volumes that scaling down kept, holding
 // the data of members since removed: those members must rejoin as new ones.
 func TestScaleUnderLoad(t *testing.T) {
+	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
 	apply(t, ns, clusterYAML(ns, "s", 1, ""))
@@ -481,6 +483,7 @@ func TestQuorumLossManual(t *testing.T) {
 // the others rejoining it. Afterwards every member holds exactly what the cluster held at R,
 // and it takes writes again.
 func TestRestoreInPlace(t *testing.T) {
+	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
 	apply(t, ns, clusterYAML(ns, "r", 3, ""))
@@ -548,6 +551,7 @@ func TestRestoreInPlace(t *testing.T) {
 // keeps its ID (its volume), every acknowledged write is on every member, and the cluster
 // reports the rolling update in its Events.
 func TestRollingUpdateUnderLoad(t *testing.T) {
+	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
 	apply(t, ns, clusterYAML(ns, "ru", 3, ""))

@@ -1,6 +1,10 @@
 // Package e2e runs Steward on a real single-node Kubernetes built here (see node): the
 // operator and the members are real pods on a real kubelet, installed with the project's own
 // Helm chart, backing up to an S3 server in the cluster. `make e2e` runs it (as root).
+//
+// A test that touches nothing outside its own namespace calls t.Parallel: `make e2e` runs two
+// of them at a time, after the tests that stop the API server or the operator's pod have run
+// alone.
 package e2e
 
 import (

@@ -37,6 +37,7 @@ import (
 // over under a writer. A new cluster restored from its backups has a CA and a root password
 // of its own, which its sidecars log in with. No acknowledged write is lost.
 func TestTLS(t *testing.T) {
+	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
 	apply(t, ns, clusterYAML(ns, "sec", 3, "  tls: {enabled: true}\n  auth: {enabled: true}\n"))
@@ -240,6 +241,7 @@ func TestTLS(t *testing.T) {
 // restart again). No acknowledged write is lost, and a client holding the old CA's
 // certificate is refused at the end.
 func TestTLSProvidedCertificates(t *testing.T) {
+	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
 	const name = "own"
