@@ -1,13 +1,11 @@
 package operator
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +15,6 @@ import (
 	"github.com/etcd-steward/steward/internal/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
-	authzv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -204,71 +201,6 @@ func TestMetricsNeedAuthorisation(t *testing.T) {
 		}
 		if exposes := strings.Contains(body, "# HELP"); exposes != (c.want == http.StatusOK) {
 			t.Errorf("%s: metrics in the answer: %v, want %v", c.who, exposes, c.want == http.StatusOK)
-		}
-	}
-}
-
-// TestChartNamespacedInstall: the chart installed with watchNamespace grants the operator its
-// rules in that namespace only: it may delete pods and write Secrets there and nowhere else,
-// and cluster-wide only review tokens and access (for its /metrics).
-func TestChartNamespacedInstall(t *testing.T) {
-	needEnv(t)
-	ctx := context.Background()
-	release, watched, other := namespace(t), namespace(t), namespace(t)
-	helm := testutil.Tool(t, "k8s/helm")
-	chart, err := exec.Command(helm, "template", "ns-"+release, filepath.Join(testutil.RepoRoot(), "deploy", "helm", "steward"),
-		"--namespace", release, "--set", "watchNamespace="+watched).CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, chart)
-	}
-	cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-")
-	cmd.Stdin = bytes.NewReader(chart)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("applying the chart: %v\n%s", err, out)
-	}
-	t.Cleanup(func() {
-		cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "delete", "--ignore-not-found", "-f", "-")
-		cmd.Stdin = bytes.NewReader(chart)
-		_ = cmd.Run()
-	})
-	operator := "system:serviceaccount:" + release + ":ns-" + release + "-operator"
-	may := func(ns, verb, group, resource string) bool {
-		t.Helper()
-		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: operator,
-			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + release, "system:authenticated"},
-			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group, Resource: resource}}}
-		if err := k8s.Create(ctx, sar); err != nil {
-			t.Fatal(err)
-		}
-		return sar.Status.Allowed
-	}
-	testutil.Eventually(t, 30*time.Second, "the chart's Role in effect", func() error {
-		if !may(watched, "delete", "", "pods") {
-			return fmt.Errorf("the operator may not delete pods in %s yet", watched)
-		}
-		return nil
-	})
-	for _, c := range []struct {
-		ns, verb, group, resource string
-		want                      bool
-	}{
-		{watched, "delete", "", "pods", true},
-		{watched, "update", "", "secrets", true},
-		{watched, "create", "apps", "statefulsets", true},
-		{watched, "update", v1alpha1.GroupVersion.Group, "etcdclusters", true},
-		{other, "delete", "", "pods", false},
-		{other, "update", "", "secrets", false},
-		{other, "create", "rbac.authorization.k8s.io", "roles", false},
-		{"", "list", v1alpha1.GroupVersion.Group, "etcdclusters", false},
-		{"", "create", "authentication.k8s.io", "tokenreviews", true},
-		{"", "create", "authorization.k8s.io", "subjectaccessreviews", true},
-	} {
-		where := c.ns
-		if where == "" {
-			where = "cluster-wide"
-		}
-		if got := may(c.ns, c.verb, c.group, c.resource); got != c.want {
-			t.Errorf("the operator may %s %s.%s in %s: %v, want %v", c.verb, c.resource, c.group, where, got, c.want)
 		}
 	}
 }

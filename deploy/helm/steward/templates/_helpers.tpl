@@ -1,6 +1,9 @@
 {{- define "steward.labels" -}}
 app.kubernetes.io/name: steward
 app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: steward
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
@@ -8,4 +11,14 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 app.kubernetes.io/name: steward
 app.kubernetes.io/component: operator
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+{{- define "steward.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- define "steward.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ .Values.serviceAccount.name | default (printf "%s-operator" .Release.Name) }}
+{{- else -}}
+{{ required "serviceAccount.name: name the ServiceAccount to run the operator as when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end -}}
 {{- end -}}
