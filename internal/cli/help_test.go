@@ -2,10 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/etcd-steward/steward/internal/testutil"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // TestHelpHoldsNoSecrets: no flag default comes from a secret. The help of every command is
@@ -46,4 +50,87 @@ func TestHelpHoldsNoSecrets(t *testing.T) {
 	if commands < 20 {
 		t.Fatalf("only %d commands rendered", commands)
 	}
+}
+
+// TestFlagHelpReadsRight: no flag's help holds a backquote, which pflag would take for the
+// name of the flag's value ("--tls steward" instead of "--tls").
+func TestFlagHelpReadsRight(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "`") {
+				t.Errorf("%s --%s: a backquote in its help: %q", c.CommandPath(), f.Name, f.Usage)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(NewRootCommand())
+}
+
+// TestREADMEUsageIsTrue: the README's Usage block names every command a user runs, and every
+// flag it shows exists on the command it shows it with.
+func TestREADMEUsageIsTrue(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, usage, ok := strings.Cut(string(readme), "## Usage\n\n```sh\n")
+	if usage, _, ok = strings.Cut(usage, "```"); !ok {
+		t.Fatal("README.md has no ```sh block under ## Usage")
+	}
+	root := NewRootCommand()
+	shown := map[string]bool{}
+	var cmd *cobra.Command
+	for _, line := range strings.Split(usage, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if fields[0] == "steward" {
+			// The command is the longest run of words after "steward" that names one;
+			// continuation lines belong to the command above.
+			c, _, err := root.Find(fields[1:])
+			if err != nil || c == root {
+				t.Errorf("README: %q names no command (%v)", line, err)
+				cmd = nil
+				continue
+			}
+			cmd = c
+			shown[c.CommandPath()] = true
+		}
+		if cmd == nil {
+			continue
+		}
+		for _, f := range fields {
+			f = strings.Trim(f, "[]|()")
+			name, isFlag := strings.CutPrefix(f, "--")
+			if !isFlag {
+				if short, ok := strings.CutPrefix(f, "-"); ok && len(short) == 1 {
+					if cmd.Flags().ShorthandLookup(short) == nil {
+						t.Errorf("README: %s has no flag -%s", cmd.CommandPath(), short)
+					}
+				}
+				continue
+			}
+			name, _, _ = strings.Cut(name, "=")
+			if cmd.Flags().Lookup(name) == nil {
+				t.Errorf("README: %s has no flag --%s", cmd.CommandPath(), name)
+			}
+		}
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			return
+		}
+		if c.Runnable() && c != root && !shown[c.CommandPath()] {
+			t.Errorf("README's Usage does not show %s", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }

@@ -102,7 +102,7 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f.StringVar(&opts.Name, "name", "steward", "name of a new cluster")
 	f.StringVar(&opts.Backup, "backup", "", "backup store URL (default file://DIR/backups for a new cluster; \"none\" turns backups off)")
 	f.BoolVar(&opts.Auth, "auth", false, "turn etcd authentication on: a root user whose password is generated in DIR/auth/root-password, with which every Steward client logs in, and tokens etcd signs with the key pair generated in DIR/auth/token-key, valid on every member (also for a cluster made without it; it cannot be turned off)")
-	f.BoolVar(&opts.TLS, "tls", false, "make a new cluster's client and peer traffic mutual TLS of its own CA, generated under DIR/pki (`steward local status` prints an etcdctl command line)")
+	f.BoolVar(&opts.TLS, "tls", false, "make a new cluster's client and peer traffic mutual TLS of its own CA, generated under DIR/pki ('steward local status' prints an etcdctl command line)")
 	f.BoolVar(&opts.EncryptBackups, "encrypt-backups", false, "encrypt the cluster's backups (AES-256-GCM) from now on, with a key generated into DIR/backup-keys (keep a copy elsewhere: backups cannot be restored without it)")
 	f.StringSliceVar(&opts.SidecarArgs, "sidecar-arg", nil, "extra flag for every sidecar, e.g. --sidecar-arg=--delta-period=1s (repeatable)")
 	f.DurationVar(&opts.QuorumLossGrace, "quorum-loss-grace", 30*time.Second, "how long a quorum must be lost before it is recovered automatically")

@@ -24,8 +24,8 @@ type endpointsFlag struct{ list, tlsDir, passwordFile string }
 
 func (e *endpointsFlag) register(cmd *cobra.Command, usage string) {
 	cmd.Flags().StringVar(&e.list, "endpoints", "", usage)
-	cmd.Flags().StringVar(&e.tlsDir, "tls-dir", "", "client certificate directory (tls.crt, tls.key, ca.crt) for a cluster with TLS; `steward local status` names it")
-	cmd.Flags().StringVar(&e.passwordFile, "password-file", "", "file holding etcd's root password, for a cluster with etcd authentication; `steward local status` names it")
+	cmd.Flags().StringVar(&e.tlsDir, "tls-dir", "", "client certificate directory (tls.crt, tls.key, ca.crt) for a cluster with TLS; 'steward local status' names it")
+	cmd.Flags().StringVar(&e.passwordFile, "password-file", "", "file holding etcd's root password, for a cluster with etcd authentication; 'steward local status' names it")
 }
 
 func (e *endpointsFlag) endpoints() []string {
