@@ -5,16 +5,17 @@
 GO      ?= go
 BIN     := $(CURDIR)/bin
 TOOLPKG := go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3 honnef.co/go/tools/cmd/staticcheck
-# Kubernetes test binaries (envtest's kube-apiserver, kubectl and etcd; helm) and controller-gen, built
-# from hack/kube (its own go.mod: Kubernetes pins a newer etcd than Steward embeds). About 10
-# minutes cold on 2 cores; reused while bin/k8s has them.
+# Kubernetes binaries, built from hack/kube (its own go.mod: Kubernetes pins a newer etcd than
+# Steward embeds) into bin/k8s once and reused while there: for `make test`, the API server's
+# (kube-apiserver, kubectl, etcd), helm and controller-gen (about 8 minutes cold on 2 cores);
+# for `make e2e`, also a node's (kubelet, kube-proxy, the controller manager and scheduler).
 K8S_VERSION := v1.37.2
 K8S_BIN     := $(BIN)/k8s
 K8S_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=37)
 # Packages of the test suite; the nested modules under hack/ are not part of ./...
 PKGS    ?= ./...
 
-.PHONY: all build tools kube-tools vet staticcheck test test-short fmt generate check-generated
+.PHONY: all build tools kube-tools kube-node-tools vet staticcheck test test-long test-short fmt generate check-generated
 
 all: build
 
@@ -25,20 +26,27 @@ tools:
 	@mkdir -p $(BIN)
 	cd hack/tools && GOBIN=$(BIN) $(GO) install $(TOOLPKG)
 
+KUBE_TOOLS := $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(K8S_BIN)/helm $(BIN)/controller-gen
 K8S_NODE   := kube-controller-manager kube-scheduler kubelet kube-proxy
-KUBE_TOOLS := $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(K8S_BIN)/helm $(BIN)/controller-gen \
-	$(foreach b,$(K8S_NODE),$(K8S_BIN)/$(b))
+KUBE_NODE_TOOLS := $(foreach b,$(K8S_NODE),$(K8S_BIN)/$(b))
 kube-tools: $(KUBE_TOOLS)
+kube-node-tools: $(KUBE_NODE_TOOLS)
 
 $(KUBE_TOOLS) &: hack/kube/go.mod
 	@mkdir -p $(K8S_BIN)
-	@echo "building Kubernetes $(K8S_VERSION), etcd, helm and controller-gen into $(BIN) (about 12 minutes the first time)"
+	@echo "building kube-apiserver, kubectl and etcd (Kubernetes $(K8S_VERSION)), helm and controller-gen into $(BIN) (about 8 minutes the first time)"
 	cd hack/kube && CGO_ENABLED=0 $(GO) build -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ \
-		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3 helm.sh/helm/v3/cmd/helm \
-		$(foreach b,$(K8S_NODE),k8s.io/kubernetes/cmd/$(b))
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3 helm.sh/helm/v3/cmd/helm
 	mv $(K8S_BIN)/server $(K8S_BIN)/etcd
 	cd hack/kube && CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 	@touch $(KUBE_TOOLS)
+
+$(KUBE_NODE_TOOLS) &: hack/kube/go.mod
+	@mkdir -p $(K8S_BIN)
+	@echo "building a Kubernetes $(K8S_VERSION) node's binaries into $(K8S_BIN)"
+	cd hack/kube && CGO_ENABLED=0 $(GO) build -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ \
+		$(foreach b,$(K8S_NODE),k8s.io/kubernetes/cmd/$(b))
+	@touch $(KUBE_NODE_TOOLS)
 
 # Deepcopy functions, CRD YAML (api/v1alpha1) and the operator's ClusterRole (its rbac markers),
 # copied with the other RBAC rules and admission policies into the Helm chart's files/.
@@ -65,8 +73,15 @@ staticcheck: tools
 fmt:
 	@test -z "$$(gofmt -l cmd internal test bench 2>/dev/null)" || { gofmt -l cmd internal test bench; echo "run gofmt -w on the files above"; exit 1; }
 
+# `make test`: every package but the suites that run real clusters as processes for minutes
+# (LONG_PKGS), which `make test-long` runs; CI runs both.
+LONG_PKGS := ./internal/local ./internal/kubeview ./test/cli
+MODULE    := $(shell $(GO) list -m)
 test: tools kube-tools fmt vet staticcheck check-generated
-	STEWARD_REQUIRE_TOOLS=1 $(GO) test -race -timeout 45m $(PKGS)
+	STEWARD_REQUIRE_TOOLS=1 $(GO) test -race -timeout 30m $$($(GO) list $(PKGS) | grep -v -x -F $(foreach p,$(LONG_PKGS),-e $(MODULE)/$(p:./%=%)))
+
+test-long: tools kube-tools
+	STEWARD_REQUIRE_TOOLS=1 $(GO) test -race -timeout 40m $(LONG_PKGS)
 
 # Unit tests only (no etcd processes): quick feedback while editing.
 test-short:
@@ -154,7 +169,7 @@ chaos:
 # `make e2e-down` stops it and undoes what it changed on the machine.
 E2E_DIR ?= /var/lib/steward-e2e
 .PHONY: e2e e2e-tools e2e-up e2e-down
-e2e-tools: kube-tools $(BIN)/coredns $(BIN)/pause
+e2e-tools: kube-tools kube-node-tools $(BIN)/coredns $(BIN)/pause
 	@hack/e2e/packages.sh
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/e2e/steward ./cmd/steward
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/e2e/s3 ./test/e2e/cmd/s3
