@@ -173,6 +173,7 @@ e2e-tools: kube-tools kube-node-tools $(BIN)/coredns $(BIN)/pause
 	@hack/e2e/packages.sh
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/e2e/steward ./cmd/steward
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/e2e/s3 ./test/e2e/cmd/s3
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/e2e/kubectl-steward ./cmd/kubectl-steward
 	$(GO) build -o $(BIN)/e2e-node ./test/e2e/cmd/e2e-node
 
 $(BIN)/coredns: hack/coredns/go.mod hack/coredns/main.go

@@ -58,6 +58,7 @@ func NewRootCommand() *cobra.Command {
 		newDefragCommand(),
 		newMoveLeaderCommand(),
 		newCompactCommand(),
+		newKubectlCommand("kubectl"),
 	)
 	return root
 }

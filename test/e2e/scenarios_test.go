@@ -147,6 +147,32 @@ func TestThreeMembers(t *testing.T) {
 		}
 	})
 
+	runStep(t, "kubectl steward status and logs", func(t *testing.T) {
+		var st struct {
+			ClusterID string `json:"clusterID"`
+			Members   []struct {
+				Name     string `json:"name"`
+				Revision int64  `json:"revision"`
+				Serving  bool   `json:"serving"`
+			} `json:"members"`
+		}
+		out := kubectlSteward(t, ns, "status", "main", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("kubectl steward status -o json: %v\n%s", err, out)
+		}
+		if st.ClusterID != ec.Status.ClusterID || len(st.Members) != 3 {
+			t.Fatalf("kubectl steward status: cluster %q with %d members, want %q with 3:\n%s", st.ClusterID, len(st.Members), ec.Status.ClusterID, out)
+		}
+		for _, m := range st.Members {
+			if !m.Serving || m.Revision == 0 {
+				t.Errorf("kubectl steward status: member %s serving %v at revision %d, from its own report", m.Name, m.Serving, m.Revision)
+			}
+		}
+		if logs := kubectlSteward(t, ns, "logs", "main-0", "-c", "sidecar", "--tail", "5"); strings.Count(logs, "\n") == 0 {
+			t.Errorf("kubectl steward logs main-0: nothing")
+		}
+	})
+
 	runStep(t, "pod deleted returns with the same member ID", func(t *testing.T) {
 		before, pods := memberIDs(ec), memberPods(t, ns, "main")
 		deletePods(t, ns, false, "main-1")

@@ -10,6 +10,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -148,6 +149,27 @@ func kubectl(t *testing.T, ns string, args ...string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// kubectlSteward runs `kubectl steward ARGS` in the namespace: kubectl finds Steward's plugin,
+// kubectl-steward, on the PATH as a user's kubectl would.
+func kubectlSteward(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, "k8s", "kubectl"), append([]string{"steward", "--kubeconfig", kubeconfig, "-n", ns}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(bin, "e2e")+":"+os.Getenv("PATH"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl steward %s: %v: %s", strings.Join(args, " "), err, stderrOf(err))
+	}
+	return string(out)
+}
+
+func stderrOf(err error) string {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return strings.TrimSpace(string(exit.Stderr))
+	}
+	return ""
 }
 
 func apply(t *testing.T, ns, yaml string) {

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/operator"
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ExecuteKubectlPlugin runs the kubectl plugin (the kubectl-steward binary: `kubectl steward
+// VERB`) and returns the process exit code.
+func ExecuteKubectlPlugin() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newKubectlCommand("kubectl-steward").ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		return 1
+	}
+	return 0
+}
+
+// kubeFlags are the connection flags every plugin verb takes, as kubectl's own.
+type kubeFlags struct {
+	kubeconfig, context, namespace string
+}
+
+// kube is a plugin verb's connection: the API, the namespace it works in, and the core
+// client for what the controller-runtime client cannot do (pod logs).
+type kube struct {
+	c    client.Client
+	core kubernetes.Interface
+	ns   string
+}
+
+func (f *kubeFlags) connect() (*kube, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no Kubernetes configuration (--kubeconfig, KUBECONFIG or ~/.kube/config): %w", err)
+	}
+	ns := f.namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, err
+		}
+	}
+	scheme, err := operator.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &kube{c: c, core: core, ns: ns}, nil
+}
+
+// cluster reads the EtcdCluster, with an error that says where it looked.
+func (k *kube) cluster(ctx context.Context, name string) (*v1alpha1.EtcdCluster, error) {
+	var ec v1alpha1.EtcdCluster
+	if err := k.c.Get(ctx, types.NamespacedName{Namespace: k.ns, Name: name}, &ec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("no EtcdCluster %s in namespace %s (-n names another)", name, k.ns)
+		}
+		return nil, fmt.Errorf("reading EtcdCluster %s/%s: %w", k.ns, name, err)
+	}
+	return &ec, nil
+}
+
+// newKubectlCommand is the plugin's command tree, as `kubectl-steward` and as `steward kubectl`.
+func newKubectlCommand(use string) *cobra.Command {
+	f := &kubeFlags{}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: "Operate Steward's etcd clusters on Kubernetes (also a kubectl plugin: kubectl steward)",
+		Long: `Operate the EtcdClusters of Steward's operator: their status, backups, restores,
+hibernation and members, through the API server (nothing here talks to etcd directly).
+Installed as kubectl-steward on the PATH, it is the kubectl plugin "kubectl steward".`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
+	pf.StringVar(&f.context, "context", "", "kubeconfig context (default: the current one)")
+	pf.StringVarP(&f.namespace, "namespace", "n", "", "namespace of the cluster (default: the context's)")
+	cmd.AddCommand(newKubectlStatusCommand(f), newKubectlBackupCommand(f), newKubectlRestoreCommand(f),
+		newKubectlHibernateCommand(f), newKubectlDestroyCommand(f), newKubectlReportCommand(f), newKubectlLogsCommand(f))
+	return cmd
+}
+
+// waitFor polls done every second until it says finished, the deadline passes or ctx ends,
+// printing each new progress line it returns.
+func waitFor(ctx context.Context, timeout time.Duration, what string, progress func(string), done func(context.Context) (finished bool, line string, err error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		finished, line, err := done(ctx)
+		if err != nil {
+			return err
+		}
+		if line != last && line != "" {
+			progress(line)
+			last = line
+		}
+		if finished {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("%s: not done after %s (%s); it goes on: look again later", what, timeout, last)
+			}
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
