@@ -76,8 +76,9 @@ func TestREADMEUsageIsTrue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, usage, ok := strings.Cut(string(readme), "## Usage\n\n```sh\n")
-	if usage, _, ok = strings.Cut(usage, "```"); !ok {
+	_, usage, found := strings.Cut(string(readme), "## Usage\n\n```sh\n")
+	usage, _, closed := strings.Cut(usage, "```")
+	if !found || !closed {
 		t.Fatal("README.md has no ```sh block under ## Usage")
 	}
 	root := NewRootCommand()
