@@ -18,6 +18,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/pkg/v3/traceutil"
+	"go.etcd.io/etcd/server/v3/lease"
 	"go.etcd.io/etcd/server/v3/storage/backend"
 	"go.etcd.io/etcd/server/v3/storage/mvcc"
 
@@ -305,3 +306,13 @@ func uploadSnapshot(ctx context.Context, s *store.Store, key string, hdr backup.
 		return nil
 	})
 }
+
+// inertLessor satisfies the mvcc store of a scratch copy: keys keep their lease IDs, and no
+// lease is attached, detached, revoked or expired. Any other Lessor method panics (nil embedded
+// interface), which the caller recovers.
+type inertLessor struct{ lease.Lessor }
+
+func (inertLessor) SetRangeDeleter(lease.RangeDeleter)            {}
+func (inertLessor) GetLease(lease.LeaseItem) lease.LeaseID        { return lease.NoLease }
+func (inertLessor) Attach(lease.LeaseID, []lease.LeaseItem) error { return nil }
+func (inertLessor) Detach(lease.LeaseID, []lease.LeaseItem) error { return nil }

@@ -22,6 +22,7 @@ type fixture struct {
 	snapRev    int64
 	compactRev int64 // the source was compacted here after the snapshot; reads start here
 	lastRev    int64
+	sourceDB   string // the source member's database, stopped at lastRev
 	events     []*mvccpb.Event
 	states     map[int64][]*mvccpb.KeyValue
 	err        error
@@ -275,6 +276,7 @@ func buildFixture(t *testing.T, dir string, f *fixture) error {
 	defer cancel()
 	src := startMember(t, filepath.Join(dir, "source"), "source", freeURL(t))
 	defer src.stop()
+	f.sourceDB = DBPath(filepath.Join(dir, "source"))
 	h := &history{cli: src.cli, rnd: rand.New(rand.NewSource(1))}
 
 	// Before the snapshot: a history, a compaction in its middle, and a key that is deleted

@@ -6,21 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/pkg/v3/traceutil"
-	"go.etcd.io/etcd/server/v3/lease"
 	"go.etcd.io/etcd/server/v3/lease/leasepb"
-	"go.etcd.io/etcd/server/v3/storage/backend"
 	"go.etcd.io/etcd/server/v3/storage/mvcc"
 	"go.etcd.io/etcd/server/v3/storage/schema"
+
+	"github.com/etcd-steward/steward/internal/datadir"
 )
 
 // EventSource yields delta events in revision order; an event's revision is ev.Kv.ModRevision
@@ -51,8 +45,6 @@ type ReplayOptions struct {
 	// Progress, if set, is called after each batch commit and at the end with the newest
 	// applied revision.
 	Progress func(rev int64)
-	// Logger receives etcd's storage logs; nil discards them.
-	Logger *zap.Logger
 }
 
 // DefaultMissingLeaseTTL (seconds) is the TTL Steward gives a lease that restored keys refer
@@ -97,11 +89,14 @@ const (
 	defaultBatchBytes  = 32 << 20
 )
 
-// Replay applies delta events on the mvcc store of the etcd data dir dataDir (made by
-// RestoreSnapshot), bypassing raft and the client API: each source revision becomes exactly
-// one mvcc write transaction, so revisions, create_revision, mod_revision and version come out
-// as in the source. Events at or below the database's revision are skipped, which makes a
-// repeated or resumed Replay harmless.
+// Replay applies delta events on the database of the etcd data dir dataDir (made by
+// RestoreSnapshot), bypassing raft and the client API: each event becomes the key bucket record
+// etcd's mvcc store writes for it (a put's key-value under its revision and sub-revision, a
+// delete's tombstone), and each source revision is one revision of the database, so revisions,
+// create_revision, mod_revision, version and lease come out as in the source. Every event is
+// checked against the database first: a put's create_revision and version must be what etcd
+// computes from the key's previous state, a delete's key must be live. Events at or below the
+// database's revision are skipped, which makes a repeated or resumed Replay harmless.
 //
 // Leases are kept as recorded in each put; nothing is attached, revoked or expired. The raft
 // metadata (consistent index, term, WAL) is not touched, so the member starts as etcdutl left it.
@@ -112,10 +107,9 @@ const (
 // Replay discard the data dir, since unsynced bbolt pages may be lost.
 //
 // Memory: events are streamed (one revision, up to BatchBytes, is held) and the open bbolt
-// transaction is bounded by BatchEvents/BatchBytes. What grows is the mvcc in-memory index (one
-// entry per key plus one per revision of history), the same index the etcd member builds when
-// it starts on the result; with MissingLeaseTTL also one entry per live key whose lease the
-// database lacks, as the member's lessor holds.
+// transaction is bounded by BatchEvents/BatchBytes. What grows is one entry per live key (its
+// create_revision, version and lease), which the checks and MissingLeaseTTL need; the history
+// of each key is not held (etcd's mvcc index holds one entry per revision).
 func Replay(ctx context.Context, dataDir string, src EventSource, opts ReplayOptions) (res ReplayResult, err error) {
 	dbPath := DBPath(dataDir)
 	from, _, err := readDBRevision(dbPath)
@@ -132,81 +126,115 @@ func Replay(ctx context.Context, dataDir string, src EventSource, opts ReplayOpt
 	if opts.BatchBytes <= 0 {
 		opts.BatchBytes = defaultBatchBytes
 	}
-	lg := opts.Logger
-	if lg == nil {
-		lg = zap.NewNop()
-	}
-	// etcd's storage reports broken invariants with Fatal (os.Exit); turn them into panics we
-	// can recover and return as errors.
-	lg = lg.WithOptions(zap.WithFatalHook(zapcore.WriteThenPanic))
 
-	r := &replayer{src: src, opts: opts, res: res}
-	if err := r.open(lg, dbPath); err != nil {
+	r := &replayer{src: src, opts: opts, res: res, dbPath: dbPath, rev: from, live: map[string]keyState{}}
+	if err := r.open(); err != nil {
 		return res, err
-	}
-	if r.rev != from {
-		r.closeStore()
-		return res, fmt.Errorf("replay: %s: the mvcc store opened at revision %d but the database reads %d; the database is inconsistent", dbPath, r.rev, from)
 	}
 	runErr := r.run(ctx)
 	if r.broken {
-		// A panic left backend locks in an unknown state; closing could deadlock.
+		// A panic left bbolt's locks in an unknown state; closing could deadlock.
 		return r.res, runErr
 	}
-	closeErr := r.close(dbPath)
+	closeErr := r.close()
 	if opts.Progress != nil && closeErr == nil {
 		opts.Progress(r.rev)
 	}
 	return r.res, errors.Join(runErr, closeErr)
 }
 
-type replayer struct {
-	src  EventSource
-	opts ReplayOptions
-	res  ReplayResult
-
-	be backend.Backend
-	kv mvcc.KV
-
-	rev      int64           // store revision: the newest completed source revision
-	txRev    int64           // source revision in progress (buffered or in tw), or 0
-	buf      []*mvccpb.Event // events of txRev not yet applied
-	bufBytes int64
-	tw       mvcc.TxnWrite // open write txn for txRev, or nil
-	trace    *traceutil.Trace
-
-	leases        *leaseTracker // with MissingLeaseTTL: the leases of live keys the database lacks
-	pendingEvents int
-	pendingBytes  int64
-	broken        bool // a panic escaped etcd's storage; do not touch the backend again
+// keyState is what Replay keeps of a live key: what the next put's checks and the missing
+// leases need.
+type keyState struct {
+	create, version, lease int64
 }
 
-func (r *replayer) open(lg *zap.Logger, dbPath string) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("replay: open etcd storage %s: %v", dbPath, p)
-		}
-	}()
-	bcfg := backend.DefaultBackendConfig(lg)
-	bcfg.Path = dbPath
-	// We commit ourselves, at revision boundaries, sized by BatchEvents/BatchBytes.
-	bcfg.BatchInterval = 24 * time.Hour
-	bcfg.BatchLimit = math.MaxInt32
-	bcfg.BackendFreelistType = bolt.FreelistMapType
-	// One fsync at the end instead of one per commit; a crash mid-replay discards the dir.
-	bcfg.UnsafeNoFsync = true
-	r.be = backend.New(bcfg)
-	var le lease.Lessor = inertLessor{}
-	if r.opts.MissingLeaseTTL > 0 {
-		// The store tells the lessor every key's lease as it restores its index from the
-		// snapshot and as puts and deletes change them: that is how the leases live keys
-		// refer to are known at the end, without scanning the keys.
-		r.leases = newLeaseTracker(r.be)
-		le = r.leases
+type replayer struct {
+	src    EventSource
+	opts   ReplayOptions
+	res    ReplayResult
+	dbPath string
+
+	db    *bolt.DB
+	tx    *bolt.Tx     // the open batch
+	keys  *bolt.Bucket // tx's key bucket
+	arena batchArena   // the records tx holds until it commits
+	live  map[string]keyState
+
+	rev      int64           // the newest completed source revision
+	txRev    int64           // source revision in progress (buffered or applying), or 0
+	applying bool            // part of txRev is written: events go straight to the database
+	sub      int64           // sub-revision of txRev's next event
+	buf      []*mvccpb.Event // events of txRev not yet applied
+	bufBytes int64
+
+	pendingEvents int
+	pendingBytes  int64
+	broken        bool // a panic escaped bbolt; do not touch the database again
+}
+
+func (r *replayer) open() error {
+	db, err := bolt.Open(r.dbPath, 0o600, &bolt.Options{
+		Timeout: lockTimeout,
+		// As etcd opens it, without fsync: one at the end instead of one per commit; a crash
+		// mid-replay discards the dir.
+		NoSync: true, NoGrowSync: true, NoFreelistSync: true, FreelistType: bolt.FreelistMapType,
+	})
+	if err != nil {
+		return fmt.Errorf("replay: open %s (stop the etcd member using it): %w", r.dbPath, err)
 	}
-	r.kv = mvcc.NewStore(lg, r.be, le, mvcc.StoreConfig{})
-	r.trace = traceutil.TODO()
-	r.rev = r.currentRev()
+	r.db = db
+	err = r.begin()
+	if err == nil {
+		err = r.loadKeys()
+	}
+	if err != nil {
+		if r.tx != nil {
+			_ = r.tx.Rollback()
+		}
+		_ = db.Close()
+		return err
+	}
+	return nil
+}
+
+// begin opens the next batch.
+func (r *replayer) begin() error {
+	tx, err := r.db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("replay: %s: %w", r.dbPath, err)
+	}
+	r.tx, r.keys = tx, tx.Bucket(schema.Key.Name())
+	if r.keys == nil {
+		return fmt.Errorf("replay: %s has no %q bucket: not an etcd v3 database", r.dbPath, schema.Key.Name())
+	}
+	r.keys.FillPercent = 0.9 // as etcd's backend, for records appended in order
+	return nil
+}
+
+// loadKeys reads the live keys of the database, as etcd's mvcc store builds its index when it
+// opens: the key bucket in revision order, each record the key's newest state, a tombstone the
+// key's end.
+func (r *replayer) loadKeys() error {
+	if rev, _, err := datadir.TxRevision(r.tx); err != nil || rev != r.rev {
+		return fmt.Errorf("replay: %s: the database reads revision %d, then %d (%v); the database is inconsistent", r.dbPath, r.rev, rev, err)
+	}
+	var kv mvccpb.KeyValue
+	c := r.keys.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		kv = mvccpb.KeyValue{Key: kv.Key[:0], Value: kv.Value[:0]} // Unmarshal reuses them
+		if err := kv.Unmarshal(v); err != nil {
+			return fmt.Errorf("replay: %s: key bucket record %x: %w; the database is damaged", r.dbPath, k, err)
+		}
+		switch {
+		case len(kv.Key) == 0:
+			// A revision without a key (etcdutl's --bump-revision writes one).
+		case mvcc.IsTombstone(k):
+			delete(r.live, string(kv.Key))
+		default:
+			r.live[string(kv.Key)] = keyState{create: kv.CreateRevision, version: kv.Version, lease: kv.Lease}
+		}
+	}
 	return nil
 }
 
@@ -214,16 +242,14 @@ func (r *replayer) run(ctx context.Context) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.broken = true
-			err = fmt.Errorf("replay: etcd storage failed at revision %d: %v; discard the data dir and restore again", r.txRev, p)
+			err = fmt.Errorf("replay: etcd's storage failed at revision %d: %v; discard the data dir and restore again", r.txRev, p)
 		}
 	}()
-	// The mvcc store records a trace step per put and never drops them; StepWithFunction turns
-	// stepping off while the loop runs, so the trace stays empty and costs nothing.
-	r.trace.StepWithFunction(func() { err = r.loop(ctx) }, "replay")
-	if r.tw != nil {
-		// Close the open revision even after an error so the backend can be closed; the
-		// error already says to discard the data dir.
-		if endErr := r.endTxn(); err == nil {
+	err = r.loop(ctx)
+	if r.applying {
+		// Count the revision written in part as it stands, so that the result says where the
+		// database is; the error already says to discard the data dir.
+		if endErr := r.endRevision(); err == nil {
 			err = endErr
 		}
 	}
@@ -238,8 +264,8 @@ func (r *replayer) run(ctx context.Context) (err error) {
 }
 
 // loop reads events and applies them one source revision at a time. A revision's events are
-// buffered (up to BatchBytes) before its write txn opens, so a source error in the middle of
-// a revision leaves the database at the previous revision, ready to resume.
+// buffered (up to BatchBytes) before any is written, so a source error in the middle of a
+// revision leaves the database at the previous revision, ready to resume.
 func (r *replayer) loop(ctx context.Context) error {
 	done := ctx.Done()
 	for {
@@ -248,7 +274,7 @@ func (r *replayer) loop(ctx context.Context) error {
 			return r.flush()
 		}
 		if err != nil {
-			if r.tw != nil {
+			if r.applying {
 				return fmt.Errorf("replay: %w: revision %d: read the next event: %w", ErrPartialRevision, r.txRev, err)
 			}
 			return fmt.Errorf("replay: read the events after revision %d: %w", r.rev, err)
@@ -281,7 +307,7 @@ func (r *replayer) loop(ctx context.Context) error {
 			}
 			r.txRev = rev
 		}
-		if r.tw != nil {
+		if r.applying {
 			if err := r.apply(ev); err != nil {
 				return err
 			}
@@ -306,17 +332,12 @@ func (r *replayer) flush() error {
 	if err := r.applyBuffered(); err != nil {
 		return err
 	}
-	return r.endTxn()
+	return r.endRevision()
 }
 
-// applyBuffered opens the write txn for r.txRev if needed and applies the buffered events.
+// applyBuffered writes the buffered events of r.txRev; the rest of the revision follows them.
 func (r *replayer) applyBuffered() error {
-	if r.tw == nil {
-		r.tw = r.kv.Write(r.trace)
-		if got := r.tw.Rev(); got != r.rev {
-			return fmt.Errorf("replay: %w: the store is at revision %d, expected %d", ErrEventMismatch, got, r.rev)
-		}
-	}
+	r.applying = true
 	for i, ev := range r.buf {
 		r.buf[i] = nil
 		if err := r.apply(ev); err != nil {
@@ -327,84 +348,111 @@ func (r *replayer) applyBuffered() error {
 	return nil
 }
 
+// apply writes what etcd's mvcc store writes for ev (storeTxnWrite.put and delete), after
+// checking that ev is what the store would make of it.
 func (r *replayer) apply(ev *mvccpb.Event) error {
 	kv := ev.Kv
 	if len(kv.Key) == 0 {
 		return fmt.Errorf("replay: %w: %s event at revision %d has an empty key", ErrEventMismatch, ev.Type, r.txRev)
 	}
+	rev := mvcc.Revision{Main: r.txRev, Sub: r.sub}
 	switch ev.Type {
 	case mvccpb.PUT:
-		rev := r.tw.Put(kv.Key, kv.Value, lease.LeaseID(kv.Lease))
-		changes := r.tw.Changes()
-		got := changes[len(changes)-1]
-		if rev != r.txRev || got.CreateRevision != kv.CreateRevision || got.Version != kv.Version {
-			return fmt.Errorf("replay: %w: put %q at revision %d: the source has create_revision %d version %d, replaying gives create_revision %d version %d at revision %d; discard the data dir and check that the deltas follow this snapshot",
-				ErrEventMismatch, kv.Key, r.txRev, kv.CreateRevision, kv.Version, got.CreateRevision, got.Version, rev)
+		// A live key keeps its create_revision and counts one more version; any other key
+		// starts a new life at this revision.
+		create, version := r.txRev, int64(1)
+		if st, ok := r.live[string(kv.Key)]; ok {
+			create, version = st.create, st.version+1
 		}
+		if kv.CreateRevision != create || kv.Version != version {
+			return fmt.Errorf("replay: %w: put %q at revision %d: the source has create_revision %d version %d, replaying gives create_revision %d version %d; discard the data dir and check that the deltas follow this snapshot",
+				ErrEventMismatch, kv.Key, r.txRev, kv.CreateRevision, kv.Version, create, version)
+		}
+		rec := mvccpb.KeyValue{Key: kv.Key, Value: kv.Value, CreateRevision: create, ModRevision: r.txRev, Version: version, Lease: kv.Lease}
+		if err := r.put(mvcc.RevToBytes(rev, r.arena.alloc(revBytesLen)), &rec); err != nil {
+			return err
+		}
+		r.live[string(kv.Key)] = keyState{create: create, version: version, lease: kv.Lease}
 		r.pendingBytes += int64(len(kv.Key) + len(kv.Value))
 	case mvccpb.DELETE:
-		if n, _ := r.tw.DeleteRange(kv.Key, nil); n != 1 {
+		if _, ok := r.live[string(kv.Key)]; !ok {
 			return fmt.Errorf("replay: %w: delete %q at revision %d: the key does not exist in the database; discard the data dir and check that the deltas follow this snapshot",
 				ErrEventMismatch, kv.Key, r.txRev)
 		}
+		key := append(mvcc.RevToBytes(rev, r.arena.alloc(revBytesLen + 1)[:revBytesLen]), tombstoneMark)
+		if err := r.put(key, &mvccpb.KeyValue{Key: kv.Key}); err != nil {
+			return err
+		}
+		delete(r.live, string(kv.Key))
 		r.pendingBytes += int64(len(kv.Key))
 	default:
 		return fmt.Errorf("replay: %w: unknown event type %d at revision %d", ErrEventMismatch, ev.Type, r.txRev)
 	}
+	r.sub++
 	r.pendingEvents++
 	r.res.Events++
 	return nil
 }
 
-// endTxn ends the open write txn and checks that the store landed on the source revision.
-func (r *replayer) endTxn() error {
-	rev := r.txRev
-	r.tw.End()
-	r.tw, r.txRev = nil, 0
-	if got := r.currentRev(); got != rev {
-		return fmt.Errorf("replay: %w: after applying revision %d the store is at revision %d; discard the data dir",
-			ErrEventMismatch, rev, got)
+const (
+	revBytesLen   = 17  // a key bucket key: main revision, '_', sub-revision
+	tombstoneMark = 't' // appended to a delete's key bucket key
+)
+
+// put writes one key bucket record; its bytes stay in r.arena, since bbolt holds them until
+// the batch commits.
+func (r *replayer) put(key []byte, rec *mvccpb.KeyValue) error {
+	v := r.arena.alloc(rec.Size())
+	if _, err := rec.MarshalToSizedBuffer(v); err != nil {
+		return fmt.Errorf("replay: %w: revision %d: %v", ErrEventMismatch, r.txRev, err)
 	}
-	r.rev = rev
-	r.res.Revisions++
-	r.res.ToRevision = r.rev
-	if r.pendingEvents >= r.opts.BatchEvents || r.pendingBytes >= r.opts.BatchBytes {
-		r.kv.Commit()
-		r.pendingEvents, r.pendingBytes = 0, 0
-		if r.opts.Progress != nil {
-			r.opts.Progress(r.rev)
-		}
+	if err := r.keys.Put(key, v); err != nil {
+		return fmt.Errorf("replay: write revision %d into %s: %w", r.txRev, r.dbPath, err)
 	}
 	return nil
 }
 
-// currentRev reads the store's revision through a shared-buffer read txn, which costs no copy.
-func (r *replayer) currentRev() int64 {
-	tr := r.kv.Read(mvcc.SharedBufReadTxMode, r.trace)
-	defer tr.End()
-	return tr.Rev()
+// endRevision completes r.txRev and commits the batch when it is full.
+func (r *replayer) endRevision() error {
+	r.rev, r.txRev, r.sub, r.applying = r.txRev, 0, 0, false
+	r.res.Revisions++
+	r.res.ToRevision = r.rev
+	if r.pendingEvents < r.opts.BatchEvents && r.pendingBytes < r.opts.BatchBytes {
+		return nil
+	}
+	if err := r.commit(); err != nil {
+		return err
+	}
+	if r.opts.Progress != nil {
+		r.opts.Progress(r.rev)
+	}
+	return r.begin()
 }
 
-func (r *replayer) closeStore() {
-	_ = r.kv.Close()
-	_ = r.be.Close()
+func (r *replayer) commit() error {
+	tx := r.tx
+	r.tx, r.keys = nil, nil
+	r.pendingEvents, r.pendingBytes = 0, 0
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("replay: commit %s at revision %d (discard the data dir): %w", r.dbPath, r.rev, err)
+	}
+	r.arena.reset()
+	return nil
 }
 
-// close commits, closes the store and backend, and makes the database durable.
-func (r *replayer) close(dbPath string) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("replay: commit %s: %v; discard the data dir", dbPath, p)
-		}
-	}()
-	r.kv.Commit()
-	if err := r.kv.Close(); err != nil {
-		return fmt.Errorf("replay: close the mvcc store: %w", err)
+// close commits what was applied, closes the database and makes it durable.
+func (r *replayer) close() error {
+	var err error
+	if r.tx != nil {
+		err = r.commit()
 	}
-	if err := r.be.Close(); err != nil {
-		return fmt.Errorf("replay: close %s: %w", dbPath, err)
+	if cerr := r.db.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("replay: close %s: %w", r.dbPath, cerr)
 	}
-	return fsyncFile(dbPath)
+	if err != nil {
+		return err
+	}
+	return fsyncFile(r.dbPath)
 }
 
 func fsyncFile(path string) error {
@@ -419,88 +467,67 @@ func fsyncFile(path string) error {
 	return nil
 }
 
-// inertLessor satisfies the mvcc store during replay: keys keep the lease ID recorded in the
-// source, and no lease is attached, detached, revoked or expired. The etcd member attaches
-// keys to their leases when it starts. Any other Lessor method panics (nil embedded interface),
-// which Replay reports as an error.
-type inertLessor struct{ lease.Lessor }
-
-func (inertLessor) SetRangeDeleter(lease.RangeDeleter)            {}
-func (inertLessor) GetLease(lease.LeaseItem) lease.LeaseID        { return lease.NoLease }
-func (inertLessor) Attach(lease.LeaseID, []lease.LeaseItem) error { return nil }
-func (inertLessor) Detach(lease.LeaseID, []lease.LeaseItem) error { return nil }
-
-// leaseTracker is the lessor of a Replay with MissingLeaseTTL: it is inertLessor (nothing
-// is granted, revoked or expired), and it also keeps, for every key whose lease the database
-// lacks, that lease. mvcc.NewStore attaches each live key of the snapshot to its lease as it
-// restores the index, and every put or delete detaches a key from its previous lease
-// (GetLease) and attaches it to its new one, so at the end the tracker holds exactly the live
-// keys on missing leases. Memory: one entry per such key and one per lease the database
-// holds; keys on the database's own leases are not kept.
-type leaseTracker struct {
-	inertLessor
-	known   map[lease.LeaseID]struct{} // leases in the database's lease bucket
-	missing map[string]lease.LeaseID   // live key -> its lease, which known lacks
-}
-
-func newLeaseTracker(be backend.Backend) *leaseTracker {
-	t := &leaseTracker{known: map[lease.LeaseID]struct{}{}, missing: map[string]lease.LeaseID{}}
-	tx := be.ReadTx()
-	tx.RLock()
-	defer tx.RUnlock()
-	// Lease bucket keys are the IDs, 8 bytes big-endian; the records need no decoding.
-	_ = tx.UnsafeForEach(schema.Lease, func(k, _ []byte) error {
-		if len(k) == 8 {
-			t.known[lease.LeaseID(binary.BigEndian.Uint64(k))] = struct{}{}
-		}
-		return nil
-	})
-	return t
-}
-
-func (t *leaseTracker) GetLease(it lease.LeaseItem) lease.LeaseID {
-	if id, ok := t.missing[it.Key]; ok {
-		return id
-	}
-	return lease.NoLease
-}
-
-func (t *leaseTracker) Attach(id lease.LeaseID, items []lease.LeaseItem) error {
-	if _, ok := t.known[id]; ok || id == lease.NoLease {
-		return nil
-	}
-	for _, it := range items {
-		t.missing[it.Key] = id
-	}
-	return nil
-}
-
-func (t *leaseTracker) Detach(id lease.LeaseID, items []lease.LeaseItem) error {
-	for _, it := range items {
-		if t.missing[it.Key] == id {
-			delete(t.missing, it.Key)
-		}
-	}
-	return nil
-}
-
 // createMissingLeases writes a lease record for every lease that a live key refers to but the
-// lease bucket lacks, as the lease tracker knows them: no key is read again.
+// lease bucket lacks, as etcd's lessor would have it: no key is read again.
 func (r *replayer) createMissingLeases() error {
-	used := map[lease.LeaseID]struct{}{}
-	for _, id := range r.leases.missing {
-		used[id] = struct{}{}
-	}
-	tx := r.be.BatchTx()
-	tx.LockOutsideApply()
-	defer tx.Unlock()
-	schema.UnsafeCreateLeaseBucket(tx)
-	for id := range used {
-		if schema.MustUnsafeGetLease(tx, int64(id)) != nil {
-			continue // cannot happen: the tracker read the bucket and Replay writes no lease
+	used := map[int64]struct{}{}
+	for _, st := range r.live {
+		if st.lease != 0 {
+			used[st.lease] = struct{}{}
 		}
-		schema.MustUnsafePutLease(tx, &leasepb.Lease{ID: int64(id), TTL: r.opts.MissingLeaseTTL})
+	}
+	lb, err := r.tx.CreateBucketIfNotExists(schema.Lease.Name())
+	if err != nil {
+		return fmt.Errorf("replay: %s: lease bucket: %w", r.dbPath, err)
+	}
+	for id := range used {
+		key := binary.BigEndian.AppendUint64(nil, uint64(id)) // as etcd keys its lease records
+		if lb.Get(key) != nil {
+			continue
+		}
+		rec, err := (&leasepb.Lease{ID: id, TTL: r.opts.MissingLeaseTTL}).Marshal()
+		if err == nil {
+			err = lb.Put(key, rec)
+		}
+		if err != nil {
+			return fmt.Errorf("replay: %s: write lease %x: %w", r.dbPath, id, err)
+		}
 		r.res.LeasesCreated++
 	}
 	return nil
+}
+
+// batchArena holds the records of the open bbolt transaction, which refers to them until it
+// commits: one allocation per chunk instead of one per record, reused by the next batch.
+type batchArena struct {
+	chunks [][]byte
+	cur    int // the chunk being filled
+}
+
+const (
+	arenaChunk = 1 << 20
+	// arenaKeep chunks are kept for the next batch; a batch of huge values does not pin its
+	// memory for the rest of the replay.
+	arenaKeep = 8
+)
+
+// alloc returns n bytes that stay valid until reset.
+func (a *batchArena) alloc(n int) []byte {
+	for ; a.cur < len(a.chunks); a.cur++ {
+		if c := a.chunks[a.cur]; cap(c)-len(c) >= n {
+			a.chunks[a.cur] = c[:len(c)+n]
+			return c[len(c) : len(c)+n : len(c)+n]
+		}
+	}
+	a.chunks = append(a.chunks, make([]byte, n, max(n, arenaChunk)))
+	return a.chunks[a.cur][:n:n]
+}
+
+// reset makes the arena's memory free for the next batch.
+func (a *batchArena) reset() {
+	a.chunks = a.chunks[:min(len(a.chunks), arenaKeep)]
+	for i := range a.chunks {
+		a.chunks[i] = a.chunks[i][:0]
+	}
+	a.cur = 0
 }

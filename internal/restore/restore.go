@@ -558,7 +558,6 @@ func (r *restorer) replay(ctx context.Context, p plan, want int64, res *Result) 
 	rr, err := Replay(ctx, r.part, src, ReplayOptions{
 		ToRevision:      want,
 		MissingLeaseTTL: r.o.MissingLeaseTTL,
-		Logger:          r.lg,
 		Progress:        func(rev int64) { r.progress(PhaseReplay, rev-res.StartRevision, total) },
 	})
 	res.Revisions, res.Events, res.LeasesCreated = rr.Revisions, rr.Events, rr.LeasesCreated

@@ -95,7 +95,7 @@ func benchHistory(b *testing.B, keys, puts int) (*store.Store, int64) {
 	}
 	snapRev := events[len(events)-1].Kv.ModRevision
 
-	s, err := store.Open(ctx, "file://"+filepath.Join(b.TempDir(), "store"), store.Options{})
+	s, err := store.Open(ctx, "file://"+filepath.Join(b.TempDir(), "store"), store.Options{Create: true})
 	if err != nil {
 		b.Fatal(err)
 	}
