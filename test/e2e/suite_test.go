@@ -4,7 +4,8 @@
 //
 // A test that touches nothing outside its own namespace calls t.Parallel: `make e2e` runs two
 // of them at a time, after the tests that stop the API server or the operator's pod have run
-// alone.
+// alone. They start in the order of their files and declarations, so the longest (TLS and
+// authentication, auth_tls_test.go) come first.
 package e2e
 
 import (
