@@ -188,6 +188,13 @@ func updateCluster(t *testing.T, ns, name string, change func(*v1alpha1.EtcdClus
 	}
 }
 
+// waitStatefulSet waits for the operator to have made the cluster's StatefulSet, which the
+// harness's members need.
+func waitStatefulSet(t *testing.T, ns, name string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, "the StatefulSet "+name, func() error { return get(t, ns, name, &appsv1.StatefulSet{}) })
+}
+
 // harnessRevision is the one revision of the pods members makes.
 const harnessRevision = "harness"
 

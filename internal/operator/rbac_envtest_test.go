@@ -13,7 +13,6 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/testutil"
-	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -70,7 +69,7 @@ func TestMemberWritesOnlyItsOwn(t *testing.T) {
 	if err := k8s.Create(ctx, newCluster(ns, "w", 3)); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, time.Minute, "the StatefulSet", func() error { return get(t, ns, "w", &appsv1.StatefulSet{}) })
+	waitStatefulSet(t, ns, "w")
 	testutil.Eventually(t, time.Minute, "the members' pods, Leases and EtcdMembers", func() error {
 		members(t, ns, "w", all)
 		for _, name := range []string{"w-0", "w-1", "w-2"} {

@@ -204,6 +204,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	recordMetrics(ec, &ec.Status, &status, p.errs)
 	return r.writeStatus(ctx, ec, status, p)
 }
 
@@ -709,6 +710,7 @@ func (r *ClusterReconciler) finalize(ctx context.Context, ec *v1alpha1.EtcdClust
 		}
 	}
 	controllerutil.RemoveFinalizer(ec, Finalizer)
+	forgetMetrics(ec.Namespace, ec.Name)
 	return client.IgnoreNotFound(r.Client.Update(ctx, ec))
 }
 
