@@ -23,6 +23,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -66,8 +67,11 @@ type ClusterReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Image runs the members when a cluster does not name one (the operator's own image).
-	Image  string
-	Graces Graces
+	Image string
+	// OperatorNamespace is the namespace of the operator's pods ("": unknown): the members'
+	// NetworkPolicy lets them reach the sidecars.
+	OperatorNamespace string
+	Graces            Graces
 	// Sidecars calls the members' sidecars: the full snapshot before a rolling update or a
 	// hibernation, and the leadership move before the leader's pod is deleted.
 	Sidecars *Sidecars
@@ -136,6 +140,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
@@ -169,6 +174,7 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
@@ -247,7 +253,21 @@ func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alp
 		return nil, &ctrl.Result{}, r.writeHeld(ctx, ec, "Paused",
 			fmt.Sprintf("reconciliation is paused by the annotation %s=true; remove it to resume", v1alpha1.AnnotationPaused))
 	}
-	if err := specProblem(ec.Spec); err != nil {
+	if ec.Status.Defaults == nil {
+		// Chosen and recorded before anything is made: what the cluster runs with where its
+		// spec is silent is the same at every later pass.
+		if err := r.recordDefaults(ctx, ec); err != nil {
+			if apierrors.IsConflict(err) {
+				return nil, &ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return nil, &ctrl.Result{}, err
+		}
+	}
+	err := specProblem(ec.Spec)
+	if err == nil {
+		err = securityProblem(ec)
+	}
+	if err != nil {
 		// Nothing is changed on the cluster for a spec its members could not run with: the
 		// members keep what they run. The next change of the spec is checked again.
 		return nil, &ctrl.Result{}, r.writeHeld(ctx, ec, ReasonInvalidSpec, fmt.Sprintf(
@@ -282,7 +302,7 @@ func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster
 
 // sync brings every owned object to what the decision asks for, in order.
 func (r *ClusterReconciler) sync(ctx context.Context, ec *v1alpha1.EtcdCluster, d Decision, obs Observation, p *pass) (*run, error) {
-	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d, formed: obs.Formed,
+	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, operatorNamespace: r.OperatorNamespace, decision: d, formed: obs.Formed,
 		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: p.now, recorder: r.Recorder}
 	if ec.Annotations[v1alpha1.AnnotationAdopt] != "" {
 		var err error
@@ -1067,6 +1087,7 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 		LastDefragmentation: d.LastDefrag,
 		Recoverability:      ec.Status.Recoverability,
 		Recovery:            ec.Status.Recovery,
+		Defaults:            ec.Status.Defaults,
 		Endpoints: v1alpha1.Endpoints{
 			Client: fmt.Sprintf("%s://%s.%s.svc:%d", scheme(ec), clientServiceName(ec), ec.Namespace, ClientPort),
 		},
