@@ -1048,6 +1048,29 @@ func TestValidation(t *testing.T) {
 	}
 }
 
+// operatorPodSelectable checks that the operator's Deployment in manifest labels its pods with
+// OperatorPodLabels and gives it POD_NAMESPACE.
+func operatorPodSelectable(manifest string) error {
+	for _, doc := range strings.Split(manifest, "\n---") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil || d.Kind != "Deployment" {
+			continue
+		}
+		for k, v := range OperatorPodLabels {
+			if d.Spec.Template.Labels[k] != v {
+				return fmt.Errorf("the operator's pods are labelled %v: they lack %s=%s", d.Spec.Template.Labels, k, v)
+			}
+		}
+		if !slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool {
+			return e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
+		}) {
+			return fmt.Errorf("the operator is not given POD_NAMESPACE from its pod")
+		}
+		return nil
+	}
+	return fmt.Errorf("no Deployment")
+}
+
 // TestDeployManifests: the kustomize build and the Helm chart render, and the API server
 // accepts every object they hold (server-side dry run).
 func TestDeployManifests(t *testing.T) {
@@ -1087,6 +1110,11 @@ func TestDeployManifests(t *testing.T) {
 			if !strings.Contains(manifest, "name: "+plural+"."+group+"\n") {
 				t.Errorf("%s output lacks the CRD %s.%s", name, plural, group)
 			}
+		}
+		// The members' NetworkPolicies admit the operator's pods by these labels, and its
+		// namespace from POD_NAMESPACE.
+		if err := operatorPodSelectable(manifest); err != nil {
+			t.Errorf("%s output: %v", name, err)
 		}
 		cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
 		cmd.Stdin = strings.NewReader(manifest)
