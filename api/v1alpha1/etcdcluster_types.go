@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -125,6 +126,10 @@ type EtcdClusterSpec struct {
 	// +optional
 	Auth *AuthSpec `json:"auth,omitempty"`
 
+	// Network narrows what the cluster's NetworkPolicy admits.
+	// +optional
+	Network NetworkSpec `json:"network,omitempty"`
+
 	// QuorumLoss says how a quorum lost for good is recovered.
 	// +optional
 	QuorumLoss QuorumLossSpec `json:"quorumLoss,omitempty"`
@@ -132,6 +137,16 @@ type EtcdClusterSpec struct {
 	// UpdateStrategy says how the members are restarted when their pod template changes.
 	// +optional
 	UpdateStrategy UpdateStrategySpec `json:"updateStrategy,omitempty"`
+}
+
+// NetworkSpec narrows the cluster's NetworkPolicy. The policy admits the peer port from the
+// members only, and the sidecar API from the members and the operator, whatever this says.
+type NetworkSpec struct {
+	// ClientFrom lists who may reach the client port (2379), as a NetworkPolicy's peers (pods,
+	// namespaces, IP blocks); the members always may. Empty: every pod of the cluster's
+	// namespace.
+	// +optional
+	ClientFrom []networkingv1.NetworkPolicyPeer `json:"clientFrom,omitempty"`
 }
 
 // Leader update methods of a rolling update.

@@ -29,7 +29,8 @@ func syncNetworkPolicy(ctx context.Context, r *run) error {
 // networkPolicySpec admits to the member pods only what the cluster needs: the peer port from
 // its members; the sidecar API and the health port from its members and the operator's pods
 // (in operatorNamespace; "": in any namespace, for an operator that does not know its own);
-// the client port from the pods of the cluster's namespace. Other NetworkPolicies can admit
+// the client port from the pods of the cluster's namespace, or from its members and the peers
+// spec.network.clientFrom lists. Other NetworkPolicies can admit
 // more (policies add up): a Prometheus in another namespace that scrapes the sidecars, say.
 // Kubelet probes come from the node, which NetworkPolicies always admit. Egress is not
 // limited: the sidecars reach the backup store and the API server.
@@ -40,7 +41,10 @@ func networkPolicySpec(ec *v1alpha1.EtcdCluster, operatorNamespace string) netwo
 	if operatorNamespace != "" {
 		operator.NamespaceSelector.MatchLabels = map[string]string{corev1.LabelMetadataName: operatorNamespace}
 	}
-	namespace := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{}}
+	clients := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}} // the namespace
+	if from := ec.Spec.Network.ClientFrom; len(from) > 0 {
+		clients = append([]networkingv1.NetworkPolicyPeer{members}, from...)
+	}
 	ports := func(ns ...int) []networkingv1.NetworkPolicyPort {
 		var out []networkingv1.NetworkPolicyPort
 		for _, n := range ns {
@@ -56,7 +60,7 @@ func networkPolicySpec(ec *v1alpha1.EtcdCluster, operatorNamespace string) netwo
 		Ingress: []networkingv1.NetworkPolicyIngressRule{
 			{From: []networkingv1.NetworkPolicyPeer{members}, Ports: ports(PeerPort)},
 			{From: []networkingv1.NetworkPolicyPeer{members, operator}, Ports: ports(SidecarPort, HealthPort)},
-			{From: []networkingv1.NetworkPolicyPeer{namespace}, Ports: ports(ClientPort)},
+			{From: clients, Ports: ports(ClientPort)},
 		},
 	}
 }

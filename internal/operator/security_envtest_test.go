@@ -154,8 +154,8 @@ func TestExistingClusterKeepsWhatItRuns(t *testing.T) {
 
 // TestNetworkPolicy: each cluster gets a NetworkPolicy it owns that admits the peer port from
 // its members only, the sidecar API and health port from its members and the operator's pods
-// (in the operator's namespace), and the client port from its namespace; it goes with the
-// cluster. (A same-named policy of someone else's: TestNameConflictLeftAlone; no write at
+// (in the operator's namespace), and the client port from its namespace, or from its members
+// and the peers spec.network.clientFrom lists; it goes with the cluster. (A same-named policy of someone else's: TestNameConflictLeftAlone; no write at
 // rest: TestAtRestNoWrites.)
 func TestNetworkPolicy(t *testing.T) {
 	needEnv(t)
@@ -191,6 +191,25 @@ func TestNetworkPolicy(t *testing.T) {
 		got, _ := yaml.Marshal(np.Spec)
 		exp, _ := yaml.Marshal(want)
 		t.Fatalf("NetworkPolicy np:\n%s\nwant:\n%s", got, exp)
+	}
+
+	// Narrowed: the client port admits the members and the listed peers, and no member restarts.
+	template := waitStatefulSet(t, ns, "np").Annotations[annotationTemplateHash]
+	apps := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "apps"}}}
+	updateCluster(t, ns, "np", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Network.ClientFrom = []networkingv1.NetworkPolicyPeer{apps} })
+	want.Ingress[2].From = []networkingv1.NetworkPolicyPeer{members, apps}
+	testutil.Eventually(t, 20*time.Second, "the client port narrowed", func() error {
+		if err := get(t, ns, "np", &np); err != nil {
+			return err
+		}
+		if !equality.Semantic.DeepEqual(np.Spec, want) {
+			got, _ := yaml.Marshal(np.Spec.Ingress[2])
+			return fmt.Errorf("client rule:\n%s", got)
+		}
+		return nil
+	})
+	if got := waitStatefulSet(t, ns, "np").Annotations[annotationTemplateHash]; got != template {
+		t.Errorf("narrowing the client port changed the pod template (%s→%s): the members would restart", template, got)
 	}
 	deleteCluster(t, ns, "np", 20*time.Second)
 	if err := get(t, ns, "np", &networkingv1.NetworkPolicy{}); !apierrors.IsNotFound(err) {
