@@ -30,8 +30,8 @@ func syncNetworkPolicy(ctx context.Context, r *run) error {
 // its members; the sidecar API and the health port from its members and the operator's pods
 // (in operatorNamespace; "": in any namespace, for an operator that does not know its own);
 // the client port from the pods of the cluster's namespace, or from its members and the peers
-// spec.network.clientFrom lists. Other NetworkPolicies can admit
-// more (policies add up): a Prometheus in another namespace that scrapes the sidecars, say.
+// spec.network.clientFrom lists. Other NetworkPolicies can admit more (policies add up): a
+// Prometheus in another namespace that scrapes the sidecars, say.
 // Kubelet probes come from the node, which NetworkPolicies always admit. Egress is not
 // limited: the sidecars reach the backup store and the API server.
 func networkPolicySpec(ec *v1alpha1.EtcdCluster, operatorNamespace string) networkingv1.NetworkPolicySpec {
