@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,11 +45,13 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage",message="spec.storage is immutable: the volumes of existing members cannot change; create a new EtcdCluster (bootstrap.restore) to move the data"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is immutable: it is used only when the cluster is created"
-// +kubebuilder:validation:XValidation:rule="(has(self.tls) && self.tls.enabled) == (has(oldSelf.tls) && oldSelf.tls.enabled)",message="spec.tls.enabled is chosen when the cluster is created: the members' peer URLs carry the scheme; create a new EtcdCluster (bootstrap.restore from this one's backups) to change it"
+// +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls.enabled == oldSelf.tls.enabled)",message="spec.tls.enabled is chosen when the cluster is created, and so is whether spec.tls is given (left out, status.defaults.tls says what the cluster runs): the members' peer URLs carry the scheme; create a new EtcdCluster (bootstrap.restore from this one's backups) to change it"
 // +kubebuilder:validation:XValidation:rule="(has(self.tls) && has(self.tls.serverSecret)) == (has(oldSelf.tls) && has(oldSelf.tls.serverSecret)) && (!has(self.tls) || !has(self.tls.serverSecret) || self.tls.serverSecret == oldSelf.tls.serverSecret)",message="spec.tls.serverSecret is chosen when the cluster is created: members of other certificates would not trust each other during the change; renew or roll over the certificates inside the Secret, or create a new EtcdCluster (bootstrap.restore from this one's backups)"
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.restore) || !has(self.backup) || self.bootstrap.restore.store.find('^[^?]*[^?/]') != self.backup.store.find('^[^?]*[^?/]')",message="spec.bootstrap.restore.store must differ from spec.backup.store (their bucket and prefix; query parameters and a trailing '/' do not make another store): a restored cluster is a new history, and its backups need their own store or prefix"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.backup) || !has(self.backup) || self.backup.store.find('^[^?]*[^?/]') == oldSelf.backup.store.find('^[^?]*[^?/]')",message="spec.backup.store cannot change in place: an EtcdRestore reads only the cluster's current store, so the backups already in the old one could no longer be restored in place (a new EtcdCluster can still start from them with spec.bootstrap.restore); to move the backups anyway, remove spec.backup in one change and set it with the new store in the next"
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.auth) && oldSelf.auth.enabled) || (has(self.auth) && self.auth.enabled)",message="spec.auth.enabled cannot be turned off: etcd keeps authentication on, and Steward's clients need the root password to reach it"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.auth) || !has(self.auth) || self.auth.enabled",message="spec.auth.enabled: false cannot be added to a running cluster: left out, status.defaults.auth says whether the cluster has authentication, and authentication cannot be turned off"
+// +kubebuilder:validation:XValidation:rule="!(has(self.auth) && self.auth.enabled && has(self.tls) && !self.tls.enabled) || (oldSelf.hasValue() && has(oldSelf.value().auth) && oldSelf.value().auth.enabled)",optionalOldSelf=true,message="spec.auth.enabled: true needs TLS: without it the root password that Steward's clients log in with would cross the pod network in clear; remove spec.tls (new clusters get TLS) or set spec.tls.enabled: true"
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.auth) && oldSelf.auth.enabled) || !has(self.auth) || (has(self.auth.rootPasswordSecret) == has(oldSelf.auth.rootPasswordSecret) && (!has(self.auth.rootPasswordSecret) || self.auth.rootPasswordSecret == oldSelf.auth.rootPasswordSecret))",message="spec.auth.rootPasswordSecret cannot change once authentication is on: the members would restart with a password etcd does not know; change the password inside the Secret instead"
 type EtcdClusterSpec struct {
 	// Replicas is the number of etcd members. Odd sizes tolerate the most failures per
@@ -112,14 +115,20 @@ type EtcdClusterSpec struct {
 	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
 
 	// TLS encrypts and authenticates client and peer traffic with the cluster's own CA.
-	// Chosen when the cluster is created.
+	// Chosen when the cluster is created. Left out, a new cluster gets TLS (status.defaults);
+	// spec.tls.enabled: false opts out.
 	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
 
 	// Auth turns etcd authentication on, with a root user that every Steward client logs in as.
-	// It can be turned on for a running cluster, not off.
+	// It can be turned on for a running cluster with TLS, not off. Left out, a new cluster with
+	// TLS gets it (status.defaults); spec.auth.enabled: false, given at creation, opts out.
 	// +optional
 	Auth *AuthSpec `json:"auth,omitempty"`
+
+	// Network narrows what the cluster's NetworkPolicy admits.
+	// +optional
+	Network NetworkSpec `json:"network,omitempty"`
 
 	// QuorumLoss says how a quorum lost for good is recovered.
 	// +optional
@@ -128,6 +137,16 @@ type EtcdClusterSpec struct {
 	// UpdateStrategy says how the members are restarted when their pod template changes.
 	// +optional
 	UpdateStrategy UpdateStrategySpec `json:"updateStrategy,omitempty"`
+}
+
+// NetworkSpec narrows the cluster's NetworkPolicy. The policy admits the peer port from the
+// members only, and the sidecar API from the members and the operator, whatever this says.
+type NetworkSpec struct {
+	// ClientFrom lists who may reach the client port (2379), as a NetworkPolicy's peers (pods,
+	// namespaces, IP blocks); the members always may. Empty: every pod of the cluster's
+	// namespace.
+	// +optional
+	ClientFrom []networkingv1.NetworkPolicyPeer `json:"clientFrom,omitempty"`
 }
 
 // Leader update methods of a rolling update.
@@ -653,6 +672,10 @@ type EtcdClusterStatus struct {
 	// authentication on.
 	// +optional
 	RootPasswordSecret string `json:"rootPasswordSecret,omitempty"`
+	// Defaults are what the cluster runs with where its spec leaves spec.tls or spec.auth out.
+	// The operator records them once, before it makes anything.
+	// +optional
+	Defaults *SecurityDefaults `json:"defaults,omitempty"`
 	// LastFullSnapshot and LastDeltaSnapshot are the newest backups (from the snapshot Leases).
 	// +optional
 	LastFullSnapshot *SnapshotRef `json:"lastFullSnapshot,omitempty"`
@@ -696,6 +719,17 @@ type EtcdClusterStatus struct {
 	CA *CAStatus `json:"ca,omitempty"`
 	// +optional
 	LastErrors []LastError `json:"lastErrors,omitempty"`
+}
+
+// SecurityDefaults are what a cluster runs with where its spec leaves spec.tls or spec.auth
+// out. A new cluster gets TLS, and authentication with it. A cluster that existed before
+// Steward had these defaults (its status written, or its StatefulSet there) keeps what its
+// members run: the defaults never change a running cluster.
+type SecurityDefaults struct {
+	// TLS: mutual TLS with the cluster's own CA when spec.tls is left out.
+	TLS bool `json:"tls"`
+	// Auth: etcd authentication when spec.auth is left out.
+	Auth bool `json:"auth"`
 }
 
 // RolloutStatus is a rolling update's progress, as the operator recorded it: its decisions

@@ -49,6 +49,8 @@ It uses the in-cluster configuration, or KUBECONFIG outside a cluster.`,
 	f := cmd.Flags()
 	f.StringVar(&o.Image, "member-image", os.Getenv("STEWARD_IMAGE"), "image of the member pods of clusters that do not set spec.image (default: the operator's own)")
 	f.StringVar(&o.Namespace, "namespace", "", "watch only this namespace (default: all)")
+	f.StringVar(&o.OperatorNamespace, "operator-namespace", os.Getenv("POD_NAMESPACE"),
+		"namespace of the operator's pods, which the members' NetworkPolicies let reach the sidecars (default: POD_NAMESPACE; empty: any namespace)")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "address of /metrics (0 turns it off)")
 	f.BoolVar(&o.MetricsPlain, "metrics-plain", false, "serve /metrics over plain HTTP to anyone who reaches it (default: HTTPS, to clients the API server authenticates and authorises to get /metrics)")
 	f.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")

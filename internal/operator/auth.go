@@ -31,7 +31,13 @@ const (
 	ReasonTokenKeySecretMissing = "TokenKeySecretMissing"
 )
 
-func authEnabled(ec *v1alpha1.EtcdCluster) bool { return ec.Spec.Auth != nil && ec.Spec.Auth.Enabled }
+// authEnabled: spec.auth says, or where it is left out, the defaults the status records.
+func authEnabled(ec *v1alpha1.EtcdCluster) bool {
+	if ec.Spec.Auth != nil {
+		return ec.Spec.Auth.Enabled
+	}
+	return ec.Status.Defaults != nil && ec.Status.Defaults.Auth
+}
 
 func tokenKeySecretName(ec *v1alpha1.EtcdCluster) string { return v1alpha1.TokenKeySecretName(ec.Name) }
 
@@ -72,7 +78,7 @@ func syncRootPassword(ctx context.Context, r *run) error {
 		}
 		return nil
 	}
-	if r.ec.Spec.Auth.RootPasswordSecret != "" {
+	if a := r.ec.Spec.Auth; a != nil && a.RootPasswordSecret != "" {
 		var cur corev1.Secret
 		err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 		if apierrors.IsNotFound(err) {

@@ -28,7 +28,7 @@ func TestAuthSecrets(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	ec := newCluster(ns, "auth", 3)
-	ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true}
+	ec.Spec.TLS, ec.Spec.Auth = &v1alpha1.TLSSpec{Enabled: true}, &v1alpha1.AuthSpec{Enabled: true}
 	if err := k8s.Create(ctx, ec); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestAuthSecrets(t *testing.T) {
 	}
 
 	mine := newCluster(ns, "mine", 3)
-	mine.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "my-password"}
+	mine.Spec.TLS, mine.Spec.Auth = &v1alpha1.TLSSpec{Enabled: true}, &v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "my-password"}
 	if err := k8s.Create(ctx, mine); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,9 @@ func TestTokenKeySecret(t *testing.T) {
 	needEnv(t)
 	ctx := context.Background()
 	ns, name := namespace(t), "jwt"
-	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true} })
+	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) {
+		ec.Spec.TLS, ec.Spec.Auth = &v1alpha1.TLSSpec{Enabled: true}, &v1alpha1.AuthSpec{Enabled: true}
+	})
 	secret := name + "-token-key"
 	var backup corev1.Secret
 	testutil.Eventually(t, 20*time.Second, "Secret "+secret, func() error { return get(t, ns, secret, &backup) })

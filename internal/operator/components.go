@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,10 +39,13 @@ type run struct {
 	c client.Client
 	// reader reads uncached: Secrets (the operator does not watch them), and what a delete or
 	// an ownership check must see fresh.
-	reader   client.Reader
-	ec       *v1alpha1.EtcdCluster
-	image    string
-	decision Decision
+	reader client.Reader
+	ec     *v1alpha1.EtcdCluster
+	image  string
+	// operatorNamespace is where the operator's pods run ("": unknown), which the
+	// NetworkPolicy lets reach the sidecars.
+	operatorNamespace string
+	decision          Decision
 	// memberLeases is how many member Leases must exist (ordinals 0..n-1).
 	memberLeases int
 	now          time.Time
@@ -91,6 +95,7 @@ var components = []component{
 	{code: "AUTH", sync: syncAuth, delete: deleteAuth},
 	{code: "CONFIGMAP", sync: syncConfigMap, delete: deleteByName(&corev1.ConfigMap{}, configMapName)},
 	{code: "SERVICES", sync: syncServices, delete: deleteServices},
+	{code: "NETWORKPOLICY", sync: syncNetworkPolicy, delete: deleteByName(&networkingv1.NetworkPolicy{}, networkPolicyName)},
 	{code: "MEMBERS", sync: syncMembers, delete: deleteMembers},
 	{code: "PDB", sync: syncPDB, delete: deleteByName(&policyv1.PodDisruptionBudget{}, statefulSetName)},
 	{code: "STATEFULSET", sync: syncStatefulSet, delete: deleteByName(&appsv1.StatefulSet{}, statefulSetName)},

@@ -26,6 +26,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,6 +63,9 @@ var (
 	sidecars          *fakeSidecars
 )
 
+// testOperatorNamespace is where the operator's pods would run, as the reconciler is told.
+const testOperatorNamespace = "steward-system"
+
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
 }
@@ -94,7 +98,7 @@ func runSuite(m *testing.M) int {
 	sidecars = newFakeSidecars()
 	defer sidecars.Close()
 	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Image: "steward:test", Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second, CAPropagation: 2 * time.Second},
+		Image: "steward:test", OperatorNamespace: testOperatorNamespace, Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second, CAPropagation: 2 * time.Second},
 		Sidecars: &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HTTP: sidecars.Client()},
 		Health:   &http.Client{Transport: healthTransport{}}}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
@@ -142,7 +146,17 @@ func namespace(t *testing.T) string {
 	return ns.Name
 }
 
+// newCluster is a cluster without TLS and authentication, spelled out (a new cluster gets
+// both by default): the tests of TLS and authentication turn them on, those of the defaults
+// leave spec.tls and spec.auth out (newDefaultCluster).
 func newCluster(ns, name string, replicas int32) *v1alpha1.EtcdCluster {
+	ec := newDefaultCluster(ns, name, replicas)
+	ec.Spec.TLS, ec.Spec.Auth = &v1alpha1.TLSSpec{}, &v1alpha1.AuthSpec{}
+	return ec
+}
+
+// newDefaultCluster is a cluster whose spec leaves TLS and authentication to the defaults.
+func newDefaultCluster(ns, name string, replicas int32) *v1alpha1.EtcdCluster {
 	return &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.EtcdClusterSpec{Replicas: replicas}}
 }
@@ -190,9 +204,11 @@ func updateCluster(t *testing.T, ns, name string, change func(*v1alpha1.EtcdClus
 
 // waitStatefulSet waits for the operator to have made the cluster's StatefulSet, which the
 // harness's members need.
-func waitStatefulSet(t *testing.T, ns, name string) {
+func waitStatefulSet(t *testing.T, ns, name string) appsv1.StatefulSet {
 	t.Helper()
-	testutil.Eventually(t, time.Minute, "the StatefulSet "+name, func() error { return get(t, ns, name, &appsv1.StatefulSet{}) })
+	var sts appsv1.StatefulSet
+	testutil.Eventually(t, time.Minute, "the StatefulSet "+name, func() error { return get(t, ns, name, &sts) })
+	return sts
 }
 
 // harnessRevision is the one revision of the pods members makes.
@@ -732,7 +748,8 @@ func TestAtRestNoWrites(t *testing.T) {
 	waitReady(t, ns, "r", 3)
 	versions := func() map[string]string {
 		v := map[string]string{}
-		for _, obj := range []client.Object{&v1alpha1.EtcdCluster{}, &appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &rbacv1.Role{}, &corev1.ServiceAccount{}, &rbacv1.RoleBinding{}} {
+		for _, obj := range []client.Object{&v1alpha1.EtcdCluster{}, &appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &rbacv1.Role{}, &corev1.ServiceAccount{}, &rbacv1.RoleBinding{},
+			&networkingv1.NetworkPolicy{}} {
 			if err := get(t, ns, "r", obj); err != nil {
 				t.Fatal(err)
 			}
@@ -875,6 +892,14 @@ func TestValidation(t *testing.T) {
 			"spec.tls.serverSecret needs spec.tls.enabled: true"},
 		{"a client Secret of the user's alone", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true, ClientSecret: "client"} },
 			"spec.tls.clientSecret goes with spec.tls.serverSecret"},
+		// The root password would cross the pod network in clear.
+		{"authentication without TLS", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true} },
+			"spec.auth.enabled: true needs TLS: without it the root password that Steward's clients log in with would cross the pod network in clear"},
+		{"authentication with TLS", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.TLS, ec.Spec.Auth = &v1alpha1.TLSSpec{Enabled: true}, &v1alpha1.AuthSpec{Enabled: true}
+		}, ""},
+		{"authentication with TLS by default", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS, ec.Spec.Auth = nil, &v1alpha1.AuthSpec{Enabled: true} }, ""},
+		{"TLS and authentication by default", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS, ec.Spec.Auth = nil, nil }, ""},
 	}
 	for i, tc := range create {
 		t.Run(tc.name, func(t *testing.T) {
@@ -930,11 +955,12 @@ func TestValidation(t *testing.T) {
 		{"bootstrap revision", func(ec *v1alpha1.EtcdCluster) { r := int64(8); ec.Spec.Bootstrap.Restore.Revision = &r }, "spec.bootstrap is immutable"},
 		{"bootstrap removed", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Bootstrap = nil }, "spec.bootstrap is immutable"},
 		{"tls turned on", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true} }, "spec.tls.enabled is chosen when the cluster is created"},
-		{"tls left off, spelled out", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{} }, ""},
-		{"auth turned on", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true} }, ""},
-		{"auth turned on with a Secret of the user's", func(ec *v1alpha1.EtcdCluster) {
+		// Left out, spec.tls would mean the defaults, which may differ.
+		{"tls left out", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = nil }, "spec.tls.enabled is chosen when the cluster is created"},
+		{"auth turned on without TLS", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true} }, "spec.auth.enabled: true needs TLS"},
+		{"auth turned on without TLS, with a Secret of the user's", func(ec *v1alpha1.EtcdCluster) {
 			ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "mine"}
-		}, ""},
+		}, "spec.auth.enabled: true needs TLS"},
 		// The backups of the old store would be out of an EtcdRestore's reach.
 		{"backup store moved", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup.Store = "s3://b/q" }, "spec.backup.store cannot change in place"},
 		{"backup store spelled otherwise", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup.Store = "s3://b/p/?region=eu-west-1" }, ""},
@@ -949,7 +975,35 @@ func TestValidation(t *testing.T) {
 	updates("unbacked", []change{
 		{"backups turned on in a new store", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "s3://b/q"} }, ""},
 	})
+	tlsOnly := good("tls-only")
+	tlsOnly.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true}
+	tlsOnly.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
+	if err := k8s.Create(ctx, tlsOnly); err != nil {
+		t.Fatal(err)
+	}
+	updates("tls-only", []change{
+		{"auth turned on", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true} }, ""},
+		{"auth turned on with a Secret of the user's", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "mine"}
+		}, ""},
+		{"tls turned off", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS.Enabled = false }, "spec.tls.enabled is chosen when the cluster is created"},
+	})
+	// Left out, spec.tls and spec.auth are the defaults the operator recorded (status.defaults):
+	// what they mean cannot change, and authentication cannot be turned off.
+	defaulted := good("defaulted")
+	defaulted.Spec.TLS, defaulted.Spec.Auth = nil, nil
+	defaulted.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
+	if err := k8s.Create(ctx, defaulted); err != nil {
+		t.Fatal(err)
+	}
+	updates("defaulted", []change{
+		{"tls turned off", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{} }, "spec.tls.enabled is chosen when the cluster is created"},
+		{"tls spelled out", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true} }, "spec.tls.enabled is chosen when the cluster is created"},
+		{"auth turned off", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = &v1alpha1.AuthSpec{} }, "spec.auth.enabled: false cannot be added to a running cluster"},
+		{"auth spelled out", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true} }, ""},
+	})
 	authed := good("authed")
+	authed.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true}
 	authed.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true, RootPasswordSecret: "mine"}
 	authed.Annotations = map[string]string{v1alpha1.AnnotationPaused: "true"}
 	if err := k8s.Create(ctx, authed); err != nil {
@@ -1003,6 +1057,29 @@ func TestValidation(t *testing.T) {
 	}
 }
 
+// operatorPodSelectable checks that the operator's Deployment in manifest labels its pods with
+// OperatorPodLabels and gives it POD_NAMESPACE.
+func operatorPodSelectable(manifest string) error {
+	for _, doc := range strings.Split(manifest, "\n---") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil || d.Kind != "Deployment" {
+			continue
+		}
+		for k, v := range OperatorPodLabels {
+			if d.Spec.Template.Labels[k] != v {
+				return fmt.Errorf("the operator's pods are labelled %v: they lack %s=%s", d.Spec.Template.Labels, k, v)
+			}
+		}
+		if !slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool {
+			return e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
+		}) {
+			return fmt.Errorf("the operator is not given POD_NAMESPACE from its pod")
+		}
+		return nil
+	}
+	return fmt.Errorf("no Deployment")
+}
+
 // TestDeployManifests: the kustomize build and the Helm chart render, and the API server
 // accepts every object they hold (server-side dry run).
 func TestDeployManifests(t *testing.T) {
@@ -1042,6 +1119,11 @@ func TestDeployManifests(t *testing.T) {
 			if !strings.Contains(manifest, "name: "+plural+"."+group+"\n") {
 				t.Errorf("%s output lacks the CRD %s.%s", name, plural, group)
 			}
+		}
+		// The members' NetworkPolicies admit the operator's pods by these labels, and its
+		// namespace from POD_NAMESPACE.
+		if err := operatorPodSelectable(manifest); err != nil {
+			t.Errorf("%s output: %v", name, err)
 		}
 		cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
 		cmd.Stdin = strings.NewReader(manifest)

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -32,6 +33,9 @@ type Options struct {
 	Image string
 	// Namespace limits the operator to one namespace ("" = all).
 	Namespace string
+	// OperatorNamespace is the namespace the operator's own pods run in ("": unknown): the
+	// members' NetworkPolicies let the operator's pods there reach the sidecars.
+	OperatorNamespace string
 	// MetricsAddr and HealthAddr serve /metrics and /healthz, /readyz ("0" turns one off).
 	MetricsAddr, HealthAddr string
 	// MetricsPlain serves /metrics over plain HTTP to anyone who reaches it; by default it is
@@ -94,7 +98,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	sidecars := &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	b := &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), Sidecars: sidecars}
 	r := &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Image: o.Image, Graces: o.Graces, Sidecars: sidecars, Now: clock.Now}
+		Image: o.Image, OperatorNamespace: o.OperatorNamespace, Graces: o.Graces, Sidecars: sidecars, Now: clock.Now}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
@@ -131,7 +135,7 @@ func stewardObjectsOnly() map[client.Object]cache.ByObject {
 	mine := cache.ByObject{Label: labels.NewSelector().Add(*req)}
 	out := map[client.Object]cache.ByObject{}
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.ConfigMap{}, &corev1.Service{},
-		&corev1.ServiceAccount{}, &coordinationv1.Lease{}, &appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+		&corev1.ServiceAccount{}, &coordinationv1.Lease{}, &appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
 		out[obj] = mine
 	}
 	return out

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -34,6 +35,8 @@ func foreignObjects(ns string) []client.Object {
 			Selector: &metav1.LabelSelector{MatchLabels: other}, ServiceName: "other",
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: other},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}}},
+		&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "x"}, Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: other}, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}},
 	}
 }
 
@@ -76,7 +79,7 @@ func TestNameConflictLeftAlone(t *testing.T) {
 			return fmt.Errorf("condition %+v", c)
 		}
 		for _, want := range []string{"ConfigMap " + ns + "/x-config", "Service " + ns + "/x-client", "Secret " + ns + "/x-sidecar-token",
-			"StatefulSet " + ns + "/x", "rename or delete it"} {
+			"StatefulSet " + ns + "/x", "NetworkPolicy " + ns + "/x", "rename or delete it"} {
 			if !strings.Contains(c.Message, want) {
 				return fmt.Errorf("message %q lacks %q", c.Message, want)
 			}

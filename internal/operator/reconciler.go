@@ -23,6 +23,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -66,8 +67,11 @@ type ClusterReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Image runs the members when a cluster does not name one (the operator's own image).
-	Image  string
-	Graces Graces
+	Image string
+	// OperatorNamespace is the namespace of the operator's pods ("": unknown): the members'
+	// NetworkPolicy lets them reach the sidecars.
+	OperatorNamespace string
+	Graces            Graces
 	// Sidecars calls the members' sidecars: the full snapshot before a rolling update or a
 	// hibernation, and the leadership move before the leader's pod is deleted.
 	Sidecars *Sidecars
@@ -136,6 +140,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
@@ -169,12 +174,14 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile is one pass over one cluster, a short list of steps:
-//  1. admit: deleted (finalize), the finalizer added, paused, or a spec that cannot run;
+//  1. admit: deleted (finalize), the finalizer added, paused, the security defaults recorded
+//     (once), or a spec that cannot run;
 //  2. observe the StatefulSet, the pods, the Leases and the reports;
 //  3. decide (Decide), with fresh evidence asked directly before a destructive decision;
 //  4. sync every owned object in order;
@@ -226,8 +233,8 @@ func (p *pass) fail(code string, err error) {
 }
 
 // admit reads the cluster and stops the pass early (held non-nil) when it is being deleted
-// (finalize), when its finalizer is only now added, while it is paused, or while its spec is
-// one the members could not run with.
+// (finalize), when its finalizer is only now added, while it is paused, when its security
+// defaults could not be recorded, or while its spec is one the members could not run with.
 func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alpha1.EtcdCluster, *ctrl.Result, error) {
 	ec := &v1alpha1.EtcdCluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ec); err != nil {
@@ -248,7 +255,21 @@ func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alp
 		return nil, &ctrl.Result{}, r.writeHeld(ctx, ec, "Paused",
 			fmt.Sprintf("reconciliation is paused by the annotation %s=true; remove it to resume", v1alpha1.AnnotationPaused))
 	}
-	if err := specProblem(ec.Spec); err != nil {
+	if ec.Status.Defaults == nil {
+		// Chosen and recorded before anything is made: what the cluster runs with where its
+		// spec is silent is the same at every later pass.
+		if err := r.recordDefaults(ctx, ec); err != nil {
+			if apierrors.IsConflict(err) {
+				return nil, &ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return nil, &ctrl.Result{}, err
+		}
+	}
+	err := specProblem(ec.Spec)
+	if err == nil {
+		err = securityProblem(ec)
+	}
+	if err != nil {
 		// Nothing is changed on the cluster for a spec its members could not run with: the
 		// members keep what they run. The next change of the spec is checked again.
 		return nil, &ctrl.Result{}, r.writeHeld(ctx, ec, ReasonInvalidSpec, fmt.Sprintf(
@@ -283,7 +304,7 @@ func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster
 
 // sync brings every owned object to what the decision asks for, in order.
 func (r *ClusterReconciler) sync(ctx context.Context, ec *v1alpha1.EtcdCluster, d Decision, obs Observation, p *pass) (*run, error) {
-	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, decision: d, formed: obs.Formed,
+	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, operatorNamespace: r.OperatorNamespace, decision: d, formed: obs.Formed,
 		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: p.now, recorder: r.Recorder}
 	if ec.Annotations[v1alpha1.AnnotationAdopt] != "" {
 		var err error
@@ -1069,6 +1090,7 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 		LastDefragmentation: d.LastDefrag,
 		Recoverability:      ec.Status.Recoverability,
 		Recovery:            ec.Status.Recovery,
+		Defaults:            ec.Status.Defaults,
 		Endpoints: v1alpha1.Endpoints{
 			Client: fmt.Sprintf("%s://%s.%s.svc:%d", scheme(ec), clientServiceName(ec), ec.Namespace, ClientPort),
 		},

@@ -22,12 +22,18 @@ import (
 // etcd serves from it and the sidecar dials with it.
 const TLSMount = "/var/run/steward/tls"
 
-func tlsEnabled(ec *v1alpha1.EtcdCluster) bool { return ec.Spec.TLS != nil && ec.Spec.TLS.Enabled }
+// tlsEnabled: spec.tls says, or where it is left out, the defaults the status records.
+func tlsEnabled(ec *v1alpha1.EtcdCluster) bool {
+	if ec.Spec.TLS != nil {
+		return ec.Spec.TLS.Enabled
+	}
+	return ec.Status.Defaults != nil && ec.Status.Defaults.TLS
+}
 
 // providedTLS: the certificates come from Secrets the user keeps (spec.tls.serverSecret), not
 // from the cluster's own CA.
 func providedTLS(ec *v1alpha1.EtcdCluster) bool {
-	return tlsEnabled(ec) && ec.Spec.TLS.ServerSecret != ""
+	return tlsEnabled(ec) && ec.Spec.TLS != nil && ec.Spec.TLS.ServerSecret != ""
 }
 
 // serverSecretName is the Secret of the members' certificate, which the member pods mount.

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -48,4 +49,18 @@ func specProblem(spec v1alpha1.EtcdClusterSpec) error {
 		}
 	}
 	return nil
+}
+
+// securityProblem refuses to turn authentication on for a cluster without TLS: the root
+// password that Steward's clients log in with would cross the pod network in clear. The CRD
+// refuses a spec that says both; this catches spec.tls left out on a cluster whose defaults
+// have no TLS (it existed before Steward defaulted to TLS). A cluster whose authentication is
+// already on (status.rootPasswordSecret) keeps it.
+func securityProblem(ec *v1alpha1.EtcdCluster) error {
+	if !authEnabled(ec) || tlsEnabled(ec) || ec.Status.RootPasswordSecret != "" {
+		return nil
+	}
+	return errors.New("spec.auth.enabled: true needs TLS, and this cluster runs without it (status.defaults.tls is false: it existed before Steward defaulted to TLS, " +
+		"and TLS is chosen when a cluster is created): the root password that Steward's clients log in with would cross the pod network in clear; " +
+		"remove spec.auth, or move the data to a new EtcdCluster, which gets TLS (spec.bootstrap.restore from this one's backups)")
 }

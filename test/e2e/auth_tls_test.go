@@ -250,7 +250,7 @@ func TestTLSProvidedCertificates(t *testing.T) {
 	app := pki.Leaf{CommonName: "app"}
 	userSecret(t, ns, "own-certs", oldCA, members, oldCA)
 	userSecret(t, ns, "own-app", oldCA, app, oldCA)
-	apply(t, ns, clusterYAML(ns, name, 3, "  tls: {enabled: true, serverSecret: own-certs, clientSecret: own-app}\n"))
+	apply(t, ns, clusterYAML(ns, name, 3, "  tls: {enabled: true, serverSecret: own-certs, clientSecret: own-app}\n  auth: {enabled: false}\n"))
 	ec := waitReady(t, ns, name, 3, 4*time.Minute)
 	if ec.Status.ClientCertificateSecret != "own-app" || !strings.HasPrefix(ec.Status.Endpoints.Client, "https://") {
 		t.Fatalf("status: client certificate Secret %q, client endpoint %q", ec.Status.ClientCertificateSecret, ec.Status.Endpoints.Client)

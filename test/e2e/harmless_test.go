@@ -36,7 +36,7 @@ const outage = 90 * time.Second
 func TestHealthyClusterUntouched(t *testing.T) {
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "h", 3, ""))
+	apply(t, ns, clusterYAML(ns, "h", 3, plainHTTP))
 	waitReady(t, ns, "h", 3, 3*time.Minute)
 	id := etcdClusterID(t, ns, "h")
 	before := podStates(t, ns, "h")
@@ -119,7 +119,7 @@ func TestHibernateThenOrphan(t *testing.T) {
 	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "z", 3, ""))
+	apply(t, ns, clusterYAML(ns, "z", 3, plainHTTP))
 	ec := waitReady(t, ns, "z", 3, 3*time.Minute)
 	id, members := etcdClusterID(t, ns, "z"), memberIDs(ec)
 	acked := map[string]string{}
@@ -239,7 +239,7 @@ func TestCASecretDeleted(t *testing.T) {
 	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "ca", 1, "  tls: {enabled: true}\n"))
+	apply(t, ns, clusterYAML(ns, "ca", 1, "  tls: {enabled: true}\n  auth: {enabled: false}\n"))
 	ec := waitReady(t, ns, "ca", 1, 3*time.Minute)
 	waitCondition(t, ns, "ca", v1alpha1.ConditionCAReady, "True", time.Minute)
 	if ec.Status.CA == nil {

@@ -130,7 +130,7 @@ func TestThreeMembers(t *testing.T) {
 	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "main", 3, ""))
+	apply(t, ns, clusterYAML(ns, "main", 3, plainHTTP))
 	ec := waitReady(t, ns, "main", 3, 3*time.Minute)
 	acked := putKeys(t, ns, "main", "created", 50)
 	assertKeysOnEveryMember(t, ns, "main", acked)
@@ -345,6 +345,8 @@ metadata: {name: copy}
 spec:
   replicas: 1
   storage: {size: 1Gi}
+  tls: {enabled: false}
+  auth: {enabled: false}
   bootstrap:
     restore:
       store: %q
@@ -415,7 +417,7 @@ func TestScaleUnderLoad(t *testing.T) {
 	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "s", 1, ""))
+	apply(t, ns, clusterYAML(ns, "s", 1, plainHTTP))
 	waitReady(t, ns, "s", 1, 3*time.Minute)
 	w := startWriter(t, ns, "s", "scale", 100*time.Millisecond)
 	for _, n := range []int32{3, 5, 3, 1, 3} {
@@ -460,7 +462,7 @@ func TestScaleUnderLoad(t *testing.T) {
 func TestQuorumLossManual(t *testing.T) {
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "m", 3, "  quorumLoss: {policy: Manual}\n"))
+	apply(t, ns, clusterYAML(ns, "m", 3, plainHTTP+"  quorumLoss: {policy: Manual}\n"))
 	waitReady(t, ns, "m", 3, 3*time.Minute)
 	acked := putKeys(t, ns, "m", "manual", 50)
 	assertKeysOnEveryMember(t, ns, "m", acked)
@@ -512,7 +514,7 @@ func TestRestoreInPlace(t *testing.T) {
 	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "r", 3, ""))
+	apply(t, ns, clusterYAML(ns, "r", 3, plainHTTP))
 	waitReady(t, ns, "r", 3, 3*time.Minute)
 	atR := putKeys(t, ns, "r", "before", 30)
 	c := etcdClient(t, ns, "r")
@@ -580,7 +582,7 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "ru", 3, ""))
+	apply(t, ns, clusterYAML(ns, "ru", 3, plainHTTP))
 	ec := waitReady(t, ns, "ru", 3, 3*time.Minute)
 	leader, ids, before := ec.Status.Leader, memberIDs(ec), memberPods(t, ns, "ru")
 	if leader == "" || len(ids) != 3 {

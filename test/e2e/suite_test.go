@@ -284,6 +284,11 @@ func memberPods(t *testing.T, ns, name string) map[string]corev1.Pod {
 	return out
 }
 
+// plainHTTP opts a cluster out of TLS and authentication, which a new cluster has by default: for
+// the tests of healing, scaling and restores that reach etcd and the sidecars over plain HTTP.
+// The tests of TLS and authentication spell them out.
+const plainHTTP = "  tls: {enabled: false}\n  auth: {enabled: false}\n"
+
 // clusterYAML is an EtcdCluster backing up to the suite's S3 server under its namespace.
 func clusterYAML(ns, name string, replicas int, extra string) string {
 	return fmt.Sprintf(`apiVersion: etcd.steward.dev/v1alpha1
