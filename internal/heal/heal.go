@@ -28,10 +28,14 @@ type Timing struct {
 	// SeedTimeout is how long the seed may take to serve and acknowledge; then a new epoch
 	// starts (fenced again, the source chosen again).
 	SeedTimeout time.Duration
+	// ReportCurrent is how old a member's report may be and still say what its data dir
+	// holds now, as evidence that data is gone for good (sidecars report every second; a
+	// dir may be swapped after its sidecar last reported).
+	ReportCurrent time.Duration
 }
 
 // DefaultTiming is the timing of a production cluster.
-var DefaultTiming = Timing{Grace: 30 * time.Second, ReportTimeout: 30 * time.Second, SeedTimeout: 10 * time.Minute}
+var DefaultTiming = Timing{Grace: 30 * time.Second, ReportTimeout: 30 * time.Second, SeedTimeout: 10 * time.Minute, ReportCurrent: 3 * time.Second}
 
 // Member is one desired member as observed now.
 type Member struct {
@@ -249,30 +253,28 @@ func lossProven(o Observation, st Status) (gone, returnable []string, proven boo
 }
 
 // voterDataGone: voter v will never come back with its data. Its member's own sidecar
-// reported from its data dir, since the quorum was lost and within the report timeout, that
-// the dir is empty, or holds valid data that is not v's (another member's, or that of v's
-// replacement, which has begun); and no member reports v's data in its dir (a swap). Silence
-// proves nothing, and neither does damaged data (a read may fail for a while).
+// reported from its data dir that the dir is empty, or holds valid data that is not v's
+// (another member's, or that of v's replacement, which has begun); and every other member
+// reported too, its dir holding nothing of v's (data moves with a swapped dir). Each of those
+// reports is current: made since the quorum was lost, and at most ReportCurrent ago. Silence
+// proves nothing: a member that has not reported may hold any voter's data. Nor does a dir
+// that could not be read: it may hold v's.
 func voterDataGone(o Observation, st Status, v cluster.Voter) bool {
-	m := find(o.Members, v.Name)
-	if v.Name == "" || m == nil {
-		return false
-	}
-	r := m.Report
-	if r == nil || r.Name != m.Name || r.Source != cluster.ReportFromDisk || r.Serving ||
-		!r.At.After(st.QuorumLostSince) || o.Now.Sub(r.At) > o.Timing.ReportTimeout {
-		return false
-	}
-	if othersData := r.DataValid && (r.Foreign != "" || (v.ID != "" && r.MemberID != v.ID)); !r.DataEmpty && !othersData {
-		return false
-	}
-	for _, om := range o.Members {
-		or := om.Report
-		if or != nil && or.DataValid && ((v.ID != "" && or.MemberID == v.ID) || (v.ID == "" && om.Name != v.Name && or.Owner == v.Name)) {
+	own := false
+	for _, m := range o.Members {
+		r := m.Report
+		if r == nil || r.Name != m.Name || !r.At.After(st.QuorumLostSince) || o.Now.Sub(r.At) > o.Timing.ReportCurrent {
 			return false
 		}
+		holdsV := r.DataValid && ((v.ID != "" && r.MemberID == v.ID) || (v.ID == "" && r.Owner == v.Name))
+		if holdsV || (!r.DataValid && !r.DataEmpty) {
+			return false
+		}
+		if m.Name == v.Name {
+			own = r.Source == cluster.ReportFromDisk && !r.Serving
+		}
 	}
-	return true
+	return own && v.Name != ""
 }
 
 // startRecovery issues a new directive in its first phase: every member is fenced. Its

@@ -518,7 +518,7 @@ func TestWithdrawnRecoveriesBackOff(t *testing.T) {
 // case it shows. The grace is for voters that may come back with their data; once those
 // cannot form a quorum even if all of them return, the recovery starts at once.
 func TestDecideWithoutDirective(t *testing.T) {
-	timing := Timing{Grace: 30 * time.Second, ReportTimeout: 10 * time.Second}
+	timing := Timing{Grace: 30 * time.Second, ReportTimeout: 10 * time.Second, ReportCurrent: 3 * time.Second}
 	lost := Status{ClusterID: "cid", Voters: voters3, QuorumLostSince: t0}
 	list := []cluster.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
 	// leader is m0's etcd answering its status (it runs on its data) without a quorum.
@@ -554,8 +554,10 @@ func TestDecideWithoutDirective(t *testing.T) {
 			members: []Member{leader, wiped("m1"), {Name: "m2"}}},
 		{name: "a data-gone report made before the quorum was lost proves nothing", status: lost, want: CaseQuorumLossWithinGrace,
 			members: []Member{leader, wiped("m1"), at(wiped("m2"), t0.Add(-time.Second))}},
-		{name: "a data-gone report older than the report timeout proves nothing", status: lost, now: t0.Add(20 * time.Second), want: CaseQuorumLossWithinGrace,
-			members: []Member{leader, at(wiped("m1"), t0.Add(15*time.Second)), wiped("m2")}},
+		{name: "a data-gone report that is not current proves nothing (the dir may have changed since)", status: lost, now: t0.Add(20 * time.Second), want: CaseQuorumLossWithinGrace,
+			members: []Member{at(leader, t0.Add(19*time.Second)), at(wiped("m1"), t0.Add(15*time.Second)), at(wiped("m2"), t0.Add(19*time.Second))}},
+		{name: "another member silent: it may hold the wiped voters' data", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{{Name: "m0"}, wiped("m1"), wiped("m2")}},
 		{name: "a report that is not the member's own sidecar's proves nothing", status: lost, want: CaseQuorumLossWithinGrace,
 			members: []Member{leader, wiped("m1"), {Name: "m2", Report: emptyDisk("m9")}}},
 		{name: "an empty report from etcd (not from disk) proves nothing", status: lost, want: CaseQuorumLossWithinGrace,
