@@ -564,10 +564,22 @@ func TestDecideWithoutDirective(t *testing.T) {
 			members: []Member{leader, wiped("m1"), func() Member { m := wiped("m2"); m.Report.Source = cluster.ReportFromEtcd; return m }()}},
 		{name: "swapped dirs: each voter's data is in the other's dir, nothing is gone", status: lost, want: CaseQuorumLossWithinGrace,
 			members: []Member{leader,
-				{Name: "m1", Report: func() *cluster.Report { r := disk("m1", "c", 2, 9, 5); r.Owner, r.Foreign = "m2", "it records member m2"; return r }()},
-				{Name: "m2", Report: func() *cluster.Report { r := disk("m2", "b", 2, 9, 5); r.Owner, r.Foreign = "m1", "it records member m1"; return r }()}}},
+				{Name: "m1", Report: func() *cluster.Report {
+					r := disk("m1", "c", 2, 9, 5)
+					r.Owner, r.Foreign = "m2", "it records member m2"
+					return r
+				}()},
+				{Name: "m2", Report: func() *cluster.Report {
+					r := disk("m2", "b", 2, 9, 5)
+					r.Owner, r.Foreign = "m1", "it records member m1"
+					return r
+				}()}}},
 		{name: "a wiped voter's data is in another member's dir: not gone (that member's own data is)", status: lost, want: CaseQuorumLossWithinGrace,
-			members: []Member{leader, {Name: "m1", Report: func() *cluster.Report { r := disk("m1", "c", 2, 9, 5); r.Owner, r.Foreign = "m2", "it records member m2"; return r }()},
+			members: []Member{leader, {Name: "m1", Report: func() *cluster.Report {
+				r := disk("m1", "c", 2, 9, 5)
+				r.Owner, r.Foreign = "m2", "it records member m2"
+				return r
+			}()},
 				wiped("m2")}},
 		{name: "damaged data proves nothing (a read may fail for a while)", status: lost, want: CaseQuorumLossWithinGrace,
 			members: []Member{leader, wiped("m1"), {Name: "m2", Report: &cluster.Report{Name: "m2", At: t0.Add(time.Second), Source: cluster.ReportFromDisk, Problem: "database page checksum mismatch"}}}},
