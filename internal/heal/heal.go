@@ -255,15 +255,16 @@ func lossProven(o Observation, st Status) (gone, returnable []string, proven boo
 // voterDataGone: voter v will never come back with its data. Its member's own sidecar
 // reported from its data dir that the dir is empty, or holds valid data that is not v's
 // (another member's, or that of v's replacement, which has begun); and every other member
-// reported too, its dir holding nothing of v's (data moves with a swapped dir). Each of those
-// reports is current: made since the quorum was lost, and at most ReportCurrent ago. Silence
-// proves nothing: a member that has not reported may hold any voter's data. Nor does a dir
-// that could not be read: it may hold v's.
+// reported too, its dir holding nothing of v's (data moves with a swapped dir). Each of
+// those reports is current: made since the quorum was lost, at most ReportCurrent ago, and
+// not after now (a clock ahead proves nothing). Silence proves nothing: a member that has
+// not reported may hold any voter's data. Nor does a dir that could not be read: it may
+// hold v's.
 func voterDataGone(o Observation, st Status, v cluster.Voter) bool {
 	own := false
 	for _, m := range o.Members {
 		r := m.Report
-		if r == nil || r.Name != m.Name || !r.At.After(st.QuorumLostSince) || o.Now.Sub(r.At) > o.Timing.ReportCurrent {
+		if r == nil || r.Name != m.Name || !r.At.After(st.QuorumLostSince) || r.At.After(o.Now) || o.Now.Sub(r.At) > o.Timing.ReportCurrent {
 			return false
 		}
 		holdsV := r.DataValid && ((v.ID != "" && r.MemberID == v.ID) || (v.ID == "" && r.Owner == v.Name))

@@ -556,6 +556,8 @@ func TestDecideWithoutDirective(t *testing.T) {
 			members: []Member{leader, wiped("m1"), at(wiped("m2"), t0.Add(-time.Second))}},
 		{name: "a data-gone report that is not current proves nothing (the dir may have changed since)", status: lost, now: t0.Add(20 * time.Second), want: CaseQuorumLossWithinGrace,
 			members: []Member{at(leader, t0.Add(19*time.Second)), at(wiped("m1"), t0.Add(15*time.Second)), at(wiped("m2"), t0.Add(19*time.Second))}},
+		{name: "a data-gone report dated after now (a clock ahead) proves nothing", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader, wiped("m1"), at(wiped("m2"), t0.Add(5*time.Second))}},
 		{name: "another member silent: it may hold the wiped voters' data", status: lost, want: CaseQuorumLossWithinGrace,
 			members: []Member{{Name: "m0"}, wiped("m1"), wiped("m2")}},
 		{name: "a report that is not the member's own sidecar's proves nothing", status: lost, want: CaseQuorumLossWithinGrace,

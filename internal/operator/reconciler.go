@@ -257,11 +257,22 @@ func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alp
 }
 
 // decide is Decide, with the operator's own fresh evidence before a destructive decision:
-// before a fence for a lost quorum, whether a member answers a linearizable read; before a
-// scale-down stops a member, the sidecars' reports asked directly (the EtcdMembers may be
-// stale).
+// while the quorum is lost and no recovery is in force, the sidecars' reports asked directly
+// (only they can prove that data is gone, see LossReports); before a fence for a lost
+// quorum, whether a member answers a linearizable read; before a scale-down stops a member,
+// the sidecars' reports asked directly (the EtcdMembers may be stale).
 func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster, obs *Observation, p *pass) Decision {
 	d := Decide(*obs)
+	if rec := d.Recovery; rec != nil && rec.Status.Directive == nil && !rec.Status.QuorumLostSince.IsZero() && r.Sidecars != nil {
+		direct := r.Sidecars.reports(ctx, ec, obs.Members)
+		for name, rep := range direct {
+			// Asked just now: dated by this clock, never by the sidecar's.
+			rep.At = obs.Now
+			direct[name] = rep
+		}
+		obs.LossReports = direct
+		d = Decide(*obs)
+	}
 	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() {
 		var answered string
 		if answered, p.noAnswer = r.answeringMember(ctx, ec, obs.Members); answered != "" {
@@ -948,6 +959,8 @@ func (r *ClusterReconciler) observeReports(ctx context.Context, ec *v1alpha1.Etc
 	o.Reports = map[string]cluster.Report{}
 	rec := Recovery{Acks: map[string]cluster.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
 		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: stored.revision},
+		// ReportCurrent 0: an EtcdMember, read from the cache and dated by its sidecar's clock,
+		// never proves data gone; the reports asked directly do (Observation.LossReports).
 		Timing: heal.Timing{Grace: o.Graces.NotReady, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
 	for i := range ems.Items {
 		em := &ems.Items[i]
