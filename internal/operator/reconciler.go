@@ -257,13 +257,14 @@ func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alp
 }
 
 // decide is Decide, with the operator's own fresh evidence before a destructive decision:
-// while the quorum is lost and no recovery is in force, the sidecars' reports asked directly
-// (only they can prove that data is gone, see LossReports); before a fence for a lost
+// while the quorum is lost, no recovery is in force and an EtcdMember says its data dir lost
+// its data, the sidecars' reports asked directly (only they can prove that data is gone, see
+// LossReports); before a fence for a lost
 // quorum, whether a member answers a linearizable read; before a scale-down stops a member,
 // the sidecars' reports asked directly (the EtcdMembers may be stale).
 func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster, obs *Observation, p *pass) Decision {
 	d := Decide(*obs)
-	if rec := d.Recovery; rec != nil && rec.Status.Directive == nil && !rec.Status.QuorumLostSince.IsZero() && r.Sidecars != nil {
+	if rec := d.Recovery; rec != nil && rec.Status.Directive == nil && !rec.Status.QuorumLostSince.IsZero() && r.Sidecars != nil && someDataLost(obs.Reports) {
 		direct := r.Sidecars.reports(ctx, ec, obs.Members)
 		for name, rep := range direct {
 			// Asked just now: dated by this clock, never by the sidecar's.
@@ -289,6 +290,17 @@ func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster
 		}
 	}
 	return d
+}
+
+// someDataLost: a member reports from its data dir that the dir lost its own data (empty,
+// or holding someone else's).
+func someDataLost(reports map[string]cluster.Report) bool {
+	for _, rep := range reports {
+		if rep.Source == cluster.ReportFromDisk && (rep.DataEmpty || rep.Foreign != "") {
+			return true
+		}
+	}
+	return false
 }
 
 // sync brings every owned object to what the decision asks for, in order.
