@@ -259,9 +259,9 @@ func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alp
 // decide is Decide, with the operator's own fresh evidence before a destructive decision:
 // while the quorum is lost, no recovery is in force and an EtcdMember says its data dir lost
 // its data, the sidecars' reports asked directly (only they can prove that data is gone, see
-// LossReports); before a fence for a lost
-// quorum, whether a member answers a linearizable read; before a scale-down stops a member,
-// the sidecars' reports asked directly (the EtcdMembers may be stale).
+// LossReports); before a fence for a lost quorum, whether a member answers a linearizable
+// read; before a scale-down stops a member, the sidecars' reports asked directly (the
+// EtcdMembers may be stale).
 func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster, obs *Observation, p *pass) Decision {
 	d := Decide(*obs)
 	if rec := d.Recovery; rec != nil && rec.Status.Directive == nil && !rec.Status.QuorumLostSince.IsZero() && r.Sidecars != nil && someDataLost(obs.Reports) {
