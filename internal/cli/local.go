@@ -105,7 +105,7 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f.BoolVar(&opts.TLS, "tls", false, "make a new cluster's client and peer traffic mutual TLS of its own CA, generated under DIR/pki ('steward local status' prints an etcdctl command line)")
 	f.BoolVar(&opts.EncryptBackups, "encrypt-backups", false, "encrypt the cluster's backups (AES-256-GCM) from now on, with a key generated into DIR/backup-keys (keep a copy elsewhere: backups cannot be restored without it)")
 	f.StringSliceVar(&opts.SidecarArgs, "sidecar-arg", nil, "extra flag for every sidecar, e.g. --sidecar-arg=--delta-period=1s (repeatable)")
-	f.DurationVar(&opts.QuorumLossGrace, "quorum-loss-grace", 30*time.Second, "how long a quorum must be lost before it is recovered automatically")
+	f.DurationVar(&opts.QuorumLossGrace, "quorum-loss-grace", 30*time.Second, "how long a quorum must be lost before it is recovered automatically (not waited out when the voters' sidecars report that too much data is gone for a quorum ever to return)")
 	f.BoolVar(&detach, "detach", false, "run the supervisor in the background; return once the cluster is healthy")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for every member to become healthy")
 	f.BoolVar(&child, "supervisor-child", false, "internal: this is the background supervisor started by --detach")

@@ -14,6 +14,9 @@ type Directive struct {
 	// recovers alone; the others stay stopped), PhaseRejoining (the seed serves; the others
 	// rejoin as learners).
 	Phase string `json:"phase"`
+	// Case is why it was issued: the case of the decision that issued it (the quorum lost
+	// past its grace, a loss proven at once, a restore asked for, ...).
+	Case string `json:"case,omitempty"`
 	// Mode (RecoverFromSurvivor or RecoverFromBackup) and Seed are set from PhaseSeeding on.
 	Mode string `json:"mode,omitempty"`
 	Seed string `json:"seed,omitempty"`

@@ -6,6 +6,7 @@
 package heal
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sort"
@@ -27,10 +28,14 @@ type Timing struct {
 	// SeedTimeout is how long the seed may take to serve and acknowledge; then a new epoch
 	// starts (fenced again, the source chosen again).
 	SeedTimeout time.Duration
+	// ReportCurrent is how old a member's report may be and still say what its data dir
+	// holds now, as evidence that data is gone for good (sidecars report every second; a
+	// dir may be swapped after its sidecar last reported).
+	ReportCurrent time.Duration
 }
 
 // DefaultTiming is the timing of a production cluster.
-var DefaultTiming = Timing{Grace: 30 * time.Second, ReportTimeout: 30 * time.Second, SeedTimeout: 10 * time.Minute}
+var DefaultTiming = Timing{Grace: 30 * time.Second, ReportTimeout: 30 * time.Second, SeedTimeout: 10 * time.Minute, ReportCurrent: 3 * time.Second}
 
 // Member is one desired member as observed now.
 type Member struct {
@@ -101,7 +106,41 @@ type Observation struct {
 type Decision struct {
 	Status Status
 	Event  string
+	// Case is the row of the table that decided whether a recovery starts, when no
+	// directive was in force ("" otherwise), or the reason of a directive issued.
+	Case Case
 }
+
+// Case names why a recovery starts, or does not: the rows of Decide's table while no
+// directive is in force, and the other ways a directive is issued. A directive records the
+// case that issued it (cluster.Directive.Case).
+type Case string
+
+const (
+	// CaseQuorate: more than half of the voters serve; nothing to recover.
+	CaseQuorate Case = "Quorate"
+	// CaseNotFormed: no voter is recorded yet (the cluster bootstraps); no quorum to lose.
+	CaseNotFormed Case = "NotFormed"
+	// CaseQuorumLossWithinGrace: the quorum is lost, for less than the grace, and some
+	// voters that cannot serve now may still come back with their data: wait for them.
+	CaseQuorumLossWithinGrace Case = "QuorumLossWithinGrace"
+	// CaseQuorumLossPastGrace: the quorum has been lost for the grace: a recovery starts.
+	CaseQuorumLossPastGrace Case = "QuorumLossPastGrace"
+	// CaseQuorumLossProven: the voters that may still bring their data back cannot form a
+	// quorum even if all of them return (the others' own sidecars report that their data is
+	// gone): a recovery starts at once, no grace can bring that data back.
+	CaseQuorumLossProven Case = "QuorumLossProven"
+	// CaseStatusLostWithBackups: no cluster is recorded, every data dir is empty and the
+	// backup store holds backups, for the grace: the cluster is restored.
+	CaseStatusLostWithBackups Case = "StatusLostWithBackups"
+	// CaseRestoreRequested, CaseRestoreCancelled: a restore in place was asked for, or
+	// cancelled (StartRestore, CancelRestore).
+	CaseRestoreRequested Case = "RestoreRequested"
+	CaseRestoreCancelled Case = "RestoreCancelled"
+	// CaseDirectiveAbandoned: the directive in force could not complete; a new epoch
+	// starts over.
+	CaseDirectiveAbandoned Case = "DirectiveAbandoned"
+)
 
 // Quorum counts the voters and how many of them serve as voters now. Learners never count.
 func Quorum(voters []cluster.Voter, members []Member) (ready, total int) {
@@ -173,38 +212,86 @@ func decideHealthy(o Observation, st Status, ready, total int, quorate bool) Dec
 	switch {
 	case quorate:
 		st.Waiting = ""
-		return Decision{Status: st}
+		return Decision{Status: st, Case: CaseQuorate}
 	case total == 0 && !neverFormedWithBackups(o):
 		st.Waiting = ""
-		return Decision{Status: st} // bootstrapping: no quorum to lose yet
+		return Decision{Status: st, Case: CaseNotFormed} // bootstrapping: no quorum to lose yet
+	}
+	if total > 0 {
+		if gone, returnable, proven := lossProven(o, st); proven {
+			return startRecovery(o, st, CaseQuorumLossProven, fmt.Sprintf(
+				"quorum lost: %d of %d voters serve, and the data of %s is gone (their sidecars report it from disk): the voters that may still come back with their data (%s) cannot form a quorum",
+				ready, total, strings.Join(gone, ", "), orNone(returnable)))
+		}
 	}
 	lost, grace := o.Now.Sub(st.QuorumLostSince), o.Timing.Grace<<min(st.Withdrawn, 5)
 	if lost < grace {
 		st.Waiting = fmt.Sprintf("quorum lost: %d of %d voters serve; recovery starts if it lasts %s (lost for %s)",
 			ready, total, grace, lost.Round(time.Second))
-		return Decision{Status: st}
+		return Decision{Status: st, Case: CaseQuorumLossWithinGrace}
 	}
-	why := fmt.Sprintf("quorum lost for %s: %d of %d voters serve", lost.Round(time.Second), ready, total)
 	if total == 0 {
-		why = "no cluster is recorded, every data dir is empty and the backup store holds backups"
+		return startRecovery(o, st, CaseStatusLostWithBackups, "no cluster is recorded, every data dir is empty and the backup store holds backups")
 	}
-	return startRecovery(o, st, why)
+	return startRecovery(o, st, CaseQuorumLossPastGrace, fmt.Sprintf("quorum lost for %s: %d of %d voters serve", lost.Round(time.Second), ready, total))
+}
+
+// lossProven says whether the voters that may still come back with their data (returnable)
+// are too few to form a quorum even if all of them return, the others' data being gone
+// (voterDataGone). Only then is the grace pointless: it is for voters that are silent,
+// stopped or unreachable, and may come back with their data.
+func lossProven(o Observation, st Status) (gone, returnable []string, proven bool) {
+	voters := latestVoters(st, o.Members)
+	for _, v := range voters {
+		if voterDataGone(o, st, v) {
+			gone = append(gone, v.Name)
+		} else {
+			returnable = append(returnable, cmp.Or(v.Name, v.ID))
+		}
+	}
+	return gone, returnable, len(voters) > 0 && len(returnable) <= len(voters)/2
+}
+
+// voterDataGone: voter v will never come back with its data. Its member's own sidecar
+// reported from its data dir that the dir is empty, or holds valid data that is not v's
+// (another member's, or that of v's replacement, which has begun); and every other member
+// reported too, its dir holding nothing of v's (data moves with a swapped dir). Each of
+// those reports is current: made since the quorum was lost, at most ReportCurrent ago, and
+// not after now (a clock ahead proves nothing). Silence proves nothing: a member that has
+// not reported may hold any voter's data. Nor does a dir that could not be read: it may
+// hold v's.
+func voterDataGone(o Observation, st Status, v cluster.Voter) bool {
+	own := false
+	for _, m := range o.Members {
+		r := m.Report
+		if r == nil || r.Name != m.Name || !r.At.After(st.QuorumLostSince) || r.At.After(o.Now) || o.Now.Sub(r.At) > o.Timing.ReportCurrent {
+			return false
+		}
+		holdsV := r.DataValid && ((v.ID != "" && r.MemberID == v.ID) || (v.ID == "" && r.Owner == v.Name))
+		if holdsV || (!r.DataValid && !r.DataEmpty) {
+			return false
+		}
+		if m.Name == v.Name {
+			own = r.Source == cluster.ReportFromDisk && !r.Serving
+		}
+	}
+	return own && v.Name != ""
 }
 
 // startRecovery issues a new directive in its first phase: every member is fenced. Its
 // epoch is above every epoch a member reports having carried out, so that a status rebuilt
 // after it was lost never issues an epoch a member would take as done.
-func startRecovery(o Observation, st Status, why string) Decision {
+func startRecovery(o Observation, st Status, c Case, why string) Decision {
 	for _, m := range o.Members {
 		if m.Report != nil {
 			st.LastEpoch = max(st.LastEpoch, m.Report.AppliedEpoch)
 		}
 	}
 	st.LastEpoch++
-	st.Directive = &cluster.Directive{Epoch: st.LastEpoch, Phase: cluster.PhaseFencing, IssuedAt: o.Now, PhaseSince: o.Now,
+	st.Directive = &cluster.Directive{Epoch: st.LastEpoch, Phase: cluster.PhaseFencing, Case: string(c), IssuedAt: o.Now, PhaseSince: o.Now,
 		Reason: why + ": stopping every member, then choosing the recovery source from their reports"}
 	st.Waiting = st.Directive.Reason
-	return Decision{Status: st, Event: fmt.Sprintf("directive %d: %s", st.LastEpoch, st.Directive.Reason)}
+	return Decision{Status: st, Case: c, Event: fmt.Sprintf("directive %d: %s", st.LastEpoch, st.Directive.Reason)}
 }
 
 // Withdraw ends the directive in force before anything was chosen on disk, for why: the
@@ -226,7 +313,7 @@ func StartRestore(o Observation, target cluster.RestoreTarget) (Decision, error)
 	if d := o.Status.Directive; d != nil {
 		return Decision{Status: o.Status}, fmt.Errorf("directive %d is in progress (%s): a restore can start only once it completes", d.Epoch, d.Phase)
 	}
-	dec := startRecovery(o, o.Status, "restore to "+target.Point()+" requested")
+	dec := startRecovery(o, o.Status, CaseRestoreRequested, "restore to "+target.Point()+" requested")
 	d := dec.Status.Directive
 	d.Restore = &target
 	d.Reason = fmt.Sprintf("restore to %s requested: stopping every member; then one restores it alone and the others rejoin it as learners", target.Point())
@@ -313,7 +400,7 @@ func CancelRestore(o Observation) (Decision, error) {
 		return Decision{Status: st}, fmt.Errorf("the restore to %s cannot be cancelled: %s; let it complete, then restore again to the point you want", d.Restore.Point(), why)
 	}
 	st.LastEpoch = max(st.LastEpoch, d.Epoch) // the new epoch is above the cancelled one, whatever the status says
-	dec := startRecovery(o, st, fmt.Sprintf("restore to %s cancelled", d.Restore.Point()))
+	dec := startRecovery(o, st, CaseRestoreCancelled, fmt.Sprintf("restore to %s cancelled", d.Restore.Point()))
 	nd := dec.Status.Directive
 	nd.Reason = fmt.Sprintf("directive %d, the restore to %s, cancelled: stopping every member; then %s restart on their own data", d.Epoch, d.Restore.Point(), strings.Join(intact, ", "))
 	dec.Status.Waiting = nd.Reason
@@ -341,7 +428,7 @@ func orNone(names []string) string {
 // new epoch restores it too, never another point.
 func restart(o Observation, st Status, why string) Decision {
 	old := *st.Directive
-	dec := startRecovery(o, st, fmt.Sprintf("directive %d abandoned (%s)", old.Epoch, why))
+	dec := startRecovery(o, st, CaseDirectiveAbandoned, fmt.Sprintf("directive %d abandoned (%s)", old.Epoch, why))
 	if old.Restore != nil && old.Ack == nil {
 		target := *old.Restore
 		dec.Status.Directive.Restore = &target

@@ -513,3 +513,111 @@ func TestWithdrawnRecoveriesBackOff(t *testing.T) {
 		t.Fatalf("no recovery after the doubled grace: %+v", d.Status)
 	}
 }
+
+// TestDecideWithoutDirective is the table of whether a recovery starts: each row names the
+// case it shows. The grace is for voters that may come back with their data; once those
+// cannot form a quorum even if all of them return, the recovery starts at once.
+func TestDecideWithoutDirective(t *testing.T) {
+	timing := Timing{Grace: 30 * time.Second, ReportTimeout: 10 * time.Second, ReportCurrent: 3 * time.Second}
+	lost := Status{ClusterID: "cid", Voters: voters3, QuorumLostSince: t0}
+	list := []cluster.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "c", Name: "m2"}}
+	// leader is m0's etcd answering its status (it runs on its data) without a quorum.
+	leader := Member{Name: "m0", ID: "a", Report: &cluster.Report{Name: "m0", At: t0.Add(time.Second), Source: cluster.ReportFromEtcd, Serving: true,
+		DataValid: true, MemberID: "a", ClusterID: "cid", Owner: "m0", Members: list}}
+	wiped := func(name string) Member { return Member{Name: name, Report: emptyDisk(name)} }
+	killed := func(name, id string) Member { return Member{Name: name, Report: disk(name, id, 2, 9, 5)} }
+	at := func(m Member, when time.Time) Member { r := *m.Report; r.At = when; m.Report = &r; return m }
+	five := append(voters3, cluster.Voter{ID: "d", Name: "m3"}, cluster.Voter{ID: "e", Name: "m4"})
+	lost5 := Status{ClusterID: "cid", Voters: five, QuorumLostSince: t0}
+	leader5 := leader
+	leader5.Report = &cluster.Report{}
+	*leader5.Report = *leader.Report
+	leader5.Report.Members = append(list, cluster.LiveMember{ID: "d", Name: "m3"}, cluster.LiveMember{ID: "e", Name: "m4"})
+	tests := []struct {
+		name    string
+		status  Status
+		members []Member
+		now     time.Time // t0+3s unless set
+		want    Case
+	}{
+		{name: "a majority serves", status: lost, want: CaseQuorate,
+			members: []Member{{Name: "m0", ID: "a", Ready: true}, {Name: "m1", ID: "b", Ready: true}, wiped("m2")}},
+		{name: "no voter recorded: bootstrapping", status: Status{}, want: CaseNotFormed,
+			members: []Member{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}},
+		{name: "two followers wiped, the leader holds everything: proven at once", status: lost, want: CaseQuorumLossProven,
+			members: []Member{leader, wiped("m1"), wiped("m2")}},
+		{name: "every member wiped: proven at once", status: lost, want: CaseQuorumLossProven,
+			members: []Member{wiped("m0"), wiped("m1"), wiped("m2")}},
+		{name: "one follower wiped, the other killed with its data: it may come back, the grace runs", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader, wiped("m1"), killed("m2", "c")}},
+		{name: "one follower wiped, the other silent (no report): never counted as lost", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader, wiped("m1"), {Name: "m2"}}},
+		{name: "a data-gone report made before the quorum was lost proves nothing", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader, wiped("m1"), at(wiped("m2"), t0.Add(-time.Second))}},
+		{name: "a data-gone report that is not current proves nothing (the dir may have changed since)", status: lost, now: t0.Add(20 * time.Second), want: CaseQuorumLossWithinGrace,
+			members: []Member{at(leader, t0.Add(19*time.Second)), at(wiped("m1"), t0.Add(15*time.Second)), at(wiped("m2"), t0.Add(19*time.Second))}},
+		{name: "a data-gone report dated after now (a clock ahead) proves nothing", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader, wiped("m1"), at(wiped("m2"), t0.Add(5*time.Second))}},
+		{name: "another member silent: it may hold the wiped voters' data", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{{Name: "m0"}, wiped("m1"), wiped("m2")}},
+		{name: "a report that is not the member's own sidecar's proves nothing", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader, wiped("m1"), {Name: "m2", Report: emptyDisk("m9")}}},
+		{name: "an empty report from etcd (not from disk) proves nothing", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader, wiped("m1"), func() Member { m := wiped("m2"); m.Report.Source = cluster.ReportFromEtcd; return m }()}},
+		{name: "swapped dirs: each voter's data is in the other's dir, nothing is gone", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader,
+				{Name: "m1", Report: func() *cluster.Report {
+					r := disk("m1", "c", 2, 9, 5)
+					r.Owner, r.Foreign = "m2", "it records member m2"
+					return r
+				}()},
+				{Name: "m2", Report: func() *cluster.Report {
+					r := disk("m2", "b", 2, 9, 5)
+					r.Owner, r.Foreign = "m1", "it records member m1"
+					return r
+				}()}}},
+		{name: "a wiped voter's data is in another member's dir: not gone (that member's own data is)", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader, {Name: "m1", Report: func() *cluster.Report {
+				r := disk("m1", "c", 2, 9, 5)
+				r.Owner, r.Foreign = "m2", "it records member m2"
+				return r
+			}()},
+				wiped("m2")}},
+		{name: "damaged data proves nothing (a read may fail for a while)", status: lost, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader, wiped("m1"), {Name: "m2", Report: &cluster.Report{Name: "m2", At: t0.Add(time.Second), Source: cluster.ReportFromDisk, Problem: "database page checksum mismatch"}}}},
+		{name: "a wiped follower whose replacement began (its dir holds a learner's new data) and another wiped: proven", status: lost, want: CaseQuorumLossProven,
+			members: []Member{leader, {Name: "m1", Report: func() *cluster.Report { r := disk("m1", "x", 2, 9, 5); r.Learner = true; return r }()}, wiped("m2")}},
+		{name: "five voters, two wiped and two killed: the three that may come back are a majority", status: lost5, want: CaseQuorumLossWithinGrace,
+			members: []Member{leader5, wiped("m1"), wiped("m2"), killed("m3", "d"), killed("m4", "e")}},
+		{name: "five voters, three wiped: proven", status: lost5, want: CaseQuorumLossProven,
+			members: []Member{leader5, wiped("m1"), wiped("m2"), wiped("m3"), killed("m4", "e")}},
+		{name: "lost past the grace, not proven: the recovery starts", status: lost, now: t0.Add(31 * time.Second), want: CaseQuorumLossPastGrace,
+			members: []Member{leader, killed("m1", "b"), {Name: "m2"}}},
+		{name: "no cluster recorded, every dir empty, backups: restored after the grace", status: Status{QuorumLostSince: t0}, now: t0.Add(31 * time.Second), want: CaseStatusLostWithBackups,
+			members: []Member{wiped("m0"), wiped("m1"), wiped("m2")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := tt.now
+			if now.IsZero() {
+				now = t0.Add(3 * time.Second)
+			}
+			d := Decide(Observation{Now: now, Status: tt.status, Members: tt.members, Timing: timing, Backup: Backup{Configured: true, Revision: 40}})
+			if d.Case != tt.want {
+				t.Fatalf("case %s, want %s (status %+v)", d.Case, tt.want, d.Status)
+			}
+			starts := tt.want == CaseQuorumLossProven || tt.want == CaseQuorumLossPastGrace || tt.want == CaseStatusLostWithBackups
+			got := d.Status.Directive
+			switch {
+			case starts && (got == nil || got.Phase != cluster.PhaseFencing || got.Case != string(tt.want) || d.Event == ""):
+				t.Fatalf("directive %+v (event %q), want one fencing, recording case %s", got, d.Event, tt.want)
+			case !starts && got != nil:
+				t.Fatalf("directive %+v issued, want none", got)
+			case tt.want == CaseQuorumLossWithinGrace && !strings.Contains(d.Status.Waiting, "recovery starts if it lasts"):
+				t.Fatalf("waiting %q, want the grace named", d.Status.Waiting)
+			case tt.want == CaseQuorumLossProven && !strings.Contains(got.Reason, "is gone"):
+				t.Fatalf("reason %q does not say whose data is gone", got.Reason)
+			}
+		})
+	}
+}

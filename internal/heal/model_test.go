@@ -6,6 +6,7 @@ package heal_test
 // it leaves out.
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"math/rand"
@@ -77,6 +78,9 @@ type node struct {
 	pendingEpoch int64
 	report       *cluster.Report
 	plan         member.Plan
+	// silentUntil: until then the sidecar cannot write its reports (a few seconds); the
+	// last one stays, growing stale.
+	silentUntil time.Time
 }
 
 type pendingJoin struct {
@@ -102,11 +106,13 @@ type model struct {
 	restoreInc int
 	trace      []string
 	violation  string
+	// proven counts the recoveries started at once because the loss was proven.
+	proven int
 }
 
 func newModel(seed int64, size int, backup bool) *model {
 	m := &model{rng: rand.New(rand.NewSource(seed)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nextID: 0x1000,
-		timing: heal.Timing{Grace: 5 * time.Second, ReportTimeout: 4 * time.Second, SeedTimeout: 60 * time.Second}, backup: -1, restoreInc: -1}
+		timing: heal.Timing{Grace: 5 * time.Second, ReportTimeout: 4 * time.Second, SeedTimeout: 60 * time.Second, ReportCurrent: time.Second}, backup: -1, restoreInc: -1}
 	if backup {
 		m.backup = 0
 	}
@@ -290,6 +296,9 @@ func (m *model) clusterStatus() cluster.Status {
 
 // report is n's sidecar reporting, and acknowledging the directive it carried out.
 func (m *model) report(n *node) {
+	if m.now.Before(n.silentUntil) {
+		return
+	}
 	r := &cluster.Report{Name: n.name, At: m.now, Case: n.plan.Case, Reason: n.plan.Reason}
 	ix, em, ok := m.member(n)
 	if ok {
@@ -639,6 +648,10 @@ func (m *model) supervise() {
 	if dec.Event != "" {
 		m.trace = append(m.trace, "    supervisor: "+dec.Event)
 	}
+	if dec.Case == heal.CaseQuorumLossProven {
+		m.proven++
+		m.checkLossProven()
+	}
 	m.status = dec.Status
 	var names []string
 	for _, n := range m.nodes {
@@ -654,6 +667,41 @@ func (m *model) supervise() {
 			n.fenced, n.running, n.joining, n.stoppedAt = true, false, nil, m.now
 		case !fenced[n.name]:
 			n.fenced, n.stoppedAt = false, time.Time{}
+		}
+	}
+}
+
+// silent: n's sidecar has not reported within the time a report stays current.
+func (m *model) silent(n *node) bool {
+	return n.report == nil || m.now.Sub(n.report.At) > m.timing.ReportCurrent
+}
+
+// checkLossProven: a recovery started without the grace only when the voters that may still
+// come back with their data cannot form a quorum, by the ground truth: a voter whose valid
+// data is still in some dir may come back, and so may one whose sidecar is silent (silence
+// proves nothing).
+func (m *model) checkLossProven() {
+	for ix, inc := range m.incs {
+		if inc.superseded {
+			continue
+		}
+		voters := 0
+		var returnable []string
+		for _, em := range inc.members {
+			if em.learner {
+				continue
+			}
+			voters++
+			for _, n := range m.nodes {
+				if (n.data != nil && !n.data.corrupt && n.data.inc == ix && n.data.id == em.id) || (m.silent(n) && em.peer == peer(n.name)) {
+					returnable = append(returnable, cmp.Or(em.name, hex(em.id)))
+					break
+				}
+			}
+		}
+		if voters > 0 && len(returnable) > voters/2 {
+			m.failf("the loss was taken as proven (no grace) while %d of the %d voters of cluster %x may come back with their data: %s",
+				len(returnable), voters, inc.clusterID, strings.Join(returnable, ", "))
 		}
 	}
 }
@@ -896,7 +944,7 @@ func (m *model) calm(rounds int, writes bool) bool {
 // with faults among them.
 func (m *model) randomAction() {
 	n := m.nodes[m.rng.Intn(len(m.nodes))]
-	switch k := m.rng.Intn(104); {
+	switch k := m.rng.Intn(106); {
 	case k < 20:
 		m.action("step "+n.name, func() { m.step(n, false) })
 	case k < 42:
@@ -931,7 +979,7 @@ func (m *model) randomAction() {
 			})
 		}
 	case k < 89:
-		m.action("restart sidecar "+n.name, func() { n.running, n.joining, n.pendingEpoch = false, nil, 0 })
+		m.action("restart sidecar "+n.name, func() { n.running, n.joining, n.pendingEpoch, n.silentUntil = false, nil, 0, time.Time{} })
 	case k < 91:
 		m.action("step "+n.name+" (member list unreadable)", func() { m.step(n, true) })
 	case k < 93:
@@ -944,6 +992,8 @@ func (m *model) randomAction() {
 		m.action("scale down", m.scaleDown)
 	case k < 102:
 		m.action("restore in place", m.requestRestore)
+	case k < 104:
+		m.action("silence sidecar "+n.name, func() { n.silentUntil = m.now.Add(3 * time.Second) })
 	default:
 		m.action("cancel the restore", m.cancelRestore)
 	}
@@ -968,8 +1018,9 @@ func (m *model) dump() string {
 
 // runSequence forms a cluster, runs a generated sequence of faults among the system's steps,
 // then lets the system run without faults: it must be healthy again (or, with every copy of
-// the data gone, say so) with every invariant kept.
-func runSequence(t *testing.T, seed int64, size int) {
+// the data gone, say so) with every invariant kept. It returns how many recoveries started
+// at once because the loss was proven.
+func runSequence(t *testing.T, seed int64, size int) int {
 	m := newModel(seed, size, seed%2 == 0)
 	if !m.calm(10, false) {
 		t.Fatalf("seed %d: a new %d-member cluster did not form: %s\n%s", seed, size, m.violation, m.dump())
@@ -995,6 +1046,7 @@ func runSequence(t *testing.T, seed int64, size int) {
 		t.Fatalf("seed %d (%d members): a restore to write %d was asked for and not cancelled, and the healthy cluster (incarnation %d) does not start from it (%d)\n%s",
 			seed, size, m.restoreTo, m.current(), m.restoreInc, m.dump())
 	}
+	return m.proven
 }
 
 func sequences(def int) int {
@@ -1016,10 +1068,15 @@ func sequences(def int) int {
 func TestModelGeneratedFaults(t *testing.T) {
 	for _, tc := range []struct{ size, sequences int }{{3, 1500}, {5, 500}} {
 		t.Run(fmt.Sprintf("%d members", tc.size), func(t *testing.T) {
-			n := sequences(tc.sequences)
+			n, proven := sequences(tc.sequences), 0
 			for seed := int64(1); seed <= int64(n); seed++ {
-				runSequence(t, seed*7919+int64(tc.size), tc.size)
+				proven += runSequence(t, seed*7919+int64(tc.size), tc.size)
 			}
+			// The rule that skips the grace must be exercised for its property to mean anything.
+			if proven == 0 && !t.Failed() {
+				t.Fatalf("no sequence started a recovery on a proven loss in %d sequences", n)
+			}
+			t.Logf("%d recoveries started on a proven loss in %d sequences", proven, n)
 		})
 	}
 }
@@ -1054,5 +1111,32 @@ func TestModelTwoFollowersWipedWithinASecond(t *testing.T) {
 				t.Fatalf("the cluster holds %d writes after healing, want 3000\n%s", got, m.dump())
 			}
 		})
+	}
+}
+
+// TestModelTwoFollowersWipedRecoverWithoutTheGrace: two of three members lose their data,
+// the third keeps every write. Their sidecars report the loss from disk, so the recovery
+// starts at once, however long the grace, and nothing is lost.
+func TestModelTwoFollowersWipedRecoverWithoutTheGrace(t *testing.T) {
+	m := newModel(1, 3, false)
+	m.timing.Grace = time.Hour
+	if !m.calm(10, false) {
+		t.Fatalf("cluster did not form\n%s", m.dump())
+	}
+	for i := 0; i < 100; i++ {
+		m.write()
+	}
+	m.check()
+	for _, n := range m.nodes[1:] {
+		m.action("wipe "+n.name, func() { n.running, n.data = false, nil })
+	}
+	if !m.calm(20, false) || m.violation != "" {
+		t.Fatalf("not healed within a fraction of the grace: %s\n%s", m.violation, m.dump())
+	}
+	if r := m.status.LastRecovery; r == nil || r.Case != string(heal.CaseQuorumLossProven) {
+		t.Fatalf("the recovery was not started on the proven loss: %+v\n%s", r, m.dump())
+	}
+	if got := m.incs[m.current()].history; got != 100 {
+		t.Fatalf("the cluster holds %d writes after healing, want 100\n%s", got, m.dump())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/testutil"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -192,6 +193,56 @@ func TestQuorumLossRecoversFromSurvivor(t *testing.T) {
 	st, _ := ReadState(Dir(dir))
 	if st.LastEpoch == 0 {
 		t.Fatal("healed without a recovery directive: the majority was not lost?")
+	}
+}
+
+// TestWipedFollowersRecoverWithoutTheGrace wipes both followers of three while the leader
+// keeps every write: their sidecars report from disk that their data is gone, no grace can
+// bring it back, so the recovery starts at once (the grace here is far longer than the test
+// may take) and nothing acknowledged is lost.
+func TestWipedFollowersRecoverWithoutTheGrace(t *testing.T) {
+	dir := t.TempDir()
+	r := startClusterWith(t, UpOptions{Dir: dir, Members: 3, BasePort: 22000, Backup: "none", QuorumLossGrace: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cli := clusterClient(t, r.spec)
+	acked := writeKeys(t, ctx, cli, "/k", 50)
+	healthyVoters(t, ctx, dir, time.Minute)
+	rep, err := Status(ctx, Dir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var followers []string
+	for _, m := range rep.Members {
+		if m.Role == "follower" {
+			followers = append(followers, m.Name)
+		}
+	}
+	if len(followers) != 2 {
+		t.Fatalf("followers %v, want two: %+v", followers, rep.Members)
+	}
+	for _, m := range followers {
+		if err := Fault(Dir(dir), m, FaultWipe, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healthyVoters(t, ctx, dir, 3*time.Minute)
+	everyMemberHas(t, ctx, r.spec, acked)
+	testutil.Eventually(t, time.Minute, "the recovery retired", func() error {
+		st, err := ReadState(Dir(dir))
+		switch {
+		case err != nil:
+			return err
+		case st.Directive != nil:
+			return fmt.Errorf("directive %d still in force (%s)", st.Directive.Epoch, st.Directive.Phase)
+		case st.LastRecovery == nil:
+			return fmt.Errorf("healed without a recovery directive")
+		}
+		return nil
+	})
+	st, _ := ReadState(Dir(dir))
+	if got := st.LastRecovery.Case; got != string(heal.CaseQuorumLossProven) {
+		t.Fatalf("the recovery was started by case %q, want %s (it waited for the grace, or the loss was not proven): %+v", got, heal.CaseQuorumLossProven, st.LastRecovery)
 	}
 }
 

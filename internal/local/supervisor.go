@@ -118,7 +118,7 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 		}
 	}
 
-	h := &healer{timing: heal.Timing{Grace: opts.QuorumLossGrace, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
+	h := &healer{timing: heal.Timing{Grace: opts.QuorumLossGrace, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout, ReportCurrent: heal.DefaultTiming.ReportCurrent}}
 	if err := s.waitReady(ctx, h, opts.ReadyTimeout); err != nil {
 		return err
 	}

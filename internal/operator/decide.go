@@ -134,6 +134,12 @@ type Observation struct {
 	// directly, just now (nil: none was asked). Before a scale-down stops a member, they
 	// stand in for the EtcdMembers, which may be stale (a sidecar's writes refused).
 	DirectReports map[string]cluster.Report
+	// LossReports are the members' reports as their sidecars answered the operator directly,
+	// while the quorum was lost and no recovery was in force, dated Now (nil: none was
+	// asked). The recovery takes them over the EtcdMembers. Only such reports are current
+	// (the recovery's Timing.ReportCurrent is 0): they alone can prove that a voter's data is
+	// gone, which starts the recovery without waiting out the grace (heal's QuorumLossProven).
+	LossReports map[string]cluster.Report
 }
 
 // MemberObservation is one ordinal's pod and Lease.

@@ -475,6 +475,44 @@ func TestDecideRecovery(t *testing.T) {
 	}
 }
 
+// TestDecideRecoveryLossProven: two members lost their data (their pods restarted on empty
+// volumes), the third holds everything. The quorum-loss recovery starts at once, without
+// the NotReady grace, on the reports the sidecars answered the operator directly; the same
+// reports read from the EtcdMembers (the cache, dated by the sidecars' clocks) prove
+// nothing, and the grace runs.
+func TestDecideRecoveryLossProven(t *testing.T) {
+	w := healthy(3).podNotReady(0, time.Hour).podNotReady(1, time.Minute).podNotReady(2, time.Minute)
+	for i := range w.o.Previous.Members {
+		w.prevStatus(i, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 30*time.Second)
+	}
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+	rec := &Recovery{Timing: heal.Timing{Grace: 5 * time.Minute, ReportTimeout: time.Minute, SeedTimeout: time.Hour}}
+	rec.Status.QuorumLostSince = t0.Add(-30 * time.Second)
+	w.o.Recovery = rec
+	list := []cluster.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+	reports := map[string]cluster.Report{
+		"c-0": {Name: "c-0", At: t0.Add(-time.Second), Source: cluster.ReportFromEtcd, Serving: true, DataValid: true, MemberID: "64", ClusterID: "c1", Owner: "c-0", Members: list},
+		"c-1": {Name: "c-1", At: t0.Add(-time.Second), Source: cluster.ReportFromDisk, DataEmpty: true},
+		"c-2": {Name: "c-2", At: t0.Add(-time.Second), Source: cluster.ReportFromDisk, DataEmpty: true},
+	}
+	w.o.Reports = reports
+	d := Decide(w.o)
+	if dir := d.Recovery.Status.Directive; dir != nil || !strings.Contains(d.Recovery.Status.Waiting, "recovery starts if it lasts") {
+		t.Fatalf("directive %+v (waiting %q) from the EtcdMembers alone: they prove nothing, the grace runs", dir, d.Recovery.Status.Waiting)
+	}
+	w.o.LossReports = map[string]cluster.Report{}
+	for name, r := range reports {
+		r.At = t0
+		w.o.LossReports[name] = r
+	}
+	d = Decide(w.o)
+	dir := d.Recovery.Status.Directive
+	if dir == nil || dir.Phase != cluster.PhaseFencing || dir.Case != string(heal.CaseQuorumLossProven) || len(d.Recovery.FencePods) != 3 {
+		t.Fatalf("directive %+v, fence %v: the proven loss must start the recovery at once", dir, d.Recovery.FencePods)
+	}
+}
+
 // TestDecideRecoveryIgnoresAPendingScaleUp: a scale-up asked for while a recovery is in force
 // waits for it (the sizes stay as they are), so the member it would add is none of the
 // recovery's members: the recovery completes once the members that exist serve (and only

@@ -279,11 +279,23 @@ func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alp
 }
 
 // decide is Decide, with the operator's own fresh evidence before a destructive decision:
-// before a fence for a lost quorum, whether a member answers a linearizable read; before a
-// scale-down stops a member, the sidecars' reports asked directly (the EtcdMembers may be
-// stale).
+// while the quorum is lost, no recovery is in force and an EtcdMember says its data dir lost
+// its data, the sidecars' reports asked directly (only they can prove that data is gone, see
+// LossReports); before a fence for a lost quorum, whether a member answers a linearizable
+// read; before a scale-down stops a member, the sidecars' reports asked directly (the
+// EtcdMembers may be stale).
 func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster, obs *Observation, p *pass) Decision {
 	d := Decide(*obs)
+	if rec := d.Recovery; rec != nil && rec.Status.Directive == nil && !rec.Status.QuorumLostSince.IsZero() && r.Sidecars != nil && someDataLost(obs.Reports) {
+		direct := r.Sidecars.reports(ctx, ec, obs.Members)
+		for name, rep := range direct {
+			// Asked just now: dated by this clock, never by the sidecar's.
+			rep.At = obs.Now
+			direct[name] = rep
+		}
+		obs.LossReports = direct
+		d = Decide(*obs)
+	}
 	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() {
 		var answered string
 		if answered, p.noAnswer = r.answeringMember(ctx, ec, obs.Members); answered != "" {
@@ -300,6 +312,17 @@ func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster
 		}
 	}
 	return d
+}
+
+// someDataLost: a member reports from its data dir that the dir lost its own data (empty,
+// or holding someone else's).
+func someDataLost(reports map[string]cluster.Report) bool {
+	for _, rep := range reports {
+		if rep.Source == cluster.ReportFromDisk && (rep.DataEmpty || rep.Foreign != "") {
+			return true
+		}
+	}
+	return false
 }
 
 // sync brings every owned object to what the decision asks for, in order.
@@ -971,6 +994,8 @@ func (r *ClusterReconciler) observeReports(ctx context.Context, ec *v1alpha1.Etc
 	o.Reports = map[string]cluster.Report{}
 	rec := Recovery{Acks: map[string]cluster.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
 		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: stored.revision},
+		// ReportCurrent 0: an EtcdMember, read from the cache and dated by its sidecar's clock,
+		// never proves data gone; the reports asked directly do (Observation.LossReports).
 		Timing: heal.Timing{Grace: o.Graces.NotReady, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
 	for i := range ems.Items {
 		em := &ems.Items[i]

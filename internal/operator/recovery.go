@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -87,7 +88,10 @@ func (out recoveryOutcome) FencesForQuorumLoss() bool {
 // pod does not exist yet is still a member of the recovery.
 func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStatus, rec Recovery) recoveryOutcome {
 	st := heal.FoldAck(rec.Status, func(seed string) (cluster.DirectiveAck, bool) { a, ok := rec.Acks[seed]; return a, ok })
-	hm := heal.Members(statusMembers(names, members, o.Reports), func(name string) (bool, time.Time) {
+	reports := map[string]cluster.Report{}
+	maps.Copy(reports, o.Reports)
+	maps.Copy(reports, o.LossReports)
+	hm := heal.Members(statusMembers(names, members, reports), func(name string) (bool, time.Time) {
 		d := st.Directive
 		if d == nil {
 			return false, time.Time{}
