@@ -30,38 +30,38 @@ func ResolveTarget(ctx context.Context, s *store.Store, own []uint64, t cluster.
 // chooseTimeline is pickTimeline, after reading from the store which cluster each timeline
 // is of and whether its newest full snapshot vouches for itself (backup.VouchTimelines): a
 // restore never chooses a timeline a holder of the keys did not write (with encryption), nor
-// one that is not whole. A named timeline is read only if it vouches for itself. notes says
-// why each timeline passed over as not vouching for itself was.
+// one that is not whole. A named timeline is read only if its newest full snapshot vouches for
+// itself. notes says why each timeline passed over was.
 func chooseTimeline(ctx context.Context, s *store.Store, ix backup.Index, own []uint64, want uint32, rev int64, t time.Time) (tl uint32, notes []string, err error) {
 	if want != 0 {
-		if _, ok := ix.Timeline(want); !ok {
-			return 0, nil, fmt.Errorf("restore: %w: %s holds no timeline %d; its timelines: %v (see `steward backup list --store %s`)", ErrOutOfRange, s, want, ix.TimelineIDs(), s)
-		}
+		return want, nil, vouchNamed(ctx, s, ix, want)
 	}
 	tls, err := backup.ObserveIndex(ctx, s, ix)
 	if err != nil {
 		return 0, nil, fmt.Errorf("restore: read which cluster each timeline of %s is of: %w", s, err)
 	}
-	keep := func(tl backup.TimelineInfo) bool {
-		if want != 0 {
-			return tl.Timeline == want
-		}
-		return tl.Disagrees == "" && (own == nil || tl.Of(own))
-	}
-	if err := backup.VouchTimelines(ctx, s, ix, tls, keep); err != nil {
+	candidate := func(tl backup.TimelineInfo) bool { return tl.Disagrees == "" && (own == nil || tl.Of(own)) }
+	if err := backup.VouchTimelines(ctx, s, ix, tls, candidate); err != nil {
 		return 0, nil, fmt.Errorf("restore: %w", err)
 	}
-	if want != 0 {
-		if i := slices.IndexFunc(tls, func(tl backup.TimelineInfo) bool { return tl.Timeline == want }); i >= 0 && !tls[i].Vouched {
-			why := tls[i].Disagrees
-			if why == "" {
-				why = tls[i].Unvouched
-			}
-			return 0, nil, fmt.Errorf("restore: %w: timeline %d of %s cannot be restored: %s", backup.ErrCorrupt, want, s, why)
-		}
-		return want, nil, nil
-	}
 	return pickTimeline(ix, tls, own, rev, t, s.String())
+}
+
+// vouchNamed checks that the timeline named, whoever's it is, is in the store and that its
+// newest full snapshot vouches for itself.
+func vouchNamed(ctx context.Context, s *store.Store, ix backup.Index, want uint32) error {
+	ti, ok := ix.Timeline(want)
+	if !ok {
+		return fmt.Errorf("restore: %w: %s holds no timeline %d; its timelines: %v (see `steward backup list --store %s`)", ErrOutOfRange, s, want, ix.TimelineIDs(), s)
+	}
+	full, ok := ti.NewestFull()
+	if !ok {
+		return nil // the plan says there is nothing to restore
+	}
+	if _, err := backup.VouchFull(ctx, s, full); err != nil {
+		return fmt.Errorf("restore: timeline %d of %s cannot be restored: %w", want, s, err)
+	}
+	return nil
 }
 
 // pickTimeline picks the timeline a restore reads from the store's index ix, among the
