@@ -22,10 +22,11 @@ type TimelineInfo struct {
 	// header with its name, or with the cluster ID of the timeline's oldest full snapshot):
 	// such a timeline is not continued.
 	Disagrees string
-	// Vouched: the timeline's newest full snapshot vouches for itself and for ClusterID
-	// (VouchTimelines); else Unvouched says why not. ObserveIndex leaves both unset.
+	// Vouched: the timeline's newest full snapshot vouches for itself, and ClusterID is the
+	// cluster its header names (VouchTimelines); else Unvouched says why not. ObserveIndex
+	// leaves both unset.
 	Vouched   bool
-	Unvouched string
+	Unvouched error
 }
 
 // Placement says where a writer's objects go: which timeline, and whether it starts there.

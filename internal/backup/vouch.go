@@ -62,34 +62,32 @@ func NotVouched(err error) bool {
 	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNoKey) || errors.Is(err, ErrNewerFormat)
 }
 
-// VouchTimelines fills in, for each timeline of tls, whether its newest full snapshot vouches
-// for itself (VouchFull) and for the cluster the timeline says it is of (Unvouched says why
-// not). Only the timelines keep keeps are read; a store that cannot be read is an error.
-func VouchTimelines(ctx context.Context, s *store.Store, ix Index, tls []TimelineInfo, keep func(TimelineInfo) bool) error {
-	for i := range tls {
-		tl := &tls[i]
-		if !keep(*tl) {
-			continue
-		}
-		ti, ok := ix.Timeline(tl.Timeline)
-		full, hasFull := ti.NewestFull()
-		if !ok || !hasFull {
-			tl.Unvouched = "it holds no full snapshot"
+// VouchTimelines reads, for each timeline of ix, whether its newest full snapshot vouches for
+// itself (VouchFull; Unvouched says why not) and, if it does, the cluster its header names:
+// what a restore chooses by, and nothing the store's names or unauthenticated headers say.
+// A store that cannot be read is an error.
+func VouchTimelines(ctx context.Context, s *store.Store, ix Index) ([]TimelineInfo, error) {
+	var out []TimelineInfo
+	for _, ti := range ix.Timelines {
+		tl := TimelineInfo{Timeline: ti.Timeline, Newest: ti.Newest}
+		full, ok := ti.NewestFull()
+		if !ok {
+			tl.Unvouched = fmt.Errorf("%w: it holds no full snapshot", ErrCorrupt)
+			out = append(out, tl)
 			continue
 		}
 		hdr, err := VouchFull(ctx, s, full)
 		switch {
 		case NotVouched(err):
-			tl.Unvouched = err.Error()
+			tl.Unvouched = err
 		case err != nil:
-			return fmt.Errorf("read the newest full snapshot of timeline %d: %w", tl.Timeline, err)
-		case hdr.ClusterID != tl.ClusterID:
-			tl.Unvouched = fmt.Sprintf("its newest full snapshot %s is of cluster %x, its newest object of cluster %x", full.Key, hdr.ClusterID, tl.ClusterID)
+			return nil, fmt.Errorf("read the newest full snapshot of timeline %d: %w", ti.Timeline, err)
 		default:
-			tl.Vouched = true
+			tl.ClusterID, tl.Vouched = hdr.ClusterID, true
 		}
+		out = append(out, tl)
 	}
-	return nil
+	return out, nil
 }
 
 // ErrSeveralClusters is wrapped by Restorable's error when the store holds the timelines of
@@ -97,21 +95,18 @@ func VouchTimelines(ctx context.Context, s *store.Store, ix Index, tls []Timelin
 var ErrSeveralClusters = errors.New("the backup store holds the timelines of several clusters")
 
 // Restorable is the timelines a restore chooses from, of those VouchTimelines read: the ones
-// whose headers agree with the chain and whose newest full snapshot vouches for itself, of
-// the cluster known by the IDs own. Without own, they must all be of one cluster: timelines
+// whose newest full snapshot vouches for itself, of the cluster known by the IDs own. Without own, they must all be of one cluster: timelines
 // of several clusters (another cluster's copied into the store, or this cluster's history
 // before and after a restore gave it a new ID) are an error wrapping ErrSeveralClusters that
 // names them, for the restore to name the cluster or the timeline. skipped says, for each
-// timeline left out because its headers disagree or it does not vouch for itself, why.
+// timeline left out because it does not vouch for itself, why.
 func Restorable(tls []TimelineInfo, own []uint64) (cands []TimelineInfo, skipped []string, err error) {
 	var ids []uint64
 	for _, tl := range tls {
 		switch {
-		case tl.Disagrees != "":
-			skipped = append(skipped, fmt.Sprintf("timeline %d: %s", tl.Timeline, tl.Disagrees))
-		case own != nil && !tl.Of(own):
 		case !tl.Vouched:
-			skipped = append(skipped, fmt.Sprintf("timeline %d: %s", tl.Timeline, tl.Unvouched))
+			skipped = append(skipped, fmt.Sprintf("timeline %d: %v", tl.Timeline, tl.Unvouched))
+		case own != nil && !slices.Contains(own, tl.ClusterID):
 		default:
 			cands = append(cands, tl)
 			if !slices.Contains(ids, tl.ClusterID) {

@@ -27,22 +27,19 @@ func ResolveTarget(ctx context.Context, s *store.Store, own []uint64, t cluster.
 	return Restore(ctx, Options{Store: s, DryRun: true, ClusterIDs: own, Timeline: t.Timeline, ToRevision: t.Revision, ToTime: t.Time})
 }
 
-// chooseTimeline is pickTimeline, after reading from the store which cluster each timeline
-// is of and whether its newest full snapshot vouches for itself (backup.VouchTimelines): a
-// restore never chooses a timeline a holder of the keys did not write (with encryption), nor
-// one that is not whole. A named timeline is read only if its newest full snapshot vouches for
+// chooseTimeline is pickTimeline, after reading from the store whether each timeline's newest
+// full snapshot vouches for itself and of which cluster it is (backup.VouchTimelines): a
+// restore never chooses a timeline whose newest full snapshot a holder of the keys did not
+// write (with encryption), nor one that is not whole, and knows a timeline's cluster from that
+// snapshot's header only. A named timeline is read only if its newest full snapshot vouches for
 // itself. notes says why each timeline passed over was.
 func chooseTimeline(ctx context.Context, s *store.Store, ix backup.Index, own []uint64, want uint32, rev int64, t time.Time) (tl uint32, notes []string, err error) {
 	if want != 0 {
 		return want, nil, vouchNamed(ctx, s, ix, want)
 	}
-	tls, err := backup.ObserveIndex(ctx, s, ix)
+	tls, err := backup.VouchTimelines(ctx, s, ix)
 	if err != nil {
-		return 0, nil, fmt.Errorf("restore: read which cluster each timeline of %s is of: %w", s, err)
-	}
-	candidate := func(tl backup.TimelineInfo) bool { return tl.Disagrees == "" && (own == nil || tl.Of(own)) }
-	if err := backup.VouchTimelines(ctx, s, ix, tls, candidate); err != nil {
-		return 0, nil, fmt.Errorf("restore: %w", err)
+		return 0, nil, fmt.Errorf("restore: %s: %w", s, err)
 	}
 	return pickTimeline(ix, tls, own, rev, t, s.String())
 }
@@ -86,7 +83,14 @@ func pickTimeline(ix backup.Index, tls []backup.TimelineInfo, own []uint64, rev 
 		case len(tls) == 0:
 			return 0, notes, fmt.Errorf("restore: %w: %s holds no backups (check the store URL and its prefix)", ErrOutOfRange, storeName)
 		case len(notes) > 0:
-			return 0, notes, fmt.Errorf("restore: %w: no timeline of %s can be restored: %s", ErrOutOfRange, storeName, strings.Join(notes, "; "))
+			// Each object's own error is kept: the user may lack the keys (backup.ErrNoKey).
+			var errs []error
+			for _, tl := range tls {
+				if tl.Unvouched != nil {
+					errs = append(errs, fmt.Errorf("timeline %d: %w", tl.Timeline, tl.Unvouched))
+				}
+			}
+			return 0, notes, fmt.Errorf("restore: %w: no timeline of %s can be restored: %w", ErrOutOfRange, storeName, unvouched(errs))
 		case own != nil:
 			return 0, notes, fmt.Errorf("restore: %w: %s holds no backups of this cluster (cluster IDs %s); timelines of other clusters in this store: %s; name one with --timeline to restore it",
 				ErrOutOfRange, storeName, hexIDs(own), describeTimelines(ix, tls, func(backup.TimelineInfo) bool { return true }))
@@ -112,6 +116,19 @@ func pickTimeline(ix backup.Index, tls []backup.TimelineInfo, own []uint64, rev 
 	return cand.NewestTimeline(), notes, nil
 }
 
+// unvouched is the timelines' reasons for not vouching for themselves, on one line.
+type unvouched []error
+
+func (u unvouched) Error() string {
+	s := make([]string, len(u))
+	for i, err := range u {
+		s[i] = err.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (u unvouched) Unwrap() []error { return u }
+
 // holdsRevision: rev is between ti's oldest full snapshot and its newest revision (a hole
 // in between is for the plan to report).
 func holdsRevision(ti backup.TimelineIndex, rev int64) bool {
@@ -127,8 +144,8 @@ func describeTimelines(ix backup.Index, tls []backup.TimelineInfo, keep func(bac
 			continue
 		}
 		whose := fmt.Sprintf("cluster %x", tl.ClusterID)
-		if tl.Disagrees != "" {
-			whose = "of an unknown cluster: " + tl.Disagrees
+		if !tl.Vouched {
+			whose = fmt.Sprintf("of an unknown cluster: %v", tl.Unvouched)
 		}
 		cov := "none"
 		if ti, ok := ix.Timeline(tl.Timeline); ok {

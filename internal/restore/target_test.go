@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestPickTimeline(t *testing.T) {
 	tls := []backup.TimelineInfo{{Timeline: 1, ClusterID: 0xa, Vouched: true}, {Timeline: 2, ClusterID: 0xc, Vouched: true}, {Timeline: 3, ClusterID: 0xb, Vouched: true}}
 	// The same store where every timeline is of cluster 0xa, and timeline 3 is planted.
 	oneCluster := []backup.TimelineInfo{{Timeline: 1, ClusterID: 0xa, Vouched: true}, {Timeline: 2, ClusterID: 0xa, Vouched: true},
-		{Timeline: 3, ClusterID: 0xa, Unvouched: "it was planted"}}
+		{Timeline: 3, ClusterID: 0xa, Unvouched: errors.New("it was planted")}}
 	own := []uint64{0xa, 0xc}
 	tests := []struct {
 		name    string
