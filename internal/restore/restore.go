@@ -132,9 +132,9 @@ type Result struct {
 
 	// Timeline is the timeline restored from: every object read is of it.
 	Timeline uint32 `json:"timeline"`
-	// PassedOver names the timelines not chosen because their headers disagree with the chain
-	// or their newest full snapshot does not vouch for itself (backup.VouchFull: planted,
-	// altered, damaged or of keys not given), each with why.
+	// PassedOver names the timelines not chosen because their newest full snapshot does not
+	// vouch for itself (backup.VouchFull: planted, altered, damaged or of keys not given), each
+	// with why.
 	PassedOver []string `json:"passedOver,omitempty"`
 	// Full is the full snapshot used; SkippedFulls are newer ones whose database turned out to
 	// be past the target.
