@@ -44,7 +44,7 @@ func TestHealerTrustsOnlyRecordedBackup(t *testing.T) {
 	write(backup.DeltaKey(1, stored+1, planted), backup.Header{Kind: backup.KindDelta, ClusterID: id, Timeline: 1, FirstRev: stored + 1, LastRev: planted, Created: now})
 
 	h := &healer{}
-	rev := h.backupRevision(ctx, d, spec, []uint64{id})
+	rev := h.backupRevision(ctx, d, spec.Backup, []uint64{id})
 	if rev != stored {
 		t.Fatalf("backup revision %d, want %d: the revision the backup leader recorded, not the planted delta's", rev, stored)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/heal"
+	"github.com/etcd-steward/steward/internal/store"
 )
 
 // stuckAfter is how long the cluster may stay unhealthy with nothing changing before the
@@ -61,7 +62,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	}
 	b := heal.Backup{Configured: spec.Backup != ""}
 	if ready, total := heal.Quorum(st.Voters, members); b.Configured && (total == 0 || ready <= total/2 || st.Directive != nil) {
-		b.Revision = h.backupRevision(ctx, s.dir, spec, cluster.IDs(spec.memberView(), st.ClusterID))
+		b.Revision = h.backupRevision(ctx, s.dir, spec.Backup, cluster.IDs(spec.memberView(), st.ClusterID))
 	}
 	dec := heal.Decide(heal.Observation{Now: time.Now(), Status: st, Members: members, Backup: b, Timing: h.timing})
 	if dec.Event != "" {
@@ -271,14 +272,17 @@ func moveData(from, to string, swap bool) error {
 // backup that claims more than the cluster stored must not be preferred over a survivor. A
 // cluster whose backup leader has recorded nothing yet (made by an earlier Steward) has only
 // the store's word. It is read at most every backupCheckEvery while the IDs stay the same.
-func (h *healer) backupRevision(ctx context.Context, d Dir, spec Spec, ids []uint64) int64 {
+func (h *healer) backupRevision(ctx context.Context, d Dir, url string, ids []uint64) int64 {
 	if time.Since(h.backupChecked) < backupCheckEvery && slices.Equal(ids, h.backupIDs) {
 		return h.backupRev
 	}
 	h.backupChecked, h.backupIDs, h.backupRev = time.Now(), ids, -1
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := openBackupStore(sctx, d, spec)
+	// Headers only, without the keys: with them, an object planted without the keys at the
+	// end of the cluster's timeline would hide the timeline; the record bounds what any
+	// header claims, and the seed's restore reads only what vouches for itself.
+	st, err := store.Open(sctx, url, store.Options{})
 	if err != nil {
 		return -1
 	}
