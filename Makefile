@@ -115,6 +115,8 @@ FUZZTIME    ?= 10s
 FUZZTARGETS := \
 	./internal/backup:FuzzParseKey \
 	./internal/backup:FuzzObjectReader \
+	./internal/backup:FuzzVouch \
+	./internal/backup:FuzzRestorable \
 	./internal/backup:FuzzEventReader \
 	./internal/backup/snapshotter:FuzzSnapshotChunk \
 	./internal/backup/snapshotter:FuzzSnapshotTrailer \

@@ -444,6 +444,13 @@ type RestoreSource struct {
 	// Time restores the newest revision written at or before this time.
 	// +optional
 	Time *metav1.Time `json:"time,omitempty"`
+	// Timeline is the backup timeline to read (see `steward backup list`). Default: the
+	// newest, or for a time the one holding it, of the store's timelines; a store holding the
+	// timelines of several clusters needs one named.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4294967295
+	// +optional
+	Timeline *int64 `json:"timeline,omitempty"`
 }
 
 // QuorumLossSpec says how a quorum lost for good is recovered.

@@ -15,7 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/seal"
 )
 
-func testKeyring(t *testing.T, active string, ids ...string) *seal.Keyring {
+func testKeyring(t testing.TB, active string, ids ...string) *seal.Keyring {
 	t.Helper()
 	keys := map[string][]byte{}
 	for _, id := range ids {

@@ -66,6 +66,10 @@ const (
 // applied.
 var ErrCorrupt = errors.New("damaged")
 
+// ErrNewerFormat is wrapped by the error for an object of a format version newer than this
+// code reads.
+var ErrNewerFormat = errors.New("newer format")
+
 // Compression is how the payload is encoded.
 type Compression uint8
 
@@ -211,7 +215,7 @@ func readHeader(r io.Reader) (Header, []byte, error) {
 		}
 		tl = binary.BigEndian.Uint32(b[48:])
 	case v > FormatVersion:
-		return Header{}, nil, fmt.Errorf("format version %d was written by a newer steward (this one reads up to %d): upgrade steward", v, FormatVersion)
+		return Header{}, nil, fmt.Errorf("%w: format version %d was written by a newer steward (this one reads up to %d): upgrade steward", ErrNewerFormat, v, FormatVersion)
 	default:
 		return Header{}, nil, fmt.Errorf("%w: format version %d is not one steward ever wrote", ErrCorrupt, v)
 	}

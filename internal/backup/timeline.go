@@ -22,6 +22,11 @@ type TimelineInfo struct {
 	// header with its name, or with the cluster ID of the timeline's oldest full snapshot):
 	// such a timeline is not continued.
 	Disagrees string
+	// Vouched: the timeline's newest full snapshot vouches for itself, and ClusterID is the
+	// cluster its header names (VouchTimelines); else Unvouched says why not. ObserveIndex
+	// leaves both unset.
+	Vouched   bool
+	Unvouched error
 }
 
 // Placement says where a writer's objects go: which timeline, and whether it starts there.
@@ -108,7 +113,8 @@ func ObserveTimelines(ctx context.Context, s *store.Store, c Chain) ([]TimelineI
 
 // ObserveIndex reads what Place needs from the store: for each timeline of ix, the header of
 // its newest object (the one holding its newest revision) and of its oldest full snapshot. A
-// damaged header makes the timeline disagree; a store that cannot be read is an error.
+// damaged header, or one of a newer format, makes the timeline disagree; a store that cannot
+// be read is an error.
 func ObserveIndex(ctx context.Context, s *store.Store, ix Index) ([]TimelineInfo, error) {
 	var out []TimelineInfo
 	for _, t := range ix.Timelines {
@@ -117,7 +123,7 @@ func ObserveIndex(ctx context.Context, s *store.Store, ix Index) ([]TimelineInfo
 		info := TimelineInfo{Timeline: tl, Newest: newest}
 		hdr, err := readObjectHeader(ctx, s, newest)
 		switch {
-		case errors.Is(err, ErrCorrupt):
+		case errors.Is(err, ErrCorrupt), errors.Is(err, ErrNewerFormat):
 			info.Disagrees = err.Error()
 		case err != nil:
 			return nil, fmt.Errorf("read the newest object of timeline %d: %w", tl, err)
@@ -127,7 +133,7 @@ func ObserveIndex(ctx context.Context, s *store.Store, ix Index) ([]TimelineInfo
 		if len(t.Fulls) > 0 && t.Fulls[0].Key != newest.Key && info.Disagrees == "" {
 			first, err := readObjectHeader(ctx, s, t.Fulls[0])
 			switch {
-			case errors.Is(err, ErrCorrupt):
+			case errors.Is(err, ErrCorrupt), errors.Is(err, ErrNewerFormat):
 				info.Disagrees = err.Error()
 			case err != nil:
 				return nil, fmt.Errorf("read the oldest full snapshot of timeline %d: %w", tl, err)

@@ -42,8 +42,11 @@ The restored data dir belongs to a new cluster made of the --initial-cluster mem
 'etcdutl snapshot restore'. Start the member with the same --name, --initial-cluster,
 --initial-advertise-peer-urls and --initial-cluster-token.
 
-Where several clusters share a store, --cluster-id restricts the choice of the timeline
-(without --timeline) to that cluster's own timelines.`,
+A timeline is chosen only if its newest full snapshot vouches for itself (with encryption: it
+decrypts under the keys, header included; without: it is whole); others are passed over with a
+warning. Where the store holds the timelines of several clusters (another cluster's, or this
+cluster's before and after a restore gave it a new ID), a restore without --timeline is refused
+naming them: give --cluster-id (the IDs of the cluster to restore) or --timeline.`,
 		Example: `  steward restore --store s3://backups/prod --data-dir /var/lib/etcd/data --name m0 \
       --initial-advertise-peer-urls https://m0:2380 --initial-cluster m0=https://m0:2380
   steward restore --store file:///backups --data-dir ./m0.etcd --to-time 2024-06-01T12:00:00Z
@@ -118,7 +121,7 @@ Where several clusters share a store, --cluster-id restricts the choice of the t
 	f.StringSliceVar(&peerURLs, "initial-advertise-peer-urls", []string{"http://localhost:2380"}, "this member's peer URLs")
 	f.StringVar(&o.InitialClusterToken, "initial-cluster-token", "etcd-cluster", "initial cluster token of the restored cluster")
 	f.Uint32Var(&o.Timeline, "timeline", 0, "restore from this timeline (see steward backup list; default: the newest, or with --to-time the one holding that time)")
-	f.StringSliceVar(&clusterIDs, "cluster-id", nil, "without --timeline, read only the timelines of the cluster known by these etcd cluster IDs (hex, see steward backup list), never another cluster's on the same store (default: every timeline)")
+	f.StringSliceVar(&clusterIDs, "cluster-id", nil, "without --timeline, read only the timelines of the cluster known by these etcd cluster IDs (hex, see steward backup list), never another cluster's on the same store (default: the store's timelines, refused if they are of several clusters)")
 	f.Int64Var(&o.ToRevision, "to-revision", 0, "restore to exactly this revision of the timeline (default: its newest backed-up revision)")
 	f.StringVar(&toTime, "to-time", "", "restore to the newest revision proven to exist at this RFC 3339 time (see docs/restore.md)")
 	f.BoolVar(&o.AllowPartial, "allow-partial", false, "restore up to a hole or a damaged object instead of failing")
@@ -161,6 +164,9 @@ func restoreTable(t *table, r restore.Result) {
 		if r.LeasesCreated > 0 {
 			t.row(fmt.Sprintf("  %d leases granted after the full snapshot recreated with the missing-lease TTL", r.LeasesCreated))
 		}
+	}
+	for _, n := range r.PassedOver {
+		t.row("WARNING: passed over " + n)
 	}
 	for _, k := range r.SkippedFulls {
 		t.row(fmt.Sprintf("  skipped %s: its database is past the target", k))

@@ -13,8 +13,9 @@ import (
 	"github.com/etcd-steward/steward/internal/restore/restoretest"
 )
 
-// TestRestoreClusterID: on a store two clusters share, `steward restore --to-time` reads the
-// timeline holding the time, whoever's it is; with --cluster-id, that cluster's own.
+// TestRestoreClusterID: on a store two clusters share, `steward restore` without --cluster-id
+// or --timeline is refused, naming both clusters; with --cluster-id it reads that cluster's
+// own timeline holding the time; with --timeline, that timeline.
 func TestRestoreClusterID(t *testing.T) {
 	url, cs := restoretest.TwoClusters(t)
 	run := func(args ...string) (restore.Result, error) {
@@ -33,9 +34,15 @@ func TestRestoreClusterID(t *testing.T) {
 		return res, nil
 	}
 	at := cs[0].Time.Format(time.RFC3339Nano)
-	res, err := run("--to-time", at)
+	_, err := run("--to-time", at)
+	for _, c := range cs {
+		if err == nil || !strings.Contains(err.Error(), "several clusters") || !strings.Contains(err.Error(), strconv.FormatUint(c.ID, 16)) {
+			t.Fatalf("without --cluster-id: %v; want it refused, naming cluster %x", err, c.ID)
+		}
+	}
+	res, err := run("--to-time", at, "--timeline", strconv.FormatUint(uint64(cs[1].Timeline), 10))
 	if err != nil || res.Timeline != cs[1].Timeline {
-		t.Fatalf("without --cluster-id: timeline %d (%v), want %d, the newest holding the time", res.Timeline, err, cs[1].Timeline)
+		t.Fatalf("with --timeline: timeline %d (%v), want %d", res.Timeline, err, cs[1].Timeline)
 	}
 	res, err = run("--to-time", at, "--cluster-id", strconv.FormatUint(cs[0].ID, 16))
 	if err != nil || res.Timeline != cs[0].Timeline || res.Target != cs[0].Revision {

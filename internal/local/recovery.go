@@ -27,8 +27,8 @@ type healer struct {
 	progressKey   string
 	progressSince time.Time
 	lastStuckLog  time.Time
-	// The newest revision of this cluster in the backup store (of the cluster IDs
-	// backupIDs), read at most every backupCheckEvery.
+	// The newest revision of this cluster in the backup store that the cluster vouches for
+	// (of the cluster IDs backupIDs), read at most every backupCheckEvery.
 	backupRev     int64
 	backupIDs     []uint64
 	backupChecked time.Time
@@ -62,7 +62,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	}
 	b := heal.Backup{Configured: spec.Backup != ""}
 	if ready, total := heal.Quorum(st.Voters, members); b.Configured && (total == 0 || ready <= total/2 || st.Directive != nil) {
-		b.Revision = h.backupRevision(ctx, spec.Backup, cluster.IDs(spec.memberView(), st.ClusterID))
+		b.Revision = h.backupRevision(ctx, s.dir, spec.Backup, cluster.IDs(spec.memberView(), st.ClusterID))
 	}
 	dec := heal.Decide(heal.Observation{Now: time.Now(), Status: st, Members: members, Backup: b, Timing: h.timing})
 	if dec.Event != "" {
@@ -265,16 +265,23 @@ func moveData(from, to string, swap bool) error {
 }
 
 // backupRevision is the newest revision of this cluster (known by the cluster IDs ids) in
-// the backup store: of its newest timeline, never of another cluster's (0 when the store
-// holds none, -1 when it cannot be read). It is read at most every backupCheckEvery while
-// the IDs stay the same.
-func (h *healer) backupRevision(ctx context.Context, url string, ids []uint64) int64 {
+// the backup store that the cluster itself vouches for (0 when the store holds none, -1 when
+// it cannot be read): the newest revision of its newest timeline there, never of another
+// cluster's, and never above the revision the backup leader recorded as stored
+// (Dir.BackupRecord): names and headers in the store are anyone's who may write to it, and a
+// backup that claims more than the cluster stored must not be preferred over a survivor. A
+// cluster whose backup leader has recorded nothing yet (made by an earlier Steward) has only
+// the store's word. It is read at most every backupCheckEvery while the IDs stay the same.
+func (h *healer) backupRevision(ctx context.Context, d Dir, url string, ids []uint64) int64 {
 	if time.Since(h.backupChecked) < backupCheckEvery && slices.Equal(ids, h.backupIDs) {
 		return h.backupRev
 	}
 	h.backupChecked, h.backupIDs, h.backupRev = time.Now(), ids, -1
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	// Headers only, without the keys: with them, an object planted without the keys at the
+	// end of the cluster's timeline would hide the timeline; the record bounds what any
+	// header claims, and the seed's restore reads only what vouches for itself.
 	st, err := store.Open(sctx, url, store.Options{})
 	if err != nil {
 		return -1
@@ -291,6 +298,9 @@ func (h *healer) backupRevision(ctx context.Context, url string, ids []uint64) i
 	h.backupRev = 0
 	if own, ok := backup.OwnTimeline(tls, ids); ok {
 		h.backupRev = own.Newest.LastRev
+		if rec, ok := readMemberFile[BackupRecord](d.BackupRecord()); ok {
+			h.backupRev = min(h.backupRev, rec.Revision)
+		}
 	}
 	return h.backupRev
 }

@@ -168,6 +168,29 @@ func (v View) AckDirective(_ context.Context, epoch int64, result cluster.Direct
 	return writeMemberFile(v.Dir.Ack(v.Name), ack{Epoch: epoch, Result: result})
 }
 
+// BackupRecord is what the backup leader's sidecar records of the backups it stored
+// (Dir.BackupRecord): the newest revision of its timeline known stored.
+type BackupRecord struct {
+	Timeline uint32    `json:"timeline"`
+	Revision int64     `json:"revision"`
+	At       time.Time `json:"at"`
+}
+
+var _ cluster.BackupPublisher = View{}
+
+// PublishBackup implements cluster.BackupPublisher: the backup leader records the newest
+// revision known stored on its timeline, when it changes.
+func (v View) PublishBackup(_ context.Context, s cluster.BackupStatus) error {
+	if s.CurrentAt.IsZero() || s.Timeline == 0 {
+		return nil
+	}
+	rec := BackupRecord{Timeline: s.Timeline, Revision: s.CurrentRevision, At: s.CurrentAt}
+	if prev, ok := readMemberFile[BackupRecord](v.Dir.BackupRecord()); ok && prev.Timeline == rec.Timeline && prev.Revision == rec.Revision {
+		return nil
+	}
+	return writeMemberFile(v.Dir.BackupRecord(), rec)
+}
+
 // Watch implements cluster.View: inotify on the files the snapshot reads.
 func (v View) Watch(ctx context.Context) (<-chan struct{}, error) {
 	return watchFiles(ctx, v.Dir.Run(), v.Dir.String())

@@ -1063,6 +1063,9 @@ func bootstrapRestore(ec *v1alpha1.EtcdCluster) *cluster.RestoreTarget {
 	if b.Restore.Time != nil {
 		t.Time = b.Restore.Time.Time
 	}
+	if b.Restore.Timeline != nil {
+		t.Timeline = uint32(*b.Restore.Timeline)
+	}
 	return &t
 }
 

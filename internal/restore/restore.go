@@ -132,6 +132,10 @@ type Result struct {
 
 	// Timeline is the timeline restored from: every object read is of it.
 	Timeline uint32 `json:"timeline"`
+	// PassedOver names the timelines not chosen because their newest full snapshot does not
+	// vouch for itself (backup.VouchFull: planted, altered, damaged or of keys not given), each
+	// with why.
+	PassedOver []string `json:"passedOver,omitempty"`
 	// Full is the full snapshot used; SkippedFulls are newer ones whose database turned out to
 	// be past the target.
 	Full         ObjectRef `json:"full"`
@@ -308,7 +312,11 @@ func (r *restorer) run(ctx context.Context, res *Result) (err error) {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	tl, err := chooseTimeline(ctx, s, ix, r.o.ClusterIDs, r.o.Timeline, r.o.ToRevision, r.o.ToTime)
+	tl, notes, err := chooseTimeline(ctx, s, ix, r.o.ClusterIDs, r.o.Timeline, r.o.ToRevision, r.o.ToTime)
+	for _, n := range notes {
+		r.lg.Warn("timeline passed over", zap.String("why", n))
+	}
+	res.PassedOver = notes
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,8 +10,9 @@ import (
 )
 
 // TestPickTimeline: a restore for a cluster reads its own timelines only: the newest of them,
-// the one of a time, the newest holding a revision; a timeline named is read whoever's it is;
-// without a cluster, every timeline counts.
+// the one of a time, the newest holding a revision; without a cluster, the timelines of a
+// store of one cluster count, and a store of several is refused, naming them; a timeline whose
+// newest full snapshot does not vouch for itself is passed over.
 func TestPickTimeline(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	full := func(tl uint32, rev int64, at time.Time) backup.Object {
@@ -26,21 +28,21 @@ func TestPickTimeline(t *testing.T) {
 		full(2, 40, t0.Add(20*time.Minute)), delta(2, 41, 60, t0.Add(30*time.Minute)),
 		full(3, 5, t0.Add(40*time.Minute)), delta(3, 6, 500, t0.Add(50*time.Minute)),
 	})
-	tls := []backup.TimelineInfo{{Timeline: 1, ClusterID: 0xa}, {Timeline: 2, ClusterID: 0xc}, {Timeline: 3, ClusterID: 0xb}}
+	tls := []backup.TimelineInfo{{Timeline: 1, ClusterID: 0xa, Vouched: true}, {Timeline: 2, ClusterID: 0xc, Vouched: true}, {Timeline: 3, ClusterID: 0xb, Vouched: true}}
+	// The same store where every timeline is of cluster 0xa, and timeline 3 is planted.
+	oneCluster := []backup.TimelineInfo{{Timeline: 1, ClusterID: 0xa, Vouched: true}, {Timeline: 2, ClusterID: 0xa, Vouched: true},
+		{Timeline: 3, ClusterID: 0xa, Unvouched: errors.New("it was planted")}}
 	own := []uint64{0xa, 0xc}
 	tests := []struct {
 		name    string
+		tls     []backup.TimelineInfo // default: tls
 		ids     []uint64
-		want    uint32
 		rev     int64
 		at      time.Time
 		wantTL  uint32
 		wantErr string
 	}{
 		{name: "the newest of its own, not the store's newest", ids: own, wantTL: 2},
-		{name: "an older one of its own", ids: own, want: 1, wantTL: 1},
-		{name: "another cluster's timeline, named", ids: own, want: 3, wantTL: 3},
-		{name: "a timeline the store does not hold", ids: own, want: 9, wantErr: "file:///s holds no timeline 9; its timelines: [1 2 3]"},
 		{name: "no timeline of its own", ids: []uint64{0xd}, wantErr: "file:///s holds no backups of this cluster (cluster IDs d); timelines of other clusters in this store: 1 (cluster a, revisions 10-90), 2 (cluster c, revisions 40-60), 3 (cluster b, revisions 5-500); name one with --timeline"},
 		{name: "a time in the old history", ids: own, at: t0.Add(15 * time.Minute), wantTL: 1},
 		{name: "a time after the restore", ids: own, at: t0.Add(25 * time.Minute), wantTL: 2},
@@ -49,13 +51,21 @@ func TestPickTimeline(t *testing.T) {
 		{name: "a revision only the older own holds", ids: own, rev: 80, wantTL: 1},
 		{name: "a revision only another cluster's holds", ids: own, rev: 300,
 			wantErr: "no timeline of this cluster (cluster IDs a, c) in file:///s holds revision 300; this cluster's timelines: 1 (cluster a, revisions 10-90), 2 (cluster c, revisions 40-60); timelines of other clusters in this store that hold it: 3 (cluster b, revisions 5-500); name one with --timeline"},
-		{name: "no cluster: the store's newest", wantTL: 3},
-		{name: "no cluster: the store's newest for a revision", rev: 50, wantTL: 3},
-		{name: "no cluster: a time any timeline holds", at: t0.Add(55 * time.Minute), wantTL: 3},
+		{name: "no cluster, several in the store: refused, naming them",
+			wantErr: "the backup store holds the timelines of several clusters: cluster a (timelines 1), cluster b (timelines 3), cluster c (timelines 2)"},
+		{name: "no cluster, several in the store, for a revision: refused", rev: 50, wantErr: "several clusters"},
+		{name: "no cluster, one in the store: its newest that vouches for itself", tls: oneCluster, wantTL: 2},
+		{name: "no cluster, one in the store: a time", tls: oneCluster, at: t0.Add(15 * time.Minute), wantTL: 1},
+		{name: "its own, newest planted: passed over", tls: oneCluster, ids: own, wantTL: 2},
+		{name: "nothing vouches for itself", tls: oneCluster[2:], wantErr: "no timeline of file:///s can be restored: timeline 3: it was planted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tl, err := pickTimeline(backup.IndexOf(chain), tls, tt.ids, tt.want, tt.rev, tt.at, "file:///s")
+			infos := tt.tls
+			if infos == nil {
+				infos = tls
+			}
+			tl, _, err := pickTimeline(backup.IndexOf(chain), infos, tt.ids, tt.rev, tt.at, "file:///s")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("timeline %d, err %v; want an error saying %q", tl, err, tt.wantErr)

@@ -105,6 +105,11 @@ const BackupKeysRel = "backup-keys"
 // BackupKeys is the directory of the backup keys `--encrypt-backups` generates.
 func (d Dir) BackupKeys() string { return d.Path(BackupKeysRel) }
 
+// BackupRecord is where the backup leader's sidecar records the newest revision it stored: the
+// backup revision the cluster itself vouches for. It is beside the run directory's watched
+// files, not among them: the sidecars do not wake for it.
+func (d Dir) BackupRecord() string { return d.Path("run/backup/stored.json") }
+
 // Backups is the default backup store of a new cluster (a file:// store).
 func (d Dir) Backups() string { return d.Path("backups") }
 
