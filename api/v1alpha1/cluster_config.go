@@ -37,6 +37,13 @@ func RootPasswordSecretName(cluster string) string { return cluster + "-root-pas
 
 const RootPasswordKey = "password"
 
+// AppPasswordSecretName is the Secret the operator makes for the application user's password
+// unless spec.auth.applicationUser.passwordSecret names one (key RootPasswordKey too), and
+// DefaultAppUser the application user's name unless the spec gives one.
+func AppPasswordSecretName(cluster string) string { return cluster + "-app-password" }
+
+const DefaultAppUser = "app"
+
 // TokenKeySecretName is the Secret the operator makes, for a cluster with authentication,
 // with the key pair etcd signs its clients' tokens with (token.key, token.pub).
 func TokenKeySecretName(cluster string) string { return cluster + "-token-key" }

@@ -259,6 +259,36 @@ type AuthSpec struct {
 	// password once, and keeps it. It cannot change once authentication is on.
 	// +optional
 	RootPasswordSecret string `json:"rootPasswordSecret,omitempty"`
+	// ApplicationUser is etcd's user for applications, which the members keep while
+	// authentication is on: a user and a role of its name that may read and write the keys
+	// under its prefix, and nothing of the cluster's administration (root stays Steward's).
+	// Default: the user "app", every key, and its password in the Secret <name>-app-password
+	// the operator makes.
+	// +optional
+	ApplicationUser *ApplicationUserSpec `json:"applicationUser,omitempty"`
+}
+
+// ApplicationUserStatus is the application user in force.
+type ApplicationUserStatus struct {
+	Name           string `json:"name"`
+	PasswordSecret string `json:"passwordSecret"`
+}
+
+// ApplicationUserSpec names etcd's user for applications, what it may touch and its password.
+type ApplicationUserSpec struct {
+	// Name of the user, and of its role. Default: app.
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`
+	// +kubebuilder:validation:XValidation:rule="self != 'root'",message="spec.auth.applicationUser.name: root is Steward's own user; give the application user another name"
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Prefix is the keys the user may read and write (e.g. /registry/); empty: every key.
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+	// PasswordSecret names a Secret in the cluster's namespace whose key "password" is the
+	// user's password; a new password there reaches etcd within a minute or two, with no
+	// restart. Default: the operator makes <name>-app-password with a random password once.
+	// +optional
+	PasswordSecret string `json:"passwordSecret,omitempty"`
 }
 
 // StorageSpec is a member's data volume: a PersistentVolumeClaim, or an emptyDir.
@@ -679,6 +709,10 @@ type EtcdClusterStatus struct {
 	// authentication on.
 	// +optional
 	RootPasswordSecret string `json:"rootPasswordSecret,omitempty"`
+	// ApplicationUser is etcd's user for applications and the Secret with its password (key
+	// "password"), with authentication on: what applications log in as.
+	// +optional
+	ApplicationUser *ApplicationUserStatus `json:"applicationUser,omitempty"`
 	// Defaults are what the cluster runs with where its spec leaves spec.tls or spec.auth out.
 	// The operator records them once, before it makes anything.
 	// +optional

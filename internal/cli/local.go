@@ -238,6 +238,9 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 	if p := rep.Cluster.RootPasswordFile; p != "" {
 		fmt.Fprintf(w, "auth etcd authentication: user root, password in %s; give `steward` commands --password-file %s\n", p, p)
 	}
+	if p := rep.Cluster.AppPasswordFile; p != "" {
+		fmt.Fprintf(w, "app  applications log in as %s, password in %s (every key; no administration)\n", rep.Cluster.AppUser, p)
+	}
 	if d := rep.Supervisor.Recovery; d != nil {
 		fmt.Fprintf(w, "recovery  directive %d  phase %s  seed %s (%s)  %s\n", d.Epoch, d.Phase, orDash(d.Seed), orDash(d.Mode), d.Reason)
 		if t := d.Restore; t != nil {

@@ -22,6 +22,19 @@ func RootPasswordPath(d Dir, spec Spec) string {
 	return d.RootPassword()
 }
 
+// AppUser is the application user of a cluster with authentication ("" without): what
+// applications log in as, with the password of AppPasswordPath, leaving root to Steward.
+const AppUser = "app"
+
+// AppPasswordPath is the file holding the application user's password, "" without
+// authentication.
+func AppPasswordPath(d Dir, spec Spec) string {
+	if !spec.Auth {
+		return ""
+	}
+	return d.AppPassword()
+}
+
 // TokenKeyPath is the directory holding the cluster's token signing key pair, "" without
 // authentication.
 func TokenKeyPath(d Dir, spec Spec) string {
@@ -34,7 +47,10 @@ func TokenKeyPath(d Dir, spec Spec) string {
 // ensureAuth makes, for a cluster with authentication, the root password and the token
 // signing key pair once, and keeps them after.
 func ensureAuth(d Dir, spec Spec, logf func(string, ...any)) error {
-	if err := ensureRootPassword(d, spec, logf); err != nil {
+	if err := ensurePassword(RootPasswordPath(d, spec), "etcd's root password", logf); err != nil {
+		return err
+	}
+	if err := ensurePassword(AppPasswordPath(d, spec), "the application user's password", logf); err != nil {
 		return err
 	}
 	p := TokenKeyPath(d, spec)
@@ -48,10 +64,9 @@ func ensureAuth(d Dir, spec Spec, logf func(string, ...any)) error {
 	return err
 }
 
-// ensureRootPassword makes the root password once (256 random bits, mode 0600) and keeps it
-// after; the log names the file, never the password. Nothing is done without authentication.
-func ensureRootPassword(d Dir, spec Spec, logf func(string, ...any)) error {
-	p := RootPasswordPath(d, spec)
+// ensurePassword makes a password once (256 random bits, mode 0600) in the file p, and keeps
+// it after; the log names the file, never the password. Nothing is done for p "".
+func ensurePassword(p, what string, logf func(string, ...any)) error {
 	if p == "" {
 		return nil
 	}
@@ -68,6 +83,6 @@ func ensureRootPassword(d Dir, spec Spec, logf func(string, ...any)) error {
 	if err := datadir.WriteFileAtomic(p, []byte(base64.RawURLEncoding.EncodeToString(b)+"\n"), 0o600); err != nil {
 		return err
 	}
-	logf("generated etcd's root password in %s (mode 0600)", p)
+	logf("generated %s in %s (mode 0600)", what, p)
 	return nil
 }

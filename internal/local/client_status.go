@@ -60,6 +60,10 @@ type ClusterReport struct {
 	// RootPasswordFile holds etcd's root password when authentication is on (`steward`
 	// commands take it as --password-file).
 	RootPasswordFile string `json:"rootPasswordFile,omitempty"`
+	// AppUser and AppPasswordFile are what applications log in as when authentication is on
+	// (root is kept for Steward).
+	AppUser         string `json:"appUser,omitempty"`
+	AppPasswordFile string `json:"appPasswordFile,omitempty"`
 	// Etcdctl is a shell command line of etcdctl that reaches the cluster (EtcdctlCommand).
 	Etcdctl string `json:"etcdctl"`
 }
@@ -113,9 +117,13 @@ func Status(ctx context.Context, dir Dir) (Report, error) {
 	}
 	pid, running := dir.SupervisorRunning()
 	rep := Report{
-		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation, TLS: spec.TLS, ClientTLSDir: ClientTLSDir(dir, spec), RootPasswordFile: RootPasswordPath(dir, spec), Etcdctl: EtcdctlCommand(dir, spec)},
+		Cluster: ClusterReport{Name: spec.Name, Size: len(spec.Members), Generation: spec.Generation, TLS: spec.TLS, ClientTLSDir: ClientTLSDir(dir, spec), RootPasswordFile: RootPasswordPath(dir, spec),
+			AppPasswordFile: AppPasswordPath(dir, spec), Etcdctl: EtcdctlCommand(dir, spec)},
 		Supervisor: SupervisorReport{Running: running, PID: pid, Phase: st.Phase, Error: st.Error,
 			Waiting: st.Waiting, Stuck: st.Stuck, Recovery: st.Directive, LastRecovery: st.LastRecovery},
+	}
+	if spec.Auth {
+		rep.Cluster.AppUser = AppUser
 	}
 	if !running {
 		rep.Supervisor.Phase = PhaseStopped

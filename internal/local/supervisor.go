@@ -303,7 +303,8 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 		sidecarArgs = append(sidecarArgs, "--tls-dir", d)
 	}
 	if p := RootPasswordPath(s.dir, spec); p != "" {
-		sidecarArgs = append(sidecarArgs, "--root-password-file", p, "--token-key-dir", TokenKeyPath(s.dir, spec))
+		sidecarArgs = append(sidecarArgs, "--root-password-file", p, "--token-key-dir", TokenKeyPath(s.dir, spec),
+			"--app-user", AppUser, "--app-password-file", AppPasswordPath(s.dir, spec))
 	}
 	if spec.Backup != "" {
 		sidecarArgs = append(sidecarArgs, "--store", spec.Backup)

@@ -25,7 +25,8 @@ func InForcePasswordPath(dataDir string) string {
 // one every maintenance pass.
 const authCheckInterval = time.Minute
 
-// authKeeper keeps etcd authentication on (RootPasswordFile) from the leader's sidecar.
+// authKeeper keeps etcd authentication on (RootPasswordFile) from the leader's sidecar, and
+// the application user (AppUser).
 type authKeeper struct {
 	file string
 	// ensured is the password last found in force, when, and under which leadership (see
@@ -33,6 +34,20 @@ type authKeeper struct {
 	ensured   string
 	checkedAt time.Time
 	term      string
+
+	app AppUser
+	// appEnsured is the application user's password last set, when, and under which
+	// leadership (see ensureApp).
+	appEnsured   string
+	appCheckedAt time.Time
+	appTerm      string
+}
+
+// AppUser is etcd's user for applications: a user and a role of the same name that may read
+// and write the keys under Prefix (every key when empty), with the password of PasswordFile.
+// It cannot manage users, members or the cluster's maintenance: root is kept for Steward.
+type AppUser struct {
+	Name, Prefix, PasswordFile string
 }
 
 // authOutcome says what ensure did.
@@ -101,6 +116,73 @@ func (k *authKeeper) ensure(ctx context.Context, cli *clientv3.Client, term stri
 	return authEnabled, nil
 }
 
+// ensureApp makes the application user, its role and its permission, or puts them back, and
+// gives the user the password of its file, through cli, logged in as root. It runs again when
+// the file changes, under a new leadership, and every authCheckInterval.
+func (k *authKeeper) ensureApp(ctx context.Context, cli *clientv3.Client, term string, now time.Time) (changed bool, err error) {
+	u := k.app
+	if u.Name == "" {
+		return false, nil
+	}
+	want, err := etcdutil.ReadPassword(u.PasswordFile)
+	if err != nil {
+		return false, err
+	}
+	if want == k.appEnsured && term == k.appTerm && now.Sub(k.appCheckedAt) < authCheckInterval {
+		return false, nil
+	}
+	if _, err := cli.UserAdd(ctx, u.Name, want); errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+		// The password etcd holds cannot be read: it is set whenever it may differ.
+		if want != k.appEnsured {
+			if _, err := cli.UserChangePassword(ctx, u.Name, want); err != nil {
+				return false, fmt.Errorf("give the application user %s the password of %s: %w", u.Name, u.PasswordFile, err)
+			}
+			changed = true
+		}
+	} else if err != nil {
+		return false, fmt.Errorf("make the application user %s: %w", u.Name, err)
+	} else {
+		changed = true
+	}
+	if _, err := cli.RoleAdd(ctx, u.Name); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+		return false, fmt.Errorf("make the application role %s: %w", u.Name, err)
+	}
+	key, end := appKeyRange(u.Prefix)
+	if _, err := cli.RoleGrantPermission(ctx, u.Name, key, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		return false, fmt.Errorf("let the application role %s read and write %q: %w", u.Name, u.Prefix, err)
+	}
+	if _, err := cli.UserGrantRole(ctx, u.Name, u.Name); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+		return false, fmt.Errorf("grant the application role to the user %s: %w", u.Name, err)
+	}
+	k.appEnsured, k.appCheckedAt, k.appTerm = want, now, term
+	return changed, nil
+}
+
+// check refuses an application user that could not be kept: without authentication, without
+// a password file, or named as the user Steward keeps for itself.
+func (u AppUser) check(rootPasswordFile string) error {
+	switch {
+	case u.Name == "":
+		return nil
+	case rootPasswordFile == "":
+		return fmt.Errorf("--app-user %s: an application user needs etcd authentication (--root-password-file)", u.Name)
+	case u.PasswordFile == "":
+		return fmt.Errorf("--app-user %s: give its password's file with --app-password-file", u.Name)
+	case u.Name == etcdutil.RootUser:
+		return fmt.Errorf("--app-user %s: root is Steward's own user; name the application user otherwise (e.g. app)", u.Name)
+	}
+	return nil
+}
+
+// appKeyRange is the range of keys under prefix: every key for "" (from the smallest key to
+// the end), as etcdctl's --prefix gives it.
+func appKeyRange(prefix string) (key, end string) {
+	if prefix == "" {
+		return "\x00", "\x00"
+	}
+	return prefix, clientv3.GetPrefixRangeEnd(prefix)
+}
+
 // keepAuth runs authKeeper.ensure on the leader and logs what it did. It says whether cli
 // must be made again: it holds a password that is no longer root's, or no token at all.
 func (s *Sidecar) keepAuth(ctx context.Context, cli *clientv3.Client, term string) (redial bool) {
@@ -114,6 +196,17 @@ func (s *Sidecar) keepAuth(ctx context.Context, cli *clientv3.Client, term strin
 		s.metrics.authErrors.Inc()
 		s.lg.Warn("etcd authentication is not as configured", zap.Error(err))
 		return false
+	}
+	if out == authUnchanged {
+		// A client that just turned authentication on, or whose password just changed, holds
+		// no valid token: the application user waits for the next pass.
+		if changed, err := s.auth.ensureApp(actx, cli, term, time.Now()); err != nil {
+			s.metrics.authErrors.Inc()
+			s.lg.Warn("etcd's application user is not as configured", zap.Error(err))
+		} else if changed {
+			s.lg.Info("etcd's application user was made, or given the password of its file", zap.String("user", s.auth.app.Name),
+				zap.String("file", s.auth.app.PasswordFile))
+		}
 	}
 	switch out {
 	case authEnabled:

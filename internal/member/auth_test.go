@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,5 +254,150 @@ func TestAuthPasswordChangedWhileEverySidecarWasDown(t *testing.T) {
 	}
 	if _, err := dial.New([]string{ep}, 5*time.Second); !etcdutil.RefusedLogin(err) {
 		t.Fatalf("neither password root's: %v; want refused", err)
+	}
+}
+
+// TestAppUserKept: with authentication on, the leader's sidecar keeps the application user:
+// made with its file's password and a role that may read and write its prefix only; a new
+// password in the file replaces the old one; the user and its permission are put back when
+// removed. The user can neither leave its prefix nor do what only root may (manage users,
+// turn authentication off).
+func TestAppUserKept(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	pwFile, appFile := filepath.Join(dir, "root-password"), filepath.Join(dir, "app-password")
+	writePassword(t, pwFile, "root-pw")
+	writePassword(t, appFile, "app-pw-1")
+	_, _, ep := testutil.EmbeddedEtcd(t)
+	dial := etcdutil.Dialer{PasswordFile: pwFile}
+	k := &authKeeper{file: pwFile, app: AppUser{Name: "app", Prefix: "/registry/", PasswordFile: appFile}}
+	cli, err := dial.New([]string{ep}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := k.ensure(ctx, cli, "t1", time.Now()); err != nil || out != authEnabled {
+		t.Fatalf("ensure: %v, %v", out, err)
+	}
+	cli.Close()
+	if cli, err = dial.New([]string{ep}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	now := time.Now()
+	if changed, err := k.ensureApp(ctx, cli, "t1", now); err != nil || !changed {
+		t.Fatalf("ensureApp on a cluster without the user: %v, %v", changed, err)
+	}
+	asApp := func(password string) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: []string{ep}, Username: "app", Password: password, DialTimeout: 5 * time.Second})
+	}
+	app, err := asApp("app-pw-1")
+	if err != nil {
+		t.Fatalf("the application user logging in: %v", err)
+	}
+	if _, err := app.Put(ctx, "/registry/pods/a", "v"); err != nil {
+		t.Errorf("a put under the prefix: %v", err)
+	}
+	if _, err := app.Get(ctx, "/registry/", clientv3.WithPrefix()); err != nil {
+		t.Errorf("a read under the prefix: %v", err)
+	}
+	if _, err := app.Put(ctx, "/elsewhere", "v"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("a put outside the prefix: %v; want %v", err, rpctypes.ErrPermissionDenied)
+	}
+	if _, err := app.UserAdd(ctx, "mallory", "pw"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("the application user making a user: %v; want %v", err, rpctypes.ErrPermissionDenied)
+	}
+	if _, err := app.AuthDisable(ctx); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("the application user turning authentication off: %v; want %v", err, rpctypes.ErrPermissionDenied)
+	}
+	app.Close()
+
+	// A rotated password reaches etcd at the next pass, without waiting for the interval.
+	writePassword(t, appFile, "app-pw-2")
+	if changed, err := k.ensureApp(ctx, cli, "t1", now.Add(time.Second)); err != nil || !changed {
+		t.Fatalf("ensureApp after the file changed: %v, %v", changed, err)
+	}
+	if _, err := asApp("app-pw-1"); !errors.Is(err, rpctypes.ErrAuthFailed) {
+		t.Errorf("the old password: %v; want %v", err, rpctypes.ErrAuthFailed)
+	}
+	if app, err = asApp("app-pw-2"); err != nil {
+		t.Fatalf("the new password: %v", err)
+	}
+	app.Close()
+
+	// Removed by hand, the user and its role come back at the next check.
+	if _, err := cli.UserDelete(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.RoleDelete(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := k.ensureApp(ctx, cli, "t1", now.Add(2*authCheckInterval)); err != nil || !changed {
+		t.Fatalf("ensureApp after the user was removed: %v, %v", changed, err)
+	}
+	if app, err = asApp("app-pw-2"); err != nil {
+		t.Fatalf("the user made again: %v", err)
+	}
+	defer app.Close()
+	if _, err := app.Put(ctx, "/registry/pods/b", "v"); err != nil {
+		t.Errorf("a put under the prefix after the role was made again: %v", err)
+	}
+}
+
+// TestAppUserRefused: an application user that could not be kept is refused at start.
+func TestAppUserRefused(t *testing.T) {
+	for _, c := range []struct {
+		u    AppUser
+		root string
+		want string
+	}{
+		{AppUser{Name: "app", PasswordFile: "/p"}, "", "needs etcd authentication"},
+		{AppUser{Name: "app"}, "/r", "--app-password-file"},
+		{AppUser{Name: "root", PasswordFile: "/p"}, "/r", "root is Steward's own user"},
+	} {
+		if err := c.u.check(c.root); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v with root password file %q: %v, want an error saying %q", c.u, c.root, err, c.want)
+		}
+	}
+	if err := (AppUser{}).check(""); err != nil {
+		t.Errorf("no application user: %v", err)
+	}
+}
+
+// TestAppUserEveryKey: without a prefix the application user may read and write every key.
+func TestAppUserEveryKey(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	pwFile, appFile := filepath.Join(dir, "root-password"), filepath.Join(dir, "app-password")
+	writePassword(t, pwFile, "root-pw")
+	writePassword(t, appFile, "app-pw")
+	_, _, ep := testutil.EmbeddedEtcd(t)
+	dial := etcdutil.Dialer{PasswordFile: pwFile}
+	k := &authKeeper{file: pwFile, app: AppUser{Name: "app", PasswordFile: appFile}}
+	for _, step := range []func(*clientv3.Client) error{
+		func(cli *clientv3.Client) error { _, err := k.ensure(ctx, cli, "t1", time.Now()); return err },
+		func(cli *clientv3.Client) error { _, err := k.ensureApp(ctx, cli, "t1", time.Now()); return err },
+	} {
+		cli, err := dial.New([]string{ep}, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = step(cli)
+		cli.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	app, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, Username: "app", Password: "app-pw", DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	for _, key := range []string{"a", "/registry/x", "\x00first", "\xff\xfflast"} {
+		if _, err := app.Put(ctx, key, "v"); err != nil {
+			t.Errorf("put %q: %v", key, err)
+		}
+	}
+	if r, err := app.Get(ctx, "", clientv3.WithFromKey()); err != nil || r.Count != 4 {
+		t.Errorf("a read of every key: %v, %v", r, err)
 	}
 }

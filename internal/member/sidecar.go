@@ -61,6 +61,9 @@ type Config struct {
 	// root user with this file's password and enables authentication, every client of the
 	// sidecar logs in as root, and a restore gives the restored root user this password.
 	RootPasswordFile string
+	// AppUser, with RootPasswordFile, is etcd's user for applications, which the leader's
+	// sidecar keeps (AppUser.Name empty: none).
+	AppUser AppUser
 	// TokenKeyDir, when set, holds the cluster's token signing key pair (pki.TokenKeyFile,
 	// pki.TokenPublicKeyFile) at a path etcd reads: etcd signs its authentication tokens with
 	// it, so a token is valid on every member, not only on the one that issued it.
@@ -155,11 +158,14 @@ func New(cfg Config) (*Sidecar, error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
+	if err := cfg.AppUser.check(cfg.RootPasswordFile); err != nil {
+		return nil, err
+	}
 	m := newMetrics()
 	var auth *authKeeper
 	dial := etcdutil.Dialer{TLSDir: cfg.TLSDir, PasswordFile: cfg.RootPasswordFile}
 	if cfg.RootPasswordFile != "" {
-		auth = &authKeeper{file: cfg.RootPasswordFile}
+		auth = &authKeeper{file: cfg.RootPasswordFile, app: cfg.AppUser}
 		dial.InForceFile = InForcePasswordPath(cfg.DataDir)
 	}
 	peers := sidecarapi.NewClient(cfg.APITokens, nil)

@@ -17,11 +17,14 @@ import (
 )
 
 // RootPasswordMount is where the sidecar mounts the root password Secret (spec.auth);
-// RootPasswordFile is the password's file. TokenKeyMount is where the etcd container mounts
-// the token signing key Secret.
+// RootPasswordFile is the password's file; AppPasswordMount and AppPasswordFile the same for
+// the application user's. TokenKeyMount is where the etcd container mounts the token signing
+// key Secret.
 const (
 	RootPasswordMount = "/var/run/steward/auth"
 	RootPasswordFile  = RootPasswordMount + "/password"
+	AppPasswordMount  = "/var/run/steward/app-auth"
+	AppPasswordFile   = AppPasswordMount + "/password"
 	TokenKeyMount     = "/var/run/steward/token-key"
 )
 
@@ -59,6 +62,9 @@ func syncAuth(ctx context.Context, r *run) error {
 	if err := syncRootPassword(ctx, r); err != nil {
 		return err
 	}
+	if err := syncAppPassword(ctx, r); err != nil {
+		return err
+	}
 	key, err := syncTokenKey(ctx, r)
 	if err != nil {
 		return err
@@ -70,29 +76,60 @@ func syncAuth(ctx context.Context, r *run) error {
 // syncRootPassword checks the root password Secret, and makes it once (a random password,
 // owned by the EtcdCluster) unless the spec names one of the user's.
 func syncRootPassword(ctx context.Context, r *run) error {
-	name := rootPasswordSecretName(r.ec)
-	what := fmt.Sprintf("the root password Secret %s/%s", r.ec.Namespace, name)
+	var given string
+	if a := r.ec.Spec.Auth; a != nil {
+		given = a.RootPasswordSecret
+	}
+	return syncPasswordSecret(ctx, r, rootPasswordSecretName(r.ec), given != "", "the root password", "spec.auth.rootPasswordSecret", "root-password")
+}
+
+// syncAppPassword is syncRootPassword for the application user's password.
+func syncAppPassword(ctx context.Context, r *run) error {
+	u := appUser(r.ec)
+	given := r.ec.Spec.Auth != nil && r.ec.Spec.Auth.ApplicationUser != nil && r.ec.Spec.Auth.ApplicationUser.PasswordSecret != ""
+	return syncPasswordSecret(ctx, r, u.PasswordSecret, given, "the application user's password", "spec.auth.applicationUser.passwordSecret", "app-password")
+}
+
+// syncPasswordSecret checks a password Secret (key "password"): one of the user's (given) is
+// only read; the operator's own is made once, with a random password, owned by the cluster.
+func syncPasswordSecret(ctx context.Context, r *run, name string, given bool, what, field, component string) error {
+	secret := fmt.Sprintf("%s Secret %s/%s", what, r.ec.Namespace, name)
 	check := func(data []byte) error {
 		if len(data) == 0 {
-			return fmt.Errorf("%s has no key %q, or it is empty: put etcd's root password there", what, v1alpha1.RootPasswordKey)
+			return fmt.Errorf("%s has no key %q, or it is empty: put the password there", secret, v1alpha1.RootPasswordKey)
 		}
 		return nil
 	}
-	if a := r.ec.Spec.Auth; a != nil && a.RootPasswordSecret != "" {
+	if given {
 		var cur corev1.Secret
 		err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%s (spec.auth.rootPasswordSecret) does not exist: create it with the password under the key %q (kubectl create secret generic %s --from-literal=%s=...)",
-				what, v1alpha1.RootPasswordKey, name, v1alpha1.RootPasswordKey)
+			return fmt.Errorf("%s (%s) does not exist: create it with the password under the key %q (kubectl create secret generic %s --from-literal=%s=...)",
+				secret, field, v1alpha1.RootPasswordKey, name, v1alpha1.RootPasswordKey)
 		}
 		if err != nil {
-			return fmt.Errorf("reading %s: %w", what, err)
+			return fmt.Errorf("reading %s: %w", secret, err)
 		}
 		return check(cur.Data[v1alpha1.RootPasswordKey])
 	}
-	_, _, err := ensureGeneratedSecret(ctx, r, name, "root-password", func(data map[string][]byte) error { return check(data[v1alpha1.RootPasswordKey]) },
+	_, _, err := ensureGeneratedSecret(ctx, r, name, component, func(data map[string][]byte) error { return check(data[v1alpha1.RootPasswordKey]) },
 		singleValue(v1alpha1.RootPasswordKey, randomPassword))
 	return err
+}
+
+// appUser is the cluster's application user: the spec's, with the defaults filled in.
+func appUser(ec *v1alpha1.EtcdCluster) v1alpha1.ApplicationUserSpec {
+	u := v1alpha1.ApplicationUserSpec{}
+	if a := ec.Spec.Auth; a != nil && a.ApplicationUser != nil {
+		u = *a.ApplicationUser
+	}
+	if u.Name == "" {
+		u.Name = v1alpha1.DefaultAppUser
+	}
+	if u.PasswordSecret == "" {
+		u.PasswordSecret = v1alpha1.AppPasswordSecretName(ec.Name)
+	}
+	return u
 }
 
 // syncTokenKey keeps the token signing key Secret: the key pair etcd signs its clients'
@@ -163,16 +200,15 @@ func reported(ec *v1alpha1.EtcdCluster, code, msg string) bool {
 	return slices.ContainsFunc(ec.Status.LastErrors, func(e v1alpha1.LastError) bool { return e.Code == code && e.Description == msg })
 }
 
-// deleteAuth deletes the Secrets of authentication the operator made: the token signing key,
-// and the root password unless it is the user's.
+// deleteAuth deletes the Secrets of authentication the operator made: the token signing key
+// and the passwords (a Secret of the user's is not the cluster's: deleteOwnedSecret leaves it).
 func deleteAuth(ctx context.Context, r *run) error {
-	if err := deleteOwnedSecret(ctx, r, tokenKeySecretName(r.ec)); err != nil {
-		return err
+	for _, name := range []string{tokenKeySecretName(r.ec), v1alpha1.RootPasswordSecretName(r.ec.Name), v1alpha1.AppPasswordSecretName(r.ec.Name)} {
+		if err := deleteOwnedSecret(ctx, r, name); err != nil {
+			return err
+		}
 	}
-	if a := r.ec.Spec.Auth; a != nil && a.RootPasswordSecret != "" {
-		return nil
-	}
-	return deleteOwnedSecret(ctx, r, v1alpha1.RootPasswordSecretName(r.ec.Name))
+	return nil
 }
 
 // singleValue is the data of a generated Secret holding what generate returns, as a line,

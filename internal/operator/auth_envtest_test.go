@@ -228,3 +228,96 @@ func membersMountTokenKey(sts appsv1.StatefulSet, secret string) bool {
 	}
 	return true
 }
+
+// TestApplicationUser: a cluster with authentication gets an application user: its password
+// in a Secret the cluster owns (or the user's, which is only read and never deleted), named
+// in the status with the user, and mounted into the sidecar only, whose flags name the user
+// and its prefix. "root" is refused as its name.
+func TestApplicationUser(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	sidecarOf := func(sts *appsv1.StatefulSet) (sidecar, etcd corev1.Container) {
+		for _, c := range sts.Spec.Template.Spec.Containers {
+			if c.Name == "sidecar" {
+				sidecar = c
+			} else {
+				etcd = c
+			}
+		}
+		return sidecar, etcd
+	}
+	mountsApp := func(c corev1.Container) bool {
+		for _, m := range c.VolumeMounts {
+			if m.Name == "app-password" {
+				return true
+			}
+		}
+		return false
+	}
+
+	ec := newCluster(ns, "a", 1)
+	ec.Spec.TLS, ec.Spec.Auth = &v1alpha1.TLSSpec{Enabled: true}, &v1alpha1.AuthSpec{Enabled: true}
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	ec = getCluster(t, ns, "a")
+	var s corev1.Secret
+	testutil.Eventually(t, 20*time.Second, "Secret a-app-password", func() error { return get(t, ns, "a-app-password", &s) })
+	if pw := strings.TrimSpace(string(s.Data[v1alpha1.RootPasswordKey])); len(pw) < 40 {
+		t.Errorf("the generated application password has %d characters", len(pw))
+	}
+	if ref := metav1.GetControllerOf(&s); ref == nil || ref.UID != ec.UID {
+		t.Errorf("the application password Secret is not owned by the cluster: %+v", s.OwnerReferences)
+	}
+	sts := waitStatefulSet(t, ns, "a")
+	sidecar, etcd := sidecarOf(&sts)
+	if cmd := strings.Join(sidecar.Command, " "); !strings.Contains(cmd, "--app-user app --app-password-file "+AppPasswordFile) || strings.Contains(cmd, "--app-user-prefix") {
+		t.Errorf("the sidecar's command: %s", cmd)
+	}
+	if !mountsApp(sidecar) || mountsApp(etcd) {
+		t.Errorf("the application password mounted into the sidecar %v, into etcd %v; want the sidecar only", mountsApp(sidecar), mountsApp(etcd))
+	}
+	testutil.Eventually(t, 20*time.Second, "status.applicationUser", func() error {
+		got := getCluster(t, ns, "a").Status.ApplicationUser
+		if got == nil || got.Name != "app" || got.PasswordSecret != "a-app-password" {
+			return fmt.Errorf("status.applicationUser %+v", got)
+		}
+		return nil
+	})
+
+	mine := newCluster(ns, "k", 1)
+	mine.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true}
+	mine.Spec.Auth = &v1alpha1.AuthSpec{Enabled: true, ApplicationUser: &v1alpha1.ApplicationUserSpec{Name: "kube", Prefix: "/registry/", PasswordSecret: "kube-pw"}}
+	if err := k8s.Create(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the missing password Secret reported", func() error {
+		for _, e := range getCluster(t, ns, "k").Status.LastErrors {
+			if e.Code == "ERR_SYNC_AUTH" && strings.Contains(e.Description, ns+"/kube-pw (spec.auth.applicationUser.passwordSecret) does not exist") {
+				return nil
+			}
+		}
+		return fmt.Errorf("lastErrors %+v", getCluster(t, ns, "k").Status.LastErrors)
+	})
+	if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kube-pw"},
+		Data: map[string][]byte{v1alpha1.RootPasswordKey: []byte("chosen")}}); err != nil {
+		t.Fatal(err)
+	}
+	poke(t, ns, "k", "secret made")
+	sts = waitStatefulSet(t, ns, "k")
+	sidecar, _ = sidecarOf(&sts)
+	if cmd := strings.Join(sidecar.Command, " "); !strings.Contains(cmd, "--app-user kube") || !strings.Contains(cmd, "--app-user-prefix /registry/") {
+		t.Errorf("the sidecar's command: %s", cmd)
+	}
+	deleteCluster(t, ns, "k", 30*time.Second)
+	if err := get(t, ns, "kube-pw", &corev1.Secret{}); err != nil {
+		t.Errorf("the user's Secret went with the cluster: %v", err)
+	}
+
+	root := newCluster(ns, "r", 1)
+	root.Spec.TLS, root.Spec.Auth = &v1alpha1.TLSSpec{Enabled: true}, &v1alpha1.AuthSpec{Enabled: true, ApplicationUser: &v1alpha1.ApplicationUserSpec{Name: "root"}}
+	if err := k8s.Create(ctx, root); err == nil || !strings.Contains(err.Error(), "root is Steward's own user") {
+		t.Errorf("an application user named root: %v", err)
+	}
+}

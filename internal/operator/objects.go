@@ -270,8 +270,15 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	if authEnabled(ec) {
 		// Only the sidecar logs in to etcd: only it sees the root password. Only etcd signs
 		// tokens: only it sees the key, where the sidecar's generated configuration names it.
-		sidecar.VolumeMounts = append(slices.Clone(sidecar.VolumeMounts), corev1.VolumeMount{Name: "root-password", MountPath: RootPasswordMount, ReadOnly: true})
-		sidecar.Command = append(sidecar.Command, "--root-password-file", RootPasswordFile, "--token-key-dir", TokenKeyMount)
+		// The application user's password too: the leader's sidecar keeps the user.
+		app := appUser(ec)
+		sidecar.VolumeMounts = append(slices.Clone(sidecar.VolumeMounts), corev1.VolumeMount{Name: "root-password", MountPath: RootPasswordMount, ReadOnly: true},
+			corev1.VolumeMount{Name: "app-password", MountPath: AppPasswordMount, ReadOnly: true})
+		sidecar.Command = append(sidecar.Command, "--root-password-file", RootPasswordFile, "--token-key-dir", TokenKeyMount,
+			"--app-user", app.Name, "--app-password-file", AppPasswordFile)
+		if app.Prefix != "" {
+			sidecar.Command = append(sidecar.Command, "--app-user-prefix", app.Prefix)
+		}
 		etcd.VolumeMounts = append(slices.Clone(etcd.VolumeMounts), corev1.VolumeMount{Name: "token-key", MountPath: TokenKeyMount, ReadOnly: true})
 	}
 	if enc := backupEncryption(ec); enc != nil {
@@ -314,6 +321,8 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	if authEnabled(ec) {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "root-password", VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: rootPasswordSecretName(ec),
+				Items: []corev1.KeyToPath{{Key: v1alpha1.RootPasswordKey, Path: "password"}}, DefaultMode: ptr(int32(0o440))}}},
+			corev1.Volume{Name: "app-password", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: appUser(ec).PasswordSecret,
 				Items: []corev1.KeyToPath{{Key: v1alpha1.RootPasswordKey, Path: "password"}}, DefaultMode: ptr(int32(0o440))}}},
 			corev1.Volume{Name: "token-key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: tokenKeySecretName(ec),
 				Items:       []corev1.KeyToPath{{Key: pki.TokenKeyFile, Path: pki.TokenKeyFile}, {Key: pki.TokenPublicKeyFile, Path: pki.TokenPublicKeyFile}},

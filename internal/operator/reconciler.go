@@ -1128,6 +1128,8 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 	}
 	if authEnabled(ec) {
 		s.RootPasswordSecret = rootPasswordSecretName(ec)
+		app := appUser(ec)
+		s.ApplicationUser = &v1alpha1.ApplicationUserStatus{Name: app.Name, PasswordSecret: app.PasswordSecret}
 	}
 	for _, m := range clusterConfig(ec, int(d.ClusterSize)).Members {
 		s.Endpoints.Peers = append(s.Endpoints.Peers, m.PeerURL)

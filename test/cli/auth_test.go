@@ -24,7 +24,8 @@ import (
 // without it. etcdctl with the flags status prints logs in as root; without the password it is
 // refused. Backups, a restore back in time, a password changed while the cluster was down,
 // and the loss of every member's data (restored from the backups, after that change) all work
-// logged in, and the root password stays the file's throughout.
+// logged in, and the root password stays the file's throughout. Applications log in as the
+// application user, which cannot administer the cluster.
 func TestLocalAuth(t *testing.T) {
 	c := localcluster.Start(t, "--members", "3", "--base-port", "25300", "--sidecar-arg=--delta-period=1s")
 	steward, dir, status := c.Steward, c.Dir, c.Report
@@ -70,6 +71,23 @@ func TestLocalAuth(t *testing.T) {
 	})
 	if out, err := sh(plain + " --user root --password wrong --command-timeout 3s put /auth/refused x"); err == nil || !strings.Contains(out, "authentication failed") {
 		t.Fatalf("etcdctl with a wrong password: %v: %s", err, out)
+	}
+	// Applications log in as the application user, which may read and write but not
+	// administer the cluster.
+	appPassword, err := os.ReadFile(rep.Cluster.AppPasswordFile)
+	if err != nil || rep.Cluster.AppUser != "app" {
+		t.Fatalf("the application user %q, its password file %q: %v", rep.Cluster.AppUser, rep.Cluster.AppPasswordFile, err)
+	}
+	asApp := plain + " --user app --password " + strings.TrimSpace(string(appPassword)) + " --command-timeout 3s "
+	testutil.Eventually(t, 60*time.Second, "the application user writing", func() error {
+		if out, err := sh(asApp + "put /auth/app x"); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	acked["/auth/app"] = "x"
+	if out, err := sh(asApp + "user add mallory --new-user-password x"); err == nil || !strings.Contains(out, "permission denied") {
+		t.Fatalf("the application user making a user: %v: %s", err, out)
 	}
 	for i := range 10 {
 		put(fmt.Sprintf("/auth/%02d", i), fmt.Sprintf("v%d", i))

@@ -95,6 +95,9 @@ func (d Dir) PKI(sub string) string { return filepath.Join(d.Path("pki"), sub) }
 // RootPassword holds the root password of a cluster with etcd authentication.
 func (d Dir) RootPassword() string { return d.Path("auth/root-password") }
 
+// AppPassword holds the application user's password of a cluster with etcd authentication.
+func (d Dir) AppPassword() string { return d.Path("auth/app-password") }
+
 // TokenKey holds the token signing key pair of a cluster with etcd authentication.
 func (d Dir) TokenKey() string { return d.Path("auth/token-key") }
 
