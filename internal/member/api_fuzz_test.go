@@ -54,7 +54,9 @@ func FuzzSidecarAPI(f *testing.F) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		_, pattern := mux.Handler(req)
-		valid := strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == token && strings.HasPrefix(auth, "Bearer ")
+		// The scheme is case-insensitive (RFC 9110): "bearer" and "BeArer" carry the token too.
+		scheme, cred, _ := strings.Cut(auth, " ")
+		valid := strings.EqualFold(scheme, "Bearer") && strings.TrimSpace(cred) == token
 		if w.Code/100 == 2 && !valid {
 			if a, ok := access[pattern]; !ok || a != sidecarapi.Open {
 				t.Fatalf("%s %s without the token: %d through route %q", method, path, w.Code, pattern)
