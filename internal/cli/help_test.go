@@ -126,7 +126,7 @@ func TestREADMEUsageIsTrue(t *testing.T) {
 		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
 			return
 		}
-		if c.Runnable() && c != root && !shown[c.CommandPath()] {
+		if c.Runnable() && !c.HasSubCommands() && !shown[c.CommandPath()] {
 			t.Errorf("README's Usage does not show %s", c.CommandPath())
 		}
 		for _, sub := range c.Commands() {
@@ -134,4 +134,26 @@ func TestREADMEUsageIsTrue(t *testing.T) {
 		}
 	}
 	walk(root)
+}
+
+// TestUnknownSubcommandRefused: a mistyped subcommand is an error (a non-zero exit), never
+// the group's help with success; the group alone still shows its help.
+func TestUnknownSubcommandRefused(t *testing.T) {
+	for _, args := range [][]string{{"local", "stauts"}, {"backup", "lsit"}, {"kubectl", "statsu", "x"}, {"stauts"}} {
+		root := NewRootCommand()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(args)
+		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("steward %s: %v; want an unknown command error", strings.Join(args, " "), err)
+		}
+	}
+	root := NewRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"local"})
+	if err := root.Execute(); err != nil || !strings.Contains(out.String(), "Available Commands") {
+		t.Errorf("steward local: %v, %q; want its help", err, out.String())
+	}
 }

@@ -60,5 +60,19 @@ func NewRootCommand() *cobra.Command {
 		newCompactCommand(),
 		newKubectlCommand("kubectl"),
 	)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command that only groups others (steward local,
+// steward backup, ...) refuse an argument that names none of them, instead of printing its
+// help and exiting 0: "steward local stauts" is a mistake, not a request for help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if c.HasSubCommands() && !c.Runnable() {
+		c.Args = cobra.NoArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	}
 }
