@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/etcdutil"
+	"go.etcd.io/etcd/api/v3/authpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -118,7 +120,9 @@ func (k *authKeeper) ensure(ctx context.Context, cli *clientv3.Client, term stri
 
 // ensureApp makes the application user, its role and its permission, or puts them back, and
 // gives the user the password of its file, through cli, logged in as root. It runs again when
-// the file changes, under a new leadership, and every authCheckInterval.
+// the file changes, under a new leadership, and every authCheckInterval, and writes only what
+// differs: every write to etcd's users and roles moves its auth revision, for which the
+// backup leader takes a full snapshot.
 func (k *authKeeper) ensureApp(ctx context.Context, cli *clientv3.Client, term string, now time.Time) (changed bool, err error) {
 	u := k.app
 	if u.Name == "" {
@@ -131,31 +135,60 @@ func (k *authKeeper) ensureApp(ctx context.Context, cli *clientv3.Client, term s
 	if want == k.appEnsured && term == k.appTerm && now.Sub(k.appCheckedAt) < authCheckInterval {
 		return false, nil
 	}
-	if _, err := cli.UserAdd(ctx, u.Name, want); errors.Is(err, rpctypes.ErrUserAlreadyExist) {
-		// The password etcd holds cannot be read: it is set whenever it may differ.
-		if want != k.appEnsured {
+	user, err := cli.UserGet(ctx, u.Name)
+	switch {
+	case errors.Is(err, rpctypes.ErrUserNotFound):
+		if _, err := cli.UserAdd(ctx, u.Name, want); err != nil {
+			return false, fmt.Errorf("make the application user %s: %w", u.Name, err)
+		}
+		changed = true
+	case err != nil:
+		return false, fmt.Errorf("read the application user %s: %w", u.Name, err)
+	default:
+		// etcd's password cannot be read: a login with the file's says whether it is in force.
+		if _, err := cli.Authenticate(ctx, u.Name, want); errors.Is(err, rpctypes.ErrAuthFailed) {
 			if _, err := cli.UserChangePassword(ctx, u.Name, want); err != nil {
 				return false, fmt.Errorf("give the application user %s the password of %s: %w", u.Name, u.PasswordFile, err)
 			}
 			changed = true
+		} else if err != nil {
+			return false, fmt.Errorf("check the application user's password: %w", err)
 		}
-	} else if err != nil {
-		return false, fmt.Errorf("make the application user %s: %w", u.Name, err)
-	} else {
-		changed = true
-	}
-	if _, err := cli.RoleAdd(ctx, u.Name); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
-		return false, fmt.Errorf("make the application role %s: %w", u.Name, err)
 	}
 	key, end := appKeyRange(u.Prefix)
-	if _, err := cli.RoleGrantPermission(ctx, u.Name, key, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
-		return false, fmt.Errorf("let the application role %s read and write %q: %w", u.Name, u.Prefix, err)
+	role, err := cli.RoleGet(ctx, u.Name)
+	if errors.Is(err, rpctypes.ErrRoleNotFound) {
+		if _, err := cli.RoleAdd(ctx, u.Name); err != nil {
+			return false, fmt.Errorf("make the application role %s: %w", u.Name, err)
+		}
+		role, changed = &clientv3.AuthRoleGetResponse{}, true
+	} else if err != nil {
+		return false, fmt.Errorf("read the application role %s: %w", u.Name, err)
 	}
-	if _, err := cli.UserGrantRole(ctx, u.Name, u.Name); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
-		return false, fmt.Errorf("grant the application role to the user %s: %w", u.Name, err)
+	if !grantsOnly(role.Perm, key, end) {
+		for _, p := range role.Perm {
+			if _, err := cli.RoleRevokePermission(ctx, u.Name, string(p.Key), string(p.RangeEnd)); err != nil {
+				return false, fmt.Errorf("take a permission the application role %s should not hold: %w", u.Name, err)
+			}
+		}
+		if _, err := cli.RoleGrantPermission(ctx, u.Name, key, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+			return false, fmt.Errorf("let the application role %s read and write %q: %w", u.Name, u.Prefix, err)
+		}
+		changed = true
+	}
+	if user == nil || !slices.Contains(user.Roles, u.Name) {
+		if _, err := cli.UserGrantRole(ctx, u.Name, u.Name); err != nil {
+			return false, fmt.Errorf("grant the application role to the user %s: %w", u.Name, err)
+		}
+		changed = true
 	}
 	k.appEnsured, k.appCheckedAt, k.appTerm = want, now, term
 	return changed, nil
+}
+
+// grantsOnly: perms are exactly read and write of [key, end).
+func grantsOnly(perms []*authpb.Permission, key, end string) bool {
+	return len(perms) == 1 && perms[0].PermType == authpb.READWRITE && string(perms[0].Key) == key && string(perms[0].RangeEnd) == end
 }
 
 // check refuses an application user that could not be kept: without authentication, without

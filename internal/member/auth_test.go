@@ -324,6 +324,38 @@ func TestAppUserKept(t *testing.T) {
 	}
 	app.Close()
 
+	// Nothing changed, under a new leadership: the check writes nothing (every write moves
+	// etcd's auth revision, for which the backup leader takes a full snapshot).
+	authRev := func() uint64 {
+		t.Helper()
+		st, err := cli.AuthStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.AuthRevision
+	}
+	before := authRev()
+	if changed, err := k.ensureApp(ctx, cli, "t2", now.Add(time.Second)); err != nil || changed {
+		t.Fatalf("ensureApp with nothing to do: %v, %v", changed, err)
+	}
+	if after := authRev(); after != before {
+		t.Fatalf("a check with nothing to do moved the auth revision from %d to %d", before, after)
+	}
+	// A permission widened by hand is narrowed back.
+	if _, err := cli.RoleGrantPermission(ctx, "app", "/elsewhere", "", clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := k.ensureApp(ctx, cli, "t3", now.Add(2*time.Second)); err != nil || !changed {
+		t.Fatalf("ensureApp after a permission was widened: %v, %v", changed, err)
+	}
+	if app, err = asApp("app-pw-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Put(ctx, "/elsewhere", "v"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("a put outside the prefix after the widened permission was taken back: %v", err)
+	}
+	app.Close()
+
 	// Removed by hand, the user and its role come back at the next check.
 	if _, err := cli.UserDelete(ctx, "app"); err != nil {
 		t.Fatal(err)
