@@ -365,6 +365,7 @@ func (a *Agent) sessionOnce(ctx context.Context, m snapshotter.Member) error {
 			return err
 		}
 		reason = cmp.Or(reason, gap)
+		a.fillBelowNewestFull(ctx, m, p, tl)
 	}
 	a.enterTimeline(p)
 	if reason != "" {
@@ -507,6 +508,53 @@ func (a *Agent) repairDeltas(ctx context.Context, m snapshotter.Member, p snapsh
 		}
 	}
 	return strings.Join(gaps, "; "), nil
+}
+
+// maxBelowFullFill bounds the revisions fillBelowNewestFull captures in one delta object
+// (held in memory until stored): a hole it leaves beyond this stays, reported.
+const maxBelowFullFill = 100_000
+
+// fillBelowNewestFull captures the revisions just below the timeline's newest full snapshot
+// that no delta holds, while the member still has them. A full snapshot is stored beside the
+// deltas; a backup leader lost before it flushed the deltas below it leaves them in no backup,
+// and the next leader goes on from the full snapshot. Nothing else fills them: a restore to
+// them would fail although every member holds them. A hole the member compacted away stays,
+// logged.
+func (a *Agent) fillBelowNewestFull(ctx context.Context, m snapshotter.Member, p snapshotter.Placed, tl snapshotter.Timeline) {
+	ti, ok := p.Index.Timeline(tl.ID)
+	full, hasFull := ti.NewestFull()
+	if !ok || !hasFull {
+		return
+	}
+	// The run of deltas that ends nearest below the full snapshot, and no run reaching it.
+	from := int64(0)
+	for _, r := range ti.Runs {
+		if r.From < full.FirstRev && r.To >= full.FirstRev-1 {
+			return // the deltas reach the full snapshot
+		}
+		if r.To < full.FirstRev {
+			from = max(from, r.To+1)
+		}
+	}
+	to := full.FirstRev - 1
+	if from == 0 || from > to {
+		return
+	}
+	if to-from+1 > maxBelowFullFill {
+		a.lg.Warn("revisions below the newest full snapshot are in no backup, too many to capture again in one object",
+			zap.Int64("from", from), zap.Int64("to", to), zap.String("full", full.Key))
+		return
+	}
+	hole := backup.Object{Key: fmt.Sprintf("revisions %d-%d of timeline %d", from, to, tl.ID), Kind: backup.KindDelta, Timeline: tl.ID, FirstRev: from, LastRev: to}
+	switch err := snapshotter.Recapture(ctx, m, a.store, hole, tl, p.Status.Version); {
+	case err == nil:
+		a.lg.Info("revisions below the newest full snapshot that no delta held captured", zap.Int64("from", from), zap.Int64("to", to), zap.String("full", full.Key))
+	case errors.Is(err, snapshotter.ErrCompacted):
+		a.lg.Warn("revisions below the newest full snapshot are in no backup, and the member compacted them away: restores to them fail",
+			zap.Int64("from", from), zap.Int64("to", to), zap.String("full", full.Key))
+	default:
+		a.lg.Warn("capturing the revisions below the newest full snapshot that no delta holds", zap.Int64("from", from), zap.Int64("to", to), zap.Error(err))
+	}
 }
 
 // enterTimeline records where the session writes: the timeline, and what it holds so far.

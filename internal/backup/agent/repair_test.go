@@ -241,3 +241,75 @@ func TestStoredRevisionWaitsForTheDeltas(t *testing.T) {
 		}
 	}
 }
+
+// TestHoleBelowNewestFullIsFilled: the deltas just below the newest full snapshot lost (as when
+// the backup leader that stored the full snapshot beside its deltas is lost before it flushed
+// them): the next session captures those revisions again from the member, and every revision
+// restores.
+func TestHoleBelowNewestFullIsFilled(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	a, stop := startBackups(t, s, ep)
+	waitStored(t, a, cli, ep, 1)
+	holeFrom := testutil.Write(t, cli, "before", 20) + 1
+	waitStored(t, a, cli, ep, 1)
+	testutil.Write(t, cli, "lost", 20)
+	waitStored(t, a, cli, ep, 1)
+	full, err := a.RequestFull(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	// Remove every delta holding a revision from holeFrom on, below the full snapshot.
+	for _, key := range keysOf(t, s, "v1/timeline/0000000001/delta/") {
+		o, err := backup.ParseKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.LastRev >= holeFrom && o.FirstRev < full.Revision {
+			if err := s.Delete(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	covers := func(rev int64) error {
+		ix, err := backup.ReadIndex(ctx, s)
+		if err != nil {
+			return err
+		}
+		ti, _ := ix.Timeline(1)
+		for _, r := range ti.Coverage() {
+			if r.From <= rev && rev <= r.To {
+				return nil
+			}
+		}
+		return fmt.Errorf("revision %d is in no backup: coverage %v", rev, ti.Coverage())
+	}
+	if covers(holeFrom) == nil {
+		t.Fatalf("revision %d still covered after its delta was removed: nothing to test", holeFrom)
+	}
+
+	a, _ = startBackups(t, s, ep)
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("revisions %d-%d captured again", holeFrom, full.Revision-1), func() error {
+		if err := covers(holeFrom); err != nil {
+			return err
+		}
+		return covers(full.Revision - 1)
+	})
+	waitStored(t, a, cli, ep, 1)
+	at := holeFrom + 5
+	resp, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gotRev, _ := restored(t, restore.Options{Store: s, ToRevision: at})
+	if gotRev != at || len(got) != len(resp.Kvs) {
+		t.Fatalf("restored revision %d with %d keys, want %d with %d", gotRev, len(got), at, len(resp.Kvs))
+	}
+	for _, kv := range resp.Kvs {
+		if k := got[string(kv.Key)]; k.Value != string(kv.Value) || k.Mod != kv.ModRevision {
+			t.Errorf("restored at revision %d: %s = %+v, want %q (mod %d)", at, kv.Key, k, kv.Value, kv.ModRevision)
+		}
+	}
+}
