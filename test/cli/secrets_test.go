@@ -24,7 +24,7 @@ import (
 
 // TestSecretsNeverAppear runs a whole scenario on a cluster with every secret Steward keeps
 // (the sidecar API token, the backup encryption key, the CA's and the members' TLS keys, etcd's
-// root password):
+// root password and the application user's):
 // bootstrap, writes, backups, a failed and a refused request, a member wiped and replaced,
 // and every command a user runs on it. Then it reads everything the scenario printed or
 // served (each command's output, every process log, the sidecars' metrics and API answers)
@@ -175,6 +175,11 @@ func TestSecretsNeverAppear(t *testing.T) {
 		t.Fatalf("the root password file named by the status: %v", err)
 	}
 	secrets["root password"] = strings.TrimSpace(string(pw))
+	apw, err := os.ReadFile(rep.Cluster.AppPasswordFile)
+	if err != nil {
+		t.Fatalf("the application user's password file named by the status: %v", err)
+	}
+	secrets["application user's password"] = strings.TrimSpace(string(apw))
 	if outputs.Len() < 10000 {
 		t.Fatalf("the scenario printed only %d bytes: nothing to search", outputs.Len())
 	}
