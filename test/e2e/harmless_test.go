@@ -519,7 +519,10 @@ spec:
 	}
 	t.Cleanup(lift)
 	testutil.Eventually(t, 30*time.Second, "a Lease renewal as the sidecars refused", func() error {
-		_, err := kubectlIn(ns, "", "--as", sa, "annotate", "lease", name+"-0", "e2e-probe=1", "--overwrite", "--dry-run=server")
+		// As member 0's sidecar: its token is bound to its pod (the admission policy that keeps
+		// each member to its own Lease reads the pod's name from it).
+		_, err := kubectlIn(ns, "", "--as", sa, "--as-user-extra", "authentication.kubernetes.io/pod-name="+name+"-0",
+			"annotate", "lease", name+"-0", "e2e-probe=1", "--overwrite", "--dry-run=server")
 		if err == nil || !strings.Contains(err.Error(), "denies the sidecars' Lease renewals") {
 			return fmt.Errorf("a renewal as %s: %v", sa, err)
 		}
