@@ -376,6 +376,11 @@ func (r *ClusterReconciler) act(ctx context.Context, ec *v1alpha1.EtcdCluster, o
 						"the full snapshot %s (revision %d) keeps the present restorable", s.Name, epoch, s.Target.Point(), s.Snapshot.Key, s.Snapshot.Revision)
 			})
 		case rec.Event != "":
+			if dir := rec.Status.Directive; dir != nil && dir.Case == string(heal.CaseQuorumLossProven) {
+				// No grace ran out before this recovery: no QuorumLost Event said so yet.
+				r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "QuorumLost", "Observe",
+					"%d of %d members Ready, and the data of too many of the others is gone for the quorum ever to come back", d.Ready, d.ClusterSize)
+			}
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "Recovery", "Recover", "%s", rec.Event)
 		}
 	}
