@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -18,18 +15,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
-
-// ExecuteKubectlPlugin runs the kubectl plugin (the kubectl-steward binary: `kubectl steward
-// VERB`) and returns the process exit code.
-func ExecuteKubectlPlugin() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newKubectlCommand("kubectl-steward").ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		return 1
-	}
-	return 0
-}
 
 // kubeFlags are the connection flags every plugin verb takes, as kubectl's own.
 type kubeFlags struct {
@@ -104,6 +89,30 @@ Installed as kubectl-steward on the PATH, it is the kubectl plugin "kubectl stew
 	cmd.AddCommand(newKubectlStatusCommand(f), newKubectlBackupCommand(f), newKubectlRestoreCommand(f),
 		newKubectlHibernateCommand(f), newKubectlDestroyCommand(f), newKubectlReportCommand(f), newKubectlLogsCommand(f))
 	return cmd
+}
+
+// createAndWait creates obj (kind) for cluster ec, named after it, and, unless wait is 0,
+// reads it again every second until phase (which reads obj) says it is done, printing each
+// new progress line.
+func createAndWait(cmd *cobra.Command, k *kube, ec *v1alpha1.EtcdCluster, obj client.Object, kind string, wait time.Duration, phase func() (bool, string, error)) error {
+	ctx := cmd.Context()
+	obj.SetNamespace(ec.Namespace)
+	obj.SetGenerateName(ec.Name + "-")
+	if err := k.c.Create(ctx, obj); err != nil {
+		return fmt.Errorf("creating an %s of %s/%s: %w", kind, ec.Namespace, ec.Name, err)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "%s %s created\n", kind, obj.GetName())
+	if wait == 0 {
+		return nil
+	}
+	what := kind + " " + obj.GetName()
+	return waitFor(ctx, wait, what, func(l string) { fmt.Fprintln(w, l) }, func(ctx context.Context) (bool, string, error) {
+		if err := k.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, "", fmt.Errorf("reading %s: %w", what, err)
+		}
+		return phase()
+	})
 }
 
 // waitFor polls done every second until it says finished, the deadline passes or ctx ends,

@@ -44,20 +44,8 @@ func newKubectlBackupCommand(f *kubeFlags) *cobra.Command {
 			if ec.Spec.Backup == nil {
 				return fmt.Errorf("EtcdCluster %s/%s has no spec.backup: set a store first", ec.Namespace, ec.Name)
 			}
-			eb := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ec.Namespace, GenerateName: ec.Name + "-"},
-				Spec: v1alpha1.EtcdBackupSpec{Cluster: ec.Name}}
-			if err := k.c.Create(ctx, eb); err != nil {
-				return fmt.Errorf("creating an EtcdBackup of %s/%s: %w", ec.Namespace, ec.Name, err)
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "EtcdBackup %s created\n", eb.Name)
-			if wait == 0 {
-				return nil
-			}
-			return waitFor(ctx, wait, "EtcdBackup "+eb.Name, func(l string) { fmt.Fprintln(w, l) }, func(ctx context.Context) (bool, string, error) {
-				if err := k.c.Get(ctx, client.ObjectKeyFromObject(eb), eb); err != nil {
-					return false, "", fmt.Errorf("reading EtcdBackup %s: %w", eb.Name, err)
-				}
+			eb := &v1alpha1.EtcdBackup{Spec: v1alpha1.EtcdBackupSpec{Cluster: ec.Name}}
+			return createAndWait(cmd, k, ec, eb, "EtcdBackup", wait, func() (bool, string, error) {
 				s := eb.Status
 				switch s.Phase {
 				case v1alpha1.BackupCompleted:
@@ -114,23 +102,10 @@ the newest revision the backups hold.`,
 			if err != nil {
 				return err
 			}
-			er.Namespace, er.GenerateName = ec.Namespace, ec.Name+"-"
-			if err := k.c.Create(ctx, er); err != nil {
-				return fmt.Errorf("creating an EtcdRestore of %s/%s: %w", ec.Namespace, ec.Name, err)
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "EtcdRestore %s created\n", er.Name)
-			if wait == 0 {
-				return nil
-			}
-			return waitFor(ctx, wait, "EtcdRestore "+er.Name, func(l string) { fmt.Fprintln(w, l) }, func(ctx context.Context) (bool, string, error) {
-				if err := k.c.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
-					return false, "", fmt.Errorf("reading EtcdRestore %s: %w", er.Name, err)
-				}
+			return createAndWait(cmd, k, ec, er, "EtcdRestore", wait, func() (bool, string, error) {
 				line := orDash(er.Status.Phase)
 				if n := len(er.Status.Conditions); n > 0 {
-					c := er.Status.Conditions[n-1]
-					line += ": " + c.Message
+					line += ": " + er.Status.Conditions[n-1].Message
 				}
 				switch er.Status.Phase {
 				case v1alpha1.RestoreSucceeded:

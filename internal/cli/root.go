@@ -13,10 +13,16 @@ import (
 )
 
 // Execute runs the steward command line and returns the process exit code.
-func Execute() int {
+func Execute() int { return execute(NewRootCommand()) }
+
+// ExecuteKubectlPlugin runs the kubectl plugin (the kubectl-steward binary: `kubectl steward
+// VERB`) and returns the process exit code.
+func ExecuteKubectlPlugin() int { return execute(newKubectlCommand("kubectl-steward")) }
+
+// execute runs root until SIGINT or SIGTERM, and returns the exit code its error asks for.
+func execute(root *cobra.Command) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := NewRootCommand()
 	if err := root.ExecuteContext(ctx); err != nil {
 		var exit *ExitError
 		if errors.As(err, &exit) {
