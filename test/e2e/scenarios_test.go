@@ -339,6 +339,9 @@ func TestThreeMembers(t *testing.T) {
 			want[string(kv.Key)] = string(kv.Value)
 		}
 		putKeys(t, ns, "main", "after-copy", 5) // newer than the copy: must not be in it
+		// The store holds main's history before its restore from backups above (timeline 1, its
+		// first cluster ID) and since (timeline 2, its new one): a restore never guesses which
+		// of two clusters' histories to read, so the copy names the timeline.
 		apply(t, ns, fmt.Sprintf(`apiVersion: etcd.steward.dev/v1alpha1
 kind: EtcdCluster
 metadata: {name: copy}
@@ -352,6 +355,7 @@ spec:
       store: %q
       credentialsSecret: {name: store}
       revision: %d
+      timeline: 2
 `, storeURL(ns+"/main"), rev))
 		waitReady(t, ns, "copy", 1, 4*time.Minute)
 		cc := etcdClient(t, ns, "copy")
