@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -193,7 +194,10 @@ func getCluster(t *testing.T, ns, name string) *v1alpha1.EtcdCluster {
 // the status meanwhile, which changes the object's version.
 func updateCluster(t *testing.T, ns, name string, change func(*v1alpha1.EtcdCluster)) {
 	t.Helper()
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// The operator may write the status several times a second (a requeue every second while
+	// it waits): retry for a few seconds, not retry.DefaultRetry's 50 ms.
+	backoff := wait.Backoff{Steps: 30, Duration: 20 * time.Millisecond, Factor: 1.3, Cap: time.Second, Jitter: 0.2}
+	if err := retry.RetryOnConflict(backoff, func() error {
 		ec := getCluster(t, ns, name)
 		change(ec)
 		return k8s.Update(context.Background(), ec)
