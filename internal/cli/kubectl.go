@@ -58,6 +58,16 @@ func (f *kubeFlags) connect() (*kube, error) {
 	return &kube{c: c, core: core, ns: ns}, nil
 }
 
+// connectTo connects and reads the EtcdCluster name, as most verbs begin.
+func (f *kubeFlags) connectTo(ctx context.Context, name string) (*kube, *v1alpha1.EtcdCluster, error) {
+	k, err := f.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	ec, err := k.cluster(ctx, name)
+	return k, ec, err
+}
+
 // cluster reads the EtcdCluster, with an error that says where it looked.
 func (k *kube) cluster(ctx context.Context, name string) (*v1alpha1.EtcdCluster, error) {
 	var ec v1alpha1.EtcdCluster

@@ -33,11 +33,7 @@ func newKubectlBackupCommand(f *kubeFlags) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			k, err := f.connect()
-			if err != nil {
-				return err
-			}
-			ec, err := k.cluster(ctx, args[0])
+			k, ec, err := f.connectTo(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -94,11 +90,7 @@ the newest revision the backups hold.`,
 				}
 				er.Spec.Time = &metav1.Time{Time: t}
 			}
-			k, err := f.connect()
-			if err != nil {
-				return err
-			}
-			ec, err := k.cluster(ctx, args[0])
+			k, ec, err := f.connectTo(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -140,11 +132,7 @@ func newKubectlHibernateCommand(f *kubeFlags) *cobra.Command {
 				return fmt.Errorf("hibernate %s %q: say on or off", args[0], args[1])
 			}
 			ctx := cmd.Context()
-			k, err := f.connect()
-			if err != nil {
-				return err
-			}
-			ec, err := k.cluster(ctx, args[0])
+			k, ec, err := f.connectTo(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -278,11 +266,7 @@ written.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			k, err := f.connect()
-			if err != nil {
-				return err
-			}
-			ec, err := k.cluster(ctx, args[0])
+			k, ec, err := f.connectTo(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -321,6 +305,7 @@ func writeReport(ctx context.Context, k *kube, ec *v1alpha1.EtcdCluster, w io.Wr
 		return err
 	}
 	mine := client.MatchingLabels{v1alpha1.LabelCluster: ec.Name}
+	pods := &corev1.PodList{} // listed with the objects, read again for the logs
 	in := client.InNamespace(ec.Namespace)
 	lists := []struct {
 		file string
@@ -331,7 +316,7 @@ func writeReport(ctx context.Context, k *kube, ec *v1alpha1.EtcdCluster, w io.Wr
 		{"etcdbackups.yaml", &v1alpha1.EtcdBackupList{}, []client.ListOption{in}},
 		{"etcdrestores.yaml", &v1alpha1.EtcdRestoreList{}, []client.ListOption{in}},
 		{"statefulsets.yaml", &appsv1.StatefulSetList{}, []client.ListOption{in, mine}},
-		{"pods.yaml", &corev1.PodList{}, []client.ListOption{in, mine}},
+		{"pods.yaml", pods, []client.ListOption{in, mine}},
 		{"persistentvolumeclaims.yaml", &corev1.PersistentVolumeClaimList{}, []client.ListOption{in, mine}},
 		{"configmaps.yaml", &corev1.ConfigMapList{}, []client.ListOption{in, mine}},
 		{"services.yaml", &corev1.ServiceList{}, []client.ListOption{in, mine}},
@@ -381,19 +366,16 @@ func writeReport(ctx context.Context, k *kube, ec *v1alpha1.EtcdCluster, w io.Wr
 	if err := add("secrets.txt", []byte(strings.Join(names, "\n")+"\n")); err != nil {
 		return err
 	}
-	var pods corev1.PodList
-	if err := k.c.List(ctx, &pods, in, mine); err == nil {
-		tail := int64(2000)
-		for _, p := range pods.Items {
-			for _, c := range p.Spec.Containers {
-				data, err := k.core.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &tail}).DoRaw(ctx)
-				if err != nil {
-					problems = append(problems, fmt.Sprintf("logs of %s/%s: %v", p.Name, c.Name, err))
-					continue
-				}
-				if err := add(fmt.Sprintf("logs/%s-%s.log", p.Name, c.Name), data); err != nil {
-					return err
-				}
+	tail := int64(2000)
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.Containers {
+			data, err := k.core.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &tail}).DoRaw(ctx)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("logs of %s/%s: %v", p.Name, c.Name, err))
+				continue
+			}
+			if err := add(fmt.Sprintf("logs/%s-%s.log", p.Name, c.Name), data); err != nil {
+				return err
 			}
 		}
 	}

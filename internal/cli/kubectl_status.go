@@ -12,7 +12,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -107,12 +107,19 @@ func readClusterStatus(ctx context.Context, k *kube, name string, events int, no
 	for _, c := range ec.Status.Conditions {
 		st.Conditions = append(st.Conditions, statusCondition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
 	}
+	var ems v1alpha1.EtcdMemberList
+	if err := k.c.List(ctx, &ems, client.InNamespace(ec.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: ec.Name}); err != nil {
+		return nil, fmt.Errorf("reading the EtcdMembers of %s/%s: %w", ec.Namespace, ec.Name, err)
+	}
+	reports := map[string]*runtime.RawExtension{}
+	for _, em := range ems.Items {
+		reports[em.Name] = em.Status.Report
+	}
 	for _, m := range ec.Status.Members {
 		mv := memberView{Name: m.Name, ID: m.ID, Role: m.Role, Status: m.Status, Reason: m.Reason}
-		var em v1alpha1.EtcdMember
-		if err := k.c.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: m.Name}, &em); err == nil && em.Status.Report != nil {
+		if raw := reports[m.Name]; raw != nil {
 			var r cluster.Report
-			if json.Unmarshal(em.Status.Report.Raw, &r) == nil {
+			if json.Unmarshal(raw.Raw, &r) == nil {
 				mv.Revision, mv.LastIndex, mv.Serving = r.Revision, r.LastIndex, r.Serving
 				if !r.At.IsZero() {
 					mv.ReportAge = now.Sub(r.At).Round(time.Second).String()

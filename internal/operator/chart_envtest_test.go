@@ -45,14 +45,6 @@ func chartObjects(t *testing.T, rendered string) []*unstructured.Unstructured {
 	return objs
 }
 
-func applyManifest(t *testing.T, manifest string, args ...string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), append([]string{"--kubeconfig", kubeconfig, "apply", "-f", "-"}, args...)...)
-	cmd.Stdin = strings.NewReader(manifest)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 // TestChartValues: the chart lints, renders with each value a user may set, and the API server
 // takes every object of every rendering (server-side dry run); names and labels are the
 // release's; the ServiceMonitor selects the operator's metrics Service; the values schema
@@ -165,7 +157,7 @@ func TestChartValues(t *testing.T) {
 				}
 				apply = append(apply, string(raw))
 			}
-			if out, err := applyManifest(t, strings.Join(apply, "---\n"), "--dry-run=server"); err != nil {
+			if out, err := kubectlIn(t, strings.Join(apply, "---\n"), "apply", "--dry-run=server", "-f", "-"); err != nil {
 				t.Errorf("refused by the API server: %v\n%s", err, out)
 			}
 		})
@@ -204,13 +196,11 @@ func TestChartNamespacedInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, chart)
 	}
-	if out, err := applyManifest(t, chart); err != nil {
+	if out, err := kubectlIn(t, chart, "apply", "-f", "-"); err != nil {
 		t.Fatalf("applying the chart: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
-		cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "delete", "--ignore-not-found", "-f", "-")
-		cmd.Stdin = strings.NewReader(chart)
-		_ = cmd.Run()
+		_, _ = kubectlIn(t, chart, "delete", "--ignore-not-found", "-f", "-")
 	})
 	operator := "system:serviceaccount:" + release + ":ns-" + release + "-operator"
 	may := func(ns, verb, group, resource string) bool {

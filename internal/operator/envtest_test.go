@@ -638,7 +638,14 @@ func findEvent(ns, reason string) error {
 
 func kubectl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return kubectlIn(t, "", args...)
+}
+
+// kubectlIn is kubectl reading stdin (a manifest for "-f -").
+func kubectlIn(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -1129,9 +1136,7 @@ func TestDeployManifests(t *testing.T) {
 		if err := operatorPodSelectable(manifest); err != nil {
 			t.Errorf("%s output: %v", name, err)
 		}
-		cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
-		cmd.Stdin = strings.NewReader(manifest)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := kubectlIn(t, manifest, "apply", "--dry-run=server", "-f", "-"); err != nil {
 			t.Errorf("%s output refused by the API server: %v\n%s", name, err, out)
 		}
 	}
@@ -1157,13 +1162,11 @@ func TestEvenSizeWarns(t *testing.T) {
 	}
 	manifest := fmt.Sprintf("apiVersion: etcd.steward.dev/v1alpha1\nkind: EtcdCluster\nmetadata: {name: even, namespace: %s, annotations: {%s: \"true\"}}\nspec: {replicas: 4}\n", ns, v1alpha1.AnnotationPaused)
 	testutil.Eventually(t, 30*time.Second, "a warning for 4 members", func() error {
-		cmd := exec.Command(filepath.Join(testutil.KubeBin(), "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
-		cmd.Stdin = strings.NewReader(manifest)
-		out, err := cmd.CombinedOutput()
+		out, err := kubectlIn(t, manifest, "apply", "--dry-run=server", "-f", "-")
 		if err != nil {
 			return fmt.Errorf("refused: %v\n%s", err, out)
 		}
-		if !strings.Contains(string(out), "Warning:") || !strings.Contains(string(out), "spec.replicas is 4") {
+		if !strings.Contains(out, "Warning:") || !strings.Contains(out, "spec.replicas is 4") {
 			return fmt.Errorf("no warning: %s", out)
 		}
 		return nil
