@@ -131,15 +131,13 @@ type Observation struct {
 	// asked it directly, just now ("" when none did, or none was asked): the quorum serves.
 	QuorumAnswers string
 	// DirectReports are the members' reports as their sidecars answered the operator
-	// directly, just now (nil: none was asked). Before a scale-down stops a member, they
-	// stand in for the EtcdMembers, which may be stale (a sidecar's writes refused).
+	// directly, just now, dated Now by the operator's clock (nil: none was asked, or none
+	// answered). They stand in for the EtcdMembers, which may be stale (a sidecar's writes
+	// refused): before a scale-down stops a member, and in the recovery, where only such
+	// reports are current (its Timing.ReportCurrent is 0): they alone can prove that a voter's
+	// data is gone, which starts the recovery without waiting out the grace (heal's
+	// QuorumLossProven).
 	DirectReports map[string]cluster.Report
-	// LossReports are the members' reports as their sidecars answered the operator directly,
-	// while the quorum was lost and no recovery was in force, dated Now (nil: none was
-	// asked). The recovery takes them over the EtcdMembers. Only such reports are current
-	// (the recovery's Timing.ReportCurrent is 0): they alone can prove that a voter's data is
-	// gone, which starts the recovery without waiting out the grace (heal's QuorumLossProven).
-	LossReports map[string]cluster.Report
 }
 
 // MemberObservation is one ordinal's pod and Lease.

@@ -501,10 +501,10 @@ func TestDecideRecoveryLossProven(t *testing.T) {
 	if dir := d.Recovery.Status.Directive; dir != nil || !strings.Contains(d.Recovery.Status.Waiting, "recovery starts if it lasts") {
 		t.Fatalf("directive %+v (waiting %q) from the EtcdMembers alone: they prove nothing, the grace runs", dir, d.Recovery.Status.Waiting)
 	}
-	w.o.LossReports = map[string]cluster.Report{}
+	w.o.DirectReports = map[string]cluster.Report{}
 	for name, r := range reports {
 		r.At = t0
-		w.o.LossReports[name] = r
+		w.o.DirectReports[name] = r
 	}
 	d = Decide(w.o)
 	dir := d.Recovery.Status.Directive

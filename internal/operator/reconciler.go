@@ -281,19 +281,26 @@ func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alp
 // decide is Decide, with the operator's own fresh evidence before a destructive decision:
 // while the quorum is lost, no recovery is in force and an EtcdMember says its data dir lost
 // its data, the sidecars' reports asked directly (only they can prove that data is gone, see
-// LossReports); before a fence for a lost quorum, whether a member answers a linearizable
+// DirectReports); before a fence for a lost quorum, whether a member answers a linearizable
 // read; before a scale-down stops a member, the sidecars' reports asked directly (the
 // EtcdMembers may be stale).
 func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster, obs *Observation, p *pass) Decision {
-	d := Decide(*obs)
-	if rec := d.Recovery; rec != nil && rec.Status.Directive == nil && !rec.Status.QuorumLostSince.IsZero() && r.Sidecars != nil && someDataLost(obs.Reports) {
+	// The sidecars' reports asked just now, dated by this clock, never by the sidecars'. When
+	// none answers (a network policy in the way), the EtcdMembers stand.
+	askReports := func() bool {
 		direct := r.Sidecars.reports(ctx, ec, obs.Members)
 		for name, rep := range direct {
-			// Asked just now: dated by this clock, never by the sidecar's.
 			rep.At = obs.Now
 			direct[name] = rep
 		}
-		obs.LossReports = direct
+		if len(direct) == 0 {
+			return false
+		}
+		obs.DirectReports = direct
+		return true
+	}
+	d := Decide(*obs)
+	if rec := d.Recovery; rec != nil && rec.Status.Directive == nil && !rec.Status.QuorumLostSince.IsZero() && r.Sidecars != nil && someDataLost(obs.Reports) && askReports() {
 		d = Decide(*obs)
 	}
 	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() {
@@ -303,13 +310,10 @@ func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster
 			d = Decide(*obs)
 		}
 	}
-	if slices.Contains(d.Cases, CaseScaleDown) && d.StatefulSetReplicas < obs.StatefulSetReplicas && r.Sidecars != nil {
-		// When no sidecar answers (a network policy in the way), the EtcdMembers stand; the
-		// leaving member's own pod and Lease must still say it stopped (stillServes).
-		if direct := r.Sidecars.reports(ctx, ec, obs.Members); len(direct) > 0 {
-			obs.DirectReports = direct
-			d = Decide(*obs)
-		}
+	// Without a direct report, the leaving member's own pod and Lease must still say it
+	// stopped (stillServes).
+	if slices.Contains(d.Cases, CaseScaleDown) && d.StatefulSetReplicas < obs.StatefulSetReplicas && r.Sidecars != nil && askReports() {
+		d = Decide(*obs)
 	}
 	return d
 }
@@ -1000,7 +1004,7 @@ func (r *ClusterReconciler) observeReports(ctx context.Context, ec *v1alpha1.Etc
 	rec := Recovery{Acks: map[string]cluster.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
 		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: stored.revision},
 		// ReportCurrent 0: an EtcdMember, read from the cache and dated by its sidecar's clock,
-		// never proves data gone; the reports asked directly do (Observation.LossReports).
+		// never proves data gone; the reports asked directly do (Observation.DirectReports).
 		Timing: heal.Timing{Grace: o.Graces.NotReady, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
 	for i := range ems.Items {
 		em := &ems.Items[i]

@@ -90,7 +90,7 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 	st := heal.FoldAck(rec.Status, func(seed string) (cluster.DirectiveAck, bool) { a, ok := rec.Acks[seed]; return a, ok })
 	reports := map[string]cluster.Report{}
 	maps.Copy(reports, o.Reports)
-	maps.Copy(reports, o.LossReports)
+	maps.Copy(reports, o.DirectReports)
 	hm := heal.Members(statusMembers(names, members, reports), func(name string) (bool, time.Time) {
 		d := st.Directive
 		if d == nil {
