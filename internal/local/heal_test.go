@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/testutil"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -309,7 +311,7 @@ func TestIdleClusterReplacesMember(t *testing.T) {
 		go func() {
 			var err error
 			for i := w; i < puts && err == nil; i += workers {
-				_, err = cli.Put(ctx, fmt.Sprintf("/fill/%05d", i), "v")
+				err = putRetrying(ctx, cli, fmt.Sprintf("/fill/%05d", i), "v")
 			}
 			errs <- err
 		}()
@@ -333,5 +335,22 @@ func TestIdleClusterReplacesMember(t *testing.T) {
 	}
 	if resp.Count != puts {
 		t.Fatalf("the replaced m2 holds %d of the %d keys", resp.Count, puts)
+	}
+}
+
+// putRetrying puts until the cluster acknowledges it or ctx ends. A put that timed out
+// under load may or may not have been applied; putting the same value again is harmless.
+func putRetrying(ctx context.Context, cli *clientv3.Client, key, value string) error {
+	for {
+		_, err := cli.Put(ctx, key, value)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		switch {
+		case errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
+			errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrTooManyRequests):
+		default:
+			return err
+		}
 	}
 }
