@@ -96,6 +96,9 @@ type Report struct {
 	// Case and Reason are the sidecar's current initialisation decision (what it waits for).
 	Case   string `json:"case,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// InitError is why the newest initialisation failed (it is tried again when etcd next
+	// starts); empty once one succeeds.
+	InitError string `json:"initError,omitempty"`
 	// Problem says why the figures are incomplete (e.g. the WAL could not be read).
 	Problem string `json:"problem,omitempty"`
 	// Maintenance is what this member's sidecar last did as the leader's housekeeper

@@ -103,6 +103,7 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self cl
 	if s.plan != nil {
 		r.Case, r.Reason = s.plan.Case, s.plan.Reason
 	}
+	r.InitError = s.initError
 	s.mu.Unlock()
 	if id, ok, _ := datadir.ReadIdentity(s.cfg.DataDir); ok {
 		r.AppliedEpoch = id.RecoveryEpoch

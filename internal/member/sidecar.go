@@ -132,6 +132,9 @@ type Sidecar struct {
 
 	mu     sync.Mutex
 	status etcdproc.InitStatus
+	// initError is why the newest initialisation that ended failed, until one succeeds: a
+	// retry in progress does not hide it from the report.
+	initError string
 	plan   *Plan
 	config []byte
 }
@@ -353,11 +356,13 @@ func (s *Sidecar) initialise(ctx context.Context) {
 	}
 	if err != nil {
 		s.status = etcdproc.InitStatus{State: etcdproc.InitFailed, Message: err.Error(), Case: caseName}
+		s.initError = err.Error()
+		s.kickReport()
 		s.metrics.initTotal.WithLabelValues(caseName, "failed").Inc()
 		s.lg.Error("initialisation failed", zap.String("case", caseName), zap.Error(err))
 		return
 	}
-	s.config = cfg
+	s.config, s.initError = cfg, ""
 	s.status = etcdproc.InitStatus{State: etcdproc.InitSucceeded, Message: plan.Reason, Case: caseName}
 	s.kickReport()
 	s.metrics.initTotal.WithLabelValues(caseName, "succeeded").Inc()

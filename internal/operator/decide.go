@@ -732,6 +732,9 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	case !all:
 		reason, msg = "WaitingForMembers", members
 	}
+	if f := initFailures(o); f != "" && (reason == ReasonBootstrapping || reason == "WaitingForMembers") {
+		msg += "; " + f
+	}
 	if d.Rollout.Status != nil && (reason == "Reconciled" || reason == "WaitingForMembers") {
 		progressing, reason, msg = true, d.Rollout.Reason, d.Rollout.Message
 	}
@@ -811,6 +814,18 @@ func membersSummary(d *Decision, size int32) string {
 			"API priority and fairness) and their logs", strings.Join(silent, ", "))
 	}
 	return s
+}
+
+// initFailures names the members whose sidecars report that their newest initialisation
+// failed, and why: what a cluster that does not form, or a member that does not start, waits on.
+func initFailures(o Observation) string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(o.Reports)) {
+		if e := o.Reports[name].InitError; e != "" {
+			out = append(out, fmt.Sprintf("%s cannot start: %s", name, e))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 func backupReady(o Observation) bool {

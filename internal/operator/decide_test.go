@@ -881,3 +881,31 @@ func TestDecideUnschedulableNamed(t *testing.T) {
 		t.Errorf("Progressing %+v, want the unschedulable member named", c)
 	}
 }
+
+// TestDecideInitFailureNamed: a member whose sidecar reports that its initialisation failed
+// (a bootstrap restore refused, say) is named in Progressing with the sidecar's error, while
+// the cluster bootstraps and while it waits for that member; a member that started is not.
+func TestDecideInitFailureNamed(t *testing.T) {
+	const why = "the store holds backups of several clusters: name one with --cluster-id"
+	boot := Observation{Now: t0, Name: "n", Desired: 3, StatefulSetReplicas: 3, ConfigMembers: 3, Graces: graces,
+		Reports: map[string]cluster.Report{"n-0": {Name: "n-0", InitError: why}, "n-1": {Name: "n-1"}}}
+	waiting := healthy(3).podNotReady(2, time.Minute)
+	waiting.o.Reports = map[string]cluster.Report{"c-2": {Name: "c-2", InitError: why}}
+	for name, tc := range map[string]struct {
+		o               Observation
+		reason, failing string
+	}{
+		"bootstrapping":      {boot, ReasonBootstrapping, "n-0"},
+		"waiting for member": {waiting.o, "WaitingForMembers", "c-2"},
+	} {
+		c := apimeta.FindStatusCondition(Decide(tc.o).Conditions, v1alpha1.ConditionProgressing)
+		if c == nil || c.Reason != tc.reason || !strings.Contains(c.Message, tc.failing+" cannot start: "+why) {
+			t.Errorf("%s: Progressing %+v, want %s named with its error", name, c, tc.failing)
+		}
+	}
+	healthyReports := healthy(3)
+	healthyReports.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0"}}
+	if c := apimeta.FindStatusCondition(Decide(healthyReports.o).Conditions, v1alpha1.ConditionProgressing); c == nil || strings.Contains(c.Message, "cannot start") {
+		t.Errorf("healthy cluster: Progressing %+v names a failure", c)
+	}
+}
