@@ -165,11 +165,13 @@ chaos:
 	STEWARD_CHAOS=1 STEWARD_CHAOS_SEED=$(SEED) STEWARD_CHAOS_DURATION=$(DURATION) STEWARD_CHAOS_MEMBERS=$(MEMBERS) \
 		STEWARD_CHAOS_FAULTS=$(FAULTS) STEWARD_CHAOS_OUT=$(CHAOS_OUT) $(GO) test -count=1 -v -timeout $(CHAOS_TIMEOUT) ./test/chaos
 
-# End to end on a real single-node Kubernetes built here (test/e2e, docs/kubernetes.md): the
-# kubelet runs Steward's pods through containerd and runc. Needs root. `make e2e` runs the
-# suite; `make e2e-up` starts the node for work by hand and prints the KUBECONFIG to use;
+# End to end on a real Kubernetes of E2E_NODES nodes built here (test/e2e, docs/kubernetes.md):
+# each node's kubelet runs Steward's pods through its own containerd and runc. Needs root.
+# `make e2e` runs the suite; `make e2e-up` starts the cluster for work by hand and prints the
+# KUBECONFIG to use (`bin/e2e-node poweroff|poweron|partition|heal NODE` strike a node);
 # `make e2e-down` stops it and undoes what it changed on the machine.
-E2E_DIR ?= /var/lib/steward-e2e
+E2E_DIR   ?= /var/lib/steward-e2e
+E2E_NODES ?= 3
 .PHONY: e2e e2e-tools e2e-up e2e-down
 e2e-tools: kube-tools kube-node-tools $(BIN)/coredns $(BIN)/pause
 	@hack/e2e/packages.sh
@@ -186,10 +188,10 @@ $(BIN)/pause: hack/kube/go.mod
 	gcc -Os -static -DVERSION=v3.10.2 -o $@ "$$(cd hack/kube && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
 
 e2e: e2e-tools
-	STEWARD_E2E=1 STEWARD_E2E_DIR=$(E2E_DIR) STEWARD_E2E_BIN=$(BIN) $(GO) test -count=1 -v -parallel 2 -timeout 50m ./test/e2e/
+	STEWARD_E2E=1 STEWARD_E2E_DIR=$(E2E_DIR) STEWARD_E2E_NODES=$(E2E_NODES) STEWARD_E2E_BIN=$(BIN) $(GO) test -count=1 -v -parallel 2 -timeout 50m ./test/e2e/
 
 e2e-up: e2e-tools
-	$(BIN)/e2e-node up --dir $(E2E_DIR) --bin $(BIN)
+	$(BIN)/e2e-node up --dir $(E2E_DIR) --bin $(BIN) --nodes $(E2E_NODES)
 
 e2e-down:
 	$(GO) build -o $(BIN)/e2e-node ./test/e2e/cmd/e2e-node

@@ -42,7 +42,11 @@ func newEtcdClient(t *testing.T, ns, name string, endpoints ...string) (*clientv
 	if len(endpoints) == 0 {
 		endpoints = []string{serviceEndpoint(t, ns, name)}
 	}
-	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop()}
+	// Keepalives end a connection to a member that fell silent (its node cut off or powered
+	// off), as an application's client should: the next dial through the Service reaches
+	// another member.
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
 	ec, err := getEC(ns, name)
 	if apierrors.IsNotFound(err) {
 		// Deleted with --cascade=orphan, its members serve on: dialled without TLS or

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -403,15 +402,7 @@ func killEtcd(t *testing.T, ns, name, pod string) error {
 	return fmt.Errorf("the etcd container of %s is not running", pod)
 }
 
-func killContainer(containerID string) error {
-	id := strings.TrimPrefix(containerID, "containerd://")
-	sock := envOr("STEWARD_E2E_DIR", "/var/lib/steward-e2e") + "/containerd/containerd.sock"
-	out, err := exec.Command("ctr", "--address", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("killing container %s: %v: %s", id, err, out)
-	}
-	return nil
-}
+func killContainer(containerID string) error { return kubeNode.KillContainer(containerID) }
 
 // TestScaleUnderLoad scales a cluster 1→3→5→3→1→3 with kubectl while a client writes every
 // 100 ms: every step ends Ready with etcd listing exactly the desired voters, and no

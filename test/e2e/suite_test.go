@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,12 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	start := time.Now()
-	n, err := node.Up(ctx, node.Config{Dir: dir, Bin: bin, Self: filepath.Join(bin, "e2e-node"), Log: os.Stdout,
+	nodes, err := strconv.Atoi(envOr("STEWARD_E2E_NODES", "3"))
+	if err != nil || nodes < 1 {
+		fmt.Printf("e2e: STEWARD_E2E_NODES=%q: want a number of nodes, 1 or more\n", os.Getenv("STEWARD_E2E_NODES"))
+		return 1
+	}
+	n, err := node.Up(ctx, node.Config{Dir: dir, Bin: bin, Self: filepath.Join(bin, "e2e-node"), Log: os.Stdout, Nodes: nodes,
 		Images: []node.Image{node.StewardImage(bin), node.S3Image(bin)}})
 	defer func() {
 		if os.Getenv("STEWARD_E2E_KEEP") != "" {

@@ -74,6 +74,7 @@ spec:
     spec:
       serviceAccountName: coredns
       dnsPolicy: Default
+      nodeSelector: {kubernetes.io/hostname: steward-e2e}
       containers:
       - name: coredns
         image: coredns:e2e

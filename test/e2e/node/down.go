@@ -49,25 +49,45 @@ func Down(dir, bin string, log io.Writer) error {
 			errs = append(errs, err)
 		}
 	}
-	// The kubelet first, so that it restarts nothing; then every pod, while containerd runs.
-	stop(st.PIDs["kubelet"])
-	note(removeSandboxes(filepath.Join(dir, "containerd", "containerd.sock")))
-	for _, name := range []string{"volume-owner", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd", "containerd"} {
+	if len(st.Workers) == 0 { // left by a run from before there were several workers
+		st.Workers = workersOf(dir, 1)
+	}
+	// The kubelets first (a partitioned one continued, to hear it), so that they restart
+	// nothing; then every pod, while containerd runs.
+	for _, w := range st.Workers {
+		if pid := st.PIDs[w.process("kubelet")]; pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			stop(pid)
+		}
+	}
+	for _, w := range st.Workers {
+		note(removeSandboxes(w.Socket()))
+	}
+	for _, name := range []string{"volume-owner", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		stop(st.PIDs[name])
 	}
-	killShims(dir)
+	for _, w := range st.Workers {
+		stop(st.PIDs[w.process("containerd")])
+		killShims(w.Socket())
+	}
 	if _, err := os.Stat(filepath.Join(bin, "k8s", "kube-proxy")); err == nil {
 		_ = exec.Command(filepath.Join(bin, "k8s", "kube-proxy"), "--cleanup", "--proxy-mode=iptables").Run()
 	}
 	note(removeChains(func(chain string) bool {
-		return strings.HasPrefix(chain, "KUBE-") || strings.HasPrefix(chain, "CNI-") || chain == guardChain
+		return strings.HasPrefix(chain, "KUBE-") || strings.HasPrefix(chain, "CNI-") || chain == guardChain ||
+			strings.HasPrefix(chain, "STEWARD-E2E-CUT-")
 	}))
-	_ = exec.Command("ip", "link", "del", "cni0").Run()
-	_ = exec.Command("ip", "addr", "del", NodeIP+"/32", "dev", "lo").Run()
+	for _, w := range st.Workers {
+		_ = exec.Command("ip", "link", "del", w.Bridge).Run()
+		_ = exec.Command("ip", "addr", "del", w.IP+"/32", "dev", "lo").Run()
+	}
 	note(unmountUnder(dir))
 	note(unmountUnder("/var/run/netns/cni-"))
 	note(unmountUnder("/run/netns/cni-"))
 	removeCgroups()
+	for _, w := range st.Workers {
+		removeCgroupRoot(w.CgroupRoot)
+	}
 	for name, value := range st.Sysctls {
 		note(writeSysctl(name, value))
 	}
@@ -148,12 +168,12 @@ func removeSandboxes(sock string) error {
 	return errors.Join(errs...)
 }
 
-// killShims ends the runc shims of this node's containerd, should any outlive it.
-func killShims(dir string) {
+// killShims ends the runc shims of the containerd listening on sock, should any outlive it.
+func killShims(sock string) {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(b), "containerd-shim") || !strings.Contains(string(b), dir) {
+		if err != nil || !strings.Contains(string(b), "containerd-shim") || !strings.Contains(string(b), "\x00"+sock+"\x00") {
 			continue
 		}
 		var pid int
@@ -268,16 +288,7 @@ func removeCgroups() {
 		roots = append(roots, extra...)
 	}
 	for _, root := range roots {
-		var dirs []string
-		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			_ = syscall.Rmdir(dirs[i])
-		}
+		removeCgroupTree(root)
 	}
 }
 

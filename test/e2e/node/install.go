@@ -11,12 +11,15 @@ const S3Endpoint = "http://s3.steward-s3.svc:9000"
 
 // Install installs Steward as a user would, with the project's Helm chart (short graces, so
 // that healing shows within a test's patience), and the S3 server the clusters back up to,
-// with its own volume so that backups outlive every member.
+// with its own volume so that backups outlive every member. The operator, the S3 server and
+// CoreDNS run on the first node, which holds the control plane: the faults of a node
+// (PowerOff, Partition) strike the others, and with them only the members they run.
 func (n *Node) Install(chart string) error {
 	out, err := exec.Command(filepath.Join(n.cfg.Bin, "k8s", "helm"), "--kubeconfig", n.Admin, "install", "steward", chart,
 		"--namespace", "steward-system", "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "image.repository=steward", "--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
-		"--set", "graces.unknown=10s", "--set", "graces.notReady=30s", "--set", "graces.caPropagation=90s").CombinedOutput()
+		"--set", "graces.unknown=10s", "--set", "graces.notReady=30s", "--set", "graces.caPropagation=90s",
+		"--set", `nodeSelector.kubernetes\.io/hostname=`+NodeName).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("helm install: %v: %s", err, out)
 	}
@@ -48,6 +51,7 @@ spec:
   template:
     metadata: {labels: {app: s3}}
     spec:
+      nodeSelector: {kubernetes.io/hostname: steward-e2e}
       securityContext: {runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532}
       containers:
       - name: s3

@@ -61,6 +61,8 @@ func MachineState() (string, error) {
 		lines = append(lines, "sysctl "+s+" = "+strings.TrimSpace(string(b)))
 	}
 	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + NodeName + "-*")
+	cgroups = append(cgroups, roots...)
 	for _, c := range cgroups {
 		lines = append(lines, "cgroup: "+c)
 	}

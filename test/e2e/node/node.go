@@ -1,7 +1,8 @@
-// Package node runs a real single-node Kubernetes on this machine for Steward's end-to-end
-// tests: etcd, kube-apiserver, kube-controller-manager and kube-scheduler, containerd with runc,
-// the kubelet, kube-proxy and CoreDNS, all as processes under one work dir, built from source
-// into ./bin. Down leaves the machine as Up found it.
+// Package node runs a real Kubernetes on this machine for Steward's end-to-end tests: etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler, kube-proxy and CoreDNS, and one
+// or more nodes (workers), each with its own containerd and runc, kubelet, node IP, pod CIDR
+// and bridge; all as processes under one work dir, built from source into ./bin. A worker can
+// be powered off, partitioned and brought back. Down leaves the machine as Up found it.
 package node
 
 import (
@@ -20,8 +21,9 @@ import (
 	"time"
 )
 
-// The node's fixed addresses: the node IP lives on lo (these kernels have no dummy links), and
-// nothing the node serves is reachable from outside the machine.
+// The first worker's fixed addresses (the others count up from them: steward-e2e-1 is
+// 10.200.0.2 with pods in 10.244.1.0/24, ...): node IPs live on lo (these kernels have no
+// dummy links), and nothing the node serves is reachable from outside the machine.
 const (
 	NodeName    = "steward-e2e"
 	NodeIP      = "10.200.0.1"
@@ -46,9 +48,11 @@ type Config struct {
 	Bin string
 	// Self is the e2e-node binary, run detached as the volume owner (see OwnVolumes).
 	Self string
-	// Images are imported into containerd before the kubelet starts.
+	// Images are imported into every worker's containerd before its kubelet starts.
 	Images []Image
-	Log    io.Writer
+	// Nodes is how many workers run; 0 means 1.
+	Nodes int
+	Log   io.Writer
 }
 
 // state is what Down needs to undo Up, kept in Dir/state.json.
@@ -57,6 +61,10 @@ type state struct {
 	Sysctls map[string]string `json:"sysctls"`
 	// Existed lists fixed paths outside Dir that were there before Up (Down keeps them).
 	Existed map[string]bool `json:"existed"`
+	Workers []Worker        `json:"workers"`
+	// Commands holds each component's program and arguments, so that one stopped can be
+	// started again as it was, by this process or a later one (Open).
+	Commands map[string][]string `json:"commands"`
 }
 
 // The sysctls the kubelet, kube-proxy and the bridge plugin change.
@@ -73,9 +81,6 @@ type Node struct {
 	st    state
 	pki   *pki
 	Admin string // the admin kubeconfig
-	// commands holds each component's program and arguments, so that one stopped can be
-	// started again as it was.
-	commands map[string][]string
 }
 
 func (n *Node) logf(format string, args ...any) {
@@ -104,8 +109,8 @@ func Up(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("stopping the node left in %s: %w", cfg.Dir, err)
 		}
 	}
-	n := &Node{cfg: cfg, st: state{PIDs: map[string]int{}, Sysctls: map[string]string{}, Existed: map[string]bool{}},
-		commands: map[string][]string{}}
+	n := &Node{cfg: cfg, st: state{PIDs: map[string]int{}, Sysctls: map[string]string{}, Existed: map[string]bool{},
+		Workers: workersOf(cfg.Dir, max(cfg.Nodes, 1)), Commands: map[string][]string{}}}
 	for _, s := range sysctls {
 		b, err := os.ReadFile("/proc/sys/" + s)
 		if err != nil {
@@ -144,6 +149,20 @@ func Up(ctx context.Context, cfg Config) (*Node, error) {
 		n.logf("%s ready in %s", step.name, time.Since(t).Round(100*time.Millisecond))
 	}
 	n.logf("node ready in %s", time.Since(start).Round(100*time.Millisecond))
+	return n, nil
+}
+
+// Open is the node Up started in dir, for a later process: its state (processes, workers,
+// how each component started) read back from dir.
+func Open(dir, bin string, log io.Writer) (*Node, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return nil, fmt.Errorf("no node in %s (start one with `make e2e-up`): %w", dir, err)
+	}
+	n := &Node{cfg: Config{Dir: dir, Bin: bin, Log: log}, pki: &pki{dir: filepath.Join(dir, "pki")}, Admin: AdminKubeconfig(dir)}
+	if err := json.Unmarshal(b, &n.st); err != nil {
+		return nil, fmt.Errorf("%s/state.json: %w", dir, err)
+	}
 	return n, nil
 }
 
@@ -198,14 +217,22 @@ func (n *Node) certificates(context.Context) error {
 		{"controller-manager", "system:kube-controller-manager", nil, nil},
 		{"scheduler", "system:kube-scheduler", nil, nil},
 		{"kube-proxy", "system:kube-proxy", nil, nil},
-		{"kubelet", "system:node:" + NodeName, []string{"system:nodes"}, []string{NodeIP, NodeName}},
+	}
+	names := []string{"admin", "controller-manager", "scheduler", "kube-proxy"}
+	for _, w := range n.st.Workers {
+		certs = append(certs, struct {
+			name, cn string
+			orgs     []string
+			hosts    []string
+		}{w.kubeletCert(), "system:node:" + w.Name, []string{"system:nodes"}, []string{w.IP, w.Name}})
+		names = append(names, w.kubeletCert())
 	}
 	for _, c := range certs {
 		if err := p.issue(c.name, c.cn, c.orgs, c.hosts...); err != nil {
 			return err
 		}
 	}
-	for _, name := range []string{"admin", "controller-manager", "scheduler", "kube-proxy", "kubelet"} {
+	for _, name := range names {
 		if _, err := p.kubeconfig(name, APIServer); err != nil {
 			return err
 		}
@@ -214,18 +241,21 @@ func (n *Node) certificates(context.Context) error {
 	return nil
 }
 
-// network puts the node IP on lo and adds a guard that drops pod and Service traffic that
-// would leave through any other link: everything the node runs stays on this machine.
+// network puts the node IPs on lo and adds a guard that drops pod and Service traffic that
+// would leave through any other link than the workers' bridges: everything the node runs
+// stays on this machine.
 func (n *Node) network(context.Context) error {
-	if err := run("ip", "addr", "replace", NodeIP+"/32", "dev", "lo"); err != nil {
-		return err
+	for _, w := range n.st.Workers {
+		if err := run("ip", "addr", "replace", w.IP+"/32", "dev", "lo"); err != nil {
+			return err
+		}
 	}
-	// In POSTROUTING, where the route is final (a Service address is rerouted to cni0 only
-	// after the OUTPUT chains ran).
+	// In POSTROUTING, where the route is final (a Service address is rerouted to a bridge
+	// only after the OUTPUT chains ran).
 	for _, r := range [][]string{
 		{"-N", guardChain},
 		{"-A", guardChain, "-o", "lo", "-j", "RETURN"},
-		{"-A", guardChain, "-o", "cni0", "-j", "RETURN"},
+		{"-A", guardChain, "-o", "cni+", "-j", "RETURN"},
 		{"-A", guardChain, "-d", "10.0.0.0/8", "-j", "DROP"},
 		{"-I", "POSTROUTING", "-j", guardChain},
 	} {
@@ -280,11 +310,28 @@ func (n *Node) controlPlane(ctx context.Context) error {
 		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10259")
 }
 
-func (n *Node) containerdSock() string { return n.path("containerd", "containerd.sock") }
+// kubeletCert names the worker's kubelet certificate and kubeconfig in the PKI.
+func (w Worker) kubeletCert() string {
+	if w.CgroupRoot == "" {
+		return "kubelet"
+	}
+	return "kubelet-" + w.Name
+}
 
 func (n *Node) containerd(ctx context.Context) error {
-	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "images"} {
-		if err := os.MkdirAll(n.path(d), 0o700); err != nil {
+	for _, w := range n.st.Workers {
+		if err := n.startContainerd(ctx, w); err != nil {
+			return fmt.Errorf("node %s: %w", w.Name, err)
+		}
+	}
+	return LoadImages(n.cfg.Dir, append([]Image{{Ref: PauseImage, Entrypoint: []string{"/pause"}, Files: map[string]string{"pause": filepath.Join(n.cfg.Bin, "pause")}},
+		{Ref: "coredns:e2e", Entrypoint: []string{"/coredns"}, Files: map[string]string{"coredns": filepath.Join(n.cfg.Bin, "coredns")}}},
+		n.cfg.Images...)...)
+}
+
+func (n *Node) startContainerd(ctx context.Context, w Worker) error {
+	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam"} {
+		if err := os.MkdirAll(w.path(d), 0o700); err != nil {
 			return err
 		}
 	}
@@ -303,43 +350,53 @@ state = %q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
-`, n.path("containerd", "root"), n.path("containerd", "state"), n.containerdSock(), PauseImage, n.path("cni", "net.d"))
-	if err := os.WriteFile(n.path("containerd", "config.toml"), []byte(config), 0o600); err != nil {
+`, w.path("containerd", "root"), w.path("containerd", "state"), w.Socket(), PauseImage, w.path("cni", "net.d"))
+	if err := os.WriteFile(w.path("containerd", "config.toml"), []byte(config), 0o600); err != nil {
 		return err
 	}
+	// No masquerading: pods on different workers see each other's own addresses, as etcd's
+	// peer TLS checks them against the certificates (kube-proxy masquerades what it must).
 	conflist := fmt.Sprintf(`{"cniVersion": "0.4.0", "name": "steward-e2e", "plugins": [
-  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+  {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
-`, PodCIDR, n.path("cni", "ipam"))
-	if err := os.WriteFile(n.path("cni", "net.d", "10-steward-e2e.conflist"), []byte(conflist), 0o600); err != nil {
+`, w.Bridge, w.PodCIDR, w.path("cni", "ipam"))
+	if err := os.WriteFile(w.path("cni", "net.d", "10-steward-e2e.conflist"), []byte(conflist), 0o600); err != nil {
 		return err
 	}
-	if err := n.start("containerd", "containerd", "--config", n.path("containerd", "config.toml")); err != nil {
+	if err := n.start(w.process("containerd"), "containerd", "--config", w.path("containerd", "config.toml")); err != nil {
 		return err
 	}
-	if err := poll(ctx, time.Minute, func() error {
-		return exec.Command("ctr", "--address", n.containerdSock(), "version").Run()
-	}); err != nil {
-		return fmt.Errorf("containerd did not answer: %w", err)
-	}
-	images := append([]Image{{Ref: PauseImage, Entrypoint: []string{"/pause"}, Files: map[string]string{"pause": filepath.Join(n.cfg.Bin, "pause")}},
-		{Ref: "coredns:e2e", Entrypoint: []string{"/coredns"}, Files: map[string]string{"coredns": filepath.Join(n.cfg.Bin, "coredns")}}},
-		n.cfg.Images...)
-	return LoadImages(n.cfg.Dir, images...)
+	return waitContainerd(ctx, w)
 }
 
-// LoadImages writes the images and imports them into the containerd of the node in dir,
-// replacing images of the same reference (pods started after it run the new ones).
+// waitContainerd waits until the worker's containerd answers: a kubelet started before gives up.
+func waitContainerd(ctx context.Context, w Worker) error {
+	if err := poll(ctx, time.Minute, func() error {
+		return exec.Command("ctr", "--address", w.Socket(), "version").Run()
+	}); err != nil {
+		return fmt.Errorf("the containerd of %s did not answer: %w", w.Name, err)
+	}
+	return nil
+}
+
+// LoadImages writes the images and imports them into the containerd of every worker of the
+// node in dir, replacing images of the same reference (pods started after it run the new ones).
 func LoadImages(dir string, images ...Image) error {
+	socks, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "containerd", "containerd.sock"))
+	socks = append([]string{filepath.Join(dir, "containerd", "containerd.sock")}, socks...)
+	if err := os.MkdirAll(filepath.Join(dir, "images"), 0o700); err != nil {
+		return err
+	}
 	for i, img := range images {
 		tarball := filepath.Join(dir, "images", strconv.Itoa(i)+".tar")
 		if err := img.WriteArchive(tarball); err != nil {
 			return err
 		}
-		sock := filepath.Join(dir, "containerd", "containerd.sock")
-		if out, err := exec.Command("ctr", "--address", sock, "-n", "k8s.io", "images", "import", tarball).CombinedOutput(); err != nil {
-			return fmt.Errorf("importing %s: %v: %s", img.Ref, err, out)
+		for _, sock := range socks {
+			if out, err := exec.Command("ctr", "--address", sock, "-n", "k8s.io", "images", "import", tarball).CombinedOutput(); err != nil {
+				return fmt.Errorf("importing %s through %s: %v: %s", img.Ref, sock, err, out)
+			}
 		}
 		_ = os.Remove(tarball)
 	}
@@ -347,9 +404,39 @@ func LoadImages(dir string, images ...Image) error {
 }
 
 func (n *Node) kubelet(ctx context.Context) error {
-	p := n.pki.path
 	if err := os.WriteFile(n.path("resolv.conf"), []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
 		return err
+	}
+	for _, w := range n.st.Workers {
+		if err := n.startKubelet(w); err != nil {
+			return fmt.Errorf("node %s: %w", w.Name, err)
+		}
+	}
+	if err := n.start("kube-proxy", filepath.Join(n.cfg.Bin, "k8s", "kube-proxy"), "--kubeconfig", n.pki.path("kube-proxy.kubeconfig"),
+		"--hostname-override", NodeName, "--proxy-mode=iptables", "--cluster-cidr=10.244.0.0/16",
+		"--nodeport-addresses="+NodeIP+"/32", "--iptables-localhost-nodeports=false", "--conntrack-max-per-core=0",
+		"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
+		"--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249"); err != nil {
+		return err
+	}
+	for _, w := range n.st.Workers {
+		if err := n.waitNodeReady(ctx, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startKubelet starts the worker's kubelet: it serves on the worker's IP, runs pods through
+// the worker's containerd and keeps their cgroups under the worker's root.
+func (n *Node) startKubelet(w Worker) error {
+	p := n.pki.path
+	if err := w.makeCgroupRoot(); err != nil {
+		return err
+	}
+	cgroupRoot := ""
+	if w.CgroupRoot != "" {
+		cgroupRoot = fmt.Sprintf("cgroupRoot: %q\n", w.CgroupRoot)
 	}
 	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -360,7 +447,7 @@ authentication:
 authorization: {mode: Webhook}
 address: %s
 readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
+healthzBindAddress: %s
 tlsCertFile: %q
 tlsPrivateKeyFile: %q
 cgroupDriver: cgroupfs
@@ -375,32 +462,14 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, p("ca.crt"), NodeIP, p("kubelet.crt"), p("kubelet.key"), DNSIP, n.path("resolv.conf"), n.containerdSock(), n.path("pod-logs"))
-	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(config), 0o600); err != nil {
+%s`, p("ca.crt"), w.IP, w.IP, p(w.kubeletCert()+".crt"), p(w.kubeletCert()+".key"), DNSIP, n.path("resolv.conf"), w.Socket(),
+		w.path("pod-logs"), cgroupRoot)
+	if err := os.WriteFile(w.path("kubelet.yaml"), []byte(config), 0o600); err != nil {
 		return err
 	}
-	if err := n.start("kubelet", filepath.Join(n.cfg.Bin, "k8s", "kubelet"), "--config", n.path("kubelet.yaml"),
-		"--kubeconfig", p("kubelet.kubeconfig"), "--node-ip", NodeIP, "--hostname-override", NodeName,
-		"--root-dir", n.path("kubelet")); err != nil {
-		return err
-	}
-	if err := n.start("kube-proxy", filepath.Join(n.cfg.Bin, "k8s", "kube-proxy"), "--kubeconfig", p("kube-proxy.kubeconfig"),
-		"--hostname-override", NodeName, "--proxy-mode=iptables", "--cluster-cidr=10.244.0.0/16",
-		"--nodeport-addresses="+NodeIP+"/32", "--iptables-localhost-nodeports=false", "--conntrack-max-per-core=0",
-		"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
-		"--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249"); err != nil {
-		return err
-	}
-	return poll(ctx, 2*time.Minute, func() error {
-		out, err := n.kubectl("get", "node", NodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		if err != nil {
-			return err
-		}
-		if out != "True" {
-			return fmt.Errorf("node %s Ready=%q", NodeName, out)
-		}
-		return nil
-	})
+	return n.start(w.process("kubelet"), filepath.Join(n.cfg.Bin, "k8s", "kubelet"), "--config", w.path("kubelet.yaml"),
+		"--kubeconfig", p(w.kubeletCert()+".kubeconfig"), "--node-ip", w.IP, "--hostname-override", w.Name,
+		"--root-dir", w.path("kubelet"))
 }
 
 // volumeOwner starts `e2e-node volumes` detached: it gives every provisioned volume to
@@ -452,7 +521,7 @@ func (n *Node) start(name, bin string, args ...string) error {
 		return fmt.Errorf("starting %s: %w", name, err)
 	}
 	n.st.PIDs[name] = cmd.Process.Pid
-	n.commands[name] = append([]string{bin}, args...)
+	n.st.Commands[name] = append([]string{bin}, args...)
 	go func() { _ = cmd.Wait() }() // reap it if it dies while this process lives
 	return n.saveState()
 }
@@ -478,7 +547,7 @@ func (n *Node) StopAPIServer(ctx context.Context) error {
 
 // StartAPIServer starts the kube-apiserver again as Up started it, and waits until it is ready.
 func (n *Node) StartAPIServer(ctx context.Context) error {
-	command := n.commands["kube-apiserver"]
+	command := n.st.Commands["kube-apiserver"]
 	if err := n.start("kube-apiserver", command[0], command[1:]...); err != nil {
 		return err
 	}
