@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/operator"
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
 	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
@@ -424,6 +428,103 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 		if len(reached) != 0 {
 			t.Errorf("refused verbs reached pods %v", reached)
+		}
+	})
+
+	t.Run("certificate", func(t *testing.T) {
+		ca, err := pki.NewCA("secure-ca", time.Now(), 365*24*time.Hour)
+		mustIn(t, err)
+		next, err := pki.NewCA("secure-ca-next", time.Now(), 365*24*time.Hour)
+		mustIn(t, err)
+		caKey, err := ca.KeyPEM()
+		mustIn(t, err)
+		// A cluster with its own CA, amid a rollover: the members trust both CAs.
+		secure := func(name string, tls v1alpha1.TLSSpec, owned bool) *v1alpha1.EtcdCluster {
+			ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.EtcdClusterSpec{Replicas: 1, TLS: &tls}}
+			mustIn(t, c.Create(ctx, ec))
+			var owners []metav1.OwnerReference
+			if owned {
+				owners = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: name, UID: ec.UID, Controller: ptrTo(true)}}
+			}
+			mustIn(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.CASecretName(name), OwnerReferences: owners},
+				Data: map[string][]byte{pki.CertFile: ca.CertPEM, pki.KeyFile: caKey}}))
+			mustIn(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ClientCertificateSecretName(name), OwnerReferences: owners},
+				Data: map[string][]byte{pki.CAFile: append(slices.Clone(ca.CertPEM), next.CertPEM...)}}))
+			ec.Status.CA = &v1alpha1.CAStatus{Fingerprint: pki.Fingerprint(ca.Cert), NotAfter: metav1.NewTime(ca.Cert.NotAfter)}
+			ec.Status.ClientCertificateSecret = v1alpha1.ClientCertificateSecretName(name)
+			ec.Status.Endpoints.Client = "https://" + name + "-client." + ns + ".svc:2379"
+			mustIn(t, c.Status().Update(ctx, ec))
+			return ec
+		}
+		ec := secure("secure", v1alpha1.TLSSpec{Enabled: true}, true)
+		dir := filepath.Join(t.TempDir(), "alice")
+		out, err := run("certificate", "secure", "alice", "--dir", dir, "--validity", "48h", "-o", "json")
+		if err != nil {
+			t.Fatalf("certificate secure alice: %v\n%s", err, out)
+		}
+		var issued issuedCertificate
+		mustIn(t, json.Unmarshal([]byte(out), &issued))
+		if issued.User != "alice" || issued.Key != filepath.Join(dir, "tls.key") || issued.CAFingerprint != pki.Fingerprint(ca.Cert) ||
+			issued.Endpoint != ec.Status.Endpoints.Client || time.Until(issued.NotAfter) > 48*time.Hour || time.Until(issued.NotAfter) < 47*time.Hour {
+			t.Errorf("certificate printed %+v", issued)
+		}
+		if fi, err := os.Stat(issued.Key); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the key file: %v, mode %v", err, fi.Mode())
+		}
+		certPEM, err := os.ReadFile(issued.Cert)
+		mustIn(t, err)
+		bundle, err := os.ReadFile(issued.CA)
+		mustIn(t, err)
+		if !bytes.Equal(bundle, append(slices.Clone(ca.CertPEM), next.CertPEM...)) {
+			t.Errorf("ca.crt is not the CAs the members trust:\n%s", bundle)
+		}
+		pair, err := tls.LoadX509KeyPair(issued.Cert, issued.Key)
+		mustIn(t, err)
+		certs, err := pki.ParseCerts(certPEM)
+		mustIn(t, err)
+		roots := x509.NewCertPool()
+		roots.AddCert(ca.Cert)
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || certs[0].Subject.CommonName != "alice" || len(pair.Certificate) != 1 {
+			t.Errorf("the certificate: %v, CN %q", err, certs[0].Subject.CommonName)
+		}
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+			t.Error("the client certificate can serve")
+		}
+		if _, err := run("certificate", "secure", "alice", "--dir", dir); err == nil || !strings.Contains(err.Error(), "never overwritten") {
+			t.Errorf("a second certificate into the same directory: %v", err)
+		}
+		if again, _ := os.ReadFile(issued.Cert); !bytes.Equal(again, certPEM) {
+			t.Error("a refused certificate overwrote the first")
+		}
+
+		for _, tc := range []struct {
+			name, cluster, user, want string
+		}{
+			{"root", "secure", "root", "without the root password"},
+			{"the members' name", "secure", pki.MemberCN, "etcd takes for a peer"},
+			{"a name with a slash", "secure", "a/b", "at most 64 characters"},
+			{"no TLS", "kv", "alice", "has no TLS"},
+		} {
+			if _, err := run("certificate", tc.cluster, tc.user, "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+			}
+		}
+		secure("provided", v1alpha1.TLSSpec{Enabled: true, ServerSecret: "mine"}, true)
+		if _, err := run("certificate", "provided", "alice", "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "spec.tls.serverSecret mine") {
+			t.Errorf("certificates of the user's issuer: %v", err)
+		}
+		secure("strange", v1alpha1.TLSSpec{Enabled: true}, false)
+		if _, err := run("certificate", "strange", "alice", "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "was not made by EtcdCluster strange") {
+			t.Errorf("a CA Secret the cluster did not make: %v", err)
+		}
+		ec.Status.CA.Fingerprint = pki.Fingerprint(next.Cert)
+		mustIn(t, c.Status().Update(ctx, ec))
+		empty := t.TempDir()
+		if _, err := run("certificate", "secure", "bob", "--dir", empty); err == nil || !strings.Contains(err.Error(), "not the one EtcdCluster plugin/secure records") {
+			t.Errorf("a CA other than status.ca: %v", err)
+		}
+		if files, _ := os.ReadDir(empty); len(files) != 0 {
+			t.Errorf("a refused certificate wrote %v", files)
 		}
 	})
 }
