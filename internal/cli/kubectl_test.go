@@ -22,10 +22,12 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/etcdutil"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -261,18 +263,23 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 	})
 
-	// clusterOf creates EtcdCluster name without TLS, with what the operator would have made
-	// for its members: the pods of its StatefulSet and its ConfigMap listing the members'
-	// client URLs as the operator writes them (their names in the peer Service).
-	clusterOf := func(name string, members int) *v1alpha1.EtcdCluster {
+	// clusterOf creates EtcdCluster name, with TLS and authentication (secure) or without,
+	// with what the operator would have made for its members: the pods of its StatefulSet and
+	// its ConfigMap listing the members' client URLs as the operator writes them (their names
+	// in the peer Service).
+	clusterOf := func(name string, members int, secure bool) *v1alpha1.EtcdCluster {
 		ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(members), TLS: &v1alpha1.TLSSpec{Enabled: false}}}
+			Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(members), TLS: &v1alpha1.TLSSpec{Enabled: secure}, Auth: &v1alpha1.AuthSpec{Enabled: secure}}}
 		must(c.Create(ctx, ec))
 		cc := v1alpha1.ClusterConfig{Name: name, Namespace: ns}
 		sts := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: name, UID: types.UID(name + "-sts"), Controller: ptrTo(true)}
+		scheme := "http"
+		if secure {
+			scheme = "https"
+		}
 		for i := 0; i < members; i++ {
 			m := fmt.Sprintf("%s-%d", name, i)
-			cc.Members = append(cc.Members, v1alpha1.MemberConfig{Name: m, ClientURL: fmt.Sprintf("http://%s.%s-peer.%s.svc:2379", m, name, ns)})
+			cc.Members = append(cc.Members, v1alpha1.MemberConfig{Name: m, ClientURL: fmt.Sprintf("%s://%s.%s-peer.%s.svc:2379", scheme, m, name, ns)})
 			must(c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: m, Labels: map[string]string{v1alpha1.LabelCluster: name},
 				OwnerReferences: []metav1.OwnerReference{sts}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: "steward"}}}}))
 		}
@@ -310,7 +317,7 @@ func TestKubectlPlugin(t *testing.T) {
 			return d.DialContext(ctx, "tcp", listen[pod])
 		}
 		t.Cleanup(func() { tunnel = nil })
-		clusterOf("kv", 3)
+		clusterOf("kv", 3, false)
 		leader := func() string {
 			t.Helper()
 			st, err := ms[0].Client.Status(ctx, ms[0].Endpoint)
@@ -397,6 +404,88 @@ func TestKubectlPlugin(t *testing.T) {
 		mu.Unlock()
 	})
 
+	t.Run("move-leader with TLS and authentication", func(t *testing.T) {
+		// As a cluster runs by default: etcd takes only clients with a certificate of the
+		// cluster's CA and logs them in as root with the password; the members' certificate
+		// names them in the peer Service.
+		now := time.Now()
+		ca, err := pki.NewCA("kvt-ca", now, pki.CAValidity)
+		mustIn(t, err)
+		var hosts []string
+		for i := 0; i < 3; i++ {
+			hosts = append(hosts, fmt.Sprintf("kvt-%d.kvt-peer.%s.svc", i, ns))
+		}
+		serverDir, adminDir := filepath.Join(t.TempDir(), "server"), filepath.Join(t.TempDir(), "admin")
+		serverCert, serverKey, err := ca.Issue(pki.Leaf{CommonName: pki.MemberCN, DNSNames: hosts, IPs: []net.IP{net.ParseIP("127.0.0.1")}}, now, pki.LeafValidity)
+		mustIn(t, err)
+		mustIn(t, pki.WriteDir(serverDir, serverCert, serverKey, ca.CertPEM))
+		clientCert, clientKey, err := ca.Issue(pki.ClientLeaf(), now, pki.LeafValidity)
+		mustIn(t, err)
+		mustIn(t, pki.WriteDir(adminDir, clientCert, clientKey, ca.CertPEM))
+		ms := testutil.Cluster(t, 3, func(cfg *embed.Config) {
+			cfg.Name = strings.Replace(cfg.Name, "m", "kvt-", 1)
+			cfg.ListenClientUrls[0].Scheme = "https"
+			u, _ := url.Parse(fmt.Sprintf("https://%s.kvt-peer.%s.svc:2379", cfg.Name, ns))
+			cfg.AdvertiseClientUrls = []url.URL{*u}
+			cfg.ClientTLSInfo = transport.TLSInfo{CertFile: filepath.Join(serverDir, pki.CertFile), KeyFile: filepath.Join(serverDir, pki.KeyFile),
+				TrustedCAFile: filepath.Join(serverDir, pki.CAFile), ClientCertAuth: true}
+		})
+		listen := map[string]string{}
+		for i, m := range ms {
+			u, _ := url.Parse(m.Endpoint)
+			listen[fmt.Sprintf("kvt-%d", i)] = u.Host
+		}
+		admin, err := etcdutil.Dialer{TLSDir: adminDir}.New([]string{ms[0].Endpoint}, 5*time.Second)
+		mustIn(t, err)
+		defer admin.Close()
+		const password = "kvt-root-secret"
+		_, err = admin.UserAdd(ctx, etcdutil.RootUser, password)
+		mustIn(t, err)
+		_, err = admin.UserGrantRole(ctx, etcdutil.RootUser, etcdutil.RootUser)
+		mustIn(t, err)
+		_, err = admin.AuthEnable(ctx)
+		mustIn(t, err)
+		tunnel = func(ctx context.Context, pod string, port int) (net.Conn, error) {
+			if port != 2379 || listen[pod] == "" {
+				return nil, fmt.Errorf("no member pod %s port %d", pod, port)
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", listen[pod])
+		}
+		t.Cleanup(func() { tunnel = nil })
+
+		ec := clusterOf("kvt", 3, true)
+		owner := []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: "kvt", UID: ec.UID, Controller: ptrTo(true)}}
+		mustIn(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kvt-client-tls", OwnerReferences: owner},
+			Data: map[string][]byte{pki.CertFile: clientCert, pki.KeyFile: clientKey, pki.CAFile: ca.CertPEM}}))
+		pw := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kvt-root-password", OwnerReferences: owner},
+			Data: map[string][]byte{v1alpha1.RootPasswordKey: []byte("a wrong password")}}
+		mustIn(t, c.Create(ctx, pw))
+		ec.Status.ClientCertificateSecret, ec.Status.RootPasswordSecret = "kvt-client-tls", "kvt-root-password"
+		mustIn(t, c.Status().Update(ctx, ec))
+
+		if _, err := run("move-leader", "kvt"); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+			t.Errorf("move-leader with a wrong root password: %v", err)
+		}
+		pw.Data[v1alpha1.RootPasswordKey] = []byte(password)
+		mustIn(t, c.Update(ctx, pw))
+		st, err := admin.Status(ctx, ms[0].Endpoint)
+		mustIn(t, err)
+		target := "kvt-0"
+		if uint64(ms[0].Etcd.Server.MemberID()) == st.Leader {
+			target = "kvt-1"
+		}
+		out, err := run("move-leader", "kvt", target, "-o", "json")
+		if err != nil {
+			t.Fatalf("move-leader kvt %s: %v\n%s", target, err, out)
+		}
+		var moved leaderMove
+		mustIn(t, json.Unmarshal([]byte(out), &moved))
+		if moved.After != target || !moved.Moved {
+			t.Errorf("move-leader kvt %s printed %+v", target, moved)
+		}
+	})
+
 	t.Run("move-leader and defrag refuse", func(t *testing.T) {
 		reached := []string{}
 		tunnel = func(_ context.Context, pod string, _ int) (net.Conn, error) {
@@ -412,7 +501,7 @@ func TestKubectlPlugin(t *testing.T) {
 			t.Errorf("a planted ConfigMap: %v", err)
 		}
 		// A member URL whose pod is not the cluster's (the pod web-1 of the destroy test).
-		ec := clusterOf("stray", 1)
+		ec := clusterOf("stray", 1, false)
 		var cm corev1.ConfigMap
 		mustIn(t, c.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.ConfigMapName("stray")}, &cm))
 		cm.Data[v1alpha1.ClusterConfigKey] = "members: [{name: web-1, clientURL: 'http://web-1.stray-peer.plugin.svc:2379'}]"
