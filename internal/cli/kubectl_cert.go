@@ -105,7 +105,7 @@ logs in with the root password) and steward-member (a member's: it would be take
 			}
 			trust := clientSecret.Data[pki.CAFile]
 			if len(trust) == 0 {
-				return fmt.Errorf("Secret %s/%s has no %s: wait for the operator to issue it", ec.Namespace, clientSecret.Name, pki.CAFile)
+				return fmt.Errorf("the Secret %s/%s has no %s: wait for the operator to issue it", ec.Namespace, clientSecret.Name, pki.CAFile)
 			}
 			certPEM, keyPEM, err := ca.Issue(pki.Leaf{CommonName: user, ClientOnly: true}, time.Now(), validity)
 			if err != nil {
@@ -151,7 +151,7 @@ func (k *kube) ownedSecret(ctx context.Context, ec *v1alpha1.EtcdCluster, name s
 		return nil, fmt.Errorf("reading Secret %s/%s of EtcdCluster %s: %w", ec.Namespace, name, ec.Name, err)
 	}
 	if !metav1.IsControlledBy(&s, ec) {
-		return nil, fmt.Errorf("Secret %s/%s was not made by EtcdCluster %s: it is not used", ec.Namespace, name, ec.Name)
+		return nil, fmt.Errorf("the Secret %s/%s was not made by EtcdCluster %s: it is not used", ec.Namespace, name, ec.Name)
 	}
 	return &s, nil
 }

@@ -153,7 +153,7 @@ func (k *kube) secretValue(ctx context.Context, name, key string) ([]byte, error
 		return nil, fmt.Errorf("reading Secret %s/%s: %w", k.ns, name, err)
 	}
 	if len(s.Data[key]) == 0 {
-		return nil, fmt.Errorf("Secret %s/%s has no key %s", k.ns, name, key)
+		return nil, fmt.Errorf("the Secret %s/%s has no key %s", k.ns, name, key)
 	}
 	return s.Data[key], nil
 }
