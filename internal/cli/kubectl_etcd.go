@@ -170,7 +170,7 @@ func newKubectlMoveLeaderCommand(f *kubeFlags) *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use:   "move-leader CLUSTER [MEMBER]",
-		Short: "Hand etcd's leadership to MEMBER, or to the healthiest other voter",
+		Short: "Hand etcd's leadership to MEMBER, or to the voter furthest along",
 		Long: `Hand etcd's leadership to MEMBER (a voter of the cluster), or, without one, to the voter
 furthest along. Writes pause for an election's worth of time. The plugin reaches the members
 through a port-forward (it needs pods/portforward and to read the cluster's client certificate
