@@ -19,14 +19,18 @@ import (
 // kubeFlags are the connection flags every plugin verb takes, as kubectl's own.
 type kubeFlags struct {
 	kubeconfig, context, namespace string
+	// tunnel, when set, replaces the port-forward to member pods (tests reach their own etcd).
+	tunnel tunnel
 }
 
-// kube is a plugin verb's connection: the API, the namespace it works in, and the core
-// client for what the controller-runtime client cannot do (pod logs).
+// kube is a plugin verb's connection: the API, the namespace it works in, the core client
+// for what the controller-runtime client cannot do (pod logs), and the tunnel to a member
+// pod's ports (a port-forward; tests give their own).
 type kube struct {
-	c    client.Client
-	core kubernetes.Interface
-	ns   string
+	c      client.Client
+	core   kubernetes.Interface
+	ns     string
+	tunnel tunnel
 }
 
 func (f *kubeFlags) connect() (*kube, error) {
@@ -55,7 +59,11 @@ func (f *kubeFlags) connect() (*kube, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kube{c: c, core: core, ns: ns}, nil
+	t := f.tunnel
+	if t == nil {
+		t = portForward(cfg, core, ns)
+	}
+	return &kube{c: c, core: core, ns: ns, tunnel: t}, nil
 }
 
 // connectTo connects and reads the EtcdCluster name, as most verbs begin.
@@ -81,13 +89,16 @@ func (k *kube) cluster(ctx context.Context, name string) (*v1alpha1.EtcdCluster,
 }
 
 // newKubectlCommand is the plugin's command tree, as `kubectl-steward` and as `steward kubectl`.
-func newKubectlCommand(use string) *cobra.Command {
-	f := &kubeFlags{}
+func newKubectlCommand(use string) *cobra.Command { return newKubectlTree(use, &kubeFlags{}) }
+
+func newKubectlTree(use string, f *kubeFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: "Operate Steward's etcd clusters on Kubernetes (also a kubectl plugin: kubectl steward)",
 		Long: `Operate the EtcdClusters of Steward's operator: their status, backups, restores,
-hibernation and members, through the API server (nothing here talks to etcd directly).
+hibernation, members and certificates, through the API server. move-leader and defrag reach
+the members' etcd through a port-forward of the API server, with the cluster's own client
+credentials; everything else only reads and writes Kubernetes objects.
 Installed as kubectl-steward on the PATH, it is the kubectl plugin "kubectl steward".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -97,7 +108,8 @@ Installed as kubectl-steward on the PATH, it is the kubectl plugin "kubectl stew
 	pf.StringVar(&f.context, "context", "", "kubeconfig context (default: the current one)")
 	pf.StringVarP(&f.namespace, "namespace", "n", "", "namespace of the cluster (default: the context's)")
 	cmd.AddCommand(newKubectlStatusCommand(f), newKubectlBackupCommand(f), newKubectlRestoreCommand(f),
-		newKubectlHibernateCommand(f), newKubectlDestroyCommand(f), newKubectlReportCommand(f), newKubectlLogsCommand(f))
+		newKubectlHibernateCommand(f), newKubectlDestroyCommand(f), newKubectlReportCommand(f), newKubectlLogsCommand(f),
+		newKubectlMoveLeaderCommand(f), newKubectlDefragCommand(f), newKubectlCertificateCommand(f))
 	return cmd
 }
 

@@ -177,14 +177,9 @@ only the pod and volume read at the start (their UIDs are checked on delete).`,
 			if err != nil {
 				return err
 			}
-			var pod corev1.Pod
-			if err := k.c.Get(ctx, types.NamespacedName{Namespace: k.ns, Name: args[0]}, &pod); err != nil {
-				return fmt.Errorf("reading pod %s/%s: %w", k.ns, args[0], err)
-			}
-			clusterName := pod.Labels[v1alpha1.LabelCluster]
-			owner := metav1.GetControllerOf(&pod)
-			if clusterName == "" || owner == nil || owner.Kind != "StatefulSet" || owner.Name != clusterName {
-				return fmt.Errorf("pod %s/%s is not a member of a Steward cluster: nothing done", k.ns, pod.Name)
+			pod, clusterName, err := k.memberPod(ctx, args[0])
+			if err != nil {
+				return err
 			}
 			var pvc corev1.PersistentVolumeClaim
 			pvcName := "data-" + pod.Name
@@ -206,7 +201,7 @@ only the pod and volume read at the start (their UIDs are checked on delete).`,
 				}
 				fmt.Fprintf(w, "PersistentVolumeClaim %s deleted (it goes once its pod is gone)\n", pvcName)
 			}
-			if err := k.c.Delete(ctx, &pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+			if err := k.c.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("deleting pod %s/%s: %w", k.ns, pod.Name, err)
 			}
 			fmt.Fprintf(w, "pod %s deleted: the operator replaces member %s with a new one (watch: kubectl steward status %s)\n", pod.Name, pod.Name, clusterName)
@@ -215,6 +210,21 @@ only the pod and volume read at the start (their UIDs are checked on delete).`,
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "delete without asking: the member's data is lost for good")
 	return cmd
+}
+
+// memberPod reads pod name, fresh, and the cluster it is a member of: only a pod of a Steward
+// cluster (its label, and its StatefulSet as controller) is one.
+func (k *kube) memberPod(ctx context.Context, name string) (*corev1.Pod, string, error) {
+	var pod corev1.Pod
+	if err := k.c.Get(ctx, types.NamespacedName{Namespace: k.ns, Name: name}, &pod); err != nil {
+		return nil, "", fmt.Errorf("reading pod %s/%s: %w", k.ns, name, err)
+	}
+	clusterName := pod.Labels[v1alpha1.LabelCluster]
+	owner := metav1.GetControllerOf(&pod)
+	if clusterName == "" || owner == nil || owner.Kind != "StatefulSet" || owner.Name != clusterName {
+		return nil, "", fmt.Errorf("pod %s/%s is not a member of a Steward cluster: nothing done", k.ns, pod.Name)
+	}
+	return &pod, clusterName, nil
 }
 
 func newKubectlLogsCommand(f *kubeFlags) *cobra.Command {

@@ -5,19 +5,30 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/etcdutil"
+	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/operator"
+	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 )
 
 // TestKubectlPlugin runs the plugin's verbs against a real API server, with the objects the
@@ -58,11 +70,19 @@ func TestKubectlPlugin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// tunnel stands in for the port-forward to member pods (no kubelet runs here); the
+	// subtests that reach etcd set it.
+	var tunnel tunnel
 	run := func(args ...string) (string, error) {
-		cmd := newKubectlCommand("kubectl-steward")
-		var out bytes.Buffer
+		cmd := newKubectlTree("kubectl-steward", &kubeFlags{tunnel: func(ctx context.Context, pod string, port int) (net.Conn, error) {
+			if tunnel == nil {
+				return nil, fmt.Errorf("no tunnel to pod %s in this test", pod)
+			}
+			return tunnel(ctx, pod, port)
+		}})
+		var out, progress bytes.Buffer
 		cmd.SetOut(&out)
-		cmd.SetErr(&out)
+		cmd.SetErr(&progress) // -o json stays parseable
 		cmd.SetArgs(append([]string{"--kubeconfig", api.Kubeconfig, "-n", ns}, args...))
 		err := cmd.ExecuteContext(ctx)
 		return out.String(), err
@@ -242,6 +262,367 @@ func TestKubectlPlugin(t *testing.T) {
 			t.Error("a second report overwrote the first")
 		}
 	})
+
+	// clusterOf creates EtcdCluster name, with TLS and authentication (secure) or without,
+	// with what the operator would have made for its members: the pods of its StatefulSet and
+	// its ConfigMap listing the members' client URLs as the operator writes them (their names
+	// in the peer Service).
+	clusterOf := func(name string, members int, secure bool) *v1alpha1.EtcdCluster {
+		ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(members), TLS: &v1alpha1.TLSSpec{Enabled: secure}, Auth: &v1alpha1.AuthSpec{Enabled: secure}}}
+		must(c.Create(ctx, ec))
+		cc := v1alpha1.ClusterConfig{Name: name, Namespace: ns}
+		sts := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: name, UID: types.UID(name + "-sts"), Controller: ptrTo(true)}
+		scheme := "http"
+		if secure {
+			scheme = "https"
+		}
+		for i := 0; i < members; i++ {
+			m := fmt.Sprintf("%s-%d", name, i)
+			cc.Members = append(cc.Members, v1alpha1.MemberConfig{Name: m, ClientURL: fmt.Sprintf("%s://%s.%s-peer.%s.svc:2379", scheme, m, name, ns)})
+			must(c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: m, Labels: map[string]string{v1alpha1.LabelCluster: name},
+				OwnerReferences: []metav1.OwnerReference{sts}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: "steward"}}}}))
+		}
+		raw, err := yaml.Marshal(cc)
+		must(err)
+		must(c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ConfigMapName(name),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: name, UID: ec.UID, Controller: ptrTo(true)}}},
+			Data: map[string]string{v1alpha1.ClusterConfigKey: string(raw)}}))
+		return ec
+	}
+
+	t.Run("move-leader and defrag", func(t *testing.T) {
+		// Real etcd members named as the operator names them, advertising the client URLs of
+		// the ConfigMap; the tunnel reaches a member pod's port 2379 at its member's listener.
+		ms := testutil.Cluster(t, 3, func(cfg *embed.Config) {
+			cfg.Name = strings.Replace(cfg.Name, "m", "kv-", 1)
+			u, _ := url.Parse(fmt.Sprintf("http://%s.kv-peer.%s.svc:2379", cfg.Name, ns))
+			cfg.AdvertiseClientUrls = []url.URL{*u}
+		})
+		listen := map[string]string{}
+		for i, m := range ms {
+			u, _ := url.Parse(m.Endpoint)
+			listen[fmt.Sprintf("kv-%d", i)] = u.Host
+		}
+		var mu sync.Mutex
+		reached := map[string]bool{}
+		tunnel = func(ctx context.Context, pod string, port int) (net.Conn, error) {
+			if port != 2379 || listen[pod] == "" {
+				return nil, fmt.Errorf("no member pod %s port %d", pod, port)
+			}
+			mu.Lock()
+			reached[pod] = true
+			mu.Unlock()
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", listen[pod])
+		}
+		t.Cleanup(func() { tunnel = nil })
+		clusterOf("kv", 3, false)
+		leader := func() string {
+			t.Helper()
+			st, err := ms[0].Client.Status(ctx, ms[0].Endpoint)
+			mustIn(t, err)
+			for i, m := range ms {
+				if uint64(m.Etcd.Server.MemberID()) == st.Leader {
+					return fmt.Sprintf("kv-%d", i)
+				}
+			}
+			t.Fatalf("leader %x is none of the members", st.Leader)
+			return ""
+		}
+		other := func(not string) string {
+			for _, n := range []string{"kv-0", "kv-1", "kv-2"} {
+				if n != not {
+					return n
+				}
+			}
+			return ""
+		}
+
+		before := leader()
+		target := other(before)
+		out, err := run("move-leader", "kv", target, "-o", "json")
+		if err != nil {
+			t.Fatalf("move-leader kv %s: %v\n%s", target, err, out)
+		}
+		var moved leaderMove
+		mustIn(t, json.Unmarshal([]byte(out), &moved))
+		if moved != (leaderMove{Cluster: "kv", Before: before, After: target, Moved: true}) {
+			t.Errorf("move-leader kv %s printed %+v; %s led before", target, moved, before)
+		}
+		if now := leader(); now != target {
+			t.Errorf("after move-leader kv %s, etcd says %s leads", target, now)
+		}
+		out, err = run("move-leader", "kv")
+		if err != nil || !strings.Contains(out, target) {
+			t.Fatalf("move-leader kv (%v):\n%s", err, out)
+		}
+		if now := leader(); now == target {
+			t.Errorf("move-leader kv without a member left the leadership with %s", now)
+		}
+		if _, err := run("move-leader", "kv", "kv-9"); err == nil || !strings.Contains(err.Error(), `no member named "kv-9"`) {
+			t.Errorf("move-leader to a member that does not exist: %v", err)
+		}
+
+		// One member by name: the leader, whose leadership moves away first.
+		lead := leader()
+		out, err = run("defrag", "kv", lead, "-o", "json")
+		if err != nil {
+			t.Fatalf("defrag kv %s: %v\n%s", lead, err, out)
+		}
+		var res maintenance.Result
+		mustIn(t, json.Unmarshal([]byte(out), &res))
+		if len(res.Members) != 1 || res.Members[0].Name != lead || res.Members[0].MovedTo == "" {
+			t.Errorf("defrag kv %s (the leader): %+v", lead, res.Members)
+		}
+		if now := leader(); now == lead {
+			t.Errorf("defrag kv %s: it still leads; leadership should have moved before its defragmentation", lead)
+		}
+		// Every member, one at a time, the leader last.
+		lead = leader()
+		out, err = run("defrag", "kv", "--all", "-o", "json")
+		if err != nil {
+			t.Fatalf("defrag kv --all: %v\n%s", err, out)
+		}
+		res = maintenance.Result{}
+		mustIn(t, json.Unmarshal([]byte(out), &res))
+		if len(res.Members) != 3 || res.Members[2].Name != lead || res.Members[0].WasLeader || res.Members[1].WasLeader {
+			t.Errorf("defrag kv --all (%s led): %+v", lead, res.Members)
+		}
+		for _, args := range [][]string{{"defrag", "kv"}, {"defrag", "kv", "kv-1", "--all"}} {
+			if _, err := run(args...); err == nil || !strings.Contains(err.Error(), "name a member") {
+				t.Errorf("%v: %v", args, err)
+			}
+		}
+		if _, err := run("defrag", "kv", "kv-7"); err == nil || !strings.Contains(err.Error(), `no member named "kv-7"`) {
+			t.Errorf("defrag of a member that does not exist: %v", err)
+		}
+		mu.Lock()
+		if len(reached) != 3 {
+			t.Errorf("the tunnel reached %v, want the three member pods", reached)
+		}
+		mu.Unlock()
+	})
+
+	t.Run("move-leader with TLS and authentication", func(t *testing.T) {
+		// As a cluster runs by default: etcd takes only clients with a certificate of the
+		// cluster's CA and logs them in as root with the password; the members' certificate
+		// names them in the peer Service.
+		now := time.Now()
+		ca, err := pki.NewCA("kvt-ca", now, pki.CAValidity)
+		mustIn(t, err)
+		var hosts []string
+		for i := 0; i < 3; i++ {
+			hosts = append(hosts, fmt.Sprintf("kvt-%d.kvt-peer.%s.svc", i, ns))
+		}
+		serverDir, adminDir := filepath.Join(t.TempDir(), "server"), filepath.Join(t.TempDir(), "admin")
+		serverCert, serverKey, err := ca.Issue(pki.Leaf{CommonName: pki.MemberCN, DNSNames: hosts, IPs: []net.IP{net.ParseIP("127.0.0.1")}}, now, pki.LeafValidity)
+		mustIn(t, err)
+		mustIn(t, pki.WriteDir(serverDir, serverCert, serverKey, ca.CertPEM))
+		clientCert, clientKey, err := ca.Issue(pki.ClientLeaf(), now, pki.LeafValidity)
+		mustIn(t, err)
+		mustIn(t, pki.WriteDir(adminDir, clientCert, clientKey, ca.CertPEM))
+		ms := testutil.Cluster(t, 3, func(cfg *embed.Config) {
+			cfg.Name = strings.Replace(cfg.Name, "m", "kvt-", 1)
+			cfg.ListenClientUrls[0].Scheme = "https"
+			u, _ := url.Parse(fmt.Sprintf("https://%s.kvt-peer.%s.svc:2379", cfg.Name, ns))
+			cfg.AdvertiseClientUrls = []url.URL{*u}
+			cfg.ClientTLSInfo = transport.TLSInfo{CertFile: filepath.Join(serverDir, pki.CertFile), KeyFile: filepath.Join(serverDir, pki.KeyFile),
+				TrustedCAFile: filepath.Join(serverDir, pki.CAFile), ClientCertAuth: true}
+		})
+		listen := map[string]string{}
+		for i, m := range ms {
+			u, _ := url.Parse(m.Endpoint)
+			listen[fmt.Sprintf("kvt-%d", i)] = u.Host
+		}
+		admin, err := etcdutil.Dialer{TLSDir: adminDir}.New([]string{ms[0].Endpoint}, 5*time.Second)
+		mustIn(t, err)
+		defer admin.Close()
+		const password = "kvt-root-secret"
+		_, err = admin.UserAdd(ctx, etcdutil.RootUser, password)
+		mustIn(t, err)
+		_, err = admin.UserGrantRole(ctx, etcdutil.RootUser, etcdutil.RootUser)
+		mustIn(t, err)
+		_, err = admin.AuthEnable(ctx)
+		mustIn(t, err)
+		tunnel = func(ctx context.Context, pod string, port int) (net.Conn, error) {
+			if port != 2379 || listen[pod] == "" {
+				return nil, fmt.Errorf("no member pod %s port %d", pod, port)
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", listen[pod])
+		}
+		t.Cleanup(func() { tunnel = nil })
+
+		ec := clusterOf("kvt", 3, true)
+		owner := []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: "kvt", UID: ec.UID, Controller: ptrTo(true)}}
+		mustIn(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kvt-client-tls", OwnerReferences: owner},
+			Data: map[string][]byte{pki.CertFile: clientCert, pki.KeyFile: clientKey, pki.CAFile: ca.CertPEM}}))
+		pw := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kvt-root-password", OwnerReferences: owner},
+			Data: map[string][]byte{v1alpha1.RootPasswordKey: []byte("a wrong password")}}
+		mustIn(t, c.Create(ctx, pw))
+		ec.Status.ClientCertificateSecret, ec.Status.RootPasswordSecret = "kvt-client-tls", "kvt-root-password"
+		mustIn(t, c.Status().Update(ctx, ec))
+
+		if _, err := run("move-leader", "kvt"); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+			t.Errorf("move-leader with a wrong root password: %v", err)
+		}
+		pw.Data[v1alpha1.RootPasswordKey] = []byte(password)
+		mustIn(t, c.Update(ctx, pw))
+		st, err := admin.Status(ctx, ms[0].Endpoint)
+		mustIn(t, err)
+		target := "kvt-0"
+		if uint64(ms[0].Etcd.Server.MemberID()) == st.Leader {
+			target = "kvt-1"
+		}
+		out, err := run("move-leader", "kvt", target, "-o", "json")
+		if err != nil {
+			t.Fatalf("move-leader kvt %s: %v\n%s", target, err, out)
+		}
+		var moved leaderMove
+		mustIn(t, json.Unmarshal([]byte(out), &moved))
+		if moved.After != target || !moved.Moved {
+			t.Errorf("move-leader kvt %s printed %+v", target, moved)
+		}
+	})
+
+	t.Run("move-leader and defrag refuse", func(t *testing.T) {
+		reached := []string{}
+		tunnel = func(_ context.Context, pod string, _ int) (net.Conn, error) {
+			reached = append(reached, pod)
+			return nil, fmt.Errorf("refused")
+		}
+		t.Cleanup(func() { tunnel = nil })
+		// A ConfigMap under the cluster's name that the cluster did not make.
+		mustIn(t, c.Create(ctx, &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "planted"}, Spec: v1alpha1.EtcdClusterSpec{Replicas: 1}}))
+		mustIn(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ConfigMapName("planted")},
+			Data: map[string]string{v1alpha1.ClusterConfigKey: "members: [{name: web-1, clientURL: 'http://web-1:2379'}]"}}))
+		if _, err := run("move-leader", "planted"); err == nil || !strings.Contains(err.Error(), "was not made by EtcdCluster planted") {
+			t.Errorf("a planted ConfigMap: %v", err)
+		}
+		// A member URL whose pod is not the cluster's (the pod web-1 of the destroy test).
+		ec := clusterOf("stray", 1, false)
+		var cm corev1.ConfigMap
+		mustIn(t, c.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.ConfigMapName("stray")}, &cm))
+		cm.Data[v1alpha1.ClusterConfigKey] = "members: [{name: web-1, clientURL: 'http://web-1.stray-peer.plugin.svc:2379'}]"
+		mustIn(t, c.Update(ctx, &cm))
+		if _, err := run("move-leader", "stray"); err == nil || !strings.Contains(err.Error(), "web-1 is not a member of a Steward cluster") {
+			t.Errorf("a member whose pod is not the cluster's: %v", err)
+		}
+		// Hibernating: the members are the operator's.
+		ec.Annotations = map[string]string{v1alpha1.AnnotationHibernate: "true"}
+		mustIn(t, c.Update(ctx, ec))
+		if _, err := run("defrag", "stray", "--all"); err == nil || !strings.Contains(err.Error(), "hibernates") {
+			t.Errorf("defrag of a hibernating cluster: %v", err)
+		}
+		if len(reached) != 0 {
+			t.Errorf("refused verbs reached pods %v", reached)
+		}
+	})
+
+	t.Run("certificate", func(t *testing.T) {
+		ca, err := pki.NewCA("secure-ca", time.Now(), 365*24*time.Hour)
+		mustIn(t, err)
+		next, err := pki.NewCA("secure-ca-next", time.Now(), 365*24*time.Hour)
+		mustIn(t, err)
+		caKey, err := ca.KeyPEM()
+		mustIn(t, err)
+		// A cluster with its own CA, amid a rollover: the members trust both CAs.
+		secure := func(name string, tls v1alpha1.TLSSpec, owned bool) *v1alpha1.EtcdCluster {
+			ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.EtcdClusterSpec{Replicas: 1, TLS: &tls}}
+			mustIn(t, c.Create(ctx, ec))
+			var owners []metav1.OwnerReference
+			if owned {
+				owners = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: name, UID: ec.UID, Controller: ptrTo(true)}}
+			}
+			mustIn(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.CASecretName(name), OwnerReferences: owners},
+				Data: map[string][]byte{pki.CertFile: ca.CertPEM, pki.KeyFile: caKey}}))
+			mustIn(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ClientCertificateSecretName(name), OwnerReferences: owners},
+				Data: map[string][]byte{pki.CAFile: append(slices.Clone(ca.CertPEM), next.CertPEM...)}}))
+			ec.Status.CA = &v1alpha1.CAStatus{Fingerprint: pki.Fingerprint(ca.Cert), NotAfter: metav1.NewTime(ca.Cert.NotAfter)}
+			ec.Status.ClientCertificateSecret = v1alpha1.ClientCertificateSecretName(name)
+			ec.Status.Endpoints.Client = "https://" + name + "-client." + ns + ".svc:2379"
+			mustIn(t, c.Status().Update(ctx, ec))
+			return ec
+		}
+		ec := secure("secure", v1alpha1.TLSSpec{Enabled: true}, true)
+		dir := filepath.Join(t.TempDir(), "alice")
+		out, err := run("certificate", "secure", "alice", "--dir", dir, "--validity", "48h", "-o", "json")
+		if err != nil {
+			t.Fatalf("certificate secure alice: %v\n%s", err, out)
+		}
+		var issued issuedCertificate
+		mustIn(t, json.Unmarshal([]byte(out), &issued))
+		if issued.User != "alice" || issued.Key != filepath.Join(dir, "tls.key") || issued.CAFingerprint != pki.Fingerprint(ca.Cert) ||
+			issued.Endpoint != ec.Status.Endpoints.Client || time.Until(issued.NotAfter) > 48*time.Hour || time.Until(issued.NotAfter) < 47*time.Hour {
+			t.Errorf("certificate printed %+v", issued)
+		}
+		if fi, err := os.Stat(issued.Key); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the key file: %v, mode %v", err, fi.Mode())
+		}
+		certPEM, err := os.ReadFile(issued.Cert)
+		mustIn(t, err)
+		bundle, err := os.ReadFile(issued.CA)
+		mustIn(t, err)
+		if !bytes.Equal(bundle, append(slices.Clone(ca.CertPEM), next.CertPEM...)) {
+			t.Errorf("ca.crt is not the CAs the members trust:\n%s", bundle)
+		}
+		pair, err := tls.LoadX509KeyPair(issued.Cert, issued.Key)
+		mustIn(t, err)
+		certs, err := pki.ParseCerts(certPEM)
+		mustIn(t, err)
+		roots := x509.NewCertPool()
+		roots.AddCert(ca.Cert)
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || certs[0].Subject.CommonName != "alice" || len(pair.Certificate) != 1 {
+			t.Errorf("the certificate: %v, CN %q", err, certs[0].Subject.CommonName)
+		}
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+			t.Error("the client certificate can serve")
+		}
+		if _, err := run("certificate", "secure", "alice", "--dir", dir); err == nil || !strings.Contains(err.Error(), "never overwritten") {
+			t.Errorf("a second certificate into the same directory: %v", err)
+		}
+		if again, _ := os.ReadFile(issued.Cert); !bytes.Equal(again, certPEM) {
+			t.Error("a refused certificate overwrote the first")
+		}
+
+		for _, tc := range []struct {
+			name, cluster, user, want string
+		}{
+			{"root", "secure", "root", "without the root password"},
+			{"the members' name", "secure", pki.MemberCN, "etcd takes for a peer"},
+			{"a name with a slash", "secure", "a/b", "at most 64 characters"},
+			{"no TLS", "kv", "alice", "has no TLS"},
+		} {
+			if _, err := run("certificate", tc.cluster, tc.user, "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+			}
+		}
+		secure("provided", v1alpha1.TLSSpec{Enabled: true, ServerSecret: "mine"}, true)
+		if _, err := run("certificate", "provided", "alice", "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "spec.tls.serverSecret mine") {
+			t.Errorf("certificates of the user's issuer: %v", err)
+		}
+		secure("strange", v1alpha1.TLSSpec{Enabled: true}, false)
+		if _, err := run("certificate", "strange", "alice", "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "was not made by EtcdCluster strange") {
+			t.Errorf("a CA Secret the cluster did not make: %v", err)
+		}
+		ec.Status.CA.Fingerprint = pki.Fingerprint(next.Cert)
+		mustIn(t, c.Status().Update(ctx, ec))
+		empty := t.TempDir()
+		if _, err := run("certificate", "secure", "bob", "--dir", empty); err == nil || !strings.Contains(err.Error(), "not the one EtcdCluster plugin/secure records") {
+			t.Errorf("a CA other than status.ca: %v", err)
+		}
+		if files, _ := os.ReadDir(empty); len(files) != 0 {
+			t.Errorf("a refused certificate wrote %v", files)
+		}
+	})
+}
+
+func mustIn(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -3,8 +3,10 @@ package etcdutil
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,14 @@ type Dialer struct {
 	// (every member's sidecar down) is then still given to root: the leader's sidecar logs in
 	// with the one in force and changes it.
 	InForceFile string
+	// TLS and Password, instead of TLSDir and PasswordFile, are the client's TLS configuration
+	// and root's password held in memory (read from Secrets through the API server).
+	TLS      *tls.Config
+	Password string
+	// Through, when set, carries every connection to a member's address (host:port) instead of
+	// the network: a tunnel, such as a port-forward through the Kubernetes API server. TLS is
+	// still verified against the host dialed.
+	Through func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Config is the client configuration for endpoints.
@@ -44,11 +54,14 @@ func (d Dialer) Config(endpoints []string, dialTimeout time.Duration) (clientv3.
 		// for a minute tries again within seconds, not after gRPC's default backoff of up to 2 min.
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second}})}}
+	tc := d.TLS
 	if d.TLSDir != "" {
-		tc, err := pki.ClientTLS(d.TLSDir)
-		if err != nil {
+		var err error
+		if tc, err = pki.ClientTLS(d.TLSDir); err != nil {
 			return c, err
 		}
+	}
+	if tc != nil {
 		// clientv3 makes its transport credentials of c.TLS; the last ones given win, and these
 		// verify each member's certificate against the host dialed, an IP address included.
 		c.TLS = tc
@@ -60,6 +73,11 @@ func (d Dialer) Config(endpoints []string, dialTimeout time.Duration) (clientv3.
 			return c, err
 		}
 		c.Username, c.Password = RootUser, pw
+	} else if d.Password != "" {
+		c.Username, c.Password = RootUser, d.Password
+	}
+	if d.Through != nil {
+		c.DialOptions = append(c.DialOptions, grpc.WithContextDialer(d.Through))
 	}
 	return c, nil
 }

@@ -51,6 +51,8 @@ type Policy struct {
 	MinReclaim int64
 	// All defragments every member, worth it or not (by hand, or to recover from NOSPACE).
 	All bool
+	// Only, when set, names the one member to defragment, worth it or not (by hand).
+	Only string
 }
 
 // DefaultPolicy is the policy of the scheduled defragmentation.
@@ -60,6 +62,10 @@ var DefaultPolicy = Policy{Threshold: 0.45, MinReclaim: 100 << 20}
 func (p Policy) Worth(m Member) (bool, string) {
 	frag := fmt.Sprintf("%.0f%% of %s free, %s reclaimable", 100*m.Fragmented(), units.Bytes(m.DBSize), units.Bytes(m.Reclaimable()))
 	switch {
+	case p.Only != "" && m.Name != p.Only:
+		return false, "not the member asked for"
+	case p.Only != "":
+		return true, frag + " (asked for by name)"
 	case p.All:
 		return true, frag + " (every member was asked for)"
 	case m.Fragmented() < p.Threshold:
@@ -218,6 +224,17 @@ func leaderOf(members []Member) uint64 {
 		}
 	}
 	return 0
+}
+
+// Leader is the member a majority of the answering members agree leads.
+func Leader(members []Member) (Member, bool) {
+	id := leaderOf(members)
+	for _, m := range members {
+		if id != 0 && m.ID == id {
+			return m, true
+		}
+	}
+	return Member{}, false
 }
 
 // successor is the voter furthest along that can take over from the leader.

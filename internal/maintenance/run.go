@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/etcd-steward/steward/internal/cluster"
+	"slices"
 	"sort"
 	"time"
 
@@ -94,8 +95,12 @@ func Defragment(ctx context.Context, cli *clientv3.Client, o Options) (Result, e
 			return res, err
 		}
 		if first {
+			if only := o.Policy.Only; only != "" && !slices.ContainsFunc(members, func(m Member) bool { return m.Name == only }) {
+				return res, fmt.Errorf("no member named %q: the members are %s", only, names(members))
+			}
 			for _, m := range members {
-				if ok, why := o.Policy.Worth(m); m.Answered && !ok {
+				// Beside a member asked for by name, the others were never candidates.
+				if ok, why := o.Policy.Worth(m); m.Answered && !ok && o.Policy.Only == "" {
 					res.Skipped[m.Name] = why
 				}
 			}

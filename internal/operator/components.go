@@ -504,13 +504,13 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		// members by the ordered rolling update, not as their pods happen to restart.
 		want.Template.Annotations[AnnotationTokenKey] = r.tokenKey
 	}
-	if tlsEnabled(r.ec) {
+	if TLSEnabled(r.ec) {
 		// The CAs the members trust: a change restarts them, as etcd reads them only when it
 		// starts. Without the TLS Secrets this pass, the template keeps what it had.
 		trust := sts.Spec.Template.Annotations[AnnotationTrust]
 		if r.ca != nil {
 			trust = r.ca.Trust
-		} else if providedTLS(r.ec) {
+		} else if ProvidedTLS(r.ec) {
 			// A member made or scaled to now might not be named by the certificate, or trusted.
 			return errors.New("the member pods are not created or changed while the members' certificate Secret is not good (component TLS)")
 		}

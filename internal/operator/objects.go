@@ -111,7 +111,7 @@ func memberDNS(ec *v1alpha1.EtcdCluster, i int) string {
 func etcdCommand(ec *v1alpha1.EtcdCluster) []string {
 	cmd := []string{"/steward", "etcd", "--sidecar", fmt.Sprintf("%s://127.0.0.1:%d", scheme(ec), SidecarPort), "--api-token-file", TokenFile,
 		"--listen-health", fmt.Sprintf("0.0.0.0:%d", HealthPort)}
-	if tlsEnabled(ec) {
+	if TLSEnabled(ec) {
 		cmd = append(cmd, "--sidecar-ca", TLSMount+"/"+pki.CAFile,
 			"--sidecar-server-name", fmt.Sprintf("$(POD_NAME).%s.$(POD_NAMESPACE).svc", peerServiceName(ec)))
 	}
@@ -224,7 +224,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	// the Secret reaches the running containers.
 	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataMount}, {Name: "tmp", MountPath: "/tmp"},
 		{Name: "api-token", MountPath: TokenMount, ReadOnly: true}}
-	if tlsEnabled(ec) {
+	if TLSEnabled(ec) {
 		// Both containers: etcd serves from the certificate, the sidecar dials with it.
 		mounts = append(mounts, corev1.VolumeMount{Name: "tls", MountPath: TLSMount, ReadOnly: true})
 	}
@@ -264,7 +264,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		LivenessProbe:   probe("/healthz", SidecarPort, 6),
 		SecurityContext: secCtx,
 	}
-	if tlsEnabled(ec) {
+	if TLSEnabled(ec) {
 		sidecar.Command = append(sidecar.Command, "--tls-dir", TLSMount)
 	}
 	if authEnabled(ec) {
@@ -314,7 +314,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 			{Name: "api-token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: tokenSecretName(ec),
 				Items: []corev1.KeyToPath{{Key: v1alpha1.SidecarTokenKey, Path: "token"}}, DefaultMode: ptr(int32(0o440))}}}},
 	}
-	if tlsEnabled(ec) {
+	if TLSEnabled(ec) {
 		podSpec.Volumes = append(podSpec.Volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: serverSecretName(ec), DefaultMode: ptr(int32(0o440))}}})
 	}

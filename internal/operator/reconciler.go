@@ -436,11 +436,11 @@ func (r *ClusterReconciler) newStatus(ctx context.Context, ec *v1alpha1.EtcdClus
 // caStatus takes the CA rollover's step and records the CA and its rollover in status.
 func (r *ClusterReconciler) caStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, obs Observation, d Decision, run *run, p *pass, status *v1alpha1.EtcdClusterStatus) {
 	status.CARotation, status.CARotated = ec.Status.CARotation, ec.Status.CARotated
-	if req := ec.Annotations[v1alpha1.AnnotationRotateCA]; providedTLS(ec) && req != "" && req != ec.Status.CARotated {
+	if req := ec.Annotations[v1alpha1.AnnotationRotateCA]; ProvidedTLS(ec) && req != "" && req != ec.Status.CARotated {
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "CARotationRefused", "RotateCA", "CA rollover %q refused: the certificates come from Secret %s (spec.tls.serverSecret), "+
 			"so their issuer rolls the CA over: put both CAs in its ca.crt, issue the certificates from the new CA, then drop the old one from ca.crt", req, ec.Spec.TLS.ServerSecret)
 		status.CARotated = req
-	} else if run.ca != nil && !providedTLS(ec) {
+	} else if run.ca != nil && !ProvidedTLS(ec) {
 		cd := decideCARotation(ec.Annotations[v1alpha1.AnnotationRotateCA], ec.Status.CARotation, ec.Status.CARotated,
 			caState(*run.ca, obs, d), p.now, r.graces().CAPropagation)
 		request := ""
@@ -1132,7 +1132,7 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 			Client: fmt.Sprintf("%s://%s.%s.svc:%d", scheme(ec), clientServiceName(ec), ec.Namespace, ClientPort),
 		},
 	}
-	if tlsEnabled(ec) {
+	if TLSEnabled(ec) {
 		s.ClientCertificateSecret = clientSecretName(ec)
 	}
 	if authEnabled(ec) {

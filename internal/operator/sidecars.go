@@ -266,7 +266,7 @@ func (r *Sidecars) sidecarClient(ctx context.Context, ns, clusterName string) (*
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: clusterName}, &ec); err != nil {
 		return nil, fmt.Errorf("EtcdCluster %s/%s: %w", ns, clusterName, err)
 	}
-	if !tlsEnabled(&ec) {
+	if !TLSEnabled(&ec) {
 		return sidecarapi.NewClient(tokens, r.HTTP), nil
 	}
 	name := serverSecretName(&ec)

@@ -22,23 +22,23 @@ import (
 // etcd serves from it and the sidecar dials with it.
 const TLSMount = "/var/run/steward/tls"
 
-// tlsEnabled: spec.tls says, or where it is left out, the defaults the status records.
-func tlsEnabled(ec *v1alpha1.EtcdCluster) bool {
+// TLSEnabled: spec.tls says, or where it is left out, the defaults the status records.
+func TLSEnabled(ec *v1alpha1.EtcdCluster) bool {
 	if ec.Spec.TLS != nil {
 		return ec.Spec.TLS.Enabled
 	}
 	return ec.Status.Defaults != nil && ec.Status.Defaults.TLS
 }
 
-// providedTLS: the certificates come from Secrets the user keeps (spec.tls.serverSecret), not
+// ProvidedTLS: the certificates come from Secrets the user keeps (spec.tls.serverSecret), not
 // from the cluster's own CA.
-func providedTLS(ec *v1alpha1.EtcdCluster) bool {
-	return tlsEnabled(ec) && ec.Spec.TLS != nil && ec.Spec.TLS.ServerSecret != ""
+func ProvidedTLS(ec *v1alpha1.EtcdCluster) bool {
+	return TLSEnabled(ec) && ec.Spec.TLS != nil && ec.Spec.TLS.ServerSecret != ""
 }
 
 // serverSecretName is the Secret of the members' certificate, which the member pods mount.
 func serverSecretName(ec *v1alpha1.EtcdCluster) string {
-	if providedTLS(ec) {
+	if ProvidedTLS(ec) {
 		return ec.Spec.TLS.ServerSecret
 	}
 	return v1alpha1.ServerCertificateSecretName(ec.Name)
@@ -47,7 +47,7 @@ func serverSecretName(ec *v1alpha1.EtcdCluster) string {
 // clientSecretName is the Secret of the client certificate published in the status: none
 // when the user provides the members' certificate but no client one.
 func clientSecretName(ec *v1alpha1.EtcdCluster) string {
-	if providedTLS(ec) {
+	if ProvidedTLS(ec) {
 		return ec.Spec.TLS.ClientSecret
 	}
 	return v1alpha1.ClientCertificateSecretName(ec.Name)
@@ -55,7 +55,7 @@ func clientSecretName(ec *v1alpha1.EtcdCluster) string {
 
 // scheme is the URL scheme of the cluster's client and peer traffic.
 func scheme(ec *v1alpha1.EtcdCluster) string {
-	if tlsEnabled(ec) {
+	if TLSEnabled(ec) {
 		return "https"
 	}
 	return "http"
@@ -81,10 +81,10 @@ func serverLeaf(ec *v1alpha1.EtcdCluster) pki.Leaf {
 // The kubelet updates the mounted Secret and etcd reads its certificate at every handshake,
 // so a renewal restarts nothing. No key is logged, put in an Event or the status.
 func syncTLS(ctx context.Context, r *run) error {
-	if !tlsEnabled(r.ec) {
+	if !TLSEnabled(r.ec) {
 		return nil
 	}
-	if providedTLS(r.ec) {
+	if ProvidedTLS(r.ec) {
 		return checkProvidedTLS(ctx, r)
 	}
 	next, err := readCASecret(ctx, r, v1alpha1.NextCASecretName(r.ec.Name))
@@ -186,7 +186,7 @@ func memberHosts(ec *v1alpha1.EtcdCluster, n int) []string {
 }
 
 func deleteTLS(ctx context.Context, r *run) error {
-	if providedTLS(r.ec) {
+	if ProvidedTLS(r.ec) {
 		// The user's Secrets are theirs; the operator made none.
 		return nil
 	}

@@ -57,7 +57,7 @@ func specProblem(spec v1alpha1.EtcdClusterSpec) error {
 // have no TLS (it existed before Steward defaulted to TLS). A cluster whose authentication is
 // already on (status.rootPasswordSecret) keeps it.
 func securityProblem(ec *v1alpha1.EtcdCluster) error {
-	if !authEnabled(ec) || tlsEnabled(ec) || ec.Status.RootPasswordSecret != "" {
+	if !authEnabled(ec) || TLSEnabled(ec) || ec.Status.RootPasswordSecret != "" {
 		return nil
 	}
 	return errors.New("spec.auth.enabled: true needs TLS, and this cluster runs without it (status.defaults.tls is false: it existed before Steward defaulted to TLS, " +

@@ -109,7 +109,8 @@ type ClusterMember struct {
 
 // Cluster starts an n-member etcd cluster in this process, on loopback ports and temporary
 // data dirs, and returns its members once every one serves; all stop when the test ends.
-// configure, if given, adjusts each member's configuration.
+// configure, if given, adjusts each member's configuration (its name and advertised URLs
+// included; Endpoint is where it listens).
 func Cluster(t testing.TB, n int, configure ...func(*embed.Config)) []ClusterMember {
 	t.Helper()
 	cfgs := make([]*embed.Config, n)
@@ -123,10 +124,10 @@ func Cluster(t testing.TB, n int, configure ...func(*embed.Config)) []ClusterMem
 		peerURL, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*clientURL}, []url.URL{*clientURL}
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peerURL}, []url.URL{*peerURL}
-		initial = append(initial, cfg.Name+"="+peerURL.String())
 		for _, f := range configure {
 			f(cfg)
 		}
+		initial = append(initial, cfg.Name+"="+cfg.AdvertisePeerUrls[0].String())
 		cfgs[i] = cfg
 	}
 	ms := make([]ClusterMember, n)
@@ -138,7 +139,7 @@ func Cluster(t testing.TB, n int, configure ...func(*embed.Config)) []ClusterMem
 		}
 		stop := sync.OnceFunc(e.Close)
 		t.Cleanup(stop)
-		ms[i] = ClusterMember{Etcd: e, Endpoint: cfg.AdvertiseClientUrls[0].String(), Stop: stop}
+		ms[i] = ClusterMember{Etcd: e, Endpoint: cfg.ListenClientUrls[0].String(), Stop: stop}
 	}
 	deadline := time.After(60 * time.Second)
 	for i := range ms {
