@@ -1,6 +1,7 @@
 # Steward's build and test entry points. `make test` installs what it needs by itself:
 # the Go toolchain comes from the machine; staticcheck and a stock etcdctl/etcdutl are built
-# from the Go module proxy (versions pinned in hack/tools/go.mod) into ./bin.
+# from the Go module proxy (versions pinned in hack/tools/go.mod) into ./bin, and Prometheus'
+# promtool (hack/promtool/go.mod) too.
 
 GO      ?= go
 BIN     := $(CURDIR)/bin
@@ -22,9 +23,18 @@ all: build
 build:
 	$(GO) build -o $(BIN)/steward ./cmd/steward
 
-tools:
+tools: $(BIN)/promtool
 	@mkdir -p $(BIN)
 	cd hack/tools && GOBIN=$(BIN) $(GO) install $(TOOLPKG)
+
+# promtool checks and unit-tests deploy/monitoring's alerting rules (test/monitoring). Its own
+# module, so that Prometheus' dependencies do not move the etcd tools' versions; without the
+# service discoveries (remove_all_sd), which the rules' tests do not use. Built once, reused
+# while there.
+$(BIN)/promtool: hack/promtool/go.mod
+	@mkdir -p $(BIN)
+	cd hack/promtool && GOBIN=$(BIN) $(GO) install -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool
+	@touch $@
 
 KUBE_TOOLS := $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(K8S_BIN)/helm $(BIN)/controller-gen
 K8S_NODE   := kube-controller-manager kube-scheduler kubelet kube-proxy

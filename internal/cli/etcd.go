@@ -33,7 +33,8 @@ name its certificate carries when the URL names another (a sidecar reached over 
 Standalone it takes an etcd configuration file
 (--config-file, etcd's own format) or the flags below.
 
---listen-health serves /readyz (200 only when a linearizable read succeeds) and /livez.
+--listen-health serves /readyz (200 only when a linearizable read succeeds), /livez and
+etcd's Prometheus metrics (/metrics), all in plain HTTP.
 On SIGTERM or SIGINT it stops cleanly and leaves a clean-shutdown marker in the data dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -97,7 +98,7 @@ On SIGTERM or SIGINT it stops cleanly and leaves a clean-shutdown marker in the 
 	f.StringVar(&sidecarCA, "sidecar-ca", "", "CAs to trust (PEM) when --sidecar is an https URL: the member's ca.crt")
 	f.StringVar(&sidecarServerName, "sidecar-server-name", "", "name the sidecar's certificate carries, when not the --sidecar URL's host")
 	f.StringVar(&configFile, "config-file", "", "etcd configuration file (etcd's YAML format)")
-	f.StringVar(&healthListen, "listen-health", "", "host:port to serve /readyz and /livez on")
+	f.StringVar(&healthListen, "listen-health", "", "host:port to serve /readyz, /livez and etcd's /metrics on (plain HTTP)")
 	f.StringVar(&logLevel, "log-level", "info", "log level of steward's own messages")
 	f.StringVar(&flagCfg.Name, "name", "", "member name (standalone)")
 	f.StringVar(&flagCfg.DataDir, "data-dir", "", "data directory (standalone)")

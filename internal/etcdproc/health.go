@@ -7,14 +7,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 )
 
-// healthHandler serves /livez (the process is up) and /readyz (a linearizable read
-// succeeds, i.e. the member is part of a quorate cluster and caught up enough to serve).
+// healthHandler serves /livez (the process is up), /readyz (a linearizable read succeeds,
+// i.e. the member is part of a quorate cluster and caught up enough to serve) and etcd's
+// /metrics, in plain HTTP: etcd's client URLs serve /metrics only to clients of the cluster's
+// CA when TLS is on, which a Prometheus is not.
 type healthHandler struct {
 	mu     sync.Mutex
 	client *clientv3.Client
@@ -38,6 +41,7 @@ func (h *healthHandler) mux() *http.ServeMux {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	m.HandleFunc("/readyz", h.readyz)
+	m.Handle("/metrics", promhttp.Handler()) // etcd registers its metrics with the default registry
 	return m
 }
 

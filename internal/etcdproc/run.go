@@ -19,7 +19,7 @@ import (
 type Options struct {
 	// Config is the etcd configuration to start with.
 	Config *embed.Config
-	// HealthListen, if set, is the host:port serving /readyz and /livez.
+	// HealthListen, if set, is the host:port serving /readyz, /livez and etcd's /metrics.
 	HealthListen string
 	// StartTimeout bounds how long etcd may take to become ready to serve (joining a cluster
 	// whose other members are still starting takes a while).

@@ -3,6 +3,7 @@ package etcdproc_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -46,6 +47,20 @@ func httpStatus(url string) int {
 	return resp.StatusCode
 }
 
+func httpBody(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
+}
+
 // apiTokens is the sidecar API token of these tests' clusters.
 var apiTokens = sidecarapi.Static{List: []string{strings.Repeat("k", sidecarapi.MinTokenLen)}, From: "the test's token"}
 
@@ -59,8 +74,8 @@ func apiStatus(method, url string) int {
 }
 
 // TestMemberStartsThroughSidecar runs the handshake steward etcd does with its sidecar:
-// POST /v1/init, wait, GET /v1/config, start; then /readyz, a clean stop and its marker, and
-// a restart on the same data that the sidecar recognises as a restart.
+// POST /v1/init, wait, GET /v1/config, start; then /readyz, etcd's /metrics beside it, a clean
+// stop and its marker, and a restart on the same data that the sidecar recognises as a restart.
 func TestMemberStartsThroughSidecar(t *testing.T) {
 	dataDir := t.TempDir()
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))
@@ -106,6 +121,10 @@ func TestMemberStartsThroughSidecar(t *testing.T) {
 		})
 		if code := httpStatus("http://" + health + "/livez"); code != http.StatusOK {
 			t.Fatalf("livez %d", code)
+		}
+		// etcd's own metrics, in plain HTTP on the same port.
+		if m := httpBody(t, "http://"+health+"/metrics"); !strings.Contains(m, "\netcd_server_has_leader 1\n") {
+			t.Fatalf("/metrics of the health port has no etcd_server_has_leader 1:\n%.2000s", m)
 		}
 		return func() {
 			cancel()

@@ -101,6 +101,15 @@ func parseDefragSchedule(s string) (cron.Schedule, error) {
 	return sched, nil
 }
 
+// What starts a defragmentation round, and how it ends (labels of steward_defrag_rounds_total).
+const (
+	defragTriggerSchedule = "schedule"
+	defragTriggerNoSpace  = "NOSPACE"
+	defragCompleted       = "completed"
+	defragPostponed       = "postponed"
+	defragFailed          = "failed"
+)
+
 type housekeepingMetrics struct {
 	rounds    *prometheus.CounterVec
 	reclaimed prometheus.Counter
@@ -120,6 +129,12 @@ func newHousekeepingMetrics(reg *prometheus.Registry) *housekeepingMetrics {
 	}
 	m.replaced = prometheus.NewCounter(prometheus.CounterOpts{Name: "steward_corrupt_members_replaced_total",
 		Help: "Members that etcd marked CORRUPT and this sidecar removed to rejoin with empty data."})
+	// Every round's series exists at 0 from the start: an increase() sees the first failure.
+	for _, trigger := range []string{defragTriggerSchedule, defragTriggerNoSpace} {
+		for _, result := range []string{defragCompleted, defragPostponed, defragFailed} {
+			m.rounds.WithLabelValues(trigger, result)
+		}
+	}
 	reg.MustRegister(m.rounds, m.reclaimed, m.alarms, m.replaced)
 	return m
 }
@@ -235,13 +250,13 @@ func (s *Sidecar) recordAlarms(alarms []maintenance.Alarm) []string {
 }
 
 func (s *Sidecar) defragRound(ctx context.Context, cli *clientv3.Client) *cluster.DefragReport {
-	r := &cluster.DefragReport{Start: time.Now(), Trigger: "schedule"}
+	r := &cluster.DefragReport{Start: time.Now(), Trigger: defragTriggerSchedule}
 	res, err := maintenance.Defragment(ctx, cli, maintenance.Options{Policy: s.cfg.Maintenance.Defrag, Progress: s.logStep})
 	return s.finishRound(r, res, err)
 }
 
 func (s *Sidecar) recoverNoSpace(ctx context.Context, cli *clientv3.Client) *cluster.DefragReport {
-	r := &cluster.DefragReport{Start: time.Now(), Trigger: "NOSPACE"}
+	r := &cluster.DefragReport{Start: time.Now(), Trigger: defragTriggerNoSpace}
 	s.lg.Warn("NOSPACE alarm: compacting the history, defragmenting every member (leader last), then disarming")
 	res, err := maintenance.RecoverNoSpace(ctx, cli, maintenance.Options{Progress: s.logStep})
 	if err == nil {
@@ -252,12 +267,12 @@ func (s *Sidecar) recoverNoSpace(ctx context.Context, cli *clientv3.Client) *clu
 
 func (s *Sidecar) finishRound(r *cluster.DefragReport, res maintenance.Result, err error) *cluster.DefragReport {
 	r.End, r.Members, r.Reclaimed = time.Now(), res.Members, res.Reclaimed()
-	result := "completed"
+	result := defragCompleted
 	switch {
 	case errors.Is(err, maintenance.ErrPostponed):
-		result = "postponed"
+		result = defragPostponed
 	case err != nil:
-		result = "failed"
+		result = defragFailed
 	}
 	if err != nil {
 		r.Error = err.Error()

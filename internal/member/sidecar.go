@@ -423,6 +423,12 @@ func newMetrics() *metrics {
 		Help:    "Duration of membership changes (remove, add_learner, catch_up = added to promoted, promote, restore).",
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}, []string{"op"})
 	m.learnerStalled = gauge("steward_member_learner_stalled", "1 while this member is a learner that has not caught up for too long.")
+	// The outcomes of each change exist at 0 from the start: an increase() sees the first failure.
+	for _, op := range []string{"remove", "add_learner", "promote", "restore", "remove_superfluous"} {
+		for _, result := range []string{"ok", "failed"} {
+			m.membership.WithLabelValues(op, result)
+		}
+	}
 	m.registry.MustRegister(m.validationSeconds, m.membership, m.membershipSeconds, m.learnerStalled)
 	m.backups = agent.NewMetrics(m.registry)
 	m.authErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "steward_etcd_auth_errors_total",

@@ -119,10 +119,10 @@ func TestChartValues(t *testing.T) {
 					return fmt.Errorf("the ServiceMonitor selects %s=%s, which the metrics Service (labels %v) lacks", k, v, labels)
 				}
 			}
-			if s := fmt.Sprint(sm.Object["spec"]); !strings.Contains(s, "scheme:https") || !strings.Contains(s, "port:metrics") {
-				return fmt.Errorf("the ServiceMonitor does not scrape the metrics port over HTTPS: %s", s)
+			if s := fmt.Sprint(sm.Object["spec"]); !strings.Contains(s, "scheme:https") || !strings.Contains(s, "port:metrics") || !strings.Contains(s, "honorLabels:true") {
+				return fmt.Errorf("the ServiceMonitor does not scrape the metrics port over HTTPS keeping the series' namespace label: %s", s)
 			}
-			return nil
+			return memberMonitorScrapes(find(objs, "PodMonitor", "rel-members"), ns)
 		}},
 		{"plain metrics", []string{"metrics.plain=true"}, func(objs []*unstructured.Unstructured) error {
 			if s := fmt.Sprint(find(objs, "Deployment", "rel-operator").Object["spec"]); !strings.Contains(s, "--metrics-plain") {
@@ -173,6 +173,69 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("--set %s: %v, want refused naming %s:\n%s", bad.set, err, bad.want, out)
 		}
 	}
+}
+
+// TestMemberPodMonitor: the PodMonitor of deploy/monitoring scrapes the members as the
+// chart's does.
+func TestMemberPodMonitor(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "deploy", "monitoring", "podmonitor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := memberMonitorScrapes(find(chartObjects(t, string(b)), "PodMonitor", ""), "db"); err != nil {
+		t.Error(err)
+	}
+}
+
+// memberMonitorScrapes checks that the PodMonitor pm selects the member pods of a cluster in
+// namespace ns, scrapes both the sidecar's and etcd's /metrics on ports the pods name, and
+// labels every series with the cluster's name as "cluster", as the operator's series are.
+func memberMonitorScrapes(pm *unstructured.Unstructured, ns string) error {
+	if pm == nil {
+		return fmt.Errorf("no PodMonitor")
+	}
+	ec := newCluster(ns, "main", 3)
+	pod := statefulSetSpec(ec, "steward:test", 3).Template
+	selector, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	for k, v := range selector {
+		if pod.Labels[k] != v {
+			return fmt.Errorf("the PodMonitor selects %s=%s, which the member pods (labels %v) lack", k, v, pod.Labels)
+		}
+	}
+	exprs, _, _ := unstructured.NestedSlice(pm.Object, "spec", "selector", "matchExpressions")
+	for _, e := range exprs {
+		key := fmt.Sprint(e.(map[string]any)["key"])
+		if _, ok := pod.Labels[key]; !ok {
+			return fmt.Errorf("the PodMonitor selects pods labelled %s, which the member pods (labels %v) are not", key, pod.Labels)
+		}
+	}
+	if everywhere, _, _ := unstructured.NestedBool(pm.Object, "spec", "namespaceSelector", "any"); !everywhere {
+		return fmt.Errorf("the PodMonitor does not look in every namespace")
+	}
+	ports := map[string]bool{}
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			ports[p.Name] = true
+		}
+	}
+	endpoints, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	scraped := map[string]bool{}
+	for _, e := range endpoints {
+		ep := e.(map[string]any)
+		port := fmt.Sprint(ep["port"])
+		if !ports[port] || ep["path"] != "/metrics" {
+			return fmt.Errorf("endpoint %v: not /metrics on a port the member pods name (%v)", ep, ports)
+		}
+		relabel := fmt.Sprint(ep["relabelings"])
+		if !strings.Contains(relabel, "sourceLabels:[__meta_kubernetes_pod_label_etcd_steward_dev_cluster]") || !strings.Contains(relabel, "targetLabel:cluster") {
+			return fmt.Errorf("endpoint %v does not label its series with the cluster's name (label %s) as \"cluster\"", ep, LabelCluster)
+		}
+		scraped[port] = true
+	}
+	if !scraped["sidecar"] || !scraped["health"] {
+		return fmt.Errorf("the PodMonitor scrapes ports %v, want the sidecar's and etcd's (health)", scraped)
+	}
+	return nil
 }
 
 // find is the object of the kind and name ("" any name) among objs.

@@ -28,6 +28,10 @@ var (
 		Help: "1 while a quorum of the cluster's voters answers (condition Quorate), else 0."}, clusterLabels)
 	metricHasLeader = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_has_leader",
 		Help: "1 while the members report a leader, else 0."}, clusterLabels)
+	metricHibernating = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_hibernating",
+		Help: "1 while the cluster hibernates or goes into or out of hibernation (its members are meant to be down), else 0."}, clusterLabels)
+	metricBackupReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_backup_ready",
+		Help: "1 while backups are current (condition BackupReady: a snapshot within three delta periods), else 0; absent without spec.backup."}, clusterLabels)
 	metricLeaderChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steward_cluster_leader_changes_total",
 		Help: "Times the cluster's leader was seen to change from one member to another."}, clusterLabels)
 	metricLastBackup = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_last_backup_timestamp_seconds",
@@ -51,7 +55,7 @@ func reconcileErrorCodes() []string {
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(metricReplicas, metricReadyMembers, metricVoters, metricLearners, metricQuorate,
-		metricHasLeader, metricLeaderChanges, metricLastBackup, metricCAExpiry, metricReconcileErrors)
+		metricHasLeader, metricHibernating, metricBackupReady, metricLeaderChanges, metricLastBackup, metricCAExpiry, metricReconcileErrors)
 }
 
 // recordMetrics sets the cluster's series from the status a pass wrote (before: the one it
@@ -70,6 +74,12 @@ func recordMetrics(ec *v1alpha1.EtcdCluster, before, after *v1alpha1.EtcdCluster
 	metricLearners.With(l).Set(float64(learners))
 	metricQuorate.With(l).Set(boolGauge(meta.IsStatusConditionTrue(after.Conditions, v1alpha1.ConditionQuorate)))
 	metricHasLeader.With(l).Set(boolGauge(after.Leader != ""))
+	metricHibernating.With(l).Set(boolGauge(after.Hibernation != nil))
+	if ec.Spec.Backup != nil {
+		metricBackupReady.With(l).Set(boolGauge(meta.IsStatusConditionTrue(after.Conditions, v1alpha1.ConditionBackupReady)))
+	} else {
+		metricBackupReady.Delete(l)
+	}
 	changes := metricLeaderChanges.With(l) // exists at 0 from the first pass
 	if before.Leader != "" && after.Leader != "" && before.Leader != after.Leader {
 		changes.Inc()
@@ -92,7 +102,7 @@ func recordMetrics(ec *v1alpha1.EtcdCluster, before, after *v1alpha1.EtcdCluster
 func forgetMetrics(namespace, name string) {
 	l := prometheus.Labels{"namespace": namespace, "cluster": name}
 	for _, g := range []*prometheus.GaugeVec{metricReplicas, metricReadyMembers, metricVoters, metricLearners, metricQuorate,
-		metricHasLeader, metricLastBackup, metricCAExpiry} {
+		metricHasLeader, metricHibernating, metricBackupReady, metricLastBackup, metricCAExpiry} {
 		g.Delete(l)
 	}
 	metricLeaderChanges.Delete(l)

@@ -72,8 +72,9 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// Tool returns the path of a binary built by `make tools` into bin/ (etcdctl, etcdutl). If it
-// is missing the test is skipped, unless STEWARD_REQUIRE_TOOLS is set (as `make test` does).
+// Tool returns the path of a binary built by `make tools` into bin/ (etcdctl, etcdutl,
+// promtool). If it is missing the test is skipped, unless STEWARD_REQUIRE_TOOLS is set (as
+// `make test` does).
 func Tool(t testing.TB, name string) string {
 	t.Helper()
 	p := filepath.Join(RepoRoot(), "bin", name)

@@ -201,17 +201,14 @@ func parseSchedules(cfg Config) (full, drills cron.Schedule, err error) {
 func (a *Agent) Status() cluster.BackupStatus {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.updateReadyLocked(time.Now())
+	a.refreshLocked(time.Now())
 	return a.status
 }
 
-func (a *Agent) updateReadyLocked(now time.Time) {
+// refreshLocked evaluates Ready at now and publishes the status in the metrics.
+func (a *Agent) refreshLocked(now time.Time) {
 	a.status.Ready, a.status.ReadyReason = backupReady(a.status, now, a.cfg.DeltaPeriod)
-	if a.status.Ready {
-		a.metrics.backupReady.Set(1)
-	} else {
-		a.metrics.backupReady.Set(0)
-	}
+	a.metrics.publish(a.status)
 }
 
 // backupReady applies the BackupReady hysteresis to s: true while, on the member's own
@@ -254,7 +251,7 @@ func (a *Agent) update(f func(s *cluster.BackupStatus)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f(&a.status)
-	a.updateReadyLocked(time.Now())
+	a.refreshLocked(time.Now())
 }
 
 func (a *Agent) fail(what string, err error) {
@@ -402,8 +399,6 @@ func (a *Agent) sessionOnce(ctx context.Context, m snapshotter.Member) error {
 					}
 				}
 				a.metrics.deltaEvents.Add(float64(d.Events))
-				a.metrics.latestDeltaRevision.Set(float64(d.LastRev))
-				a.metrics.latestDeltaTime.Set(float64(d.Created.Unix()))
 				a.update(func(s *cluster.BackupStatus) {
 					s.LatestDeltaKey, s.LatestDeltaRevision, s.LatestDeltaTime = d.Key, d.LastRev, d.Created
 				})
@@ -743,8 +738,6 @@ func (a *Agent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.T
 	a.lg.Info("full snapshot stored", zap.String("key", res.Key), zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision),
 		zap.Int64("dbBytes", res.DBSize), zap.Int64("storedBytes", res.Size), zap.Duration("took", res.Duration))
 	a.metrics.fullDuration.Observe(res.Duration.Seconds())
-	a.metrics.latestFullRevision.Set(float64(res.Revision))
-	a.metrics.latestFullTime.Set(float64(res.Created.Unix()))
 	a.update(func(s *cluster.BackupStatus) {
 		if s.Timeline != res.Timeline {
 			return
@@ -867,15 +860,10 @@ func (a *Agent) drill(ctx context.Context, m snapshotter.Member, tl uint32) {
 		return
 	}
 	d := cluster.DrillStatus{Timeline: tl, Revision: res.Revision, Time: start.UTC(), Duration: res.Duration, OK: err == nil, Result: "ok"}
-	a.metrics.drillRevision.Set(float64(d.Revision))
-	a.metrics.drillTime.Set(float64(start.Unix()))
-	a.metrics.drillDuration.Set(d.Duration.Seconds())
 	if err != nil {
 		d.Result = err.Error()
-		a.metrics.drillOK.Set(0)
 		a.fail("drill", err)
 	} else {
-		a.metrics.drillOK.Set(1)
 		a.lg.Info("restore drill: the restored data equals the member's", zap.Uint32("timeline", tl), zap.Int64("revision", res.Revision),
 			zap.Uint32("hash", res.Hash), zap.Int64("compactRevision", res.CompactRevision), zap.Duration("took", res.Duration))
 	}

@@ -54,11 +54,22 @@ func startBackupsWith(t *testing.T, cfg Config, s *store.Store, ep string) (a *A
 // startBackupsDialing is startBackupsWith whose clients d makes.
 func startBackupsDialing(t *testing.T, cfg Config, d etcdutil.Dialer, s *store.Store, ep string) (a *Agent, stop func()) {
 	t.Helper()
+	return startBackupsOf(t, cfg, d, s, ep, NewMetrics(prometheus.NewRegistry()))
+}
+
+// startBackupsMetrics is startBackupsWith publishing in m.
+func startBackupsMetrics(t *testing.T, cfg Config, s *store.Store, ep string, m *Metrics) (a *Agent, stop func()) {
+	t.Helper()
+	return startBackupsOf(t, cfg, etcdutil.Dialer{}, s, ep, m)
+}
+
+func startBackupsOf(t *testing.T, cfg Config, d etcdutil.Dialer, s *store.Store, ep string, m *Metrics) (a *Agent, stop func()) {
+	t.Helper()
 	cfg.StoreURL, cfg.CheckInterval = s.String(), 100*time.Millisecond
 	if cfg.DeltaPeriod == 0 {
 		cfg.DeltaPeriod = testDeltaPeriod
 	}
-	a, err := New(cfg, d, ep, s, zap.NewNop(), NewMetrics(prometheus.NewRegistry()))
+	a, err := New(cfg, d, ep, s, zap.NewNop(), m)
 	if err != nil {
 		t.Fatal(err)
 	}
