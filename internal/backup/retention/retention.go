@@ -208,13 +208,17 @@ func sortOldestFirst(objs []backup.Object) {
 	})
 }
 
-// Collect deletes what Walk names, as it names it (oldest first), and returns how many
-// objects it deleted. It stops at the first failure; running it again is safe.
-func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64) (int, error) {
+// Collect deletes what Walk names, as it names it (oldest first), tells deleted (if not nil)
+// of each object deleted, and returns how many it deleted. It stops at the first failure;
+// running it again is safe.
+func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64, deleted func(backup.Object)) (int, error) {
 	n := 0
 	err := Walk(ctx, s, p, now, clusterID, func(o backup.Object) error {
 		if err := s.Delete(ctx, o.Key); err != nil {
 			return fmt.Errorf("retention: deleted %d objects, then: %w", n, err)
+		}
+		if deleted != nil {
+			deleted(o)
 		}
 		n++
 		return nil

@@ -294,7 +294,7 @@ func TestCollectKeepsToItsCluster(t *testing.T) {
 	if got := fmt.Sprint(keysOf(doomed)); got != fmt.Sprint([]string{old1, old3}) {
 		t.Fatalf("doomed %s, want the older full snapshots of cluster 42's timelines 1 and 3", got)
 	}
-	n, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42)
+	n, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42, nil)
 	if err != nil || n != 2 {
 		t.Fatalf("Collect deleted %d objects, err %v; want 2", n, err)
 	}
@@ -343,12 +343,12 @@ func TestCollectReadsTheNewestFullBack(t *testing.T) {
 	if del, err := Doomed(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0); err == nil || !strings.Contains(err.Error(), newest) || len(del) != 0 {
 		t.Fatalf("Doomed over a damaged newest full: %v, err %v; want nothing, and the error naming %s", del, err, newest)
 	}
-	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
+	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0, nil)
 	if err == nil || !strings.Contains(err.Error(), newest) || del != 0 || !strings.Contains(keys(), old) {
 		t.Fatalf("Collect over a damaged newest full: deleted %v, err %v; left %s", del, err, keys())
 	}
 	newest = full(300, now)
-	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
+	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0, nil)
 	if err != nil || del != 2 || keys() != newest {
 		t.Fatalf("Collect: deleted %v, err %v; left %s, want only %s", del, err, keys(), newest)
 	}
