@@ -639,8 +639,17 @@ type Endpoints struct {
 	Peers []string `json:"peers,omitempty"`
 }
 
-// Recoverability is what the backups can restore.
+// Recoverability is what the backups of the cluster's own timeline restore without a break:
+// every revision from FirstRevision to LastRevision, and every point in time from FirstTime
+// on (a restore to a time after LastTime restores LastRevision). It starts at the oldest full
+// snapshot from which the deltas continue without a hole to the newest stored revision.
 type Recoverability struct {
+	// Timeline is the timeline of the backup store that holds it.
+	// +optional
+	Timeline int64 `json:"timeline,omitempty"`
+	// ClusterID is the etcd cluster ID (hex) whose history the timeline holds.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
 	// +optional
 	FirstRevision int64 `json:"firstRevision,omitempty"`
 	// +optional
@@ -729,6 +738,9 @@ type EtcdClusterStatus struct {
 	// LastBackupTime is the time of the newest full or delta snapshot.
 	// +optional
 	LastBackupTime *metav1.Time `json:"lastBackupTime,omitempty"`
+	// Recoverability is what a restore can reach (EtcdRestore, bootstrap.restore), as the
+	// backup leader's sidecar last reported it from the store's index: never from a report of
+	// another cluster ID or one whose member no longer leads. Unset while no such report says.
 	// +optional
 	Recoverability *Recoverability `json:"recoverability,omitempty"`
 	// Recovery is the quorum-loss recovery state: the directive in force (epoch, phase,
@@ -848,6 +860,7 @@ type SnapshotRef struct {
 // +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.revision`
 // +kubebuilder:printcolumn:name="Last backup",type=date,JSONPath=`.status.lastBackupTime`
+// +kubebuilder:printcolumn:name="Recoverable since",type=date,JSONPath=`.status.recoverability.firstTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type EtcdCluster struct {
 	metav1.TypeMeta   `json:",inline"`
