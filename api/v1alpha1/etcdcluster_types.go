@@ -344,9 +344,11 @@ type BackupSpec struct {
 	// +optional
 	DeltaPeriod *metav1.Duration `json:"deltaPeriod,omitempty"`
 	// Retention is "exponential" (hourly for a day, daily for a week, weekly for a month),
-	// "limit:N" (the newest N full snapshots), or "keep" (nothing is deleted).
+	// "limit:N" (the newest N full snapshots), "age:N" followed by h, d or w (every point in
+	// time within the age stays restorable, e.g. age:30d), or "keep" (nothing is deleted).
+	// Whatever the policy, the newest full snapshot and the deltas after it are kept.
 	// +kubebuilder:default="exponential"
-	// +kubebuilder:validation:XValidation:rule="self == 'exponential' || self == 'keep' || self.matches('^limit:[1-9][0-9]*$')",message="spec.backup.retention must be exponential, keep, or limit:N with N >= 1"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(exponential|keep|limit:[1-9][0-9]{0,5}|age:[1-9][0-9]{0,3}[hdw])$')",message="spec.backup.retention must be exponential, keep, limit:N (N from 1 to 999999 full snapshots) or age:N followed by h, d or w (N from 1 to 9999, e.g. age:30d)"
 	// +optional
 	Retention string `json:"retention,omitempty"`
 	// DrillSchedule is the cron schedule of restore drills: the backup leader restores the

@@ -795,7 +795,7 @@ func (a *Agent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.T
 			s.CurrentRevision, s.CurrentAt = res.Revision, res.Created
 		}
 	})
-	if a.cfg.Retention.Name != "" {
+	if p := a.cfg.Retention; p.Name != "" && p.Name != retention.Keep {
 		if err := a.collect(ctx, tl.ClusterID); err != nil {
 			a.fail("retention", err)
 		}
