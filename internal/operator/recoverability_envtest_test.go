@@ -3,6 +3,8 @@ package operator
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +60,12 @@ func TestRecoverabilityFromTheBackupLeader(t *testing.T) {
 
 	account("rec-0", window("c1", 100, 200))
 	testutil.Eventually(t, 30*time.Second, "the backup leader's window in the status", is(window("c1", 100, 200)))
+	out, err := kubectl(t, "-n", ns, "get", "ec", "rec")
+	lines := strings.Split(out, "\n")
+	if col := strings.Index(lines[0], "RECOVERABLE SINCE"); err != nil || col < 0 || len(lines) < 2 || len(lines[1]) <= col ||
+		!slices.Contains([]string{"59m", "60m", "61m"}, strings.Fields(lines[1][col:])[0]) {
+		t.Fatalf("kubectl get ec: want RECOVERABLE SINCE an hour ago (%v):\n%s", err, out)
+	}
 
 	account("rec-0", window("beef", 1, 5))
 	account("rec-1", window("c1", 300, 400))
