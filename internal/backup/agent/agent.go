@@ -288,7 +288,8 @@ func (a *Agent) Run(ctx context.Context) {
 			cur.cancel()
 			<-cur.done
 			cur = nil
-			a.update(func(s *cluster.BackupStatus) { s.Leader = false })
+			// What this session knew of the store is not current once another leader writes.
+			a.update(func(s *cluster.BackupStatus) { s.Leader, s.Recoverable, a.own = false, nil, backup.TimelineIndex{} })
 		}
 	}
 	defer stop()

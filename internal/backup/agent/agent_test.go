@@ -175,8 +175,8 @@ func TestFullSnapshotCompactsTheChain(t *testing.T) {
 
 // TestRecoverableWindow: the backup leader reports the window of its cluster's own timeline as
 // the store's index gives it: from the oldest full snapshot to the newest stored revision,
-// growing with each delta, starting later once retention deleted the older full snapshot, and
-// the same when a new session reads it from the store alone.
+// growing with each delta, starting later once retention deleted the older full snapshot,
+// dropped when the session ends, and the same when a new session reads it from the store alone.
 func TestRecoverableWindow(t *testing.T) {
 	ctx := context.Background()
 	s := openTestStore(t)
@@ -238,6 +238,9 @@ func TestRecoverableWindow(t *testing.T) {
 	})
 
 	stop()
+	if w := a.Status().Recoverable; w != nil {
+		t.Fatalf("window %+v after the session ended: another leader may have written since", w)
+	}
 	b, _ := startBackupsWith(t, Config{}, s, ep)
 	waitStored(t, b, cli, ep, 1)
 	testutil.Eventually(t, 10*time.Second, "a new session reads the same window from the store", func() error { return matches(b) })
