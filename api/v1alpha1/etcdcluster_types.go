@@ -344,9 +344,11 @@ type BackupSpec struct {
 	// +optional
 	DeltaPeriod *metav1.Duration `json:"deltaPeriod,omitempty"`
 	// Retention is "exponential" (hourly for a day, daily for a week, weekly for a month),
-	// "limit:N" (the newest N full snapshots), or "keep" (nothing is deleted).
+	// "limit:N" (the newest N full snapshots), "age:N" followed by h, d or w (every point in
+	// time within the age stays restorable, e.g. age:30d), or "keep" (nothing is deleted).
+	// Whatever the policy, the newest full snapshot and the deltas after it are kept.
 	// +kubebuilder:default="exponential"
-	// +kubebuilder:validation:XValidation:rule="self == 'exponential' || self == 'keep' || self.matches('^limit:[1-9][0-9]*$')",message="spec.backup.retention must be exponential, keep, or limit:N with N >= 1"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(exponential|keep|limit:[1-9][0-9]{0,5}|age:[1-9][0-9]{0,3}[hdw])$')",message="spec.backup.retention must be exponential, keep, limit:N (N from 1 to 999999 full snapshots) or age:N followed by h, d or w (N from 1 to 9999, e.g. age:30d)"
 	// +optional
 	Retention string `json:"retention,omitempty"`
 	// DrillSchedule is the cron schedule of restore drills: the backup leader restores the
@@ -639,8 +641,17 @@ type Endpoints struct {
 	Peers []string `json:"peers,omitempty"`
 }
 
-// Recoverability is what the backups can restore.
+// Recoverability is what the backups of the cluster's own timeline restore without a break:
+// every revision from FirstRevision to LastRevision, and every point in time from FirstTime
+// on (a restore to a time after LastTime restores LastRevision). It starts at the oldest full
+// snapshot from which the deltas continue without a hole to the newest stored revision.
 type Recoverability struct {
+	// Timeline is the timeline of the backup store that holds it.
+	// +optional
+	Timeline int64 `json:"timeline,omitempty"`
+	// ClusterID is the etcd cluster ID (hex) whose history the timeline holds.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
 	// +optional
 	FirstRevision int64 `json:"firstRevision,omitempty"`
 	// +optional
@@ -729,6 +740,9 @@ type EtcdClusterStatus struct {
 	// LastBackupTime is the time of the newest full or delta snapshot.
 	// +optional
 	LastBackupTime *metav1.Time `json:"lastBackupTime,omitempty"`
+	// Recoverability is what a restore can reach (EtcdRestore, bootstrap.restore), as the
+	// backup leader's sidecar last reported it from the store's index: never from a report of
+	// another cluster ID or one whose member no longer leads. Unset while no such report says.
 	// +optional
 	Recoverability *Recoverability `json:"recoverability,omitempty"`
 	// Recovery is the quorum-loss recovery state: the directive in force (epoch, phase,
@@ -848,6 +862,7 @@ type SnapshotRef struct {
 // +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.revision`
 // +kubebuilder:printcolumn:name="Last backup",type=date,JSONPath=`.status.lastBackupTime`
+// +kubebuilder:printcolumn:name="Recoverable since",type=date,JSONPath=`.status.recoverability.firstTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type EtcdCluster struct {
 	metav1.TypeMeta   `json:",inline"`

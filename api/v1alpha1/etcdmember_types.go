@@ -61,6 +61,10 @@ type MemberBackup struct {
 	// scratch dir and its HashKV compared with the backup leader's member.
 	// +optional
 	LastDrill *MemberDrill `json:"lastDrill,omitempty"`
+	// Recoverable is what the store restores of the timeline the backup leader writes, its
+	// cluster's own (unset while nothing of it can be restored up to its newest revision).
+	// +optional
+	Recoverable *Recoverability `json:"recoverable,omitempty"`
 }
 
 // MemberDrill is the outcome of a restore drill.

@@ -542,7 +542,7 @@ func newBackupGCCommand() *cobra.Command {
 		},
 	}
 	sf.register(cmd.Flags())
-	cmd.Flags().StringVar(&policy, "policy", "", "retention policy: exponential or limit:N")
+	cmd.Flags().StringVar(&policy, "policy", "", "retention policy: exponential, limit:N (the N newest full snapshots), age:N[h|d|w] (every point in time within the age, e.g. age:30d) or keep")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only say what would be deleted")
 	out.register(cmd)
 	return cmd

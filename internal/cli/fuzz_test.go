@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
@@ -74,18 +75,26 @@ func FuzzClusterConfig(f *testing.F) {
 	})
 }
 
+// retentionPattern is the pattern the API server checks spec.backup.retention against.
+var retentionPattern = regexp.MustCompile(retentionpkg.PolicyPattern)
+
 // FuzzCLIDurationsAndSchedules: the flag values a user types: retention policies, durations,
-// cron schedules, restore times. None panics; an accepted retention policy prints as it parses,
-// an accepted limit keeps at least one snapshot; a schedule's next time is after now.
+// cron schedules, restore times. None panics; a retention policy is accepted exactly when the
+// API server's pattern matches it, prints as it parses, and keeps at least one snapshot or a
+// positive age; a schedule's next time is after now.
 func FuzzCLIDurationsAndSchedules(f *testing.F) {
-	for _, s := range []string{"exponential", "limit:3", "limit=1", "limit:-1", "limit:99999999999999999999", "5s", "-1h", "1e9h",
+	for _, s := range []string{"exponential", "keep", "limit:3", "limit=1", "limit:-1", "limit:99999999999999999999", "age:30d", "age:0h", "age:9999w", "5s", "-1h", "1e9h",
 		"@hourly", "@every 1s", "@every -1s", "*/0 * * * *", "0 0 31 2 *", "TZ=Nowhere 0 * * * *", "2026-01-01T00:00:00Z", "2026-13-01T00:00:00+25:00"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if p, err := retentionpkg.ParsePolicy(s); err == nil {
+		p, err := retentionpkg.ParsePolicy(s)
+		if (err == nil) != retentionPattern.MatchString(s) {
+			t.Fatalf("retention %q: parses as %+v (%v), but the API server's pattern matches it: %t", s, p, err, retentionPattern.MatchString(s))
+		}
+		if err == nil {
 			again, err := retentionpkg.ParsePolicy(p.String())
-			if err != nil || again != p || p.Name == retentionpkg.Limit && p.Limit < 1 {
+			if err != nil || again != p || p.Name == retentionpkg.Limit && p.Limit < 1 || p.Name == retentionpkg.Age && p.Age <= 0 {
 				t.Fatalf("retention %q: %+v prints as %q, parses as %+v (%v)", s, p, p.String(), again, err)
 			}
 		}

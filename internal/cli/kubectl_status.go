@@ -60,6 +60,8 @@ type backupView struct {
 	LastDelta     *time.Time `json:"lastDeltaSnapshot,omitempty"`
 	LastDeltaRev  int64      `json:"lastDeltaRevision,omitempty"`
 	LastBackupAge string     `json:"lastBackupAge,omitempty"`
+	// Recoverable is what a restore reaches (status.recoverability).
+	Recoverable *v1alpha1.Recoverability `json:"recoverable,omitempty"`
 }
 
 type eventView struct {
@@ -129,7 +131,7 @@ func readClusterStatus(ctx context.Context, k *kube, name string, events int, no
 		st.Members = append(st.Members, mv)
 	}
 	if ec.Spec.Backup != nil {
-		b := &backupView{Store: ec.Spec.Backup.Store}
+		b := &backupView{Store: ec.Spec.Backup.Store, Recoverable: ec.Status.Recoverability}
 		if s := ec.Status.LastFullSnapshot; s != nil {
 			b.LastFull, b.LastFullRev = &s.Time.Time, s.Revision
 		}
@@ -181,6 +183,11 @@ func (st *clusterStatus) table(t *table) {
 		t.row("last backup", orDash(b.LastBackupAge)+" ago")
 		if b.LastFull != nil {
 			t.row("last full snapshot", fmt.Sprintf("revision %d at %s", b.LastFullRev, b.LastFull.UTC().Format(time.RFC3339)))
+		}
+		if w := b.Recoverable; w != nil && w.FirstTime != nil && w.LastTime != nil {
+			t.row("recoverable", recoverable(uint32(w.Timeline), w.FirstRevision, w.LastRevision, w.FirstTime.Time, w.LastTime.Time))
+		} else {
+			t.row("recoverable", "- (no backup leader has reported what the store can restore)")
 		}
 	} else {
 		t.row("backup store", "none (spec.backup not set)")

@@ -95,7 +95,9 @@ func TestKubectlPlugin(t *testing.T) {
 	now := time.Now()
 	ec.Status = v1alpha1.EtcdClusterStatus{ClusterID: "c0ffee", ReadyReplicas: 3, Leader: "main-0", Revision: 42,
 		Conditions:       []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AllGood", Message: "serving", LastTransitionTime: metav1.Now()}},
-		LastFullSnapshot: &v1alpha1.SnapshotRef{Revision: 40, Time: metav1.NewTime(now.Add(-time.Minute))}}
+		LastFullSnapshot: &v1alpha1.SnapshotRef{Revision: 40, Time: metav1.NewTime(now.Add(-time.Minute))},
+		Recoverability: &v1alpha1.Recoverability{Timeline: 2, ClusterID: "c0ffee", FirstRevision: 7, FirstTime: &metav1.Time{Time: time.Date(2026, 11, 1, 0, 0, 1, 0, time.UTC)},
+			LastRevision: 42, LastTime: &metav1.Time{Time: time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)}}}
 	for i := 0; i < 3; i++ {
 		name := fmt.Sprintf("main-%d", i)
 		ec.Status.Members = append(ec.Status.Members, v1alpha1.MemberStatus{Name: name, ID: fmt.Sprintf("a%d", i), Role: "follower", Status: "Ready", LastTransitionTime: metav1.Now()})
@@ -121,11 +123,13 @@ func TestKubectlPlugin(t *testing.T) {
 			t.Fatalf("status -o json: %v\n%s", err, out)
 		}
 		if st.ClusterID != "c0ffee" || st.Ready != 3 || len(st.Members) != 3 || st.Members[2].Revision != 42 || st.Members[2].LastIndex != 102 ||
-			!st.Members[1].Serving || st.Backup == nil || st.Backup.LastFullRev != 40 || len(st.Events) != 1 || st.Events[0].Reason != "ScalingUp" {
+			!st.Members[1].Serving || st.Backup == nil || st.Backup.LastFullRev != 40 || st.Backup.Recoverable == nil || st.Backup.Recoverable.FirstRevision != 7 ||
+			len(st.Events) != 1 || st.Events[0].Reason != "ScalingUp" {
 			t.Errorf("status: %+v", st)
 		}
 		table, err := run("status", "main")
-		if err != nil || !strings.Contains(table, "main-2") || !strings.Contains(table, "ScalingUp") || !strings.Contains(table, "s3://bucket/main") {
+		if err != nil || !strings.Contains(table, "main-2") || !strings.Contains(table, "ScalingUp") || !strings.Contains(table, "s3://bucket/main") ||
+			!strings.Contains(table, "revisions 7-42 of timeline 2, 2026-11-01T00:00:01Z to 2026-11-27T06:00:00Z") {
 			t.Errorf("status table (%v):\n%s", err, table)
 		}
 		if _, err := run("status", "nope"); err == nil || !strings.Contains(err.Error(), "no EtcdCluster nope in namespace plugin") {

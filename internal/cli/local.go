@@ -256,6 +256,9 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 	if b := rep.Backup; b != nil {
 		fmt.Fprintf(w, "backup  ready %t  full rev %d (%s)  delta rev %d (%s)  store %s\n", b.Ready,
 			b.LatestFullRevision, ago(b.LatestFullTime), b.LatestDeltaRevision, ago(b.LatestDeltaTime), b.Store)
+		if r := b.Recoverable; r != nil {
+			fmt.Fprintf(w, "backup  recoverable: %s\n", recoverable(r.Timeline, r.FirstRevision, r.LastRevision, r.FirstTime, r.LastTime))
+		}
 		if b.EncryptionKeys != "" {
 			fmt.Fprintf(w, "backup  encrypted: give `steward backup` and `steward restore` --encryption-keys %s\n", b.EncryptionKeys)
 		}
@@ -583,6 +586,12 @@ func ago(t time.Time) string {
 		return "never"
 	}
 	return time.Since(t).Round(time.Second).String() + " ago"
+}
+
+// recoverable says what a restore reaches of one timeline: every revision from first to last,
+// every point in time from firstAt on.
+func recoverable(timeline uint32, first, last int64, firstAt, lastAt time.Time) string {
+	return fmt.Sprintf("revisions %d-%d of timeline %d, %s to %s", first, last, timeline, firstAt.UTC().Format(time.RFC3339), lastAt.UTC().Format(time.RFC3339))
 }
 
 func orDash(s string) string {

@@ -180,7 +180,7 @@ file is read again when it changes).`,
 	f.StringVar(&cfg.Maintenance.DefragSchedule, "defrag-schedule", member.DefaultMaintenance.DefragSchedule, "cron schedule on which the leader's sidecar defragments the members worth it, followers first, the leader last after moving leadership; \""+member.MaintenanceOff+"\" for none")
 	f.Float64Var(&defragThreshold, "defrag-threshold", 100*member.DefaultMaintenance.Defrag.Threshold, "percentage of a member's database file that must be free pages for it to be defragmented")
 	f.StringVar(&defragMinReclaim, "defrag-min-reclaim", "100Mi", "the least a member must give back to be defragmented")
-	f.StringVar(&retention, "retention", "exponential", "backup retention policy: exponential or limit:N (empty: keep everything)")
+	f.StringVar(&retention, "retention", "exponential", "backup retention policy: exponential, limit:N (the N newest full snapshots), age:N[h|d|w] (every point in time within the age, e.g. age:30d) or keep (nothing is deleted; so does empty)")
 	_ = cmd.MarkFlagRequired("name")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
@@ -310,7 +310,7 @@ func applyClusterConfig(cfg *member.Config, cc v1alpha1.ClusterConfig) error {
 			}
 		}
 		cfg.Backup.Retention = retentionpkg.Policy{}
-		if b.Retention != "" && b.Retention != "keep" {
+		if b.Retention != "" {
 			if cfg.Backup.Retention, err = retentionpkg.ParsePolicy(b.Retention); err != nil {
 				return fmt.Errorf("cluster.yaml backup.retention: %w", err)
 			}

@@ -34,6 +34,24 @@ type BackupStatus struct {
 	LastErrorTime   time.Time `json:"lastErrorTime"`
 	// LastDrill is the newest restore drill this sidecar ran (zero before the first).
 	LastDrill DrillStatus `json:"lastDrill,omitzero"`
+	// Recoverable is what the store can restore of Timeline, the cluster's own timeline
+	// this member writes (nil before the session placed its backups, and while nothing of
+	// the timeline can be restored up to its newest revision).
+	Recoverable *Recoverable `json:"recoverable,omitempty"`
+}
+
+// Recoverable is what one timeline's backups restore without a break: every revision from
+// FirstRevision to LastRevision, and every point in time from FirstTime on (a restore to a
+// time after LastTime restores LastRevision). It starts at the oldest full snapshot from which
+// the deltas continue without a hole to the timeline's newest revision.
+type Recoverable struct {
+	Timeline uint32 `json:"timeline"`
+	// ClusterID is the etcd cluster (hex) whose history the timeline holds.
+	ClusterID     string    `json:"clusterID"`
+	FirstRevision int64     `json:"firstRevision"`
+	FirstTime     time.Time `json:"firstTime"`
+	LastRevision  int64     `json:"lastRevision"`
+	LastTime      time.Time `json:"lastTime"`
 }
 
 // DrillStatus is the outcome of a restore drill (restore.Drill) of the timeline being written,

@@ -30,4 +30,23 @@ func TestMemberBackup(t *testing.T) {
 	if equality.Semantic.DeepEqual(mb, memberBackup(s)) {
 		t.Error("a new drill gives the same account: PublishBackup would not write it")
 	}
+
+	// The recoverable window, in whole seconds as the API server keeps them; its end moves
+	// with every delta and matters only at the refresh, its start at once.
+	s.Recoverable = &cluster.Recoverable{Timeline: 3, ClusterID: "c1", FirstRevision: 100, FirstTime: at.Add(time.Second),
+		LastRevision: 200, LastTime: at.Add(time.Minute + 300*time.Millisecond)}
+	mb = memberBackup(s)
+	w := mb.Recoverable
+	if w == nil || w.Timeline != 3 || w.ClusterID != "c1" || w.FirstRevision != 100 || !w.FirstTime.Time.Equal(at.Add(time.Second)) ||
+		w.LastRevision != 200 || !w.LastTime.Time.Equal(at.Add(time.Minute)) {
+		t.Fatalf("recoverable: %+v", w)
+	}
+	s.Recoverable.LastRevision, s.Recoverable.LastTime = 250, at.Add(2*time.Minute)
+	if later := memberBackup(s); !equality.Semantic.DeepEqual(backupKey(mb), backupKey(later)) || equality.Semantic.DeepEqual(mb, later) {
+		t.Error("a window that only reaches further is written at once, or never")
+	}
+	s.Recoverable.FirstRevision = 150
+	if equality.Semantic.DeepEqual(backupKey(mb), backupKey(memberBackup(s))) {
+		t.Error("a window that starts later is not written at once")
+	}
 }

@@ -62,13 +62,14 @@ type View struct {
 	ns, clusterName, name string
 	now                   func() time.Time
 
-	mu         sync.Mutex
-	published  map[string]snapshotLease // snapshot Leases as last written, by name
-	lastBackup *v1alpha1.MemberBackup   // the backup account as last written
-	lastKey    string                   // what matters of the last report written
-	lastWrite  time.Time
-	lastRenew  time.Time
-	lastHolder string
+	mu              sync.Mutex
+	published       map[string]snapshotLease // snapshot Leases as last written, by name
+	lastBackup      *v1alpha1.MemberBackup   // the backup account as last written
+	lastBackupWrite time.Time
+	lastKey         string // what matters of the last report written
+	lastWrite       time.Time
+	lastRenew       time.Time
+	lastHolder      string
 
 	lg *zap.Logger
 	// synced is closed once the cache has read the cluster; until then waitingFor says why not.
@@ -423,6 +424,24 @@ func memberBackup(s cluster.BackupStatus) v1alpha1.MemberBackup {
 		mb.LastDrill = &v1alpha1.MemberDrill{Timeline: int64(d.Timeline), Revision: d.Revision, Time: metav1.NewTime(d.Time),
 			Duration: metav1.Duration{Duration: d.Duration}, OK: d.OK, Result: d.Result}
 	}
+	if w := s.Recoverable; w != nil {
+		// Whole seconds, as the API server stores them: an unchanged window must compare equal
+		// to the one written, or every report would write it again.
+		first, last := metav1.NewTime(w.FirstTime.Truncate(time.Second)), metav1.NewTime(w.LastTime.Truncate(time.Second))
+		mb.Recoverable = &v1alpha1.Recoverability{Timeline: int64(w.Timeline), ClusterID: w.ClusterID, FirstRevision: w.FirstRevision, FirstTime: &first,
+			LastRevision: w.LastRevision, LastTime: &last}
+	}
+	return mb
+}
+
+// backupKey is what of a backup account matters at once: all but the end of the recoverable
+// window, which moves with every delta and is refreshed every reportRefresh.
+func backupKey(mb v1alpha1.MemberBackup) v1alpha1.MemberBackup {
+	if w := mb.Recoverable; w != nil {
+		w = w.DeepCopy()
+		w.LastRevision, w.LastTime = 0, nil
+		mb.Recoverable = w
+	}
 	return mb
 }
 
@@ -446,14 +465,15 @@ func (v *View) PublishBackup(ctx context.Context, s cluster.BackupStatus) error 
 	}
 	mb := memberBackup(s)
 	v.mu.Lock()
-	changed := v.lastBackup == nil || !equality.Semantic.DeepEqual(*v.lastBackup, mb)
+	changed := v.lastBackup == nil || !equality.Semantic.DeepEqual(backupKey(*v.lastBackup), backupKey(mb)) ||
+		(!equality.Semantic.DeepEqual(*v.lastBackup, mb) && v.now().Sub(v.lastBackupWrite) >= reportRefresh)
 	v.mu.Unlock()
 	if changed {
 		if err := v.writeStatus(ctx, func(st *v1alpha1.EtcdMemberStatus) { st.Backup = &mb }); err != nil {
 			return err
 		}
 		v.mu.Lock()
-		v.lastBackup = &mb
+		v.lastBackup, v.lastBackupWrite = &mb, v.now()
 		v.mu.Unlock()
 	}
 	for name, l := range want {

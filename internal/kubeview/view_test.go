@@ -332,9 +332,17 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 			return err
 		}
 		for _, em := range ems.Items {
-			if b := em.Status.Backup; b != nil && b.Ready {
-				return nil
+			b := em.Status.Backup
+			if b == nil || !b.Ready {
+				continue
 			}
+			// It says what a restore reaches: from its first full snapshot to the puts above.
+			rep, _ := kubeview.MemberReport(&em, time.Time{})
+			if w := b.Recoverable; w == nil || w.Timeline != 1 || w.ClusterID != rep.ClusterID || w.FirstRevision < 1 || w.FirstTime == nil ||
+				w.LastRevision < put.Header.Revision || w.LastTime == nil {
+				return fmt.Errorf("%s says its backups are ready, and recoverable: %+v; want timeline 1 of cluster %s up to at least revision %d", em.Name, w, rep.ClusterID, put.Header.Revision)
+			}
+			return nil
 		}
 		return fmt.Errorf("no member says its backups are ready")
 	})

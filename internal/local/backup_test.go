@@ -62,6 +62,10 @@ func TestBackupsAcrossLeaderChangeAndStoreOutage(t *testing.T) {
 			if b == nil || b.LatestDeltaRevision < rev || b.Ready != wantReady {
 				return fmt.Errorf("backup %+v; want delta revision >= %d, ready %t", b, rev, wantReady)
 			}
+			// What a restore reaches: from a full snapshot of the timeline written up to rev.
+			if w := b.Recoverable; wantReady && (w == nil || w.Timeline != b.Timeline || w.FirstRevision < 1 || w.LastRevision < rev || w.ClusterID != rep.Cluster.ClusterID) {
+				return fmt.Errorf("recoverable %+v; want timeline %d of cluster %s up to at least revision %d", w, b.Timeline, rep.Cluster.ClusterID, rev)
+			}
 			return nil
 		}
 	}

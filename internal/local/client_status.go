@@ -42,6 +42,9 @@ type BackupReport struct {
 	Leader    string `json:"leader,omitempty"`
 	Failures  int64  `json:"failures"`
 	LastError string `json:"lastError,omitempty"`
+	// Recoverable is what a restore reaches of the cluster's own timeline, as the backup
+	// leader knows it from the store's index (nil: nothing yet).
+	Recoverable *cluster.Recoverable `json:"recoverable,omitempty"`
 }
 
 // ClusterReport summarises the cluster.
@@ -246,7 +249,7 @@ func backupStatus(ctx context.Context, sc *sidecarapi.Client, spec Spec, out *Ba
 		}
 		*out = BackupReport{Ready: st.Ready, ReadyReason: st.ReadyReason, LatestFullRevision: st.LatestFullRevision, LatestFullTime: st.LatestFullTime,
 			LatestDeltaRevision: st.LatestDeltaRevision, LatestDeltaTime: st.LatestDeltaTime, Store: st.Store, Timeline: st.Timeline,
-			Leader: m.Name, Failures: st.Failures, LastError: st.LastError, EncryptionKeys: out.EncryptionKeys}
+			Leader: m.Name, Failures: st.Failures, LastError: st.LastError, EncryptionKeys: out.EncryptionKeys, Recoverable: st.Recoverable}
 		return
 	}
 	if refused != nil {

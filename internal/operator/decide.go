@@ -177,6 +177,9 @@ type BackupObservation struct {
 	DeltaPeriod                         time.Duration
 	// Leader is the backup leader's own account, if it gave one.
 	Leader *v1alpha1.MemberBackup
+	// Accounts are every member's own account of its backups (its EtcdMember's), by member
+	// name: the one of the member that leads now says what the store can restore.
+	Accounts map[string]*v1alpha1.MemberBackup
 }
 
 // Decision is what the reconciliation writes and does.
@@ -215,6 +218,9 @@ type Decision struct {
 	// the leader's sidecar reports them.
 	Alarms     []string
 	LastDefrag *v1alpha1.Defragmentation
+	// Recoverability is what the backups of the cluster's own timeline can restore, as the
+	// backup leader reports it (recoverability).
+	Recoverability *v1alpha1.Recoverability
 	// Recovery is the recovery step's outcome (nil when not evaluated).
 	Recovery *recoveryOutcome
 	// Rollout is the rolling update's next step.
@@ -385,6 +391,7 @@ func Decide(o Observation) Decision {
 			d.DeletePods = nil
 		}
 	}
+	d.Recoverability = recoverability(o, d.ClusterID)
 	d.Rollout = decideRollout(o, &d, quorate, all)
 	d.Conditions = conditions(o, &d, quorate, all)
 	d.MinAvailable = minAvailable(size, d.Ready+d.Unknown, all, o.Backup == nil || backupReady(o))
@@ -508,6 +515,32 @@ func maintenanceFromReports(o Observation) (alarms []string, last *v1alpha1.Defr
 		}
 	}
 	return alarms, last
+}
+
+// recoverability is status.recoverability: the window the backup leader's sidecar reports
+// for the cluster's own timeline. It is taken only from the member that leads now, as its
+// current Lease and its own report (serving, of the cluster's ID) both say, and only if the
+// window is of the cluster's ID: never from a former leader's account, a stopped member's, or
+// one of another cluster's history (a recovery's seed). Without such a window the recorded
+// one stays while it is of the cluster's ID: a new leader reports none until its backups have
+// read the store. Without backups there is none.
+func recoverability(o Observation, clusterID string) *v1alpha1.Recoverability {
+	if o.Backup == nil || clusterID == "" {
+		return nil
+	}
+	for _, m := range o.Members {
+		acc, rep := o.Backup.Accounts[m.Name], o.Reports[m.Name]
+		if acc == nil || acc.Recoverable == nil || acc.Recoverable.ClusterID != clusterID {
+			continue
+		}
+		if leaseCurrent(o, m) && strings.HasSuffix(m.Lease.Holder, ":"+v1alpha1.RoleLeader) && rep.Serving && rep.Leader && rep.ClusterID == clusterID {
+			return acc.Recoverable
+		}
+	}
+	if prev := o.Previous.Recoverability; prev != nil && prev.ClusterID == clusterID {
+		return prev
+	}
+	return nil
 }
 
 // nextSizes is the StatefulSet size and the number of members in the ConfigMap to write:

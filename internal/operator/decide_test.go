@@ -2,6 +2,7 @@ package operator
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -907,5 +908,63 @@ func TestDecideInitFailureNamed(t *testing.T) {
 	healthyReports.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0"}}
 	if c := apimeta.FindStatusCondition(Decide(healthyReports.o).Conditions, v1alpha1.ConditionProgressing); c == nil || strings.Contains(c.Message, "cannot start") {
 		t.Errorf("healthy cluster: Progressing %+v names a failure", c)
+	}
+}
+
+// TestDecideRecoverability: status.recoverability is the window the backup leader reports for
+// the cluster's own timeline, taken only from the member that leads now (its Lease current and
+// naming it the leader, its own report serving and leading, of the cluster's ID) and only if
+// the window is of the cluster's ID; otherwise the recorded window stays while it is of the
+// cluster's ID.
+func TestDecideRecoverability(t *testing.T) {
+	window := func(clusterID string, first, last int64) *v1alpha1.Recoverability {
+		ft, lt := metav1.NewTime(t0.Add(-time.Hour)), metav1.NewTime(t0.Add(-time.Second))
+		return &v1alpha1.Recoverability{Timeline: 2, ClusterID: clusterID, FirstRevision: first, FirstTime: &ft, LastRevision: last, LastTime: &lt}
+	}
+	recorded := window("cafe", 10, 90)
+	for _, tc := range []struct {
+		name   string
+		change func(w *world)
+		want   *v1alpha1.Recoverability
+	}{
+		{"the leader's window", func(*world) {}, window("cafe", 100, 200)},
+		{"the leader's Lease expired: the recorded window stays", func(w *world) { w.leaseExpired(0) }, recorded},
+		{"the leader's Lease not renewed yet", func(w *world) { w.o.Members[0].Lease.Holder = "" }, recorded},
+		{"the Lease names another leader", func(w *world) { w.o.Members[0].Lease.Holder = "64:" + v1alpha1.RoleMember }, recorded},
+		{"its report says it does not lead", func(w *world) {
+			r := w.o.Reports["c-0"]
+			r.Leader = false
+			w.o.Reports["c-0"] = r
+		}, recorded},
+		{"its report says it does not serve", func(w *world) {
+			r := w.o.Reports["c-0"]
+			r.Serving = false
+			w.o.Reports["c-0"] = r
+		}, recorded},
+		{"a window of another cluster ID", func(w *world) { w.o.Backup.Accounts["c-0"].Recoverable = window("beef", 1, 5) }, recorded},
+		{"a former leader's window is not taken", func(w *world) {
+			w.o.Backup.Accounts["c-0"].Recoverable = nil
+			w.o.Backup.Accounts["c-1"] = &v1alpha1.MemberBackup{Recoverable: window("cafe", 300, 400)}
+		}, recorded},
+		{"no window yet (a new leader): the recorded one stays", func(w *world) { w.o.Backup.Accounts["c-0"].Recoverable = nil }, recorded},
+		{"the recorded window is of another cluster ID", func(w *world) {
+			w.o.Backup.Accounts["c-0"].Recoverable = nil
+			w.o.Previous.Recoverability = window("beef", 1, 5)
+		}, nil},
+		{"backups off", func(w *world) { w.o.Backup = nil }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := healthy(3)
+			w.o.Previous.ClusterID, w.o.Previous.Recoverability = "cafe", recorded
+			w.o.Reports = map[string]cluster.Report{
+				"c-0": {Serving: true, Formed: true, Leader: true, ClusterID: "cafe"},
+				"c-1": {Serving: true, Formed: true, ClusterID: "cafe"},
+			}
+			w.o.Backup.Accounts = map[string]*v1alpha1.MemberBackup{"c-0": {Ready: true, Recoverable: window("cafe", 100, 200)}}
+			tc.change(w)
+			if got := Decide(w.o).Recoverability; !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("recoverability = %+v; want %+v", got, tc.want)
+			}
+		})
 	}
 }

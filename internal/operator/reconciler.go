@@ -1012,8 +1012,14 @@ func (r *ClusterReconciler) observeReports(ctx context.Context, ec *v1alpha1.Etc
 		if ok {
 			o.Reports[em.Name] = rep
 		}
-		if b := em.Status.Backup; b != nil && o.Backup != nil && (o.Backup.Leader == nil || (rep.Serving && rep.Leader)) {
-			o.Backup.Leader = b
+		if b := em.Status.Backup; b != nil && o.Backup != nil {
+			if o.Backup.Leader == nil || (rep.Serving && rep.Leader) {
+				o.Backup.Leader = b
+			}
+			if o.Backup.Accounts == nil {
+				o.Backup.Accounts = map[string]*v1alpha1.MemberBackup{}
+			}
+			o.Backup.Accounts[em.Name] = b
 		}
 		if ack, ok := kubeview.MemberAck(em); ok {
 			rec.Acks[em.Name] = ack
@@ -1125,7 +1131,7 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 		Leader:              d.Leader,
 		Revision:            d.Revision,
 		LastDefragmentation: d.LastDefrag,
-		Recoverability:      ec.Status.Recoverability,
+		Recoverability:      d.Recoverability,
 		Recovery:            ec.Status.Recovery,
 		Defaults:            ec.Status.Defaults,
 		Endpoints: v1alpha1.Endpoints{

@@ -28,7 +28,7 @@ func TimelineAt(ix backup.Index, t time.Time) uint32 {
 		if len(tc.Fulls) == 0 {
 			continue
 		}
-		start := tc.Fulls[0].Created.Add(time.Second)
+		start := tc.Fulls[0].ProvenAt()
 		if start.After(t) {
 			continue
 		}
@@ -59,7 +59,7 @@ func deltasAround(ti backup.TimelineIndex, t time.Time) func(backup.Object) bool
 	hi := int64(1<<63 - 2)
 	after := 0
 	for _, f := range ti.Fulls {
-		if !f.Created.Add(time.Second).After(t) {
+		if !f.ProvenAt().After(t) {
 			lo = max(lo, f.FirstRev)
 		} else if f.Created.After(t) {
 			if after++; after == 2 {
@@ -96,7 +96,7 @@ func RevisionAt(ctx context.Context, s *store.Store, c backup.Chain, t time.Time
 	var best backup.Object
 	var rev int64
 	for _, f := range c.Fulls {
-		if !f.Created.Add(time.Second).After(t) && f.FirstRev > rev {
+		if !f.ProvenAt().After(t) && f.FirstRev > rev {
 			rev, best = f.FirstRev, f
 		}
 	}

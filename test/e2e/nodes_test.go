@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -29,10 +30,11 @@ func nodeOf(t *testing.T, ns, name string) map[string]string {
 	return out
 }
 
-// TestNodeFaults puts a 3-member cluster, spread one member per node, through the faults of a
-// member's node while a client writes through the client Service: a network partition while
-// the node runs on, a drain, and a power-off. Each ends with every acknowledged write on
-// every member and the cluster's ID unchanged: no second cluster formed.
+// TestNodeFaults puts a 3-member cluster, spread one member per node, through the faults of
+// nodes while a client writes through the client Service: a network partition of a member's
+// node while it runs on, a drain, a power-off, and two nodes powered off at once. Each ends
+// with every acknowledged write on every member and the cluster's ID unchanged: no second
+// cluster formed.
 func TestNodeFaults(t *testing.T) {
 	if len(kubeNode.Workers()) < 3 {
 		t.Skipf("needs 3 nodes, the suite runs %d (STEWARD_E2E_NODES)", len(kubeNode.Workers()))
@@ -180,7 +182,89 @@ func TestNodeFaults(t *testing.T) {
 		assertKeysOnEveryMember(t, ns, "nf", acked)
 		assertOneCluster(t, ns, "nf", id)
 	})
+
+	runStep(t, "two members' nodes powered off (the quorum lost), marked out of service, then on", func(t *testing.T) {
+		twoNodesLost(t, ns, placed, victims, id, acked)
+	})
 }
+
+// twoNodesLost powers off the nodes of two members at once: the quorum is lost. Until the nodes
+// are known to be off, nothing is deleted by force (their members may still run). Marked out
+// of service, Kubernetes deletes their pods, and the recovery fences and waits for every
+// voter's log before it picks the source (the survivor's may lack writes the other two
+// acknowledged): the status says whose reports it waits for. Powered on, their members
+// report from their disks and the recovery completes with every acknowledged write.
+func twoNodesLost(t *testing.T, ns string, placed map[string]string, victims []string, id string, acked map[string]string) {
+	before := memberPods(t, ns, "nf")
+	w := startWriter(t, ns, "nf", "twolost", 200*time.Millisecond)
+	testutil.Eventually(t, time.Minute, "a first write", func() error { return w.serving(5 * time.Second) })
+	var nodes []string
+	for _, pod := range victims {
+		nodes = append(nodes, placed[pod])
+	}
+	for _, n := range nodes {
+		if err := kubeNode.PowerOff(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	on := false
+	defer func() {
+		if !on {
+			for _, n := range nodes {
+				_ = kubeNode.PowerOn(context.Background(), n)
+				_, _ = kubectlIn("", "", "taint", "node", n, outOfServiceKey+"-")
+			}
+		}
+	}()
+	waitCondition(t, ns, "nf", v1alpha1.ConditionQuorumLost, "True", 3*time.Minute)
+	testutil.Throughout(t, 30*time.Second, "the lost members' pods kept while their nodes may run", func() error {
+		for _, pod := range victims {
+			var p corev1.Pod
+			if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, &p); err != nil {
+				return fmt.Errorf("pod %s: %w (removed while its node may run)", pod, err)
+			}
+			if p.UID != before[pod].UID {
+				return fmt.Errorf("pod %s replaced while its node may run", pod)
+			}
+		}
+		return nil
+	})
+	for _, n := range nodes {
+		kubectl(t, "", "taint", "node", n, outOfServiceKey+"=nodeshutdown:NoExecute")
+	}
+	testutil.Eventually(t, 3*time.Minute, "the recovery saying it waits for the lost voters' reports", func() error {
+		ec, err := getEC(ns, "nf")
+		if err != nil {
+			return err
+		}
+		var rec struct {
+			Waiting string `json:"waiting"`
+		}
+		if ec.Status.Recovery != nil {
+			_ = json.Unmarshal(ec.Status.Recovery.Raw, &rec)
+		}
+		if !namesAll(rec.Waiting, victims) {
+			return fmt.Errorf("status.recovery.waiting %q does not name %v", rec.Waiting, victims)
+		}
+		return nil
+	})
+	for _, n := range nodes {
+		if err := kubeNode.PowerOn(context.Background(), n); err != nil {
+			t.Fatal(err)
+		}
+		kubectl(t, "", "taint", "node", n, outOfServiceKey+"-")
+	}
+	on = true
+	waitEvent(t, ns, "nf", "Recovery", 5*time.Minute)
+	waitReady(t, ns, "nf", 3, 6*time.Minute)
+	w.Stop()
+	maps.Copy(acked, w.Acked())
+	assertKeysOnEveryMember(t, ns, "nf", acked)
+	assertOneCluster(t, ns, "nf", id)
+}
+
+// outOfServiceKey is the taint that says a node is off (Kubernetes then deletes its pods by force).
+const outOfServiceKey = "node.kubernetes.io/out-of-service"
 
 // assertOneCluster checks that etcd reports the cluster ID it had, and three voters.
 func assertOneCluster(t *testing.T, ns, name, id string) {

@@ -137,7 +137,7 @@ func TestThreeMembers(t *testing.T) {
 	runStep(t, "printer columns", func(t *testing.T) {
 		out := kubectl(t, ns, "get", "ec", "main")
 		lines := strings.Split(out, "\n")
-		if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME READY MEMBERS LEADER REVISION LAST BACKUP AGE" {
+		if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME READY MEMBERS LEADER REVISION LAST BACKUP RECOVERABLE SINCE AGE" {
 			t.Fatalf("kubectl get ec:\n%s", out)
 		}
 		row := strings.Fields(lines[1])

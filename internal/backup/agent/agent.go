@@ -130,6 +130,11 @@ type Agent struct {
 	sinceFull struct {
 		revision, last, bytes int64
 	}
+	// own summarises the session's timeline, the cluster's own, as far as its window needs:
+	// from the store's index when the session began, with what the session stored since and
+	// without what retention deleted; ownCluster is the cluster it is of (guarded by mu).
+	own        backup.TimelineIndex
+	ownCluster uint64
 }
 
 type fullOutcome struct {
@@ -280,7 +285,8 @@ func (a *Agent) Run(ctx context.Context) {
 			cur.cancel()
 			<-cur.done
 			cur = nil
-			a.update(func(s *cluster.BackupStatus) { s.Leader = false })
+			// What this session knew of the store is not current once another leader writes.
+			a.update(func(s *cluster.BackupStatus) { s.Leader, s.Recoverable, a.own = false, nil, backup.TimelineIndex{} })
 		}
 	}
 	defer stop()
@@ -392,6 +398,7 @@ func (a *Agent) sessionOnce(ctx context.Context, m snapshotter.Member) error {
 		err := snapshotter.RunDeltas(ctx, m, a.store, resume+1, snapshotter.DeltaOptions{
 			Period: a.cfg.DeltaPeriod, MaxBytes: a.cfg.DeltaMaxBytes, Timeline: tl, EtcdVersion: p.Status.Version,
 			OnFlush: func(d snapshotter.Delta) {
+				a.stored(d.Key, d.Size, d.Created)
 				if a.deltaStored(d) != "" {
 					select {
 					case compact <- struct{}{}:
@@ -557,7 +564,11 @@ func (a *Agent) fillBelowNewestFull(ctx context.Context, m snapshotter.Member, p
 func (a *Agent) enterTimeline(p snapshotter.Placed) {
 	a.lg.Info("backup timeline", zap.Uint32("timeline", p.Placement.Timeline), zap.Bool("new", p.Placement.New), zap.String("reason", p.Placement.Reason))
 	c := p.Chain.Timeline(p.Placement.Timeline)
+	own, _ := p.Index.Timeline(p.Placement.Timeline) // empty for a new timeline
+	own.Timeline = p.Placement.Timeline
 	a.update(func(s *cluster.BackupStatus) {
+		a.own, a.ownCluster = own, p.Timeline().ClusterID
+		s.Recoverable = a.recoverableLocked()
 		if s.Timeline != p.Placement.Timeline {
 			s.CurrentRevision, s.CurrentAt = 0, time.Time{}
 			s.LatestFullKey, s.LatestFullRevision, s.LatestFullTime = "", 0, time.Time{}
@@ -585,7 +596,36 @@ func (a *Agent) leaveTimeline(err error) {
 	a.update(func(s *cluster.BackupStatus) {
 		s.Timeline, s.TimelineReason = 0, err.Error()
 		s.CurrentRevision, s.CurrentAt = 0, time.Time{}
+		a.own, s.Recoverable = backup.TimelineIndex{}, nil
 	})
+}
+
+// stored counts an object just stored on the session's timeline into its window.
+func (a *Agent) stored(key string, size int64, created time.Time) {
+	o, err := backup.ParseKey(key)
+	if err != nil {
+		return
+	}
+	o.Size = size
+	if o.Kind == backup.KindDelta {
+		o.Created = created // the full snapshot's name holds its time
+	}
+	a.update(func(s *cluster.BackupStatus) {
+		if o.Timeline == a.own.Timeline {
+			a.own.Add(o)
+			s.Recoverable = a.recoverableLocked()
+		}
+	})
+}
+
+// recoverableLocked is the window of the session's timeline (nil: none). a.mu is held.
+func (a *Agent) recoverableLocked() *cluster.Recoverable {
+	w, ok := a.own.Window()
+	if !ok {
+		return nil
+	}
+	return &cluster.Recoverable{Timeline: w.Timeline, ClusterID: fmt.Sprintf("%x", a.ownCluster), FirstRevision: w.FirstRevision,
+		FirstTime: w.FirstTime.UTC(), LastRevision: w.LastRevision, LastTime: w.LastTime.UTC()}
 }
 
 // fullLoop takes full snapshots on schedule, on demand, and when etcd's auth state changed,
@@ -738,6 +778,7 @@ func (a *Agent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.T
 	a.lg.Info("full snapshot stored", zap.String("key", res.Key), zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision),
 		zap.Int64("dbBytes", res.DBSize), zap.Int64("storedBytes", res.Size), zap.Duration("took", res.Duration))
 	a.metrics.fullDuration.Observe(res.Duration.Seconds())
+	a.stored(res.Key, res.Size, res.Created)
 	a.update(func(s *cluster.BackupStatus) {
 		if s.Timeline != res.Timeline {
 			return
@@ -748,7 +789,7 @@ func (a *Agent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.T
 			s.CurrentRevision, s.CurrentAt = res.Revision, res.Created
 		}
 	})
-	if a.cfg.Retention.Name != "" {
+	if p := a.cfg.Retention; p.Name != "" && p.Name != retention.Keep {
 		if err := a.collect(ctx, tl.ClusterID); err != nil {
 			a.fail("retention", err)
 		}
@@ -765,8 +806,21 @@ func storedThroughFull(first bool, current, full int64) bool {
 	return full >= current && (first || full <= current+1)
 }
 
+// collect applies the retention policy to the cluster's timelines, and takes the full
+// snapshots it deleted out of the window.
 func (a *Agent) collect(ctx context.Context, clusterID uint64) error {
-	deleted, err := retention.Collect(ctx, a.store, a.cfg.Retention, time.Now(), clusterID)
+	gone := map[string]bool{}
+	deleted, err := retention.Collect(ctx, a.store, a.cfg.Retention, time.Now(), clusterID, func(o backup.Object) {
+		if o.Kind == backup.KindFull {
+			gone[o.Key] = true
+		}
+	})
+	if len(gone) > 0 {
+		a.update(func(s *cluster.BackupStatus) {
+			a.own = a.own.WithoutFulls(gone)
+			s.Recoverable = a.recoverableLocked()
+		})
+	}
 	if deleted > 0 {
 		a.lg.Info("retention: deleted old backups", zap.Int("objects", deleted), zap.String("policy", a.cfg.Retention.String()))
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/backup/retention"
 	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -170,4 +171,77 @@ func TestFullSnapshotCompactsTheChain(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRecoverableWindow: the backup leader reports the window of its cluster's own timeline as
+// the store's index gives it: from the oldest full snapshot to the newest stored revision,
+// growing with each delta, starting later once retention deleted the older full snapshot,
+// dropped when the session ends, and the same when a new session reads it from the store alone.
+func TestRecoverableWindow(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	_, cli, ep := testutil.EmbeddedEtcd(t)
+	st, err := cli.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterID := fmt.Sprintf("%x", st.Header.ClusterId)
+	put := func(n int) {
+		for i := range n {
+			if _, err := cli.Put(ctx, fmt.Sprintf("k%d", i), "v"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// matches checks the reported window against the store's index and the member's revision.
+	matches := func(a *Agent) error {
+		w := a.Status().Recoverable
+		ix, err := backup.ReadIndex(ctx, s)
+		if err != nil {
+			return err
+		}
+		ti, _ := ix.Timeline(1)
+		want, ok := ti.Window()
+		st, err := cli.Status(ctx, ep)
+		switch {
+		case err != nil:
+			return err
+		case !ok || w == nil:
+			return fmt.Errorf("window %+v; the index's %+v (%t)", w, want, ok)
+		case w.Timeline != 1 || w.ClusterID != clusterID || w.FirstRevision != want.FirstRevision || !w.FirstTime.Equal(want.FirstTime) ||
+			w.LastRevision != want.LastRevision || w.LastRevision != st.Header.Revision:
+			return fmt.Errorf("window %+v; want timeline 1 of cluster %s, as the index says (%+v), up to the member's revision %d", w, clusterID, want, st.Header.Revision)
+		}
+		return nil
+	}
+	a, stop := startBackupsWith(t, Config{Retention: retention.Policy{Name: retention.Limit, Limit: 1}}, s, ep)
+	waitStored(t, a, cli, ep, 1)
+	first := a.Status().Recoverable
+	if first == nil || first.FirstRevision != a.Status().LatestFullRevision {
+		t.Fatalf("window %+v; want it to start at the first full snapshot, revision %d", first, a.Status().LatestFullRevision)
+	}
+	put(10)
+	waitStored(t, a, cli, ep, 1)
+	testutil.Eventually(t, 10*time.Second, "the window reaches the newest delta", func() error { return matches(a) })
+
+	full, err := a.RequestFull(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(10)
+	waitStored(t, a, cli, ep, 1)
+	testutil.Eventually(t, 10*time.Second, "the window starts at the full snapshot retention kept", func() error {
+		if w := a.Status().Recoverable; w == nil || w.FirstRevision != full.Revision {
+			return fmt.Errorf("window %+v; want it to start at revision %d", w, full.Revision)
+		}
+		return matches(a)
+	})
+
+	stop()
+	if w := a.Status().Recoverable; w != nil {
+		t.Fatalf("window %+v after the session ended: another leader may have written since", w)
+	}
+	b, _ := startBackupsWith(t, Config{}, s, ep)
+	waitStored(t, b, cli, ep, 1)
+	testutil.Eventually(t, 10*time.Second, "a new session reads the same window from the store", func() error { return matches(b) })
 }

@@ -12,6 +12,7 @@ package retention
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,41 +31,78 @@ const (
 	Exponential = "exponential"
 	// Limit keeps the N newest full snapshots.
 	Limit = "limit"
+	// Age keeps every full snapshot made within the age, and the newest one made before it,
+	// from which a restore to the oldest point within the age starts: every point in time
+	// within the age stays restorable.
+	Age = "age"
+	// Keep deletes nothing.
+	Keep = "keep"
 )
+
+// PolicyPattern is every policy ParsePolicy accepts, and nothing else: the EtcdCluster's
+// spec.backup.retention is checked against it by the API server (its CEL rule).
+const PolicyPattern = `^(exponential|keep|limit:[1-9][0-9]{0,5}|age:[1-9][0-9]{0,3}[hdw])$`
+
+var policyPattern = regexp.MustCompile(PolicyPattern)
+
+// ageUnits are the units of an age: hours, days, weeks.
+var ageUnits = []struct {
+	suffix string
+	d      time.Duration
+}{{"w", 7 * 24 * time.Hour}, {"d", 24 * time.Hour}, {"h", time.Hour}}
 
 // Policy is a retention policy.
 type Policy struct {
-	Name  string // Exponential or Limit
-	Limit int    // for Limit: full snapshots to keep, at least 1
+	Name  string        // Exponential, Limit, Age or Keep
+	Limit int           // for Limit: full snapshots to keep, at least 1
+	Age   time.Duration // for Age: how far back every point in time stays restorable
 }
 
 func (p Policy) String() string {
-	if p.Name == Limit {
+	switch p.Name {
+	case Limit:
 		return fmt.Sprintf("%s:%d", Limit, p.Limit)
+	case Age:
+		for _, u := range ageUnits {
+			if p.Age%u.d == 0 {
+				return fmt.Sprintf("%s:%d%s", Age, p.Age/u.d, u.suffix)
+			}
+		}
+		return fmt.Sprintf("%s:%s", Age, p.Age)
 	}
 	return p.Name
 }
 
-// ParsePolicy parses "exponential" or "limit:N" (also "limit=N").
+// ParsePolicy parses a retention policy: "exponential", "keep", "limit:N" (N full snapshots,
+// 1 to 999999) or "age:N" followed by h, d or w (hours, days, weeks; N from 1 to 9999), e.g.
+// "age:30d". It accepts exactly what PolicyPattern matches.
 func ParsePolicy(s string) (Policy, error) {
-	name, arg, hasArg := strings.Cut(strings.TrimSpace(s), ":")
-	if !hasArg {
-		name, arg, hasArg = strings.Cut(name, "=")
-	}
+	name, arg, hasArg := strings.Cut(s, ":")
 	switch name {
-	case Exponential:
+	case Exponential, Keep:
 		if hasArg {
-			return Policy{}, fmt.Errorf("retention policy %q: %s takes no argument", s, Exponential)
+			return Policy{}, fmt.Errorf("retention policy %q: %s takes no argument", s, name)
 		}
-		return Policy{Name: Exponential}, nil
 	case Limit:
-		n, err := strconv.Atoi(arg)
-		if !hasArg || err != nil || n < 1 {
-			return Policy{}, fmt.Errorf("retention policy %q: write %s:N with N >= 1 full snapshots to keep", s, Limit)
+		if !policyPattern.MatchString(s) {
+			return Policy{}, fmt.Errorf("retention policy %q: write %s:N with N from 1 to 999999 full snapshots to keep (no sign or leading zero)", s, Limit)
 		}
+		n, _ := strconv.Atoi(arg)
 		return Policy{Name: Limit, Limit: n}, nil
+	case Age:
+		if !policyPattern.MatchString(s) {
+			return Policy{}, fmt.Errorf("retention policy %q: write %s:N followed by h, d or w (hours, days, weeks), N from 1 to 9999, e.g. %s:30d", s, Age, Age)
+		}
+		n, _ := strconv.Atoi(arg[:len(arg)-1])
+		for _, u := range ageUnits {
+			if strings.HasSuffix(arg, u.suffix) {
+				return Policy{Name: Age, Age: time.Duration(n) * u.d}, nil
+			}
+		}
+	default:
+		return Policy{}, fmt.Errorf("unknown retention policy %q: use %s, %s:N, %s:N[h|d|w] (e.g. %s:30d) or %s", s, Exponential, Limit, Age, Age, Keep)
 	}
-	return Policy{}, fmt.Errorf("unknown retention policy %q: use %s or %s:N", s, Exponential, Limit)
+	return Policy{Name: name}, nil
 }
 
 // Plan returns the objects to delete from chain under policy at time now, oldest first. Each
@@ -106,8 +144,15 @@ func planFulls(fulls []backup.Object, p Policy, now time.Time) (del []backup.Obj
 	}
 	var keep map[string]bool
 	switch p.Name {
+	case Keep:
+		return nil, 0, nil
 	case Exponential:
 		keep = keepExponential(fulls, now)
+	case Age:
+		if p.Age <= 0 {
+			return nil, 0, fmt.Errorf("retention policy %s: the age must be positive", p)
+		}
+		keep = keepWithin(fulls, now.Add(-p.Age))
 	case Limit:
 		if p.Limit < 1 {
 			return nil, 0, fmt.Errorf("retention policy %s: keep at least 1 full snapshot", p)
@@ -117,7 +162,7 @@ func planFulls(fulls []backup.Object, p Policy, now time.Time) (del []backup.Obj
 			keep[fulls[i].Key] = true
 		}
 	default:
-		return nil, 0, fmt.Errorf("unknown retention policy %q: use %s or %s:N", p.Name, Exponential, Limit)
+		return nil, 0, fmt.Errorf("unknown retention policy %q: use %s, %s:N, %s:N[h|d|w] or %s", p.Name, Exponential, Limit, Age, Keep)
 	}
 	keep[fulls[len(fulls)-1].Key] = true
 
@@ -134,6 +179,25 @@ func planFulls(fulls []backup.Object, p Policy, now time.Time) (del []backup.Obj
 		}
 	}
 	return del, oldestKept, nil
+}
+
+// keepWithin marks every snapshot that a restore to a point in time after since may start
+// from, and the newest one a restore to since starts from (backup.Object.ProvenAt).
+func keepWithin(fulls []backup.Object, since time.Time) map[string]bool {
+	keep := map[string]bool{}
+	var base *backup.Object
+	for i, f := range fulls {
+		switch at := f.ProvenAt(); {
+		case at.After(since):
+			keep[f.Key] = true
+		case base == nil || at.After(base.ProvenAt()) || at.Equal(base.ProvenAt()) && f.FirstRev > base.FirstRev:
+			base = &fulls[i]
+		}
+	}
+	if base != nil {
+		keep[base.Key] = true
+	}
+	return keep
 }
 
 // keepExponential marks, newest first, each snapshot that is the newest in
@@ -208,13 +272,17 @@ func sortOldestFirst(objs []backup.Object) {
 	})
 }
 
-// Collect deletes what Walk names, as it names it (oldest first), and returns how many
-// objects it deleted. It stops at the first failure; running it again is safe.
-func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64) (int, error) {
+// Collect deletes what Walk names, as it names it (oldest first), tells deleted (if not nil)
+// of each object deleted, and returns how many it deleted. It stops at the first failure;
+// running it again is safe.
+func Collect(ctx context.Context, s *store.Store, p Policy, now time.Time, clusterID uint64, deleted func(backup.Object)) (int, error) {
 	n := 0
 	err := Walk(ctx, s, p, now, clusterID, func(o backup.Object) error {
 		if err := s.Delete(ctx, o.Key); err != nil {
 			return fmt.Errorf("retention: deleted %d objects, then: %w", n, err)
+		}
+		if deleted != nil {
+			deleted(o)
 		}
 		n++
 		return nil

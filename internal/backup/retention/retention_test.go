@@ -153,6 +153,33 @@ func TestPlan(t *testing.T) {
 			want:  "F100",
 		},
 		{
+			// A restore to 30 days ago starts from F200, made 31 days ago.
+			name: "age: every full snapshot within the age stays, and the newest made before it", policy: Policy{Name: Age, Age: 30 * d},
+			fulls:  []f{{100, 40 * d}, {200, 31 * d}, {300, 29 * d}, {400, 2 * d}, {500, m}},
+			deltas: [][2]int64{{50, 99}, {101, 200}, {201, 300}, {301, 400}, {401, 500}, {501, 600}},
+			want:   "D50-99 F100 D101-200",
+		},
+		{
+			// F200's name says 30 days ago to the second: it proves its revision from the
+			// end of that second only, so a restore to 30 days ago starts from F100.
+			name: "age: a full snapshot counts from the end of the second its name records", policy: Policy{Name: Age, Age: 30 * d},
+			fulls:  []f{{100, 31 * d}, {200, 30 * d}},
+			deltas: [][2]int64{{101, 200}},
+			want:   "",
+		},
+		{
+			name: "age: the newest full snapshot stays however old", policy: Policy{Name: Age, Age: h},
+			fulls:  []f{{1, 100 * d}, {2, 90 * d}},
+			deltas: [][2]int64{{1, 2}, {2, 9}},
+			want:   "F1 D1-2",
+		},
+		{
+			name: "keep: nothing is deleted", policy: Policy{Name: Keep},
+			fulls:  []f{{100, 400 * d}, {200, 300 * d}},
+			deltas: [][2]int64{{1, 99}, {101, 200}},
+			want:   "",
+		},
+		{
 			name: "no full snapshot: nothing is deleted", policy: Policy{Name: Limit, Limit: 1},
 			deltas: [][2]int64{{1, 10}, {11, 20}},
 			want:   "",
@@ -198,7 +225,23 @@ func TestPlanKeepsRestorability(t *testing.T) {
 		deltas = append(deltas, o)
 	}
 	c = backup.NewChain(append(c.Objects(), deltas...))
-	del, err := Plan(c, Policy{Name: Exponential}, now)
+	kept := keptBy(t, c, Policy{Name: Exponential})
+	// 3 in the last hour, then about one per hour, per day, per week.
+	if n := len(kept.Fulls); n < 3+23 || n > 3+24+7+5 {
+		t.Fatalf("kept %d full snapshots", n)
+	}
+	// By age: every point in time within the age, and nothing older than it needs.
+	kept = keptBy(t, c, Policy{Name: Age, Age: 7 * d})
+	if first := kept.Fulls[0].ProvenAt(); first.After(now.Add(-7*d)) || first.Before(now.Add(-7*d-20*m)) {
+		t.Fatalf("the oldest full snapshot kept is proven at %s: want the newest by %s", first, now.Add(-7*d))
+	}
+}
+
+// keptBy is chain c after retention under policy p, checked to restore every revision from
+// its oldest full snapshot on.
+func keptBy(t *testing.T, c backup.Chain, p Policy) backup.Chain {
+	t.Helper()
+	del, err := Plan(c, p, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,10 +259,7 @@ func TestPlanKeepsRestorability(t *testing.T) {
 			t.Fatalf("retention left an issue: %v", i)
 		}
 	}
-	// 3 in the last hour, then about one per hour, per day, per week.
-	if n := len(kept.Fulls); n < 3+23 || n > 3+24+7+5 {
-		t.Fatalf("kept %d full snapshots", n)
-	}
+	return kept
 }
 
 func TestParsePolicy(t *testing.T) {
@@ -227,13 +267,31 @@ func TestParsePolicy(t *testing.T) {
 		in, want, err string
 	}{
 		{"exponential", "exponential", ""},
-		{" limit:5 ", "limit:5", ""},
-		{"limit=3", "limit:3", ""},
+		{"keep", "keep", ""},
+		{"limit:5", "limit:5", ""},
+		{"limit:999999", "limit:999999", ""},
+		{"age:30d", "age:30d", ""},
+		{"age:14d", "age:2w", ""},
+		{"age:36h", "age:36h", ""},
+		{"age:9999w", "age:9999w", ""},
+		{" limit:5 ", "", "unknown retention policy"},
+		{"limit=3", "", "unknown retention policy"},
 		{"limit", "", "write limit:N"},
-		{"limit:0", "", "N >= 1"},
+		{"limit:0", "", "N from 1 to 999999"},
+		{"limit:+3", "", "no sign or leading zero"},
+		{"limit:03", "", "no sign or leading zero"},
+		{"limit:1000000", "", "N from 1 to 999999"},
 		{"limit:x", "", "write limit:N"},
+		{"age", "", "write age:N followed by h, d or w"},
+		{"age:30", "", "write age:N followed by h, d or w"},
+		{"age:0d", "", "write age:N"},
+		{"age:30m", "", "write age:N"},
+		{"age:1.5d", "", "write age:N"},
+		{"age:10000w", "", "N from 1 to 9999"},
 		{"exponential:2", "", "takes no argument"},
-		{"forever", "", `unknown retention policy "forever": use exponential or limit:N`},
+		{"keep:1", "", "takes no argument"},
+		{"Keep", "", "unknown retention policy"},
+		{"forever", "", `unknown retention policy "forever": use exponential, limit:N, age:N[h|d|w] (e.g. age:30d) or keep`},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			p, err := ParsePolicy(tc.in)
@@ -247,6 +305,11 @@ func TestParsePolicy(t *testing.T) {
 				t.Fatalf("ParsePolicy(%q) = %v, %v", tc.in, p, err)
 			}
 		})
+		// The API server checks spec.backup.retention against PolicyPattern: it must accept
+		// exactly what ParsePolicy does.
+		if _, err := ParsePolicy(tc.in); (err == nil) != policyPattern.MatchString(tc.in) {
+			t.Errorf("ParsePolicy(%q): %v, but PolicyPattern matches: %t", tc.in, err, policyPattern.MatchString(tc.in))
+		}
 	}
 	if _, err := Plan(chain([]f{{1, 0}}, nil), Policy{Name: "nope"}, now); err == nil {
 		t.Fatal("Plan accepted an unknown policy")
@@ -294,7 +357,7 @@ func TestCollectKeepsToItsCluster(t *testing.T) {
 	if got := fmt.Sprint(keysOf(doomed)); got != fmt.Sprint([]string{old1, old3}) {
 		t.Fatalf("doomed %s, want the older full snapshots of cluster 42's timelines 1 and 3", got)
 	}
-	n, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42)
+	n, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 42, nil)
 	if err != nil || n != 2 {
 		t.Fatalf("Collect deleted %d objects, err %v; want 2", n, err)
 	}
@@ -343,12 +406,12 @@ func TestCollectReadsTheNewestFullBack(t *testing.T) {
 	if del, err := Doomed(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0); err == nil || !strings.Contains(err.Error(), newest) || len(del) != 0 {
 		t.Fatalf("Doomed over a damaged newest full: %v, err %v; want nothing, and the error naming %s", del, err, newest)
 	}
-	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
+	del, err := Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0, nil)
 	if err == nil || !strings.Contains(err.Error(), newest) || del != 0 || !strings.Contains(keys(), old) {
 		t.Fatalf("Collect over a damaged newest full: deleted %v, err %v; left %s", del, err, keys())
 	}
 	newest = full(300, now)
-	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0)
+	del, err = Collect(ctx, s, Policy{Name: Limit, Limit: 1}, now, 0, nil)
 	if err != nil || del != 2 || keys() != newest {
 		t.Fatalf("Collect: deleted %v, err %v; left %s, want only %s", del, err, keys(), newest)
 	}

@@ -242,7 +242,8 @@ func (n *Node) PowerOff(name string) error {
 	return n.saveState()
 }
 
-// PowerOn starts a worker PowerOff stopped: containerd, then the kubelet, as at boot.
+// PowerOn starts a worker PowerOff stopped: containerd, then the kubelet, as at boot; what
+// already runs is left alone.
 func (n *Node) PowerOn(ctx context.Context, name string) error {
 	w, err := n.Worker(name)
 	if err != nil {
@@ -252,6 +253,9 @@ func (n *Node) PowerOn(ctx context.Context, name string) error {
 		return err
 	}
 	for _, c := range []string{"containerd", "kubelet"} {
+		if pid := n.st.PIDs[w.process(c)]; pid > 0 && syscall.Kill(pid, 0) == nil {
+			continue // runs: a second PowerOn starts no second one
+		}
 		command := n.st.Commands[w.process(c)]
 		if len(command) == 0 {
 			return fmt.Errorf("node %s: no record of how its %s started", name, c)
