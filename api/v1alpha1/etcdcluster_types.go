@@ -73,6 +73,17 @@ type EtcdClusterSpec struct {
 	// +optional
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
+	// ImagePullSecrets name Secrets of the cluster's namespace with the credentials of the
+	// registry the image comes from; the member pods pull with them. A change reaches the
+	// members by a rolling update.
+	// +kubebuilder:validation:XValidation:rule="self.all(s, has(s.name) && s.name != '')",message="spec.imagePullSecrets: every entry needs the name of a Secret in the cluster's namespace"
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// ServiceAccount tunes the ServiceAccount <name> the operator makes and the members run as.
+	// +optional
+	ServiceAccount ServiceAccountSpec `json:"serviceAccount,omitempty"`
+
 	// Storage is where each member keeps its data. Immutable.
 	// +kubebuilder:default={size: "8Gi"}
 	Storage StorageSpec `json:"storage,omitempty"`
@@ -94,11 +105,13 @@ type EtcdClusterSpec struct {
 	// +optional
 	Scheduling SchedulingSpec `json:"scheduling,omitempty"`
 
-	// Resources of the etcd container.
+	// Resources of the etcd container. Left empty (no requests and no limits), a new cluster
+	// requests cpu 100m and memory 256Mi, and sets no limit (status.defaults.resources).
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
-	// SidecarResources of the sidecar container.
+	// SidecarResources of the sidecar container. Left empty (no requests and no limits), a new
+	// cluster requests cpu 50m and memory 128Mi, and sets no limit (status.defaults.resources).
 	// +optional
 	SidecarResources corev1.ResourceRequirements `json:"sidecarResources,omitempty"`
 
@@ -137,6 +150,20 @@ type EtcdClusterSpec struct {
 	// UpdateStrategy says how the members are restarted when their pod template changes.
 	// +optional
 	UpdateStrategy UpdateStrategySpec `json:"updateStrategy,omitempty"`
+}
+
+// ServiceAccountSpec tunes the cluster's ServiceAccount.
+type ServiceAccountSpec struct {
+	// Annotations the operator keeps on the ServiceAccount: for a workload identity, so the
+	// sidecars reach the backup store with no credentials Secret, e.g.
+	// eks.amazonaws.com/role-arn (EKS IAM roles for service accounts) or
+	// iam.gke.io/gcp-service-account (GKE Workload Identity). An annotation removed here is
+	// removed from the ServiceAccount; those others put there are left alone. A change
+	// restarts the members by a rolling update, as some platforms give a pod its identity
+	// only when it is created.
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('etcd.steward.dev/'))",message="spec.serviceAccount.annotations: keys under etcd.steward.dev/ are Steward's own; use another prefix"
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // NetworkSpec narrows the cluster's NetworkPolicy. The policy admits the peer port from the
@@ -713,10 +740,10 @@ type EtcdClusterStatus struct {
 	// "password"), with authentication on: what applications log in as.
 	// +optional
 	ApplicationUser *ApplicationUserStatus `json:"applicationUser,omitempty"`
-	// Defaults are what the cluster runs with where its spec leaves spec.tls or spec.auth out.
-	// The operator records them once, before it makes anything.
+	// Defaults are what the cluster runs with where its spec leaves spec.tls, spec.auth or
+	// the containers' resources out. The operator records them once, before it makes anything.
 	// +optional
-	Defaults *SecurityDefaults `json:"defaults,omitempty"`
+	Defaults *ClusterDefaults `json:"defaults,omitempty"`
 	// LastFullSnapshot and LastDeltaSnapshot are the newest backups (from the snapshot Leases).
 	// +optional
 	LastFullSnapshot *SnapshotRef `json:"lastFullSnapshot,omitempty"`
@@ -762,15 +789,20 @@ type EtcdClusterStatus struct {
 	LastErrors []LastError `json:"lastErrors,omitempty"`
 }
 
-// SecurityDefaults are what a cluster runs with where its spec leaves spec.tls or spec.auth
-// out. A new cluster gets TLS, and authentication with it. A cluster that existed before
-// Steward had these defaults (its status written, or its StatefulSet there) keeps what its
-// members run: the defaults never change a running cluster.
-type SecurityDefaults struct {
+// ClusterDefaults are what a cluster runs with where its spec leaves spec.tls, spec.auth,
+// spec.resources or spec.sidecarResources out. A new cluster gets TLS, authentication with it,
+// and resource requests. A cluster that existed before Steward had these defaults (its status
+// written, or its StatefulSet there) keeps what its members run: the defaults never change a
+// running cluster.
+type ClusterDefaults struct {
 	// TLS: mutual TLS with the cluster's own CA when spec.tls is left out.
 	TLS bool `json:"tls"`
 	// Auth: etcd authentication when spec.auth is left out.
 	Auth bool `json:"auth"`
+	// Resources: requests of cpu and memory for a container whose resources the spec leaves
+	// empty (etcd: cpu 100m, memory 256Mi; sidecar: cpu 50m, memory 128Mi).
+	// +optional
+	Resources bool `json:"resources,omitempty"`
 }
 
 // RolloutStatus is a rolling update's progress, as the operator recorded it: its decisions

@@ -416,7 +416,10 @@ func syncPDB(ctx context.Context, r *run) error {
 
 func syncRBAC(ctx context.Context, r *run) error {
 	sa := &corev1.ServiceAccount{ObjectMeta: objectMeta(r, r.ec.Name)}
-	if err := apply(ctx, r, sa, "sidecar", func() error { return nil }); err != nil {
+	if err := apply(ctx, r, sa, "sidecar", func() error {
+		sa.Annotations = serviceAccountAnnotations(sa.Annotations, r.ec.Spec.ServiceAccount.Annotations)
+		return nil
+	}); err != nil {
 		return err
 	}
 	role := &rbacv1.Role{ObjectMeta: objectMeta(r, r.ec.Name)}

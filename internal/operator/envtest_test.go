@@ -896,6 +896,12 @@ func TestValidation(t *testing.T) {
 			ec.Spec.Etcd.AutoCompactionMode, ec.Spec.Etcd.AutoCompactionRetention = "revision", "1h"
 		}, "spec.etcd.autoCompactionRetention must be"},
 		{"unknown quorum-loss policy", func(ec *v1alpha1.EtcdCluster) { ec.Spec.QuorumLoss.Policy = "Sometimes" }, "spec.quorumLoss.policy"},
+		{"a pull Secret without a name", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}, {}}
+		}, "spec.imagePullSecrets: every entry needs the name of a Secret"},
+		{"a ServiceAccount annotation of Steward's", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.ServiceAccount.Annotations = map[string]string{"eks.amazonaws.com/role-arn": "r", "etcd.steward.dev/managed-annotations": "x"}
+		}, "keys under etcd.steward.dev/ are Steward's own"},
 		{"the user's certificates", func(ec *v1alpha1.EtcdCluster) {
 			ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true, ServerSecret: "certs", ClientSecret: "client"}
 		}, ""},

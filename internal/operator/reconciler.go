@@ -180,7 +180,7 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile is one pass over one cluster, a short list of steps:
-//  1. admit: deleted (finalize), the finalizer added, paused, the security defaults recorded
+//  1. admit: deleted (finalize), the finalizer added, paused, the defaults recorded
 //     (once), or a spec that cannot run;
 //  2. observe the StatefulSet, the pods, the Leases and the reports;
 //  3. decide (Decide), with fresh evidence asked directly before a destructive decision;
@@ -233,7 +233,7 @@ func (p *pass) fail(code string, err error) {
 }
 
 // admit reads the cluster and stops the pass early (held non-nil) when it is being deleted
-// (finalize), when its finalizer is only now added, while it is paused, when its security
+// (finalize), when its finalizer is only now added, while it is paused, when its
 // defaults could not be recorded, or while its spec is one the members could not run with.
 func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alpha1.EtcdCluster, *ctrl.Result, error) {
 	ec := &v1alpha1.EtcdCluster{}
