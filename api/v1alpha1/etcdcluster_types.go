@@ -43,7 +43,8 @@ const (
 
 // EtcdClusterSpec is the desired etcd cluster.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage",message="spec.storage is immutable: the volumes of existing members cannot change; create a new EtcdCluster (bootstrap.restore) to move the data"
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || (has(self.storage.storageClassName) == has(oldSelf.storage.storageClassName) && (!has(self.storage.storageClassName) || self.storage.storageClassName == oldSelf.storage.storageClassName) && has(self.storage.emptyDir) == has(oldSelf.storage.emptyDir) && (!has(self.storage.emptyDir) || self.storage.emptyDir == oldSelf.storage.emptyDir))",message="spec.storage.storageClassName and spec.storage.emptyDir are immutable: the volumes of existing members cannot move; create a new EtcdCluster (bootstrap.restore) to move the data"
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || !has(self.storage.size) || !has(oldSelf.storage.size) || quantity(string(self.storage.size)).compareTo(quantity(string(oldSelf.storage.size))) >= 0",message="spec.storage.size cannot shrink: a volume never gives space back; it may grow (with a StorageClass that allows volume expansion), or create a new EtcdCluster (bootstrap.restore) with smaller volumes"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is immutable: it is used only when the cluster is created"
 // +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls.enabled == oldSelf.tls.enabled)",message="spec.tls.enabled is chosen when the cluster is created, and so is whether spec.tls is given (left out, status.defaults.tls says what the cluster runs): the members' peer URLs carry the scheme; create a new EtcdCluster (bootstrap.restore from this one's backups) to change it"
 // +kubebuilder:validation:XValidation:rule="(has(self.tls) && has(self.tls.serverSecret)) == (has(oldSelf.tls) && has(oldSelf.tls.serverSecret)) && (!has(self.tls) || !has(self.tls.serverSecret) || self.tls.serverSecret == oldSelf.tls.serverSecret)",message="spec.tls.serverSecret is chosen when the cluster is created: members of other certificates would not trust each other during the change; renew or roll over the certificates inside the Secret, or create a new EtcdCluster (bootstrap.restore from this one's backups)"
@@ -84,7 +85,9 @@ type EtcdClusterSpec struct {
 	// +optional
 	ServiceAccount ServiceAccountSpec `json:"serviceAccount,omitempty"`
 
-	// Storage is where each member keeps its data. Immutable.
+	// Storage is where each member keeps its data. Only its size may change, and only grow:
+	// the members' volume claims are expanded in place when their StorageClass allows it
+	// (status.volumeExpansion), with no member restart.
 	// +kubebuilder:default={size: "8Gi"}
 	Storage StorageSpec `json:"storage,omitempty"`
 
@@ -562,10 +565,25 @@ const (
 	// ConditionHibernated is true while the cluster hibernates: every member stopped, with
 	// its data, its identity and the cluster ID kept (status.hibernation).
 	ConditionHibernated = "Hibernated"
+	// ConditionVolumeExpansion is true while the members' volumes grow to spec.storage.size
+	// (status.volumeExpansion), and false while a growth is refused (the reason and message
+	// say why, and what to do); absent otherwise.
+	ConditionVolumeExpansion = "VolumeExpansion"
 	// ConditionOwnershipConflict is true while an object the cluster needs exists under its
 	// name but was not made by this EtcdCluster: the operator leaves it alone and says how to
 	// resolve it (rename or delete it, or adopt what a deleted cluster left behind).
 	ConditionOwnershipConflict = "OwnershipConflict"
+)
+
+// Reasons of the VolumeExpansion condition.
+const (
+	ReasonVolumeExpanding = "Expanding"
+	// ReasonExpansionNotAllowed: a claim's StorageClass does not allow volume expansion
+	// (allowVolumeExpansion), does not exist, cannot be read, or the claim names none.
+	ReasonExpansionNotAllowed = "ExpansionNotAllowed"
+	// ReasonClaimNotOwned: a volume claim under a member's claim name is not the
+	// StatefulSet's: it is left alone, and so is every other.
+	ReasonClaimNotOwned = "ClaimNotOwned"
 )
 
 // Reasons of the CAReady condition.
@@ -774,6 +792,10 @@ type EtcdClusterStatus struct {
 	// annotation etcd.steward.dev/hibernate=true stopped the members, or is stopping them.
 	// +optional
 	Hibernation *HibernationStatus `json:"hibernation,omitempty"`
+	// VolumeExpansion is the growth of the members' volumes to spec.storage.size in progress
+	// (nil: none).
+	// +optional
+	VolumeExpansion *VolumeExpansionStatus `json:"volumeExpansion,omitempty"`
 	// CARotation is the CA rollover in progress (nil: none).
 	// +optional
 	CARotation *CARotationStatus `json:"caRotation,omitempty"`
@@ -803,6 +825,30 @@ type ClusterDefaults struct {
 	// empty (etcd: cpu 100m, memory 256Mi; sidecar: cpu 50m, memory 128Mi).
 	// +optional
 	Resources bool `json:"resources,omitempty"`
+}
+
+// Phases of a volume expansion.
+const (
+	// VolumeExpansionResizingClaims: the size is recorded; the members' volume claims are
+	// asked for it, one write each.
+	VolumeExpansionResizingClaims = "ResizingClaims"
+	// VolumeExpansionRecreatingStatefulSet: every claim asks for the size; the StatefulSet is
+	// deleted leaving its pods running (orphan) and made anew with the new claim template.
+	VolumeExpansionRecreatingStatefulSet = "RecreatingStatefulSet"
+)
+
+// VolumeExpansionStatus is the operator's record of a growth of the members' volumes: the
+// size, recorded before any claim is changed, and how far it went.
+type VolumeExpansionStatus struct {
+	// Size is the size the claims grow to (spec.storage.size when it was recorded).
+	Size resource.Quantity `json:"size"`
+	// Phase is ResizingClaims or RecreatingStatefulSet.
+	Phase string `json:"phase"`
+	// Since is when the growth was recorded.
+	Since metav1.Time `json:"since"`
+	// Message is the current step.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // RolloutStatus is a rolling update's progress, as the operator recorded it: its decisions

@@ -170,7 +170,8 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
@@ -419,6 +420,7 @@ func (r *ClusterReconciler) newStatus(ctx context.Context, ec *v1alpha1.EtcdClus
 	status.Rollout = roundRollout(d.Rollout.Status)
 	status.Hibernation = roundHibernation(d.Hibernation.Status)
 	r.caStatus(ctx, ec, obs, d, run, p, &status)
+	r.expandVolumes(ctx, ec, d, p, &status)
 	status.LastErrors = p.errs
 	if len(p.errs) > 0 {
 		apimeta.SetStatusCondition(&status.Conditions, syncFailedCondition(p.errs, ec.Generation, p.now))
