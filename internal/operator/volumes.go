@@ -228,8 +228,17 @@ func (r *ClusterReconciler) expandVolumes(ctx context.Context, ec *v1alpha1.Etcd
 // StorageClasses.
 func (r *ClusterReconciler) observeExpansion(ctx context.Context, ec *v1alpha1.EtcdCluster, d Decision) (expansionInput, *appsv1.StatefulSet, error) {
 	in := expansionInput{Want: *ec.Spec.Storage.Size, Record: ec.Status.VolumeExpansion}
+	key := types.NamespacedName{Namespace: ec.Namespace, Name: statefulSetName(ec)}
 	sts := &appsv1.StatefulSet{}
-	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: statefulSetName(ec)}, sts); {
+	if err := r.Client.Get(ctx, key, sts); err == nil && in.Record == nil && metav1.IsControlledBy(sts, ec) {
+		// At rest (the usual case) the cache says so: nothing is read from the API server.
+		if t := claimTemplateSize(sts); t == nil || t.Cmp(in.Want) >= 0 {
+			in.Template = t
+			return in, sts, nil
+		}
+	}
+	sts = &appsv1.StatefulSet{}
+	switch err := r.APIReader.Get(ctx, key, sts); {
 	case apierrors.IsNotFound(err):
 		return in, nil, nil
 	case err != nil:
