@@ -43,7 +43,8 @@ const (
 
 // EtcdClusterSpec is the desired etcd cluster.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage",message="spec.storage is immutable: the volumes of existing members cannot change; create a new EtcdCluster (bootstrap.restore) to move the data"
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || (has(self.storage.storageClassName) == has(oldSelf.storage.storageClassName) && (!has(self.storage.storageClassName) || self.storage.storageClassName == oldSelf.storage.storageClassName) && has(self.storage.emptyDir) == has(oldSelf.storage.emptyDir) && (!has(self.storage.emptyDir) || self.storage.emptyDir == oldSelf.storage.emptyDir))",message="spec.storage.storageClassName and spec.storage.emptyDir are immutable: the volumes of existing members cannot move; create a new EtcdCluster (bootstrap.restore) to move the data"
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || !has(self.storage.size) || !has(oldSelf.storage.size) || quantity(string(self.storage.size)).compareTo(quantity(string(oldSelf.storage.size))) >= 0",message="spec.storage.size cannot shrink: a volume never gives space back; it may grow (with a StorageClass that allows volume expansion), or create a new EtcdCluster (bootstrap.restore) with smaller volumes"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is immutable: it is used only when the cluster is created"
 // +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls.enabled == oldSelf.tls.enabled)",message="spec.tls.enabled is chosen when the cluster is created, and so is whether spec.tls is given (left out, status.defaults.tls says what the cluster runs): the members' peer URLs carry the scheme; create a new EtcdCluster (bootstrap.restore from this one's backups) to change it"
 // +kubebuilder:validation:XValidation:rule="(has(self.tls) && has(self.tls.serverSecret)) == (has(oldSelf.tls) && has(oldSelf.tls.serverSecret)) && (!has(self.tls) || !has(self.tls.serverSecret) || self.tls.serverSecret == oldSelf.tls.serverSecret)",message="spec.tls.serverSecret is chosen when the cluster is created: members of other certificates would not trust each other during the change; renew or roll over the certificates inside the Secret, or create a new EtcdCluster (bootstrap.restore from this one's backups)"
@@ -73,7 +74,20 @@ type EtcdClusterSpec struct {
 	// +optional
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
-	// Storage is where each member keeps its data. Immutable.
+	// ImagePullSecrets name Secrets of the cluster's namespace with the credentials of the
+	// registry the image comes from; the member pods pull with them. A change reaches the
+	// members by a rolling update.
+	// +kubebuilder:validation:XValidation:rule="self.all(s, has(s.name) && s.name != '')",message="spec.imagePullSecrets: every entry needs the name of a Secret in the cluster's namespace"
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// ServiceAccount tunes the ServiceAccount <name> the operator makes and the members run as.
+	// +optional
+	ServiceAccount ServiceAccountSpec `json:"serviceAccount,omitempty"`
+
+	// Storage is where each member keeps its data. Only its size may change, and only grow:
+	// the members' volume claims are expanded in place when their StorageClass allows it
+	// (status.volumeExpansion), with no member restart.
 	// +kubebuilder:default={size: "8Gi"}
 	Storage StorageSpec `json:"storage,omitempty"`
 
@@ -94,11 +108,13 @@ type EtcdClusterSpec struct {
 	// +optional
 	Scheduling SchedulingSpec `json:"scheduling,omitempty"`
 
-	// Resources of the etcd container.
+	// Resources of the etcd container. Left empty (no requests and no limits), a new cluster
+	// requests cpu 100m and memory 256Mi, and sets no limit (status.defaults.resources).
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
-	// SidecarResources of the sidecar container.
+	// SidecarResources of the sidecar container. Left empty (no requests and no limits), a new
+	// cluster requests cpu 50m and memory 128Mi, and sets no limit (status.defaults.resources).
 	// +optional
 	SidecarResources corev1.ResourceRequirements `json:"sidecarResources,omitempty"`
 
@@ -137,6 +153,20 @@ type EtcdClusterSpec struct {
 	// UpdateStrategy says how the members are restarted when their pod template changes.
 	// +optional
 	UpdateStrategy UpdateStrategySpec `json:"updateStrategy,omitempty"`
+}
+
+// ServiceAccountSpec tunes the cluster's ServiceAccount.
+type ServiceAccountSpec struct {
+	// Annotations the operator keeps on the ServiceAccount: for a workload identity, so the
+	// sidecars reach the backup store with no credentials Secret, e.g.
+	// eks.amazonaws.com/role-arn (EKS IAM roles for service accounts) or
+	// iam.gke.io/gcp-service-account (GKE Workload Identity). An annotation removed here is
+	// removed from the ServiceAccount; those others put there are left alone. A change
+	// restarts the members by a rolling update, as some platforms give a pod its identity
+	// only when it is created.
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('etcd.steward.dev/'))",message="spec.serviceAccount.annotations: keys under etcd.steward.dev/ are Steward's own; use another prefix"
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // NetworkSpec narrows the cluster's NetworkPolicy. The policy admits the peer port from the
@@ -537,10 +567,25 @@ const (
 	// ConditionHibernated is true while the cluster hibernates: every member stopped, with
 	// its data, its identity and the cluster ID kept (status.hibernation).
 	ConditionHibernated = "Hibernated"
+	// ConditionVolumeExpansion is true while the members' volumes grow to spec.storage.size
+	// (status.volumeExpansion), and false while a growth is refused (the reason and message
+	// say why, and what to do); absent otherwise.
+	ConditionVolumeExpansion = "VolumeExpansion"
 	// ConditionOwnershipConflict is true while an object the cluster needs exists under its
 	// name but was not made by this EtcdCluster: the operator leaves it alone and says how to
 	// resolve it (rename or delete it, or adopt what a deleted cluster left behind).
 	ConditionOwnershipConflict = "OwnershipConflict"
+)
+
+// Reasons of the VolumeExpansion condition.
+const (
+	ReasonVolumeExpanding = "Expanding"
+	// ReasonExpansionNotAllowed: a claim's StorageClass does not allow volume expansion
+	// (allowVolumeExpansion), does not exist, cannot be read, or the claim names none.
+	ReasonExpansionNotAllowed = "ExpansionNotAllowed"
+	// ReasonClaimNotOwned: a volume claim under a member's claim name is not the
+	// StatefulSet's: it is left alone, and so is every other.
+	ReasonClaimNotOwned = "ClaimNotOwned"
 )
 
 // Reasons of the CAReady condition.
@@ -724,10 +769,10 @@ type EtcdClusterStatus struct {
 	// "password"), with authentication on: what applications log in as.
 	// +optional
 	ApplicationUser *ApplicationUserStatus `json:"applicationUser,omitempty"`
-	// Defaults are what the cluster runs with where its spec leaves spec.tls or spec.auth out.
-	// The operator records them once, before it makes anything.
+	// Defaults are what the cluster runs with where its spec leaves spec.tls, spec.auth or
+	// the containers' resources out. The operator records them once, before it makes anything.
 	// +optional
-	Defaults *SecurityDefaults `json:"defaults,omitempty"`
+	Defaults *ClusterDefaults `json:"defaults,omitempty"`
 	// LastFullSnapshot and LastDeltaSnapshot are the newest backups (from the snapshot Leases).
 	// +optional
 	LastFullSnapshot *SnapshotRef `json:"lastFullSnapshot,omitempty"`
@@ -761,6 +806,10 @@ type EtcdClusterStatus struct {
 	// annotation etcd.steward.dev/hibernate=true stopped the members, or is stopping them.
 	// +optional
 	Hibernation *HibernationStatus `json:"hibernation,omitempty"`
+	// VolumeExpansion is the growth of the members' volumes to spec.storage.size in progress
+	// (nil: none).
+	// +optional
+	VolumeExpansion *VolumeExpansionStatus `json:"volumeExpansion,omitempty"`
 	// CARotation is the CA rollover in progress (nil: none).
 	// +optional
 	CARotation *CARotationStatus `json:"caRotation,omitempty"`
@@ -776,15 +825,44 @@ type EtcdClusterStatus struct {
 	LastErrors []LastError `json:"lastErrors,omitempty"`
 }
 
-// SecurityDefaults are what a cluster runs with where its spec leaves spec.tls or spec.auth
-// out. A new cluster gets TLS, and authentication with it. A cluster that existed before
-// Steward had these defaults (its status written, or its StatefulSet there) keeps what its
-// members run: the defaults never change a running cluster.
-type SecurityDefaults struct {
+// ClusterDefaults are what a cluster runs with where its spec leaves spec.tls, spec.auth,
+// spec.resources or spec.sidecarResources out. A new cluster gets TLS, authentication with it,
+// and resource requests. A cluster that existed before Steward had these defaults (its status
+// written, or its StatefulSet there) keeps what its members run: the defaults never change a
+// running cluster.
+type ClusterDefaults struct {
 	// TLS: mutual TLS with the cluster's own CA when spec.tls is left out.
 	TLS bool `json:"tls"`
 	// Auth: etcd authentication when spec.auth is left out.
 	Auth bool `json:"auth"`
+	// Resources: requests of cpu and memory for a container whose resources the spec leaves
+	// empty (etcd: cpu 100m, memory 256Mi; sidecar: cpu 50m, memory 128Mi).
+	// +optional
+	Resources bool `json:"resources,omitempty"`
+}
+
+// Phases of a volume expansion.
+const (
+	// VolumeExpansionResizingClaims: the size is recorded; the members' volume claims are
+	// asked for it, one write each.
+	VolumeExpansionResizingClaims = "ResizingClaims"
+	// VolumeExpansionRecreatingStatefulSet: every claim asks for the size; the StatefulSet is
+	// deleted leaving its pods running (orphan) and made anew with the new claim template.
+	VolumeExpansionRecreatingStatefulSet = "RecreatingStatefulSet"
+)
+
+// VolumeExpansionStatus is the operator's record of a growth of the members' volumes: the
+// size, recorded before any claim is changed, and how far it went.
+type VolumeExpansionStatus struct {
+	// Size is the size the claims grow to (spec.storage.size when it was recorded).
+	Size resource.Quantity `json:"size"`
+	// Phase is ResizingClaims or RecreatingStatefulSet.
+	Phase string `json:"phase"`
+	// Since is when the growth was recorded.
+	Since metav1.Time `json:"since"`
+	// Message is the current step.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // RolloutStatus is a rolling update's progress, as the operator recorded it: its decisions

@@ -416,7 +416,10 @@ func syncPDB(ctx context.Context, r *run) error {
 
 func syncRBAC(ctx context.Context, r *run) error {
 	sa := &corev1.ServiceAccount{ObjectMeta: objectMeta(r, r.ec.Name)}
-	if err := apply(ctx, r, sa, "sidecar", func() error { return nil }); err != nil {
+	if err := apply(ctx, r, sa, "sidecar", func() error {
+		sa.Annotations = serviceAccountAnnotations(sa.Annotations, r.ec.Spec.ServiceAccount.Annotations)
+		return nil
+	}); err != nil {
 		return err
 	}
 	role := &rbacv1.Role{ObjectMeta: objectMeta(r, r.ec.Name)}
@@ -490,6 +493,9 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 			return err
 		}
 	}
+	if err == nil && !sts.DeletionTimestamp.IsZero() {
+		return nil // a volume expansion makes it anew once it is gone
+	}
 	if len(r.conflicts) > 0 {
 		// Pods would run with objects the cluster does not own (its identity, its Services, ...).
 		return fmt.Errorf("the member pods are not created or changed while objects the cluster needs are not its own (condition %s)", v1alpha1.ConditionOwnershipConflict)
@@ -528,8 +534,8 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		return apply(ctx, r, sts, "member", func() error { metav1.SetMetaDataAnnotation(&sts.ObjectMeta, annotationTemplateHash, hash); return nil })
 	}
 	return apply(ctx, r, sts, "member", func() error {
-		// Selector, service name and claim templates are immutable in a StatefulSet; the
-		// CRD keeps storage immutable too.
+		// Selector, service name and claim templates are immutable in a StatefulSet: a
+		// volume expansion makes it anew (expandVolumes).
 		sts.Spec.Replicas = want.Replicas
 		sts.Spec.PodManagementPolicy = want.PodManagementPolicy
 		sts.Spec.PersistentVolumeClaimRetentionPolicy = want.PersistentVolumeClaimRetentionPolicy

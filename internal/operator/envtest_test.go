@@ -896,6 +896,12 @@ func TestValidation(t *testing.T) {
 			ec.Spec.Etcd.AutoCompactionMode, ec.Spec.Etcd.AutoCompactionRetention = "revision", "1h"
 		}, "spec.etcd.autoCompactionRetention must be"},
 		{"unknown quorum-loss policy", func(ec *v1alpha1.EtcdCluster) { ec.Spec.QuorumLoss.Policy = "Sometimes" }, "spec.quorumLoss.policy"},
+		{"a pull Secret without a name", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}, {}}
+		}, "spec.imagePullSecrets: every entry needs the name of a Secret"},
+		{"a ServiceAccount annotation of Steward's", func(ec *v1alpha1.EtcdCluster) {
+			ec.Spec.ServiceAccount.Annotations = map[string]string{"eks.amazonaws.com/role-arn": "r", "etcd.steward.dev/managed-annotations": "x"}
+		}, "keys under etcd.steward.dev/ are Steward's own"},
 		{"the user's certificates", func(ec *v1alpha1.EtcdCluster) {
 			ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true, ServerSecret: "certs", ClientSecret: "client"}
 		}, ""},
@@ -962,7 +968,10 @@ func TestValidation(t *testing.T) {
 	}
 	updates("immutable", []change{
 		{"scale", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas = 5 }, ""},
-		{"storage size", func(ec *v1alpha1.EtcdCluster) { q := resource.MustParse("20Gi"); ec.Spec.Storage.Size = &q }, "spec.storage is immutable"},
+		{"storage grown", func(ec *v1alpha1.EtcdCluster) { q := resource.MustParse("20Gi"); ec.Spec.Storage.Size = &q }, ""},
+		{"storage shrunk", func(ec *v1alpha1.EtcdCluster) { q := resource.MustParse("4Gi"); ec.Spec.Storage.Size = &q }, "spec.storage.size cannot shrink"},
+		{"storage class", func(ec *v1alpha1.EtcdCluster) { c := "fast"; ec.Spec.Storage.StorageClassName = &c }, "spec.storage.storageClassName and spec.storage.emptyDir are immutable"},
+		{"storage in an emptyDir", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Storage.EmptyDir = &v1alpha1.EmptyDirStorage{} }, "spec.storage.storageClassName and spec.storage.emptyDir are immutable"},
 		{"bootstrap revision", func(ec *v1alpha1.EtcdCluster) { r := int64(8); ec.Spec.Bootstrap.Restore.Revision = &r }, "spec.bootstrap is immutable"},
 		{"bootstrap removed", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Bootstrap = nil }, "spec.bootstrap is immutable"},
 		{"tls turned on", func(ec *v1alpha1.EtcdCluster) { ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: true} }, "spec.tls.enabled is chosen when the cluster is created"},

@@ -62,7 +62,58 @@ const (
 	// AnnotationTokenKey on the pod template identifies the key pair etcd signs its
 	// authentication tokens with (spec.auth): a change restarts the members.
 	AnnotationTokenKey = "etcd.steward.dev/token-key"
+	// annotationServiceAccountHash on the pod template identifies the annotations
+	// spec.serviceAccount puts on the members' ServiceAccount: a workload identity may reach a
+	// pod only when it is created, so a change restarts the members.
+	annotationServiceAccountHash = "etcd.steward.dev/service-account"
+	// annotationManagedAnnotations on the ServiceAccount lists the keys of the annotations
+	// spec.serviceAccount put there (comma-separated): the ones the operator changes and removes.
+	annotationManagedAnnotations = "etcd.steward.dev/managed-annotations"
 )
+
+// Requests of a container whose resources the spec leaves empty, on a cluster whose defaults
+// say so (status.defaults.resources). No limits: a memory limit would kill etcd under load
+// rather than slow it, and a CPU limit throttles its heartbeats into elections.
+var (
+	defaultEtcdRequests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"),
+		corev1.ResourceMemory: resource.MustParse("256Mi")}
+	defaultSidecarRequests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"),
+		corev1.ResourceMemory: resource.MustParse("128Mi")}
+)
+
+// containerResources is spec, or when it is empty and the cluster's defaults give requests,
+// the default requests.
+func containerResources(ec *v1alpha1.EtcdCluster, spec corev1.ResourceRequirements, defaults corev1.ResourceList) corev1.ResourceRequirements {
+	empty := len(spec.Requests) == 0 && len(spec.Limits) == 0 && len(spec.Claims) == 0
+	if !empty || ec.Status.Defaults == nil || !ec.Status.Defaults.Resources {
+		return spec
+	}
+	return corev1.ResourceRequirements{Requests: defaults.DeepCopy()}
+}
+
+// serviceAccountAnnotations are the ServiceAccount's annotations with those spec.serviceAccount
+// asks for (want): the ones the operator put there before (annotationManagedAnnotations) and
+// want no longer has are removed; others' are kept as they are.
+func serviceAccountAnnotations(current, want map[string]string) map[string]string {
+	out := maps.Clone(current)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for _, k := range strings.Split(current[annotationManagedAnnotations], ",") {
+		if _, ok := want[k]; !ok {
+			delete(out, k)
+		}
+	}
+	delete(out, annotationManagedAnnotations)
+	maps.Copy(out, want)
+	if len(want) > 0 {
+		out[annotationManagedAnnotations] = strings.Join(slices.Sorted(maps.Keys(want)), ",")
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
 
 // Names of a cluster's objects (docs/kubernetes.md, "What the operator creates").
 func statefulSetName(ec *v1alpha1.EtcdCluster) string { return ec.Name }
@@ -214,6 +265,13 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	// The sidecars read the ConfigMap when they start: a change of what it sets for every
 	// member changes the template, and reaches the members by a rolling update.
 	annotations[annotationConfigHash] = memberConfigHash(ec)
+	if sa := ec.Spec.ServiceAccount.Annotations; len(sa) > 0 {
+		b, err := json.Marshal(sa) // keys sorted
+		if err != nil {
+			panic(err) // a map of strings always marshals
+		}
+		annotations[annotationServiceAccountHash] = shortHash(b)
+	}
 
 	env := []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
@@ -245,7 +303,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 			{Name: "health", ContainerPort: HealthPort}},
 		Env:             env,
 		VolumeMounts:    mounts,
-		Resources:       ec.Spec.Resources,
+		Resources:       containerResources(ec, ec.Spec.Resources, defaultEtcdRequests),
 		ReadinessProbe:  probe("/readyz", HealthPort, 3),
 		StartupProbe:    &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt(HealthPort)}}, PeriodSeconds: 5, FailureThreshold: 120},
 		LivenessProbe:   probe("/livez", HealthPort, 6),
@@ -260,7 +318,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 		Ports:           []corev1.ContainerPort{{Name: "sidecar", ContainerPort: SidecarPort}},
 		Env:             env,
 		VolumeMounts:    mounts,
-		Resources:       ec.Spec.SidecarResources,
+		Resources:       containerResources(ec, ec.Spec.SidecarResources, defaultSidecarRequests),
 		LivenessProbe:   probe("/healthz", SidecarPort, 6),
 		SecurityContext: secCtx,
 	}
@@ -298,6 +356,7 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) app
 	}
 	podSpec := corev1.PodSpec{
 		ServiceAccountName:        ec.Name,
+		ImagePullSecrets:          ec.Spec.ImagePullSecrets,
 		Containers:                []corev1.Container{etcd, sidecar},
 		NodeSelector:              ec.Spec.Scheduling.NodeSelector,
 		Tolerations:               ec.Spec.Scheduling.Tolerations,

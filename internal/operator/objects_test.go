@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -277,5 +278,108 @@ func TestAuthObjects(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestImagePullSecretsReachThePods: spec.imagePullSecrets are the member pods' pull Secrets,
+// and a change of them changes the pod template (a rolling update carries it); without them
+// the template is what it was.
+func TestImagePullSecretsReachThePods(t *testing.T) {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+	plain := statefulSetSpec(ec, "img", 3).Template
+	if plain.Spec.ImagePullSecrets != nil {
+		t.Fatalf("pull Secrets without spec.imagePullSecrets: %v", plain.Spec.ImagePullSecrets)
+	}
+	ec.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
+	tpl := statefulSetSpec(ec, "img", 3).Template
+	if !reflect.DeepEqual(tpl.Spec.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "registry"}}) {
+		t.Errorf("pod pull Secrets %v; want registry", tpl.Spec.ImagePullSecrets)
+	}
+	if templateHash(tpl) == templateHash(plain) {
+		t.Error("spec.imagePullSecrets did not change the pod template")
+	}
+}
+
+// TestDefaultResources: a container whose resources the spec leaves empty gets the default
+// requests, and no limits, only when the cluster's defaults say so (a new cluster); anything
+// the spec gives (requests or limits alone) is used as it is.
+func TestDefaultResources(t *testing.T) {
+	containers := func(ec *v1alpha1.EtcdCluster) (etcd, sidecar corev1.ResourceRequirements) {
+		cs := statefulSetSpec(ec, "img", 3).Template.Spec.Containers
+		return cs[0].Resources, cs[1].Resources
+	}
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+	for _, d := range []*v1alpha1.ClusterDefaults{nil, {TLS: true, Auth: true}} {
+		ec.Status.Defaults = d
+		if e, s := containers(ec); !reflect.DeepEqual(e, corev1.ResourceRequirements{}) || !reflect.DeepEqual(s, corev1.ResourceRequirements{}) {
+			t.Errorf("defaults %+v (an existing cluster): etcd %v, sidecar %v; want nothing added", d, e, s)
+		}
+	}
+	ec.Status.Defaults = &v1alpha1.ClusterDefaults{Resources: true}
+	e, s := containers(ec)
+	if e.Limits != nil || e.Requests.Cpu().String() != "100m" || e.Requests.Memory().String() != "256Mi" {
+		t.Errorf("etcd of a new cluster: %v; want requests cpu 100m, memory 256Mi and no limits", e)
+	}
+	if s.Limits != nil || s.Requests.Cpu().String() != "50m" || s.Requests.Memory().String() != "128Mi" {
+		t.Errorf("sidecar of a new cluster: %v; want requests cpu 50m, memory 128Mi and no limits", s)
+	}
+	limits := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
+	requests := corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}
+	ec.Spec.Resources, ec.Spec.SidecarResources = limits, requests
+	if e, s := containers(ec); !reflect.DeepEqual(e, limits) || !reflect.DeepEqual(s, requests) {
+		t.Errorf("the spec's resources: etcd %v, sidecar %v; want them as given", e, s)
+	}
+}
+
+// TestServiceAccountAnnotations: the annotations spec.serviceAccount asks for are set, the
+// keys the operator set before and the spec dropped are removed, others' are kept, and the
+// record of the operator's keys goes with the last of them.
+func TestServiceAccountAnnotations(t *testing.T) {
+	const role, gsa = "eks.amazonaws.com/role-arn", "iam.gke.io/gcp-service-account"
+	cases := []struct {
+		name          string
+		current, want map[string]string
+		result        map[string]string
+	}{
+		{"none asked, none there", nil, nil, nil},
+		{"others' kept when none asked", map[string]string{"team": "a"}, nil, map[string]string{"team": "a"}},
+		{"set", map[string]string{"team": "a"}, map[string]string{role: "r1", gsa: "g"},
+			map[string]string{"team": "a", role: "r1", gsa: "g", annotationManagedAnnotations: role + "," + gsa}},
+		{"changed and dropped",
+			map[string]string{"team": "a", role: "r1", gsa: "g", annotationManagedAnnotations: role + "," + gsa},
+			map[string]string{role: "r2"},
+			map[string]string{"team": "a", role: "r2", annotationManagedAnnotations: role}},
+		{"all dropped", map[string]string{"team": "a", role: "r2", annotationManagedAnnotations: role}, nil, map[string]string{"team": "a"}},
+		{"a key of others' asked for becomes the operator's", map[string]string{role: "theirs"}, map[string]string{role: "r1"},
+			map[string]string{role: "r1", annotationManagedAnnotations: role}},
+		{"others' keys kept as the operator's all go", map[string]string{gsa: "theirs", role: "r1", annotationManagedAnnotations: role},
+			map[string]string{}, map[string]string{gsa: "theirs"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := serviceAccountAnnotations(tc.current, tc.want); !reflect.DeepEqual(got, tc.result) {
+				t.Fatalf("got %v; want %v", got, tc.result)
+			}
+		})
+	}
+}
+
+// TestServiceAccountAnnotationsRollThePods: the annotations spec.serviceAccount sets change
+// the pod template (a workload identity may reach a pod only when it is created); none leave
+// it as it was.
+func TestServiceAccountAnnotationsRollThePods(t *testing.T) {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+	template := func() string { return templateHash(statefulSetSpec(ec, "img", 3).Template) }
+	base := template()
+	if ec.Spec.ServiceAccount.Annotations = map[string]string{}; template() != base {
+		t.Error("empty spec.serviceAccount.annotations changed the pod template")
+	}
+	ec.Spec.ServiceAccount.Annotations = map[string]string{"eks.amazonaws.com/role-arn": "r1"}
+	r1 := template()
+	if r1 == base {
+		t.Error("spec.serviceAccount.annotations did not change the pod template")
+	}
+	if ec.Spec.ServiceAccount.Annotations["eks.amazonaws.com/role-arn"] = "r2"; template() == r1 {
+		t.Error("another role did not change the pod template")
 	}
 }

@@ -170,7 +170,8 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
@@ -180,7 +181,7 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile is one pass over one cluster, a short list of steps:
-//  1. admit: deleted (finalize), the finalizer added, paused, the security defaults recorded
+//  1. admit: deleted (finalize), the finalizer added, paused, the defaults recorded
 //     (once), or a spec that cannot run;
 //  2. observe the StatefulSet, the pods, the Leases and the reports;
 //  3. decide (Decide), with fresh evidence asked directly before a destructive decision;
@@ -233,7 +234,7 @@ func (p *pass) fail(code string, err error) {
 }
 
 // admit reads the cluster and stops the pass early (held non-nil) when it is being deleted
-// (finalize), when its finalizer is only now added, while it is paused, when its security
+// (finalize), when its finalizer is only now added, while it is paused, when its
 // defaults could not be recorded, or while its spec is one the members could not run with.
 func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alpha1.EtcdCluster, *ctrl.Result, error) {
 	ec := &v1alpha1.EtcdCluster{}
@@ -419,6 +420,7 @@ func (r *ClusterReconciler) newStatus(ctx context.Context, ec *v1alpha1.EtcdClus
 	status.Rollout = roundRollout(d.Rollout.Status)
 	status.Hibernation = roundHibernation(d.Hibernation.Status)
 	r.caStatus(ctx, ec, obs, d, run, p, &status)
+	r.expandVolumes(ctx, ec, d, p, &status)
 	status.LastErrors = p.errs
 	if len(p.errs) > 0 {
 		apimeta.SetStatusCondition(&status.Conditions, syncFailedCondition(p.errs, ec.Generation, p.now))

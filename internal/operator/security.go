@@ -12,11 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// DefaultsCase names how the security defaults of a cluster (status.defaults) were chosen.
+// DefaultsCase names how the defaults of a cluster (status.defaults) were chosen.
 type DefaultsCase string
 
 const (
-	// DefaultsNewCluster: nothing of the cluster exists yet: TLS, and authentication with it.
+	// DefaultsNewCluster: nothing of the cluster exists yet: TLS, authentication with it, and
+	// resource requests.
 	DefaultsNewCluster DefaultsCase = "NewCluster"
 	// DefaultsExistingCluster: an operator without these defaults already ran the cluster
 	// (its status written) or its StatefulSet exists: the defaults are what its members run,
@@ -24,7 +25,7 @@ const (
 	DefaultsExistingCluster DefaultsCase = "ExistingCluster"
 )
 
-// defaultsInput is what the security defaults are chosen from.
+// defaultsInput is what the defaults are chosen from.
 type defaultsInput struct {
 	// SpecTLS is spec.tls.enabled; nil when spec.tls is left out.
 	SpecTLS *bool
@@ -37,20 +38,21 @@ type defaultsInput struct {
 	StatefulSet, RunsTLS, RunsAuth bool
 }
 
-// decideDefaults chooses, once, what a cluster runs with where its spec leaves spec.tls or
-// spec.auth out (pure). A new cluster gets TLS, and authentication when it has TLS (the
-// root password never crosses the network in clear). A cluster that already exists keeps
-// what its members run: without a StatefulSet, what an absent spec.tls and spec.auth meant
-// before, no TLS and no authentication.
-func decideDefaults(in defaultsInput) (DefaultsCase, v1alpha1.SecurityDefaults) {
+// decideDefaults chooses, once, what a cluster runs with where its spec leaves spec.tls,
+// spec.auth or the containers' resources out (pure). A new cluster gets TLS, authentication
+// when it has TLS (the root password never crosses the network in clear), and resource
+// requests. A cluster that already exists keeps what its members run: without a StatefulSet,
+// what an absent spec.tls and spec.auth meant before, no TLS and no authentication; and no
+// requests it did not ask for, which would restart its members.
+func decideDefaults(in defaultsInput) (DefaultsCase, v1alpha1.ClusterDefaults) {
 	if in.StatusWritten || in.StatefulSet {
-		return DefaultsExistingCluster, v1alpha1.SecurityDefaults{TLS: in.RunsTLS, Auth: in.RunsAuth}
+		return DefaultsExistingCluster, v1alpha1.ClusterDefaults{TLS: in.RunsTLS, Auth: in.RunsAuth}
 	}
 	tls := in.SpecTLS == nil || *in.SpecTLS
-	return DefaultsNewCluster, v1alpha1.SecurityDefaults{TLS: true, Auth: tls}
+	return DefaultsNewCluster, v1alpha1.ClusterDefaults{TLS: true, Auth: tls, Resources: true}
 }
 
-// recordDefaults chooses the cluster's security defaults (decideDefaults) from its status and
+// recordDefaults chooses the cluster's defaults (decideDefaults) from its status and
 // its StatefulSet read fresh, and records them in the status before anything is made: the
 // write fails if the cluster changed meanwhile (its resourceVersion), and the next pass
 // chooses again.
@@ -81,7 +83,7 @@ func (r *ClusterReconciler) recordDefaults(ctx context.Context, ec *v1alpha1.Etc
 }
 
 // defaultsMessage says what the defaults are, and why.
-func defaultsMessage(c DefaultsCase, d v1alpha1.SecurityDefaults) string {
+func defaultsMessage(c DefaultsCase, d v1alpha1.ClusterDefaults) string {
 	onOff := func(b bool) string {
 		if b {
 			return "on"
@@ -92,5 +94,6 @@ func defaultsMessage(c DefaultsCase, d v1alpha1.SecurityDefaults) string {
 	if c == DefaultsExistingCluster {
 		why = "the cluster existed already, and keeps what its members run"
 	}
-	return fmt.Sprintf("where the spec leaves them out, TLS is %s and authentication %s (status.defaults): %s", onOff(d.TLS), onOff(d.Auth), why)
+	return fmt.Sprintf("where the spec leaves them out, TLS is %s, authentication %s and default resource requests %s (status.defaults): %s",
+		onOff(d.TLS), onOff(d.Auth), onOff(d.Resources), why)
 }

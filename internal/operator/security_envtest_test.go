@@ -20,10 +20,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// waitDefaults waits for the cluster's recorded security defaults and returns them.
-func waitDefaults(t *testing.T, ns, name string) v1alpha1.SecurityDefaults {
+// waitDefaults waits for the cluster's recorded defaults and returns them.
+func waitDefaults(t *testing.T, ns, name string) v1alpha1.ClusterDefaults {
 	t.Helper()
-	var d *v1alpha1.SecurityDefaults
+	var d *v1alpha1.ClusterDefaults
 	testutil.Eventually(t, 20*time.Second, "status.defaults of "+name, func() error {
 		if d = getCluster(t, ns, name).Status.Defaults; d == nil {
 			return fmt.Errorf("not recorded")
@@ -33,9 +33,10 @@ func waitDefaults(t *testing.T, ns, name string) v1alpha1.SecurityDefaults {
 	return *d
 }
 
-// TestNewClusterSecureByDefault: a new cluster whose spec leaves spec.tls and spec.auth out
-// gets mutual TLS of its own CA and etcd authentication, recorded in status.defaults; one
-// that opts out of TLS gets neither (authentication without TLS is never a default).
+// TestNewClusterSecureByDefault: a new cluster whose spec leaves spec.tls, spec.auth and the
+// containers' resources out gets mutual TLS of its own CA, etcd authentication and resource
+// requests, recorded in status.defaults; one that opts out of TLS gets neither TLS nor
+// authentication (authentication without TLS is never a default).
 func TestNewClusterSecureByDefault(t *testing.T) {
 	needEnv(t)
 	ctx := context.Background()
@@ -43,12 +44,17 @@ func TestNewClusterSecureByDefault(t *testing.T) {
 	if err := k8s.Create(ctx, newDefaultCluster(ns, "sec", 3)); err != nil {
 		t.Fatal(err)
 	}
-	if d := waitDefaults(t, ns, "sec"); d != (v1alpha1.SecurityDefaults{TLS: true, Auth: true}) {
-		t.Fatalf("status.defaults of a new cluster %+v; want TLS and authentication", d)
+	if d := waitDefaults(t, ns, "sec"); d != (v1alpha1.ClusterDefaults{TLS: true, Auth: true, Resources: true}) {
+		t.Fatalf("status.defaults of a new cluster %+v; want TLS, authentication and resource requests", d)
 	}
 	sts := waitStatefulSet(t, ns, "sec")
 	if a := sts.Spec.Template.Annotations; a[AnnotationTrust] == "" || a[AnnotationTokenKey] == "" {
 		t.Errorf("the members do not run with TLS and authentication: pod template annotations %v", a)
+	}
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits != nil {
+			t.Errorf("container %s of a new cluster: resources %v; want the default requests and no limits", c.Name, c.Resources)
+		}
 	}
 	for _, s := range []string{"sec-ca", "sec-server-tls", "sec-client-tls", "sec-root-password", "sec-token-key"} {
 		if err := get(t, ns, s, &corev1.Secret{}); err != nil {
@@ -63,7 +69,7 @@ func TestNewClusterSecureByDefault(t *testing.T) {
 		return nil
 	})
 	testutil.Eventually(t, 10*time.Second, "Event DefaultsChosen", func() error {
-		return findEventMessage(ns, "DefaultsChosen", "TLS is on and authentication on")
+		return findEventMessage(ns, "DefaultsChosen", "TLS is on, authentication on and default resource requests on")
 	})
 
 	plain := newDefaultCluster(ns, "plain", 1)
@@ -86,8 +92,8 @@ func TestNewClusterSecureByDefault(t *testing.T) {
 }
 
 // TestExistingClusterKeepsWhatItRuns: a cluster that an operator without the defaults formed
-// (its status written, no TLS) keeps running without TLS and authentication once this
-// operator sees it; turning authentication on for it is refused, since the root password
+// (its status written, no TLS) keeps running without TLS, authentication and resource
+// requests once this operator sees it; turning authentication on for it is refused, since the root password
 // would cross the pod network in clear, and nothing of the members changes.
 func TestExistingClusterKeepsWhatItRuns(t *testing.T) {
 	needEnv(t)
@@ -108,12 +114,17 @@ func TestExistingClusterKeepsWhatItRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	updateCluster(t, ns, "old", func(ec *v1alpha1.EtcdCluster) { delete(ec.Annotations, v1alpha1.AnnotationPaused) })
-	if d := waitDefaults(t, ns, "old"); d != (v1alpha1.SecurityDefaults{}) {
-		t.Fatalf("status.defaults of a cluster formed without TLS %+v; want neither TLS nor authentication", d)
+	if d := waitDefaults(t, ns, "old"); d != (v1alpha1.ClusterDefaults{}) {
+		t.Fatalf("status.defaults of a cluster formed without TLS %+v; want neither TLS nor authentication nor resource requests", d)
 	}
 	sts := waitStatefulSet(t, ns, "old")
 	if a := sts.Spec.Template.Annotations; a[AnnotationTrust] != "" || a[AnnotationTokenKey] != "" {
 		t.Errorf("the existing cluster's members were given TLS or authentication: pod template annotations %v", a)
+	}
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		if c.Resources.Requests != nil || c.Resources.Limits != nil {
+			t.Errorf("the existing cluster's container %s was given resources %v: its members would restart", c.Name, c.Resources)
+		}
 	}
 	testutil.Eventually(t, 20*time.Second, "the status of a plain cluster", func() error {
 		// The selector is written by this operator's passes.

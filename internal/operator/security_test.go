@@ -13,17 +13,17 @@ func TestDecideDefaults(t *testing.T) {
 		name     string
 		in       defaultsInput
 		wantCase DefaultsCase
-		want     v1alpha1.SecurityDefaults
+		want     v1alpha1.ClusterDefaults
 	}{
-		{"new, spec silent: TLS and authentication", defaultsInput{}, DefaultsNewCluster, v1alpha1.SecurityDefaults{TLS: true, Auth: true}},
-		{"new, TLS spelled out", defaultsInput{SpecTLS: &on}, DefaultsNewCluster, v1alpha1.SecurityDefaults{TLS: true, Auth: true}},
-		{"new, TLS opted out: no authentication without it", defaultsInput{SpecTLS: &off}, DefaultsNewCluster, v1alpha1.SecurityDefaults{TLS: true}},
-		{"formed by an older operator, no StatefulSet left: as before, neither", defaultsInput{StatusWritten: true}, DefaultsExistingCluster, v1alpha1.SecurityDefaults{}},
-		{"formed by an older operator, members plain", defaultsInput{StatusWritten: true, StatefulSet: true}, DefaultsExistingCluster, v1alpha1.SecurityDefaults{}},
+		{"new, spec silent: TLS, authentication and resource requests", defaultsInput{}, DefaultsNewCluster, v1alpha1.ClusterDefaults{TLS: true, Auth: true, Resources: true}},
+		{"new, TLS spelled out", defaultsInput{SpecTLS: &on}, DefaultsNewCluster, v1alpha1.ClusterDefaults{TLS: true, Auth: true, Resources: true}},
+		{"new, TLS opted out: no authentication without it", defaultsInput{SpecTLS: &off}, DefaultsNewCluster, v1alpha1.ClusterDefaults{TLS: true, Resources: true}},
+		{"formed by an older operator, no StatefulSet left: as before, neither", defaultsInput{StatusWritten: true}, DefaultsExistingCluster, v1alpha1.ClusterDefaults{}},
+		{"formed by an older operator, members plain", defaultsInput{StatusWritten: true, StatefulSet: true}, DefaultsExistingCluster, v1alpha1.ClusterDefaults{}},
 		{"a StatefulSet without a status (left by a deleted namesake): what it runs",
-			defaultsInput{StatefulSet: true, RunsTLS: true, RunsAuth: true}, DefaultsExistingCluster, v1alpha1.SecurityDefaults{TLS: true, Auth: true}},
+			defaultsInput{StatefulSet: true, RunsTLS: true, RunsAuth: true}, DefaultsExistingCluster, v1alpha1.ClusterDefaults{TLS: true, Auth: true}},
 		{"members with authentication and no TLS keep it", defaultsInput{StatusWritten: true, StatefulSet: true, RunsAuth: true},
-			DefaultsExistingCluster, v1alpha1.SecurityDefaults{Auth: true}},
+			DefaultsExistingCluster, v1alpha1.ClusterDefaults{Auth: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -36,7 +36,7 @@ func TestDecideDefaults(t *testing.T) {
 }
 
 func TestSecurityProblem(t *testing.T) {
-	cluster := func(tls, auth *bool, defaults *v1alpha1.SecurityDefaults, rootPassword string) *v1alpha1.EtcdCluster {
+	cluster := func(tls, auth *bool, defaults *v1alpha1.ClusterDefaults, rootPassword string) *v1alpha1.EtcdCluster {
 		ec := &v1alpha1.EtcdCluster{}
 		if tls != nil {
 			ec.Spec.TLS = &v1alpha1.TLSSpec{Enabled: *tls}
@@ -48,7 +48,7 @@ func TestSecurityProblem(t *testing.T) {
 		return ec
 	}
 	on := true
-	plain, secure := &v1alpha1.SecurityDefaults{}, &v1alpha1.SecurityDefaults{TLS: true, Auth: true}
+	plain, secure := &v1alpha1.ClusterDefaults{}, &v1alpha1.ClusterDefaults{TLS: true, Auth: true}
 	cases := []struct {
 		name    string
 		ec      *v1alpha1.EtcdCluster

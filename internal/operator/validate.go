@@ -45,7 +45,7 @@ func specProblem(spec v1alpha1.EtcdClusterSpec) error {
 		if size := spec.Storage.Size; size != nil && q.Cmp(*size) > 0 {
 			return fmt.Errorf("spec.etcd.quotaBackendBytes %s is larger than each member's volume (spec.storage.size %s): etcd would fill the volume "+
 				"before it raises NOSPACE, and stop; set it below %s, leaving room for the write-ahead log and snapshots "+
-				"(spec.storage is immutable: a larger volume needs a new EtcdCluster restored from this one's backups)", q, size, size)
+				"(or grow spec.storage.size, with a StorageClass that allows volume expansion)", q, size, size)
 		}
 	}
 	return nil
