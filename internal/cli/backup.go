@@ -141,7 +141,7 @@ revisions it can restore, then every object.`,
 			v := listView{Store: s.String(), Timelines: []timelineView{}, Issues: []string{}}
 			for i, info := range infos {
 				t := ix.Timelines[i]
-				tv := timelineView{Timeline: info.Timeline, ClusterID: fmt.Sprintf("%x", info.ClusterID), Coverage: t.Coverage(), Disagrees: info.Disagrees,
+				tv := timelineView{Timeline: info.Timeline, ClusterID: units.ID(info.ClusterID).String(), Coverage: t.Coverage(), Disagrees: info.Disagrees,
 					Revisions: backup.Range{From: t.FirstRev(), To: t.NewestRevision()}, From: t.From.UTC(), To: t.To.UTC(), Objects: t.Objects(), Size: t.Bytes}
 				if tv.Coverage == nil {
 					tv.Coverage = []backup.Range{}

@@ -28,9 +28,9 @@ type BackupReport struct {
 	// ReadyReason says why Ready is false.
 	ReadyReason         string    `json:"readyReason,omitempty"`
 	LatestFullRevision  int64     `json:"latestFullRevision"`
-	LatestFullTime      time.Time `json:"latestFullTime"`
+	LatestFullTime      time.Time `json:"latestFullTime,omitzero"`
 	LatestDeltaRevision int64     `json:"latestDeltaRevision"`
-	LatestDeltaTime     time.Time `json:"latestDeltaTime"`
+	LatestDeltaTime     time.Time `json:"latestDeltaTime,omitzero"`
 	Store               string    `json:"store"`
 	// EncryptionKeys is the keyring the backups are encrypted with; `steward backup` and
 	// `steward restore` need it as --encryption-keys. Empty: not encrypted.
