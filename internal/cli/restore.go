@@ -56,6 +56,9 @@ naming them: give --cluster-id (the IDs of the cluster to restore) or --timeline
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := out.check(); err != nil {
+				return err
+			}
 			if toTime != "" {
 				t, err := time.Parse(time.RFC3339Nano, toTime)
 				if err != nil {

@@ -297,7 +297,7 @@ func upgradeCanStart(rep Report, st State, generation int64) error {
 	unfinished := len(outdated(st, generation)) > 0
 	var bad []string
 	for _, m := range rep.Members {
-		if m.Healthy && m.Role != "learner" {
+		if m.Healthy && m.Role != RoleLearner {
 			continue
 		}
 		if g, ok := gens[m.Name]; ok && unfinished && g == generation {
