@@ -62,7 +62,8 @@ Runs in the foreground (Ctrl-C stops the cluster gracefully) unless --detach is 
 On a directory that already holds a cluster, starts that cluster on its data; the flags that
 only shape a new cluster are refused there, as its cluster.json fixes what they choose:
 --base-port, a --name other than the cluster's, --tls on a cluster made without it.
-Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
+Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log, each rotated at 50 MB
+(the 4 older files kept beside it, compressed).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.check(); err != nil {
