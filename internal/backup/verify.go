@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/units"
 	"io"
 	"maps"
 	"slices"
@@ -34,9 +35,9 @@ type Report struct {
 
 // TimelineReport is what Verify found restorable on one timeline.
 type TimelineReport struct {
-	Timeline  uint32  `json:"timeline"`
-	ClusterID uint64  `json:"clusterID"`
-	Coverage  []Range `json:"coverage"`
+	Timeline  uint32   `json:"timeline"`
+	ClusterID units.ID `json:"clusterID"`
+	Coverage  []Range  `json:"coverage"`
 }
 
 // OK reports whether every object is sound and the chain has no
@@ -167,7 +168,7 @@ func Verify(ctx context.Context, s *store.Store, progress func(done, total int64
 		}
 		ids := slices.Sorted(maps.Keys(clusters))
 		if len(ids) == 1 {
-			tr.ClusterID = ids[0]
+			tr.ClusterID = units.ID(ids[0])
 		} else if len(ids) > 1 {
 			var parts []string
 			for _, id := range ids {

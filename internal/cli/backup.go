@@ -125,6 +125,9 @@ revisions it can restore, then every object.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := out.check(); err != nil {
+				return err
+			}
 			s, err := sf.open(ctx)
 			if err != nil {
 				return err
@@ -141,7 +144,7 @@ revisions it can restore, then every object.`,
 			v := listView{Store: s.String(), Timelines: []timelineView{}, Issues: []string{}}
 			for i, info := range infos {
 				t := ix.Timelines[i]
-				tv := timelineView{Timeline: info.Timeline, ClusterID: fmt.Sprintf("%x", info.ClusterID), Coverage: t.Coverage(), Disagrees: info.Disagrees,
+				tv := timelineView{Timeline: info.Timeline, ClusterID: units.ID(info.ClusterID).String(), Coverage: t.Coverage(), Disagrees: info.Disagrees,
 					Revisions: backup.Range{From: t.FirstRev(), To: t.NewestRevision()}, From: t.From.UTC(), To: t.To.UTC(), Objects: t.Objects(), Size: t.Bytes}
 				if tv.Coverage == nil {
 					tv.Coverage = []backup.Range{}
@@ -154,7 +157,7 @@ revisions it can restore, then every object.`,
 			}
 			// The objects stream from the store to the output, page by page: a store holds
 			// hundreds of thousands of deltas.
-			return printList(cmd.OutOrStdout(), out.format, v, func(each func(objectView) error) error {
+			return printList(cmd.OutOrStdout(), out.json(), v, func(each func(objectView) error) error {
 				return backup.Scan(ctx, s, func(o backup.Object) error {
 					created := o.Created
 					if created.IsZero() {
@@ -193,10 +196,9 @@ func listIssues(t backup.TimelineIndex) []string {
 // printList writes `backup list`'s view, then the objects objects gives, as they come:
 // nothing holds them all. JSON: {"store", "timelines", "issues", "objects"}, the same shape
 // as listView, every field always present.
-func printList(w io.Writer, format string, v listView, objects func(each func(objectView) error) error) error {
+func printList(w io.Writer, asJSON bool, v listView, objects func(each func(objectView) error) error) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
-	switch format {
-	case "json":
+	if asJSON {
 		head, err := json.MarshalIndent(struct {
 			Store     string         `json:"store"`
 			Timelines []timelineView `json:"timelines"`
@@ -230,51 +232,54 @@ func printList(w io.Writer, format string, v listView, objects func(each func(ob
 		}
 		bw.WriteString("]\n}\n")
 		return bw.Flush()
-	case "table", "":
-		t := &table{tw: tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)}
-		t.header("TIMELINE", "CLUSTER", "REVISIONS", "FROM", "TO", "OBJECTS", "SIZE", "RESTORABLE")
-		for _, tv := range v.Timelines {
-			cluster := tv.ClusterID
-			if tv.Disagrees != "" {
-				cluster += " (disagrees: " + tv.Disagrees + ")"
-			}
-			t.row(strconv.FormatUint(uint64(tv.Timeline), 10), cluster, tv.Revisions.String(), tv.From.Format(time.RFC3339), tv.To.Format(time.RFC3339),
-				strconv.Itoa(tv.Objects), units.Bytes(tv.Size), backup.DescribeRanges(tv.Coverage))
-		}
-		for _, is := range v.Issues {
-			t.row(is)
-		}
-		if err := t.tw.Flush(); err != nil {
-			return err
-		}
-		// Fixed widths rather than a tabwriter, which would hold every row to align them.
-		fmt.Fprintf(bw, "\n%-10s %-5s %-41s %9s %-20s %s\n", "TIMELINE", "KIND", "REVISIONS", "SIZE", "CREATED", "KEY")
-		err := objects(func(o objectView) error {
-			revs := strconv.FormatInt(o.FirstRev, 10)
-			if o.Kind == backup.KindDelta.String() {
-				revs += "-" + strconv.FormatInt(o.LastRev, 10)
-			}
-			_, err := fmt.Fprintf(bw, "%-10d %-5s %-41s %9s %-20s %s\n", o.Timeline, o.Kind, revs, units.Bytes(o.Size), o.Created.Format(time.RFC3339), o.Key)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		return bw.Flush()
-	default:
-		return fmt.Errorf("unknown output format %q: use -o table or -o json", format)
 	}
+	t := &table{tw: tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)}
+	t.header("TIMELINE", "CLUSTER", "REVISIONS", "FROM", "TO", "OBJECTS", "SIZE", "RESTORABLE")
+	for _, tv := range v.Timelines {
+		cluster := tv.ClusterID
+		if tv.Disagrees != "" {
+			cluster += " (disagrees: " + tv.Disagrees + ")"
+		}
+		t.row(strconv.FormatUint(uint64(tv.Timeline), 10), cluster, tv.Revisions.String(), tv.From.Format(time.RFC3339), tv.To.Format(time.RFC3339),
+			strconv.Itoa(tv.Objects), units.Bytes(tv.Size), backup.DescribeRanges(tv.Coverage))
+	}
+	for _, is := range v.Issues {
+		t.row(is)
+	}
+	if err := t.tw.Flush(); err != nil {
+		return err
+	}
+	// Fixed widths rather than a tabwriter, which would hold every row to align them.
+	fmt.Fprintf(bw, "\n%-10s %-5s %-41s %9s %-20s %s\n", "TIMELINE", "KIND", "REVISIONS", "SIZE", "CREATED", "KEY")
+	err := objects(func(o objectView) error {
+		revs := strconv.FormatInt(o.FirstRev, 10)
+		if o.Kind == backup.KindDelta.String() {
+			revs += "-" + strconv.FormatInt(o.LastRev, 10)
+		}
+		_, err := fmt.Fprintf(bw, "%-10d %-5s %-41s %9s %-20s %s\n", o.Timeline, o.Kind, revs, units.Bytes(o.Size), o.Created.Format(time.RFC3339), o.Key)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 func newBackupSaveCommand() *cobra.Command {
 	sf := storeFlags{create: true}
-	var eps endpointsFlag
+	var (
+		eps endpointsFlag
+		out outputFlag
+	)
 	cmd := &cobra.Command{
 		Use:   "save",
 		Short: "Take a full snapshot of one member now and store it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := out.check(); err != nil {
+				return err
+			}
 			if len(eps.endpoints()) != 1 {
 				return fmt.Errorf("--endpoints must name exactly one member (the snapshot is streamed from it), got %q", eps.list)
 			}
@@ -296,9 +301,11 @@ func newBackupSaveCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("place a snapshot of member %s in %s: %w", endpoint, s, err)
 			}
+			progress := progressLines(cmd)
 			if p.Placement.New {
-				fmt.Fprintln(cmd.ErrOrStderr(), p.Placement.Reason)
+				progress(p.Placement.Reason)
 			}
+			progress(fmt.Sprintf("snapshotting member %s (%s) into %s", endpoint, units.Bytes(p.Status.DbSize), s))
 			bar := newProgressBar(cmd.ErrOrStderr(), "snapshot")
 			res, err := snapshotter.Full(ctx, m, s, p.Timeline(), func(n int64) { bar.Update(n, p.Status.DbSize) })
 			if err != nil {
@@ -306,12 +313,14 @@ func newBackupSaveCommand() *cobra.Command {
 				return err
 			}
 			bar.Done(fmt.Sprintf("%s of database stored as %s", units.Bytes(res.DBSize), units.Bytes(res.Size)))
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (timeline %d, revision %d)\n", res.Key, res.Timeline, res.Revision)
-			return nil
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				t.row(fmt.Sprintf("%s (timeline %d, revision %d)", res.Key, res.Timeline, res.Revision))
+			})
 		},
 	}
 	sf.register(cmd.Flags())
 	eps.register(cmd, "client URL of the member to snapshot")
+	out.register(cmd)
 	return cmd
 }
 
@@ -361,6 +370,9 @@ on every exit path.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := out.check(); err != nil {
+				return err
+			}
 			if !drill && (len(endpoints.endpoints()) > 0 || timeline != 0) {
 				return errors.New("--endpoints and --timeline belong to the restore drill: add --restore")
 			}
@@ -424,11 +436,11 @@ on every exit path.`,
 				return err
 			}
 			if !v.OK {
-				return &ExitError{Code: 2, Message: fmt.Sprintf("verification failed: %d damaged objects, %d chain issues", len(v.Bad), len(v.Issues))}
+				return &ExitError{Code: ExitProblems, Message: fmt.Sprintf("verification failed: %d damaged objects, %d chain issues", len(v.Bad), len(v.Issues))}
 			}
 			if drillErr != nil {
 				if errors.Is(drillErr, restore.ErrDrillMismatch) || errors.Is(drillErr, backup.ErrCorrupt) || errors.Is(drillErr, restore.ErrMissingRevisions) {
-					return &ExitError{Code: 2, Message: drillErr.Error()}
+					return &ExitError{Code: ExitProblems, Message: drillErr.Error()}
 				}
 				return drillErr
 			}
@@ -484,6 +496,9 @@ func newBackupGCCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := out.check(); err != nil {
+				return err
+			}
 			p, err := retention.ParsePolicy(policy)
 			if err != nil {
 				return err
@@ -501,13 +516,9 @@ func newBackupGCCommand() *cobra.Command {
 			// can delete hundreds of thousands of deltas.
 			bw := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 			defer bw.Flush()
-			asJSON := out.format == "json"
-			switch out.format {
-			case "json":
+			asJSON := out.json()
+			if asJSON {
 				fmt.Fprintf(bw, "{\n  \"policy\": %q,\n  \"dryRun\": %t,\n  \"deleted\": [", p.String(), dryRun)
-			case "table", "":
-			default:
-				return fmt.Errorf("unknown output format %q: use -o table or -o json", out.format)
 			}
 			n := 0
 			err = retention.Walk(ctx, s, p, time.Now(), 0, func(o backup.Object) error {

@@ -34,6 +34,9 @@ The scratch dir needs room for about twice the database; it is removed on every 
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := out.check(); err != nil {
+				return err
+			}
 			s, err := sf.open(ctx)
 			if err != nil {
 				return err

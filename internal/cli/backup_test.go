@@ -118,6 +118,31 @@ func TestBackupVerifyRestore(t *testing.T) {
 	if !v.OK || d == nil || v.DrillError != "" || d.Timeline != 1 || d.Revision != resp.Header.Revision || d.Hash != d.LiveHash || d.LiveEndpoint != ep {
 		t.Fatalf("verify --restore: %s", out)
 	}
+	// Steward's JSON conventions: cluster IDs in hex, as etcd prints them; durations as strings.
+	var raw struct {
+		Timelines []struct {
+			ClusterID any `json:"clusterID"`
+		} `json:"timelines"`
+		Drill struct {
+			Duration any `json:"duration"`
+			Restore  struct {
+				ClusterID any `json:"clusterID"`
+				Duration  any `json:"duration"`
+			} `json:"restore"`
+		} `json:"drill"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	hexID := fmt.Sprintf("%x", resp.Header.ClusterId)
+	if len(raw.Timelines) != 1 || raw.Timelines[0].ClusterID != hexID || raw.Drill.Restore.ClusterID != hexID {
+		t.Errorf("verify -o json: cluster IDs %v and %v, want %q (hex)", raw.Timelines, raw.Drill.Restore.ClusterID, hexID)
+	}
+	for _, d := range []any{raw.Drill.Duration, raw.Drill.Restore.Duration} {
+		if s, ok := d.(string); !ok || s == "" {
+			t.Errorf("verify -o json: duration %v (%T), want a duration string such as \"1.5s\"", d, d)
+		}
+	}
 	if left, _ := os.ReadDir(scratch); len(left) > 0 {
 		t.Errorf("scratch dir holds %d entries after the drill", len(left))
 	}

@@ -158,9 +158,9 @@ func (k *kube) secretValue(ctx context.Context, name, key string) ([]byte, error
 	return s.Data[key], nil
 }
 
-// leaderMove is what `move-leader` prints.
+// leaderMove is what `move-leader` and `kubectl steward move-leader` print.
 type leaderMove struct {
-	Cluster string `json:"cluster"`
+	Cluster string `json:"cluster,omitempty"`
 	Before  string `json:"before"`
 	After   string `json:"after"`
 	Moved   bool   `json:"moved"`

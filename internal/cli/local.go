@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/units"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newLocalCommand() *cobra.Command {
@@ -43,18 +44,12 @@ func dirFlag(cmd *cobra.Command, dir *string, usage string) {
 	}
 }
 
-// progressLines writes the progress of a long `local` operation to stderr, a line each,
-// with the time of day.
-func progressLines(cmd *cobra.Command) func(string) {
-	stderr := cmd.ErrOrStderr()
-	return func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
-}
-
 func newLocalUpCommand() *cobra.Command {
 	var (
 		opts          local.UpOptions
 		detach, child bool
 		timeout       time.Duration
+		out           outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -64,13 +59,22 @@ process, children of this supervisor, which restarts them when they die. Waits u
 member is healthy, then prints the client endpoints and the status table.
 
 Runs in the foreground (Ctrl-C stops the cluster gracefully) unless --detach is given.
-On a directory that already holds a cluster, starts that cluster on its data.
-Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
+On a directory that already holds a cluster, starts that cluster on its data; the flags that
+only shape a new cluster are refused there, as its cluster.json fixes what they choose:
+--base-port, a --name other than the cluster's, --tls on a cluster made without it.
+Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log, each rotated at 50 MB
+(the 4 older files kept beside it, compressed).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			opts.ReadyTimeout = timeout
 			// local.Up takes 0 as not given; given here, 0 is refused, not taken as that.
 			f := cmd.Flags()
+			if err := refuseNewClusterFlags(f, opts); err != nil {
+				return err
+			}
 			switch {
 			case !f.Changed("members"):
 				opts.Members = 0 // keep an existing cluster's size; 3 for a new one
@@ -81,16 +85,17 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 				return errors.New("--base-port 0: ports are 1 to 65535; leave --base-port out to start from 2379")
 			}
 			if detach {
-				return detachUp(cmd, opts)
+				return detachUp(cmd, opts, out)
 			}
-			out := cmd.OutOrStdout()
 			opts.Logf = humanLogf
 			opts.OnReady = func(local.Spec) {
 				if child {
 					return // a detached supervisor's output goes to its log; the parent prints
 				}
-				printUpSummary(cmd.Context(), out, opts.Dir)
-				fmt.Fprintln(out, "\nPress Ctrl-C to stop the cluster (data is kept).")
+				printUpSummary(cmd.Context(), cmd.OutOrStdout(), opts.Dir, out)
+				if !out.json() {
+					fmt.Fprintln(cmd.OutOrStdout(), "\nPress Ctrl-C to stop the cluster (data is kept).")
+				}
 			}
 			return local.Up(cmd.Context(), opts)
 		},
@@ -98,7 +103,7 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f := cmd.Flags()
 	dirFlag(cmd, &opts.Dir, "directory holding the cluster's data, logs and state")
 	f.IntVar(&opts.Members, "members", 3, "number of members of a new cluster")
-	f.IntVar(&opts.BasePort, "base-port", 2379, "first port to try; members take the first free ports from here up")
+	f.IntVar(&opts.BasePort, "base-port", 2379, "first port a new cluster tries; members take the first free ports from here up")
 	f.StringVar(&opts.Name, "name", "steward", "name of a new cluster")
 	f.StringVar(&opts.Backup, "backup", "", "backup store URL (default file://DIR/backups for a new cluster; \"none\" turns backups off)")
 	f.BoolVar(&opts.Auth, "auth", false, "turn etcd authentication on: a root user whose password is generated in DIR/auth/root-password, with which every Steward client logs in, and tokens etcd signs with the key pair generated in DIR/auth/token-key, valid on every member (also for a cluster made without it; it cannot be turned off)")
@@ -110,12 +115,34 @@ Logs: DIR/logs/<member>-etcd.log and DIR/logs/<member>-sidecar.log.`,
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for every member to become healthy")
 	f.BoolVar(&child, "supervisor-child", false, "internal: this is the background supervisor started by --detach")
 	_ = f.MarkHidden("supervisor-child")
+	out.register(cmd)
 	return cmd
 }
 
+// refuseNewClusterFlags refuses, on a directory that already holds a cluster, the flags given
+// that only shape a new cluster: its cluster.json fixes them.
+func refuseNewClusterFlags(f *pflag.FlagSet, opts local.UpOptions) error {
+	spec, ok, err := local.ReadSpec(local.Dir(opts.Dir))
+	if err != nil || !ok {
+		return err
+	}
+	fixed := func(flag, what string) error {
+		return fmt.Errorf("--%s: %s already holds the cluster %q, whose cluster.json fixes its %s; leave --%s out to start it, or give another --dir for a new cluster",
+			flag, opts.Dir, spec.Name, what, flag)
+	}
+	switch {
+	case f.Changed("base-port"):
+		return fixed("base-port", "ports")
+	case f.Changed("name") && opts.Name != spec.Name:
+		return fixed("name", "name")
+	}
+	return nil
+}
+
 // detachUp starts the supervisor as a background process and waits until it reports the
-// cluster healthy, or reports why it did not.
-func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
+// cluster healthy, or reports why it did not, with a progress line whenever the members waited
+// for change.
+func detachUp(cmd *cobra.Command, opts local.UpOptions, out outputFlag) error {
 	// Check here first so that bad input is reported directly, not via a log file.
 	if _, err := local.Prepare(opts); err != nil {
 		return err
@@ -148,15 +175,24 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 	go func() { exited <- child.Wait() }()
 
 	ctx := cmd.Context()
+	progress := progressLines(cmd)
+	progress(fmt.Sprintf("started the supervisor in the background (pid %d, log %s); waiting for the members to become healthy", child.Process.Pid, logPath))
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	lastWaiting := ""
 	for {
 		st, _ := local.ReadState(local.Dir(opts.Dir))
 		if st.SupervisorPID == child.Process.Pid {
+			if w := waitingFor(st); w != lastWaiting && st.Phase != local.PhaseReady {
+				progress(w)
+				lastWaiting = w
+			}
 			switch st.Phase {
 			case local.PhaseReady:
-				printUpSummary(ctx, cmd.OutOrStdout(), opts.Dir)
-				fmt.Fprintf(cmd.OutOrStdout(), "\nSupervisor runs in the background (pid %d, log %s). Stop with: steward local down --dir %s\n", child.Process.Pid, logPath, opts.Dir)
+				printUpSummary(ctx, cmd.OutOrStdout(), opts.Dir, out)
+				if !out.json() {
+					fmt.Fprintf(cmd.OutOrStdout(), "\nSupervisor runs in the background (pid %d, log %s). Stop with: steward local down --dir %s\n", child.Process.Pid, logPath, opts.Dir)
+				}
 				return nil
 			case local.PhaseFailed:
 				<-exited
@@ -175,10 +211,33 @@ func detachUp(cmd *cobra.Command, opts local.UpOptions) error {
 	}
 }
 
-func printUpSummary(ctx context.Context, w io.Writer, dir string) {
+// waitingFor is a progress line of a starting cluster: which members are not healthy yet.
+func waitingFor(st local.State) string {
+	var waiting []string
+	for _, m := range st.Members {
+		if !m.Ready {
+			waiting = append(waiting, m.Name)
+		}
+	}
+	switch {
+	case len(st.Members) == 0:
+		return "starting the members"
+	case len(waiting) == 0:
+		return "every member is healthy; recording the cluster they formed"
+	}
+	return fmt.Sprintf("waiting for %s to become healthy (%d of %d are)", strings.Join(waiting, ", "), len(st.Members)-len(waiting), len(st.Members))
+}
+
+// printUpSummary prints the cluster `local up` made healthy: its status, or in a table also
+// its endpoints.
+func printUpSummary(ctx context.Context, w io.Writer, dir string, out outputFlag) {
 	rep, err := local.Status(ctx, local.Dir(dir))
 	if err != nil {
 		fmt.Fprintln(w, "status:", err)
+		return
+	}
+	if out.json() {
+		_ = out.print(w, rep, nil)
 		return
 	}
 	var eps []string
@@ -196,17 +255,33 @@ func newLocalStatusCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the local cluster's members as etcd reports them",
-		Args:  cobra.NoArgs,
+		Short: "Show the local cluster's members as etcd reports them; the exit code says whether it is healthy",
+		Long: `Show the local cluster's members as etcd reports them (a member's role is leader, follower
+or learner as it says itself; stopped when its etcd does not run; unreachable when it runs but
+does not answer), the supervisor, any recovery in progress and the backups.
+
+Exit codes: 0 healthy (every member healthy); 1 an error (no cluster in --dir, say);
+3 degraded (the cluster serves, a quorum of its voters healthy, but a member is not, or a
+recovery is in progress); 4 down (the supervisor is stopped, or no quorum of the voters is
+healthy). The status is printed in every case but the error.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			rep, err := local.Status(cmd.Context(), local.Dir(dir))
 			if err != nil {
 				return err
 			}
-			if out.format == "json" {
-				return out.print(cmd.OutOrStdout(), rep, nil)
+			if out.json() {
+				err = out.print(cmd.OutOrStdout(), rep, nil)
+			} else {
+				err = printStatusTable(cmd.OutOrStdout(), rep)
 			}
-			return printStatusTable(cmd.OutOrStdout(), rep)
+			if err != nil {
+				return err
+			}
+			return healthExit(rep, dir)
 		},
 	}
 	dirFlag(cmd, &dir, "directory of the local cluster")
@@ -214,9 +289,21 @@ func newLocalStatusCommand() *cobra.Command {
 	return cmd
 }
 
+// healthExit is the exit `local status` ends with: nil for a healthy cluster, else an
+// ExitError whose code says degraded or down.
+func healthExit(rep local.Report, dir string) error {
+	switch rep.Cluster.Health {
+	case local.HealthDown:
+		return &ExitError{Code: ExitDown, Message: fmt.Sprintf("the cluster in %s is down", dir)}
+	case local.HealthDegraded:
+		return &ExitError{Code: ExitDegraded, Message: fmt.Sprintf("the cluster in %s is degraded", dir)}
+	}
+	return nil
+}
+
 func printStatusTable(w io.Writer, rep local.Report) error {
-	var o outputFlag
-	err := o.print(w, rep, func(t *table) {
+	tableOutput := outputFlag{format: "table"}
+	err := tableOutput.print(w, rep, func(t *table) {
 		t.header("NAME", "ID", "ROLE", "HEALTHY", "REVISION", "DB SIZE", "CLIENT URL", "ETCD PID", "SIDECAR PID")
 		for _, m := range rep.Members {
 			t.row(m.Name, m.ID, m.Role, strconv.FormatBool(m.Healthy), strconv.FormatInt(m.Revision, 10),
@@ -230,7 +317,7 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 	if rep.Supervisor.Running {
 		sup = fmt.Sprintf("running (pid %d, %s)", rep.Supervisor.PID, rep.Supervisor.Phase)
 	}
-	fmt.Fprintf(w, "\ncluster %s  id %s  size %d  leader %s  supervisor %s\n", rep.Cluster.Name, orDash(rep.Cluster.ClusterID), rep.Cluster.Size, orDash(rep.Cluster.Leader), sup)
+	fmt.Fprintf(w, "\ncluster %s  %s  id %s  size %d  leader %s  supervisor %s\n", rep.Cluster.Name, rep.Cluster.Health, orDash(rep.Cluster.ClusterID), rep.Cluster.Size, orDash(rep.Cluster.Leader), sup)
 	fmt.Fprintf(w, "client  %s\n", rep.Cluster.Etcdctl)
 	if d := rep.Cluster.ClientTLSDir; d != "" {
 		fmt.Fprintf(w, "tls  mutual TLS of the cluster's own CA: give `steward` commands --tls-dir %s\n", d)
@@ -275,6 +362,7 @@ func newLocalScaleCommand() *cobra.Command {
 	var (
 		dir     string
 		timeout time.Duration
+		out     outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "scale N",
@@ -284,16 +372,22 @@ learners and are promoted once caught up. Down: the highest members leave, each 
 leadership first if it leads; their data is removed. Waits until the cluster is healthy.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			n, err := strconv.Atoi(args[0])
 			if err != nil {
 				return fmt.Errorf("size %q is not a number", args[0])
 			}
-			if err := local.Scale(cmd.Context(), local.Dir(dir), n, timeout); err != nil {
+			if err := local.Scale(cmd.Context(), local.Dir(dir), n, timeout, progressLines(cmd)); err != nil {
 				return err
 			}
 			rep, err := local.Status(cmd.Context(), local.Dir(dir))
 			if err != nil {
 				return err
+			}
+			if out.json() {
+				return out.print(cmd.OutOrStdout(), rep, nil)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Scaled to %d members.\n\n", n)
 			return printStatusTable(cmd.OutOrStdout(), rep)
@@ -301,6 +395,7 @@ leadership first if it leads; their data is removed. Waits until the cluster is 
 	}
 	dirFlag(cmd, &dir, "directory of the local cluster")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the new size to be healthy")
+	out.register(cmd)
 	return cmd
 }
 
@@ -559,25 +654,38 @@ rollover is finished by running the command again.`,
 }
 
 func newLocalDownCommand() *cobra.Command {
-	var opts local.DownOptions
+	var (
+		opts local.DownOptions
+		out  outputFlag
+	)
 	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "Stop the local cluster gracefully (data is kept unless --purge)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			opts.Progress = progressLines(cmd)
 			if err := local.Down(cmd.Context(), opts); err != nil {
 				return err
 			}
-			if opts.Purge {
-				fmt.Fprintf(cmd.OutOrStdout(), "Stopped; removed %s.\n", opts.Dir)
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "Stopped; data kept in %s (start again with `steward local up --dir %s`).\n", opts.Dir, opts.Dir)
-			}
-			return nil
+			res := struct {
+				Dir    string `json:"dir"`
+				Purged bool   `json:"purged"`
+			}{opts.Dir, opts.Purge}
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				if opts.Purge {
+					t.row(fmt.Sprintf("Stopped; removed %s.", opts.Dir))
+				} else {
+					t.row(fmt.Sprintf("Stopped; data kept in %s (start again with `steward local up --dir %s`).", opts.Dir, opts.Dir))
+				}
+			})
 		},
 	}
 	dirFlag(cmd, &opts.Dir, "directory of the local cluster")
 	cmd.Flags().BoolVar(&opts.Purge, "purge", false, "also delete the directory with all data, logs and backups")
+	out.register(cmd)
 	return cmd
 }
 

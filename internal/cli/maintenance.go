@@ -70,6 +70,9 @@ cluster must be fully healthy (every member answers, agrees on the leader and is
 otherwise it waits up to --wait and stops, having done nothing more.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			policy, err := defragPolicy("--threshold", threshold, "--min-reclaim", minReclaim)
 			if err != nil {
 				return err
@@ -157,12 +160,16 @@ func newMoveLeaderCommand() *cobra.Command {
 	var (
 		eps endpointsFlag
 		to  string
+		out outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "move-leader",
 		Short: "Hand leadership to another voter (by default the one furthest along)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			cli, err := eps.client()
 			if err != nil {
 				return err
@@ -172,16 +179,19 @@ func newMoveLeaderCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if from.ID == now.ID {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s already leads\n", now.Name)
-				return nil
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "leadership moved from %s to %s\n", from.Name, now.Name)
-			return nil
+			m := leaderMove{Before: from.Name, After: now.Name, Moved: from.ID != now.ID}
+			return out.print(cmd.OutOrStdout(), m, func(t *table) {
+				if !m.Moved {
+					t.row(m.After + " already leads")
+					return
+				}
+				t.row(fmt.Sprintf("leadership moved from %s to %s", m.Before, m.After))
+			})
 		},
 	}
 	eps.register(cmd, "client URLs of the cluster's members, comma-separated (required)")
 	cmd.Flags().StringVar(&to, "to", "", "name or hex ID of the member to lead (default: the voter furthest along)")
+	out.register(cmd)
 	return cmd
 }
 
@@ -190,6 +200,7 @@ func newCompactCommand() *cobra.Command {
 		eps      endpointsFlag
 		revision int64
 		keep     int64
+		out      outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "compact",
@@ -199,6 +210,9 @@ until every member has applied it. Reads of older revisions fail afterwards; a
 defragmentation then gives the space back. Backups are unaffected: they hold the history.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			if (revision > 0) == cmd.Flags().Changed("keep") {
 				return errors.New("give exactly one of --revision R (compact before R) or --keep N (keep the newest N revisions)")
 			}
@@ -214,12 +228,15 @@ defragmentation then gives the space back. Backups are unaffected: they hold the
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "compacted at revision %s\n", strconv.FormatInt(rev, 10))
-			return nil
+			res := struct {
+				Revision int64 `json:"revision"`
+			}{rev}
+			return out.print(cmd.OutOrStdout(), res, func(t *table) { t.row("compacted at revision " + strconv.FormatInt(rev, 10)) })
 		},
 	}
 	eps.register(cmd, "client URLs of the cluster's members, comma-separated (required)")
 	cmd.Flags().Int64Var(&revision, "revision", 0, "compact the history before this revision")
 	cmd.Flags().Int64Var(&keep, "keep", 0, "keep the newest N revisions of history")
+	out.register(cmd)
 	return cmd
 }

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"fmt"
 	"os"
+	"strings"
 
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/go-logr/zapr"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
@@ -21,7 +24,10 @@ func newOperatorCommand() *cobra.Command {
 StatefulSet, its ConfigMap, Services, Leases, PodDisruptionBudget and the sidecars' RBAC, and
 writes the cluster's status from the members' Leases and pods.
 
-It uses the in-cluster configuration, or KUBECONFIG outside a cluster.`,
+It uses the in-cluster configuration, or KUBECONFIG outside a cluster. The leader-election
+Lease goes in --leader-election-namespace; by default the operator's own namespace in a pod
+(POD_NAMESPACE, or its service account's), and outside a cluster the kubeconfig context's
+namespace ("default" when it names none).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lg, err := newLogger(logLvl)
@@ -33,6 +39,11 @@ It uses the in-cluster configuration, or KUBECONFIG outside a cluster.`,
 			cfg, err := ctrl.GetConfig()
 			if err != nil {
 				return err
+			}
+			if o.LeaderElection && o.LeaderElectionNamespace == "" {
+				if o.LeaderElectionNamespace, err = leaderElectionNamespace(); err != nil {
+					return err
+				}
 			}
 			if o.Image == "" {
 				if o.Image, err = operator.OwnImage(cmd.Context(), cfg); err != nil {
@@ -55,11 +66,32 @@ It uses the in-cluster configuration, or KUBECONFIG outside a cluster.`,
 	f.BoolVar(&o.MetricsPlain, "metrics-plain", false, "serve /metrics over plain HTTP to anyone who reaches it (default: HTTPS, to clients the API server authenticates and authorises to get /metrics)")
 	f.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect one active operator among replicas")
-	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own; outside a cluster the kubeconfig context's, else default)")
 	f.DurationVar(&o.Graces.Unknown, "unknown-grace", operator.DefaultGraces.Unknown, "how long a member whose Lease expired (its pod Ready) stays Unknown before its status names its sidecar as not renewing")
 	f.DurationVar(&o.Graces.NotReady, "notready-grace", operator.DefaultGraces.NotReady, "how long a member may be NotReady before its pod is deleted (a majority: quorum lost)")
 	f.DurationVar(&o.Graces.CAPropagation, "ca-propagation", operator.DefaultGraces.CAPropagation, "in a CA rollover, how long the kubelets get to mount the new CA's certificates before the old CA is trusted no more")
 	f.DurationVar(&o.Graces.Rollout, "rollout-grace", operator.DefaultGraces.Rollout, "how long a member restarted by a rolling update may take to come back healthy before the update stops (RollingUpdateStalled)")
 	f.StringVar(&logLvl, "log-level", "info", "log level")
 	return cmd
+}
+
+// serviceAccountNamespace is the file a pod's service account names its namespace in.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// leaderElectionNamespace is the namespace of the leader-election Lease when
+// --leader-election-namespace is not given: the operator's own (POD_NAMESPACE, or its service
+// account's in a pod), else the kubeconfig context's ("default" when it names none).
+func leaderElectionNamespace() (string, error) {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns, nil
+	}
+	if b, err := os.ReadFile(serviceAccountNamespace); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b)), nil
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{})
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return "", fmt.Errorf("the namespace of the leader-election Lease: not in a pod, and the kubeconfig names none (%v); give --leader-election-namespace", err)
+	}
+	return ns, nil
 }

@@ -17,7 +17,8 @@ func (o *outputFlag) register(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&o.format, "output", "o", "table", "output format: table or json")
 }
 
-// check refuses an output format print does not know, before a command changes anything.
+// check refuses an output format print does not know, before a command changes anything:
+// every command that prints a result calls it first.
 func (o *outputFlag) check() error {
 	if o.format != "json" && o.format != "table" {
 		return fmt.Errorf("unknown output format %q: use -o table or -o json", o.format)
@@ -25,20 +26,23 @@ func (o *outputFlag) check() error {
 	return nil
 }
 
-// print writes v as indented JSON or, for tables, lets fill lay out the rows.
+// json reports whether the output is JSON.
+func (o *outputFlag) json() bool { return o.format == "json" }
+
+// print writes v as indented JSON (in the conventions of package units) or, for tables, lets
+// fill lay out the rows.
 func (o *outputFlag) print(w io.Writer, v any, fill func(t *table)) error {
-	switch o.format {
-	case "json":
+	if err := o.check(); err != nil {
+		return err
+	}
+	if o.json() {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
-	case "table", "":
-		t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
-		fill(t)
-		return t.tw.Flush()
-	default:
-		return fmt.Errorf("unknown output format %q: use -o table or -o json", o.format)
 	}
+	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	fill(t)
+	return t.tw.Flush()
 }
 
 type table struct{ tw *tabwriter.Writer }

@@ -9,7 +9,15 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/units"
+	"github.com/spf13/cobra"
 )
+
+// progressLines writes the progress of a long operation to stderr, a line each, with the time
+// of day: every command that waits says what it waits for.
+func progressLines(cmd *cobra.Command) func(string) {
+	stderr := cmd.ErrOrStderr()
+	return func(line string) { fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), line) }
+}
 
 // progressBar draws a one-line progress bar on a terminal; elsewhere it stays silent except
 // for the final line, so logs and pipes are not flooded.

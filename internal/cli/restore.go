@@ -56,6 +56,9 @@ naming them: give --cluster-id (the IDs of the cluster to restore) or --timeline
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := out.check(); err != nil {
+				return err
+			}
 			if toTime != "" {
 				t, err := time.Parse(time.RFC3339Nano, toTime)
 				if err != nil {
@@ -64,11 +67,11 @@ naming them: give --cluster-id (the IDs of the cluster to restore) or --timeline
 				o.ToTime = t
 			}
 			for _, id := range clusterIDs {
-				v, err := strconv.ParseUint(strings.TrimPrefix(id, "0x"), 16, 64)
+				v, err := units.ParseID(id)
 				if err != nil || v == 0 {
 					return fmt.Errorf("--cluster-id %q: give an etcd cluster ID in hex, as `steward backup list` shows it", id)
 				}
-				o.ClusterIDs = append(o.ClusterIDs, v)
+				o.ClusterIDs = append(o.ClusterIDs, uint64(v))
 			}
 			if o.DataDir == "" && !o.DryRun {
 				return fmt.Errorf("--data-dir is required: the new member data dir (it must not exist or be empty)")

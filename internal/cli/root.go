@@ -37,7 +37,17 @@ func execute(root *cobra.Command) int {
 	return 0
 }
 
-// ExitError ends the program with a given exit code (e.g. 2 for "verification found problems").
+// The exit codes beyond 0 (success) and 1 (an error): each command's help says which it uses.
+const (
+	// ExitProblems: the command ran, and what it checked has problems (backup verify).
+	ExitProblems = 2
+	// ExitDegraded: the cluster serves, but not every member is healthy (local status).
+	ExitDegraded = 3
+	// ExitDown: the cluster does not serve (local status).
+	ExitDown = 4
+)
+
+// ExitError ends the program with a given exit code, one of the Exit constants.
 type ExitError struct {
 	Code    int
 	Message string

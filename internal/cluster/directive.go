@@ -39,7 +39,7 @@ type Directive struct {
 type RestoreTarget struct {
 	Store    string    `json:"store"`
 	Revision int64     `json:"revision,omitempty"`
-	Time     time.Time `json:"time,omitempty"`
+	Time     time.Time `json:"time,omitzero"`
 	// Timeline is the timeline to restore (0: the newest, or the one of Time).
 	Timeline uint32 `json:"timeline,omitempty"`
 }

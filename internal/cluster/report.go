@@ -1,6 +1,9 @@
 package cluster
 
-import "time"
+import (
+	"github.com/etcd-steward/steward/internal/units"
+	"time"
+)
 
 // LiveCluster is the running cluster as seen from the other members.
 type LiveCluster struct {
@@ -119,12 +122,12 @@ func (r *Report) OwnData() bool {
 
 // MemberDefrag is what one member's defragmentation did.
 type MemberDefrag struct {
-	Name     string        `json:"name"`
-	ID       string        `json:"id"`
-	Before   int64         `json:"before"`
-	After    int64         `json:"after"`
-	InUse    int64         `json:"inUse"`
-	Duration time.Duration `json:"duration"`
+	Name     string         `json:"name"`
+	ID       string         `json:"id"`
+	Before   int64          `json:"before"`
+	After    int64          `json:"after"`
+	InUse    int64          `json:"inUse"`
+	Duration units.Duration `json:"duration"`
 	// WasLeader: it led when its turn came; MovedTo names who took over ("" when defragmented in place).
 	WasLeader bool   `json:"wasLeader,omitempty"`
 	MovedTo   string `json:"movedTo,omitempty"`

@@ -17,6 +17,8 @@ type DownOptions struct {
 	Purge bool
 	// Timeout bounds the wait for a graceful stop.
 	Timeout time.Duration
+	// Progress, if set, receives a line as the stop moves on.
+	Progress func(string)
 }
 
 // Down stops the cluster in dir gracefully (the supervisor stops etcd members, then
@@ -25,6 +27,10 @@ func Down(ctx context.Context, opts DownOptions) error {
 	dir := Dir(opts.Dir)
 	if opts.Timeout == 0 {
 		opts.Timeout = 90 * time.Second
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = func(string) {}
 	}
 	if _, ok, err := ReadSpec(dir); err != nil {
 		return err
@@ -35,7 +41,10 @@ func Down(ctx context.Context, opts DownOptions) error {
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			return fmt.Errorf("signal supervisor pid %d: %w", pid, err)
 		}
-		deadline := time.Now().Add(opts.Timeout)
+		progress(fmt.Sprintf("stopping the supervisor (pid %d): the etcd members first, then their sidecars", pid))
+		start := time.Now()
+		lastSaid := start
+		deadline := start.Add(opts.Timeout)
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -44,6 +53,10 @@ func Down(ctx context.Context, opts DownOptions) error {
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("supervisor pid %d did not stop within %s; see %s", pid, opts.Timeout, dir.Logs())
+			}
+			if time.Since(lastSaid) >= 5*time.Second {
+				progress(fmt.Sprintf("still stopping (%s)", time.Since(start).Round(time.Second)))
+				lastSaid = time.Now()
 			}
 			select {
 			case <-ctx.Done():
@@ -63,6 +76,7 @@ func Down(ctx context.Context, opts DownOptions) error {
 		}
 	}
 	if opts.Purge {
+		progress("removing " + dir.String())
 		if err := os.RemoveAll(dir.String()); err != nil {
 			return fmt.Errorf("purge %s: %w", dir, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/units"
 	"os"
 	"time"
 
@@ -28,9 +29,9 @@ type RotateCAResult struct {
 	NewCA string `json:"newCA"`
 	// Restarted lists the members in the order they restarted (twice: onto both CAs, then
 	// onto the new one alone); LeaderMoves the transfers.
-	Restarted   []string      `json:"restarted"`
-	LeaderMoves []LeaderMove  `json:"leaderMoves"`
-	Duration    time.Duration `json:"duration"`
+	Restarted   []string       `json:"restarted"`
+	LeaderMoves []LeaderMove   `json:"leaderMoves"`
+	Duration    units.Duration `json:"duration"`
 }
 
 // RotateCA rolls the running cluster in opts.Dir onto a new CA of its own without downtime.
@@ -134,7 +135,7 @@ func RotateCA(ctx context.Context, opts RotateCAOptions) (RotateCAResult, error)
 	if err != nil {
 		return res, err
 	}
-	res.NewCA, res.Duration = fingerprint(cur), time.Since(start)
+	res.NewCA, res.Duration = fingerprint(cur), units.Duration(time.Since(start))
 	return res, nil
 }
 

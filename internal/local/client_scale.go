@@ -4,13 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // Scale changes the size of the running cluster in dir to n and waits until it is healthy:
 // new members join one at a time as learners and are promoted; removed members (the highest
-// ones) hand over leadership first, leave etcd, then stop.
-func Scale(ctx context.Context, dir Dir, n int, timeout time.Duration) error {
+// ones) hand over leadership first, leave etcd, then stop. progress, if set, receives a line
+// whenever the members change while it waits.
+func Scale(ctx context.Context, dir Dir, n int, timeout time.Duration, progress func(string)) error {
 	if err := CheckSize(n); err != nil {
 		return fmt.Errorf("size %d: %w", n, err)
 	}
@@ -57,7 +59,15 @@ func Scale(ctx context.Context, dir Dir, n int, timeout time.Duration) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if progress != nil {
+		progress(fmt.Sprintf("scaling to %d members", n))
+	}
+	last := ""
 	err = waitFor(wctx, dir, nil, func(_ State, rep Report) (bool, error) {
+		if line := describeMembers(rep); progress != nil && line != last {
+			progress(line)
+			last = line
+		}
 		return rep.Cluster.Size == n && len(rep.Members) == n && allHealthyVoters(rep), nil
 	})
 	if err != nil && ctx.Err() == nil {
@@ -68,9 +78,22 @@ func Scale(ctx context.Context, dir Dir, n int, timeout time.Duration) error {
 
 func allHealthyVoters(rep Report) bool {
 	for _, m := range rep.Members {
-		if !m.Healthy || (m.Role != "leader" && m.Role != "follower") {
+		if !m.Healthy || (m.Role != RoleLeader && m.Role != RoleFollower) {
 			return false
 		}
 	}
 	return true
+}
+
+// describeMembers is a progress line of the members' roles, each marked when not healthy.
+func describeMembers(rep Report) string {
+	parts := make([]string, 0, len(rep.Members))
+	for _, m := range rep.Members {
+		p := m.Name + " " + m.Role
+		if !m.Healthy {
+			p += " (not healthy yet)"
+		}
+		parts = append(parts, p)
+	}
+	return "members: " + strings.Join(parts, ", ")
 }

@@ -28,9 +28,9 @@ type BackupReport struct {
 	// ReadyReason says why Ready is false.
 	ReadyReason         string    `json:"readyReason,omitempty"`
 	LatestFullRevision  int64     `json:"latestFullRevision"`
-	LatestFullTime      time.Time `json:"latestFullTime"`
+	LatestFullTime      time.Time `json:"latestFullTime,omitzero"`
 	LatestDeltaRevision int64     `json:"latestDeltaRevision"`
-	LatestDeltaTime     time.Time `json:"latestDeltaTime"`
+	LatestDeltaTime     time.Time `json:"latestDeltaTime,omitzero"`
 	Store               string    `json:"store"`
 	// EncryptionKeys is the keyring the backups are encrypted with; `steward backup` and
 	// `steward restore` need it as --encryption-keys. Empty: not encrypted.
@@ -69,6 +69,46 @@ type ClusterReport struct {
 	AppPasswordFile string `json:"appPasswordFile,omitempty"`
 	// Etcdctl is a shell command line of etcdctl that reaches the cluster (EtcdctlCommand).
 	Etcdctl string `json:"etcdctl"`
+	// Health sums the report up (Report.Health); `steward local status` exits with its code.
+	Health Health `json:"health"`
+}
+
+// Health is how the cluster fares as a whole.
+type Health string
+
+const (
+	// HealthHealthy: the supervisor runs and every member is healthy, with no recovery in
+	// progress.
+	HealthHealthy Health = "healthy"
+	// HealthDegraded: a quorum of the voters is healthy, so the cluster serves, but a member
+	// is not, or a recovery or restore is in progress, or healing is stuck.
+	HealthDegraded Health = "degraded"
+	// HealthDown: the supervisor is stopped, or no quorum of the voters is healthy.
+	HealthDown Health = "down"
+)
+
+// Health sums the report up: down, degraded or healthy (see the constants).
+func (r Report) Health() Health {
+	voters, serving, unhealthy := 0, 0, 0
+	for _, m := range r.Members {
+		if !m.Healthy {
+			unhealthy++
+		}
+		if m.Role == RoleLearner {
+			continue
+		}
+		voters++
+		if m.Healthy && (m.Role == RoleLeader || m.Role == RoleFollower) {
+			serving++
+		}
+	}
+	switch {
+	case !r.Supervisor.Running || voters == 0 || serving <= voters/2:
+		return HealthDown
+	case unhealthy > 0 || r.Supervisor.Recovery != nil || r.Supervisor.Stuck != "":
+		return HealthDegraded
+	}
+	return HealthHealthy
 }
 
 // MemberReport is one member as etcd and the supervisor see it.
@@ -79,7 +119,9 @@ type MemberReport struct {
 	PeerURL   string `json:"peerURL"`
 	// SidecarURL is the member's sidecar API: https when the cluster has TLS.
 	SidecarURL string `json:"sidecarURL,omitempty"`
-	Role       string `json:"role"` // leader | follower | learner
+	// Role is RoleLeader, RoleFollower or RoleLearner as the member itself says, RoleStopped
+	// when its etcd does not run, RoleUnreachable when it runs but does not answer.
+	Role       string `json:"role"`
 	Healthy    bool   `json:"healthy"`
 	Revision   int64  `json:"revision"`
 	DBSize     int64  `json:"dbSize"`
@@ -89,6 +131,15 @@ type MemberReport struct {
 	// Generation is the spec generation the member's processes started with.
 	Generation int64 `json:"generation,omitempty"`
 }
+
+// The roles of MemberReport.
+const (
+	RoleLeader      = "leader"
+	RoleFollower    = "follower"
+	RoleLearner     = "learner"
+	RoleStopped     = "stopped"
+	RoleUnreachable = "unreachable"
+)
 
 // SupervisorReport says whether the supervisor runs, and what the cluster's healing waits for.
 type SupervisorReport struct {
@@ -168,19 +219,17 @@ func Status(ctx context.Context, dir Dir) (Report, error) {
 	for i, ms := range spec.Members {
 		r := &reports[i]
 		*r = MemberReport{Name: ms.Name, ClientURL: spec.ClientURL(ms), PeerURL: spec.PeerURL(ms), SidecarURL: spec.SidecarURL(ms),
-			DataDir: dir.MemberData(ms.Name), Role: "follower"}
+			DataDir: dir.MemberData(ms.Name), Role: RoleStopped}
 		if running {
 			r.EtcdPID, r.SidecarPID, r.Generation = states[ms.Name].EtcdPID, states[ms.Name].SidecarPID, states[ms.Name].Generation
 		}
 		if em, ok := byName[ms.Name]; ok {
 			r.ID = fmt.Sprintf("%x", em.ID)
-			if em.IsLearner {
-				r.Role = "learner"
-			}
 		}
-		if !running {
+		if r.EtcdPID == 0 {
 			continue
 		}
+		r.Role = RoleUnreachable // until the member answers
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -196,16 +245,19 @@ func Status(ctx context.Context, dir Dir) (Report, error) {
 			}
 			r.ID = fmt.Sprintf("%x", s.Header.MemberId)
 			r.Revision, r.DBSize = s.Header.Revision, s.DbSize
-			if s.IsLearner {
-				r.Role = "learner"
-			} else if s.Leader == s.Header.MemberId {
-				r.Role = "leader"
+			switch {
+			case s.IsLearner:
+				r.Role = RoleLearner
+			case s.Leader == s.Header.MemberId:
+				r.Role = RoleLeader
+			default:
+				r.Role = RoleFollower
 			}
 		}()
 	}
 	wg.Wait()
 	for _, r := range reports {
-		if r.Role == "leader" {
+		if r.Role == RoleLeader {
 			rep.Cluster.Leader = r.Name
 		}
 	}
@@ -231,6 +283,7 @@ func Status(ctx context.Context, dir Dir) (Report, error) {
 			}
 		}
 	}
+	rep.Cluster.Health = rep.Health()
 	return rep, nil
 }
 
@@ -259,9 +312,9 @@ func backupStatus(ctx context.Context, sc *sidecarapi.Client, spec Spec, out *Ba
 
 func roleOf(m *etcdserverpb.Member) string {
 	if m.IsLearner {
-		return "learner"
+		return RoleLearner
 	}
-	return "follower"
+	return RoleFollower
 }
 
 func first(s []string) string {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/units"
 	"maps"
 	"os"
 	"os/exec"
@@ -59,9 +60,9 @@ type UpgradeResult struct {
 	// Snapshot is the full snapshot taken before any member restarted.
 	Snapshot *snapshotter.FullResult `json:"snapshot,omitempty"`
 	// Restarted lists the members in the order they restarted; LeaderMoves the transfers.
-	Restarted   []string      `json:"restarted"`
-	LeaderMoves []LeaderMove  `json:"leaderMoves"`
-	Duration    time.Duration `json:"duration"`
+	Restarted   []string       `json:"restarted"`
+	LeaderMoves []LeaderMove   `json:"leaderMoves"`
+	Duration    units.Duration `json:"duration"`
 }
 
 // Upgrade changes what the members of the running cluster in opts.Dir run (the steward
@@ -134,7 +135,7 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 	res.Resumed = !changed && len(outdated(st, spec.Generation)) > 0
 	if !changed && !res.Resumed && asked {
 		progress(fmt.Sprintf("every member runs this specification already (generation %d): nothing to do", spec.Generation))
-		res.Generation, res.Binary, res.Duration = spec.Generation, dir.Binary(spec.Binary), time.Since(start)
+		res.Generation, res.Binary, res.Duration = spec.Generation, dir.Binary(spec.Binary), units.Duration(time.Since(start))
 		return res, nil
 	}
 	if !opts.SkipSnapshot {
@@ -187,7 +188,7 @@ func Upgrade(ctx context.Context, opts UpgradeOptions) (UpgradeResult, error) {
 			}
 		},
 	})
-	res.Duration = time.Since(start)
+	res.Duration = units.Duration(time.Since(start))
 	if errors.Is(err, maintenance.ErrStalled) {
 		return res, stalled(err, dir, res, previous, spec)
 	}
@@ -296,7 +297,7 @@ func upgradeCanStart(rep Report, st State, generation int64) error {
 	unfinished := len(outdated(st, generation)) > 0
 	var bad []string
 	for _, m := range rep.Members {
-		if m.Healthy && m.Role != "learner" {
+		if m.Healthy && m.Role != RoleLearner {
 			continue
 		}
 		if g, ok := gens[m.Name]; ok && unfinished && g == generation {

@@ -3,11 +3,12 @@ package local
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"sync"
 	"syscall"
 	"time"
+
+	"gopkg.in/natefinch/lumberjack.v2"
 )
 
 // process is one child the supervisor keeps running, restarting it with backoff when it
@@ -160,10 +161,7 @@ func (p *process) run(ctx context.Context) {
 }
 
 func (p *process) runOnce(ctx context.Context) error {
-	logFile, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("open log %s: %w", p.log, err)
-	}
+	logFile := rotatedLog(p.log)
 	defer logFile.Close()
 	p.mu.Lock()
 	p.starts++
@@ -226,4 +224,17 @@ func (p *process) isHeld() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.held != nil
+}
+
+// Limits of a process's log: rotated at logMaxMB, with logBackups older files kept beside it,
+// compressed, so a long-running cluster's logs stay bounded.
+const (
+	logMaxMB   = 50
+	logBackups = 4
+)
+
+// rotatedLog is the writer of a process's log at path: appended to, rotated (path renamed
+// with the time, then compressed) once it reaches logMaxMB.
+func rotatedLog(path string) *lumberjack.Logger {
+	return &lumberjack.Logger{Filename: path, MaxSize: logMaxMB, MaxBackups: logBackups, Compress: true}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/units"
 	"net/http"
 	"regexp"
 	"strings"
@@ -134,12 +135,12 @@ type RestoreResult struct {
 	Epoch int64 `json:"epoch"`
 	// Revision is the restored revision; ClusterID the restored (new) cluster's, replacing
 	// PreviousClusterID; Timeline the backup timeline its history is written to.
-	Revision          int64         `json:"revision"`
-	ClusterID         string        `json:"clusterID"`
-	PreviousClusterID string        `json:"previousClusterID"`
-	Timeline          uint32        `json:"timeline"`
-	Seed              string        `json:"seed"`
-	Duration          time.Duration `json:"duration"`
+	Revision          int64          `json:"revision"`
+	ClusterID         string         `json:"clusterID"`
+	PreviousClusterID string         `json:"previousClusterID"`
+	Timeline          uint32         `json:"timeline"`
+	Seed              string         `json:"seed"`
+	Duration          units.Duration `json:"duration"`
 }
 
 // Restore restores the running cluster in opts.Dir back to a point of its own backups, as
@@ -205,7 +206,7 @@ func Restore(ctx context.Context, opts RestoreOptions) (RestoreResult, error) {
 	if res.Timeline, err = waitBackupsContinue(ctx, dir, res.Revision); err != nil {
 		return res, err
 	}
-	res.Duration = time.Since(start)
+	res.Duration = units.Duration(time.Since(start))
 	return res, nil
 }
 

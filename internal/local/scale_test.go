@@ -57,7 +57,7 @@ func TestScaleUnderLoad(t *testing.T) {
 			moveLeaderTo(t, ctx, dir, fmt.Sprintf("m%d", size-1))
 		}
 		start := time.Now()
-		if err := Scale(ctx, Dir(dir), n, 4*time.Minute); err != nil {
+		if err := Scale(ctx, Dir(dir), n, 4*time.Minute, nil); err != nil {
 			t.Fatalf("scale %d→%d: %v", size, n, err)
 		}
 		t.Logf("scaled %d→%d in %s", size, n, time.Since(start).Round(time.Millisecond))

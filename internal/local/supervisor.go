@@ -419,17 +419,22 @@ func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Dura
 		s.heal(ctx, h)
 		s.mu.Lock()
 		var waiting []string
+		identified := true
 		for _, m := range s.state.Members {
 			if !m.Ready {
 				waiting = append(waiting, m.Name)
 			}
+			identified = identified && m.ID != ""
 		}
 		formed := s.state.ClusterID != ""
 		s.mu.Unlock()
-		if len(waiting) == 0 && formed {
+		if len(waiting) == 0 && identified && formed {
 			// Ready only once the status records the cluster, saved: a member that loses its
 			// data from then on sees that the cluster formed, and waits for its quorum or a
-			// recovery instead of bootstrapping beside it.
+			// recovery instead of bootstrapping beside it. And only once every member has
+			// answered with its ID: until then this round's healing could not count it among
+			// the voters that serve (with authentication, a member's client logs in only once
+			// the root user exists), and the status would say the quorum is lost.
 			return s.save()
 		}
 		for _, r := range s.memberRuns() {
@@ -446,7 +451,7 @@ func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Dura
 				if p := RootPasswordPath(s.dir, s.currentSpec()); p != "" {
 					why = fmt.Sprintf(" (is the password in %s root's?)", p)
 				}
-				return fmt.Errorf("every member is healthy, but the supervisor could not read the cluster's member list within %s%s; see the logs in %s/logs", timeout, why, s.dir)
+				return fmt.Errorf("every member is healthy, but the supervisor could not read the cluster's member list and every member's status within %s%s; see the logs in %s/logs", timeout, why, s.dir)
 			}
 			return fmt.Errorf("members %s did not become healthy within %s; see their logs in %s/logs", strings.Join(waiting, ", "), timeout, s.dir)
 		}

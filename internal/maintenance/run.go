@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/units"
 	"slices"
 	"sort"
 	"time"
@@ -156,7 +157,7 @@ func defragOne(ctx context.Context, cli *clientv3.Client, m Member, timeout time
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	_, err := cli.Defragment(dctx, m.Endpoint)
 	cancel()
-	r.Duration = time.Since(start)
+	r.Duration = units.Duration(time.Since(start))
 	if err != nil {
 		return r, fmt.Errorf("defragment %s (%s) after %s: %w", m.Name, m.Endpoint, r.Duration.Round(time.Millisecond), err)
 	}

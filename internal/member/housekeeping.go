@@ -282,7 +282,7 @@ func (s *Sidecar) finishRound(r *cluster.DefragReport, res maintenance.Result, e
 	s.housekeepingMetrics.reclaimed.Add(float64(r.Reclaimed))
 	for _, m := range res.Members {
 		s.lg.Info("defragmented", zap.String("target", m.Name), zap.Int64("before", m.Before), zap.Int64("after", m.After),
-			zap.Duration("took", m.Duration), zap.String("movedLeadershipTo", m.MovedTo))
+			zap.Duration("took", time.Duration(m.Duration)), zap.String("movedLeadershipTo", m.MovedTo))
 	}
 	return r
 }

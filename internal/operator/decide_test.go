@@ -2,6 +2,7 @@ package operator
 
 import (
 	"fmt"
+	"github.com/etcd-steward/steward/internal/units"
 	"reflect"
 	"slices"
 	"strings"
@@ -742,7 +743,7 @@ func TestDecideMaintenance(t *testing.T) {
 	w.o.Reports = map[string]cluster.Report{
 		"c-0": {Serving: true, Leader: true, Maintenance: &cluster.MaintenanceReport{Alarms: []string{"NOSPACE on 64"}}},
 		"c-1": {Serving: true, Maintenance: &cluster.MaintenanceReport{LastDefrag: &cluster.DefragReport{End: end, Trigger: "NOSPACE", Reclaimed: 3 << 20,
-			Members: []cluster.MemberDefrag{{Name: "c-2", Before: 4 << 20, After: 1 << 20, Duration: time.Second}}}}},
+			Members: []cluster.MemberDefrag{{Name: "c-2", Before: 4 << 20, After: 1 << 20, Duration: units.Duration(time.Second)}}}}},
 		"c-2": {Serving: true, Maintenance: &cluster.MaintenanceReport{Alarms: []string{"stale, not the leader"},
 			LastDefrag: &cluster.DefragReport{End: end.Add(-time.Hour), Trigger: "schedule"}}},
 	}

@@ -119,7 +119,7 @@ func buildChain(t *testing.T, dir string, f *chainFixture) error {
 		return fmt.Errorf("first full snapshot: %w", err)
 	}
 	f.fulls = append(f.fulls, full)
-	f.clusterID = full.ClusterID
+	f.clusterID = uint64(full.ClusterID)
 
 	var current atomic.Int64
 	notify := make(chan struct{}, 1)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/units"
 	"io"
 	"io/fs"
 	"math"
@@ -65,10 +66,10 @@ type CompactResult struct {
 	Skipped string `json:"skipped,omitempty"`
 	// DBSizeBefore and DBSizeAfter are the database's size before and after compaction and
 	// defragmentation; Size is the stored object's size.
-	DBSizeBefore int64         `json:"dbSizeBefore"`
-	DBSizeAfter  int64         `json:"dbSizeAfter"`
-	Size         int64         `json:"size"`
-	Duration     time.Duration `json:"duration"`
+	DBSizeBefore int64          `json:"dbSizeBefore"`
+	DBSizeAfter  int64          `json:"dbSizeAfter"`
+	Size         int64          `json:"size"`
+	Duration     units.Duration `json:"duration"`
 }
 
 // Compact shortens the chain: it restores the newest revision into a scratch data dir,
@@ -79,7 +80,7 @@ type CompactResult struct {
 // have existed, so time-based restores stay truthful.
 func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err error) {
 	start := time.Now()
-	defer func() { res.Duration = time.Since(start) }()
+	defer func() { res.Duration = units.Duration(time.Since(start)) }()
 	if o.Store == nil {
 		return res, errors.New("compact: no backup store")
 	}
@@ -135,7 +136,7 @@ func Compact(ctx context.Context, o CompactOptions) (res CompactResult, err erro
 	}
 
 	hdr := backup.Header{Kind: backup.KindFull, Timeline: rres.Timeline, Compression: backup.CompressionZstd, EtcdVersion: rres.EtcdVersion,
-		ClusterID: rres.ClusterID, FirstRev: rev, LastRev: rev, Created: rres.AsOf.UTC()}
+		ClusterID: uint64(rres.ClusterID), FirstRev: rev, LastRev: rev, Created: rres.AsOf.UTC()}
 	total := res.DBSizeAfter
 	tr, err := uploadSnapshot(ctx, o.Store, key, hdr, dbPath, func(done int64) { progress(PhaseUpload, done, total) })
 	if err != nil {

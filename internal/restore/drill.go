@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/units"
 	"time"
 
 	"go.uber.org/zap"
@@ -57,8 +58,8 @@ type DrillResult struct {
 	LiveEndpoint string `json:"liveEndpoint,omitempty"`
 	LiveHash     uint32 `json:"liveHash,omitempty"`
 	// Restore is how the data was restored.
-	Restore  *Result       `json:"restore,omitempty"`
-	Duration time.Duration `json:"duration"`
+	Restore  *Result        `json:"restore,omitempty"`
+	Duration units.Duration `json:"duration"`
 }
 
 // ErrDrillMismatch means the restored data is not what the live cluster had at that revision.
@@ -72,7 +73,7 @@ var ErrDrillMismatch = errors.New("restore drill: the restored data differs from
 // wrapping ErrDrillMismatch that names the timeline, the revision and both hashes.
 func Drill(ctx context.Context, o DrillOptions) (res DrillResult, err error) {
 	start := time.Now()
-	defer func() { res.Duration = time.Since(start) }()
+	defer func() { res.Duration = units.Duration(time.Since(start)) }()
 	if o.Store == nil {
 		return res, errors.New("restore drill: no backup store")
 	}
@@ -109,8 +110,8 @@ func Drill(ctx context.Context, o DrillOptions) (res DrillResult, err error) {
 		if err != nil {
 			return res, fmt.Errorf("restore drill of timeline %d: status of the live member %s: %w", res.Timeline, o.LiveEndpoint, err)
 		}
-		if id := st.Header.GetClusterId(); id != rres.ClusterID {
-			return res, otherCluster(res.Timeline, o.LiveEndpoint, id, rres.ClusterID)
+		if id := st.Header.GetClusterId(); id != uint64(rres.ClusterID) {
+			return res, otherCluster(res.Timeline, o.LiveEndpoint, id, uint64(rres.ClusterID))
 		}
 		live, err := o.Live.HashKV(ctx, o.LiveEndpoint, res.Revision)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/units"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -170,11 +171,11 @@ type Result struct {
 	// ClusterID and EtcdVersion come from the header of the newest object applied; AsOf is a
 	// time at which the restored revision is known to have existed: that delta's creation time,
 	// or the full snapshot's store time when no delta was applied.
-	ClusterID   uint64    `json:"clusterID,omitempty"`
+	ClusterID   units.ID  `json:"clusterID,omitempty"`
 	EtcdVersion string    `json:"etcdVersion,omitempty"`
 	AsOf        time.Time `json:"asOf,omitzero"`
 
-	Duration time.Duration `json:"duration"`
+	Duration units.Duration `json:"duration"`
 }
 
 var (
@@ -218,7 +219,7 @@ func Restore(ctx context.Context, o Options) (res Result, err error) {
 		r.o.ScratchDir = filepath.Dir(filepath.Clean(o.DataDir))
 	}
 	defer func() {
-		res.Duration = time.Since(start)
+		res.Duration = units.Duration(time.Since(start))
 		if err != nil && isNoSpace(err) && !errors.Is(err, ErrNoSpace) {
 			// etcd's wal.Create leaks its half-made WAL file when preallocation fails (v3.6.16);
 			// the file is deleted but its space is held until the *os.File's finalizer closes it.
@@ -405,7 +406,7 @@ func (r *restorer) run(ctx context.Context, res *Result) (err error) {
 		}
 		break
 	}
-	res.ClusterID, res.EtcdVersion = hdr.ClusterID, hdr.EtcdVersion
+	res.ClusterID, res.EtcdVersion = units.ID(hdr.ClusterID), hdr.EtcdVersion
 	res.AsOf = p.full.ModTime
 	// Without an explicit target, a full snapshot newer than every delta is the newest state.
 	want := max(p.target, res.StartRevision)
@@ -573,7 +574,7 @@ func (r *restorer) replay(ctx context.Context, p plan, want int64, res *Result) 
 	res.Trimmed = src.Trimmed() + rr.Skipped
 	res.Bytes += src.Bytes()
 	if h, ok := src.LastHeader(); ok && rr.Revisions > 0 {
-		res.ClusterID, res.EtcdVersion, res.AsOf = h.ClusterID, h.EtcdVersion, h.Created
+		res.ClusterID, res.EtcdVersion, res.AsOf = units.ID(h.ClusterID), h.EtcdVersion, h.Created
 	}
 	stop := src.StopErr()
 	switch {

@@ -144,7 +144,7 @@ func TestRestoreMatchesSource(t *testing.T) {
 				res.Full.Key != full.Key || res.Revisions != want-full.Revision || res.BumpedRevision != 0 {
 				t.Fatalf("result %+v: want target and revision %d from %s at %d", res, want, full.Key, full.Revision)
 			}
-			if res.ClusterID != c.clusterID || res.Bytes < res.Full.Size || res.DBSize <= 0 || res.AsOf.IsZero() {
+			if uint64(res.ClusterID) != c.clusterID || res.Bytes < res.Full.Size || res.DBSize <= 0 || res.AsOf.IsZero() {
 				t.Fatalf("result %+v: want cluster ID %x, bytes read, db size, as-of time", res, c.clusterID)
 			}
 			if want > full.Revision && (replayTotal != want-full.Revision || replayDone != replayTotal) {

@@ -192,6 +192,11 @@ func TestLocalAuth(t *testing.T) {
 // member's memory: a restarted member refuses those issued before.
 func TestLocalAuthTokenEveryMember(t *testing.T) {
 	c := localcluster.Start(t, "--members", "3", "--base-port", "25600", "--auth", "--backup", "none")
+	// Healthy means healthy: the summary `up` prints says nothing of a lost quorum (the
+	// supervisor counts the members as serving voters once their clients have logged in).
+	if strings.Contains(c.Output, "quorum lost") {
+		t.Errorf("local up --auth printed a lost quorum for a healthy cluster:\n%s", c.Output)
+	}
 	rep := c.Report()
 	password, err := os.ReadFile(rep.Cluster.RootPasswordFile)
 	if err != nil {

@@ -3,6 +3,8 @@
 package cli_test
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,7 +42,8 @@ func TestLocalUpDetachWithEtcdctl(t *testing.T) {
 	etcdctl := testutil.Tool(t, "etcdctl")
 	c := localcluster.Start(t, "--members", "3", "--base-port", "25000")
 	steward, dir := c.Steward, c.Dir
-	if !strings.Contains(c.Output, "is healthy (3 members)") {
+	// Progress lines while it waits, then the summary.
+	if !strings.Contains(c.Output, "started the supervisor in the background") || !strings.Contains(c.Output, "is healthy (3 members)") {
 		t.Fatalf("up output:\n%s", c.Output)
 	}
 
@@ -70,11 +73,20 @@ func TestLocalUpDetachWithEtcdctl(t *testing.T) {
 	}
 
 	out := run(t, steward, "local", "down", "--dir", dir)
-	if !strings.Contains(out, "data kept") {
+	if !strings.Contains(out, "stopping the supervisor") || !strings.Contains(out, "data kept") {
 		t.Fatalf("down output: %s", out)
 	}
-	if err := exec.Command(steward, "local", "status", "--dir", dir, "-o", "json").Run(); err != nil {
-		t.Fatalf("status of a stopped cluster should still answer: %v", err)
+	// The status of a stopped cluster still answers, with its members stopped, and exits 4.
+	stopped, err := exec.Command(steward, "local", "status", "--dir", dir, "-o", "json").Output()
+	var exit *exec.ExitError
+	var st local.Report
+	if !errors.As(err, &exit) || exit.ExitCode() != 4 || json.Unmarshal(stopped, &st) != nil || st.Cluster.Health != local.HealthDown {
+		t.Fatalf("status of a stopped cluster: %v, %s; want exit code 4 and the status", err, stopped)
+	}
+	for _, m := range st.Members {
+		if m.Role != local.RoleStopped {
+			t.Errorf("member %s of a stopped cluster: role %q", m.Name, m.Role)
+		}
 	}
 	run(t, steward, "local", "down", "--dir", dir, "--purge")
 	if _, ok, _ := local.ReadSpec(local.Dir(dir)); ok {

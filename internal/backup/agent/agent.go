@@ -776,8 +776,8 @@ func (a *Agent) full(ctx context.Context, m snapshotter.Member, tl snapshotter.T
 	a.sinceFull.revision, a.sinceFull.last, a.sinceFull.bytes = res.Revision, max(a.sinceFull.last, res.Revision), 0
 	a.mu.Unlock()
 	a.lg.Info("full snapshot stored", zap.String("key", res.Key), zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision),
-		zap.Int64("dbBytes", res.DBSize), zap.Int64("storedBytes", res.Size), zap.Duration("took", res.Duration))
-	a.metrics.fullDuration.Observe(res.Duration.Seconds())
+		zap.Int64("dbBytes", res.DBSize), zap.Int64("storedBytes", res.Size), zap.Duration("took", time.Duration(res.Duration)))
+	a.metrics.fullDuration.Observe(time.Duration(res.Duration).Seconds())
 	a.stored(res.Key, res.Size, res.Created)
 	a.update(func(s *cluster.BackupStatus) {
 		if s.Timeline != res.Timeline {
@@ -913,13 +913,13 @@ func (a *Agent) drill(ctx context.Context, m snapshotter.Member, tl uint32) {
 	if ctx.Err() != nil {
 		return
 	}
-	d := cluster.DrillStatus{Timeline: tl, Revision: res.Revision, Time: start.UTC(), Duration: res.Duration, OK: err == nil, Result: "ok"}
+	d := cluster.DrillStatus{Timeline: tl, Revision: res.Revision, Time: start.UTC(), Duration: time.Duration(res.Duration), OK: err == nil, Result: "ok"}
 	if err != nil {
 		d.Result = err.Error()
 		a.fail("drill", err)
 	} else {
 		a.lg.Info("restore drill: the restored data equals the member's", zap.Uint32("timeline", tl), zap.Int64("revision", res.Revision),
-			zap.Uint32("hash", res.Hash), zap.Int64("compactRevision", res.CompactRevision), zap.Duration("took", res.Duration))
+			zap.Uint32("hash", res.Hash), zap.Int64("compactRevision", res.CompactRevision), zap.Duration("took", time.Duration(res.Duration)))
 	}
 	a.update(func(s *cluster.BackupStatus) { s.LastDrill = d })
 }

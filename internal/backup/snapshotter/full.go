@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/units"
 	"hash"
 	"io"
 	"time"
@@ -31,13 +32,13 @@ type FullResult struct {
 	Timeline uint32 `json:"timeline"`
 	// Revision is the member's revision when the snapshot started: a lower bound of the
 	// revision inside it (restore reads the true one from the database).
-	Revision  int64  `json:"revision"`
-	ClusterID uint64 `json:"clusterID"`
+	Revision  int64    `json:"revision"`
+	ClusterID units.ID `json:"clusterID"`
 	// Size is the stored (compressed) size; DBSize the size of the database stream.
-	Size     int64         `json:"size"`
-	DBSize   int64         `json:"dbSize"`
-	Duration time.Duration `json:"duration"`
-	Created  time.Time     `json:"created"`
+	Size     int64          `json:"size"`
+	DBSize   int64          `json:"dbSize"`
+	Duration units.Duration `json:"duration"`
+	Created  time.Time      `json:"created"`
 }
 
 // Full streams a snapshot of the member into s as one full-snapshot object of timeline tl: no
@@ -55,10 +56,10 @@ func Full(ctx context.Context, m Member, s *store.Store, tl Timeline, progress f
 		return FullResult{}, fmt.Errorf("full snapshot: %w: %s is a member of cluster %x, timeline %d holds cluster %x's history",
 			ErrHistoryRestarted, m.Endpoint, status.Header.ClusterId, tl.ID, tl.ClusterID)
 	}
-	res := FullResult{Timeline: tl.ID, Revision: status.Header.Revision, ClusterID: status.Header.ClusterId, Created: start.UTC()}
+	res := FullResult{Timeline: tl.ID, Revision: status.Header.Revision, ClusterID: units.ID(status.Header.ClusterId), Created: start.UTC()}
 	res.Key = backup.FullKey(tl.ID, res.Revision, res.Created)
 	hdr := backup.Header{Kind: backup.KindFull, Timeline: tl.ID, Compression: backup.CompressionZstd, EtcdVersion: status.Version,
-		ClusterID: res.ClusterID, FirstRev: res.Revision, LastRev: res.Revision, Created: res.Created}
+		ClusterID: uint64(res.ClusterID), FirstRev: res.Revision, LastRev: res.Revision, Created: res.Created}
 
 	snapCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -83,7 +84,7 @@ func Full(ctx context.Context, m Member, s *store.Store, tl Timeline, progress f
 		return FullResult{}, err
 	}
 	res.Size = trailer.PayloadSize
-	res.Duration = time.Since(start)
+	res.Duration = units.Duration(time.Since(start))
 	return res, nil
 }
 

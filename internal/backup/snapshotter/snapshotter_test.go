@@ -91,7 +91,7 @@ func testFullSnapshotRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer or.Close()
-			if hdr.Kind != backup.KindFull || hdr.Timeline != 1 || res.Timeline != 1 || hdr.FirstRev != res.Revision || hdr.ClusterID != res.ClusterID {
+			if hdr.Kind != backup.KindFull || hdr.Timeline != 1 || res.Timeline != 1 || hdr.FirstRev != res.Revision || hdr.ClusterID != uint64(res.ClusterID) {
 				t.Fatalf("header %+v vs result %+v", hdr, res)
 			}
 			path := filepath.Join(t.TempDir(), "snapshot.db")
