@@ -135,8 +135,8 @@ type Sidecar struct {
 	// initError is why the newest initialisation that ended failed, until one succeeds: a
 	// retry in progress does not hide it from the report.
 	initError string
-	plan   *Plan
-	config []byte
+	plan      *Plan
+	config    []byte
 }
 
 // New returns a sidecar for cfg.
