@@ -88,11 +88,7 @@ func TestNodeFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		healed = true
-		waitReady(t, ns, "nf", 3, 4*time.Minute)
-		w.Stop()
-		maps.Copy(acked, w.Acked())
-		assertKeysOnEveryMember(t, ns, "nf", acked)
-		assertOneCluster(t, ns, "nf", id)
+		settled(t, ns, w, 4*time.Minute, id, acked)
 		t.Logf("%s on %s rejoined; %d writes acknowledged", pod, nodeName, len(w.Acked()))
 	})
 
@@ -176,11 +172,7 @@ func TestNodeFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		on = true
-		waitReady(t, ns, "nf", 3, 5*time.Minute)
-		w.Stop()
-		maps.Copy(acked, w.Acked())
-		assertKeysOnEveryMember(t, ns, "nf", acked)
-		assertOneCluster(t, ns, "nf", id)
+		settled(t, ns, w, 5*time.Minute, id, acked)
 	})
 
 	runStep(t, "two members' nodes powered off (the quorum lost), marked out of service, then on", func(t *testing.T) {
@@ -256,15 +248,23 @@ func twoNodesLost(t *testing.T, ns string, placed map[string]string, victims []s
 	}
 	on = true
 	waitEvent(t, ns, "nf", "Recovery", 5*time.Minute)
-	waitReady(t, ns, "nf", 3, 6*time.Minute)
+	settled(t, ns, w, 6*time.Minute, id, acked)
+}
+
+// outOfServiceKey is the taint that says a node is off (Kubernetes then deletes its pods by force).
+const outOfServiceKey = "node.kubernetes.io/out-of-service"
+
+// settled waits for the cluster to be Ready with its three members, stops the writer, and
+// checks that every write acknowledged so far is on every member and that the cluster is the
+// one it was.
+func settled(t *testing.T, ns string, w *writer, timeout time.Duration, id string, acked map[string]string) {
+	t.Helper()
+	waitReady(t, ns, "nf", 3, timeout)
 	w.Stop()
 	maps.Copy(acked, w.Acked())
 	assertKeysOnEveryMember(t, ns, "nf", acked)
 	assertOneCluster(t, ns, "nf", id)
 }
-
-// outOfServiceKey is the taint that says a node is off (Kubernetes then deletes its pods by force).
-const outOfServiceKey = "node.kubernetes.io/out-of-service"
 
 // assertOneCluster checks that etcd reports the cluster ID it had, and three voters.
 func assertOneCluster(t *testing.T, ns, name, id string) {
