@@ -70,7 +70,9 @@ func (k *kube) etcdClient(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clien
 		if err != nil {
 			return nil, err
 		}
-		d.Password = string(pw)
+		if d.Password, err = etcdutil.Password(pw, fmt.Sprintf("the root password in Secret %s/%s", ec.Namespace, name)); err != nil {
+			return nil, err
+		}
 	}
 	// The tunnel goes only to the pods of the cluster's StatefulSet; a member without a pod
 	// now (down) is not reached, and a pod of another under its name is refused at once.

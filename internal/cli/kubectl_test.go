@@ -471,7 +471,7 @@ func TestKubectlPlugin(t *testing.T) {
 		if _, err := run("move-leader", "kvt"); err == nil || !strings.Contains(err.Error(), "authentication failed") {
 			t.Errorf("move-leader with a wrong root password: %v", err)
 		}
-		pw.Data[v1alpha1.RootPasswordKey] = []byte(password)
+		pw.Data[v1alpha1.RootPasswordKey] = []byte(password + "\n") // as the operator writes it
 		mustIn(t, c.Update(ctx, pw))
 		st, err := admin.Status(ctx, ms[0].Endpoint)
 		mustIn(t, err)

@@ -161,16 +161,22 @@ func refusedAsUser(err error) bool {
 	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserNotFound)
 }
 
-// ReadPassword reads a password file: its content without the line end an editor or `echo`
-// leaves. An empty password is an error (etcd refuses it for a user that logs in).
+// ReadPassword reads a password file (see Password).
 func ReadPassword(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read the root password: %w", err)
 	}
+	return Password(b, "the root password file "+path)
+}
+
+// Password is a password as a file or a Secret holds it (from names which): without the line
+// end an editor, `echo` or the operator's Secret leaves. An empty password is an error (etcd
+// refuses it for a user that logs in).
+func Password(b []byte, from string) (string, error) {
 	b = bytes.TrimRight(b, "\r\n")
 	if len(b) == 0 {
-		return "", fmt.Errorf("the root password file %s is empty: put the password in it", path)
+		return "", fmt.Errorf("%s is empty: put the password in it", from)
 	}
 	return string(b), nil
 }
