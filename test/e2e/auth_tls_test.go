@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -62,6 +63,33 @@ func TestTLS(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: a put was acknowledged", what)
 		}
+	}
+
+	// The plugin reaches the members through port-forwards of the API server, with the
+	// cluster's client certificate and root password: leadership moves, every member is
+	// defragmented, the leader last.
+	var moved struct{ Before, After string }
+	testutil.Eventually(t, time.Minute, "kubectl steward move-leader", func() error {
+		out, err := kubectlStewardErr(ns, "move-leader", "sec", "-o", "json")
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal([]byte(out), &moved)
+	})
+	if moved.Before == moved.After || moved.After == "" {
+		t.Errorf("kubectl steward move-leader: leader %q before, %q after", moved.Before, moved.After)
+	}
+	var defrag struct {
+		Members []struct {
+			Name      string `json:"name"`
+			WasLeader bool   `json:"wasLeader"`
+		} `json:"members"`
+	}
+	if err := json.Unmarshal([]byte(kubectlSteward(t, ns, "defrag", "sec", "--all", "-o", "json")), &defrag); err != nil {
+		t.Fatalf("kubectl steward defrag: %v", err)
+	}
+	if n := len(defrag.Members); n != 3 || !defrag.Members[n-1].WasLeader {
+		t.Errorf("kubectl steward defrag --all: %+v, want every member, the leader last", defrag.Members)
 	}
 
 	// With authentication on: the client certificate alone (etcd takes its name for a user

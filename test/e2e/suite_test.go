@@ -162,13 +162,22 @@ func kubectl(t *testing.T, ns string, args ...string) string {
 // kubectl-steward, on the PATH as a user's kubectl would.
 func kubectlSteward(t *testing.T, ns string, args ...string) string {
 	t.Helper()
+	out, err := kubectlStewardErr(ns, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// kubectlStewardErr is kubectlSteward for a caller that retries.
+func kubectlStewardErr(ns string, args ...string) (string, error) {
 	cmd := exec.Command(filepath.Join(bin, "k8s", "kubectl"), append([]string{"steward", "--kubeconfig", kubeconfig, "-n", ns}, args...)...)
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(bin, "e2e")+":"+os.Getenv("PATH"))
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl steward %s: %v: %s", strings.Join(args, " "), err, stderrOf(err))
+		return string(out), fmt.Errorf("kubectl steward %s: %v: %s", strings.Join(args, " "), err, stderrOf(err))
 	}
-	return string(out)
+	return string(out), nil
 }
 
 func stderrOf(err error) string {
