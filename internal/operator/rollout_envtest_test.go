@@ -285,16 +285,16 @@ func TestRollingUpdateStalls(t *testing.T) {
 		t.Errorf("pods deleted %v: only %s-1, whose replacement never turned Ready", p.deletions, name)
 	}
 	p.readyAfter = 0 // fixed: the member comes back, the rolling update goes on
+	// Done once every member's pod was deleted in turn (the first one several times, above)
+	// and the status says it is over.
+	want := []string{name + "-1", name + "-2", name + "-0"}
 	testutil.Eventually(t, 90*time.Second, "rolling update done", func() error {
 		p.step()
-		if ec := getCluster(t, ns, name); len(p.deletions) < 3 || ec.Status.Rollout != nil {
-			return fmt.Errorf("deletions %v, status.rollout %+v", p.deletions, ec.Status.Rollout)
+		if ec := getCluster(t, ns, name); !slices.Equal(slices.Compact(slices.Clone(p.deletions)), want) || ec.Status.Rollout != nil {
+			return fmt.Errorf("deletions %v (want %v, the first one repeated), status.rollout %+v", p.deletions, want, ec.Status.Rollout)
 		}
 		return nil
 	})
-	if want := []string{name + "-1", name + "-2", name + "-0"}; !slices.Equal(slices.Compact(slices.Clone(p.deletions)), want) {
-		t.Errorf("pods deleted %v, want %v", p.deletions, want)
-	}
 }
 
 // TestRollingUpdateSnapshotFails: while the full snapshot before a rolling update fails, no
