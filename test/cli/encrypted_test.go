@@ -51,7 +51,7 @@ func TestLocalEncryptedBackups(t *testing.T) {
 		}
 		return nil
 	})
-	if table := run(t, steward, "local", "status", "--dir", dir); !strings.Contains(table, "--encryption-keys "+keys) {
+	if table := c.StatusTable(); !strings.Contains(table, "--encryption-keys "+keys) {
 		t.Fatalf("status does not say which keys to give:\n%s", table)
 	}
 	if err := filepath.WalkDir(filepath.Join(dir, "backups"), func(p string, d os.DirEntry, err error) error {

@@ -37,7 +37,7 @@ func TestLocalTLS(t *testing.T) {
 	if !rep.Cluster.TLS || !strings.HasPrefix(rep.Members[0].ClientURL, "https://") {
 		t.Fatalf("status: TLS %t, client URL %s", rep.Cluster.TLS, rep.Members[0].ClientURL)
 	}
-	if table := run(t, steward, "local", "status", "--dir", dir); !strings.Contains(table, "client  "+rep.Cluster.Etcdctl) {
+	if table := c.StatusTable(); !strings.Contains(table, "client  "+rep.Cluster.Etcdctl) {
 		t.Fatalf("status does not print the etcdctl command line:\n%s", table)
 	}
 	flags := etcdctlArgs(t, rep.Cluster.Etcdctl)

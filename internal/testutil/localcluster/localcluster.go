@@ -115,14 +115,21 @@ type Status struct {
 	local.Report
 }
 
-// Status runs `steward local status -o json`, whose exit code says degraded (3) or down (4)
-// and which prints the status all the same.
-func (c *Cluster) Status(ctx context.Context) (Status, error) {
-	out, err := Run(ctx, c.Steward, "local", "status", "--dir", c.Dir, "-o", "json")
+// StatusRun runs `steward local status ARGS` and returns what it printed. Its exit code says
+// degraded (3) or down (4) and it prints the status all the same: only another failure is an
+// error.
+func StatusRun(ctx context.Context, steward string, args ...string) ([]byte, error) {
+	out, err := Run(ctx, steward, append([]string{"local", "status"}, args...)...)
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && (exit.ExitCode() == 3 || exit.ExitCode() == 4) {
 		err = nil
 	}
+	return out, err
+}
+
+// Status runs `steward local status -o json` (see StatusRun).
+func (c *Cluster) Status(ctx context.Context) (Status, error) {
+	out, err := StatusRun(ctx, c.Steward, "--dir", c.Dir, "-o", "json")
 	if err != nil {
 		return Status{}, fmt.Errorf("status of the cluster in %s: %w", c.Dir, err)
 	}

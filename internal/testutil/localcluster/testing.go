@@ -48,6 +48,17 @@ func (c *T) Report() local.Report {
 	return st.Report
 }
 
+// StatusTable is `steward local status` as a table, whether the cluster is healthy, degraded
+// or down.
+func (c *T) StatusTable() string {
+	c.t.Helper()
+	out, err := StatusRun(context.Background(), c.Steward, "--dir", c.Dir)
+	if err != nil {
+		c.t.Fatalf("steward local status --dir %s: %v\n%s", c.Dir, err, out)
+	}
+	return string(out)
+}
+
 // MustRun runs a command and returns what it printed (standard output and error); it fails
 // the test if the command fails.
 func MustRun(t testing.TB, name string, args ...string) string {
