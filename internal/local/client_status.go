@@ -226,10 +226,14 @@ func Status(ctx context.Context, dir Dir) (Report, error) {
 		if em, ok := byName[ms.Name]; ok {
 			r.ID = fmt.Sprintf("%x", em.ID)
 		}
-		if r.EtcdPID == 0 {
+		if !running {
 			continue
 		}
-		r.Role = RoleUnreachable // until the member answers
+		// Asked even without a pid on record: a member the supervisor is restarting serves
+		// before its new pid is recorded.
+		if r.EtcdPID != 0 {
+			r.Role = RoleUnreachable // until the member answers
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
