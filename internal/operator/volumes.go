@@ -215,7 +215,7 @@ func (r *ClusterReconciler) expandVolumes(ctx context.Context, ec *v1alpha1.Etcd
 	var acted error
 	switch e.Case {
 	case ExpansionResizeClaims:
-		acted = r.resizeClaims(ctx, ec, e.Resize, e.Record.Size)
+		acted = r.resizeClaims(ctx, ec, sts.UID, e.Resize, e.Record.Size)
 	case ExpansionRecreateStatefulSet:
 		acted = r.recreateStatefulSet(ctx, ec, sts, e.Record.Size)
 	}
@@ -270,7 +270,7 @@ func (r *ClusterReconciler) observeExpansion(ctx context.Context, ec *v1alpha1.E
 			continue
 		}
 		obs := claimObservation{Name: c.Name, Size: c.Spec.Resources.Requests[corev1.ResourceStorage],
-			Owned: slices.ContainsFunc(c.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == sts.UID }),
+			Owned: claimOf(c, sts.UID),
 			Bound: c.Status.Phase == corev1.ClaimBound}
 		class := ""
 		if c.Spec.StorageClassName != nil {
@@ -304,15 +304,20 @@ func (r *ClusterReconciler) classProblem(ctx context.Context, name string) strin
 	return ""
 }
 
+// claimOf: the claim is owned by the StatefulSet of that UID.
+func claimOf(c *corev1.PersistentVolumeClaim, sts types.UID) bool {
+	return slices.ContainsFunc(c.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == sts })
+}
+
 // resizeClaims asks each claim, read fresh, for size: a write with its resourceVersion, only
-// of a claim the StatefulSet owns that asks for less.
-func (r *ClusterReconciler) resizeClaims(ctx context.Context, ec *v1alpha1.EtcdCluster, names []string, size resource.Quantity) error {
+// of a claim the StatefulSet (sts, its UID) owns that asks for less.
+func (r *ClusterReconciler) resizeClaims(ctx context.Context, ec *v1alpha1.EtcdCluster, sts types.UID, names []string, size resource.Quantity) error {
 	for _, name := range names {
 		var c corev1.PersistentVolumeClaim
 		if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &c); err != nil {
 			return err
 		}
-		if c.Labels[LabelCluster] != ec.Name || c.Spec.Resources.Requests.Storage().Cmp(size) >= 0 {
+		if !claimOf(&c, sts) || c.Labels[LabelCluster] != ec.Name || c.Spec.Resources.Requests.Storage().Cmp(size) >= 0 {
 			continue // changed since: the next pass decides again
 		}
 		patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
