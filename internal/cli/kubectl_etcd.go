@@ -23,6 +23,20 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// etcdOf reads cluster name and connects to its members (see etcdClient); the caller closes
+// the client.
+func (f *kubeFlags) etcdOf(ctx context.Context, name string) (*clientv3.Client, *v1alpha1.EtcdCluster, error) {
+	k, ec, err := f.connectTo(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	cli, err := k.etcdClient(ctx, ec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cli, ec, nil
+}
+
 // etcdClient is a client of cluster ec's etcd members, reached through k's tunnel to each
 // member pod, with the credentials the cluster publishes (status.clientCertificateSecret,
 // status.rootPasswordSecret), read with the user's own rights. The members and their URLs are
@@ -188,11 +202,7 @@ report it afterwards. Refused while a recovery runs or the cluster hibernates.`,
 				to = args[1]
 			}
 			ctx := cmd.Context()
-			k, ec, err := f.connectTo(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			cli, err := k.etcdClient(ctx, ec)
+			cli, ec, err := f.etcdOf(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -257,11 +267,7 @@ as by move-leader. Refused while a recovery runs or the cluster hibernates.`,
 				return fmt.Errorf("defrag %s: name a member, or give --all for every member", args[0])
 			}
 			ctx := cmd.Context()
-			k, ec, err := f.connectTo(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			cli, err := k.etcdClient(ctx, ec)
+			cli, ec, err := f.etcdOf(ctx, args[0])
 			if err != nil {
 				return err
 			}
