@@ -213,18 +213,25 @@ func (w Worker) uncut() error {
 	return removeChains(func(c string) bool { return c == chain })
 }
 
+// cutOff drops the traffic of worker name's pods (see cut), the first step of a fault (what,
+// to say so). The worker holding the control plane is refused: the suite needs it.
+func (n *Node) cutOff(name, what string) (Worker, error) {
+	w, err := n.Worker(name)
+	if err != nil {
+		return Worker{}, err
+	}
+	if w.CgroupRoot == "" {
+		return Worker{}, fmt.Errorf("node %s holds the control plane: %s another (%s)", name, what, n.workerNames())
+	}
+	return w, w.cut()
+}
+
 // PowerOff stops the worker as a power loss would: its kubelet, containerd and every
 // container are killed at once, and its pods' addresses fall silent (packets dropped, not
 // refused). The Node object stays; the control plane sees it stop reporting.
 func (n *Node) PowerOff(name string) error {
-	w, err := n.Worker(name)
+	w, err := n.cutOff(name, "power off")
 	if err != nil {
-		return err
-	}
-	if w.CgroupRoot == "" {
-		return fmt.Errorf("node %s holds the control plane: power off another (%s)", name, n.workerNames())
-	}
-	if err := w.cut(); err != nil {
 		return err
 	}
 	for _, c := range []string{"kubelet", "containerd"} {
@@ -277,14 +284,8 @@ func (n *Node) PowerOn(ctx context.Context, name string) error {
 // rest is dropped, and its kubelet is stopped (SIGSTOP) as one that cannot reach the API
 // server; the containers run on.
 func (n *Node) Partition(name string) error {
-	w, err := n.Worker(name)
+	w, err := n.cutOff(name, "partition")
 	if err != nil {
-		return err
-	}
-	if w.CgroupRoot == "" {
-		return fmt.Errorf("node %s holds the control plane: partition another (%s)", name, n.workerNames())
-	}
-	if err := w.cut(); err != nil {
 		return err
 	}
 	if pid := n.st.PIDs[w.process("kubelet")]; pid > 0 {
