@@ -118,8 +118,9 @@ bench: build tools kube-tools
 # SHA-256 trailer and watch responses (internal/backup/snapshotter). And of hostile input
 # (issue 13): the sidecar API's requests, bodies and tokens, the identity file, cluster.json,
 # the operator's ClusterConfig, store URLs (no credential in an error), and the CLI's
-# durations, schedules and retention policies. Each target runs for FUZZTIME. Failing inputs
-# are kept in the package's testdata/fuzz and replayed by every `go test` after.
+# durations, schedules and retention policies. Each target runs for FUZZTIME (hack/fuzz.sh builds
+# each package's instrumented test binary once). Failing inputs are kept in the package's
+# testdata/fuzz and replayed by every `go test` after.
 FUZZTIME    ?= 10s
 # package:target
 FUZZTARGETS := \
@@ -145,18 +146,7 @@ FUZZTARGETS := \
 	./internal/store:FuzzOpenURLRedaction
 .PHONY: fuzz
 fuzz:
-	@for pt in $(FUZZTARGETS); do \
-		p=$${pt%%:*}; t=$${pt##*:}; \
-		echo "fuzz $$p $$t for $(FUZZTIME)"; \
-		out=$$($(GO) test $$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s 2>&1); rc=$$?; \
-		echo "$$out" | grep -v '^fuzz: elapsed'; \
-		if [ $$rc -ne 0 ] && echo "$$out" | grep -q 'context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written'; then \
-			echo "fuzz $$p $$t again: the fuzzing engine itself timed out, with no failing input"; \
-			out=$$($(GO) test $$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s 2>&1); rc=$$?; \
-			echo "$$out" | grep -v '^fuzz: elapsed'; \
-		fi; \
-		[ $$rc -eq 0 ] || exit 1; \
-	done
+	FUZZTIME=$(FUZZTIME) GO=$(GO) hack/fuzz.sh $(FUZZTARGETS)
 
 # Chaos suite (test/chaos): real local clusters under faults, histories checked for
 # linearizability with porcupine, plus quorum loss and total loss. `make chaos` is the seeded,
