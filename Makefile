@@ -59,7 +59,8 @@ $(KUBE_NODE_TOOLS) &: hack/kube/go.mod
 	@touch $(KUBE_NODE_TOOLS)
 
 # Deepcopy functions, CRD YAML (api/v1alpha1) and the operator's ClusterRole (its rbac markers),
-# copied with the other RBAC rules and admission policies into the Helm chart's files/.
+# copied with the other RBAC rules, the admission policies, the alerting rules and the
+# dashboard into the Helm chart's files/.
 # `make test` fails when the committed files differ from these.
 CHART := deploy/helm/steward
 generate: $(BIN)/controller-gen
@@ -70,6 +71,7 @@ generate: $(BIN)/controller-gen
 	cp deploy/crd/*.yaml $(CHART)/crds/
 	cp deploy/rbac/role.yaml $(CHART)/files/operator-role.yaml
 	cp deploy/rbac/metrics_auth_role.yaml deploy/rbac/metrics_reader_role.yaml deploy/policy/*.yaml $(CHART)/files/
+	cp deploy/monitoring/prometheusrule.yaml deploy/monitoring/dashboard.json $(CHART)/files/
 
 check-generated: generate
 	@test -z "$$(git status --porcelain -- api deploy)" || { git status --short -- api deploy; echo "generated files differ from the committed ones: run make generate and commit"; exit 1; }

@@ -115,7 +115,7 @@ Installed as kubectl-steward on the PATH, it is the kubectl plugin "kubectl stew
 
 // createAndWait creates obj (kind) for cluster ec, named after it, and, unless wait is 0,
 // reads it again every second until phase (which reads obj) says it is done, printing each
-// new progress line.
+// new progress line to stderr (the caller prints the result to stdout).
 func createAndWait(cmd *cobra.Command, k *kube, ec *v1alpha1.EtcdCluster, obj client.Object, kind string, wait time.Duration, phase func() (bool, string, error)) error {
 	ctx := cmd.Context()
 	obj.SetNamespace(ec.Namespace)
@@ -123,7 +123,7 @@ func createAndWait(cmd *cobra.Command, k *kube, ec *v1alpha1.EtcdCluster, obj cl
 	if err := k.c.Create(ctx, obj); err != nil {
 		return fmt.Errorf("creating an %s of %s/%s: %w", kind, ec.Namespace, ec.Name, err)
 	}
-	w := cmd.OutOrStdout()
+	w := cmd.ErrOrStderr()
 	fmt.Fprintf(w, "%s %s created\n", kind, obj.GetName())
 	if wait == 0 {
 		return nil

@@ -8,10 +8,12 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/units"
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -25,13 +27,33 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// backupResult is what `kubectl steward backup` prints: the EtcdBackup as it stood when the
+// wait ended (with --wait 0, just created).
+type backupResult struct {
+	Cluster  string         `json:"cluster"`
+	Backup   string         `json:"backup"`
+	Phase    string         `json:"phase,omitempty"`
+	Revision int64          `json:"revision,omitempty"`
+	Size     int64          `json:"size,omitempty"`
+	Key      string         `json:"key,omitempty"`
+	Took     units.Duration `json:"took,omitzero"`
+}
+
 func newKubectlBackupCommand(f *kubeFlags) *cobra.Command {
-	var wait time.Duration
+	var (
+		wait time.Duration
+		out  outputFlag
+	)
 	cmd := &cobra.Command{
 		Use:   "backup CLUSTER",
 		Short: "Take a full snapshot of the cluster now (an EtcdBackup), and wait for it",
-		Args:  cobra.ExactArgs(1),
+		Long: `Take a full snapshot of the cluster now (an EtcdBackup), and wait for it: its progress goes to
+stderr, the snapshot's revision, size and object to stdout once it is done.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			k, ec, err := f.connectTo(ctx, args[0])
 			if err != nil {
@@ -41,20 +63,48 @@ func newKubectlBackupCommand(f *kubeFlags) *cobra.Command {
 				return fmt.Errorf("EtcdCluster %s/%s has no spec.backup: set a store first", ec.Namespace, ec.Name)
 			}
 			eb := &v1alpha1.EtcdBackup{Spec: v1alpha1.EtcdBackupSpec{Cluster: ec.Name}}
-			return createAndWait(cmd, k, ec, eb, "EtcdBackup", wait, func() (bool, string, error) {
+			err = createAndWait(cmd, k, ec, eb, "EtcdBackup", wait, func() (bool, string, error) {
 				s := eb.Status
 				switch s.Phase {
 				case v1alpha1.BackupCompleted:
-					return true, fmt.Sprintf("completed: revision %d, %d bytes, %s", s.Revision, s.Size, s.Key), nil
+					return true, "completed", nil
 				case v1alpha1.BackupFailed:
 					return false, "", fmt.Errorf("EtcdBackup %s failed: %s", eb.Name, s.Message)
 				}
 				return false, strings.TrimSpace(orDash(s.Phase) + " " + s.Message), nil
 			})
+			if err != nil {
+				return err
+			}
+			s := eb.Status
+			res := backupResult{Cluster: ec.Name, Backup: eb.Name, Phase: s.Phase, Revision: s.Revision, Size: s.Size, Key: s.Key}
+			if s.StartTime != nil && s.EndTime != nil {
+				res.Took = units.Duration(s.EndTime.Sub(s.StartTime.Time))
+			}
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				t.header("CLUSTER", "BACKUP", "PHASE", "REVISION", "SIZE", "TOOK", "KEY")
+				t.row(res.Cluster, res.Backup, orDash(res.Phase), orDashIfZero(res.Revision, strconv.FormatInt(res.Revision, 10)),
+					orDashIfZero(res.Size, units.Bytes(res.Size)), orDashIfZero(res.Took, res.Took.Round(time.Millisecond).String()), orDash(res.Key))
+			})
 		},
 	}
 	cmd.Flags().DurationVar(&wait, "wait", 10*time.Minute, "how long to wait for the snapshot (0: do not wait)")
+	out.register(cmd)
 	return cmd
+}
+
+// restoreResult is what `kubectl steward restore` prints: the EtcdRestore as it stood when
+// the wait ended (with --wait 0, just created).
+type restoreResult struct {
+	Cluster  string `json:"cluster"`
+	Restore  string `json:"restore"`
+	Phase    string `json:"phase,omitempty"`
+	Timeline int64  `json:"timeline,omitempty"`
+	// Target is the revision the operator resolved the request to; Restored the one the
+	// cluster holds after.
+	Target   int64  `json:"targetRevision,omitempty"`
+	Restored int64  `json:"restoredRevision,omitempty"`
+	Message  string `json:"message,omitempty"`
 }
 
 func newKubectlRestoreCommand(f *kubeFlags) *cobra.Command {
@@ -62,6 +112,7 @@ func newKubectlRestoreCommand(f *kubeFlags) *cobra.Command {
 		revision, timeline int64
 		at                 string
 		wait               time.Duration
+		out                outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "restore CLUSTER [--to-revision R | --to-time T] [--timeline N]",
@@ -69,9 +120,12 @@ func newKubectlRestoreCommand(f *kubeFlags) *cobra.Command {
 		Long: `Take the running cluster back to a revision or a time of its own backups, in place: the
 operator checks the target against the store, takes a full snapshot first, stops every member,
 restores one and rejoins the others. Every write after the target is dropped. Without a target,
-the newest revision the backups hold.`,
+the newest revision the backups hold. Its phases go to stderr, the outcome to stdout.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			if revision != 0 && at != "" {
 				return fmt.Errorf("--to-revision and --to-time name two targets: give one")
@@ -94,10 +148,16 @@ the newest revision the backups hold.`,
 			if err != nil {
 				return err
 			}
-			return createAndWait(cmd, k, ec, er, "EtcdRestore", wait, func() (bool, string, error) {
-				line := orDash(er.Status.Phase)
+			message := func() string {
 				if n := len(er.Status.Conditions); n > 0 {
-					line += ": " + er.Status.Conditions[n-1].Message
+					return er.Status.Conditions[n-1].Message
+				}
+				return ""
+			}
+			err = createAndWait(cmd, k, ec, er, "EtcdRestore", wait, func() (bool, string, error) {
+				line := orDash(er.Status.Phase)
+				if m := message(); m != "" {
+					line += ": " + m
 				}
 				switch er.Status.Phase {
 				case v1alpha1.RestoreSucceeded:
@@ -107,27 +167,56 @@ the newest revision the backups hold.`,
 				}
 				return false, line, nil
 			})
+			if err != nil {
+				return err
+			}
+			res := restoreResult{Cluster: ec.Name, Restore: er.Name, Phase: er.Status.Phase, Restored: er.Status.RestoredRevision, Message: message()}
+			if tg := er.Status.Target; tg != nil {
+				res.Target, res.Timeline = tg.Revision, tg.Timeline
+			}
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				t.header("CLUSTER", "RESTORE", "PHASE", "TIMELINE", "TARGET", "RESTORED", "MESSAGE")
+				t.row(res.Cluster, res.Restore, orDash(res.Phase), orDashIfZero(res.Timeline, strconv.FormatInt(res.Timeline, 10)),
+					orDashIfZero(res.Target, strconv.FormatInt(res.Target, 10)), orDashIfZero(res.Restored, strconv.FormatInt(res.Restored, 10)), orDash(res.Message))
+			})
 		},
 	}
 	cmd.Flags().Int64Var(&revision, "to-revision", 0, "restore exactly this revision")
 	cmd.Flags().StringVar(&at, "to-time", "", "restore the newest revision the backups prove existed at this time (RFC 3339)")
 	cmd.Flags().Int64Var(&timeline, "timeline", 0, "the backup timeline to read (default: the cluster's current one)")
 	cmd.Flags().DurationVar(&wait, "wait", 15*time.Minute, "how long to wait for the restore (0: do not wait)")
+	out.register(cmd)
 	return cmd
 }
 
+// hibernation is what `kubectl steward hibernate` prints.
+type hibernation struct {
+	Cluster   string `json:"cluster"`
+	Hibernate bool   `json:"hibernate"`
+	// Next is what the operator does now.
+	Next string `json:"next"`
+}
+
 func newKubectlHibernateCommand(f *kubeFlags) *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	cmd := &cobra.Command{
 		Use:   "hibernate CLUSTER on|off",
 		Short: "Stop every member keeping its data (on), or resume the cluster on its data (off)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			res := hibernation{Cluster: args[0]}
 			var value any
 			switch args[1] {
 			case "on":
 				value = "true"
+				res.Hibernate = true
+				res.Next = fmt.Sprintf("a full snapshot first, then every member stops with its data (%s=true)", v1alpha1.AnnotationHibernate)
 			case "off":
 				value = nil // the annotation removed
+				res.Next = fmt.Sprintf("the members start on their data (%s removed)", v1alpha1.AnnotationHibernate)
 			default:
 				return fmt.Errorf("hibernate %s %q: say on or off", args[0], args[1])
 			}
@@ -143,14 +232,14 @@ func newKubectlHibernateCommand(f *kubeFlags) *cobra.Command {
 				}
 				return fmt.Errorf("annotating EtcdCluster %s/%s: %w", ec.Namespace, ec.Name, err)
 			}
-			if value == nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "EtcdCluster %s resumes on its data (%s removed)\n", ec.Name, v1alpha1.AnnotationHibernate)
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "EtcdCluster %s hibernates: a full snapshot first, then every member stops with its data (%s=true)\n", ec.Name, v1alpha1.AnnotationHibernate)
-			}
-			return nil
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				t.header("CLUSTER", "HIBERNATE", "NEXT")
+				t.row(res.Cluster, args[1], res.Next)
+			})
 		},
 	}
+	out.register(cmd)
+	return cmd
 }
 
 func jsonValue(v any) string {
@@ -160,8 +249,22 @@ func jsonValue(v any) string {
 	return fmt.Sprintf("%q", v)
 }
 
+// destroyedMember is what `kubectl steward destroy` prints.
+type destroyedMember struct {
+	Cluster string `json:"cluster"`
+	Member  string `json:"member"`
+	// ID is the member's etcd ID (hex), as the cluster's status records it; absent when it
+	// records none.
+	ID string `json:"id,omitempty"`
+	// Volume is the deleted PersistentVolumeClaim; absent when the member had none.
+	Volume string `json:"volume,omitempty"`
+}
+
 func newKubectlDestroyCommand(f *kubeFlags) *cobra.Command {
-	var yes bool
+	var (
+		yes bool
+		out outputFlag
+	)
 	cmd := &cobra.Command{
 		Use:   "destroy MEMBER --yes",
 		Short: "Delete a member's pod and volume, so that the operator replaces it with a new member",
@@ -172,6 +275,9 @@ can lose at once (one of three, two of five). Only a pod of a Steward cluster is
 only the pod and volume read at the start (their UIDs are checked on delete).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			k, err := f.connect()
 			if err != nil {
@@ -191,24 +297,37 @@ only the pod and volume read at the start (their UIDs are checked on delete).`,
 			} else if pvc.Labels[v1alpha1.LabelCluster] != clusterName {
 				return fmt.Errorf("PersistentVolumeClaim %s/%s is not of cluster %s: nothing done", k.ns, pvcName, clusterName)
 			}
-			w := cmd.OutOrStdout()
 			if !yes {
 				return fmt.Errorf("this deletes member %s of cluster %s and its data for good (pod %s, volume %s): add --yes", pod.Name, clusterName, pod.Name, pvcName)
+			}
+			res := destroyedMember{Cluster: clusterName, Member: pod.Name}
+			// The ID only informs: a cluster that cannot be read (gone, or not readable with
+			// the user's rights) does not stop the member's replacement.
+			if ec, err := k.cluster(ctx, clusterName); err == nil {
+				for _, m := range ec.Status.Members {
+					if m.Name == pod.Name {
+						res.ID = m.ID
+					}
+				}
 			}
 			if hasPVC {
 				if err := k.c.Delete(ctx, &pvc, client.Preconditions{UID: &pvc.UID}); err != nil && !apierrors.IsNotFound(err) {
 					return fmt.Errorf("deleting PersistentVolumeClaim %s/%s: %w", k.ns, pvcName, err)
 				}
-				fmt.Fprintf(w, "PersistentVolumeClaim %s deleted (it goes once its pod is gone)\n", pvcName)
+				res.Volume = pvcName
 			}
 			if err := k.c.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("deleting pod %s/%s: %w", k.ns, pod.Name, err)
 			}
-			fmt.Fprintf(w, "pod %s deleted: the operator replaces member %s with a new one (watch: kubectl steward status %s)\n", pod.Name, pod.Name, clusterName)
-			return nil
+			fmt.Fprintf(cmd.ErrOrStderr(), "the operator replaces member %s with a new one (watch: kubectl steward status %s)\n", pod.Name, clusterName)
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				t.header("CLUSTER", "MEMBER", "ID", "VOLUME")
+				t.row(res.Cluster, res.Member, orDash(res.ID), orDash(res.Volume))
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "delete without asking: the member's data is lost for good")
+	out.register(cmd)
 	return cmd
 }
 
@@ -229,15 +348,21 @@ func (k *kube) memberPod(ctx context.Context, name string) (*corev1.Pod, string,
 
 func newKubectlLogsCommand(f *kubeFlags) *cobra.Command {
 	var (
-		container string
-		tail      int64
-		previous  bool
+		container, output string
+		tail              int64
+		previous          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "logs MEMBER",
 		Short: "Print a member's logs (its sidecar's by default, or etcd's with -c etcd)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print a member's logs (its sidecar's by default, or etcd's with -c etcd) as the container
+wrote them: both write one JSON object a line already, which jq reads as it is. There is no
+-o: a line the container did not write as JSON (a crash's stack trace) is printed as it is too.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" {
+				return fmt.Errorf("logs -o %s: logs prints the container's lines as it wrote them, each a JSON object already (pipe them to jq); it takes no -o", output)
+			}
 			if container != "sidecar" && container != "etcd" {
 				return fmt.Errorf("-c %q: a member's containers are sidecar and etcd", container)
 			}
@@ -261,11 +386,26 @@ func newKubectlLogsCommand(f *kubeFlags) *cobra.Command {
 	cmd.Flags().StringVarP(&container, "container", "c", "sidecar", "sidecar or etcd")
 	cmd.Flags().Int64Var(&tail, "tail", -1, "only the last N lines (-1: all)")
 	cmd.Flags().BoolVar(&previous, "previous", false, "the logs of the container's previous run")
+	// -o as the other verbs take it, only to refuse it clearly.
+	cmd.Flags().StringVarP(&output, "output", "o", "", "not taken: the lines are printed as the container wrote them")
+	_ = cmd.Flags().MarkHidden("output")
 	return cmd
 }
 
+// reportFile is what `kubectl steward report` prints.
+type reportFile struct {
+	Namespace string `json:"namespace"`
+	Cluster   string `json:"cluster"`
+	File      string `json:"file"`
+	// Problems are what could not be read, also in the tarball's problems.txt.
+	Problems []string `json:"problems,omitempty"`
+}
+
 func newKubectlReportCommand(f *kubeFlags) *cobra.Command {
-	var file string
+	var (
+		file string
+		out  outputFlag
+	)
 	cmd := &cobra.Command{
 		Use:   "report CLUSTER [-f FILE]",
 		Short: "Write a tarball of everything about a cluster a support request needs, secrets left out",
@@ -275,6 +415,9 @@ its Events and its members' logs. Secrets are listed by name and key only: no va
 written.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			k, ec, err := f.connectTo(ctx, args[0])
 			if err != nil {
@@ -283,28 +426,34 @@ written.`,
 			if file == "" {
 				file = fmt.Sprintf("steward-report-%s-%s-%s.tar.gz", ec.Namespace, ec.Name, time.Now().UTC().Format("20060102T150405Z"))
 			}
-			out, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			w, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 			if err != nil {
 				return fmt.Errorf("the report file: %w", err)
 			}
-			if err := writeReport(ctx, k, ec, out); err != nil {
-				out.Close()
+			problems, err := writeReport(ctx, k, ec, w)
+			if err != nil {
+				w.Close()
 				os.Remove(file)
 				return err
 			}
-			if err := out.Close(); err != nil {
+			if err := w.Close(); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "report of %s/%s written to %s\n", ec.Namespace, ec.Name, file)
-			return nil
+			res := reportFile{Namespace: ec.Namespace, Cluster: ec.Name, File: file, Problems: problems}
+			return out.print(cmd.OutOrStdout(), res, func(t *table) {
+				t.header("NAMESPACE", "CLUSTER", "FILE", "NOT READ")
+				t.row(res.Namespace, res.Cluster, res.File, orDashIfZero(len(res.Problems), strings.Join(res.Problems, "; ")))
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the tarball to write (default: steward-report-NS-NAME-TIME.tar.gz; never overwritten)")
+	out.register(cmd)
 	return cmd
 }
 
-// writeReport writes the cluster's report as a gzipped tarball to w.
-func writeReport(ctx context.Context, k *kube, ec *v1alpha1.EtcdCluster, w io.Writer) error {
+// writeReport writes the cluster's report as a gzipped tarball to w, and returns what it could
+// not read (problems.txt of the tarball).
+func writeReport(ctx context.Context, k *kube, ec *v1alpha1.EtcdCluster, w io.Writer) (problems []string, err error) {
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
 	add := func(name string, data []byte) error {
@@ -337,12 +486,11 @@ func writeReport(ctx context.Context, k *kube, ec *v1alpha1.EtcdCluster, w io.Wr
 	ec.ManagedFields = nil
 	raw, err := yaml.Marshal(ec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := add("etcdcluster.yaml", raw); err != nil {
-		return err
+		return nil, err
 	}
-	var problems []string
 	for _, l := range lists {
 		if err := k.c.List(ctx, l.list, l.opts...); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", l.file, err))
@@ -350,10 +498,10 @@ func writeReport(ctx context.Context, k *kube, ec *v1alpha1.EtcdCluster, w io.Wr
 		}
 		raw, err := yaml.Marshal(withoutManagedFields(l.list))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := add(l.file, raw); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// Secrets: names and keys only.
@@ -374,7 +522,7 @@ func writeReport(ctx context.Context, k *kube, ec *v1alpha1.EtcdCluster, w io.Wr
 		names = append(names, fmt.Sprintf("%s: keys %s (values not written)", s.Name, strings.Join(keys, ", ")))
 	}
 	if err := add("secrets.txt", []byte(strings.Join(names, "\n")+"\n")); err != nil {
-		return err
+		return nil, err
 	}
 	tail := int64(2000)
 	for _, p := range pods.Items {
@@ -385,19 +533,19 @@ func writeReport(ctx context.Context, k *kube, ec *v1alpha1.EtcdCluster, w io.Wr
 				continue
 			}
 			if err := add(fmt.Sprintf("logs/%s-%s.log", p.Name, c.Name), data); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	if len(problems) > 0 {
 		if err := add("problems.txt", []byte(strings.Join(problems, "\n")+"\n")); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	return gz.Close()
+	return problems, gz.Close()
 }
 
 // withoutManagedFields drops the list's objects' managed fields, which say nothing about the

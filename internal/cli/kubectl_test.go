@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/etcd-steward/steward/internal/units"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
@@ -138,7 +140,7 @@ func TestKubectlPlugin(t *testing.T) {
 	})
 
 	t.Run("backup", func(t *testing.T) {
-		// Play the operator: complete the backup the plugin creates.
+		// Play the operator: complete the backup the plugin creates, in 90s.
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -148,19 +150,33 @@ func TestKubectlPlugin(t *testing.T) {
 					return fmt.Errorf("no EtcdBackup yet")
 				}
 				eb := list.Items[0]
-				eb.Status = v1alpha1.EtcdBackupStatus{Phase: v1alpha1.BackupCompleted, Revision: 42, Size: 4096, Key: "full/42"}
+				start := metav1.NewTime(time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC))
+				end := metav1.NewTime(start.Add(90 * time.Second))
+				eb.Status = v1alpha1.EtcdBackupStatus{Phase: v1alpha1.BackupCompleted, Revision: 42, Size: 4096, Key: "full/42", StartTime: &start, EndTime: &end}
 				return c.Status().Update(ctx, &eb)
 			})
 		}()
-		out, err := run("backup", "main", "--wait", "30s")
+		out, err := run("backup", "main", "--wait", "30s", "-o", "json")
 		<-done
-		if err != nil || !strings.Contains(out, "completed: revision 42, 4096 bytes, full/42") {
-			t.Errorf("backup (%v):\n%s", err, out)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var res backupResult
+		if err := json.Unmarshal([]byte(out), &res); err != nil || !strings.Contains(out, `"took": "1m30s"`) {
+			t.Fatalf("backup -o json (%v), want the result alone, its duration a string:\n%s", err, out)
 		}
 		var list v1alpha1.EtcdBackupList
 		must(c.List(ctx, &list, client.InNamespace(ns)))
 		if len(list.Items) != 1 || list.Items[0].Spec.Cluster != "main" {
-			t.Errorf("EtcdBackups: %+v", list.Items)
+			t.Fatalf("EtcdBackups: %+v", list.Items)
+		}
+		want := backupResult{Cluster: "main", Backup: list.Items[0].Name, Phase: v1alpha1.BackupCompleted, Revision: 42, Size: 4096, Key: "full/42", Took: units.Duration(90 * time.Second)}
+		if res != want {
+			t.Errorf("backup -o json: %+v, want %+v", res, want)
+		}
+		table, err := run("backup", "main", "--wait", "0")
+		if err != nil || !regexp.MustCompile(`(?m)^main\s+main-\w+\s+-\s+-\s+-\s+-\s+-$`).MatchString(table) {
+			t.Errorf("backup --wait 0 (%v): want a row of the backup just created, nothing known of it yet:\n%s", err, table)
 		}
 		must(c.Create(ctx, &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nobackup"}, Spec: v1alpha1.EtcdClusterSpec{Replicas: 1}}))
 		if _, err := run("backup", "nobackup"); err == nil || !strings.Contains(err.Error(), "has no spec.backup") {
@@ -180,27 +196,58 @@ func TestKubectlPlugin(t *testing.T) {
 		if len(before.Items) != 0 {
 			t.Fatalf("a refused restore created %d EtcdRestores", len(before.Items))
 		}
-		out, err := run("restore", "main", "--to-revision", "5", "--wait", "0")
+		// Play the operator: the restore succeeds at the revision asked for.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = testutil.Poll(30*time.Second, 100*time.Millisecond, func() error {
+				var list v1alpha1.EtcdRestoreList
+				if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil || len(list.Items) == 0 {
+					return fmt.Errorf("no EtcdRestore yet")
+				}
+				er := list.Items[0]
+				er.Status = v1alpha1.EtcdRestoreStatus{Phase: v1alpha1.RestoreSucceeded, Target: &v1alpha1.RestoreTargetStatus{Revision: 5, Timeline: 2}, RestoredRevision: 5,
+					Conditions: []metav1.Condition{{Type: "Restored", Status: metav1.ConditionTrue, Reason: "Done", Message: "every member rejoined", LastTransitionTime: metav1.Now()}}}
+				return c.Status().Update(ctx, &er)
+			})
+		}()
+		out, err := run("restore", "main", "--to-revision", "5", "--wait", "30s", "-o", "json")
+		<-done
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		var list v1alpha1.EtcdRestoreList
 		must(c.List(ctx, &list, client.InNamespace(ns)))
 		if len(list.Items) != 1 || list.Items[0].Spec.Cluster != "main" || list.Items[0].Spec.Revision == nil || *list.Items[0].Spec.Revision != 5 {
-			t.Errorf("EtcdRestores: %+v", list.Items)
+			t.Fatalf("EtcdRestores: %+v", list.Items)
+		}
+		var res restoreResult
+		mustIn(t, json.Unmarshal([]byte(out), &res))
+		want := restoreResult{Cluster: "main", Restore: list.Items[0].Name, Phase: v1alpha1.RestoreSucceeded, Timeline: 2, Target: 5, Restored: 5, Message: "every member rejoined"}
+		if res != want {
+			t.Errorf("restore -o json: %+v, want %+v", res, want)
 		}
 	})
 
 	t.Run("hibernate", func(t *testing.T) {
 		for _, c2 := range []struct{ arg, want string }{{"on", "true"}, {"off", ""}} {
-			if out, err := run("hibernate", "main", c2.arg); err != nil {
+			out, err := run("hibernate", "main", c2.arg, "-o", "json")
+			if err != nil {
 				t.Fatalf("hibernate %s: %v\n%s", c2.arg, err, out)
+			}
+			var res hibernation
+			mustIn(t, json.Unmarshal([]byte(out), &res))
+			if res.Cluster != "main" || res.Hibernate != (c2.arg == "on") || !strings.Contains(res.Next, v1alpha1.AnnotationHibernate) {
+				t.Errorf("hibernate %s -o json: %+v", c2.arg, res)
 			}
 			var got v1alpha1.EtcdCluster
 			must(c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "main"}, &got))
 			if got.Annotations[v1alpha1.AnnotationHibernate] != c2.want {
 				t.Errorf("hibernate %s: annotation %q, want %q", c2.arg, got.Annotations[v1alpha1.AnnotationHibernate], c2.want)
 			}
+		}
+		if out, err := run("hibernate", "main", "off"); err != nil || !regexp.MustCompile(`(?m)^main\s+off\s+the members start`).MatchString(out) {
+			t.Errorf("hibernate main off (%v):\n%s", err, out)
 		}
 		if _, err := run("hibernate", "main", "maybe"); err == nil {
 			t.Error("hibernate maybe: accepted")
@@ -224,13 +271,22 @@ func TestKubectlPlugin(t *testing.T) {
 		if _, err := run("destroy", "main-1"); err == nil || !strings.Contains(err.Error(), "add --yes") {
 			t.Errorf("destroy without --yes: %v", err)
 		}
+		if _, err := run("destroy", "main-1", "--yes", "-o", "yaml"); err == nil || !strings.Contains(err.Error(), "unknown output format") {
+			t.Errorf("destroy -o yaml: %v", err)
+		}
 		for _, o := range []client.Object{stranger, pod, pvc} {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil || o.GetDeletionTimestamp() != nil {
 				t.Fatalf("%s deleted by a refused destroy (%v)", o.GetName(), err)
 			}
 		}
-		if out, err := run("destroy", "main-1", "--yes"); err != nil {
+		out, err := run("destroy", "main-1", "--yes", "-o", "json")
+		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
+		}
+		var res destroyedMember
+		mustIn(t, json.Unmarshal([]byte(out), &res))
+		if want := (destroyedMember{Cluster: "main", Member: "main-1", ID: "a1", Volume: "data-main-1"}); res != want {
+			t.Errorf("destroy -o json: %+v, want %+v", res, want)
 		}
 		for _, o := range []client.Object{pod, pvc} {
 			// Gone, or going (the volume waits for its protection finalizer).
@@ -240,16 +296,31 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("logs", func(t *testing.T) {
+		if _, err := run("logs", "main-0", "-o", "json"); err == nil || !strings.Contains(err.Error(), "takes no -o") {
+			t.Errorf("logs -o json: %v, want refused: the lines are printed as the container wrote them", err)
+		}
+	})
+
 	t.Run("report", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "r.tar.gz")
-		if out, err := run("report", "main", "-f", file); err != nil {
+		out, err := run("report", "main", "-f", file, "-o", "json")
+		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
+		}
+		var res reportFile
+		mustIn(t, json.Unmarshal([]byte(out), &res))
+		if res.Namespace != ns || res.Cluster != "main" || res.File != file {
+			t.Errorf("report -o json: %+v", res)
 		}
 		files := readTarball(t, file)
 		for _, want := range []string{"etcdcluster.yaml", "etcdmembers.yaml", "events.yaml", "statefulsets.yaml", "secrets.txt"} {
 			if _, ok := files[want]; !ok {
 				t.Errorf("the report lacks %s (has %v)", want, keys(files))
 			}
+		}
+		if got := strings.Join(res.Problems, "\n"); got != strings.TrimSuffix(files["problems.txt"], "\n") {
+			t.Errorf("report -o json names problems %q, the tarball's problems.txt %q", got, files["problems.txt"])
 		}
 		if !strings.Contains(files["etcdmembers.yaml"], `lastIndex`) {
 			t.Errorf("the members' reports are not in the report:\n%s", files["etcdmembers.yaml"])
@@ -264,6 +335,28 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 		if _, err := run("report", "main", "-f", file); err == nil {
 			t.Error("a second report overwrote the first")
+		}
+		other := filepath.Join(t.TempDir(), "r.tar.gz")
+		if out, err := run("report", "main", "-f", other); err != nil || !regexp.MustCompile(`(?m)^`+ns+`\s+main\s+`+regexp.QuoteMeta(other)+`\s+`).MatchString(out) {
+			t.Errorf("report table (%v):\n%s", err, out)
+		}
+	})
+
+	t.Run("an unknown output format changes nothing", func(t *testing.T) {
+		for _, args := range [][]string{{"backup", "main"}, {"restore", "main"}, {"hibernate", "main", "on"}, {"report", "main", "-f", filepath.Join(t.TempDir(), "r")}} {
+			if _, err := run(append(args, "-o", "yaml")...); err == nil || !strings.Contains(err.Error(), "unknown output format") {
+				t.Errorf("%v -o yaml: %v", args, err)
+			}
+		}
+		var backups v1alpha1.EtcdBackupList
+		var restores v1alpha1.EtcdRestoreList
+		var got v1alpha1.EtcdCluster
+		must(c.List(ctx, &backups, client.InNamespace(ns)))
+		must(c.List(ctx, &restores, client.InNamespace(ns)))
+		must(c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "main"}, &got))
+		if len(backups.Items) != 2 || len(restores.Items) != 1 || got.Annotations[v1alpha1.AnnotationHibernate] != "" {
+			t.Errorf("refused verbs acted: %d EtcdBackups (2 before), %d EtcdRestores (1 before), hibernate annotation %q",
+				len(backups.Items), len(restores.Items), got.Annotations[v1alpha1.AnnotationHibernate])
 		}
 	})
 

@@ -52,3 +52,13 @@ func (t *table) header(cols ...string) { t.row(cols...) }
 func (t *table) row(cols ...string) {
 	fmt.Fprintln(t.tw, strings.Join(cols, "\t"))
 }
+
+// orDashIfZero is the table cell s of value v, or "-" while v is its zero value (a figure not
+// known yet).
+func orDashIfZero[T comparable](v T, s string) string {
+	var zero T
+	if v == zero {
+		return "-"
+	}
+	return s
+}

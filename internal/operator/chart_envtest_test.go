@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -63,7 +64,7 @@ func TestChartValues(t *testing.T) {
 	if appVersion == nil {
 		t.Fatal("Chart.yaml has no appVersion")
 	}
-	ns := namespace(t)
+	ns, elsewhere := namespace(t), namespace(t)
 	for _, c := range []struct {
 		name string
 		set  []string
@@ -81,6 +82,9 @@ func TestChartValues(t *testing.T) {
 			}
 			if find(objs, "PodDisruptionBudget", "rel-operator") != nil {
 				return fmt.Errorf("a PodDisruptionBudget for a single replica")
+			}
+			if find(objs, "PrometheusRule", "") != nil || find(objs, "ConfigMap", "") != nil {
+				return fmt.Errorf("alerting rules or a dashboard made although not asked for")
 			}
 			return nil
 		}},
@@ -124,6 +128,25 @@ func TestChartValues(t *testing.T) {
 			}
 			return memberMonitorScrapes(find(objs, "PodMonitor", "rel-members"), ns)
 		}},
+		{"alerts and dashboard", []string{"monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true"},
+			func(objs []*unstructured.Unstructured) error {
+				return alertsAndDashboard(objs, ns, map[string]string{"grafana_dashboard": "1"})
+			}},
+		{"alerts and dashboard elsewhere", []string{"monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=prom",
+			"monitoring.prometheusRule.namespace=" + elsewhere, "monitoring.dashboard.enabled=true", "monitoring.dashboard.namespace=" + elsewhere,
+			"monitoring.dashboard.label=dashboards", "monitoring.dashboard.labelValue=etcd", "monitoring.dashboard.annotations.grafana_folder=etcd"},
+			func(objs []*unstructured.Unstructured) error {
+				if err := alertsAndDashboard(objs, elsewhere, map[string]string{"dashboards": "etcd"}); err != nil {
+					return err
+				}
+				if l := find(objs, "PrometheusRule", "rel-etcd").GetLabels(); l["release"] != "prom" {
+					return fmt.Errorf("the PrometheusRule lacks the label release=prom: %v", l)
+				}
+				if a := find(objs, "ConfigMap", "rel-dashboard").GetAnnotations(); a["grafana_folder"] != "etcd" {
+					return fmt.Errorf("the dashboard's ConfigMap lacks the annotation grafana_folder=etcd: %v", a)
+				}
+				return nil
+			}},
 		{"plain metrics", []string{"metrics.plain=true"}, func(objs []*unstructured.Unstructured) error {
 			if s := fmt.Sprint(find(objs, "Deployment", "rel-operator").Object["spec"]); !strings.Contains(s, "--metrics-plain") {
 				return fmt.Errorf("metrics.plain does not reach the operator: %s", s)
@@ -168,11 +191,52 @@ func TestChartValues(t *testing.T) {
 		{"graces.notReady=five", "notReady"},
 		{"watchNamespace=Team_A", "watchNamespace"},
 		{"watchnamespace=a", "watchnamespace"},
+		{"monitoring.dashboard.labelValue=1", "labelValue"},
+		{"monitoring.prometheusRule.namespace=Team_A", "namespace"},
 	} {
 		if out, err := renderChart(t, "rel", ns, bad.set); err == nil || !strings.Contains(out, bad.want) {
 			t.Errorf("--set %s: %v, want refused naming %s:\n%s", bad.set, err, bad.want, out)
 		}
 	}
+}
+
+// alertsAndDashboard checks that the rendered objects hold, in namespace ns, a PrometheusRule
+// whose groups are deploy/monitoring's, and a ConfigMap holding deploy/monitoring's dashboard
+// as it is, labelled for Grafana's dashboard sidecar with label.
+func alertsAndDashboard(objs []*unstructured.Unstructured, ns string, label map[string]string) error {
+	dir := filepath.Join(testutil.RepoRoot(), "deploy", "monitoring")
+	rule, cm := find(objs, "PrometheusRule", "rel-etcd"), find(objs, "ConfigMap", "rel-dashboard")
+	if rule == nil || cm == nil {
+		return fmt.Errorf("no PrometheusRule rel-etcd or ConfigMap rel-dashboard")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "prometheusrule.yaml"))
+	if err != nil {
+		return err
+	}
+	var want map[string]any
+	if err := yaml.Unmarshal(b, &want); err != nil {
+		return err
+	}
+	if rule.GetAPIVersion() != want["apiVersion"] || !reflect.DeepEqual(rule.Object["spec"], want["spec"]) {
+		return fmt.Errorf("the rendered PrometheusRule differs from deploy/monitoring/prometheusrule.yaml: run make generate")
+	}
+	dashboard, err := os.ReadFile(filepath.Join(dir, "dashboard.json"))
+	if err != nil {
+		return err
+	}
+	if got, _, _ := unstructured.NestedString(cm.Object, "data", "steward-etcd-cluster.json"); got != string(dashboard) {
+		return fmt.Errorf("the ConfigMap's steward-etcd-cluster.json differs from deploy/monitoring/dashboard.json: run make generate")
+	}
+	labels := cm.GetLabels()
+	for k, v := range label {
+		if labels[k] != v {
+			return fmt.Errorf("the dashboard's ConfigMap is not labelled %s=%s for Grafana's sidecar: %v", k, v, labels)
+		}
+	}
+	if rule.GetNamespace() != ns || cm.GetNamespace() != ns {
+		return fmt.Errorf("the PrometheusRule is in namespace %q, the dashboard in %q, want %q", rule.GetNamespace(), cm.GetNamespace(), ns)
+	}
+	return nil
 }
 
 // TestMemberPodMonitor: the PodMonitor of deploy/monitoring scrapes the members as the

@@ -24,6 +24,8 @@ var (
 		Help: "Voting members in etcd's member list."}, clusterLabels)
 	metricLearners = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_learners",
 		Help: "Members that are learners (catching up, not voting)."}, clusterLabels)
+	metricFormed = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_formed",
+		Help: "1 once the cluster has formed (its members agreed on an etcd cluster ID, status.clusterID), else 0: a cluster still forming has no quorum yet, and has not lost one."}, clusterLabels)
 	metricQuorate = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_quorate",
 		Help: "1 while a quorum of the cluster's voters answers (condition Quorate), else 0."}, clusterLabels)
 	metricHasLeader = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_has_leader",
@@ -54,7 +56,7 @@ func reconcileErrorCodes() []string {
 }
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(metricReplicas, metricReadyMembers, metricVoters, metricLearners, metricQuorate,
+	ctrlmetrics.Registry.MustRegister(metricReplicas, metricReadyMembers, metricVoters, metricLearners, metricFormed, metricQuorate,
 		metricHasLeader, metricHibernating, metricBackupReady, metricLeaderChanges, metricLastBackup, metricCAExpiry, metricReconcileErrors)
 }
 
@@ -72,6 +74,7 @@ func recordMetrics(ec *v1alpha1.EtcdCluster, before, after *v1alpha1.EtcdCluster
 	}
 	metricVoters.With(l).Set(float64(len(after.Voters)))
 	metricLearners.With(l).Set(float64(learners))
+	metricFormed.With(l).Set(boolGauge(after.ClusterID != ""))
 	metricQuorate.With(l).Set(boolGauge(meta.IsStatusConditionTrue(after.Conditions, v1alpha1.ConditionQuorate)))
 	metricHasLeader.With(l).Set(boolGauge(after.Leader != ""))
 	metricHibernating.With(l).Set(boolGauge(after.Hibernation != nil))
@@ -101,7 +104,7 @@ func recordMetrics(ec *v1alpha1.EtcdCluster, before, after *v1alpha1.EtcdCluster
 // forgetMetrics drops a deleted cluster's series.
 func forgetMetrics(namespace, name string) {
 	l := prometheus.Labels{"namespace": namespace, "cluster": name}
-	for _, g := range []*prometheus.GaugeVec{metricReplicas, metricReadyMembers, metricVoters, metricLearners, metricQuorate,
+	for _, g := range []*prometheus.GaugeVec{metricReplicas, metricReadyMembers, metricVoters, metricLearners, metricFormed, metricQuorate,
 		metricHasLeader, metricHibernating, metricBackupReady, metricLastBackup, metricCAExpiry} {
 		g.Delete(l)
 	}

@@ -48,8 +48,8 @@ func value(m *dto.Metric) float64 {
 	return 0
 }
 
-// TestOperatorMetrics: a cluster's series follow its status (members, voters, quorum, leader,
-// hibernation), its error counters exist at 0 from the first pass, a cluster without backups
+// TestOperatorMetrics: a cluster's series follow its status (members, voters, formed, quorum,
+// leader, hibernation), its error counters exist at 0 from the first pass, a cluster without backups
 // has no backup readiness, and its series go with the cluster.
 func TestOperatorMetrics(t *testing.T) {
 	needEnv(t)
@@ -65,7 +65,7 @@ func TestOperatorMetrics(t *testing.T) {
 		for name, want := range map[string]float64{
 			"steward_cluster_replicas": 3, "steward_cluster_ready_members": 3, "steward_cluster_has_leader": 1,
 			"steward_cluster_leader_changes_total": 0, "steward_cluster_reconcile_errors_total/ERR_SYNC_STATEFULSET": 0,
-			"steward_cluster_hibernating": 0,
+			"steward_cluster_hibernating": 0, "steward_cluster_formed": 1,
 		} {
 			if got, ok := s[name]; !ok || got != want {
 				return fmt.Errorf("%s = %v (exported: %v), want %v; all: %v", name, got, ok, want, s)

@@ -39,3 +39,33 @@ func TestRecordMetricsHibernationAndBackups(t *testing.T) {
 		t.Error("steward_cluster_backup_ready still exported once spec.backup is gone")
 	}
 }
+
+// TestRecordMetricsFormed: a cluster says it has formed once its status holds an etcd cluster
+// ID, so that the quorum alert tells a cluster still forming (no quorum yet) from one that lost
+// its quorum.
+func TestRecordMetricsFormed(t *testing.T) {
+	ec := newDefaultCluster("metrics-unit", "formed", 3)
+	t.Cleanup(func() { forgetMetrics(ec.Namespace, ec.Name) })
+	series := func() map[string]float64 {
+		s := clusterSeries(t, ec.Namespace, ec.Name)
+		return map[string]float64{"formed": s["steward_cluster_formed"], "quorate": s["steward_cluster_quorate"]}
+	}
+	forming := &v1alpha1.EtcdClusterStatus{}
+	recordMetrics(ec, forming, forming, nil)
+	if _, ok := clusterSeries(t, ec.Namespace, ec.Name)["steward_cluster_formed"]; !ok {
+		t.Fatal("no steward_cluster_formed for a cluster still forming, want 0")
+	}
+	if got, want := series(), map[string]float64{"formed": 0, "quorate": 0}; !maps.Equal(got, want) {
+		t.Errorf("forming: %v, want %v", got, want)
+	}
+	formed := &v1alpha1.EtcdClusterStatus{ClusterID: "c0ffee", Conditions: []metav1.Condition{{Type: v1alpha1.ConditionQuorate, Status: metav1.ConditionTrue}}}
+	recordMetrics(ec, forming, formed, nil)
+	if got, want := series(), map[string]float64{"formed": 1, "quorate": 1}; !maps.Equal(got, want) {
+		t.Errorf("formed: %v, want %v", got, want)
+	}
+	lost := &v1alpha1.EtcdClusterStatus{ClusterID: "c0ffee", Conditions: []metav1.Condition{{Type: v1alpha1.ConditionQuorate, Status: metav1.ConditionFalse}}}
+	recordMetrics(ec, formed, lost, nil)
+	if got, want := series(), map[string]float64{"formed": 1, "quorate": 0}; !maps.Equal(got, want) {
+		t.Errorf("formed, quorum lost: %v, want %v", got, want)
+	}
+}

@@ -22,3 +22,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ required "serviceAccount.name: name the ServiceAccount to run the operator as when serviceAccount.create is false" .Values.serviceAccount.name }}
 {{- end -}}
 {{- end -}}
+{{- /* The release's labels for its monitoring objects, with the user's extra labels: ours win
+       where both name the same key. */}}
+{{- define "steward.monitoringLabels" -}}
+{{- $labels := include "steward.labels" .root | fromYaml -}}
+{{- $_ := set $labels "app.kubernetes.io/component" "monitoring" -}}
+{{- toYaml (merge $labels .extra) -}}
+{{- end -}}
