@@ -102,6 +102,7 @@ func clusterClient(t *testing.T, spec Spec) *clientv3.Client {
 // back where they belong, so the swapped members keep their IDs and no quorum-loss recovery
 // runs although two of three members held the wrong data.
 func TestMembersHealThemselves(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	// No step here loses the quorum for good: the grace only has to outlast restarts.
 	r := startClusterWith(t, UpOptions{Dir: dir, Members: 3, BasePort: 21700, Backup: "none", QuorumLossGrace: 15 * time.Second})
@@ -177,6 +178,7 @@ func TestMembersHealThemselves(t *testing.T) {
 // TestQuorumLossRecoversFromSurvivor wipes two of three members: the survivor seeds the
 // recovered cluster and no acknowledged write is lost.
 func TestQuorumLossRecoversFromSurvivor(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	r := startClusterWith(t, UpOptions{Dir: dir, Members: 3, BasePort: 21800, Backup: "none", QuorumLossGrace: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -203,6 +205,7 @@ func TestQuorumLossRecoversFromSurvivor(t *testing.T) {
 // bring it back, so the recovery starts at once (the grace here is far longer than the test
 // may take) and nothing acknowledged is lost.
 func TestWipedFollowersRecoverWithoutTheGrace(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	r := startClusterWith(t, UpOptions{Dir: dir, Members: 3, BasePort: 22000, Backup: "none", QuorumLossGrace: time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -251,6 +254,7 @@ func TestWipedFollowersRecoverWithoutTheGrace(t *testing.T) {
 // TestTotalLossRestoresFromBackup wipes every member: the cluster comes back from the backup
 // chain at a revision at least the newest one backed up before the loss.
 func TestTotalLossRestoresFromBackup(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	r := startClusterWith(t, UpOptions{Dir: dir, Members: 3, BasePort: 21900, QuorumLossGrace: 5 * time.Second,
 		SidecarArgs: []string{"--delta-period=500ms"}})
@@ -298,6 +302,7 @@ func TestTotalLossRestoresFromBackup(t *testing.T) {
 // itself) are refused as "too many requests" until some entry is applied after it. The
 // sidecar must get it there without any client traffic.
 func TestIdleClusterReplacesMember(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	r := startClusterWith(t, UpOptions{Dir: dir, Members: 3, BasePort: 22300, Backup: "none",
 		SidecarArgs: []string{"--etcd-snapshot-count=500"}})

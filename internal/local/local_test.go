@@ -108,6 +108,7 @@ func TestBootstrapSingleMember(t *testing.T) {
 }
 
 func TestThreeMemberLifecycle(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	r := startCluster(t, dir, 3, 21100)
 	ctx := ctxT(t)

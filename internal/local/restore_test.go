@@ -107,6 +107,7 @@ func fullSnapshots(t *testing.T, ctx context.Context, s *store.Store) int {
 // timeline; --to-time resolves to the newest revision stored by then; and a restore to the
 // newest revision equals the live cluster exactly. Bad targets change nothing.
 func TestRestoreRunningCluster(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	r := startClusterWith(t, UpOptions{Dir: dir, Members: 3, BasePort: 22600, QuorumLossGrace: 15 * time.Second,
 		SidecarArgs: []string{"--delta-period=500ms"}})
@@ -274,6 +275,7 @@ func TestRestoreRefusedWithoutBackupsOrSupervisor(t *testing.T) {
 // etcd is killed while it seeds, and the supervisor is stopped and started again. The restore
 // completes at the same target, and the command that asked for it sees it through.
 func TestRestoreCompletesThroughFaults(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	opts := UpOptions{Dir: dir, Members: 3, BasePort: 22700, QuorumLossGrace: 15 * time.Second, SidecarArgs: []string{"--delta-period=500ms"}}
 	r := startClusterWith(t, opts)

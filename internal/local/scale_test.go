@@ -16,6 +16,7 @@ import (
 // leadership is moved to a member that is about to be removed, so the hand-over is exercised.
 // Every acknowledged write must survive on every member.
 func TestScaleUnderLoad(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	r := startClusterWith(t, UpOptions{Dir: dir, Members: 1, BasePort: 22100, Backup: "none"})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

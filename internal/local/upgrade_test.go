@@ -268,6 +268,7 @@ func upgrade(t *testing.T, ctx context.Context, opts UpgradeOptions) (UpgradeRes
 // TestUpgradeThreeMembers shares one 3-member cluster (with backups) across a rolling update
 // under write load, a change from one flag set to another, refused input and a bad flag.
 func TestUpgradeThreeMembers(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	r := startClusterWith(t, UpOptions{Dir: dir, Members: 3, BasePort: 23100, SidecarArgs: []string{"--delta-period=1s"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -412,6 +413,7 @@ func etcdPIDs(t *testing.T, dir string, except ...string) map[string]int {
 // TestUpgradeFiveMembersUnderWriteLoad: a rolling restart (an upgrade that changes nothing)
 // of a 5-member cluster.
 func TestUpgradeFiveMembersUnderWriteLoad(t *testing.T) {
+	t.Parallel() // its own directory and ports
 	dir := t.TempDir()
 	r := startCluster(t, dir, 5, 23300)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
