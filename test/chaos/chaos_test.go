@@ -15,13 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/etcd-steward/steward/internal/testutil/linearizable"
 )
 
 const (
@@ -66,7 +66,7 @@ func TestChaos(t *testing.T) {
 	var injected []string
 	var failure error
 	n := 0 // faults injected
-	for failure == nil && len(kinds) > 0 && (n == 0 || time.Since(tr.h.start) < duration) {
+	for failure == nil && len(kinds) > 0 && (n == 0 || tr.h.Since() < duration) {
 		f := kinds[rng.Intn(len(kinds))]
 		if len(queue) > 0 {
 			f, queue = queue[0], queue[1:]
@@ -113,9 +113,9 @@ func TestChaos(t *testing.T) {
 		}
 	}
 
-	ops := tr.h.operations()
+	ops := tr.h.Operations()
 	t.Logf("injected:\n  %s", strings.Join(injected, "\n  "))
-	t.Logf("operations: %d recorded over %s (%s)", len(ops), time.Since(tr.h.start).Round(time.Second), tr.summary())
+	t.Logf("operations: %d recorded over %s (%s)", len(ops), tr.h.Since().Round(time.Second), tr.summary())
 	verdict := check(t, cfg, ops)
 	if failure != nil {
 		t.Errorf("FAIL: %v", failure)
@@ -126,27 +126,9 @@ func TestChaos(t *testing.T) {
 
 // check runs porcupine over the history; on a violation it writes the visualisation and fails.
 func check(t *testing.T, cfg config, ops []porcupine.Operation) string {
-	start := time.Now()
-	res, info := porcupine.CheckOperationsVerbose(kvModel, ops, checkTimeout)
-	took := time.Since(start).Round(time.Millisecond)
-	switch res {
-	case porcupine.Ok:
-		return fmt.Sprintf("linearizable (%d operations checked in %s)", len(ops), took)
-	case porcupine.Unknown:
-		t.Errorf("linearizability check inconclusive: porcupine did not finish within %s", checkTimeout)
-		return "inconclusive"
+	verdict, err := linearizable.Check(ops, checkTimeout, cfg.out, fmt.Sprintf("%s-seed%d-%s", t.Name(), cfg.seed, time.Now().Format("150405")))
+	if err != nil {
+		t.Error(err)
 	}
-	path := filepath.Join(cfg.out, fmt.Sprintf("%s-seed%d-%s.html", t.Name(), cfg.seed, time.Now().Format("150405")))
-	if err := porcupine.VisualizePath(kvModel, info, path); err != nil {
-		t.Errorf("write the visualisation: %v", err)
-	}
-	var bad []string
-	for _, part := range kvModel.Partition(ops) {
-		if !porcupine.CheckOperations(porcupine.Model{Init: kvModel.Init, Step: kvModel.Step}, part) {
-			bad = append(bad, fmt.Sprintf("%s (%d operations)", part[0].Input.(kvInput).Key, len(part)))
-		}
-	}
-	t.Errorf("NOT LINEARIZABLE: the history of %d operations has no linearization; keys without one: %s; visualisation: %s",
-		len(ops), strings.Join(bad, ", "), path)
-	return "not linearizable, see " + path
+	return verdict
 }

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/anishathalye/porcupine"
+	"github.com/etcd-steward/steward/internal/testutil/linearizable"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -26,7 +26,7 @@ const (
 // traffic runs numClients clients issuing gets, puts, deletes and compare-and-swaps until
 // stopped, and records every operation in a history.
 type traffic struct {
-	h      *history
+	h      *linearizable.History
 	counts sync.Map // "op result" → *atomic.Int64
 	acked  atomic.Int64
 	// lastErr is the newest error an operation failed with: a failure report shows it.
@@ -37,7 +37,7 @@ type traffic struct {
 
 func startTraffic(cli *clientv3.Client, seed int64) *traffic {
 	ctx, cancel := context.WithCancel(context.Background())
-	tr := &traffic{h: newHistory(), stop: cancel}
+	tr := &traffic{h: linearizable.NewHistory(), stop: cancel}
 	for i := range numClients {
 		tr.wg.Add(1)
 		go func() {
@@ -95,7 +95,7 @@ func (tr *traffic) client(ctx context.Context, cli *clientv3.Client, id int, rng
 		case <-tick.C:
 		}
 		key := fmt.Sprintf("%sk%d", keyPrefix, rng.Intn(numKeys))
-		in := kvInput{Key: key, Value: fmt.Sprintf("c%d-%d", id, seq)}
+		in := linearizable.Input{Key: key, Value: fmt.Sprintf("c%d-%d", id, seq)}
 		switch r := rng.Intn(100); {
 		case r < 40:
 			in.Op = "get"
@@ -110,23 +110,19 @@ func (tr *traffic) client(ctx context.Context, cli *clientv3.Client, id int, rng
 			}
 		}
 		octx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		call := tr.h.now()
-		out, err := do(octx, cli, in)
-		ret := tr.h.now()
+		out, err := tr.h.Record(octx, cli, clientID, in)
 		cancel()
 		if err != nil {
 			tr.count(in.Op, "failed")
 			msg := fmt.Sprintf("%s %s: %v", in.Op, in.Key, err)
 			tr.lastErr.Store(&msg)
 			if in.Op == "get" {
-				continue // a failed read changed nothing: leave it out
+				continue // a failed read changed nothing: it is left out
 			}
-			out = kvOutput{Unknown: true}
 		} else {
 			tr.count(in.Op, "ok")
 			tr.acked.Add(1)
 		}
-		tr.h.add(porcupine.Operation{ClientId: clientID, Input: in, Call: call, Output: out, Return: ret})
 		if out.Unknown {
 			clientID += numClients
 		}
@@ -137,40 +133,4 @@ func (tr *traffic) client(ctx context.Context, cli *clientv3.Client, id int, rng
 			lastSeen[key] = in.Value
 		}
 	}
-}
-
-// do runs one operation against etcd.
-func do(ctx context.Context, cli *clientv3.Client, in kvInput) (kvOutput, error) {
-	switch in.Op {
-	case "get":
-		resp, err := cli.Get(ctx, in.Key)
-		if err != nil {
-			return kvOutput{}, err
-		}
-		out := kvOutput{Revision: resp.Header.Revision}
-		if len(resp.Kvs) == 1 {
-			out.Value = string(resp.Kvs[0].Value)
-		}
-		return out, nil
-	case "put":
-		resp, err := cli.Put(ctx, in.Key, in.Value)
-		if err != nil {
-			return kvOutput{}, err
-		}
-		return kvOutput{Revision: resp.Header.Revision}, nil
-	case "delete":
-		resp, err := cli.Delete(ctx, in.Key)
-		if err != nil {
-			return kvOutput{}, err
-		}
-		return kvOutput{Deleted: resp.Deleted > 0, Revision: resp.Header.Revision}, nil
-	case "cas":
-		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(in.Key), "=", in.Expect)).
-			Then(clientv3.OpPut(in.Key, in.Value)).Commit()
-		if err != nil {
-			return kvOutput{}, err
-		}
-		return kvOutput{Succeeded: resp.Succeeded, Revision: resp.Header.Revision}, nil
-	}
-	return kvOutput{}, fmt.Errorf("unknown operation %q", in.Op)
 }

@@ -5,6 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/etcd-steward/steward/internal/pki"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/etcd-steward/steward/internal/testutil/linearizable"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -133,13 +137,17 @@ func serviceEndpoint(t *testing.T, ns, name string) string {
 }
 
 // writer puts keys through the client Service until stopped and remembers the ones the
-// cluster acknowledged: those must never be lost.
+// cluster acknowledged: those must never be lost. After each acknowledged put it also writes
+// a register and reads it or an earlier key back. Every call and what it returned is
+// recorded, and when the test ends the history must be linearizable (no write lost, no stale
+// read), whatever the test did to the cluster meanwhile.
 type writer struct {
-	stop  chan struct{}
-	done  chan struct{}
-	mu    sync.Mutex
-	acked map[string]string
-	fails int
+	stop    chan struct{}
+	done    chan struct{}
+	history *linearizable.History
+	mu      sync.Mutex
+	acked   map[string]string
+	fails   int
 	// lastErr is the newest failed write's error.
 	lastErr error
 	// lastAck is when the newest write was acknowledged (or the writer started).
@@ -149,7 +157,29 @@ type writer struct {
 func startWriter(t *testing.T, ns, name, prefix string, every time.Duration) *writer {
 	t.Helper()
 	c := etcdClient(t, ns, name)
-	w := &writer{stop: make(chan struct{}), done: make(chan struct{}), acked: map[string]string{}, lastAck: time.Now()}
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{}), history: linearizable.NewHistory(),
+		acked: map[string]string{}, lastAck: time.Now()}
+	register := prefix + "/register"
+	client := 0 // a new client after an unknown outcome: its call may still be pending
+	call := func(in linearizable.Input) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		out, err := w.history.Record(ctx, c, client, in)
+		if out.Unknown {
+			client++
+		}
+		if errors.Is(err, rpctypes.ErrPermissionDenied) {
+			// A client made while etcd's authentication was not on yet (it is turned on
+			// seconds after the cluster forms) holds no token: etcd takes the client
+			// certificate's name for the user, and refuses. It logs in again. (Tokens are
+			// signed and valid on every member: one that ran out is "invalid auth token",
+			// on which etcd's client logs in again by itself.)
+			if fresh, ferr := newEtcdClient(t, ns, name); ferr == nil {
+				c = fresh
+			}
+		}
+		return err
+	}
 	go func() {
 		defer close(w.done)
 		for i := 0; ; i++ {
@@ -159,19 +189,7 @@ func startWriter(t *testing.T, ns, name, prefix string, every time.Duration) *wr
 			case <-time.After(every):
 			}
 			k, v := fmt.Sprintf("%s/%06d", prefix, i), fmt.Sprintf("value-%d-%d", i, time.Now().UnixNano())
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			_, err := c.Put(ctx, k, v)
-			cancel()
-			if errors.Is(err, rpctypes.ErrPermissionDenied) {
-				// A client made while etcd's authentication was not on yet (it is turned on
-				// seconds after the cluster forms) holds no token: etcd takes the client
-				// certificate's name for the user, and refuses. It logs in again. (Tokens are
-				// signed and valid on every member: one that ran out is "invalid auth token",
-				// on which etcd's client logs in again by itself.)
-				if fresh, ferr := newEtcdClient(t, ns, name); ferr == nil {
-					c = fresh
-				}
-			}
+			err := call(linearizable.Input{Op: "put", Key: k, Value: v})
 			w.mu.Lock()
 			if err == nil {
 				w.acked[k], w.lastAck = v, time.Now()
@@ -180,10 +198,37 @@ func startWriter(t *testing.T, ns, name, prefix string, every time.Duration) *wr
 				w.lastErr = err
 			}
 			w.mu.Unlock()
+			if err != nil || call(linearizable.Input{Op: "put", Key: register, Value: v}) != nil {
+				continue // the cluster does not answer now: the next round tries again
+			}
+			read := register
+			if i%2 == 1 {
+				read = fmt.Sprintf("%s/%06d", prefix, rand.IntN(i))
+			}
+			_ = call(linearizable.Input{Op: "get", Key: read})
 		}
 	}()
-	t.Cleanup(w.Stop)
+	t.Cleanup(func() {
+		w.Stop()
+		w.checkHistory(t)
+	})
 	return w
+}
+
+// checkHistory checks the writer's history for linearizability; a violation's visualisation
+// is kept in the machine's temporary directory.
+func (w *writer) checkHistory(t *testing.T) {
+	dir := filepath.Join(os.TempDir(), "steward-e2e-histories")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Error(err)
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + "-" + time.Now().Format("150405")
+	verdict, err := linearizable.Check(w.history.Operations(), 2*time.Minute, dir, name)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	t.Logf("the writer's history: %s", verdict)
 }
 
 // Stop stops the writer and returns the acknowledged keys.
