@@ -62,6 +62,9 @@ type run struct {
 	// tokenKey identifies the token signing key the AUTH component found good this pass (a
 	// hash of its public key; "": none, or no authentication).
 	tokenKey string
+	// tokenKeyMinted is the renewal request whose key pair the token signing key Secret holds
+	// this pass ("": none recorded, or not read).
+	tokenKeyMinted string
 	// statefulSetObserved: the StatefulSet as this pass left it holds the newest pod template
 	// (none waits) and has been seen by the StatefulSet controller (status.observedGeneration),
 	// so its rollout state is current.

@@ -423,6 +423,7 @@ func (r *ClusterReconciler) newStatus(ctx context.Context, ec *v1alpha1.EtcdClus
 	status.Rollout = roundRollout(d.Rollout.Status)
 	status.Hibernation = roundHibernation(d.Hibernation.Status)
 	r.caStatus(ctx, ec, obs, d, run, p, &status)
+	r.tokenKeyStatus(ec, run, p, &status)
 	r.expandVolumes(ctx, ec, d, p, &status)
 	status.LastErrors = p.errs
 	if len(p.errs) > 0 {
