@@ -20,6 +20,11 @@ const (
 	// its value is one no rollover has completed for (status.caRotated): any new value, e.g.
 	// the date, starts the next one.
 	AnnotationRotateCA = "etcd.steward.dev/rotate-ca"
+	// AnnotationRotateTokenKey renews the key pair etcd signs its authentication tokens with
+	// (Secret <name>-token-key), when its value is one no renewal has completed for
+	// (status.tokenKeyRotated): a new pair is made and the members roll onto it; the tokens
+	// signed with the old key become invalid, and clients log in again.
+	AnnotationRotateTokenKey = "etcd.steward.dev/rotate-token-key"
 	// AnnotationCancelRestore asks to withdraw the restore in place whose directive epoch is
 	// its value (the EtcdRestore's status.epoch); the operator sets it when an EtcdRestore is
 	// deleted while its restore runs. It is done only while that is safe (heal.CancelRestore).
@@ -228,6 +233,14 @@ type CARotationStatus struct {
 	// leaves status.caRotated as it was.
 	// +optional
 	Automatic bool `json:"automatic,omitempty"`
+}
+
+// TokenKeyRotationStatus is a renewal of the token signing key, recorded before the key is
+// made.
+type TokenKeyRotationStatus struct {
+	// Request is the etcd.steward.dev/rotate-token-key value that asked for it.
+	Request   string      `json:"request"`
+	StartTime metav1.Time `json:"startTime"`
 }
 
 // CAStatus identifies the CA that issues the cluster's certificates.
@@ -821,6 +834,14 @@ type EtcdClusterStatus struct {
 	// the issuer of spec.tls.serverSecret's certificate.
 	// +optional
 	CA *CAStatus `json:"ca,omitempty"`
+	// TokenKeyRotation is the renewal of the token signing key asked for and not yet made
+	// (nil: none): recorded before the new key is made.
+	// +optional
+	TokenKeyRotation *TokenKeyRotationStatus `json:"tokenKeyRotation,omitempty"`
+	// TokenKeyRotated is the etcd.steward.dev/rotate-token-key value of the last renewal made,
+	// or refused (the cluster has no authentication).
+	// +optional
+	TokenKeyRotated string `json:"tokenKeyRotated,omitempty"`
 	// +optional
 	LastErrors []LastError `json:"lastErrors,omitempty"`
 }

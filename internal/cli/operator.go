@@ -59,6 +59,9 @@ namespace ("default" when it names none).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Image, "member-image", os.Getenv("STEWARD_IMAGE"), "image of the member pods of clusters that do not set spec.image (default: the operator's own)")
+	f.StringSliceVar(&o.AllowedImages, "allowed-images", nil, "comma-separated patterns of the images a cluster's spec.image may name, "+
+		"each matched against the whole reference with path.Match (* does not cross /: registry.example.com/steward:*, registry.example.com/steward@sha256:*); "+
+		"the default member image is always allowed (default: any image)")
 	f.StringVar(&o.Namespace, "namespace", "", "watch only this namespace (default: all)")
 	f.StringVar(&o.OperatorNamespace, "operator-namespace", os.Getenv("POD_NAMESPACE"),
 		"namespace of the operator's pods, which the members' NetworkPolicies let reach the sidecars (default: POD_NAMESPACE; empty: any namespace)")

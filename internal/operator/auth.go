@@ -65,6 +65,9 @@ func syncAuth(ctx context.Context, r *run) error {
 	if err := syncAppPassword(ctx, r); err != nil {
 		return err
 	}
+	if err := renewTokenKey(ctx, r); err != nil {
+		return err
+	}
 	key, err := syncTokenKey(ctx, r)
 	if err != nil {
 		return err
@@ -154,8 +157,9 @@ func syncTokenKey(ctx context.Context, r *run) ([]byte, error) {
 		if r.formed && used {
 			msg := fmt.Sprintf("%s is gone: the members sign and check etcd's authentication tokens with its key, so no new key is made "+
 				"(members with different keys refuse each other's tokens) and the member pods are not changed; re-apply your backup of the Secret "+
-				"(with its keys %s and %s). Until then a member whose pod restarts does not start: its pod mounts the Secret",
-				what, pki.TokenKeyFile, pki.TokenPublicKeyFile)
+				"(with its keys %s and %s), or have a new key made and the members rolled onto it (kubectl annotate etcdcluster %s %s=<a new value>; "+
+				"tokens of the old key become invalid). Until then a member whose pod restarts does not start: its pod mounts the Secret",
+				what, pki.TokenKeyFile, pki.TokenPublicKeyFile, r.ec.Name, v1alpha1.AnnotationRotateTokenKey)
 			if !reported(r.ec, errCode("SYNC", "AUTH"), msg) {
 				r.event(corev1.EventTypeWarning, ReasonTokenKeySecretMissing, msg)
 			}

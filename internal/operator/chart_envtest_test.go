@@ -91,7 +91,8 @@ func TestChartValues(t *testing.T) {
 		{"everything set", []string{"replicas=2", "serviceAccount.create=false", "serviceAccount.name=existing", "imagePullSecrets[0].name=pull",
 			"nodeSelector.disk=ssd", "tolerations[0].key=dedicated", "tolerations[0].operator=Exists", "priorityClassName=system-cluster-critical",
 			"podAnnotations.a=b", "podLabels.team=db", "logLevel=debug", "image.tag=v9", "metrics.readers[0].kind=ServiceAccount",
-			"metrics.readers[0].name=prometheus", "metrics.readers[0].namespace=monitoring", "watchNamespace=" + ns},
+			"metrics.readers[0].name=prometheus", "metrics.readers[0].namespace=monitoring", "watchNamespace=" + ns,
+			"allowedImages[0]=registry.example.com/steward:*", "allowedImages[1]=registry.example.com/steward@sha256:*"},
 			func(objs []*unstructured.Unstructured) error {
 				if find(objs, "ServiceAccount", "") != nil {
 					return fmt.Errorf("a ServiceAccount made although serviceAccount.create is false")
@@ -101,7 +102,8 @@ func TestChartValues(t *testing.T) {
 				}
 				spec := fmt.Sprint(find(objs, "Deployment", "rel-operator").Object["spec"])
 				for _, want := range []string{"serviceAccountName:existing", "name:pull", "disk:ssd", "key:dedicated", "priorityClassName:system-cluster-critical",
-					"a:b", "team:db", "--log-level=debug", "image:steward:v9"} {
+					"a:b", "team:db", "--log-level=debug", "image:steward:v9",
+					"--allowed-images=registry.example.com/steward:*,registry.example.com/steward@sha256:*"} {
 					if !strings.Contains(spec, want) {
 						return fmt.Errorf("the Deployment lacks %s: %s", want, spec)
 					}
@@ -193,6 +195,7 @@ func TestChartValues(t *testing.T) {
 		{"watchnamespace=a", "watchnamespace"},
 		{"monitoring.dashboard.labelValue=1", "labelValue"},
 		{"monitoring.prometheusRule.namespace=Team_A", "namespace"},
+		{"allowedImages[0]=registry.example.com/steward:* ", "allowedImages"},
 	} {
 		if out, err := renderChart(t, "rel", ns, bad.set); err == nil || !strings.Contains(out, bad.want) {
 			t.Errorf("--set %s: %v, want refused naming %s:\n%s", bad.set, err, bad.want, out)

@@ -41,7 +41,10 @@ type run struct {
 	// an ownership check must see fresh.
 	reader client.Reader
 	ec     *v1alpha1.EtcdCluster
-	image  string
+	// image is the operator's default member image; allowedImages the patterns of
+	// --allowed-images (empty: any image).
+	image         string
+	allowedImages []string
 	// operatorNamespace is where the operator's pods run ("": unknown), which the
 	// NetworkPolicy lets reach the sidecars.
 	operatorNamespace string
@@ -59,6 +62,9 @@ type run struct {
 	// tokenKey identifies the token signing key the AUTH component found good this pass (a
 	// hash of its public key; "": none, or no authentication).
 	tokenKey string
+	// tokenKeyMinted is the renewal request whose key pair the token signing key Secret holds
+	// this pass ("": none recorded, or not read).
+	tokenKeyMinted string
 	// statefulSetObserved: the StatefulSet as this pass left it holds the newest pod template
 	// (none waits) and has been seen by the StatefulSet controller (status.observedGeneration),
 	// so its rollout state is current.
@@ -496,6 +502,12 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 	if err == nil && !sts.DeletionTimestamp.IsZero() {
 		return nil // a volume expansion makes it anew once it is gone
 	}
+	// An image the operator does not allow is never rolled out: no StatefulSet is made for
+	// it, and an existing one keeps the template its members run.
+	refused := imageRefusal(r.ec, r.image, r.allowedImages)
+	if refused != nil && apierrors.IsNotFound(err) {
+		return r.refuseImage(refused)
+	}
 	if len(r.conflicts) > 0 {
 		// Pods would run with objects the cluster does not own (its identity, its Services, ...).
 		return fmt.Errorf("the member pods are not created or changed while objects the cluster needs are not its own (condition %s)", v1alpha1.ConditionOwnershipConflict)
@@ -533,7 +545,7 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		sts.Spec = want
 		return apply(ctx, r, sts, "member", func() error { metav1.SetMetaDataAnnotation(&sts.ObjectMeta, annotationTemplateHash, hash); return nil })
 	}
-	return apply(ctx, r, sts, "member", func() error {
+	err = apply(ctx, r, sts, "member", func() error {
 		// Selector, service name and claim templates are immutable in a StatefulSet: a
 		// volume expansion makes it anew (expandVolumes).
 		sts.Spec.Replicas = want.Replicas
@@ -545,6 +557,9 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		switch {
 		case sts.Annotations[annotationTemplateHash] == hash:
 			delete(sts.Annotations, annotationTemplatePending)
+		case refused != nil:
+			// Nothing waits: the spec no longer asks for a template that was waiting.
+			delete(sts.Annotations, annotationTemplatePending)
 		case r.decision.Rollout.mayApply(hash):
 			sts.Spec.Template = want.Template
 			metav1.SetMetaDataAnnotation(&sts.ObjectMeta, annotationTemplateHash, hash)
@@ -554,6 +569,19 @@ func syncStatefulSet(ctx context.Context, r *run) error {
 		}
 		return nil
 	})
+	if err != nil || refused == nil {
+		return err
+	}
+	return r.refuseImage(refused)
+}
+
+// refuseImage is the error of the member image the allowlist refuses, with its code, and its
+// Warning Event unless the status already records it.
+func (r *run) refuseImage(refusal error) error {
+	if !reported(r.ec, ErrImageNotAllowed, refusal.Error()) {
+		r.event(corev1.EventTypeWarning, ReasonImageNotAllowed, refusal.Error())
+	}
+	return codedError{code: ErrImageNotAllowed, err: refusal}
 }
 
 // templateHash identifies the pod template Steward renders. It is kept in an annotation of
@@ -568,3 +596,21 @@ func templateHash(t corev1.PodTemplateSpec) string {
 }
 
 func errCode(phase, code string) string { return fmt.Sprintf("ERR_%s_%s", phase, code) }
+
+// codedError is a component's error with a stable code of its own, for a cause that is not
+// the component's sync failing (ERR_SYNC_<component>) but a refusal the user must answer.
+type codedError struct {
+	code string
+	err  error
+}
+
+func (e codedError) Error() string { return e.err.Error() }
+func (e codedError) Unwrap() error { return e.err }
+
+// syncErrorCode is the code of a component's failed sync.
+func syncErrorCode(component string, err error) string {
+	if ce := (codedError{}); errors.As(err, &ce) {
+		return ce.code
+	}
+	return errCode("SYNC", component)
+}

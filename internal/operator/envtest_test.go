@@ -67,6 +67,10 @@ var (
 // testOperatorNamespace is where the operator's pods would run, as the reconciler is told.
 const testOperatorNamespace = "steward-system"
 
+// testAllowedImages is the operator's --allowed-images: the clusters of the other tests run
+// the default image, which is always allowed.
+var testAllowedImages = []string{"registry.example.com/steward:*"}
+
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
 }
@@ -99,7 +103,7 @@ func runSuite(m *testing.M) int {
 	sidecars = newFakeSidecars()
 	defer sidecars.Close()
 	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Image: "steward:test", OperatorNamespace: testOperatorNamespace, Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second, CAPropagation: 2 * time.Second},
+		Image: "steward:test", AllowedImages: testAllowedImages, OperatorNamespace: testOperatorNamespace, Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second, CAPropagation: 2 * time.Second},
 		Sidecars: &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HTTP: sidecars.Client()},
 		Health:   &http.Client{Transport: healthTransport{}}}
 	if err := reconciler.SetupWithManager(mgr); err != nil {

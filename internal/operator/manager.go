@@ -31,6 +31,9 @@ import (
 type Options struct {
 	// Image runs the members of clusters that do not name one.
 	Image string
+	// AllowedImages are the patterns of the images a cluster's spec.image may name besides
+	// Image (empty: any image); see decideImage.
+	AllowedImages []string
 	// Namespace limits the operator to one namespace ("" = all).
 	Namespace string
 	// OperatorNamespace is the namespace the operator's own pods run in ("": unknown): the
@@ -63,6 +66,9 @@ func Scheme() (*runtime.Scheme, error) {
 
 // NewManager returns a manager running the EtcdCluster, EtcdBackup and EtcdRestore reconcilers.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if err := CheckImagePatterns(o.AllowedImages); err != nil {
+		return nil, err
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, err
@@ -98,7 +104,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	sidecars := &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	b := &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), Sidecars: sidecars}
 	r := &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
-		Image: o.Image, OperatorNamespace: o.OperatorNamespace, Graces: o.Graces, Sidecars: sidecars, Now: clock.Now}
+		Image: o.Image, AllowedImages: o.AllowedImages, OperatorNamespace: o.OperatorNamespace, Graces: o.Graces, Sidecars: sidecars, Now: clock.Now}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ var (
 // act: each series exists at 0 from the cluster's first pass, so that an increase() alert sees
 // the first error. (Codes of rarer errors appear with their first occurrence.)
 func reconcileErrorCodes() []string {
-	codes := []string{"ERR_BACKUP_SECRET", "ERR_DELETE_POD", "ERR_FENCE_POD", "ERR_CA_ROTATION"}
+	codes := []string{"ERR_BACKUP_SECRET", "ERR_DELETE_POD", "ERR_FENCE_POD", "ERR_CA_ROTATION", ErrImageNotAllowed}
 	for _, c := range components {
 		codes = append(codes, errCode("SYNC", c.code))
 	}

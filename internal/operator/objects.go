@@ -251,10 +251,8 @@ func configMapData(ec *v1alpha1.EtcdCluster, n int) (map[string]string, error) {
 }
 
 // statefulSetSpec renders the member StatefulSet's spec for the given replica count.
-func statefulSetSpec(ec *v1alpha1.EtcdCluster, image string, replicas int32) appsv1.StatefulSetSpec {
-	if ec.Spec.Image != "" {
-		image = ec.Spec.Image
-	}
+func statefulSetSpec(ec *v1alpha1.EtcdCluster, defaultImage string, replicas int32) appsv1.StatefulSetSpec {
+	image := memberImage(ec, defaultImage)
 	labels := commonLabels(ec, "member")
 	maps.Copy(labels, ec.Spec.PodMetadata.Labels)
 	maps.Copy(labels, selectorLabels(ec)) // user labels never override the selector

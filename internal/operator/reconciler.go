@@ -68,6 +68,9 @@ type ClusterReconciler struct {
 	Recorder  events.EventRecorder
 	// Image runs the members when a cluster does not name one (the operator's own image).
 	Image string
+	// AllowedImages are the patterns of the images the members may run besides Image
+	// (--allowed-images; empty: any image). See decideImage.
+	AllowedImages []string
 	// OperatorNamespace is the namespace of the operator's pods ("": unknown): the members'
 	// NetworkPolicy lets them reach the sidecars.
 	OperatorNamespace string
@@ -332,7 +335,7 @@ func someDataLost(reports map[string]cluster.Report) bool {
 
 // sync brings every owned object to what the decision asks for, in order.
 func (r *ClusterReconciler) sync(ctx context.Context, ec *v1alpha1.EtcdCluster, d Decision, obs Observation, p *pass) (*run, error) {
-	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, operatorNamespace: r.OperatorNamespace, decision: d, formed: obs.Formed,
+	run := &run{c: r.Client, reader: r.APIReader, ec: ec, image: r.Image, allowedImages: r.AllowedImages, operatorNamespace: r.OperatorNamespace, decision: d, formed: obs.Formed,
 		memberLeases: int(max(d.StatefulSetReplicas, d.ClusterSize, ec.Spec.Replicas)), now: p.now, recorder: r.Recorder}
 	if ec.Annotations[v1alpha1.AnnotationAdopt] != "" {
 		var err error
@@ -346,7 +349,7 @@ func (r *ClusterReconciler) sync(ctx context.Context, ec *v1alpha1.EtcdCluster, 
 	}
 	for _, c := range components {
 		if err := c.sync(ctx, run); err != nil {
-			p.fail(errCode("SYNC", c.code), err)
+			p.fail(syncErrorCode(c.code, err), err)
 		}
 	}
 	return run, nil
@@ -420,6 +423,7 @@ func (r *ClusterReconciler) newStatus(ctx context.Context, ec *v1alpha1.EtcdClus
 	status.Rollout = roundRollout(d.Rollout.Status)
 	status.Hibernation = roundHibernation(d.Hibernation.Status)
 	r.caStatus(ctx, ec, obs, d, run, p, &status)
+	r.tokenKeyStatus(ec, run, p, &status)
 	r.expandVolumes(ctx, ec, d, p, &status)
 	status.LastErrors = p.errs
 	if len(p.errs) > 0 {
