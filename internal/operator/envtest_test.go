@@ -21,6 +21,7 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/testutil"
 	"github.com/etcd-steward/steward/internal/testutil/kubemembers"
 	appsv1 "k8s.io/api/apps/v1"
@@ -1172,14 +1173,19 @@ func directive(t *testing.T, ec *v1alpha1.EtcdCluster) *cluster.Directive {
 	return rec.Directive
 }
 
-// TestQuietAtRest: a formed cluster whose members renew their Leases and refresh their
-// reports' figures (as a serving etcd taking writes does every few seconds) causes no write
-// of its EtcdCluster: renewals wake nothing, an unchanged status is not written again (times
-// read back in another zone included), and no message carries an age.
+// TestQuietAtRest: a formed cluster with backups on, whose members renew their Leases and
+// refresh their reports' figures, and whose backup leader publishes each new revision stored
+// (as a serving etcd taking writes does every few seconds), causes no write of its
+// EtcdCluster: renewals wake nothing, neither does the moving end of the recoverable window,
+// an unchanged status is not written again (times read back in another zone included), and
+// no message carries an age.
 func TestQuietAtRest(t *testing.T) {
 	needEnv(t)
+	ctx := context.Background()
 	ns := namespace(t)
-	if err := k8s.Create(context.Background(), newCluster(ns, "quiet", 3)); err != nil {
+	ec := newCluster(ns, "quiet", 3)
+	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "s3://backups/quiet", DeltaPeriod: &metav1.Duration{Duration: time.Second}}
+	if err := k8s.Create(ctx, ec); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "quiet", &appsv1.StatefulSet{}) })
@@ -1187,8 +1193,16 @@ func TestQuietAtRest(t *testing.T) {
 	// Let the passes that follow readiness settle: the status stops changing.
 	var rv string
 	var settled []byte
+	backupLeader := kubeview.NewReporter(k8s, ns, "quiet", "quiet-0")
+	start := time.Now()
 	report := func(rev int64) {
 		writeReport(t, ns, cluster.Report{Name: "quiet-1", At: time.Now(), Serving: true, Formed: true, ClusterID: "c1", MemberID: "a1", Revision: rev}, nil)
+		now := time.Now()
+		if err := backupLeader.PublishBackup(ctx, cluster.BackupStatus{Leader: true, Ready: true, Timeline: 1, DeltaPeriod: time.Second,
+			LatestFullRevision: 1, LatestFullTime: start, CurrentRevision: rev, CurrentAt: now,
+			Recoverable: &cluster.Recoverable{Timeline: 1, ClusterID: "c1", FirstRevision: 1, FirstTime: start, LastRevision: rev, LastTime: now}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	testutil.Eventually(t, 30*time.Second, "the status settled", func() error {
 		members(t, ns, "quiet", all)
@@ -1198,6 +1212,9 @@ func TestQuietAtRest(t *testing.T) {
 			// A young pod's NotReady grace is a deadline: past it, only lapses wake the operator.
 			return fmt.Errorf("the cluster is %s old", age)
 		}
+		if ec.Status.Recoverability == nil {
+			return fmt.Errorf("no recoverable window in the status yet")
+		}
 		if ec.ResourceVersion != rv {
 			rv = ec.ResourceVersion
 			settled, _ = json.Marshal(ec)
@@ -1205,7 +1222,7 @@ func TestQuietAtRest(t *testing.T) {
 		}
 		return nil
 	})
-	// Twenty seconds of renewals and report refreshes: no write.
+	// Twenty seconds of renewals, report refreshes and backups: no write.
 	rev := int64(100)
 	testutil.Throughout(t, 20*time.Second, "the EtcdCluster unwritten at rest", func() error {
 		members(t, ns, "quiet", all)
