@@ -1,6 +1,6 @@
 // Command operator measures one Steward operator looking after many EtcdClusters on one real
 // kube-apiserver, each with three members that behave towards the API server as running
-// members do (issue 12, "Benchmark"):
+// members do:
 //
 //	go run ./bench/operator -steward bin/steward -clusters 200 -rest 60s
 //
