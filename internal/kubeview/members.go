@@ -39,12 +39,17 @@ func LeaseRenewed(l *coordinationv1.Lease) time.Time {
 }
 
 // ChangedAtOnce says whether an EtcdMember's status changed in what its sidecar writes at
-// once: everything but a report's figures (revision, term, indexes, time), which a serving
+// once: everything but a report's figures (revision, term, indexes, time) and the end of the
+// backup leader's recoverable window (the newest revision stored, and when), which a serving
 // member refreshes every reportRefresh. The operator wakes for the former only.
 func ChangedAtOnce(old, cur *v1alpha1.EtcdMember) bool {
 	key := func(em *v1alpha1.EtcdMember) (string, v1alpha1.EtcdMemberStatus) {
 		st := *em.Status.DeepCopy()
 		st.Report = nil
+		if st.Backup != nil {
+			b := backupKey(*st.Backup)
+			st.Backup = &b
+		}
 		r, ok := MemberReport(em, time.Time{})
 		if !ok {
 			return "", st

@@ -138,6 +138,15 @@ func New(ctx context.Context, cfg *rest.Config, ns, clusterName, name string, lg
 	return v, nil
 }
 
+// NewReporter returns the writing half of member name's view, through c: Report,
+// PublishBackup and AckDirective write what the member's sidecar writes, as often as it
+// does. It has no cache (Snapshot and Config read through c; Watch never notifies) and is
+// never synced: it stands in for many sidecars at once sharing one client (the operator
+// benchmark).
+func NewReporter(c client.Client, ns, clusterName, name string) *View {
+	return &View{c: c, direct: c, ns: ns, clusterName: clusterName, name: name, now: time.Now, lg: zap.NewNop(), synced: make(chan struct{})}
+}
+
 // Synced is closed once the view has read the cluster for the first time.
 func (v *View) Synced() <-chan struct{} { return v.synced }
 

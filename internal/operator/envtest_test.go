@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,7 +21,9 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/kubeview"
 	"github.com/etcd-steward/steward/internal/testutil"
+	"github.com/etcd-steward/steward/internal/testutil/kubemembers"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -220,7 +221,7 @@ func waitStatefulSet(t *testing.T, ns, name string) appsv1.StatefulSet {
 }
 
 // harnessRevision is the one revision of the pods members makes.
-const harnessRevision = "harness"
+const harnessRevision = kubemembers.Revision
 
 // members plays the StatefulSet controller, the kubelet and the sidecars: it makes the pods
 // 0..replicas-1 of the StatefulSet exist (deleting those above), marks the pods of ready
@@ -232,27 +233,9 @@ func members(t *testing.T, ns, name string, ready func(i int) bool) int32 {
 // membersRenewing is members with the sidecars that renew their Lease chosen apart.
 func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) bool) int32 {
 	t.Helper()
-	ctx := context.Background()
 	var sts appsv1.StatefulSet
 	if err := get(t, ns, name, &sts); err != nil {
 		t.Fatal(err)
-	}
-	n := *sts.Spec.Replicas
-	if sts.Status.ObservedGeneration != sts.Generation || sts.Status.UpdateRevision == "" {
-		// The StatefulSet controller has seen the newest template. Its pods all carry one
-		// revision: no rolling update is played here (see rolloutPlayer).
-		sts.Status.ObservedGeneration, sts.Status.Replicas, sts.Status.UpdateRevision = sts.Generation, n, harnessRevision
-		if err := k8s.Status().Update(ctx, &sts); err != nil && !apierrors.IsConflict(err) {
-			t.Fatal(err)
-		}
-	}
-	var pods corev1.PodList
-	if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(sts.Spec.Selector.MatchLabels)); err != nil {
-		t.Fatal(err)
-	}
-	have := map[string]*corev1.Pod{}
-	for i := range pods.Items {
-		have[pods.Items[i].Name] = &pods.Items[i]
 	}
 	// A member the ConfigMap no longer lists was removed from etcd by the leader's sidecar:
 	// its etcd stopped, so its pod is not Ready and its Lease is not renewed.
@@ -266,53 +249,25 @@ func membersRenewing(t *testing.T, ns, name string, ready, renewing func(i int) 
 		}
 	}
 	removed := func(i int) bool { return len(listed) > 0 && !listed[fmt.Sprintf("%s-%d", name, i)] }
-	ready0, renewing0 := ready, renewing
-	ready = func(i int) bool { return ready0(i) && !removed(i) }
-	renewing = func(i int) bool { return renewing0(i) && !removed(i) }
-	for i := int32(0); i < 20; i++ {
-		pn := fmt.Sprintf("%s-%d", name, i)
-		p, ok := have[pn]
-		if i >= n {
-			if ok {
-				if err := k8s.Delete(ctx, p, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
-					t.Fatal(err)
-				}
-			}
+	n, err := kubemembers.Pods(context.Background(), k8s, &sts, func(i int) bool { return ready(i) && !removed(i) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := int32(0); i < n; i++ {
+		if !renewing(int(i)) || removed(int(i)) {
 			continue
 		}
-		if !ok {
-			p = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pn, Labels: maps.Clone(sts.Spec.Template.Labels), OwnerReferences: podOwners(&sts)},
-				Spec: *sts.Spec.Template.Spec.DeepCopy()}
-			p.Labels[appsv1.ControllerRevisionHashLabelKey] = harnessRevision
-			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-			if err := k8s.Create(ctx, p); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want := corev1.ConditionFalse
-		if ready(int(i)) {
-			want = corev1.ConditionTrue
-		}
-		if len(p.Status.Conditions) == 0 || p.Status.Conditions[0].Status != want {
-			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: want}}
-			if err := k8s.Status().Update(ctx, p); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				t.Fatal(err)
-			}
-		}
-		if i == 0 && renewing(0) {
+		pn := fmt.Sprintf("%s-%d", name, i)
+		if i == 0 {
 			leaderReport(t, ns, name, pn)
 		}
-		if renewing(int(i)) {
-			renew(t, ns, pn, fmt.Sprintf("%x:%s", 0xa0+i, map[bool]string{true: v1alpha1.RoleLeader, false: v1alpha1.RoleMember}[i == 0]))
-		}
+		renew(t, ns, pn, fmt.Sprintf("%x:%s", 0xa0+i, map[bool]string{true: v1alpha1.RoleLeader, false: v1alpha1.RoleMember}[i == 0]))
 	}
 	return n
 }
 
 // podOwners are the owner references the StatefulSet controller gives the pods it makes.
-func podOwners(sts *appsv1.StatefulSet) []metav1.OwnerReference {
-	return []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}
-}
+func podOwners(sts *appsv1.StatefulSet) []metav1.OwnerReference { return kubemembers.Owners(sts) }
 
 func all(int) bool { return true }
 
@@ -1222,14 +1177,19 @@ func directive(t *testing.T, ec *v1alpha1.EtcdCluster) *cluster.Directive {
 	return rec.Directive
 }
 
-// TestQuietAtRest: a formed cluster whose members renew their Leases and refresh their
-// reports' figures (as a serving etcd taking writes does every few seconds) causes no write
-// of its EtcdCluster: renewals wake nothing, an unchanged status is not written again (times
-// read back in another zone included), and no message carries an age.
+// TestQuietAtRest: a formed cluster with backups on, whose members renew their Leases and
+// refresh their reports' figures, and whose backup leader publishes each new revision stored
+// (as a serving etcd taking writes does every few seconds), causes no write of its
+// EtcdCluster: renewals wake nothing, neither does the moving end of the recoverable window,
+// an unchanged status is not written again (times read back in another zone included), and
+// no message carries an age.
 func TestQuietAtRest(t *testing.T) {
 	needEnv(t)
+	ctx := context.Background()
 	ns := namespace(t)
-	if err := k8s.Create(context.Background(), newCluster(ns, "quiet", 3)); err != nil {
+	ec := newCluster(ns, "quiet", 3)
+	ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "s3://backups/quiet", DeltaPeriod: &metav1.Duration{Duration: time.Second}}
+	if err := k8s.Create(ctx, ec); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "quiet", &appsv1.StatefulSet{}) })
@@ -1237,8 +1197,16 @@ func TestQuietAtRest(t *testing.T) {
 	// Let the passes that follow readiness settle: the status stops changing.
 	var rv string
 	var settled []byte
+	backupLeader := kubeview.NewReporter(k8s, ns, "quiet", "quiet-0")
+	start := time.Now()
 	report := func(rev int64) {
 		writeReport(t, ns, cluster.Report{Name: "quiet-1", At: time.Now(), Serving: true, Formed: true, ClusterID: "c1", MemberID: "a1", Revision: rev}, nil)
+		now := time.Now()
+		if err := backupLeader.PublishBackup(ctx, cluster.BackupStatus{Leader: true, Ready: true, Timeline: 1, DeltaPeriod: time.Second,
+			LatestFullRevision: 1, LatestFullTime: start, CurrentRevision: rev, CurrentAt: now,
+			Recoverable: &cluster.Recoverable{Timeline: 1, ClusterID: "c1", FirstRevision: 1, FirstTime: start, LastRevision: rev, LastTime: now}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	testutil.Eventually(t, 30*time.Second, "the status settled", func() error {
 		members(t, ns, "quiet", all)
@@ -1248,6 +1216,9 @@ func TestQuietAtRest(t *testing.T) {
 			// A young pod's NotReady grace is a deadline: past it, only lapses wake the operator.
 			return fmt.Errorf("the cluster is %s old", age)
 		}
+		if ec.Status.Recoverability == nil {
+			return fmt.Errorf("no recoverable window in the status yet")
+		}
 		if ec.ResourceVersion != rv {
 			rv = ec.ResourceVersion
 			settled, _ = json.Marshal(ec)
@@ -1255,7 +1226,7 @@ func TestQuietAtRest(t *testing.T) {
 		}
 		return nil
 	})
-	// Twenty seconds of renewals and report refreshes: no write.
+	// Twenty seconds of renewals, report refreshes and backups: no write.
 	rev := int64(100)
 	testutil.Throughout(t, 20*time.Second, "the EtcdCluster unwritten at rest", func() error {
 		members(t, ns, "quiet", all)

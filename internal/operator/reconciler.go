@@ -138,7 +138,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.EtcdCluster{}).
+		For(&v1alpha1.EtcdCluster{}, builder.WithPredicates(clusterChanged)).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).
@@ -158,6 +158,20 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
+
+// clusterChanged wakes a cluster's reconciliation for any change of its EtcdCluster but one
+// of its status alone: only the operator writes the status, and the pass that wrote it comes
+// back at its next deadline, so its own write wakes nothing.
+var clusterChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*v1alpha1.EtcdCluster)
+	n, ok2 := e.ObjectNew.(*v1alpha1.EtcdCluster)
+	if !ok1 || !ok2 {
+		return true
+	}
+	om, nm := o.ObjectMeta.DeepCopy(), n.ObjectMeta.DeepCopy()
+	om.ResourceVersion, nm.ResourceVersion, om.ManagedFields, nm.ManagedFields = "", "", nil, nil
+	return !equality.Semantic.DeepEqual(om, nm) || !equality.Semantic.DeepEqual(o.Spec, n.Spec)
+}}
 
 func (r *ClusterReconciler) now() time.Time {
 	if r.Now != nil {

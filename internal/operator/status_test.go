@@ -8,6 +8,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
 // Conditions say which spec they were computed for: the generation of this pass, not the one
@@ -105,5 +106,34 @@ func TestSpecProblem(t *testing.T) {
 				t.Fatalf("got %v; want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestOwnStatusWriteWakesNothing: a change of the EtcdCluster's status alone (the operator's
+// own write) does not wake its reconciliation; any change of its spec or metadata does.
+func TestOwnStatusWriteWakesNothing(t *testing.T) {
+	old := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "main", ResourceVersion: "10", Generation: 2,
+		Annotations: map[string]string{"a": "1"}, Finalizers: []string{Finalizer}}, Spec: v1alpha1.EtcdClusterSpec{Replicas: 3}}
+	for _, c := range []struct {
+		name   string
+		change func(*v1alpha1.EtcdCluster)
+		wakes  bool
+	}{
+		{"status written", func(ec *v1alpha1.EtcdCluster) {
+			ec.Status.Revision, ec.Status.ReadyMembers = 1234, "3/3"
+			ec.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "steward", Subresource: "status"}}
+		}, false},
+		{"spec changed", func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas, ec.Generation = 5, 3 }, true},
+		{"annotation set", func(ec *v1alpha1.EtcdCluster) { ec.Annotations[v1alpha1.AnnotationPaused] = "true" }, true},
+		{"label set", func(ec *v1alpha1.EtcdCluster) { ec.Labels = map[string]string{"team": "a"} }, true},
+		{"being deleted", func(ec *v1alpha1.EtcdCluster) { now := metav1.Now(); ec.DeletionTimestamp = &now }, true},
+		{"finalizer removed", func(ec *v1alpha1.EtcdCluster) { ec.Finalizers = nil }, true},
+	} {
+		cur := old.DeepCopy()
+		cur.ResourceVersion = "11"
+		c.change(cur)
+		if got := clusterChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != c.wakes {
+			t.Errorf("%s: wakes the reconciliation = %v, want %v", c.name, got, c.wakes)
+		}
 	}
 }
