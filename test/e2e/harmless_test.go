@@ -437,6 +437,42 @@ func operatorLeadingSince(t time.Time) (string, error) {
 	return "", fmt.Errorf("the leader Lease is held by %q, no running operator pod", holder)
 }
 
+// restartOperator kills the operator's process and deletes its pod, as a node that dies
+// takes it (what it was doing is cut off, its leadership not given up: killed first, it gets
+// no SIGTERM), and waits until the Deployment's new pod leads. The tests running beside see a
+// pause.
+func restartOperator(t *testing.T) {
+	t.Helper()
+	pods, err := operatorPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for _, p := range pods {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running != nil && cs.ContainerID != "" {
+				if err := killContainer(cs.ContainerID); err != nil {
+					t.Fatalf("killing operator pod %s: %v", p.Name, err)
+				}
+			}
+		}
+		kubectl(t, "steward-system", "delete", "pod", p.Name, "--wait=false")
+	}
+	testutil.Eventually(t, 2*time.Minute, "a new operator pod leading", func() error {
+		leader, err := operatorLeadingSince(killed)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if p.Name == leader {
+				return fmt.Errorf("the killed pod %s still leads", leader)
+			}
+		}
+		return nil
+	})
+	t.Logf("the operator's pod killed; a new one leads %s later", time.Since(killed).Round(time.Second))
+}
+
 // operatorPods are the pods of the operator's Deployment.
 func operatorPods() ([]corev1.Pod, error) {
 	var pods corev1.PodList
