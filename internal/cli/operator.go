@@ -27,7 +27,10 @@ writes the cluster's status from the members' Leases and pods.
 It uses the in-cluster configuration, or KUBECONFIG outside a cluster. The leader-election
 Lease goes in --leader-election-namespace; by default the operator's own namespace in a pod
 (POD_NAMESPACE, or its service account's), and outside a cluster the kubeconfig context's
-namespace ("default" when it names none).`,
+namespace ("default" when it names none).
+
+It serves /healthz and /readyz from its start and waits for the API server before its first
+request: restarted while the API server is away, it waits instead of exiting.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lg, err := newLogger(logLvl)
@@ -45,16 +48,7 @@ namespace ("default" when it names none).`,
 					return err
 				}
 			}
-			if o.Image == "" {
-				if o.Image, err = operator.OwnImage(cmd.Context(), cfg); err != nil {
-					return err
-				}
-			}
-			mgr, err := operator.NewManager(cfg, o)
-			if err != nil {
-				return err
-			}
-			return mgr.Start(cmd.Context())
+			return operator.Run(cmd.Context(), cfg, o)
 		},
 	}
 	f := cmd.Flags()

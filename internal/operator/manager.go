@@ -23,7 +23,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -64,11 +63,9 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// NewManager returns a manager running the EtcdCluster, EtcdBackup and EtcdRestore reconcilers.
-func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
-	if err := CheckImagePatterns(o.AllowedImages); err != nil {
-		return nil, err
-	}
+// newManager returns a manager running the EtcdCluster, EtcdBackup and EtcdRestore
+// reconcilers. It serves no health probes: Run does, from the process's start.
+func newManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, err
@@ -76,7 +73,6 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	mo := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 MetricsOptions(o.MetricsAddr, o.MetricsPlain),
-		HealthProbeBindAddress:  o.HealthAddr,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "steward-operator.etcd.steward.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
@@ -94,12 +90,6 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
 		return nil, fmt.Errorf("operator manager: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
-	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
 	}
 	sidecars := &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	b := &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), Sidecars: sidecars}
@@ -147,9 +137,9 @@ func stewardObjectsOnly() map[client.Object]cache.ByObject {
 	return out
 }
 
-// OwnImage returns the image of the pod the operator runs in (POD_NAME and POD_NAMESPACE
+// ownImage returns the image of the pod the operator runs in (POD_NAME and POD_NAMESPACE
 // from the downward API): members run the operator's own image unless a cluster names one.
-func OwnImage(ctx context.Context, cfg *rest.Config) (string, error) {
+func ownImage(ctx context.Context, cfg *rest.Config) (string, error) {
 	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
 	if name == "" || ns == "" {
 		return "", errors.New("no member image: give --member-image (or STEWARD_IMAGE), or run in a pod with POD_NAME and POD_NAMESPACE set")

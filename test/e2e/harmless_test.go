@@ -44,6 +44,7 @@ func TestHealthyClusterUntouched(t *testing.T) {
 
 	runStep(t, "the API server stopped", func(t *testing.T) {
 		w := startWriter(t, ns, "h", "api-down", 200*time.Millisecond)
+		restarts := operatorRestarts(t)
 		ctx := context.Background()
 		if err := kubeNode.StopAPIServer(ctx); err != nil {
 			t.Fatal(err)
@@ -67,6 +68,10 @@ func TestHealthyClusterUntouched(t *testing.T) {
 		// heartbeat two minutes old: past every grace, nothing must be deleted or fenced,
 		// from when the operator leads again until the cluster is Ready.
 		afterOutage(t, ns, "h", before, back)
+		// It exits once, having lost its leadership; restarted, it waits for the API server.
+		if n := operatorRestarts(t) - restarts; n > 1 {
+			t.Errorf("the operator restarted %d times over the outage: once for its lost leadership, the others exits while the API server was away", n)
+		}
 		w.Stop()
 		maps.Copy(acked, w.Acked())
 		assertKeysOnEveryMember(t, ns, "h", acked)
@@ -392,11 +397,14 @@ func afterOutage(t *testing.T, ns, name string, before map[string]string, back t
 		}
 		return nil
 	}
-	testutil.Eventually(t, 2*time.Minute, "the operator leading again, and nothing harmed meanwhile", func() error {
+	// The former leader's Lease runs out 15 s after the new operator first reads it, and the
+	// new one asks the API server every 2 s while it waits for it.
+	testutil.Eventually(t, time.Minute, "the operator leading again, and nothing harmed meanwhile", func() error {
 		if err := noHarm(); err != nil {
 			t.Fatal(err)
 		}
-		return operatorLeadingSince(back)
+		_, err := operatorLeadingSince(back)
+		return err
 	})
 	t.Logf("the operator leads again %s after the API server came back", time.Since(back).Round(time.Second))
 	// The NotReady and Unknown graces of the suite's install, and some.
@@ -404,28 +412,88 @@ func afterOutage(t *testing.T, ns, name string, before map[string]string, back t
 	waitReady(t, ns, name, int32(len(before)), 2*time.Minute)
 }
 
-// operatorLeadingSince: an operator pod that runs now holds the leader Lease, renewed after t.
-func operatorLeadingSince(t time.Time) error {
+// operatorLeadingSince returns the operator pod that runs now and holds the leader Lease,
+// renewed after t.
+func operatorLeadingSince(t time.Time) (string, error) {
 	var lease coordinationv1.Lease
 	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: "steward-system", Name: "steward-operator.etcd.steward.dev"}, &lease); err != nil {
-		return err
+		return "", err
 	}
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	renewed := ptr.Deref(lease.Spec.RenewTime, metav1.MicroTime{})
 	if !renewed.After(t) {
-		return fmt.Errorf("the leader Lease (holder %q) last renewed at %s, before the API server came back", holder, renewed.Format(time.RFC3339))
+		return "", fmt.Errorf("the leader Lease (holder %q) last renewed at %s, before %s", holder, renewed.Format(time.RFC3339), t.Format(time.RFC3339))
 	}
-	var pods corev1.PodList
-	if err := kube.List(context.Background(), &pods, client.InNamespace("steward-system"), client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil {
-		return err
+	pods, err := operatorPods()
+	if err != nil {
+		return "", err
 	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		// controller-runtime's identity is the hostname (the pod's name) and a UUID.
-		if strings.HasPrefix(holder, p.Name+"_") && p.Status.Phase == corev1.PodRunning {
-			return nil
+		if strings.HasPrefix(holder, p.Name+"_") && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			return p.Name, nil
 		}
 	}
-	return fmt.Errorf("the leader Lease is held by %q, no running operator pod", holder)
+	return "", fmt.Errorf("the leader Lease is held by %q, no running operator pod", holder)
+}
+
+// restartOperator kills the operator's process and deletes its pod, as a node that dies
+// takes it (what it was doing is cut off, its leadership not given up: killed first, it gets
+// no SIGTERM), and waits until the Deployment's new pod leads. The tests running beside see a
+// pause.
+func restartOperator(t *testing.T) {
+	t.Helper()
+	pods, err := operatorPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for _, p := range pods {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running != nil && cs.ContainerID != "" {
+				if err := killContainer(cs.ContainerID); err != nil {
+					t.Fatalf("killing operator pod %s: %v", p.Name, err)
+				}
+			}
+		}
+		kubectl(t, "steward-system", "delete", "pod", p.Name, "--wait=false")
+	}
+	testutil.Eventually(t, 2*time.Minute, "a new operator pod leading", func() error {
+		leader, err := operatorLeadingSince(killed)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if p.Name == leader {
+				return fmt.Errorf("the killed pod %s still leads", leader)
+			}
+		}
+		return nil
+	})
+	t.Logf("the operator's pod killed; a new one leads %s later", time.Since(killed).Round(time.Second))
+}
+
+// operatorPods are the pods of the operator's Deployment.
+func operatorPods() ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	err := kube.List(context.Background(), &pods, client.InNamespace("steward-system"), client.MatchingLabels{"app.kubernetes.io/component": "operator"})
+	return pods.Items, err
+}
+
+// operatorRestarts is how often the containers of the operator's pods restarted.
+func operatorRestarts(t *testing.T) int32 {
+	t.Helper()
+	pods, err := operatorPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int32
+	for _, p := range pods {
+		for _, cs := range p.Status.ContainerStatuses {
+			n += cs.RestartCount
+		}
+	}
+	return n
 }
 
 // assertUntouched fails the test if harm was done to the cluster or its etcd cluster ID changed.

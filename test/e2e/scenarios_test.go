@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -406,8 +407,10 @@ func killContainer(containerID string) error { return kubeNode.KillContainer(con
 
 // TestScaleUnderLoad scales a cluster 1→3→5→3→1→3 with kubectl while a client writes every
 // 100 ms: every step ends Ready with etcd listing exactly the desired voters, and no
-// acknowledged write is lost. The last step finds the volumes that scaling down kept, holding
-// the data of members since removed: those members must rejoin as new ones.
+// acknowledged write is lost. The operator's pod is killed as the first member leaves in
+// 5→3; each scale-down must leave exactly the lower members in etcd, with their IDs. The last
+// step finds the volumes that scaling down kept, holding the data of members since removed:
+// those members must rejoin as new ones.
 func TestScaleUnderLoad(t *testing.T) {
 	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
@@ -417,7 +420,17 @@ func TestScaleUnderLoad(t *testing.T) {
 	w := startWriter(t, ns, "s", "scale", 100*time.Millisecond)
 	for _, n := range []int32{3, 5, 3, 1, 3} {
 		start := time.Now()
+		ec, err := getEC(ns, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, ids := ec.Spec.Replicas, memberIDs(ec)
 		kubectl(t, ns, "scale", "ec/s", fmt.Sprintf("--replicas=%d", n))
+		if from == 5 && n == 3 {
+			// A second fault as the first member leaves: the operator restarts.
+			waitEventMatching(t, ns, "s", "ScalingDown", "s-4", 2*time.Minute)
+			restartOperator(t)
+		}
 		waitReady(t, ns, "s", n, 4*time.Minute)
 		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("etcd lists %d voters", n), func() error {
 			vs, err := voters(t, ns, "s")
@@ -441,6 +454,9 @@ func TestScaleUnderLoad(t *testing.T) {
 			}
 			return nil
 		})
+		if n < from {
+			assertScaledDown(t, ns, "s", ids, n)
+		}
 		t.Logf("scaled to %d in %s", n, time.Since(start).Round(100*time.Millisecond))
 	}
 	w.Stop()
@@ -448,6 +464,32 @@ func TestScaleUnderLoad(t *testing.T) {
 	waitEvent(t, ns, "s", "ScalingUp", time.Minute)
 	waitEvent(t, ns, "s", "ScalingDown", time.Minute)
 	assertKeysOnEveryMember(t, ns, "s", w.Acked())
+}
+
+// assertScaledDown fails the test unless etcd's voters are exactly the members below
+// ordinal n, with the IDs they had before the scale-down (ids, by member): the highest
+// ordinals removed, and no other member removed (and added again).
+func assertScaledDown(t *testing.T, ns, name string, ids map[string]string, n int32) {
+	t.Helper()
+	want := map[string]bool{}
+	for i := range n {
+		id := ids[fmt.Sprintf("%s-%d", name, i)]
+		if id == "" {
+			t.Fatalf("member %s-%d had no ID before the scale-down: %v", name, i, ids)
+		}
+		want[id] = true
+	}
+	vs, err := voters(t, ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for id := range vs {
+		got[fmt.Sprintf("%x", id)] = true
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("after scaling down to %d, etcd lists %v; want the members below %d as before (%v)", n, slices.Sorted(maps.Keys(got)), n, ids)
+	}
 }
 
 // TestQuorumLossManual loses two of three members with their volumes under the Manual
@@ -495,7 +537,7 @@ func TestQuorumLossManual(t *testing.T) {
 	}
 	kubectl(t, ns, "annotate", "ec/m", v1alpha1.AnnotationConfirmRecovery+"="+epoch)
 	// A second fault as the recovery starts: the operator restarts.
-	kubectl(t, "steward-system", "delete", "pod", "-l", "app.kubernetes.io/component=operator", "--wait=false")
+	restartOperator(t)
 	waitReplaced(t, ns, "m", pods, "m-0", "m-1")
 	waitReady(t, ns, "m", 3, 4*time.Minute)
 	assertKeysOnEveryMember(t, ns, "m", acked)
@@ -503,8 +545,9 @@ func TestQuorumLossManual(t *testing.T) {
 
 // TestRestoreInPlace: an EtcdRestore takes a running 3-member cluster back to revision R of
 // its backups: a full snapshot of the present first, every member stopped, one restoring R,
-// the others rejoining it. Afterwards every member holds exactly what the cluster held at R,
-// and it takes writes again.
+// the others rejoining it, the operator's pod killed once it fences. Afterwards every member
+// holds exactly what the cluster held at R, and it takes writes again; the restore was
+// carried out once (one snapshot, one directive, each pod fenced once).
 func TestRestoreInPlace(t *testing.T) {
 	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
@@ -528,8 +571,36 @@ func TestRestoreInPlace(t *testing.T) {
 	}
 
 	start := time.Now()
+	// Every pod each member had, to prove each fenced exactly once.
+	seen := map[string]map[types.UID]bool{}
+	track := func() {
+		for name, p := range memberPods(t, ns, "r") {
+			if seen[name] == nil {
+				seen[name] = map[types.UID]bool{}
+			}
+			seen[name][p.UID] = true
+		}
+	}
+	track()
 	apply(t, ns, fmt.Sprintf("apiVersion: etcd.steward.dev/v1alpha1\nkind: EtcdRestore\nmetadata: {name: back}\nspec: {cluster: r, revision: %d}\n", rev))
+	// A second fault once the snapshot of the present is taken and the members are being
+	// stopped: the operator restarts.
+	var snapshot string
+	testutil.Eventually(t, 5*time.Minute, "EtcdRestore back past its snapshot, fencing or restoring", func() error {
+		track()
+		er := getRestore(t, ns, "back")
+		switch er.Status.Phase {
+		case "Fencing", "Restoring":
+			snapshot = fmt.Sprintf("%+v", er.Status.Snapshot)
+			return nil
+		case "Rejoining", "Succeeded", "Failed":
+			t.Fatalf("the restore reached %s before the test saw it fence or restore: %s", er.Status.Phase, er.Status.Message)
+		}
+		return fmt.Errorf("phase %q", er.Status.Phase)
+	})
+	restartOperator(t)
 	testutil.Eventually(t, 8*time.Minute, fmt.Sprintf("EtcdRestore back Succeeded at revision %d", rev), func() error {
+		track()
 		out, err := kubectlIn(ns, "", "get", "etcdrestore", "back", "-o", "jsonpath={.status.phase} {.status.restoredRevision} {.status.message}")
 		if err != nil {
 			return err
@@ -548,6 +619,34 @@ func TestRestoreInPlace(t *testing.T) {
 	checked, err := kubectlIn(ns, "", "get", "etcdrestore", "back", "-o", "jsonpath={.status.target.checked}")
 	if err != nil || !strings.HasPrefix(checked, "against the store: timeline ") || !strings.Contains(checked, fmt.Sprintf("gives revision %d ", rev)) {
 		t.Fatalf("EtcdRestore back's target was checked %q (%v); want against the store, giving revision %d", checked, err, rev)
+	}
+	// Carried out once: one snapshot, one directive (the newest epoch the cluster issued is
+	// the restore's, the one after the epoch its request saw), each pod fenced once.
+	er := getRestore(t, ns, "back")
+	if got := fmt.Sprintf("%+v", er.Status.Snapshot); got != snapshot {
+		t.Errorf("the restore's snapshot of the present is %s, was %s before the operator restarted", got, snapshot)
+	}
+	ec, err := getEC(ns, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recovery struct {
+		LastEpoch int64 `json:"lastEpoch"`
+	}
+	if ec.Status.Recovery == nil || json.Unmarshal(ec.Status.Recovery.Raw, &recovery) != nil || er.Status.Request == nil ||
+		er.Status.Epoch != er.Status.Request.AfterEpoch+1 || recovery.LastEpoch != er.Status.Epoch {
+		t.Errorf("the restore's directive has epoch %d, its request %+v, the cluster's newest epoch %d; want one directive, the next epoch after the request's",
+			er.Status.Epoch, er.Status.Request, recovery.LastEpoch)
+	}
+	for _, reason := range []string{"RestoreStarted", "Restored"} {
+		if n := countEvents(t, ns, "EtcdCluster", "r", reason); n != 1 {
+			t.Errorf("%d %s Events on the cluster; want 1", n, reason)
+		}
+	}
+	for name, uids := range seen {
+		if len(uids) != 2 {
+			t.Errorf("member %s had %d pods over the restore (%v); want its pod fenced (replaced) exactly once", name, len(uids), slices.Collect(maps.Keys(uids)))
+		}
 	}
 	waitReady(t, ns, "r", 3, 3*time.Minute)
 	assertKeysOnEveryMember(t, ns, "r", atR)
@@ -570,7 +669,8 @@ func TestRestoreInPlace(t *testing.T) {
 // TestRollingUpdateUnderLoad changes the members' etcd settings of a running 3-member
 // cluster while a client writes every 100 ms: the operator takes a full snapshot, then
 // deletes the pods of the OnDelete StatefulSet one at a time, followers first and the leader
-// last after moving its leadership, each back and caught up before the next. Every member
+// last after moving its leadership, each back and caught up before the next; the operator's
+// pod is killed once one member is updated. Every member's pod is replaced exactly once and
 // keeps its ID (its volume), every acknowledged write is on every member, and the cluster
 // reports the rolling update in its Events.
 func TestRollingUpdateUnderLoad(t *testing.T) {
@@ -585,9 +685,35 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 	}
 	w := startWriter(t, ns, "ru", "roll", 100*time.Millisecond)
 	start := time.Now()
-	kubectl(t, ns, "patch", "ec/ru", "--type=merge", "-p", `{"spec":{"etcd":{"snapshotCount":20000}}}`)
-	testutil.Eventually(t, 8*time.Minute, "every member pod replaced, the rolling update over", func() error {
+	// Every pod each member had, to prove each replaced exactly once.
+	seen := map[string]map[types.UID]bool{}
+	track := func() map[string]corev1.Pod {
 		pods := memberPods(t, ns, "ru")
+		for name, p := range pods {
+			if seen[name] == nil {
+				seen[name] = map[types.UID]bool{}
+			}
+			seen[name][p.UID] = true
+		}
+		return pods
+	}
+	track()
+	kubectl(t, ns, "patch", "ec/ru", "--type=merge", "-p", `{"spec":{"etcd":{"snapshotCount":20000}}}`)
+	// A second fault once one member is updated and the others not: the operator restarts.
+	testutil.Eventually(t, 5*time.Minute, "one member's pod deleted by the rolling update", func() error {
+		track()
+		e, err := getEC(ns, "ru")
+		if err != nil {
+			return err
+		}
+		if e.Status.Rollout == nil || len(e.Status.Rollout.Updated) != 1 || countEvents(t, ns, "EtcdCluster", "ru", "RollingUpdate") != 1 {
+			return fmt.Errorf("rollout %+v", e.Status.Rollout)
+		}
+		return nil
+	})
+	restartOperator(t)
+	testutil.Eventually(t, 8*time.Minute, "every member pod replaced, the rolling update over", func() error {
+		pods := track()
 		for name, p := range before {
 			if now, ok := pods[name]; !ok || now.UID == p.UID {
 				return fmt.Errorf("pod %s not replaced yet", name)
@@ -608,6 +734,11 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 	if after := memberIDs(waitReady(t, ns, "ru", 3, time.Minute)); !maps.Equal(after, ids) {
 		t.Errorf("member IDs %v after the rolling update, were %v: a member was replaced, not restarted", after, ids)
 	}
+	for name, uids := range seen {
+		if len(uids) != 2 {
+			t.Errorf("member %s had %d pods over the rolling update (%v); want its pod replaced exactly once", name, len(uids), slices.Collect(maps.Keys(uids)))
+		}
+	}
 	// The pods went in order: followers first, the leader last.
 	var deleted []string
 	testutil.Eventually(t, time.Minute, "three RollingUpdate Events", func() error {
@@ -620,21 +751,34 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 		for _, e := range events.Items {
 			if e.InvolvedObject.Kind == "EtcdCluster" && e.Reason == "RollingUpdate" {
 				name, _, _ := strings.Cut(strings.TrimPrefix(e.Message, "member "), "'s pod")
-				deleted = append(deleted, name)
+				for range occurrences(e) {
+					deleted = append(deleted, name)
+				}
 			}
 		}
-		if len(deleted) != 3 {
+		if len(deleted) < 3 {
 			return fmt.Errorf("pods deleted by the rolling update: %v", deleted)
 		}
 		return nil
 	})
-	if deleted[2] != leader {
-		t.Errorf("pods deleted %v: the leader %s was not last", deleted, leader)
+	if len(deleted) != 3 || deleted[2] != leader || len(slices.Compact(slices.Sorted(slices.Values(deleted)))) != 3 {
+		t.Errorf("pods deleted %v: want each member's once, the leader %s last", deleted, leader)
 	}
-	waitEvent(t, ns, "ru", "RollingUpdateSnapshot", time.Minute)
+	if n := countEvents(t, ns, "EtcdCluster", "ru", "RollingUpdateSnapshot"); n != 1 {
+		t.Errorf("%d RollingUpdateSnapshot Events; want one full snapshot before the rolling update", n)
+	}
 	waitEvent(t, ns, "ru", "LeadershipMoved", time.Minute)
 	waitEvent(t, ns, "ru", "RollingUpdateDone", time.Minute)
 	assertKeysOnEveryMember(t, ns, "ru", w.Acked())
+}
+
+func getRestore(t *testing.T, ns, name string) *v1alpha1.EtcdRestore {
+	t.Helper()
+	er := &v1alpha1.EtcdRestore{}
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, er); err != nil {
+		t.Fatal(err)
+	}
+	return er
 }
 
 func eventTime(e corev1.Event) time.Time {

@@ -3,9 +3,10 @@
 // Helm chart, backing up to an S3 server in the cluster. `make e2e` runs it (as root).
 //
 // A test that touches nothing outside its own namespace calls t.Parallel: `make e2e` runs two
-// of them at a time, after the tests that stop the API server or the operator's pod have run
-// alone. They start in the order of their files and declarations, so the longest (TLS and
-// authentication, auth_tls_test.go) come first.
+// of them at a time, after the tests that stop the API server (and the Manual quorum loss)
+// have run alone. Those that kill the operator's pod mid-operation (restartOperator) pause
+// the test beside them. They start in the order of their files and declarations, so the
+// longest (TLS and authentication, auth_tls_test.go) come first.
 package e2e
 
 import (
@@ -332,20 +333,65 @@ stringData: {AWS_ACCESS_KEY_ID: steward, AWS_SECRET_ACCESS_KEY: steward-e2e-secr
 // waitEvent waits for an Event with the reason on the EtcdCluster.
 func waitEvent(t *testing.T, ns, name, reason string, timeout time.Duration) {
 	t.Helper()
-	testutil.Eventually(t, timeout, fmt.Sprintf("an Event %s on %s", reason, name), func() error {
-		var events corev1.EventList
-		if err := kube.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+	waitEventMatching(t, ns, name, reason, "", timeout)
+}
+
+// waitEventMatching waits for an Event with the reason on the EtcdCluster whose message
+// contains text.
+func waitEventMatching(t *testing.T, ns, name, reason, text string, timeout time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, timeout, fmt.Sprintf("an Event %s on %s saying %q", reason, name, text), func() error {
+		events, err := eventsOf(ns, "EtcdCluster", name)
+		if err != nil {
 			return err
 		}
 		var seen []string
-		for _, e := range events.Items {
-			if e.InvolvedObject.Kind == "EtcdCluster" && e.InvolvedObject.Name == name {
-				if e.Reason == reason {
-					return nil
-				}
-				seen = append(seen, e.Reason)
+		for _, e := range events {
+			if e.Reason == reason && strings.Contains(e.Message, text) {
+				return nil
 			}
+			seen = append(seen, e.Reason)
 		}
 		return fmt.Errorf("events seen: %v", seen)
 	})
+}
+
+// eventsOf are the Events about one object.
+func eventsOf(ns, kind, name string) ([]corev1.Event, error) {
+	var events corev1.EventList
+	if err := kube.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	var out []corev1.Event
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind == kind && e.InvolvedObject.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// occurrences is how often an Event happened: the operator's recorder folds repeats of one
+// Event within minutes into a series, one object.
+func occurrences(e corev1.Event) int32 {
+	if e.Series != nil {
+		return e.Series.Count
+	}
+	return max(e.Count, 1)
+}
+
+// countEvents is how often Events with the reason happened to the object.
+func countEvents(t *testing.T, ns, kind, name, reason string) int32 {
+	t.Helper()
+	events, err := eventsOf(ns, kind, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int32
+	for _, e := range events {
+		if e.Reason == reason {
+			n += occurrences(e)
+		}
+	}
+	return n
 }
