@@ -22,6 +22,7 @@ import (
 // its value) in status.lastErrors and a Warning Event; a good Secret clears it, and only the
 // sidecar mounts it.
 func TestBackupKeysSecretChecked(t *testing.T) {
+	t.Parallel() // its own namespace
 	needEnv(t)
 	ctx := context.Background()
 	ns := namespace(t)

@@ -495,6 +495,7 @@ func TestCreateMakesEveryOwnedObject(t *testing.T) {
 }
 
 func TestMemberLeaseExpiryAndNotReadyPodDeleted(t *testing.T) {
+	t.Parallel() // its own namespace
 	needEnv(t)
 	ns := namespace(t)
 	if err := k8s.Create(context.Background(), newCluster(ns, "c", 3)); err != nil {
@@ -1184,6 +1185,7 @@ func directive(t *testing.T, ec *v1alpha1.EtcdCluster) *cluster.Directive {
 // an unchanged status is not written again (times read back in another zone included), and
 // no message carries an age.
 func TestQuietAtRest(t *testing.T) {
+	t.Parallel() // its own namespace
 	needEnv(t)
 	ctx := context.Background()
 	ns := namespace(t)
@@ -1259,6 +1261,7 @@ func (healthTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // no pod is deleted, no directive stays, and an Event says why. Once no member answers,
 // the recovery fences as before, and only once its directive is stored.
 func TestNoFenceWhileAMemberAnswers(t *testing.T) {
+	t.Parallel() // its own namespace
 	needEnv(t)
 	ctx := context.Background()
 	ns := namespace(t)
@@ -1339,6 +1342,7 @@ func findEventMessage(ns, reason, part string) error {
 // acknowledgement, lets the others rejoin, and retires the directive once they serve. With the
 // Manual policy it stops before the seed acts, names it, and goes on only once confirmed.
 func TestQuorumLossRecovery(t *testing.T) {
+	t.Parallel() // its own namespace
 	for _, policy := range []string{v1alpha1.QuorumLossAutomatic, v1alpha1.QuorumLossManual} {
 		t.Run(policy, func(t *testing.T) { quorumLossRecovery(t, policy) })
 	}

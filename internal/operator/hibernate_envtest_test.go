@@ -27,6 +27,7 @@ import (
 // Scaling back resumes at the size it had, with the same cluster ID. The annotation does the
 // same, and resuming at another size starts at the size the cluster had, then scales.
 func TestHibernateAndResume(t *testing.T) {
+	t.Parallel() // its own namespace
 	needEnv(t)
 	ctx := context.Background()
 	ns := namespace(t)

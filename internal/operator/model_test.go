@@ -1049,6 +1049,7 @@ func opSequences(def int) int {
 // server's clock off by up to a second (apiClock), scale requests and hibernation, writes and
 // backups.
 func TestModelOperatorGeneratedFaults(t *testing.T) {
+	t.Parallel() // pure: nothing shared
 	exploreOperator(t)
 }
 

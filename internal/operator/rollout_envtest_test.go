@@ -261,6 +261,7 @@ func TestRollingUpdateOrdered(t *testing.T) {
 // after the grace: no second pod is deleted, Progressing says RollingUpdateStalled with an
 // Event; once the member is back, the rolling update goes on.
 func TestRollingUpdateStalls(t *testing.T) {
+	t.Parallel() // its own namespace
 	needEnv(t)
 	ns, name := namespace(t), "rs"
 	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) { ec.Spec.UpdateStrategy.SkipBackup = true })

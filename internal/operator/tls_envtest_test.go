@@ -171,6 +171,7 @@ func TestTLSSecrets(t *testing.T) {
 // only the new CA is trusted and every leaf is of it; the annotation left in place starts
 // nothing more.
 func TestCARotation(t *testing.T) {
+	t.Parallel() // its own namespace
 	needEnv(t)
 	ns, name := namespace(t), "rot"
 	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000042-1.snap.zst", Revision: 42})

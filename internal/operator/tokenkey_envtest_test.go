@@ -23,6 +23,7 @@ import (
 // the members roll onto it; on a formed cluster whose Secret is gone, it is the way to a new
 // key without a backup.
 func TestTokenKeyRotation(t *testing.T) {
+	t.Parallel() // its own namespace
 	needEnv(t)
 	ctx := context.Background()
 	ns, name := namespace(t), "rot"

@@ -159,6 +159,7 @@ func waitExpanded(t *testing.T, ns, name string, old types.UID, size string) {
 // nothing changes and the VolumeExpansion condition says why. The API server refuses a
 // smaller size.
 func TestVolumeExpansion(t *testing.T) {
+	t.Parallel() // its own namespace
 	needEnv(t)
 	ctx := context.Background()
 	ns := namespace(t)
