@@ -64,6 +64,9 @@ func TestFenceAndUnfence(t *testing.T) {
 		t.Errorf("status.fencedMembers %v, want f-2", ec.Status.FencedMembers)
 	}
 	testutil.Eventually(t, 10*time.Second, "Event MemberFenced", func() error { return findEventMessage(ns, "MemberFenced", "member f-2 is fenced") })
+	if out, err := kubectl(t, "-n", ns, "get", "ec", "f"); err != nil || !strings.Contains(out, `["f-2"]`) {
+		t.Errorf("kubectl get ec does not show f-2 fenced (%v):\n%s", err, out)
+	}
 
 	var held corev1.Pod
 	if err := get(t, ns, "f-2", &held); err != nil {
