@@ -63,7 +63,12 @@ func TestFenceAndUnfence(t *testing.T) {
 	if ec := getCluster(t, ns, "f"); !slices.Equal(ec.Status.FencedMembers, []string{"f-2"}) {
 		t.Errorf("status.fencedMembers %v, want f-2", ec.Status.FencedMembers)
 	}
-	testutil.Eventually(t, 10*time.Second, "Event MemberFenced", func() error { return findEventMessage(ns, "MemberFenced", "member f-2 is fenced") })
+	testutil.Eventually(t, 10*time.Second, "Events MemberFenced and FencedMemberStopped", func() error {
+		if err := findEventMessage(ns, "MemberFenced", "member f-2 is fenced"); err != nil {
+			return err
+		}
+		return findEventMessage(ns, "FencedMemberStopped", "its pod was deleted")
+	})
 	if out, err := kubectl(t, "-n", ns, "get", "ec", "f"); err != nil || !strings.Contains(out, `["f-2"]`) {
 		t.Errorf("kubectl get ec does not show f-2 fenced (%v):\n%s", err, out)
 	}

@@ -626,7 +626,7 @@ func (r *ClusterReconciler) stopFenced(ctx context.Context, ec *v1alpha1.EtcdClu
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "LeadershipMoved", "Fence", "leadership moved from %s to %s before the fenced %s stops", res.From, res.Leader, d.Leader)
 	}
 	for _, name := range stop {
-		if err := r.deletePod(ctx, ec, name, podReady, corev1.EventTypeNormal, "MemberFenced", fmt.Sprintf(
+		if err := r.deletePod(ctx, ec, name, podReady, corev1.EventTypeNormal, "FencedMemberStopped", fmt.Sprintf(
 			"member %s is fenced and its etcd served: its pod was deleted; the new one's sidecar holds etcd stopped", name)); err != nil {
 			p.fail("ERR_FENCE_STOP_POD", err)
 		}
