@@ -71,6 +71,9 @@ type ClusterConfig struct {
 	Maintenance      *MaintenanceConfig `json:"maintenance,omitempty"`
 	Restore          *RestoreConfig     `json:"restore,omitempty"`
 	QuorumLossPolicy string             `json:"quorumLossPolicy"`
+	// FencedMembers are the members whose etcd is held stopped: the fences in force
+	// (EtcdClusterStatus.FencedMembers).
+	FencedMembers []string `json:"fencedMembers,omitempty"`
 }
 
 // MemberConfig is one desired member's addresses.

@@ -38,6 +38,12 @@ const (
 	// no live owner). "true" adopts them when their members' cluster ID matches the status's
 	// or is unknown; any other value is the etcd cluster ID they must report (hex).
 	AnnotationAdopt = "etcd.steward.dev/adopt"
+	// AnnotationFencedMembers fences members: a comma-separated list of member (pod) names
+	// whose etcd is held stopped, their pods and volumes kept, so that a user can inspect a
+	// member's volume or take it out of the cluster without the operator healing it. A fence
+	// that would leave fewer than a quorum of Ready voters unfenced is not applied (to stop
+	// every member, hibernate). Removing a name unfences the member: it restarts on its data.
+	AnnotationFencedMembers = "etcd.steward.dev/fenced-members"
 )
 
 // Quorum-loss policies.
@@ -560,6 +566,9 @@ const (
 	ReasonPodMissing                 = "PodMissing"
 	// ReasonHibernated: the cluster hibernates, and the member is stopped with its data kept.
 	ReasonHibernated = "Hibernated"
+	// ReasonFenced: the member is fenced (the annotation etcd.steward.dev/fenced-members):
+	// its etcd is held stopped on purpose, its data kept; it is never restarted for it.
+	ReasonFenced = "Fenced"
 )
 
 // Condition types.
@@ -679,7 +688,7 @@ type MemberStatus struct {
 	Role string `json:"role,omitempty"`
 	// Status is Ready, NotReady or Unknown.
 	Status string `json:"status"`
-	// Reason says why: LeaseSucceeded, LeaseExpired, UnknownGracePeriodExceeded, PodNotReady, …
+	// Reason says why: LeaseSucceeded, LeaseExpired, UnknownGracePeriodExceeded, PodNotReady, Fenced, …
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// LastTransitionTime is when Status last changed.
@@ -753,6 +762,10 @@ type EtcdClusterStatus struct {
 	// ReadyMembers is "ready/desired", for kubectl get.
 	// +optional
 	ReadyMembers string `json:"readyMembers,omitempty"`
+	// FencedMembers are the members whose fence (the annotation
+	// etcd.steward.dev/fenced-members) is in force: their etcd is held stopped on purpose.
+	// +optional
+	FencedMembers []string `json:"fencedMembers,omitempty"`
 	// Selector selects the member pods (the scale subresource's label selector).
 	// +optional
 	Selector string `json:"selector,omitempty"`
@@ -958,6 +971,7 @@ type SnapshotRef struct {
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Members",type=string,JSONPath=`.status.readyMembers`
+// +kubebuilder:printcolumn:name="Fenced",type=string,JSONPath=`.status.fencedMembers`
 // +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.revision`
 // +kubebuilder:printcolumn:name="Last backup",type=date,JSONPath=`.status.lastBackupTime`

@@ -458,6 +458,11 @@ func (in *EtcdClusterStatus) DeepCopyInto(out *EtcdClusterStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.FencedMembers != nil {
+		in, out := &in.FencedMembers, &out.FencedMembers
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Voters != nil {
 		in, out := &in.Voters, &out.Voters
 		*out = make([]Voter, len(*in))

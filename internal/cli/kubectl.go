@@ -96,7 +96,7 @@ func newKubectlTree(use string, f *kubeFlags) *cobra.Command {
 		Use:   use,
 		Short: "Operate Steward's etcd clusters on Kubernetes (also a kubectl plugin: kubectl steward)",
 		Long: `Operate the EtcdClusters of Steward's operator: their status, backups, restores,
-hibernation, members and certificates, through the API server. move-leader and defrag reach
+hibernation, members (fencing among them) and certificates, through the API server. move-leader and defrag reach
 the members' etcd through a port-forward of the API server, with the cluster's own client
 credentials; everything else only reads and writes Kubernetes objects.
 Installed as kubectl-steward on the PATH, it is the kubectl plugin "kubectl steward".`,
@@ -109,7 +109,8 @@ Installed as kubectl-steward on the PATH, it is the kubectl plugin "kubectl stew
 	pf.StringVarP(&f.namespace, "namespace", "n", "", "namespace of the cluster (default: the context's)")
 	cmd.AddCommand(newKubectlStatusCommand(f), newKubectlBackupCommand(f), newKubectlRestoreCommand(f),
 		newKubectlHibernateCommand(f), newKubectlDestroyCommand(f), newKubectlReportCommand(f), newKubectlLogsCommand(f),
-		newKubectlMoveLeaderCommand(f), newKubectlDefragCommand(f), newKubectlCertificateCommand(f))
+		newKubectlMoveLeaderCommand(f), newKubectlDefragCommand(f), newKubectlCertificateCommand(f),
+		newKubectlFenceCommand(f), newKubectlUnfenceCommand(f))
 	return cmd
 }
 

@@ -254,6 +254,47 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("fence", func(t *testing.T) {
+		fencedNow := func() string {
+			var got v1alpha1.EtcdCluster
+			must(c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "main"}, &got))
+			return got.Annotations[v1alpha1.AnnotationFencedMembers]
+		}
+		out, err := run("fence", "main-2", "-o", "json")
+		if err != nil {
+			t.Fatalf("fence main-2: %v\n%s", err, out)
+		}
+		var res fenceChange
+		if err := json.Unmarshal([]byte(out), &res); err != nil || !res.Fenced || !res.Changed || !slices.Equal(res.All, []string{"main-2"}) {
+			t.Errorf("fence main-2 -o json (%v): %s", err, out)
+		}
+		if got := fencedNow(); got != "main-2" {
+			t.Errorf("fence main-2: annotation %q", got)
+		}
+		// Of three members, one more fenced would leave one Ready voter: refused, nothing written.
+		if _, err := run("fence", "main-1"); err == nil || !strings.Contains(err.Error(), "fencing main-1: it would leave 1 Ready voters unfenced, fewer than the quorum of 2 of 3 members") {
+			t.Errorf("fence main-1 past the quorum: %v", err)
+		}
+		if _, err := run("fence", "main-7"); err == nil || !strings.Contains(err.Error(), "has no member main-7: its members are main-0, main-1, main-2") {
+			t.Errorf("fence of no member: %v", err)
+		}
+		if _, err := run("fence", "main"); err == nil || !strings.Contains(err.Error(), "<cluster>-<ordinal>") {
+			t.Errorf("fence of a cluster's name: %v", err)
+		}
+		if got := fencedNow(); got != "main-2" {
+			t.Errorf("refused fences changed the annotation: %q", got)
+		}
+		if out, err := run("unfence", "main-2"); err != nil || !strings.Contains(out, "unfenced") {
+			t.Errorf("unfence main-2 (%v):\n%s", err, out)
+		}
+		if got := fencedNow(); got != "" {
+			t.Errorf("unfence main-2: annotation %q", got)
+		}
+		if out, err := run("unfence", "main-2"); err != nil || !strings.Contains(out, "already unfenced") {
+			t.Errorf("unfence of a member not fenced (%v):\n%s", err, out)
+		}
+	})
+
 	t.Run("destroy", func(t *testing.T) {
 		owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "main", UID: "sts-uid", Controller: ptrTo(true)}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main-1", Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},

@@ -99,6 +99,8 @@ type Report struct {
 	// Case and Reason are the sidecar's current initialisation decision (what it waits for).
 	Case   string `json:"case,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Fenced: the sidecar holds its etcd stopped because the member is fenced.
+	Fenced bool `json:"fenced,omitempty"`
 	// InitError is why the newest initialisation failed (it is tried again when etcd next
 	// starts); empty once one succeeds.
 	InitError string `json:"initError,omitempty"`

@@ -55,6 +55,9 @@ type Spec struct {
 	// dir when it is found in another member's (steward local can; volumes bound to pods
 	// cannot be moved by the operator).
 	RelocatesData bool `json:"relocatesData,omitempty"`
+	// Fenced names the members whose etcd is held stopped on purpose (a user's fence): their
+	// sidecars do not start it until the name is gone.
+	Fenced []string `json:"fenced,omitempty"`
 }
 
 // MemberSpec is one desired member and its addresses.

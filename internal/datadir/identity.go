@@ -57,6 +57,35 @@ func ReadLastStart(dataDir string) (config []byte, ok bool, err error) {
 	return b, err == nil, err
 }
 
+// fenceName is the file in a data dir that records that its member is fenced: a restart that
+// cannot read the cluster view keeps etcd held while it is there.
+const fenceName = "steward-fenced"
+
+// WriteFence records in dataDir that its member is fenced.
+func WriteFence(dataDir string) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	return WriteFileAtomic(filepath.Join(dataDir, fenceName), nil, 0o600)
+}
+
+// Fenced reports whether dataDir records that its member is fenced.
+func Fenced(dataDir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dataDir, fenceName))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ClearFence removes the record of WriteFence (none is no error).
+func ClearFence(dataDir string) error {
+	if err := os.Remove(filepath.Join(dataDir, fenceName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // writeJSON writes v as JSON to path, atomically.
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")

@@ -288,7 +288,7 @@ func (v *View) Snapshot(ctx context.Context) (cluster.Snapshot, error) {
 
 // snapshot assembles the member's picture of the cluster from what was read.
 func snapshot(cfg v1alpha1.ClusterConfig, ec *v1alpha1.EtcdCluster, ems []v1alpha1.EtcdMember, leases []coordinationv1.Lease, cmVersion string) cluster.Snapshot {
-	snap := cluster.Snapshot{Spec: cluster.Spec{Name: cfg.Name, Token: cfg.Token}}
+	snap := cluster.Snapshot{Spec: cluster.Spec{Name: cfg.Name, Token: cfg.Token, Fenced: cfg.FencedMembers}}
 	for _, m := range cfg.Members {
 		snap.Spec.Members = append(snap.Spec.Members, cluster.MemberSpec{Name: m.Name, ClientURL: m.ClientURL, PeerURL: m.PeerURL, SidecarURL: m.SidecarURL})
 	}

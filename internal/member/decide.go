@@ -29,6 +29,10 @@ type Observation struct {
 	ViewUnavailable string
 	// LastStart: the data dir records the etcd configuration its member last started with.
 	LastStart bool
+	// Fenced: the cluster view fences this member (a user's fence); FencedOnDisk: its data dir
+	// records the fence, which holds while the view cannot be read.
+	Fenced       bool
+	FencedOnDisk bool
 	// Live is what the running cluster (the other members) says.
 	Live cluster.LiveCluster
 	// Directive is the quorum-loss directive in force, if any.
@@ -73,6 +77,9 @@ const (
 	MoveDataAside DataDisposal = "move-aside" // data that may belong to someone else: kept beside
 )
 
+// CaseFenced is the row that holds a fenced member's etcd stopped.
+const CaseFenced = "MemberFenced"
+
 // Plan is the outcome of Decide.
 type Plan struct {
 	// Case names the situation (stable, used in logs, metrics and the init API).
@@ -110,6 +117,12 @@ func decide(o Observation) Plan {
 	selfLive, selfLiveOK := o.liveSelf()
 	data := describeData(o.Data)
 
+	switch {
+	case o.Fenced:
+		return hold(CaseFenced, "this member is fenced (annotation etcd.steward.dev/fenced-members): its etcd is held stopped, its data kept, until it is unfenced")
+	case o.ViewUnavailable != "" && o.FencedOnDisk:
+		return hold(CaseFenced, fmt.Sprintf("the cluster view cannot be read (%s) and the data dir records that this member is fenced: its etcd is held stopped until the view says it is unfenced", o.ViewUnavailable))
+	}
 	if o.Data.InUse {
 		// A held lock means an etcd runs on this data dir: nothing may be decided about data
 		// that is in use, least of all that it is damaged.
@@ -171,6 +184,12 @@ func decide(o Observation) Plan {
 	}
 	return Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new",
 		Reason: fmt.Sprintf("empty data dir, the cluster has never formed and %s: bootstrap a new %d-member cluster", o.backupsHeld(), o.ClusterSize)}
+}
+
+// hold keeps etcd stopped (the initialisation waits, so etcd gets no configuration) for why,
+// until an observation decides otherwise: a member stopped on purpose, not for want of a quorum.
+func hold(c, why string) Plan {
+	return Plan{Case: c, Action: ActionWait, Reason: why}
 }
 
 // backupsHeld says, for a cluster that bootstraps, what the backup store holds: nothing of
@@ -270,8 +289,7 @@ func decideWithoutView(o Observation) Plan {
 func decideDirective(o Observation, d cluster.Directive, selfLive cluster.LiveMember) (Plan, bool) {
 	switch {
 	case d.Phase == cluster.PhaseFencing:
-		return Plan{Case: "QuorumLossFenced", Action: ActionWait,
-			Reason: fmt.Sprintf("quorum lost for good: every member is stopped while directive %d chooses the recovery source", d.Epoch)}, true
+		return hold("QuorumLossFenced", fmt.Sprintf("quorum lost for good: every member is stopped while directive %d chooses the recovery source", d.Epoch)), true
 	case d.Ack != nil && d.Seed == o.Self:
 		// Carried out and acknowledged: a seed that since lost its data is replaced like any
 		// member, never seeded again.

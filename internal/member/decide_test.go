@@ -192,6 +192,17 @@ func TestDecide(t *testing.T) {
 			obs:  with_(obs("m2", emptyData, newClusterOfM0, status(formed, ready("m0"))), func(o *Observation) { o.Directive = rejoinM0 }),
 			want: Plan{Case: "QuorumLossFollowerRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", RecoveryEpoch: 5}},
 
+		// A user's fence.
+		{name: "fenced member on valid data with a quorum: etcd held",
+			obs:  with_(obs("m1", validData, quorate, all), func(o *Observation) { o.Fenced = true }),
+			want: Plan{Case: CaseFenced, Action: ActionWait}},
+		{name: "fenced member held before a directive would seed it",
+			obs:  with_(obs("m1", validData, noQuorum, formed), func(o *Observation) { o.Fenced, o.Directive = true, seedingM1 }),
+			want: Plan{Case: CaseFenced, Action: ActionWait}},
+		{name: "unfenced member whose data dir still records the fence: restarts (the view decides)",
+			obs:  with_(obs("m1", validData, quorate, all), func(o *Observation) { o.FencedOnDisk = true }),
+			want: Plan{Case: "RestartQuorate", Action: ActionRestart, ClusterState: "existing"}},
+
 		// Directives.
 		{name: "every member waits while the recovery fences",
 			obs:  with_(obs("m1", validData, noQuorum, formed), func(o *Observation) { o.Directive = fencing }),
@@ -395,6 +406,9 @@ func TestDecideWithoutView(t *testing.T) {
 			blind(func() datadir.State { s := own(validData); s.PartialRestore = true; return s }(), true),
 			Plan{Case: "ViewUnavailableWait", Action: ActionWait, CleanPartialRestore: true}},
 		{"own data in use by a running etcd: wait for it to stop", blind(own(inUseDB), true), Plan{Case: "DataInUseWait", Action: ActionWait}},
+		{"own valid data, started before, the data dir records a fence: etcd held",
+			func() Observation { o := blind(own(validData), true); o.FencedOnDisk = true; return o }(),
+			Plan{Case: CaseFenced, Action: ActionWait}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Decide(tt.obs)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,6 +90,7 @@ func (s *Sidecar) initAttempt(ctx context.Context, changes <-chan struct{}, fail
 		plan = Plan{Case: "ObservationFailed", Action: ActionWait, Reason: err.Error()}
 		s.lg.Warn("cannot observe; retrying", zap.Error(err), zap.Duration("retryIn", delay))
 	default:
+		s.recordFence(obs)
 		plan = Decide(obs)
 		s.lg.Info("initialisation decision", zap.String("event", "init-decision"), zap.String("case", plan.Case),
 			zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
@@ -202,6 +204,10 @@ func (s *Sidecar) observe(ctx context.Context) (cluster.Spec, Observation, error
 	if data.Identity != nil {
 		obs.AppliedEpoch = data.Identity.RecoveryEpoch
 	}
+	obs.Fenced = slices.Contains(spec.Fenced, s.cfg.Name)
+	if obs.FencedOnDisk, err = datadir.Fenced(s.cfg.DataDir); err != nil {
+		return spec, Observation{}, fmt.Errorf("the fence record in data dir %s: %w", s.cfg.DataDir, err)
+	}
 	// The seed of a recovery does not need the (lost) cluster's view, whose member-list
 	// timeouts would only delay it; everyone else does.
 	if d := snap.Directive; d == nil || d.Epoch <= obs.AppliedEpoch || d.Phase != cluster.PhaseSeeding || d.Seed != s.cfg.Name {
@@ -233,7 +239,29 @@ func (s *Sidecar) observeWithoutView(why error) (cluster.Spec, Observation, erro
 	if err != nil {
 		return cluster.Spec{}, Observation{}, fmt.Errorf("the configuration of this member's last start: %w", err)
 	}
-	return cluster.Spec{}, Observation{Self: s.cfg.Name, Data: data, ViewUnavailable: why.Error(), LastStart: lastStart}, nil
+	fenced, err := datadir.Fenced(s.cfg.DataDir)
+	if err != nil {
+		return cluster.Spec{}, Observation{}, fmt.Errorf("the fence record in data dir %s: %w", s.cfg.DataDir, err)
+	}
+	return cluster.Spec{}, Observation{Self: s.cfg.Name, Data: data, ViewUnavailable: why.Error(), LastStart: lastStart, FencedOnDisk: fenced}, nil
+}
+
+// recordFence keeps the data dir's record of the fence in step with the cluster view: written
+// while the view fences this member, removed once it does not. Without the view it stays as
+// it is, and holds etcd (Decide).
+func (s *Sidecar) recordFence(obs Observation) {
+	var err error
+	switch {
+	case obs.ViewUnavailable != "":
+		return
+	case obs.Fenced && !obs.FencedOnDisk:
+		err = datadir.WriteFence(s.cfg.DataDir)
+	case !obs.Fenced && obs.FencedOnDisk:
+		err = datadir.ClearFence(s.cfg.DataDir)
+	}
+	if err != nil {
+		s.lg.Warn("cannot record the fence in the data dir: a restart without the cluster view would not keep it", zap.Bool("fenced", obs.Fenced), zap.Error(err))
+	}
 }
 
 // others lists the client URLs of the desired members other than self.

@@ -30,9 +30,16 @@ func (unreadableView) Snapshot(context.Context) (cluster.Snapshot, error) {
 // initWithoutView starts the initialisation of member "test" on dataDir through the API of a
 // sidecar whose view cannot read the cluster, and returns the client and the API's URL.
 func initWithoutView(t *testing.T, dataDir string) (*sidecarapi.Client, string) {
+	c, url, _ := initWith(t, dataDir, unreadableView{})
+	return c, url
+}
+
+// initWith starts the initialisation of member "test" on dataDir through the API of a sidecar
+// with view, and returns the client, the API's URL and what stops the sidecar.
+func initWith(t *testing.T, dataDir string, view cluster.View) (*sidecarapi.Client, string, func()) {
 	t.Helper()
 	token := "a-token-of-the-cluster-that-is-long-enough-0123"
-	sc, err := New(Config{Name: "test", DataDir: dataDir, View: unreadableView{},
+	sc, err := New(Config{Name: "test", DataDir: dataDir, View: view,
 		APITokens: sidecarapi.Static{List: []string{token}}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -46,22 +53,21 @@ func initWithoutView(t *testing.T, dataDir string) (*sidecarapi.Client, string) 
 	if _, err := c.Call(ctx, http.MethodPost, srv.URL+"/v1/init"); err != nil {
 		t.Fatal(err)
 	}
-	return c, srv.URL
+	return c, srv.URL, cancel
 }
 
-// TestRestartWithoutView: a member whose cluster view cannot be read restarts on its own valid
-// data as it last started, never as a new cluster nor with force-new-cluster again; a member
-// with an empty data dir (a join) waits for the view, says so, and touches nothing.
-func TestRestartWithoutView(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
+// stoppedMember leaves in dir the valid data of a stopped one-member cluster with what the
+// sidecar recorded when member "test" last started on it (its identity, token "tok", and
+// the configuration of that start, a quorum-loss seed's with force-new-cluster), and returns
+// that configuration.
+func stoppedMember(t *testing.T, dir string) etcdproc.Config {
+	t.Helper()
 	_, cli, ep, stop := testutil.EtcdOn(t, dir)
 	st, err := cli.Status(context.Background(), ep)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop()
-	// What the sidecar recorded when this member last started: its identity, and the
-	// configuration of that start (here a quorum-loss seed's, with force-new-cluster).
 	if err := datadir.WriteIdentity(dir, datadir.Identity{ClusterName: "c", ClusterToken: "tok", MemberName: "test",
 		MemberID: fmt.Sprintf("%x", st.Header.MemberId), ClusterID: fmt.Sprintf("%x", st.Header.ClusterId)}); err != nil {
 		t.Fatal(err)
@@ -75,6 +81,60 @@ func TestRestartWithoutView(t *testing.T) {
 	if err := datadir.WriteLastStart(dir, b); err != nil {
 		t.Fatal(err)
 	}
+	return last
+}
+
+// waitInit polls the initialisation at url until it is in state with case c.
+func waitInit(t *testing.T, c *sidecarapi.Client, url, state, wantCase string) initResponse {
+	t.Helper()
+	var init initResponse
+	testutil.Eventually(t, 20*time.Second, "initialisation "+state+" in case "+wantCase, func() error {
+		if err := c.GetJSON(context.Background(), url+"/v1/init", &init); err != nil {
+			return err
+		}
+		if init.State != state || init.Case != wantCase {
+			return fmt.Errorf("initialisation %s, case %s: %s", init.State, init.Case, init.Message)
+		}
+		return nil
+	})
+	return init
+}
+
+// TestFenceHeldWithoutView: a member its view fences holds etcd and records the fence in its
+// data dir; restarted while the view cannot be read, it still holds etcd on that record alone
+// (its own valid data, started before, would restart without it: TestRestartWithoutView);
+// once the view no longer fences it, the record is gone.
+func TestFenceHeldWithoutView(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	stoppedMember(t, dir)
+	spec := oneMember(t, "tok")
+	spec.Fenced = []string{"test"}
+	c, url, stopFenced := initWith(t, dir, staticView{cluster.Snapshot{Spec: spec}})
+	waitInit(t, c, url, etcdproc.InitRunning, CaseFenced)
+	if fenced, err := datadir.Fenced(dir); err != nil || !fenced {
+		t.Fatalf("the data dir does not record the fence (%v)", err)
+	}
+	stopFenced()
+
+	c, url = initWithoutView(t, dir)
+	waitInit(t, c, url, etcdproc.InitRunning, CaseFenced)
+
+	spec.Fenced = nil
+	initWith(t, dir, staticView{cluster.Snapshot{Spec: spec}})
+	testutil.Eventually(t, 20*time.Second, "the fence record cleared", func() error {
+		if fenced, err := datadir.Fenced(dir); err != nil || fenced {
+			return fmt.Errorf("the data dir still records the fence (%v)", err)
+		}
+		return nil
+	})
+}
+
+// TestRestartWithoutView: a member whose cluster view cannot be read restarts on its own valid
+// data as it last started, never as a new cluster nor with force-new-cluster again; a member
+// with an empty data dir (a join) waits for the view, says so, and touches nothing.
+func TestRestartWithoutView(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	last := stoppedMember(t, dir)
 
 	c, url := initWithoutView(t, dir)
 	var init initResponse

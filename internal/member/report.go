@@ -101,7 +101,7 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self cl
 	r := cluster.Report{Name: s.cfg.Name, At: time.Now().UTC(), Maintenance: s.maintenance.Load()}
 	s.mu.Lock()
 	if s.plan != nil {
-		r.Case, r.Reason = s.plan.Case, s.plan.Reason
+		r.Case, r.Reason, r.Fenced = s.plan.Case, s.plan.Reason, s.plan.Case == CaseFenced
 	}
 	r.InitError = s.initError
 	s.mu.Unlock()

@@ -249,7 +249,7 @@ func syncToken(ctx context.Context, r *run) error {
 }
 
 func syncConfigMap(ctx context.Context, r *run) error {
-	data, err := configMapData(r.ec, int(r.decision.ConfigMembers))
+	data, err := configMapData(r.ec, int(r.decision.ConfigMembers), r.decision.Fenced)
 	if err != nil {
 		return err
 	}

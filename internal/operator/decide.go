@@ -51,6 +51,13 @@ const (
 	// CaseRestoreRequested: an EtcdRestore requests its restore in place, and no directive
 	// was issued since: the directive that carries it out is issued, and every member fenced.
 	CaseRestoreRequested Case = "RestoreRequested"
+	// CaseMemberFenced: a user fences members (the annotation etcd.steward.dev/fenced-members):
+	// their etcd is held stopped (a pod whose etcd still serves is deleted once), and they are
+	// neither restarted (case 9) nor counted as lost (case 10) or as a fault (Degraded).
+	CaseMemberFenced Case = "MemberFenced"
+	// CaseFenceRefused: a fence asked for is not applied: the name is no member, or fencing
+	// it would leave fewer than a quorum of Ready voters unfenced.
+	CaseFenceRefused Case = "FenceRefused"
 )
 
 // Reasons of the cluster's conditions that more than one step sets or tests look for.
@@ -126,7 +133,9 @@ type Observation struct {
 	// Hibernate: the annotation etcd.steward.dev/hibernate asks for hibernation, whatever
 	// Desired says.
 	Hibernate bool
-	Graces    Graces
+	// FenceRequest are the members the annotation etcd.steward.dev/fenced-members names.
+	FenceRequest []string
+	Graces       Graces
 	// QuorumAnswers names a member whose etcd answered a linearizable read when the operator
 	// asked it directly, just now ("" when none did, or none was asked): the quorum serves.
 	QuorumAnswers string
@@ -227,6 +236,15 @@ type Decision struct {
 	Rollout rolloutDecision
 	// Hibernation is the hibernation's step (Status nil: the cluster does not hibernate).
 	Hibernation hibernationDecision
+	// Fenced are the members whose fence is in force (status.fencedMembers, and the ConfigMap
+	// for their sidecars); FenceRefused says which fences asked for are not, and why.
+	Fenced       []string
+	FenceRefused string
+	// StopFenced are fenced members whose pods are Ready (their etcd serves): their pods are
+	// deleted, and the sidecars of the new ones hold etcd. When the leader is among them,
+	// leadership moves to FenceMoveLeaderTo first.
+	StopFenced        []string
+	FenceMoveLeaderTo string
 }
 
 // Decide computes the status and the actions from an observation. It is pure.
@@ -251,6 +269,14 @@ func Decide(o Observation) Decision {
 	// The members of a hibernated cluster are stopped on purpose.
 	stopped := hibernating && o.Previous.Hibernation != nil && o.Previous.Hibernation.Phase == v1alpha1.HibernationStopped
 
+	d.Fenced, d.FenceRefused = decideFence(o, size)
+	if len(d.Fenced) > 0 {
+		addCase(&d, CaseMemberFenced)
+	}
+	if d.FenceRefused != "" {
+		addCase(&d, CaseFenceRefused)
+	}
+
 	changedByLease, changedByPod, unknownExpired := false, false, false
 	learners := map[string]bool{}
 	for _, m := range o.Members {
@@ -261,11 +287,11 @@ func Decide(o Observation) Decision {
 			continue
 		}
 		p, had := prev[m.Name]
-		st := memberStatus(o, m, p, had, stopped)
+		st := memberStatus(o, m, p, had, stopped, slices.Contains(d.Fenced, m.Name))
 		if st.Status != p.Status || st.Reason != p.Reason {
 			switch st.Reason {
-			case v1alpha1.ReasonHibernated:
-				// The hibernation's rows account for it.
+			case v1alpha1.ReasonHibernated, v1alpha1.ReasonFenced:
+				// The hibernation's and the fence's rows account for it.
 			case v1alpha1.ReasonPodNotReady, v1alpha1.ReasonPodMissing:
 				changedByPod = true
 			case v1alpha1.ReasonUnknownGracePeriodExceeded:
@@ -293,6 +319,7 @@ func Decide(o Observation) Decision {
 			addCase(&d, CaseSuperfluousEntries)
 		}
 	}
+	d.StopFenced, d.FenceMoveLeaderTo = stopFenced(o, &d)
 	if changedByLease {
 		addCase(&d, CaseLeasesOutOfSync)
 	}
@@ -318,7 +345,7 @@ func Decide(o Observation) Decision {
 		var longNotReady []v1alpha1.MemberStatus
 		longNotReadyVoters := int32(0)
 		for _, m := range d.Members {
-			if m.Status != v1alpha1.MemberNotReady || o.Now.Sub(m.LastTransitionTime.Time) < o.Graces.NotReady || learners[m.Name] {
+			if m.Status != v1alpha1.MemberNotReady || m.Reason == v1alpha1.ReasonFenced || o.Now.Sub(m.LastTransitionTime.Time) < o.Graces.NotReady || learners[m.Name] {
 				continue
 			}
 			longNotReady = append(longNotReady, m)
@@ -662,9 +689,10 @@ func leaderLists(o Observation, name string) bool {
 // etcd's own linearizable read, so etcd serves; only its sidecar cannot renew the Lease (an
 // API server that refuses or throttles it, a clock, a denied write). Past the Unknown grace
 // the reason says so (case 7), and nothing is deleted or fenced on it. A member stopped by a
-// hibernation is NotReady with reason Hibernated; when it starts again its NotReady grace
-// starts afresh, as if it had just stopped.
-func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus, had, stopped bool) v1alpha1.MemberStatus {
+// hibernation is NotReady with reason Hibernated, a fenced one whose etcd is down NotReady with
+// reason Fenced; when either starts again its NotReady grace starts afresh, as if it had just
+// stopped.
+func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus, had, stopped, fenced bool) v1alpha1.MemberStatus {
 	st := v1alpha1.MemberStatus{Name: m.Name, ID: prev.ID, Role: prev.Role}
 	if m.Lease != nil && m.Lease.Holder != "" {
 		id, role, _ := strings.Cut(m.Lease.Holder, ":")
@@ -675,6 +703,8 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 	switch {
 	case stopped && (m.Pod == nil || m.Pod.Deleting || !m.Pod.Ready):
 		st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonHibernated
+	case fenced && (m.Pod == nil || m.Pod.Deleting || !m.Pod.Ready):
+		st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonFenced
 	case m.Pod == nil:
 		st.Status, st.Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonPodMissing
 	case !m.Pod.Ready:
@@ -692,7 +722,8 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 		}
 	}
 	st.LastTransitionTime = prev.LastTransitionTime
-	if !had || st.Status != prev.Status || (prev.Reason == v1alpha1.ReasonHibernated) != (st.Reason == v1alpha1.ReasonHibernated) {
+	if !had || st.Status != prev.Status || (prev.Reason == v1alpha1.ReasonHibernated) != (st.Reason == v1alpha1.ReasonHibernated) ||
+		(prev.Reason == v1alpha1.ReasonFenced) != (st.Reason == v1alpha1.ReasonFenced) {
 		st.LastTransitionTime = metav1.NewTime(o.Now)
 	}
 	if had && st.Status == prev.Status && st.Reason == prev.Reason && st.ID == prev.ID && st.Role == prev.Role {
@@ -701,6 +732,84 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 		st.LastReport = prev.LastReport
 	}
 	return st
+}
+
+// decideFence is the fence in force: of the members the annotation names, those fenced
+// already stay fenced; another is fenced only while, with it, a quorum of the members
+// (size/2+1) are voters Ready now and unfenced. A name of no member is refused. refused says
+// what is not applied and why ("": all of it is).
+func decideFence(o Observation, size int32) (fenced []string, refused string) {
+	var members, problems []string
+	for _, m := range o.Members {
+		if int32(m.Ordinal) < size {
+			members = append(members, m.Name)
+		}
+	}
+	var asked []string
+	for _, name := range o.FenceRequest {
+		switch {
+		case !slices.Contains(members, name):
+			problems = append(problems, fmt.Sprintf("%s is no member of %s (its members: %s)", name, o.Name, strings.Join(members, ", ")))
+		case slices.Contains(o.Previous.FencedMembers, name):
+			fenced = append(fenced, name)
+		default:
+			asked = append(asked, name)
+		}
+	}
+	quorum := int(size/2 + 1)
+	for _, name := range asked {
+		if n := readyVotersBut(o, size, append(slices.Clone(fenced), name)); n < quorum {
+			problems = append(problems, fmt.Sprintf("fencing %s would leave %d Ready voters unfenced, fewer than the quorum of %d of %d members: "+
+				"it is not fenced (to stop every member, hibernate the cluster)", name, n, quorum, size))
+			continue
+		}
+		fenced = append(fenced, name)
+	}
+	slices.Sort(fenced)
+	return fenced, strings.Join(problems, "; ")
+}
+
+// readyVotersBut counts the members below size, not in but, whose pods are Ready and whose
+// Leases are current and say they vote.
+func readyVotersBut(o Observation, size int32, but []string) int {
+	n := 0
+	for _, m := range o.Members {
+		if int32(m.Ordinal) < size && !slices.Contains(but, m.Name) && m.Pod != nil && m.Pod.Ready && !m.Pod.Deleting &&
+			leaseCurrent(o, m) && !strings.HasSuffix(m.Lease.Holder, ":"+v1alpha1.RoleLearner) {
+			n++
+		}
+	}
+	return n
+}
+
+// stopFenced lists the fenced members whose pods are Ready, so their etcd serves yet: their
+// pods are deleted. The leader's leadership moves first, to a Ready voter that is not fenced.
+func stopFenced(o Observation, d *Decision) (stop []string, moveTo string) {
+	for _, name := range d.Fenced {
+		if m := findMember(o.Members, name); m != nil && m.Pod != nil && m.Pod.Ready && !m.Pod.Deleting {
+			stop = append(stop, name)
+		}
+	}
+	if !slices.Contains(stop, d.Leader) {
+		return stop, ""
+	}
+	for _, m := range d.Members {
+		if m.Status == v1alpha1.MemberReady && m.Role != v1alpha1.RoleLearner && !slices.Contains(d.Fenced, m.Name) {
+			return stop, m.Name
+		}
+	}
+	return nil, "" // no one to lead: nothing is stopped (the fence needs a quorum anyway)
+}
+
+// heldFenced counts the fenced members whose etcd is down (status reason Fenced).
+func heldFenced(d *Decision) int32 {
+	n := int32(0)
+	for _, m := range d.Members {
+		if m.Reason == v1alpha1.ReasonFenced {
+			n++
+		}
+	}
+	return n
 }
 
 // leaseCurrent: the member's sidecar renewed its Lease within the Lease's duration, as the
@@ -748,7 +857,8 @@ func conditions(o Observation, d *Decision, quorate, all bool) []metav1.Conditio
 	set(v1alpha1.ConditionQuorate, quorate, pick(quorate, "Quorate", "NoQuorum"), members)
 	// A cluster that never formed has no quorum to lose yet.
 	set(v1alpha1.ConditionReady, quorate, pick(quorate, "Quorate", pick(o.Formed, "QuorumLost", ReasonBootstrapping)), members)
-	degraded := quorate && !all && o.Formed
+	// A fenced member is stopped on purpose: no fault.
+	degraded := quorate && d.Ready+heldFenced(d) < size && o.Formed
 	set(v1alpha1.ConditionDegraded, degraded, pick(degraded, "MembersNotReady", "AsDesired"), members)
 
 	progressing := d.StatefulSetReplicas != o.Desired || (o.StatefulSetReplicas >= 0 && o.StatefulSetReplicas != d.StatefulSetReplicas) || !all
@@ -840,6 +950,9 @@ func membersSummary(d *Decision, size int32) string {
 	}
 	if d.Unknown > 0 {
 		s += fmt.Sprintf(", %d Unknown (pod Ready, Lease not renewed)", d.Unknown)
+	}
+	if len(d.Fenced) > 0 {
+		s += fmt.Sprintf(", %s fenced (etcd held stopped on purpose)", strings.Join(d.Fenced, ", "))
 	}
 	if len(silent) > 0 {
 		s += fmt.Sprintf("; the sidecars of %s have not renewed their Leases past the Unknown grace although their pods are Ready, so etcd serves: "+

@@ -60,6 +60,18 @@ func (w *world) prevStatus(i int, status, reason string, since time.Duration) *w
 	return w
 }
 
+// fence asks for the named members to be fenced (the annotation); fenced records them as
+// fenced by the last pass (status.fencedMembers).
+func (w *world) fence(names ...string) *world {
+	w.o.FenceRequest = names
+	return w
+}
+
+func (w *world) fenced(names ...string) *world {
+	w.o.Previous.FencedMembers = names
+	return w
+}
+
 func (w *world) leaseExpired(i int) *world {
 	w.o.Members[i].Lease.Renewed = t0.Add(-2 * time.Minute)
 	return w
@@ -371,6 +383,44 @@ func TestDecide(t *testing.T) {
 				t.Errorf("BackupReady message %q does not say why", c.Message)
 			}
 		}},
+		{"member fenced while it serves: fenced, its pod stopped once, leadership moved first", healthy(3).fence("c-0"), CaseMemberFenced, func(t *testing.T, d Decision) {
+			if !slices.Equal(d.Fenced, []string{"c-0"}) || d.FenceRefused != "" {
+				t.Errorf("fenced %v, refused %q; want c-0 fenced", d.Fenced, d.FenceRefused)
+			}
+			if !slices.Equal(d.StopFenced, []string{"c-0"}) || d.FenceMoveLeaderTo != "c-1" {
+				t.Errorf("stop %v, move leadership to %q; want c-0's pod stopped after leadership moves to c-1", d.StopFenced, d.FenceMoveLeaderTo)
+			}
+		}},
+		{"member fenced and held: NotReady/Fenced, never restarted, not degraded, no quorum lost",
+			healthy(3).fence("c-2").fenced("c-2").podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonFenced, time.Hour),
+			CaseMemberFenced, func(t *testing.T, d Decision) {
+				if m := memberOf(d, "c-2"); m.Status != v1alpha1.MemberNotReady || m.Reason != v1alpha1.ReasonFenced {
+					t.Errorf("c-2 = %+v, want NotReady/Fenced", m)
+				}
+				if len(d.DeletePods) != 0 || len(d.StopFenced) != 0 || slices.Contains(d.Cases, CaseMinorityNotReady) {
+					t.Errorf("a held fenced member is restarted: delete %v, stop %v, cases %v", d.DeletePods, d.StopFenced, d.Cases)
+				}
+				if cond(d, v1alpha1.ConditionDegraded) != metav1.ConditionFalse || cond(d, v1alpha1.ConditionQuorumLost) != metav1.ConditionFalse {
+					t.Errorf("Degraded %s, QuorumLost %s: a fenced member is no fault", cond(d, v1alpha1.ConditionDegraded), cond(d, v1alpha1.ConditionQuorumLost))
+				}
+			}},
+		{"fence that would break the quorum: refused, not applied", healthy(3).podNotReady(1, time.Minute).fence("c-2"), CaseFenceRefused, func(t *testing.T, d Decision) {
+			if len(d.Fenced) != 0 || !strings.Contains(d.FenceRefused, "fencing c-2 would leave 1 Ready voters unfenced, fewer than the quorum of 2") {
+				t.Errorf("fenced %v, refused %q", d.Fenced, d.FenceRefused)
+			}
+		}},
+		{"fence of a name that is no member: refused, naming the members", healthy(3).fence("c-7"), CaseFenceRefused, func(t *testing.T, d Decision) {
+			if len(d.Fenced) != 0 || !strings.Contains(d.FenceRefused, "c-7 is no member of c (its members: c-0, c-1, c-2)") {
+				t.Errorf("fenced %v, refused %q", d.Fenced, d.FenceRefused)
+			}
+		}},
+		{"unfenced: the member restarts, its NotReady grace starts afresh",
+			healthy(3).fenced("c-2").podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonFenced, time.Hour),
+			CasePodNotReady, func(t *testing.T, d Decision) {
+				if m := memberOf(d, "c-2"); len(d.Fenced) != 0 || m.Reason != v1alpha1.ReasonPodNotReady || !m.LastTransitionTime.Time.Equal(t0) || len(d.DeletePods) != 0 {
+					t.Errorf("fenced %v, c-2 = %+v, delete %v: want unfenced, PodNotReady since now, not restarted", d.Fenced, m, d.DeletePods)
+				}
+			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

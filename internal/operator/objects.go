@@ -242,8 +242,11 @@ func clusterConfig(ec *v1alpha1.EtcdCluster, n int) v1alpha1.ClusterConfig {
 	return c
 }
 
-func configMapData(ec *v1alpha1.EtcdCluster, n int) (map[string]string, error) {
-	b, err := yaml.Marshal(clusterConfig(ec, n))
+// configMapData is the ConfigMap's data for a cluster of n members, fenced of them fenced.
+func configMapData(ec *v1alpha1.EtcdCluster, n int, fenced []string) (map[string]string, error) {
+	c := clusterConfig(ec, n)
+	c.FencedMembers = fenced
+	b, err := yaml.Marshal(c)
 	if err != nil {
 		return nil, err
 	}

@@ -380,6 +380,7 @@ func (r *ClusterReconciler) act(ctx context.Context, ec *v1alpha1.EtcdCluster, o
 			p.fail("ERR_DELETE_POD", err)
 		}
 	}
+	r.stopFenced(ctx, ec, d, p)
 	p.requeue = nextDeadline(obs, *d, p.now)
 	if rec := d.Recovery; rec != nil {
 		switch persisted, err := r.fence(ctx, ec, rec, p.noAnswer); {
@@ -575,6 +576,79 @@ func (r *ClusterReconciler) fence(ctx context.Context, ec *v1alpha1.EtcdCluster,
 		}
 	}
 	return true, errors.Join(errs...)
+}
+
+// FencedMembers are the members the annotation etcd.steward.dev/fenced-members names, each
+// once, in its order.
+func FencedMembers(ec *v1alpha1.EtcdCluster) []string {
+	var names []string
+	for _, n := range strings.Split(ec.Annotations[v1alpha1.AnnotationFencedMembers], ",") {
+		if n = strings.TrimSpace(n); n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// stopFenced carries out the fence: the fences refused are errors with their stable code
+// (and a Warning Event when the refusal is new); the fenced members whose etcd still serves
+// get their pods deleted, read fresh and still Ready, once the ConfigMap that fences them is
+// written (the new pods' sidecars hold etcd), after leadership moved away from one that leads.
+// Events record the fences applied and lifted once the status that records them is stored.
+func (r *ClusterReconciler) stopFenced(ctx context.Context, ec *v1alpha1.EtcdCluster, d *Decision, p *pass) {
+	if d.FenceRefused != "" {
+		err := fmt.Errorf("annotation %s: %s", v1alpha1.AnnotationFencedMembers, d.FenceRefused)
+		if !slices.ContainsFunc(ec.Status.LastErrors, func(e v1alpha1.LastError) bool { return e.Description == err.Error() }) {
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "FenceRefused", "Fence", "%v", err)
+		}
+		p.fail("ERR_FENCE_REFUSED", err)
+	}
+	for _, name := range d.Fenced {
+		if !slices.Contains(ec.Status.FencedMembers, name) {
+			p.stored = append(p.stored, func() {
+				r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "MemberFenced", "Fence",
+					"member %s is fenced: its etcd is held stopped, its pod and data kept, until %s no longer names it", name, v1alpha1.AnnotationFencedMembers)
+			})
+		}
+	}
+	for _, name := range ec.Status.FencedMembers {
+		if !slices.Contains(d.Fenced, name) {
+			p.stored = append(p.stored, func() {
+				r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "MemberUnfenced", "Fence", "member %s is unfenced: its etcd starts again on its data", name)
+			})
+		}
+	}
+	if len(d.StopFenced) == 0 || slices.ContainsFunc(p.errs, func(e v1alpha1.LastError) bool { return e.Code == errCode("SYNC", "CONFIGMAP") }) {
+		return
+	}
+	// The fence was decided from the cache: the user may have lifted it since.
+	fresh := &v1alpha1.EtcdCluster{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ec), fresh); err != nil {
+		p.fail("ERR_FENCE_READ", err)
+		return
+	}
+	stop := slices.DeleteFunc(slices.Clone(d.StopFenced), func(name string) bool { return !slices.Contains(FencedMembers(fresh), name) })
+	if len(stop) == 0 {
+		return
+	}
+	if to := d.FenceMoveLeaderTo; to != "" && slices.Contains(stop, d.Leader) {
+		if r.Sidecars == nil {
+			p.fail("ERR_FENCE_MOVE_LEADER", fmt.Errorf("member %s leads and is fenced, but the operator has no sidecar client to move leadership first: its pod is not deleted", d.Leader))
+			return
+		}
+		res, err := r.Sidecars.moveLeader(ctx, ec, d.Leader, to)
+		if err != nil {
+			p.fail("ERR_FENCE_MOVE_LEADER", fmt.Errorf("%w; fenced member %s's pod is not deleted while it leads", err, d.Leader))
+			return
+		}
+		r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "LeadershipMoved", "Fence", "leadership moved from %s to %s before the fenced %s stops", res.From, res.Leader, d.Leader)
+	}
+	for _, name := range stop {
+		if err := r.deletePod(ctx, ec, name, podReady, corev1.EventTypeNormal, "FencedMemberStopped", fmt.Sprintf(
+			"member %s is fenced and its etcd served: its pod was deleted; the new one's sidecar holds etcd stopped", name)); err != nil {
+			p.fail("ERR_FENCE_STOP_POD", err)
+		}
+	}
 }
 
 // deletePod deletes a member pod of this cluster, read fresh, while still says it must go,
@@ -860,6 +934,7 @@ func (r *ClusterReconciler) checkSecrets(ctx context.Context, ec *v1alpha1.EtcdC
 func (r *ClusterReconciler) observe(ctx context.Context, ec *v1alpha1.EtcdCluster, now time.Time) (Observation, error) {
 	o := Observation{Now: now, Name: ec.Name, Generation: ec.Generation, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: r.graces(), StatefulSetReplicas: -1, ConfigMembers: -1,
 		Hibernate:          ec.Annotations[v1alpha1.AnnotationHibernate] == "true",
+		FenceRequest:       FencedMembers(ec),
 		SnapshotBeforeStop: ec.Spec.Backup != nil && !ec.Spec.UpdateStrategy.SkipBackup,
 		BootstrapRestore:   bootstrapRestore(ec)}
 	sel := client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(selectorLabels(ec))}
@@ -1145,6 +1220,7 @@ func (r *ClusterReconciler) status(ec *v1alpha1.EtcdCluster, o Observation, d De
 		Replicas:            max(o.StatefulSetReplicas, 0),
 		ReadyReplicas:       d.Ready,
 		ReadyMembers:        fmt.Sprintf("%d/%d", d.Ready, ec.Spec.Replicas),
+		FencedMembers:       d.Fenced,
 		Selector:            labels.SelectorFromSet(selectorLabels(ec)).String(),
 		ClusterID:           d.ClusterID,
 		Voters:              d.Voters,
