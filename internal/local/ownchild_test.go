@@ -1,11 +1,15 @@
 package local
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/testutil"
 )
 
 // TestOwnChild: a process runs one of DIR's steward binaries when it runs DIR/bin/steward or a
@@ -54,6 +58,14 @@ func TestOwnChild(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// Right after the exec, the kernel may still show the new process's command line
+		// empty: ask once it shows one.
+		testutil.Eventually(t, 10*time.Second, "the child's command line", func() error {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)); err != nil || len(b) == 0 {
+				return fmt.Errorf("%q, %v", b, err)
+			}
+			return nil
+		})
 		got := ownChild(dir, cmd.Process.Pid)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
