@@ -83,8 +83,9 @@ func fenceCommand(f *kubeFlags, fence bool, cmd cobra.Command) *cobra.Command {
 		switch has := slices.Contains(fenced, member); {
 		case fence && !has:
 			fenced = append(fenced, member)
-			if err := quorumStays(ec, fenced); err != nil {
-				return fmt.Errorf("EtcdCluster %s/%s: fencing %s: %w; nothing done", ec.Namespace, ec.Name, member, err)
+			if err := operator.FenceShortOfQuorum(member, readyVotersUnfenced(ec, fenced), len(ec.Status.Members)); err != nil {
+				return fmt.Errorf("EtcdCluster %s/%s: %w, as its status last recorded them (to stop every member, hibernate: kubectl steward hibernate %s on); nothing done",
+					ec.Namespace, ec.Name, err, ec.Name)
 			}
 			res.Changed = true
 		case !fence && has:
@@ -118,20 +119,16 @@ func fenceCommand(f *kubeFlags, fence bool, cmd cobra.Command) *cobra.Command {
 	return &cmd
 }
 
-// quorumStays refuses a fence of the members fenced that would leave fewer than a quorum of
-// the cluster's members Ready voters and unfenced, as the status last recorded them.
-func quorumStays(ec *v1alpha1.EtcdCluster, fenced []string) error {
+// readyVotersUnfenced counts the cluster's members that its status last recorded as Ready
+// voters and that are not in fenced.
+func readyVotersUnfenced(ec *v1alpha1.EtcdCluster, fenced []string) int {
 	ready := 0
 	for _, m := range ec.Status.Members {
 		if m.Status == v1alpha1.MemberReady && m.Role != v1alpha1.RoleLearner && !slices.Contains(fenced, m.Name) {
 			ready++
 		}
 	}
-	if quorum := len(ec.Status.Members)/2 + 1; ready < quorum {
-		return fmt.Errorf("it would leave %d Ready voters unfenced, fewer than the quorum of %d of %d members (to stop every member, hibernate: kubectl steward hibernate %s on)",
-			ready, quorum, len(ec.Status.Members), ec.Name)
-	}
-	return nil
+	return ready
 }
 
 // orNone joins names, or says there are none.

@@ -272,7 +272,7 @@ func TestKubectlPlugin(t *testing.T) {
 			t.Errorf("fence main-2: annotation %q", got)
 		}
 		// Of three members, one more fenced would leave one Ready voter: refused, nothing written.
-		if _, err := run("fence", "main-1"); err == nil || !strings.Contains(err.Error(), "fencing main-1: it would leave 1 Ready voters unfenced, fewer than the quorum of 2 of 3 members") {
+		if _, err := run("fence", "main-1"); err == nil || !strings.Contains(err.Error(), "fencing main-1 would leave 1 Ready voters unfenced, fewer than the quorum of 2 of 3 members") {
 			t.Errorf("fence main-1 past the quorum: %v", err)
 		}
 		if _, err := run("fence", "main-7"); err == nil || !strings.Contains(err.Error(), "has no member main-7: its members are main-0, main-1, main-2") {

@@ -756,17 +756,25 @@ func decideFence(o Observation, size int32) (fenced []string, refused string) {
 			asked = append(asked, name)
 		}
 	}
-	quorum := int(size/2 + 1)
 	for _, name := range asked {
-		if n := readyVotersBut(o, size, append(slices.Clone(fenced), name)); n < quorum {
-			problems = append(problems, fmt.Sprintf("fencing %s would leave %d Ready voters unfenced, fewer than the quorum of %d of %d members: "+
-				"it is not fenced (to stop every member, hibernate the cluster)", name, n, quorum, size))
+		if err := FenceShortOfQuorum(name, readyVotersBut(o, size, append(slices.Clone(fenced), name)), int(size)); err != nil {
+			problems = append(problems, fmt.Sprintf("%v: it is not fenced (to stop every member, hibernate the cluster)", err))
 			continue
 		}
 		fenced = append(fenced, name)
 	}
 	slices.Sort(fenced)
 	return fenced, strings.Join(problems, "; ")
+}
+
+// FenceShortOfQuorum says why fencing name is refused when it would leave ready Ready voters
+// unfenced of size members, fewer than a quorum; nil when they are a quorum. The operator
+// applies a fence by it, and the kubectl plugin refuses one by it before writing.
+func FenceShortOfQuorum(name string, ready, size int) error {
+	if quorum := size/2 + 1; ready < quorum {
+		return fmt.Errorf("fencing %s would leave %d Ready voters unfenced, fewer than the quorum of %d of %d members", name, ready, quorum, size)
+	}
+	return nil
 }
 
 // readyVotersBut counts the members below size, not in but, whose pods are Ready and whose
