@@ -123,6 +123,7 @@ func decide(o Observation) Plan {
 	directed, followsDirective := o.directivePlan(selfLive)
 	switch {
 	case followsDirective:
+		// Carried out below, once the data dir is known not to be in use.
 	case o.Fenced:
 		return hold(CaseFenced, "this member is fenced (annotation etcd.steward.dev/fenced-members): its etcd is held stopped, its data kept, until it is unfenced")
 	case o.ViewUnavailable != "" && o.FencedOnDisk:
