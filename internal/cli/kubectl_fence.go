@@ -39,7 +39,10 @@ from it), and the new pod's sidecar holds etcd.
 The fence is the annotation etcd.steward.dev/fenced-members on the EtcdCluster, written with
 the version read as a precondition (a concurrent change is refused: run it again). A fence that
 would leave fewer than a quorum of Ready voters unfenced is refused, here and by the operator:
-to stop every member, hibernate the cluster.`,
+to stop every member, hibernate the cluster. If the other members lose the quorum, the
+recovery needs every member's data: while it runs, every fence is suspended (the member follows
+the recovery), and once it is done the fence applies again, while a quorum of Ready voters
+stays unfenced.`,
 	})
 }
 

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,14 +21,19 @@ import (
 
 // clusterStatus is what `kubectl steward status` prints.
 type clusterStatus struct {
-	Name       string            `json:"name"`
-	Namespace  string            `json:"namespace"`
-	ClusterID  string            `json:"clusterID,omitempty"`
-	Replicas   int32             `json:"replicas"`
-	Ready      int32             `json:"ready"`
-	Leader     string            `json:"leader,omitempty"`
-	Revision   int64             `json:"revision,omitempty"`
-	Client     string            `json:"client,omitempty"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	ClusterID string `json:"clusterID,omitempty"`
+	Replicas  int32  `json:"replicas"`
+	Ready     int32  `json:"ready"`
+	Leader    string `json:"leader,omitempty"`
+	Revision  int64  `json:"revision,omitempty"`
+	Client    string `json:"client,omitempty"`
+	// Fenced are the members whose fence is in force (status.fencedMembers); FenceAsked the
+	// members the annotation etcd.steward.dev/fenced-members names (a fence asked for may be
+	// refused, or suspended while a recovery runs: the conditions and Events say why).
+	Fenced     []string          `json:"fencedMembers,omitempty"`
+	FenceAsked []string          `json:"fenceAsked,omitempty"`
 	Conditions []statusCondition `json:"conditions"`
 	Members    []memberView      `json:"members"`
 	Backup     *backupView       `json:"backup,omitempty"`
@@ -45,6 +53,8 @@ type memberView struct {
 	Role   string `json:"role,omitempty"`
 	Status string `json:"status"`
 	Reason string `json:"reason,omitempty"`
+	// Fenced: the member's fence is in force (its etcd is held stopped on purpose).
+	Fenced bool `json:"fenced"`
 	// From the member's own report.
 	Revision  int64  `json:"revision,omitempty"`
 	LastIndex uint64 `json:"lastIndex,omitempty"`
@@ -105,6 +115,7 @@ func readClusterStatus(ctx context.Context, k *kube, name string, events int, no
 	}
 	st := &clusterStatus{Name: ec.Name, Namespace: ec.Namespace, ClusterID: ec.Status.ClusterID, Replicas: ec.Spec.Replicas,
 		Ready: ec.Status.ReadyReplicas, Leader: ec.Status.Leader, Revision: ec.Status.Revision, Client: ec.Status.Endpoints.Client,
+		Fenced: ec.Status.FencedMembers, FenceAsked: operator.FencedMembers(ec),
 		Conditions: []statusCondition{}, Members: []memberView{}, Events: []eventView{}}
 	for _, c := range ec.Status.Conditions {
 		st.Conditions = append(st.Conditions, statusCondition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
@@ -118,7 +129,7 @@ func readClusterStatus(ctx context.Context, k *kube, name string, events int, no
 		reports[em.Name] = em.Status.Report
 	}
 	for _, m := range ec.Status.Members {
-		mv := memberView{Name: m.Name, ID: m.ID, Role: m.Role, Status: m.Status, Reason: m.Reason}
+		mv := memberView{Name: m.Name, ID: m.ID, Role: m.Role, Status: m.Status, Reason: m.Reason, Fenced: slices.Contains(ec.Status.FencedMembers, m.Name)}
 		if raw := reports[m.Name]; raw != nil {
 			var r cluster.Report
 			if json.Unmarshal(raw.Raw, &r) == nil {
@@ -178,6 +189,7 @@ func (st *clusterStatus) table(t *table) {
 	t.row("leader", orDash(st.Leader))
 	t.row("revision", strconv.FormatInt(st.Revision, 10))
 	t.row("client", orDash(st.Client))
+	t.row("fenced", st.fenceSummary())
 	if b := st.Backup; b != nil {
 		t.row("backup store", b.Store)
 		t.row("last backup", orDash(b.LastBackupAge)+" ago")
@@ -198,9 +210,9 @@ func (st *clusterStatus) table(t *table) {
 		t.row(c.Type, c.Status, orDash(c.Reason), c.Message)
 	}
 	t.row("")
-	t.header("MEMBER", "ID", "ROLE", "STATUS", "REVISION", "LAST INDEX", "SERVING", "REPORT AGE")
+	t.header("MEMBER", "ID", "ROLE", "STATUS", "FENCED", "REVISION", "LAST INDEX", "SERVING", "REPORT AGE")
 	for _, m := range st.Members {
-		t.row(m.Name, orDash(m.ID), orDash(m.Role), m.Status+reasonSuffix(m.Reason), strconv.FormatInt(m.Revision, 10),
+		t.row(m.Name, orDash(m.ID), orDash(m.Role), m.Status+reasonSuffix(m.Reason), strconv.FormatBool(m.Fenced), strconv.FormatInt(m.Revision, 10),
 			strconv.FormatUint(m.LastIndex, 10), strconv.FormatBool(m.Serving), orDash(m.ReportAge))
 	}
 	if len(st.Events) > 0 {
@@ -210,6 +222,18 @@ func (st *clusterStatus) table(t *table) {
 			t.row(e.Age, e.Type, e.Reason, e.Message)
 		}
 	}
+}
+
+// fenceSummary names the members fenced, and those the annotation asks for that are not.
+func (st *clusterStatus) fenceSummary() string {
+	s := "none"
+	if len(st.Fenced) > 0 {
+		s = strings.Join(st.Fenced, ", ")
+	}
+	if pending := slices.DeleteFunc(slices.Clone(st.FenceAsked), func(n string) bool { return slices.Contains(st.Fenced, n) }); len(pending) > 0 {
+		s += fmt.Sprintf("; asked for but not in force: %s (refused, or suspended while a recovery runs: see the conditions and Events)", strings.Join(pending, ", "))
+	}
+	return s
 }
 
 func reasonSuffix(r string) string {

@@ -139,6 +139,36 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("status of fenced members", func(t *testing.T) {
+		// main-2's fence is in force, main-1's asked for but not applied (refused, or
+		// suspended while a recovery runs); put back as it was for the subtests after.
+		fenced := &v1alpha1.EtcdCluster{}
+		must(c.Get(ctx, client.ObjectKeyFromObject(ec), fenced))
+		before := fenced.DeepCopy()
+		fenced.Annotations = map[string]string{v1alpha1.AnnotationFencedMembers: "main-1,main-2"}
+		must(c.Update(ctx, fenced))
+		fenced.Status.FencedMembers = []string{"main-2"}
+		fenced.Status.Members[2].Status, fenced.Status.Members[2].Reason = v1alpha1.MemberNotReady, v1alpha1.ReasonFenced
+		must(c.Status().Update(ctx, fenced))
+		t.Cleanup(func() {
+			fenced.Annotations, fenced.Status = before.Annotations, before.Status
+			must(c.Update(ctx, fenced))
+			must(c.Status().Update(ctx, fenced))
+		})
+		out, err := run("status", "main", "-o", "json")
+		var st clusterStatus
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("status -o json (%v):\n%s", err, out)
+		}
+		if !slices.Equal(st.Fenced, []string{"main-2"}) || !slices.Equal(st.FenceAsked, []string{"main-1", "main-2"}) || !st.Members[2].Fenced || st.Members[1].Fenced {
+			t.Errorf("fenced %v, asked %v, members %+v: want main-2 fenced, main-1 asked for only", st.Fenced, st.FenceAsked, st.Members)
+		}
+		table, err := run("status", "main")
+		if err != nil || !strings.Contains(table, "main-2; asked for but not in force: main-1") || !regexp.MustCompile(`main-2 +a2 +follower +NotReady \(Fenced\) +true`).MatchString(table) {
+			t.Errorf("status table (%v):\n%s", err, table)
+		}
+	})
+
 	t.Run("backup", func(t *testing.T) {
 		// Play the operator: complete the backup the plugin creates, in 90s.
 		done := make(chan struct{})

@@ -117,7 +117,13 @@ func decide(o Observation) Plan {
 	selfLive, selfLiveOK := o.liveSelf()
 	data := describeData(o.Data)
 
+	// A recovery directive comes before a fence: it needs every member's data, and waits for
+	// each member to do its part (the operator suspends the fences meanwhile; a fence the view
+	// or the data dir still records must not hold a member the directive needs).
+	directed, followsDirective := o.directivePlan(selfLive)
 	switch {
+	case followsDirective:
+		// Carried out below, once the data dir is known not to be in use.
 	case o.Fenced:
 		return hold(CaseFenced, "this member is fenced (annotation etcd.steward.dev/fenced-members): its etcd is held stopped, its data kept, until it is unfenced")
 	case o.ViewUnavailable != "" && o.FencedOnDisk:
@@ -132,13 +138,8 @@ func decide(o Observation) Plan {
 	if o.ViewUnavailable != "" {
 		return decideWithoutView(o)
 	}
-	if d := o.Directive; d != nil && d.Epoch > o.AppliedEpoch {
-		if p, ok := decideDirective(o, *d, selfLive); ok {
-			return p
-		}
-	} else if d != nil && d.Phase == cluster.PhaseSeeding && d.Seed == o.Self && o.Data.Valid() && o.foreignReason() == "" {
-		return Plan{Case: "QuorumLossSeedRestart", Action: ActionRestart, ClusterState: "existing",
-			Reason: fmt.Sprintf("this member carried out directive %d (it served on the recovered data) and its acknowledgement is not recorded yet: restart on that data", d.Epoch)}
+	if followsDirective {
+		return directed
 	}
 
 	switch {
@@ -184,6 +185,21 @@ func decide(o Observation) Plan {
 	}
 	return Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new",
 		Reason: fmt.Sprintf("empty data dir, the cluster has never formed and %s: bootstrap a new %d-member cluster", o.backupsHeld(), o.ClusterSize)}
+}
+
+// directivePlan is this member's part in the recovery directive in force, if it has one
+// (ok=false: the directive asks nothing of this member, and the ordinary decisions apply).
+func (o Observation) directivePlan(selfLive cluster.LiveMember) (p Plan, ok bool) {
+	switch d := o.Directive; {
+	case d == nil:
+		return Plan{}, false
+	case d.Epoch > o.AppliedEpoch:
+		return decideDirective(o, *d, selfLive)
+	case d.Phase == cluster.PhaseSeeding && d.Seed == o.Self && o.Data.Valid() && o.foreignReason() == "":
+		return Plan{Case: "QuorumLossSeedRestart", Action: ActionRestart, ClusterState: "existing",
+			Reason: fmt.Sprintf("this member carried out directive %d (it served on the recovered data) and its acknowledgement is not recorded yet: restart on that data", d.Epoch)}, true
+	}
+	return Plan{}, false
 }
 
 // hold keeps etcd stopped (the initialisation waits, so etcd gets no configuration) for why,

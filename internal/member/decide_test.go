@@ -196,9 +196,30 @@ func TestDecide(t *testing.T) {
 		{name: "fenced member on valid data with a quorum: etcd held",
 			obs:  with_(obs("m1", validData, quorate, all), func(o *Observation) { o.Fenced = true }),
 			want: Plan{Case: CaseFenced, Action: ActionWait}},
-		{name: "fenced member held before a directive would seed it",
-			obs:  with_(obs("m1", validData, noQuorum, formed), func(o *Observation) { o.Fenced, o.Directive = true, seedingM1 }),
+		// A recovery directive comes before the fence: it needs every member's data.
+		{name: "fenced member a directive seeds: it seeds (force-new-cluster on its own data)",
+			obs: with_(obs("m1", validData, noQuorum, formed), func(o *Observation) {
+				o.Fenced, o.FencedOnDisk, o.Directive = true, true, seedingM1
+			}),
+			want: Plan{Case: "QuorumLossSeedFromSurvivor", Action: ActionForceNewCluster, ClusterState: "existing", RecoveryEpoch: 3}},
+		{name: "fenced seed that carried out its directive (not acknowledged yet): restarts on the recovered data",
+			obs: with_(obs("m1", validData, noQuorum, formed), func(o *Observation) {
+				o.Fenced, o.Directive, o.AppliedEpoch = true, seedingM1, 3
+			}),
+			want: Plan{Case: "QuorumLossSeedRestart", Action: ActionRestart, ClusterState: "existing"}},
+		{name: "fenced member rejoins the recovered cluster",
+			obs: with_(obs("m2", emptyData, newClusterOfM0, status(formed, ready("m0"))), func(o *Observation) {
+				o.Fenced, o.FencedOnDisk, o.Directive = true, true, rejoinM0
+			}),
+			want: Plan{Case: "QuorumLossFollowerRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", RecoveryEpoch: 5}},
+		{name: "fenced member once the directive asks nothing more of it: held again",
+			obs: with_(obs("m2", validData, newClusterOfM0, status(formed, ready("m0"))), func(o *Observation) {
+				o.Fenced, o.Directive, o.AppliedEpoch = true, rejoinM0, 5
+			}),
 			want: Plan{Case: CaseFenced, Action: ActionWait}},
+		{name: "member whose data dir still records a suspended fence follows the directive",
+			obs:  with_(obs("m1", validData, noQuorum, formed), func(o *Observation) { o.FencedOnDisk, o.Directive = true, seedingM1 }),
+			want: Plan{Case: "QuorumLossSeedFromSurvivor", Action: ActionForceNewCluster, ClusterState: "existing", RecoveryEpoch: 3}},
 		{name: "unfenced member whose data dir still records the fence: restarts (the view decides)",
 			obs:  with_(obs("m1", validData, quorate, all), func(o *Observation) { o.FencedOnDisk = true }),
 			want: Plan{Case: "RestartQuorate", Action: ActionRestart, ClusterState: "existing"}},

@@ -58,6 +58,11 @@ const (
 	// CaseFenceRefused: a fence asked for is not applied: the name is no member, or fencing
 	// it would leave fewer than a quorum of Ready voters unfenced.
 	CaseFenceRefused Case = "FenceRefused"
+	// CaseFenceSuspended: a recovery directive is in force (a quorum-loss recovery or a restore
+	// in place), so no fence is: the recovery needs every member's data, a fenced member's
+	// too (it may hold the newest), and waits for every member to follow the directive. The
+	// fences apply again once it is done, by the ordinary rule.
+	CaseFenceSuspended Case = "FenceSuspended"
 )
 
 // Reasons of the cluster's conditions that more than one step sets or tests look for.
@@ -240,6 +245,9 @@ type Decision struct {
 	// for their sidecars); FenceRefused says which fences asked for are not, and why.
 	Fenced       []string
 	FenceRefused string
+	// FenceSuspended says why no fence asked for is in force while a recovery runs ("": none is
+	// suspended).
+	FenceSuspended string
 	// StopFenced are fenced members whose pods are Ready (their etcd serves): their pods are
 	// deleted, and the sidecars of the new ones hold etcd. When the leader is among them,
 	// leadership moves to FenceMoveLeaderTo first.
@@ -269,12 +277,15 @@ func Decide(o Observation) Decision {
 	// The members of a hibernated cluster are stopped on purpose.
 	stopped := hibernating && o.Previous.Hibernation != nil && o.Previous.Hibernation.Phase == v1alpha1.HibernationStopped
 
-	d.Fenced, d.FenceRefused = decideFence(o, size)
+	d.Fenced, d.FenceRefused, d.FenceSuspended = decideFence(o, size)
 	if len(d.Fenced) > 0 {
 		addCase(&d, CaseMemberFenced)
 	}
 	if d.FenceRefused != "" {
 		addCase(&d, CaseFenceRefused)
+	}
+	if d.FenceSuspended != "" {
+		addCase(&d, CaseFenceSuspended)
 	}
 
 	changedByLease, changedByPod, unknownExpired := false, false, false
@@ -737,8 +748,15 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 // decideFence is the fence in force: of the members the annotation names, those fenced
 // already stay fenced; another is fenced only while, with it, a quorum of the members
 // (size/2+1) are voters Ready now and unfenced. A name of no member is refused. refused says
-// what is not applied and why ("": all of it is).
-func decideFence(o Observation, size int32) (fenced []string, refused string) {
+// what is not applied and why ("": all of it is). While a recovery directive is in force no
+// fence is, and suspended says so: the recovery needs every member's data and waits for every
+// member to follow its directive, which a fenced member's sidecar would never do. Afterwards
+// the status records no fence, so each is applied again only while the quorum allows it.
+func decideFence(o Observation, size int32) (fenced []string, refused, suspended string) {
+	if o.Recovery != nil && o.Recovery.Status.Directive != nil && len(o.FenceRequest) > 0 {
+		return nil, "", fmt.Sprintf("the fences of %s are suspended while recovery %d runs: it needs every member's data, and each member follows its directive; "+
+			"they apply again once it is done, while a quorum of Ready voters stays unfenced", strings.Join(o.FenceRequest, ", "), o.Recovery.Status.Directive.Epoch)
+	}
 	var members, problems []string
 	for _, m := range o.Members {
 		if int32(m.Ordinal) < size {
@@ -764,7 +782,7 @@ func decideFence(o Observation, size int32) (fenced []string, refused string) {
 		fenced = append(fenced, name)
 	}
 	slices.Sort(fenced)
-	return fenced, strings.Join(problems, "; ")
+	return fenced, strings.Join(problems, "; "), ""
 }
 
 // FenceShortOfQuorum says why fencing name is refused when it would leave ready Ready voters
@@ -961,6 +979,9 @@ func membersSummary(d *Decision, size int32) string {
 	}
 	if len(d.Fenced) > 0 {
 		s += fmt.Sprintf(", %s fenced (etcd held stopped on purpose)", strings.Join(d.Fenced, ", "))
+	}
+	if d.FenceSuspended != "" {
+		s += "; " + d.FenceSuspended
 	}
 	if len(silent) > 0 {
 		s += fmt.Sprintf("; the sidecars of %s have not renewed their Leases past the Unknown grace although their pods are Ready, so etcd serves: "+

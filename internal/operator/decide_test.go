@@ -1019,3 +1019,67 @@ func TestDecideRecoverability(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideFenceDuringRecovery: a member is fenced when the other two lose their quorum, and
+// their data. The recovery it needs starts as for any quorum loss; while its directive is in
+// force the fence is suspended (no fence in the ConfigMap or the status, the condition says
+// so), so the formerly fenced member, whose data is the only data left, is chosen as the seed
+// and its sidecar follows the directive. Once the recovery is done the annotation, still
+// there, fences it again by the ordinary rule: only while a quorum of Ready voters stays
+// unfenced.
+func TestDecideFenceDuringRecovery(t *testing.T) {
+	w := healthy(3).podNotReady(0, time.Hour).podNotReady(1, time.Hour).podNotReady(2, time.Hour).fence("c-2").fenced("c-2")
+	w.prevStatus(0, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 10*time.Minute)
+	w.prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 10*time.Minute)
+	w.prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonFenced, time.Hour)
+	w.o.Previous.ClusterID = "c1"
+	w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+	rec := &Recovery{Timing: heal.Timing{Grace: time.Minute, ReportTimeout: time.Minute, SeedTimeout: time.Hour}}
+	rec.Status.QuorumLostSince = t0.Add(-2 * time.Minute)
+	w.o.Recovery = rec
+
+	d := Decide(w.o)
+	dir := d.Recovery.Status.Directive
+	if dir == nil || dir.Phase != cluster.PhaseFencing || !slices.Contains(d.Recovery.FencePods, "c-2") {
+		t.Fatalf("directive %+v, fence pods %v: the quorum lost beside a fenced member must start the recovery, which stops every member", dir, d.Recovery.FencePods)
+	}
+
+	// Next pass: every pod was recreated after the directive and its sidecar reported from
+	// disk; c-0 and c-1 lost their data.
+	rec.Status = d.Recovery.Status
+	w.o.Previous.FencedMembers, w.o.Previous.Members = d.Fenced, d.Members
+	w.o.Now = t0.Add(10 * time.Second)
+	w.o.Reports = map[string]cluster.Report{}
+	for i := range w.o.Members {
+		name := fmt.Sprintf("c-%d", i)
+		w.o.Members[i].Pod = &PodState{Created: t0.Add(time.Duration(i+1) * time.Second)}
+		w.o.Reports[name] = cluster.Report{Name: name, At: t0.Add(5 * time.Second), Source: cluster.ReportFromDisk, DataEmpty: true}
+	}
+	w.o.Reports["c-2"] = cluster.Report{Name: "c-2", At: t0.Add(5 * time.Second), Source: cluster.ReportFromDisk, DataValid: true, MemberID: "66", ClusterID: "c1",
+		Owner: "c-2", LastTerm: 3, LastIndex: 100, Applied: 100, Revision: 90}
+	d = Decide(w.o)
+	if dir := d.Recovery.Status.Directive; dir == nil || dir.Phase != cluster.PhaseSeeding || dir.Seed != "c-2" {
+		t.Fatalf("directive %+v (waiting %q): c-2 holds the only data and must seed", dir, d.Recovery.Status.Waiting)
+	}
+	if !slices.Contains(d.Cases, CaseFenceSuspended) || len(d.Fenced) != 0 || len(d.StopFenced) != 0 || !strings.Contains(d.FenceSuspended, "suspended while recovery 1 runs") {
+		t.Errorf("cases %v, fenced %v, stop %v, suspended %q: the fence must be suspended while the directive is in force", d.Cases, d.Fenced, d.StopFenced, d.FenceSuspended)
+	}
+	if m := memberOf(d, "c-2"); m.Reason == v1alpha1.ReasonFenced {
+		t.Errorf("c-2 = %+v: a suspended fence is no reason", m)
+	}
+	if c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionAllMembersReady); c == nil || !strings.Contains(c.Message, d.FenceSuspended) {
+		t.Errorf("AllMembersReady %+v does not say the fence is suspended", c)
+	}
+
+	// Done: the members serve again, and the status records no fence (it was suspended).
+	after := healthy(3).fence("c-2")
+	after.o.Recovery = &Recovery{Status: heal.Status{LastEpoch: 1, LastRecovery: d.Recovery.Status.Directive}, Timing: rec.Timing}
+	d = Decide(after.o)
+	if !slices.Equal(d.Fenced, []string{"c-2"}) || !slices.Equal(d.StopFenced, []string{"c-2"}) || d.FenceSuspended != "" {
+		t.Errorf("fenced %v, stop %v, suspended %q: once the recovery is done the fence applies again", d.Fenced, d.StopFenced, d.FenceSuspended)
+	}
+	d = Decide(after.podNotReady(1, time.Minute).o)
+	if len(d.Fenced) != 0 || !strings.Contains(d.FenceRefused, "fencing c-2 would leave 1 Ready voters unfenced") {
+		t.Errorf("fenced %v, refused %q: after the recovery the fence waits for a quorum of Ready voters beside it", d.Fenced, d.FenceRefused)
+	}
+}

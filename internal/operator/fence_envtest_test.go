@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -168,4 +169,80 @@ func configFenced(t *testing.T, ns, name string) []string {
 		t.Fatal(err)
 	}
 	return cc.FencedMembers
+}
+
+// TestFenceSuspendedDuringRecovery: fr-0 is fenced when every member stops and fr-1 and fr-2
+// lose their data: the recovery needs fr-0's data. While its directive is in force the fence
+// is suspended (not in the ConfigMap or the status, an Event says so), and fr-0 is chosen as
+// the seed; once the recovery is done the annotation, still there, fences fr-0 again.
+func TestFenceSuspendedDuringRecovery(t *testing.T) {
+	t.Parallel() // its own namespace
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	if err := k8s.Create(ctx, newCluster(ns, "fr", 3)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "fr", &appsv1.StatefulSet{}) })
+	waitReady(t, ns, "fr", 3)
+	testutil.Eventually(t, 10*time.Second, "voters recorded", func() error {
+		if ec := getCluster(t, ns, "fr"); ec.Status.ClusterID != "c1" || len(ec.Status.Voters) != 3 {
+			return fmt.Errorf("cluster %q voters %v", ec.Status.ClusterID, ec.Status.Voters)
+		}
+		return nil
+	})
+	setFence(t, ns, "fr", "fr-0")
+	notFr0 := func(i int) bool { return i != 0 }
+	testutil.Eventually(t, 30*time.Second, "fr-0 fenced", func() error {
+		members(t, ns, "fr", notFr0)
+		if ec := getCluster(t, ns, "fr"); !slices.Equal(ec.Status.FencedMembers, []string{"fr-0"}) {
+			return fmt.Errorf("status.fencedMembers %v", ec.Status.FencedMembers)
+		}
+		return nil
+	})
+
+	// Every member stops; from disk, fr-0 holds the cluster's data, the others nothing.
+	none := func(int) bool { return false }
+	testutil.Eventually(t, 60*time.Second, "a directive that seeds fr-0, the fence suspended", func() error {
+		membersRenewing(t, ns, "fr", none, none)
+		now := time.Now()
+		writeReport(t, ns, cluster.Report{Name: "fr-0", At: now, Source: cluster.ReportFromDisk, DataValid: true, Owner: "fr-0",
+			MemberID: "a0", ClusterID: "c1", Formed: true, LastTerm: 5, LastIndex: 120, Commit: 118, Applied: 118}, nil)
+		for _, n := range []string{"fr-1", "fr-2"} {
+			writeReport(t, ns, cluster.Report{Name: n, At: now, Source: cluster.ReportFromDisk, DataEmpty: true}, nil)
+		}
+		ec := getCluster(t, ns, "fr")
+		if d := directive(t, ec); d == nil || d.Phase != cluster.PhaseSeeding || d.Seed != "fr-0" {
+			return fmt.Errorf("directive %+v", d)
+		}
+		if len(ec.Status.FencedMembers) != 0 || len(configFenced(t, ns, "fr")) != 0 {
+			return fmt.Errorf("fences in force while the recovery runs: status %v, ConfigMap %v", ec.Status.FencedMembers, configFenced(t, ns, "fr"))
+		}
+		if c := apimeta.FindStatusCondition(ec.Status.Conditions, v1alpha1.ConditionAllMembersReady); c == nil || !strings.Contains(c.Message, "suspended while recovery") {
+			return fmt.Errorf("AllMembersReady %+v does not say the fence is suspended", c)
+		}
+		return findEventMessage(ns, "FenceSuspended", "fr-0 unfenced: the fences of fr-0 are suspended while recovery")
+	})
+
+	// fr-0 carries the directive out and serves; the others rejoin; the fence holds again.
+	epoch := directive(t, getCluster(t, ns, "fr")).Epoch
+	testutil.Eventually(t, 60*time.Second, "recovery retired, fr-0 fenced again", func() error {
+		members(t, ns, "fr", all)
+		writeReport(t, ns, cluster.Report{Name: "fr-0", At: time.Now(), Source: cluster.ReportFromEtcd, Serving: true, DataValid: true,
+			Leader: true, MemberID: "a0", ClusterID: "c2", Formed: true, AppliedEpoch: epoch, Revision: 200,
+			Members: []cluster.LiveMember{{ID: "a0", Name: "fr-0"}, {ID: "a1", Name: "fr-1"}, {ID: "a2", Name: "fr-2"}}},
+			&cluster.DirectiveAck{Epoch: epoch, Result: cluster.DirectiveResult{Member: "fr-0", MemberID: "a0", ClusterID: "c2", Revision: 200}})
+		for i, n := range []string{"fr-1", "fr-2"} {
+			writeReport(t, ns, cluster.Report{Name: n, At: time.Now(), Source: cluster.ReportFromEtcd, Serving: true, DataValid: true,
+				MemberID: fmt.Sprintf("a%d", i+1), ClusterID: "c2", Formed: true, AppliedEpoch: epoch}, nil)
+		}
+		ec := getCluster(t, ns, "fr")
+		if d := directive(t, ec); d != nil {
+			return fmt.Errorf("directive %d still in force: %s (%s)", d.Epoch, d.Phase, d.Reason)
+		}
+		if !slices.Equal(ec.Status.FencedMembers, []string{"fr-0"}) || !slices.Equal(configFenced(t, ns, "fr"), []string{"fr-0"}) {
+			return fmt.Errorf("fences in force: status %v, ConfigMap %v", ec.Status.FencedMembers, configFenced(t, ns, "fr"))
+		}
+		return nil
+	})
 }

@@ -101,6 +101,7 @@ type mAPI struct {
 	stsReplicas   int32
 	stsVersion    int
 	configMembers int32
+	configFenced  []string
 	pods          map[string]mPod
 	leases        map[string]coordinationv1.Lease
 	reports       map[string]cluster.Report
@@ -118,7 +119,9 @@ type opModel struct {
 	stsReplicas   int32
 	stsVersion    int
 	configMembers int32
-	backup        int // newest write backed up; -1: no backup store
+	// configFenced are the fences the ConfigMap carries, which the sidecars hold.
+	configFenced []string
+	backup       int // newest write backed up; -1: no backup store
 	// mustKeep is the newest acknowledged write some voter's data (or the backup) still holds.
 	mustKeep int
 	nextID   int
@@ -265,7 +268,7 @@ func (m *opModel) opNow() time.Time              { return m.now.Add(m.opSkew) }
 
 func (m *opModel) snapshot() {
 	m.snapshots++
-	a := mAPI{seq: m.snapshots, ec: m.ec.DeepCopy(), stsReplicas: m.stsReplicas, stsVersion: m.stsVersion, configMembers: m.configMembers,
+	a := mAPI{seq: m.snapshots, ec: m.ec.DeepCopy(), stsReplicas: m.stsReplicas, stsVersion: m.stsVersion, configMembers: m.configMembers, configFenced: m.configFenced,
 		pods: map[string]mPod{}, leases: map[string]coordinationv1.Lease{}, reports: map[string]cluster.Report{}, acks: map[string]cluster.DirectiveAck{}}
 	a.ec.ResourceVersion = strconv.Itoa(m.ecVersion)
 	for _, mm := range m.mems {
@@ -323,7 +326,8 @@ func (m *opModel) cached() mAPI {
 func (m *opModel) observe(a mAPI, now time.Time) Observation {
 	ec := a.ec
 	o := Observation{Now: now, Name: ec.Name, Desired: ec.Spec.Replicas, Previous: ec.Status, Graces: modelGraces,
-		StatefulSetReplicas: a.stsReplicas, ConfigMembers: a.configMembers, Hibernate: ec.Annotations[v1alpha1.AnnotationHibernate] == "true"}
+		StatefulSetReplicas: a.stsReplicas, ConfigMembers: a.configMembers, Hibernate: ec.Annotations[v1alpha1.AnnotationHibernate] == "true",
+		FenceRequest: FencedMembers(ec)}
 	members := map[int]*MemberObservation{}
 	at := func(i int) *MemberObservation {
 		if mo, ok := members[i]; ok {
@@ -409,8 +413,18 @@ func (m *opModel) reconcile() {
 	if d.StatefulSetReplicas != a.stsReplicas && a.stsVersion == m.stsVersion && m.write("the StatefulSet") {
 		m.stsReplicas, m.stsVersion = d.StatefulSetReplicas, m.stsVersion+1
 	}
-	if d.ConfigMembers != a.configMembers && m.write("the ConfigMap") {
-		m.configMembers = d.ConfigMembers
+	configSynced := d.ConfigMembers == a.configMembers && slices.Equal(d.Fenced, a.configFenced)
+	if !configSynced && m.write("the ConfigMap") {
+		m.configMembers, m.configFenced, configSynced = d.ConfigMembers, d.Fenced, true
+	}
+	if configSynced {
+		// As the reconciler's stopFenced: once the ConfigMap carries the fence, the annotation
+		// read fresh still naming the member, the pod read fresh still Ready.
+		for _, name := range d.StopFenced {
+			if slices.Contains(FencedMembers(m.ec), name) {
+				m.deletePod(name, "stop the fenced member", func(p *mPod) bool { return p.ready })
+			}
+		}
 	}
 	notReadySince := now.Add(-modelGraces.NotReady)
 	for _, name := range d.DeletePods {
@@ -576,9 +590,14 @@ func (m *opModel) sidecar(mm *mMember) {
 	for i := 0; i < max(int(m.configMembers), int(m.stsReplicas)); i++ {
 		names = append(names, fmt.Sprintf("c-%d", i))
 	}
+	// As member.Decide: a directive that asks something of this member (one it has not
+	// carried out, or the seed's restart on what it recovered) comes before its fence.
+	followsDirective := d != nil && (mm.data == nil || mm.data.epoch < d.Epoch || d.Phase == cluster.PhaseSeeding && d.Seed == mm.name)
 	switch {
 	case d != nil && slices.Contains(d.Fenced(names), mm.name):
 		return // held
+	case !followsDirective && slices.Contains(m.configFenced, mm.name):
+		return // held by the user's fence
 	case d != nil && d.Phase == cluster.PhaseSeeding && d.Seed == mm.name && (mm.data == nil || mm.data.epoch < d.Epoch):
 		m.seed(mm, d)
 		return
@@ -803,6 +822,11 @@ func (m *opModel) setSpec(f func(ec *v1alpha1.EtcdCluster)) {
 	m.ecVersion++
 }
 
+// unfence lifts every fence the annotation asks for.
+func (m *opModel) unfence() {
+	m.setSpec(func(ec *v1alpha1.EtcdCluster) { delete(ec.Annotations, v1alpha1.AnnotationFencedMembers) })
+}
+
 // check verifies what holds in every state.
 func (m *opModel) check() {
 	var serving []string
@@ -962,6 +986,12 @@ func (m *opModel) randomAction() {
 		m.action(fmt.Sprintf("scale to %d", n), func() { m.setSpec(func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas = n }) })
 	case k < 95:
 		m.action("scale to 0 (hibernate)", func() { m.setSpec(func(ec *v1alpha1.EtcdCluster) { ec.Spec.Replicas = 0 }) })
+	case k < 97:
+		m.action("fence "+mm.name, func() {
+			m.setSpec(func(ec *v1alpha1.EtcdCluster) { ec.Annotations[v1alpha1.AnnotationFencedMembers] = mm.name })
+		})
+	case k < 98:
+		m.action("unfence", m.unfence)
 	default:
 		m.action("run a round", m.round)
 	}
@@ -1012,6 +1042,30 @@ func runOpSequence(t *testing.T, seed int64, size int) {
 		m.randomAction()
 	}
 	m.calmDown()
+	if fence := m.ec.Annotations[v1alpha1.AnnotationFencedMembers]; fence != "" {
+		// The fence stays asked for: a recovery in force must end all the same (it suspends
+		// the fence, and the fenced member does its part), and the fence must hold again after.
+		fenced := m.mems[slices.IndexFunc(m.mems, func(mm *mMember) bool { return mm.name == fence })]
+		// A fence applies to a member of three or more (one fenced leaves a quorum of the others).
+		held := func() bool {
+			return fenced.ordinal >= int(m.stsReplicas) || m.stsReplicas < 3 ||
+				slices.Contains(m.ec.Status.FencedMembers, fence) && fenced.pod != nil && !fenced.etcd
+		}
+		ended := false
+		for r := 0; r < 60 && m.violation == "" && !(ended && held()); r++ {
+			m.round()
+			m.action("wait 10s", func() { m.now = m.now.Add(10 * time.Second) })
+			ended = m.storedDirective() == nil
+		}
+		switch {
+		case m.violation != "" || !m.recoverable():
+		case !ended:
+			t.Fatalf("seed %d (%d members): with %s fenced, the recovery never ended\n%s", seed, size, fence, m.dump())
+		case !held():
+			t.Fatalf("seed %d (%d members): once the recovery ended, %s's fence did not hold again\n%s", seed, size, fence, m.dump())
+		}
+		m.action("unfence", m.unfence)
+	}
 	ok := false
 	for r := 0; r < 60 && m.violation == "" && !ok; r++ {
 		m.round()
@@ -1046,8 +1100,8 @@ func opSequences(def int) int {
 // nodes lost (pods stuck Terminating, etcd cut off) and back, Lease and EtcdMember writes
 // refused, the operator's cache lagging, its writes failing, its restarts (its lease clock
 // lost), clocks skewed on nodes (up to a minute) and the operator's reading of the API
-// server's clock off by up to a second (apiClock), scale requests and hibernation, writes and
-// backups.
+// server's clock off by up to a second (apiClock), scale requests and hibernation, a member
+// fenced and unfenced (a recovery must end while the fence is asked for), writes and backups.
 func TestModelOperatorGeneratedFaults(t *testing.T) {
 	t.Parallel() // pure: nothing shared
 	exploreOperator(t)

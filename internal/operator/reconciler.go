@@ -594,7 +594,8 @@ func FencedMembers(ec *v1alpha1.EtcdCluster) []string {
 // (and a Warning Event when the refusal is new); the fenced members whose etcd still serves
 // get their pods deleted, read fresh and still Ready, once the ConfigMap that fences them is
 // written (the new pods' sidecars hold etcd), after leadership moved away from one that leads.
-// Events record the fences applied and lifted once the status that records them is stored.
+// Events record the fences applied, lifted and suspended once the status that records them is
+// stored.
 func (r *ClusterReconciler) stopFenced(ctx context.Context, ec *v1alpha1.EtcdCluster, d *Decision, p *pass) {
 	if d.FenceRefused != "" {
 		err := fmt.Errorf("annotation %s: %s", v1alpha1.AnnotationFencedMembers, d.FenceRefused)
@@ -611,8 +612,13 @@ func (r *ClusterReconciler) stopFenced(ctx context.Context, ec *v1alpha1.EtcdClu
 			})
 		}
 	}
-	for _, name := range ec.Status.FencedMembers {
-		if !slices.Contains(d.Fenced, name) {
+	lifted := slices.DeleteFunc(slices.Clone(ec.Status.FencedMembers), func(name string) bool { return slices.Contains(d.Fenced, name) })
+	if len(lifted) > 0 && d.FenceSuspended != "" {
+		p.stored = append(p.stored, func() {
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "FenceSuspended", "Fence", "%s unfenced: %s", strings.Join(lifted, ", "), d.FenceSuspended)
+		})
+	} else {
+		for _, name := range lifted {
 			p.stored = append(p.stored, func() {
 				r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "MemberUnfenced", "Fence", "member %s is unfenced: its etcd starts again on its data", name)
 			})
