@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -42,6 +47,31 @@ func deletePods(t *testing.T, ns string, claims bool, pods ...string) {
 		}
 	}
 	kubectl(t, ns, append([]string{"delete", "--wait=false"}, names...)...)
+}
+
+// tarNames lists the files of a gzipped tarball.
+func tarNames(t *testing.T, file string) []string {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for tr := tar.NewReader(gz); ; {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+	}
 }
 
 // losePods loses member pods and their volumes together, as a node that dies takes them:
@@ -171,6 +201,50 @@ func TestThreeMembers(t *testing.T) {
 		if logs := kubectlSteward(t, ns, "logs", "main-0", "-c", "sidecar", "--tail", "5"); strings.Count(logs, "\n") == 0 {
 			t.Errorf("kubectl steward logs main-0: nothing")
 		}
+		var backup struct {
+			Phase    string
+			Revision int64
+			Key      string
+		}
+		if err := json.Unmarshal([]byte(kubectlSteward(t, ns, "backup", "main", "--wait", "3m", "-o", "json")), &backup); err != nil {
+			t.Fatal(err)
+		}
+		if backup.Phase != v1alpha1.BackupCompleted || backup.Revision == 0 || backup.Key == "" {
+			t.Errorf("kubectl steward backup main: %+v, want a completed full snapshot", backup)
+		}
+		file := filepath.Join(t.TempDir(), "report.tar.gz")
+		kubectlSteward(t, ns, "report", "main", "-f", file, "-o", "json")
+		names := tarNames(t, file)
+		for _, want := range []string{"etcdcluster.yaml", "etcdmembers.yaml", "events.yaml", "logs/main-0-etcd.log"} {
+			if !slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, want) }) {
+				t.Errorf("kubectl steward report main: the tarball holds %v, no %s", names, want)
+			}
+		}
+	})
+
+	runStep(t, "kubectl steward fence, then unfence", func(t *testing.T) {
+		kubectlSteward(t, ns, "fence", "main-2")
+		testutil.Eventually(t, 2*time.Minute, "main-2 fenced, its etcd held", func() error {
+			e, err := getEC(ns, "main")
+			if err != nil {
+				return err
+			}
+			for _, m := range e.Status.Members {
+				if m.Name == "main-2" && slices.Equal(e.Status.FencedMembers, []string{"main-2"}) && m.Reason == v1alpha1.ReasonFenced && m.Status != v1alpha1.MemberReady {
+					return nil
+				}
+			}
+			b, _ := json.Marshal(e.Status.Members)
+			return fmt.Errorf("fenced %v, members %s", e.Status.FencedMembers, b)
+		})
+		// Two of three serve: writes go on; a second fence would leave one: refused.
+		maps.Copy(acked, putKeys(t, ns, "main", "fenced", 10))
+		if out, err := kubectlStewardErr(ns, "fence", "main-1"); err == nil {
+			t.Fatalf("kubectl steward fence main-1 with main-2 fenced: accepted:\n%s", out)
+		}
+		kubectlSteward(t, ns, "unfence", "main-2")
+		ec = waitReady(t, ns, "main", 3, 2*time.Minute)
+		assertKeysOnEveryMember(t, ns, "main", acked)
 	})
 
 	runStep(t, "pod deleted returns with the same member ID", func(t *testing.T) {
@@ -187,7 +261,7 @@ func TestThreeMembers(t *testing.T) {
 	runStep(t, "pod and volume deleted: replaced as a learner and promoted", func(t *testing.T) {
 		w := startWriter(t, ns, "main", "replace", 100*time.Millisecond)
 		before, pods := memberIDs(ec), memberPods(t, ns, "main")
-		deletePods(t, ns, true, "main-2")
+		kubectlSteward(t, ns, "destroy", "main-2", "--yes") // its pod and volume, as the plugin deletes them
 		waitReplaced(t, ns, "main", pods, "main-2")
 		waitMemberReplaced(t, ns, "main", "main-2", before["main-2"])
 		ec = waitReady(t, ns, "main", 3, 2*time.Minute)
