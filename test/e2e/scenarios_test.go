@@ -656,13 +656,18 @@ func TestRestoreInPlace(t *testing.T) {
 		}
 	}
 	track()
-	apply(t, ns, fmt.Sprintf("apiVersion: etcd.steward.dev/v1alpha1\nkind: EtcdRestore\nmetadata: {name: back}\nspec: {cluster: r, revision: %d}\n", rev))
+	// Asked as a user would, with the plugin, which makes the EtcdRestore and returns.
+	var asked struct{ Restore string }
+	if err := json.Unmarshal([]byte(kubectlSteward(t, ns, "restore", "r", "--to-revision", fmt.Sprint(rev), "--wait", "0", "-o", "json")), &asked); err != nil || asked.Restore == "" {
+		t.Fatalf("kubectl steward restore r: %+v, %v", asked, err)
+	}
+	back := asked.Restore
 	// A second fault once the snapshot of the present is taken and the members are being
 	// stopped: the operator restarts.
 	var snapshot string
-	testutil.Eventually(t, 5*time.Minute, "EtcdRestore back past its snapshot, fencing or restoring", func() error {
+	testutil.Eventually(t, 5*time.Minute, "EtcdRestore "+back+" past its snapshot, fencing or restoring", func() error {
 		track()
-		er := getRestore(t, ns, "back")
+		er := getRestore(t, ns, back)
 		switch er.Status.Phase {
 		case "Fencing", "Restoring":
 			snapshot = fmt.Sprintf("%+v", er.Status.Snapshot)
@@ -673,9 +678,9 @@ func TestRestoreInPlace(t *testing.T) {
 		return fmt.Errorf("phase %q", er.Status.Phase)
 	})
 	restartOperator(t)
-	testutil.Eventually(t, 8*time.Minute, fmt.Sprintf("EtcdRestore back Succeeded at revision %d", rev), func() error {
+	testutil.Eventually(t, 8*time.Minute, fmt.Sprintf("EtcdRestore %s Succeeded at revision %d", back, rev), func() error {
 		track()
-		out, err := kubectlIn(ns, "", "get", "etcdrestore", "back", "-o", "jsonpath={.status.phase} {.status.restoredRevision} {.status.message}")
+		out, err := kubectlIn(ns, "", "get", "etcdrestore", back, "-o", "jsonpath={.status.phase} {.status.restoredRevision} {.status.message}")
 		if err != nil {
 			return err
 		}
@@ -690,13 +695,13 @@ func TestRestoreInPlace(t *testing.T) {
 	t.Logf("restored in place to revision %d in %s", rev, time.Since(start).Round(time.Second))
 	// The target was checked against the store by a member's sidecar, in the cluster's
 	// namespace with its own credentials (the operator reads no store itself).
-	checked, err := kubectlIn(ns, "", "get", "etcdrestore", "back", "-o", "jsonpath={.status.target.checked}")
+	checked, err := kubectlIn(ns, "", "get", "etcdrestore", back, "-o", "jsonpath={.status.target.checked}")
 	if err != nil || !strings.HasPrefix(checked, "against the store: timeline ") || !strings.Contains(checked, fmt.Sprintf("gives revision %d ", rev)) {
-		t.Fatalf("EtcdRestore back's target was checked %q (%v); want against the store, giving revision %d", checked, err, rev)
+		t.Fatalf("EtcdRestore %s's target was checked %q (%v); want against the store, giving revision %d", back, checked, err, rev)
 	}
 	// Carried out once: one snapshot, one directive (the newest epoch the cluster issued is
 	// the restore's, the one after the epoch its request saw), each pod fenced once.
-	er := getRestore(t, ns, "back")
+	er := getRestore(t, ns, back)
 	if got := fmt.Sprintf("%+v", er.Status.Snapshot); got != snapshot {
 		t.Errorf("the restore's snapshot of the present is %s, was %s before the operator restarted", got, snapshot)
 	}
