@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,36 @@ func TestTLS(t *testing.T) {
 	})
 	if n := len(defrag.Members); n != 3 || !defrag.Members[n-1].WasLeader {
 		t.Errorf("kubectl steward defrag --all: %+v, want every member, the leader last", defrag.Members)
+	}
+
+	// A certificate the plugin issues from the cluster's CA for the application user: etcd
+	// takes its name for the user, who may write without a password; none is issued for root.
+	certDir := filepath.Join(t.TempDir(), "app")
+	var issued struct{ User, Cert, Key, CA string }
+	if err := json.Unmarshal([]byte(kubectlSteward(t, ns, "certificate", "sec", "app", "--dir", certDir, "-o", "json")), &issued); err != nil {
+		t.Fatal(err)
+	}
+	if issued.User != "app" || filepath.Dir(issued.Cert) != certDir {
+		t.Fatalf("kubectl steward certificate: %+v", issued)
+	}
+	appTLS, err := pki.ClientTLS(certDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appTLS.ServerName = fmt.Sprintf("sec-client.%s.svc", ns)
+	testutil.Eventually(t, time.Minute, "a put as app, by the plugin's certificate alone", func() error {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{serviceEndpoint(t, ns, "sec")}, TLS: appTLS, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = c.Put(ctx, "tls/by-certificate", "app")
+		return err
+	})
+	if out, err := kubectlStewardErr(ns, "certificate", "sec", "root", "--dir", filepath.Join(t.TempDir(), "root")); err == nil {
+		t.Errorf("kubectl steward certificate sec root: issued:\n%s", out)
 	}
 
 	// With authentication on: the client certificate alone (etcd takes its name for a user

@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -42,6 +47,31 @@ func deletePods(t *testing.T, ns string, claims bool, pods ...string) {
 		}
 	}
 	kubectl(t, ns, append([]string{"delete", "--wait=false"}, names...)...)
+}
+
+// tarNames lists the files of a gzipped tarball.
+func tarNames(t *testing.T, file string) []string {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for tr := tar.NewReader(gz); ; {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+	}
 }
 
 // losePods loses member pods and their volumes together, as a node that dies takes them:
@@ -171,6 +201,50 @@ func TestThreeMembers(t *testing.T) {
 		if logs := kubectlSteward(t, ns, "logs", "main-0", "-c", "sidecar", "--tail", "5"); strings.Count(logs, "\n") == 0 {
 			t.Errorf("kubectl steward logs main-0: nothing")
 		}
+		var backup struct {
+			Phase    string
+			Revision int64
+			Key      string
+		}
+		if err := json.Unmarshal([]byte(kubectlSteward(t, ns, "backup", "main", "--wait", "3m", "-o", "json")), &backup); err != nil {
+			t.Fatal(err)
+		}
+		if backup.Phase != v1alpha1.BackupCompleted || backup.Revision == 0 || backup.Key == "" {
+			t.Errorf("kubectl steward backup main: %+v, want a completed full snapshot", backup)
+		}
+		file := filepath.Join(t.TempDir(), "report.tar.gz")
+		kubectlSteward(t, ns, "report", "main", "-f", file, "-o", "json")
+		names := tarNames(t, file)
+		for _, want := range []string{"etcdcluster.yaml", "etcdmembers.yaml", "events.yaml", "logs/main-0-etcd.log"} {
+			if !slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, want) }) {
+				t.Errorf("kubectl steward report main: the tarball holds %v, no %s", names, want)
+			}
+		}
+	})
+
+	runStep(t, "kubectl steward fence, then unfence", func(t *testing.T) {
+		kubectlSteward(t, ns, "fence", "main-2")
+		testutil.Eventually(t, 2*time.Minute, "main-2 fenced, its etcd held", func() error {
+			e, err := getEC(ns, "main")
+			if err != nil {
+				return err
+			}
+			for _, m := range e.Status.Members {
+				if m.Name == "main-2" && slices.Equal(e.Status.FencedMembers, []string{"main-2"}) && m.Reason == v1alpha1.ReasonFenced && m.Status != v1alpha1.MemberReady {
+					return nil
+				}
+			}
+			b, _ := json.Marshal(e.Status.Members)
+			return fmt.Errorf("fenced %v, members %s", e.Status.FencedMembers, b)
+		})
+		// Two of three serve: writes go on; a second fence would leave one: refused.
+		maps.Copy(acked, putKeys(t, ns, "main", "fenced", 10))
+		if out, err := kubectlStewardErr(ns, "fence", "main-1"); err == nil {
+			t.Fatalf("kubectl steward fence main-1 with main-2 fenced: accepted:\n%s", out)
+		}
+		kubectlSteward(t, ns, "unfence", "main-2")
+		ec = waitReady(t, ns, "main", 3, 2*time.Minute)
+		assertKeysOnEveryMember(t, ns, "main", acked)
 	})
 
 	runStep(t, "pod deleted returns with the same member ID", func(t *testing.T) {
@@ -187,7 +261,7 @@ func TestThreeMembers(t *testing.T) {
 	runStep(t, "pod and volume deleted: replaced as a learner and promoted", func(t *testing.T) {
 		w := startWriter(t, ns, "main", "replace", 100*time.Millisecond)
 		before, pods := memberIDs(ec), memberPods(t, ns, "main")
-		deletePods(t, ns, true, "main-2")
+		kubectlSteward(t, ns, "destroy", "main-2", "--yes") // its pod and volume, as the plugin deletes them
 		waitReplaced(t, ns, "main", pods, "main-2")
 		waitMemberReplaced(t, ns, "main", "main-2", before["main-2"])
 		ec = waitReady(t, ns, "main", 3, 2*time.Minute)
@@ -582,13 +656,18 @@ func TestRestoreInPlace(t *testing.T) {
 		}
 	}
 	track()
-	apply(t, ns, fmt.Sprintf("apiVersion: etcd.steward.dev/v1alpha1\nkind: EtcdRestore\nmetadata: {name: back}\nspec: {cluster: r, revision: %d}\n", rev))
+	// Asked as a user would, with the plugin, which makes the EtcdRestore and returns.
+	var asked struct{ Restore string }
+	if err := json.Unmarshal([]byte(kubectlSteward(t, ns, "restore", "r", "--to-revision", fmt.Sprint(rev), "--wait", "0", "-o", "json")), &asked); err != nil || asked.Restore == "" {
+		t.Fatalf("kubectl steward restore r: %+v, %v", asked, err)
+	}
+	back := asked.Restore
 	// A second fault once the snapshot of the present is taken and the members are being
 	// stopped: the operator restarts.
 	var snapshot string
-	testutil.Eventually(t, 5*time.Minute, "EtcdRestore back past its snapshot, fencing or restoring", func() error {
+	testutil.Eventually(t, 5*time.Minute, "EtcdRestore "+back+" past its snapshot, fencing or restoring", func() error {
 		track()
-		er := getRestore(t, ns, "back")
+		er := getRestore(t, ns, back)
 		switch er.Status.Phase {
 		case "Fencing", "Restoring":
 			snapshot = fmt.Sprintf("%+v", er.Status.Snapshot)
@@ -599,9 +678,9 @@ func TestRestoreInPlace(t *testing.T) {
 		return fmt.Errorf("phase %q", er.Status.Phase)
 	})
 	restartOperator(t)
-	testutil.Eventually(t, 8*time.Minute, fmt.Sprintf("EtcdRestore back Succeeded at revision %d", rev), func() error {
+	testutil.Eventually(t, 8*time.Minute, fmt.Sprintf("EtcdRestore %s Succeeded at revision %d", back, rev), func() error {
 		track()
-		out, err := kubectlIn(ns, "", "get", "etcdrestore", "back", "-o", "jsonpath={.status.phase} {.status.restoredRevision} {.status.message}")
+		out, err := kubectlIn(ns, "", "get", "etcdrestore", back, "-o", "jsonpath={.status.phase} {.status.restoredRevision} {.status.message}")
 		if err != nil {
 			return err
 		}
@@ -616,13 +695,13 @@ func TestRestoreInPlace(t *testing.T) {
 	t.Logf("restored in place to revision %d in %s", rev, time.Since(start).Round(time.Second))
 	// The target was checked against the store by a member's sidecar, in the cluster's
 	// namespace with its own credentials (the operator reads no store itself).
-	checked, err := kubectlIn(ns, "", "get", "etcdrestore", "back", "-o", "jsonpath={.status.target.checked}")
+	checked, err := kubectlIn(ns, "", "get", "etcdrestore", back, "-o", "jsonpath={.status.target.checked}")
 	if err != nil || !strings.HasPrefix(checked, "against the store: timeline ") || !strings.Contains(checked, fmt.Sprintf("gives revision %d ", rev)) {
-		t.Fatalf("EtcdRestore back's target was checked %q (%v); want against the store, giving revision %d", checked, err, rev)
+		t.Fatalf("EtcdRestore %s's target was checked %q (%v); want against the store, giving revision %d", back, checked, err, rev)
 	}
 	// Carried out once: one snapshot, one directive (the newest epoch the cluster issued is
 	// the restore's, the one after the epoch its request saw), each pod fenced once.
-	er := getRestore(t, ns, "back")
+	er := getRestore(t, ns, back)
 	if got := fmt.Sprintf("%+v", er.Status.Snapshot); got != snapshot {
 		t.Errorf("the restore's snapshot of the present is %s, was %s before the operator restarted", got, snapshot)
 	}
