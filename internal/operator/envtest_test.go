@@ -677,7 +677,7 @@ func TestScaleOneThreeFiveThree(t *testing.T) {
 		t.Fatalf("kubectl get ec: %v\n%s", err, out)
 	}
 	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
-	if want := "NAME READY MEMBERS FENCED LEADER REVISION LAST BACKUP RECOVERABLE SINCE AGE"; strings.Join(header, " ") != want {
+	if want := "NAME READY MEMBERS LEADER REVISION LAST BACKUP RECOVERABLE SINCE AGE"; strings.Join(header, " ") != want {
 		t.Errorf("kubectl get ec header %q, want %q", strings.Join(header, " "), want)
 	}
 	if !strings.Contains(out, "3/3") || !strings.Contains(out, "s-0") {

@@ -70,7 +70,7 @@ func TestFenceAndUnfence(t *testing.T) {
 		}
 		return findEventMessage(ns, "FencedMemberStopped", "its pod was deleted")
 	})
-	if out, err := kubectl(t, "-n", ns, "get", "ec", "f"); err != nil || !strings.Contains(out, `["f-2"]`) {
+	if out, err := kubectl(t, "-n", ns, "get", "ec", "f", "-o", "wide"); err != nil || !strings.Contains(out, `["f-2"]`) {
 		t.Errorf("kubectl get ec does not show f-2 fenced (%v):\n%s", err, out)
 	}
 
