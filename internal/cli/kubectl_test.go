@@ -1,16 +1,13 @@
 package cli
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -384,7 +381,7 @@ func TestKubectlPlugin(t *testing.T) {
 		if res.Namespace != ns || res.Cluster != "main" || res.File != file {
 			t.Errorf("report -o json: %+v", res)
 		}
-		files := readTarball(t, file)
+		files := testutil.ReadTarball(t, file)
 		for _, want := range []string{"etcdcluster.yaml", "etcdmembers.yaml", "events.yaml", "statefulsets.yaml", "secrets.txt"} {
 			if _, ok := files[want]; !ok {
 				t.Errorf("the report lacks %s (has %v)", want, keys(files))
@@ -794,35 +791,6 @@ func mustIn(t *testing.T, err error) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
-func readTarball(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name] = string(data)
-	}
-}
 
 func keys(m map[string]string) []string {
 	var out []string

@@ -1,14 +1,10 @@
 package e2e
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -47,31 +43,6 @@ func deletePods(t *testing.T, ns string, claims bool, pods ...string) {
 		}
 	}
 	kubectl(t, ns, append([]string{"delete", "--wait=false"}, names...)...)
-}
-
-// tarNames lists the files of a gzipped tarball.
-func tarNames(t *testing.T, file string) []string {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for tr := tar.NewReader(gz); ; {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return names
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, h.Name)
-	}
 }
 
 // losePods loses member pods and their volumes together, as a node that dies takes them:
@@ -214,7 +185,7 @@ func TestThreeMembers(t *testing.T) {
 		}
 		file := filepath.Join(t.TempDir(), "report.tar.gz")
 		kubectlSteward(t, ns, "report", "main", "-f", file, "-o", "json")
-		names := tarNames(t, file)
+		names := slices.Collect(maps.Keys(testutil.ReadTarball(t, file)))
 		for _, want := range []string{"etcdcluster.yaml", "etcdmembers.yaml", "events.yaml", "logs/main-0-etcd.log"} {
 			if !slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, want) }) {
 				t.Errorf("kubectl steward report main: the tarball holds %v, no %s", names, want)
