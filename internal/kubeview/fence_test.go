@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 )
 
 // TestFencedMemberHeldThenBack: with the ConfigMap fencing c-2, its member started again (the
@@ -79,16 +78,7 @@ func TestFencedMemberHeldThenBack(t *testing.T) {
 // setFenced writes the members the ConfigMap of cluster c fences, as the operator does.
 func setFenced(t *testing.T, c client.Client, ns string, names ...string) {
 	t.Helper()
-	cm, cc := readConfig(t, c, ns)
-	cc.FencedMembers = names
-	b, err := yaml.Marshal(cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm.Data[v1alpha1.ClusterConfigKey] = string(b)
-	if err := c.Update(context.Background(), cm); err != nil {
-		t.Fatal(err)
-	}
+	changeConfig(t, c, ns, func(cc *v1alpha1.ClusterConfig) { cc.FencedMembers = names })
 }
 
 // etcdAnswers connects to the etcd on port and asks it for its status, then runs do (if any).

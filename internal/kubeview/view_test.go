@@ -531,13 +531,21 @@ func TestMembersFormAndHealThroughTheAPIServer(t *testing.T) {
 // scales.
 func setMembers(t *testing.T, c client.Client, ns string, n int) {
 	t.Helper()
+	changeConfig(t, c, ns, func(cc *v1alpha1.ClusterConfig) {
+		if all, ok := allMembers[ns]; ok {
+			cc.Members = all
+		} else {
+			allMembers[ns] = cc.Members
+		}
+		cc.Members = cc.Members[:n]
+	})
+}
+
+// changeConfig rewrites the cluster's ConfigMap with change made to its configuration.
+func changeConfig(t *testing.T, c client.Client, ns string, change func(*v1alpha1.ClusterConfig)) {
+	t.Helper()
 	cm, cc := readConfig(t, c, ns)
-	if all, ok := allMembers[ns]; ok {
-		cc.Members = all
-	} else {
-		allMembers[ns] = cc.Members
-	}
-	cc.Members = cc.Members[:n]
+	change(&cc)
 	b, err := yaml.Marshal(cc)
 	if err != nil {
 		t.Fatal(err)
