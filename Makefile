@@ -164,8 +164,9 @@ FAULTS        ?=
 CHAOS_TIMEOUT ?= 60m
 .PHONY: chaos
 chaos:
-	STEWARD_CHAOS=1 STEWARD_CHAOS_SEED=$(SEED) STEWARD_CHAOS_DURATION=$(DURATION) STEWARD_CHAOS_MEMBERS=$(MEMBERS) \
-		STEWARD_CHAOS_FAULTS=$(FAULTS) STEWARD_CHAOS_OUT=$(CHAOS_OUT) $(GO) test -count=1 -v -timeout $(CHAOS_TIMEOUT) ./test/chaos
+	mkdir -p $(BIN); set -o pipefail; STEWARD_CHAOS=1 STEWARD_CHAOS_SEED=$(SEED) STEWARD_CHAOS_DURATION=$(DURATION) STEWARD_CHAOS_MEMBERS=$(MEMBERS) \
+		STEWARD_CHAOS_FAULTS=$(FAULTS) STEWARD_CHAOS_OUT=$(CHAOS_OUT) $(GO) test -count=1 -v -timeout $(CHAOS_TIMEOUT) ./test/chaos 2>&1 | \
+		tee $(BIN)/chaos.log || { awk -f hack/failures.awk $(BIN)/chaos.log; exit 1; }
 
 # End to end on a real Kubernetes of E2E_NODES nodes built here (test/e2e, docs/kubernetes.md):
 # each node's kubelet runs Steward's pods through its own containerd and runc. Needs root.
@@ -189,8 +190,11 @@ $(BIN)/coredns: hack/coredns/go.mod hack/coredns/main.go
 $(BIN)/pause: hack/kube/go.mod
 	gcc -Os -static -DVERSION=v3.10.2 -o $@ "$$(cd hack/kube && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
 
+# A failing run ends with what each failing test logged (hack/failures.awk).
+e2e chaos: SHELL := /bin/bash
 e2e: e2e-tools
-	STEWARD_E2E=1 STEWARD_E2E_DIR=$(E2E_DIR) STEWARD_E2E_NODES=$(E2E_NODES) STEWARD_E2E_BIN=$(BIN) $(GO) test -count=1 -v -parallel 2 -timeout 50m ./test/e2e/
+	mkdir -p $(BIN); set -o pipefail; STEWARD_E2E=1 STEWARD_E2E_DIR=$(E2E_DIR) STEWARD_E2E_NODES=$(E2E_NODES) STEWARD_E2E_BIN=$(BIN) \
+		$(GO) test -count=1 -v -parallel 2 -timeout 50m ./test/e2e/ 2>&1 | tee $(BIN)/e2e.log || { awk -f hack/failures.awk $(BIN)/e2e.log; exit 1; }
 
 e2e-up: e2e-tools
 	$(BIN)/e2e-node up --dir $(E2E_DIR) --bin $(BIN) --nodes $(E2E_NODES)

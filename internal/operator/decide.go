@@ -48,6 +48,10 @@ const (
 	// CaseQuorumAnswers: the evidence says the quorum is lost, but a member, asked directly,
 	// answers a linearizable read: the recovery is withdrawn and nothing is fenced.
 	CaseQuorumAnswers Case = "QuorumAnswersLinearizableRead"
+	// CaseRestartUnproven: members are NotReady past the grace and the evidence says the quorum
+	// serves, but asked directly no other member answers a linearizable read: nothing is
+	// restarted (Decision.RestartsHeld says why).
+	CaseRestartUnproven Case = "RestartUnproven"
 	// CaseRestoreRequested: an EtcdRestore requests its restore in place, and no directive
 	// was issued since: the directive that carries it out is issued, and every member fenced.
 	CaseRestoreRequested Case = "RestoreRequested"
@@ -141,9 +145,11 @@ type Observation struct {
 	// FenceRequest are the members the annotation etcd.steward.dev/fenced-members names.
 	FenceRequest []string
 	Graces       Graces
-	// QuorumAnswers names a member whose etcd answered a linearizable read when the operator
-	// asked it directly, just now ("" when none did, or none was asked): the quorum serves.
-	QuorumAnswers string
+	// Answers says, of each member the operator asked directly just now, whether its etcd
+	// answered a linearizable read (nil: none was asked). It is the fresh proof that an act
+	// which stops a member needs (Decision.AskMembers): a member that answers proves the
+	// quorum serves; a quorum that does not answer proves it is lost.
+	Answers map[string]bool
 	// DirectReports are the members' reports as their sidecars answered the operator
 	// directly, just now, dated Now by the operator's clock (nil: none was asked, or none
 	// answered). They stand in for the EtcdMembers, which may be stale (a sidecar's writes
@@ -214,8 +220,16 @@ type Decision struct {
 	// members the ConfigMap lists (the desired etcd members).
 	StatefulSetReplicas int32
 	ConfigMembers       int32
-	// DeletePods are member pods NotReady past the grace (case 9).
+	// DeletePods are member pods NotReady past the grace while another member answers a
+	// linearizable read (case 9).
 	DeletePods []string
+	// RestartsHeld says why members NotReady past the grace are not restarted ("": none is
+	// held): no other member answered, so the quorum is what is lost, not the member.
+	RestartsHeld string
+	// AskMembers: an act that stops a member is due (a restart, a fence, the fence of a lost
+	// quorum), but the members were not asked directly (Observation.Answers is nil). Nothing
+	// is stopped: the operator asks them, then decides again.
+	AskMembers bool
 	// QuorumLost: a majority has been NotReady past the grace (case 10).
 	QuorumLost bool
 	// MinAvailable of the PodDisruptionBudget.
@@ -277,12 +291,9 @@ func Decide(o Observation) Decision {
 	// The members of a hibernated cluster are stopped on purpose.
 	stopped := hibernating && o.Previous.Hibernation != nil && o.Previous.Hibernation.Phase == v1alpha1.HibernationStopped
 
-	d.Fenced, d.FenceRefused, d.FenceSuspended = decideFence(o, size)
+	d.Fenced, d.FenceRefused, d.FenceSuspended, d.AskMembers = decideFence(o, size)
 	if len(d.Fenced) > 0 {
 		addCase(&d, CaseMemberFenced)
-	}
-	if d.FenceRefused != "" {
-		addCase(&d, CaseFenceRefused)
 	}
 	if d.FenceSuspended != "" {
 		addCase(&d, CaseFenceSuspended)
@@ -331,6 +342,9 @@ func Decide(o Observation) Decision {
 		}
 	}
 	d.StopFenced, d.FenceMoveLeaderTo = stopFenced(o, &d)
+	if d.FenceRefused != "" {
+		addCase(&d, CaseFenceRefused)
+	}
 	if changedByLease {
 		addCase(&d, CaseLeasesOutOfSync)
 	}
@@ -369,13 +383,29 @@ func Decide(o Observation) Decision {
 			d.QuorumLost = true
 			addCase(&d, CaseQuorumLost)
 		case len(longNotReady) > 0 && quorate:
+			var due []string
 			for _, m := range longNotReady {
 				if mo := findMember(o.Members, m.Name); mo != nil && mo.Pod != nil && !mo.Pod.Deleting &&
 					o.Now.Sub(mo.Pod.Created) >= o.Graces.NotReady {
-					d.DeletePods = append(d.DeletePods, m.Name)
+					due = append(due, m.Name)
 				}
 			}
-			if len(d.DeletePods) > 0 {
+			// The pods' readiness and the Leases are second-hand, and a member's etcd is NotReady
+			// when the quorum is lost: only another member answering proves the fault is its own.
+			// One whose etcd answers, asked directly, serves: it is not restarted.
+			if o.Answers != nil {
+				due = slices.DeleteFunc(due, func(name string) bool { return o.Answers[name] })
+			}
+			switch {
+			case len(due) == 0:
+			case o.Answers == nil:
+				d.AskMembers = true
+			case answering(o, due) == "":
+				d.RestartsHeld = fmt.Sprintf("%s NotReady for more than %s, not restarted: asked directly, no other member answered a linearizable read, "+
+					"so the quorum is what is lost, and a restart would not bring it back", strings.Join(due, ", "), o.Graces.NotReady)
+				addCase(&d, CaseRestartUnproven)
+			default:
+				d.DeletePods = due
 				addCase(&d, CaseMinorityNotReady)
 			}
 		}
@@ -428,6 +458,9 @@ func Decide(o Observation) Decision {
 			d.StatefulSetReplicas, d.ConfigMembers = max(o.StatefulSetReplicas, o.ConfigMembers, 0), max(o.ConfigMembers, 0)
 			d.DeletePods = nil
 		}
+	}
+	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() && o.Answers == nil {
+		d.AskMembers = true
 	}
 	d.Recoverability = recoverability(o, d.ClusterID)
 	d.Rollout = decideRollout(o, &d, quorate, all)
@@ -752,10 +785,10 @@ func memberStatus(o Observation, m MemberObservation, prev v1alpha1.MemberStatus
 // fence is, and suspended says so: the recovery needs every member's data and waits for every
 // member to follow its directive, which a fenced member's sidecar would never do. Afterwards
 // the status records no fence, so each is applied again only while the quorum allows it.
-func decideFence(o Observation, size int32) (fenced []string, refused, suspended string) {
+func decideFence(o Observation, size int32) (fenced []string, refused, suspended string, ask bool) {
 	if o.Recovery != nil && o.Recovery.Status.Directive != nil && len(o.FenceRequest) > 0 {
 		return nil, "", fmt.Sprintf("the fences of %s are suspended while recovery %d runs: it needs every member's data, and each member follows its directive; "+
-			"they apply again once it is done, while a quorum of Ready voters stays unfenced", strings.Join(o.FenceRequest, ", "), o.Recovery.Status.Directive.Epoch)
+			"they apply again once it is done, while a quorum of Ready voters stays unfenced", strings.Join(o.FenceRequest, ", "), o.Recovery.Status.Directive.Epoch), false
 	}
 	var members, problems []string
 	for _, m := range o.Members {
@@ -774,6 +807,9 @@ func decideFence(o Observation, size int32) (fenced []string, refused, suspended
 			asked = append(asked, name)
 		}
 	}
+	if len(asked) > 0 && o.Answers == nil {
+		return fenced, strings.Join(problems, "; "), "", true
+	}
 	for _, name := range asked {
 		if err := FenceShortOfQuorum(name, readyVotersBut(o, size, append(slices.Clone(fenced), name)), int(size)); err != nil {
 			problems = append(problems, fmt.Sprintf("%v: it is not fenced (to stop every member, hibernate the cluster)", err))
@@ -782,7 +818,7 @@ func decideFence(o Observation, size int32) (fenced []string, refused, suspended
 		fenced = append(fenced, name)
 	}
 	slices.Sort(fenced)
-	return fenced, strings.Join(problems, "; "), ""
+	return fenced, strings.Join(problems, "; "), "", false
 }
 
 // FenceShortOfQuorum says why fencing name is refused when it would leave ready Ready voters
@@ -795,13 +831,14 @@ func FenceShortOfQuorum(name string, ready, size int) error {
 	return nil
 }
 
-// readyVotersBut counts the members below size, not in but, whose pods are Ready and whose
-// Leases are current and say they vote.
+// readyVotersBut counts the members below size, not in but, whose pods are Ready, whose
+// Leases are current and say they vote, and whose etcd, asked directly, answered a
+// linearizable read (when they were asked).
 func readyVotersBut(o Observation, size int32, but []string) int {
 	n := 0
 	for _, m := range o.Members {
 		if int32(m.Ordinal) < size && !slices.Contains(but, m.Name) && m.Pod != nil && m.Pod.Ready && !m.Pod.Deleting &&
-			leaseCurrent(o, m) && !strings.HasSuffix(m.Lease.Holder, ":"+v1alpha1.RoleLearner) {
+			leaseCurrent(o, m) && !strings.HasSuffix(m.Lease.Holder, ":"+v1alpha1.RoleLearner) && (o.Answers == nil || o.Answers[m.Name]) {
 			n++
 		}
 	}
@@ -809,22 +846,51 @@ func readyVotersBut(o Observation, size int32, but []string) int {
 }
 
 // stopFenced lists the fenced members whose pods are Ready, so their etcd serves yet: their
-// pods are deleted. The leader's leadership moves first, to a Ready voter that is not fenced.
+// pods are deleted, once the members, asked directly, show that a quorum of Ready voters
+// answers without them (the fence was applied by the same rule, but the cluster may have
+// lost members since). The leader's leadership moves first, to an unfenced voter that answers.
 func stopFenced(o Observation, d *Decision) (stop []string, moveTo string) {
 	for _, name := range d.Fenced {
 		if m := findMember(o.Members, name); m != nil && m.Pod != nil && m.Pod.Ready && !m.Pod.Deleting {
 			stop = append(stop, name)
 		}
 	}
+	if len(stop) == 0 {
+		return nil, ""
+	}
+	if o.Answers == nil {
+		d.AskMembers = true
+		return nil, ""
+	}
+	if err := FenceShortOfQuorum(strings.Join(stop, ", "), readyVotersBut(o, d.ClusterSize, d.Fenced), int(d.ClusterSize)); err != nil {
+		d.FenceRefused = strings.TrimPrefix(d.FenceRefused+"; ", "; ") + fmt.Sprintf("%v: its etcd is not stopped yet", err)
+		return nil, ""
+	}
 	if !slices.Contains(stop, d.Leader) {
 		return stop, ""
 	}
 	for _, m := range d.Members {
-		if m.Status == v1alpha1.MemberReady && m.Role != v1alpha1.RoleLearner && !slices.Contains(d.Fenced, m.Name) {
+		if m.Status == v1alpha1.MemberReady && m.Role != v1alpha1.RoleLearner && !slices.Contains(d.Fenced, m.Name) && o.Answers[m.Name] {
 			return stop, m.Name
 		}
 	}
 	return nil, "" // no one to lead: nothing is stopped (the fence needs a quorum anyway)
+}
+
+// answering names a member, not in but, whose etcd answered a linearizable read when the
+// operator asked it directly ("" when none did, or none was asked): the quorum serves.
+func answering(o Observation, but []string) string {
+	var names []string
+	for name, ok := range o.Answers {
+		if ok && !slices.Contains(but, name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
 }
 
 // heldFenced counts the fenced members whose etcd is down (status reason Fenced).

@@ -72,6 +72,16 @@ func (w *world) fenced(names ...string) *world {
 	return w
 }
 
+// answers records that the operator asked every member directly, and that only those named
+// answered a linearizable read.
+func (w *world) answers(names ...string) *world {
+	w.o.Answers = map[string]bool{}
+	for _, m := range w.o.Members {
+		w.o.Answers[m.Name] = slices.Contains(names, m.Name)
+	}
+	return w
+}
+
 func (w *world) leaseExpired(i int) *world {
 	w.o.Members[i].Lease.Renewed = t0.Add(-2 * time.Minute)
 	return w
@@ -208,6 +218,22 @@ func TestDecide(t *testing.T) {
 			func(t *testing.T, d Decision) {
 				if !slices.Equal(d.DeletePods, []string{"c-2"}) {
 					t.Errorf("DeletePods = %v", d.DeletePods)
+				}
+			}},
+		{"9 a minority NotReady past the grace, but asked directly no other member answers (the quorum is lost, the Leases behind): nothing restarted",
+			healthy(3).podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				setCond(v1alpha1.ConditionAllMembersReady, false).answers(), CaseRestartUnproven,
+			func(t *testing.T, d Decision) {
+				if len(d.DeletePods) != 0 || slices.Contains(d.Cases, CaseMinorityNotReady) || !strings.Contains(d.RestartsHeld, "c-2 NotReady for more than") {
+					t.Errorf("delete %v, cases %v, held %q: want nothing restarted, and why", d.DeletePods, d.Cases, d.RestartsHeld)
+				}
+			}},
+		{"9 a pod NotReady past the grace whose etcd answers when asked directly: it serves, it is not restarted",
+			healthy(3).podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				setCond(v1alpha1.ConditionAllMembersReady, false).answers("c-0", "c-1", "c-2"), CasePinkOfHealth,
+			func(t *testing.T, d Decision) {
+				if len(d.DeletePods) != 0 || slices.Contains(d.Cases, CaseMinorityNotReady) || d.RestartsHeld != "" {
+					t.Errorf("delete %v, cases %v, held %q: want nothing restarted", d.DeletePods, d.Cases, d.RestartsHeld)
 				}
 			}},
 		{"9 a pod younger than the grace is not deleted again",
@@ -409,6 +435,18 @@ func TestDecide(t *testing.T) {
 				t.Errorf("fenced %v, refused %q", d.Fenced, d.FenceRefused)
 			}
 		}},
+		{"fence while the Ready voters' etcd does not answer when asked directly: refused, not applied",
+			healthy(3).fence("c-2").answers("c-2"), CaseFenceRefused, func(t *testing.T, d Decision) {
+				if len(d.Fenced) != 0 || len(d.StopFenced) != 0 || !strings.Contains(d.FenceRefused, "fencing c-2 would leave 0 Ready voters unfenced") {
+					t.Errorf("fenced %v, stop %v, refused %q", d.Fenced, d.StopFenced, d.FenceRefused)
+				}
+			}},
+		{"a fenced member still serving, the others no longer answering: its fence stays, its etcd is not stopped",
+			healthy(3).fence("c-2").fenced("c-2").answers("c-2"), CaseFenceRefused, func(t *testing.T, d Decision) {
+				if !slices.Equal(d.Fenced, []string{"c-2"}) || len(d.StopFenced) != 0 || !strings.Contains(d.FenceRefused, "its etcd is not stopped yet") {
+					t.Errorf("fenced %v, stop %v, refused %q", d.Fenced, d.StopFenced, d.FenceRefused)
+				}
+			}},
 		{"fence of a name that is no member: refused, naming the members", healthy(3).fence("c-7"), CaseFenceRefused, func(t *testing.T, d Decision) {
 			if len(d.Fenced) != 0 || !strings.Contains(d.FenceRefused, "c-7 is no member of c (its members: c-0, c-1, c-2)") {
 				t.Errorf("fenced %v, refused %q", d.Fenced, d.FenceRefused)
@@ -424,7 +462,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.world.o)
+			d := decideAsking(tc.world.o)
 			if !slices.Contains(d.Cases, tc.want) {
 				t.Fatalf("cases %v, want %s among them", d.Cases, tc.want)
 			}
@@ -446,7 +484,7 @@ func TestDecideCasesInTableOrder(t *testing.T) {
 				prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
 				prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute)
 			w.o.Previous.Members = append(w.o.Previous.Members, v1alpha1.MemberStatus{Name: "c-3", Status: v1alpha1.MemberNotReady})
-			return Decide(w.o).Cases
+			return decideAsking(w.o).Cases
 		}, []Case{CaseAllMembersReadyStaleTrue, CaseReadyConditionStaleTrue, CaseQuorumLost, CaseSuperfluousEntries}},
 		{"numbered rows by number, then the unnumbered by name", func() []Case {
 			cs := []Case{CaseStatefulSetMismatch, CaseQuorumLost, CaseBootstrap, CaseLeasesOutOfSync, CaseSuperfluousEntries, CasePinkOfHealth}
@@ -474,7 +512,7 @@ func TestDecideFromReports(t *testing.T) {
 		"c-1": {Serving: true, Formed: true, ClusterID: "cafe", Revision: 42},
 		"c-2": {Serving: false, Formed: true, ClusterID: "cafe", Revision: 99},
 	}
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	if d.ClusterID != "cafe" || d.Revision != 42 || len(d.Voters) != 2 || d.Voters[1].Name != "c-1" {
 		t.Errorf("from reports: cluster %q revision %d voters %v", d.ClusterID, d.Revision, d.Voters)
 	}
@@ -483,7 +521,7 @@ func TestDecideFromReports(t *testing.T) {
 	w.o.Reports = map[string]cluster.Report{"c-0": {Serving: true, Formed: true, Leader: true, ClusterID: "beef", Revision: 7,
 		Members: []cluster.LiveMember{{ID: "1", Name: "c-0"}}}}
 	w.o.Previous.Revision = 42
-	if d := Decide(w.o); d.ClusterID != "cafe" || d.Revision != 42 {
+	if d := decideAsking(w.o); d.ClusterID != "cafe" || d.Revision != 42 {
 		t.Errorf("another cluster's report changed the status: cluster %q revision %d", d.ClusterID, d.Revision)
 	}
 }
@@ -503,7 +541,7 @@ func TestDecideRecovery(t *testing.T) {
 	rec.Status.QuorumLostSince = t0.Add(-2 * time.Minute)
 	w.o.Recovery = rec
 	w.o.Reports = map[string]cluster.Report{"c-0": {Serving: false, Members: []cluster.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}}}
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	dir := d.Recovery.Status.Directive
 	if dir == nil || dir.Phase != cluster.PhaseFencing {
 		t.Fatalf("directive %+v after the grace", dir)
@@ -518,7 +556,7 @@ func TestDecideRecovery(t *testing.T) {
 	w.o.Members[0].Pod = &PodState{Created: t0.Add(time.Second)}
 	w.o.Members[1].Pod = &PodState{Created: t0.Add(2 * time.Second)}
 	w.o.Members[2].Pod = &PodState{Created: t0.Add(-time.Hour), Deleting: true}
-	d = Decide(w.o)
+	d = decideAsking(w.o)
 	if got := d.Recovery.Status.Directive; got == nil || got.Phase != cluster.PhaseFencing || !strings.Contains(d.Recovery.Status.Waiting, "c-2 to stop") {
 		t.Errorf("directive %+v, waiting %q: the recovery must wait for c-2 to stop", got, d.Recovery.Status.Waiting)
 	}
@@ -549,7 +587,7 @@ func TestDecideRecoveryLossProven(t *testing.T) {
 		"c-2": {Name: "c-2", At: t0.Add(-time.Second), Source: cluster.ReportFromDisk, DataEmpty: true},
 	}
 	w.o.Reports = reports
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	if dir := d.Recovery.Status.Directive; dir != nil || !strings.Contains(d.Recovery.Status.Waiting, "recovery starts if it lasts") {
 		t.Fatalf("directive %+v (waiting %q) from the EtcdMembers alone: they prove nothing, the grace runs", dir, d.Recovery.Status.Waiting)
 	}
@@ -558,7 +596,7 @@ func TestDecideRecoveryLossProven(t *testing.T) {
 		r.At = t0
 		w.o.DirectReports[name] = r
 	}
-	d = Decide(w.o)
+	d = decideAsking(w.o)
 	dir := d.Recovery.Status.Directive
 	if dir == nil || dir.Phase != cluster.PhaseFencing || dir.Case != string(heal.CaseQuorumLossProven) || len(d.Recovery.FencePods) != 3 {
 		t.Fatalf("directive %+v, fence %v: the proven loss must start the recovery at once", dir, d.Recovery.FencePods)
@@ -579,7 +617,7 @@ func TestDecideRecoveryIgnoresAPendingScaleUp(t *testing.T) {
 	w.o.Recovery = &Recovery{Status: heal.Status{Directive: dir, LastEpoch: 1}, Timing: heal.DefaultTiming}
 	w.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0", Serving: true, Leader: true, MemberID: "64", ClusterID: "c1",
 		Members: []cluster.LiveMember{{ID: "64", Name: "c-0"}}}}
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	if st := d.Recovery.Status; st.Directive != nil || st.LastRecovery == nil || st.LastRecovery.Epoch != 1 {
 		t.Fatalf("directive %+v (waiting %q): the recovery must complete with c-0 alone, c-1 being added only after it", st.Directive, st.Waiting)
 	}
@@ -600,7 +638,7 @@ func TestDecideRecoveryDoesNotWaitForALeavingMember(t *testing.T) {
 	voters := []cluster.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}}
 	w.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0", Serving: true, Leader: true, MemberID: "64", ClusterID: "c1", Members: voters},
 		"c-1": {Name: "c-1", Serving: true, MemberID: "65", ClusterID: "c1", Members: voters}}
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	if st := d.Recovery.Status; st.Directive != nil || st.LastRecovery == nil || st.LastRecovery.Epoch != 1 {
 		t.Fatalf("directive %+v (waiting %q): the recovery must complete without the leaving c-2", st.Directive, st.Waiting)
 	}
@@ -613,13 +651,13 @@ func TestDecideRecoveryDoesNotWaitForALeavingMember(t *testing.T) {
 func TestDecideScaleUpHalfWritten(t *testing.T) {
 	w := healthy(2)
 	w.o.ConfigMembers = 3
-	if d := Decide(w.o); d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 {
+	if d := decideAsking(w.o); d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 {
 		t.Errorf("StatefulSet %d ConfigMap %d, want both at 3 before anything else", d.StatefulSetReplicas, d.ConfigMembers)
 	}
 	w.o.Previous.ClusterID = "c1"
 	dir := &cluster.Directive{Epoch: 1, Phase: cluster.PhaseFencing, IssuedAt: t0.Add(-time.Minute), PhaseSince: t0.Add(-time.Minute)}
 	w.o.Recovery = &Recovery{Status: heal.Status{Directive: dir, LastEpoch: 1}, Timing: heal.DefaultTiming}
-	if d := Decide(w.o); d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 {
+	if d := decideAsking(w.o); d.StatefulSetReplicas != 3 || d.ConfigMembers != 3 {
 		t.Errorf("during a recovery: StatefulSet %d ConfigMap %d, want both at 3", d.StatefulSetReplicas, d.ConfigMembers)
 	}
 }
@@ -638,13 +676,17 @@ func TestDecideQuorumAnswersWithdrawsTheFence(t *testing.T) {
 	rec := &Recovery{Timing: heal.Timing{Grace: time.Minute, ReportTimeout: time.Minute, SeedTimeout: time.Hour}}
 	rec.Status.QuorumLostSince = t0.Add(-2 * time.Minute)
 	w.o.Recovery = rec
-	fencing := Decide(w.o)
+	if unasked := Decide(w.o); !unasked.AskMembers || len(unasked.Recovery.FencePods) != 0 {
+		t.Fatalf("before the members are asked: ask %v, fence %v; want them asked first, nothing fenced", unasked.AskMembers, unasked.Recovery.FencePods)
+	}
+	w.o.Answers = map[string]bool{"c-0": false, "c-1": false, "c-2": false}
+	fencing := decideAsking(w.o)
 	if !fencing.Recovery.FencesForQuorumLoss() || len(fencing.Recovery.FencePods) != 3 {
-		t.Fatalf("without the direct answer: %+v, want a fencing directive", fencing.Recovery)
+		t.Fatalf("no member answering: %+v, want a fencing directive", fencing.Recovery)
 	}
 
-	w.o.QuorumAnswers = "c-1"
-	d := Decide(w.o)
+	w.o.Answers["c-1"] = true
+	d := decideAsking(w.o)
 	if d.Recovery.Status.Directive != nil || len(d.Recovery.FencePods) != 0 || !d.Recovery.Withdrawn || d.QuorumLost ||
 		!slices.Contains(d.Cases, CaseQuorumAnswers) || !strings.Contains(d.Recovery.Event, "c-1 answers a linearizable read") {
 		t.Fatalf("a new directive while c-1 answers: %+v, cases %v", d.Recovery, d.Cases)
@@ -656,7 +698,7 @@ func TestDecideQuorumAnswersWithdrawsTheFence(t *testing.T) {
 	// A directive already persisted and fencing (its pods not all stopped): withdrawn too.
 	rec.Status = fencing.Recovery.Status
 	w.o.Now = t0.Add(5 * time.Second)
-	d = Decide(w.o)
+	d = decideAsking(w.o)
 	if d.Recovery.Status.Directive != nil || len(d.Recovery.FencePods) != 0 || !strings.Contains(d.Recovery.Event, "withdrawn") {
 		t.Fatalf("a fencing directive while c-1 answers: %+v", d.Recovery)
 	}
@@ -669,8 +711,8 @@ func TestDecideQuorumAnswersWithdrawsTheFence(t *testing.T) {
 	h := healthy(3)
 	h.o.Previous.ClusterID, h.o.Previous.Voters = "c1", w.o.Previous.Voters
 	h.o.Recovery = &Recovery{Status: hd.Status, Timing: heal.DefaultTiming}
-	h.o.QuorumAnswers = "c-0"
-	if d := Decide(h.o); d.Recovery.Status.Directive == nil || len(d.Recovery.FencePods) != 3 || d.Recovery.Withdrawn {
+	h.o.Answers = map[string]bool{"c-0": true}
+	if d := decideAsking(h.o); d.Recovery.Status.Directive == nil || len(d.Recovery.FencePods) != 3 || d.Recovery.Withdrawn {
 		t.Errorf("restore in place while c-0 answers: %+v", d.Recovery)
 	}
 }
@@ -693,11 +735,11 @@ func TestDecideCancelRestore(t *testing.T) {
 		Restore: &target, IssuedAt: t0.Add(-time.Second), PhaseSince: t0.Add(-time.Second)}}
 	rec := &Recovery{Status: restoring, CancelRestore: 3, Timing: heal.Timing{Grace: time.Minute, ReportTimeout: time.Minute, SeedTimeout: time.Hour}}
 	w.o.Recovery = rec
-	if dir := Decide(w.o).Recovery.Status.Directive; dir == nil || dir.Epoch != 4 || dir.Restore == nil {
+	if dir := decideAsking(w.o).Recovery.Status.Directive; dir == nil || dir.Epoch != 4 || dir.Restore == nil {
 		t.Fatalf("a cancel of epoch 3 changed directive 4: %+v", dir)
 	}
 	rec.CancelRestore = 4
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	if dir := d.Recovery.Status.Directive; dir == nil || dir.Epoch != 5 || dir.Restore != nil || dir.Phase != cluster.PhaseFencing ||
 		!strings.Contains(d.Recovery.Event, "cancelled") {
 		t.Fatalf("cancel of directive 4: %+v (event %q), want epoch 5 fencing without the target", dir, d.Recovery.Event)
@@ -711,7 +753,7 @@ func TestDecideBootstrapRestore(t *testing.T) {
 	o := Observation{Now: t0, Name: "n", Desired: 3, StatefulSetReplicas: -1, ConfigMembers: -1, Graces: graces,
 		Recovery:         &Recovery{Timing: heal.DefaultTiming},
 		BootstrapRestore: &cluster.RestoreTarget{Store: "s3://old/main", Revision: 4242}}
-	d := Decide(o)
+	d := decideAsking(o)
 	dir := d.Recovery.Status.Directive
 	if dir == nil || dir.Epoch != 1 || dir.Phase != cluster.PhaseSeeding || dir.Mode != cluster.RecoverFromBackup || dir.Seed != "n-0" ||
 		dir.Restore == nil || dir.Restore.Revision != 4242 || dir.Restore.Store != "s3://old/main" {
@@ -723,7 +765,7 @@ func TestDecideBootstrapRestore(t *testing.T) {
 	// Once recorded, it is not issued again: the next pass continues it.
 	o.Recovery.Status = d.Recovery.Status
 	o.Now = t0.Add(time.Second)
-	if d := Decide(o); d.Recovery.Status.LastEpoch != 1 || d.Recovery.Status.Directive.IssuedAt != t0 {
+	if d := decideAsking(o); d.Recovery.Status.LastEpoch != 1 || d.Recovery.Status.Directive.IssuedAt != t0 {
 		t.Errorf("directive reissued: %+v", d.Recovery.Status)
 	}
 }
@@ -742,7 +784,7 @@ func TestDecideRestoreInPlace(t *testing.T) {
 	req := &RestoreRequest{Name: "back", UID: "er-uid", Target: target, AfterEpoch: 2}
 	rec := &Recovery{Status: heal.Status{LastEpoch: 2}, Timing: heal.DefaultTiming, RestoreRequest: req}
 	w.o.Recovery = rec
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	dir := d.Recovery.Status.Directive
 	if dir == nil || dir.Phase != cluster.PhaseFencing || dir.Epoch != 3 || dir.Restore == nil || *dir.Restore != target {
 		t.Fatalf("directive %+v", dir)
@@ -762,25 +804,26 @@ func TestDecideRestoreInPlace(t *testing.T) {
 	// directive goes on, none is issued again.
 	rec.Status = d.Recovery.Status
 	w.o.Now = t0.Add(time.Second)
-	d = Decide(w.o)
+	d = decideAsking(w.o)
 	if got := d.Recovery.Status.Directive; got == nil || got.Epoch != 3 || d.Recovery.Started != nil || slices.Contains(d.Cases, CaseRestoreRequested) {
 		t.Errorf("directive %+v, started %+v, cases %v: the request was answered", got, d.Recovery.Started, d.Cases)
 	}
 	// Retired, the request still there: nothing is issued.
 	rec.Status = heal.Status{LastEpoch: 3, LastRecovery: dir}
-	if d := Decide(w.o); d.Recovery.Status.Directive != nil || d.Recovery.Started != nil {
+	if d := decideAsking(w.o); d.Recovery.Status.Directive != nil || d.Recovery.Started != nil {
 		t.Errorf("directive %+v after the request's retired", d.Recovery.Status.Directive)
 	}
 
 	// Another epoch was issued after the request: the request is not the cluster's present.
 	rec.Status = heal.Status{LastEpoch: 4}
-	if d := Decide(w.o); d.Recovery.Status.Directive != nil || d.Recovery.Started != nil {
+	if d := decideAsking(w.o); d.Recovery.Status.Directive != nil || d.Recovery.Started != nil {
 		t.Errorf("directive %+v from a request another epoch overtook", d.Recovery.Status.Directive)
 	}
 	// A directive in force at the request's epoch (a view behind the request's): it goes on.
 	quorumLoss := &cluster.Directive{Epoch: 2, Phase: cluster.PhaseFencing, IssuedAt: t0, PhaseSince: t0}
 	rec.Status = heal.Status{LastEpoch: 2, Directive: quorumLoss}
-	if d := Decide(w.o); d.Recovery.Started != nil || d.Recovery.Status.Directive == nil || d.Recovery.Status.Directive.Restore != nil {
+	w.o.Answers = map[string]bool{} // asked directly, no member answers: the quorum is lost
+	if d := decideAsking(w.o); d.Recovery.Started != nil || d.Recovery.Status.Directive == nil || d.Recovery.Status.Directive.Restore != nil {
 		t.Errorf("directive %+v, started %+v: a directive in force refuses the request", d.Recovery.Status.Directive, d.Recovery.Started)
 	}
 }
@@ -797,7 +840,7 @@ func TestDecideMaintenance(t *testing.T) {
 		"c-2": {Serving: true, Maintenance: &cluster.MaintenanceReport{Alarms: []string{"stale, not the leader"},
 			LastDefrag: &cluster.DefragReport{End: end.Add(-time.Hour), Trigger: "schedule"}}},
 	}
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionAlarmsActive)
 	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "NOSPACE on 64") || strings.Contains(c.Message, "stale") {
 		t.Fatalf("AlarmsActive = %+v, want true with the leader's alarm only", c)
@@ -811,7 +854,7 @@ func TestDecideMaintenance(t *testing.T) {
 	w.o.Previous.LastDefragmentation = d.LastDefrag
 	w.o.Reports = map[string]cluster.Report{"c-0": {Serving: true, Leader: true, Maintenance: &cluster.MaintenanceReport{
 		LastDefrag: &cluster.DefragReport{End: end.Add(-time.Hour), Trigger: "schedule"}}}, "c-1": w.o.Reports["c-1"]}
-	d = Decide(w.o)
+	d = decideAsking(w.o)
 	if c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionAlarmsActive); c == nil || c.Status != metav1.ConditionFalse {
 		t.Fatalf("AlarmsActive = %+v, want false", c)
 	}
@@ -853,7 +896,7 @@ func TestDecideLearnersNeverCount(t *testing.T) {
 	w.o.Members[1].Lease.Holder = "65:" + v1alpha1.RoleLearner
 	w.prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, time.Hour)
 	w.o.Previous.Members[1].Role = v1alpha1.RoleLearner
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	if cond(d, v1alpha1.ConditionReady) != metav1.ConditionTrue || cond(d, v1alpha1.ConditionQuorate) != metav1.ConditionTrue {
 		t.Errorf("Ready %s Quorate %s: the one voter serves", cond(d, v1alpha1.ConditionReady), cond(d, v1alpha1.ConditionQuorate))
 	}
@@ -862,7 +905,7 @@ func TestDecideLearnersNeverCount(t *testing.T) {
 	}
 
 	w.leaseExpired(1)
-	if d := Decide(w.o); !slices.Contains(d.DeletePods, "c-1") || d.QuorumLost {
+	if d := decideAsking(w.o); !slices.Contains(d.DeletePods, "c-1") || d.QuorumLost {
 		t.Errorf("a silent learner NotReady past the grace: deleted %v, quorum lost %t; want it restarted, no quorum loss", d.DeletePods, d.QuorumLost)
 	}
 }
@@ -871,11 +914,11 @@ func TestDecideLearnersNeverCount(t *testing.T) {
 // (a drain of its node must be able to finish), and not while they are stale.
 func TestDecideSingleMemberDrain(t *testing.T) {
 	w := healthy(1)
-	if d := Decide(w.o); d.MinAvailable != 0 {
+	if d := decideAsking(w.o); d.MinAvailable != 0 {
 		t.Errorf("minAvailable %d with current backups, want 0", d.MinAvailable)
 	}
 	w.o.Backup.LastDelta = t0.Add(-time.Hour)
-	if d := Decide(w.o); d.MinAvailable != 1 {
+	if d := decideAsking(w.o); d.MinAvailable != 1 {
 		t.Errorf("minAvailable %d with stale backups, want 1", d.MinAvailable)
 	}
 }
@@ -906,7 +949,7 @@ func TestDecideRestoreNotHeldUnderManual(t *testing.T) {
 		t.Fatal(err)
 	}
 	restore.Status.ClusterID = "c1"
-	d := Decide(stoppedAndReported(restore.Status).o)
+	d := decideAsking(stoppedAndReported(restore.Status).o)
 	if dir := d.Recovery.Status.Directive; dir == nil || dir.Phase != cluster.PhaseSeeding || d.Recovery.Held != "" {
 		t.Fatalf("restore under Manual: directive %+v, held %q; want Seeding without a confirmation", dir, d.Recovery.Held)
 	}
@@ -916,7 +959,7 @@ func TestDecideRestoreNotHeldUnderManual(t *testing.T) {
 	for _, name := range []string{"c-1", "c-2"} { // wiped: the quorum is lost for good
 		w.o.Reports[name] = cluster.Report{Name: name, At: t0, Source: cluster.ReportFromDisk, DataEmpty: true}
 	}
-	d = Decide(w.o)
+	d = decideAsking(w.o)
 	if d.Recovery.Held == "" || d.Recovery.Status.Directive.Phase != cluster.PhaseFencing {
 		t.Fatalf("quorum loss under Manual: directive %+v, held %q; want it held for the confirmation", d.Recovery.Status.Directive, d.Recovery.Held)
 	}
@@ -927,7 +970,7 @@ func TestDecideRestoreNotHeldUnderManual(t *testing.T) {
 func TestDecideUnschedulableNamed(t *testing.T) {
 	w := healthy(3).podNotReady(2, time.Minute)
 	w.o.Unschedulable = []string{"c-2: 0/3 nodes are available: 1 node(s) didn't match pod topology spread constraints"}
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionProgressing)
 	if c == nil || c.Reason != "Unschedulable" || !strings.Contains(c.Message, "c-2: 0/3 nodes") {
 		t.Errorf("Progressing %+v, want the unschedulable member named", c)
@@ -950,14 +993,14 @@ func TestDecideInitFailureNamed(t *testing.T) {
 		"bootstrapping":      {boot, ReasonBootstrapping, "n-0"},
 		"waiting for member": {waiting.o, "WaitingForMembers", "c-2"},
 	} {
-		c := apimeta.FindStatusCondition(Decide(tc.o).Conditions, v1alpha1.ConditionProgressing)
+		c := apimeta.FindStatusCondition(decideAsking(tc.o).Conditions, v1alpha1.ConditionProgressing)
 		if c == nil || c.Reason != tc.reason || !strings.Contains(c.Message, tc.failing+" cannot start: "+why) {
 			t.Errorf("%s: Progressing %+v, want %s named with its error", name, c, tc.failing)
 		}
 	}
 	healthyReports := healthy(3)
 	healthyReports.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0"}}
-	if c := apimeta.FindStatusCondition(Decide(healthyReports.o).Conditions, v1alpha1.ConditionProgressing); c == nil || strings.Contains(c.Message, "cannot start") {
+	if c := apimeta.FindStatusCondition(decideAsking(healthyReports.o).Conditions, v1alpha1.ConditionProgressing); c == nil || strings.Contains(c.Message, "cannot start") {
 		t.Errorf("healthy cluster: Progressing %+v names a failure", c)
 	}
 }
@@ -1013,7 +1056,7 @@ func TestDecideRecoverability(t *testing.T) {
 			}
 			w.o.Backup.Accounts = map[string]*v1alpha1.MemberBackup{"c-0": {Ready: true, Recoverable: window("cafe", 100, 200)}}
 			tc.change(w)
-			if got := Decide(w.o).Recoverability; !reflect.DeepEqual(got, tc.want) {
+			if got := decideAsking(w.o).Recoverability; !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("recoverability = %+v; want %+v", got, tc.want)
 			}
 		})
@@ -1038,7 +1081,7 @@ func TestDecideFenceDuringRecovery(t *testing.T) {
 	rec.Status.QuorumLostSince = t0.Add(-2 * time.Minute)
 	w.o.Recovery = rec
 
-	d := Decide(w.o)
+	d := decideAsking(w.o)
 	dir := d.Recovery.Status.Directive
 	if dir == nil || dir.Phase != cluster.PhaseFencing || !slices.Contains(d.Recovery.FencePods, "c-2") {
 		t.Fatalf("directive %+v, fence pods %v: the quorum lost beside a fenced member must start the recovery, which stops every member", dir, d.Recovery.FencePods)
@@ -1057,7 +1100,7 @@ func TestDecideFenceDuringRecovery(t *testing.T) {
 	}
 	w.o.Reports["c-2"] = cluster.Report{Name: "c-2", At: t0.Add(5 * time.Second), Source: cluster.ReportFromDisk, DataValid: true, MemberID: "66", ClusterID: "c1",
 		Owner: "c-2", LastTerm: 3, LastIndex: 100, Applied: 100, Revision: 90}
-	d = Decide(w.o)
+	d = decideAsking(w.o)
 	if dir := d.Recovery.Status.Directive; dir == nil || dir.Phase != cluster.PhaseSeeding || dir.Seed != "c-2" {
 		t.Fatalf("directive %+v (waiting %q): c-2 holds the only data and must seed", dir, d.Recovery.Status.Waiting)
 	}
@@ -1074,12 +1117,27 @@ func TestDecideFenceDuringRecovery(t *testing.T) {
 	// Done: the members serve again, and the status records no fence (it was suspended).
 	after := healthy(3).fence("c-2")
 	after.o.Recovery = &Recovery{Status: heal.Status{LastEpoch: 1, LastRecovery: d.Recovery.Status.Directive}, Timing: rec.Timing}
-	d = Decide(after.o)
+	d = decideAsking(after.o)
 	if !slices.Equal(d.Fenced, []string{"c-2"}) || !slices.Equal(d.StopFenced, []string{"c-2"}) || d.FenceSuspended != "" {
 		t.Errorf("fenced %v, stop %v, suspended %q: once the recovery is done the fence applies again", d.Fenced, d.StopFenced, d.FenceSuspended)
 	}
-	d = Decide(after.podNotReady(1, time.Minute).o)
+	d = decideAsking(after.podNotReady(1, time.Minute).o)
 	if len(d.Fenced) != 0 || !strings.Contains(d.FenceRefused, "fencing c-2 would leave 1 Ready voters unfenced") {
 		t.Errorf("fenced %v, refused %q: after the recovery the fence waits for a quorum of Ready voters beside it", d.Fenced, d.FenceRefused)
 	}
+}
+
+// decideAsking is Decide as the reconciler runs it: when the decision needs the members asked
+// directly (AskMembers) and the observation has no answers yet, each member answers while its
+// pod is Ready (its readiness probe is that same linearizable read), and Decide runs again.
+func decideAsking(o Observation) Decision {
+	d := Decide(o)
+	if !d.AskMembers || o.Answers != nil {
+		return d
+	}
+	o.Answers = map[string]bool{}
+	for _, m := range o.Members {
+		o.Answers[m.Name] = m.Pod != nil && m.Pod.Ready && !m.Pod.Deleting
+	}
+	return Decide(o)
 }

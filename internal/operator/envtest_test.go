@@ -1242,14 +1242,23 @@ func TestQuietAtRest(t *testing.T) {
 	})
 }
 
-// answering holds the member hosts whose etcd answers /readyz (a linearizable read) when
-// the operator asks it directly; no other member answers (healthTransport).
-var answering sync.Map
+// answeringHosts holds member hosts whose etcd answers /readyz (a linearizable read) when the
+// operator asks it directly, whatever their pods say (healthTransport).
+var answeringHosts sync.Map
 
+// healthTransport stands in for the members' etcd health ports, which envtest lacks: a member
+// answers /readyz while its pod is Ready (the pod's readiness probe is that same read), or
+// while answeringHosts names it.
 type healthTransport struct{}
 
 func (healthTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if _, ok := answering.Load(req.URL.Hostname()); !ok || req.URL.Path != "/readyz" {
+	host := req.URL.Hostname()
+	_, ok := answeringHosts.Load(host)
+	if parts := strings.Split(host, "."); !ok && len(parts) == 4 {
+		var pod corev1.Pod
+		ok = k8s.Get(req.Context(), client.ObjectKey{Namespace: parts[2], Name: parts[0]}, &pod) == nil && pod.DeletionTimestamp == nil && podReady(&pod)
+	}
+	if !ok || req.URL.Path != "/readyz" {
 		return nil, fmt.Errorf("dial %s: connection refused", req.URL.Host)
 	}
 	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: http.NoBody, Request: req}, nil
@@ -1277,8 +1286,8 @@ func TestNoFenceWhileAMemberAnswers(t *testing.T) {
 		return nil
 	})
 	host := memberDNS(getCluster(t, ns, "qa"), 1)
-	answering.Store(host, true)
-	defer answering.Delete(host)
+	answeringHosts.Store(host, true)
+	defer answeringHosts.Delete(host)
 	pods := map[string]types.UID{}
 	for i := 0; i < 3; i++ {
 		var p corev1.Pod
@@ -1308,7 +1317,7 @@ func TestNoFenceWhileAMemberAnswers(t *testing.T) {
 	})
 
 	// qa-1 stops answering: the recovery fences, with the directive stored first.
-	answering.Delete(host)
+	answeringHosts.Delete(host)
 	testutil.Eventually(t, 60*time.Second, "a pod fenced", func() error {
 		membersRenewing(t, ns, "qa", none, none)
 		return findEventMessage(ns, "Fenced", "no member answered a linearizable read")

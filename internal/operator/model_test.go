@@ -238,11 +238,23 @@ func (m *opModel) current() int {
 	return -1
 }
 
-// quorumAnswers is what the reconciler's probe finds: a member pod whose etcd answers a
-// linearizable read ("" when none does).
-func (m *opModel) quorumAnswers() string {
+// answers is what the reconciler finds when it asks the members directly: whether each
+// member pod's etcd answers a linearizable read.
+func (m *opModel) answers() map[string]bool {
+	out := map[string]bool{}
 	for _, mm := range m.mems {
-		if mm.pod != nil && m.serving(mm) {
+		if mm.pod != nil {
+			out[mm.name] = m.serving(mm)
+		}
+	}
+	return out
+}
+
+// servingBut names a member, other than but, whose etcd answers a linearizable read ("" when
+// none does).
+func (m *opModel) servingBut(but string) string {
+	for _, mm := range m.mems {
+		if mm.name != but && mm.pod != nil && m.serving(mm) {
 			return mm.name
 		}
 	}
@@ -396,11 +408,9 @@ func (m *opModel) reconcile() {
 	now := m.opNow()
 	o := m.observe(a, now)
 	d := Decide(o)
-	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() {
-		if answered := m.quorumAnswers(); answered != "" {
-			o.QuorumAnswers = answered
-			d = Decide(o)
-		}
+	if d.AskMembers {
+		o.Answers = m.answers()
+		d = Decide(o)
 	}
 	if slices.Contains(d.Cases, CaseScaleDown) && d.StatefulSetReplicas < o.StatefulSetReplicas {
 		o.DirectReports = m.directReports()
@@ -512,10 +522,17 @@ func (m *opModel) deletePod(name, why string, still func(*mPod) bool) {
 	if !m.write("the deletion of pod " + name) {
 		return
 	}
+	if strings.HasPrefix(why, "restart") || strings.HasPrefix(why, "stop the fenced") {
+		// Only another member answering proves the quorum serves: a member NotReady because
+		// the quorum is lost is not restarted, and a fence never stops the last that serve.
+		if m.servingBut(name) == "" {
+			m.failf("pod %s deleted (%s) while no other member answers a linearizable read", name, why)
+		}
+	}
 	if strings.HasPrefix(why, "fence") {
 		dir := m.storedDirective()
 		if dir != nil && dir.Restore == nil {
-			if ans := m.quorumAnswers(); ans != "" {
+			if ans := m.servingBut(""); ans != "" {
 				m.failf("pod %s is fenced for directive %d while the quorum answers a linearizable read (%s serves)", name, dir.Epoch, ans)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,12 +15,12 @@ import (
 // probeTimeout bounds each member's answer to the quorum probe.
 const probeTimeout = 3 * time.Second
 
-// answeringMember asks each member's etcd, directly and now, for /readyz on its health
-// port, which answers 200 only when a linearizable read succeeds there: one member that
-// answers proves the quorum serves. It is the operator's own fresh evidence before it fences
-// for a lost quorum; Leases, pod readiness and reports are all second-hand and may be stale.
-// It returns the first member that answered, or "" and why none did.
-func (r *ClusterReconciler) answeringMember(ctx context.Context, ec *v1alpha1.EtcdCluster, members []MemberObservation) (string, string) {
+// askMembers asks each member's etcd, directly and now, for /readyz on its health port, which
+// answers 200 only when a linearizable read succeeds there: a member that answers proves the
+// quorum serves, and a quorum that does not proves it is lost. It is the operator's own fresh
+// evidence before it stops a member (Observation.Answers); Leases, pod readiness and reports
+// are all second-hand and may be stale. why says what those that did not answer said.
+func (r *ClusterReconciler) askMembers(ctx context.Context, ec *v1alpha1.EtcdCluster, members []MemberObservation) (answers map[string]bool, why string) {
 	hc := r.Health
 	if hc == nil {
 		hc = &http.Client{Timeout: probeTimeout}
@@ -27,26 +28,25 @@ func (r *ClusterReconciler) answeringMember(ctx context.Context, ec *v1alpha1.Et
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	var (
-		mu       sync.Mutex
-		answered string
-		why      []string
-		wg       sync.WaitGroup
+		mu      sync.Mutex
+		reasons []string
+		wg      sync.WaitGroup
 	)
+	answers = map[string]bool{}
 	for _, m := range members {
 		wg.Go(func() {
 			err := readyz(ctx, hc, fmt.Sprintf("http://%s:%d/readyz", memberDNS(ec, m.Ordinal), HealthPort))
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err == nil && answered == "":
-				answered = m.Name
-			case err != nil:
-				why = append(why, fmt.Sprintf("%s: %v", m.Name, err))
+			answers[m.Name] = err == nil
+			if err != nil {
+				reasons = append(reasons, fmt.Sprintf("%s: %v", m.Name, err))
 			}
 		})
 	}
 	wg.Wait()
-	return answered, strings.Join(why, "; ")
+	slices.Sort(reasons)
+	return answers, strings.Join(reasons, "; ")
 }
 
 func readyz(ctx context.Context, hc *http.Client, url string) error {

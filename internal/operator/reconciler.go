@@ -239,7 +239,7 @@ type pass struct {
 	now     time.Time
 	errs    []v1alpha1.LastError
 	requeue time.Duration
-	// noAnswer is what the members said when asked directly before a fence.
+	// noAnswer is what the members that did not answer said when asked directly.
 	noAnswer string
 	// stored are the Events of what this pass's status write records, emitted once it is
 	// stored (a write that loses a race records nothing).
@@ -299,9 +299,9 @@ func (r *ClusterReconciler) admit(ctx context.Context, req ctrl.Request) (*v1alp
 // decide is Decide, with the operator's own fresh evidence before a destructive decision:
 // while the quorum is lost, no recovery is in force and an EtcdMember says its data dir lost
 // its data, the sidecars' reports asked directly (only they can prove that data is gone, see
-// DirectReports); before a fence for a lost quorum, whether a member answers a linearizable
-// read; before a scale-down stops a member, the sidecars' reports asked directly (the
-// EtcdMembers may be stale).
+// DirectReports); before a restart, a fence or the fence of a lost quorum (AskMembers),
+// whether each member answers a linearizable read; before a scale-down stops a member, the
+// sidecars' reports asked directly (the EtcdMembers may be stale).
 func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster, obs *Observation, p *pass) Decision {
 	// The sidecars' reports asked just now, dated by this clock, never by the sidecars'. When
 	// none answers (a network policy in the way), the EtcdMembers stand.
@@ -321,12 +321,9 @@ func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster
 	if rec := d.Recovery; rec != nil && rec.Status.Directive == nil && !rec.Status.QuorumLostSince.IsZero() && r.Sidecars != nil && someDataLost(obs.Reports) && askReports() {
 		d = Decide(*obs)
 	}
-	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() {
-		var answered string
-		if answered, p.noAnswer = r.answeringMember(ctx, ec, obs.Members); answered != "" {
-			obs.QuorumAnswers = answered
-			d = Decide(*obs)
-		}
+	if d.AskMembers {
+		obs.Answers, p.noAnswer = r.askMembers(ctx, ec, obs.Members)
+		d = Decide(*obs)
 	}
 	// Without a direct report, the leaving member's own pod and Lease must still say it
 	// stopped (stillServes).
@@ -1366,6 +1363,8 @@ func (r *ClusterReconciler) recordEvents(ec *v1alpha1.EtcdCluster, o Observation
 	}
 	for _, c := range d.Cases {
 		switch c {
+		case CaseRestartUnproven:
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "RestartHeld", "Restart", "%s", d.RestartsHeld)
 		case CaseScaleUp:
 			r.Recorder.Eventf(ec, nil, corev1.EventTypeNormal, "ScalingUp", "Scale", "adding member %s (%d of %d)",
 				memberName(ec, int(d.StatefulSetReplicas)-1), d.StatefulSetReplicas, ec.Spec.Replicas)

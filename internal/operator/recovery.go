@@ -62,7 +62,7 @@ type recoveryOutcome struct {
 	// Held says why a Manual recovery waits for its confirmation ("" when it does not).
 	Held string
 	// Withdrawn: a quorum-loss recovery was about to fence the members, or was fencing
-	// them, but a member answered a linearizable read (Observation.QuorumAnswers).
+	// them, but a member answered a linearizable read (Observation.Answers).
 	Withdrawn bool
 	// Started is the restore request whose directive this outcome issues (nil: none).
 	Started *RestoreRequest
@@ -139,11 +139,17 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 		out.Held += fmt.Sprintf(". To go ahead: kubectl annotate etcdcluster %s %s=%d", o.Name, v1alpha1.AnnotationConfirmRecovery, nd.Epoch)
 		out.Status.Waiting = out.Held
 	}
-	if o.QuorumAnswers != "" && out.FencesForQuorumLoss() {
-		// A cluster that answers a linearizable read is never fenced, whatever the Leases,
-		// the pods' readiness or the reports say.
-		dec := heal.Withdraw(ho, out.Status, fmt.Sprintf("%s answers a linearizable read, so the quorum serves: no member is fenced", o.QuorumAnswers))
+	if !out.FencesForQuorumLoss() {
+		return withFence(o, out)
+	}
+	// A cluster that answers a linearizable read is never fenced, whatever the Leases, the
+	// pods' readiness or the reports say; until the members were asked, none is.
+	if name := answering(o, nil); name != "" {
+		dec := heal.Withdraw(ho, out.Status, fmt.Sprintf("%s answers a linearizable read, so the quorum serves: no member is fenced", name))
 		return recoveryOutcome{Status: dec.Status, Event: dec.Event, Withdrawn: true}
+	}
+	if o.Answers == nil {
+		return out
 	}
 	return withFence(o, out)
 }

@@ -288,14 +288,26 @@ func assertKeysOnEveryMember(t *testing.T, ns, name string, want map[string]stri
 	if len(want) == 0 {
 		t.Fatal("no acknowledged keys to check: the writer never succeeded")
 	}
-	for podName, pod := range memberPods(t, ns, name) {
-		var c *clientv3.Client
+	for podName := range memberPods(t, ns, name) {
+		var (
+			c  *clientv3.Client
+			ip string
+		)
 		testutil.Eventually(t, time.Minute, fmt.Sprintf("member %s holds all %d acknowledged keys", podName, len(want)), func() error {
-			if c == nil {
+			// The pod is read again each time: the operator may replace it meanwhile.
+			var pod corev1.Pod
+			if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podName}, &pod); err != nil {
+				return err
+			}
+			if pod.Status.PodIP == "" {
+				return fmt.Errorf("pod %s has no IP yet", podName)
+			}
+			if c == nil || ip != pod.Status.PodIP {
 				var err error
 				if c, err = newEtcdClient(t, ns, name, fmt.Sprintf("%s:%d", pod.Status.PodIP, operator.ClientPort)); err != nil {
 					return err
 				}
+				ip = pod.Status.PodIP
 			}
 			missing := 0
 			var example string
