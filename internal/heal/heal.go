@@ -88,6 +88,9 @@ type Status struct {
 	// Withdrawn counts the recoveries withdrawn in a row because a majority still held its
 	// data: each doubles the grace the restarted voters get to re-form the quorum.
 	Withdrawn int `json:"withdrawn,omitempty"`
+	// WithdrawnAt is when the newest directive was withdrawn (zero: none was): the members it
+	// held start again then, and their NotReady grace with them.
+	WithdrawnAt time.Time `json:"withdrawnAt,omitempty"`
 	// Waiting says what the cluster waits for, in words ("" when healthy).
 	Waiting string `json:"waiting,omitempty"`
 }
@@ -299,7 +302,7 @@ func startRecovery(o Observation, st Status, c Case, why string) Decision {
 // in a row.
 func Withdraw(o Observation, st Status, why string) Decision {
 	epoch := st.Directive.Epoch
-	st.Directive, st.QuorumLostSince, st.Withdrawn = nil, o.Now, st.Withdrawn+1
+	st.Directive, st.QuorumLostSince, st.WithdrawnAt, st.Withdrawn = nil, o.Now, o.Now, st.Withdrawn+1
 	st.Waiting = why
 	return Decision{Status: st, Event: fmt.Sprintf("directive %d withdrawn: %s", epoch, why)}
 }

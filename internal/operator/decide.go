@@ -383,10 +383,16 @@ func Decide(o Observation) Decision {
 			d.QuorumLost = true
 			addCase(&d, CaseQuorumLost)
 		case len(longNotReady) > 0 && quorate:
+			// A pod a withdrawn directive held waiting could not be Ready: its grace starts when
+			// the directive is withdrawn.
+			var withdrawn time.Time
+			if o.Recovery != nil {
+				withdrawn = o.Recovery.Status.WithdrawnAt
+			}
 			var due []string
 			for _, m := range longNotReady {
 				if mo := findMember(o.Members, m.Name); mo != nil && mo.Pod != nil && !mo.Pod.Deleting &&
-					o.Now.Sub(mo.Pod.Created) >= o.Graces.NotReady {
+					o.Now.Sub(laterOf(mo.Pod.Created, withdrawn)) >= o.Graces.NotReady {
 					due = append(due, m.Name)
 				}
 			}
@@ -875,6 +881,13 @@ func stopFenced(o Observation, d *Decision) (stop []string, moveTo string) {
 		}
 	}
 	return nil, "" // no one to lead: nothing is stopped (the fence needs a quorum anyway)
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // answering names a member, not in but, whose etcd answered a linearizable read when the

@@ -1141,3 +1141,18 @@ func decideAsking(o Observation) Decision {
 	}
 	return Decide(o)
 }
+
+// TestDecideRestartGraceAfterWithdrawal: a member pod a quorum-loss directive held waiting
+// could not be Ready; once the directive is withdrawn its etcd starts, and row 9 gives it the
+// whole NotReady grace from the withdrawal, however old the pod.
+func TestDecideRestartGraceAfterWithdrawal(t *testing.T) {
+	w := healthy(3).podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).answers("c-0", "c-1")
+	w.o.Recovery = &Recovery{Status: heal.Status{LastEpoch: 1, WithdrawnAt: t0.Add(-10 * time.Second)}, Timing: heal.DefaultTiming}
+	if d := decideAsking(w.o); len(d.DeletePods) != 0 || slices.Contains(d.Cases, CaseMinorityNotReady) {
+		t.Fatalf("10s after the withdrawal: delete %v, cases %v; want c-2 given its grace", d.DeletePods, d.Cases)
+	}
+	w.o.Recovery.Status.WithdrawnAt = t0.Add(-w.o.Graces.NotReady)
+	if d := decideAsking(w.o); !slices.Equal(d.DeletePods, []string{"c-2"}) {
+		t.Fatalf("a grace after the withdrawal: delete %v, cases %v; want c-2 restarted", d.DeletePods, d.Cases)
+	}
+}
