@@ -57,7 +57,8 @@ const (
 	CaseRestoreRequested Case = "RestoreRequested"
 	// CaseMemberFenced: a user fences members (the annotation etcd.steward.dev/fenced-members):
 	// their etcd is held stopped (a pod whose etcd still serves is deleted once), and they are
-	// neither restarted (case 9) nor counted as lost (case 10) or as a fault (Degraded).
+	// neither restarted (case 9) nor counted as a fault (Degraded); they count as down towards
+	// a lost quorum (case 10), since they cannot vote.
 	CaseMemberFenced Case = "MemberFenced"
 	// CaseFenceRefused: a fence asked for is not applied: the name is no member, or fencing
 	// it would leave fewer than a quorum of Ready voters unfenced.
@@ -370,12 +371,14 @@ func Decide(o Observation) Decision {
 		var longNotReady []v1alpha1.MemberStatus
 		longNotReadyVoters := int32(0)
 		for _, m := range d.Members {
-			if m.Status != v1alpha1.MemberNotReady || m.Reason == v1alpha1.ReasonFenced || o.Now.Sub(m.LastTransitionTime.Time) < o.Graces.NotReady || learners[m.Name] {
+			if m.Status != v1alpha1.MemberNotReady || o.Now.Sub(m.LastTransitionTime.Time) < o.Graces.NotReady || learners[m.Name] {
 				continue
 			}
-			longNotReady = append(longNotReady, m)
 			if m.Role != v1alpha1.RoleLearner {
-				longNotReadyVoters++
+				longNotReadyVoters++ // a fenced voter is down too, on purpose: it counts towards a lost quorum
+			}
+			if m.Reason != v1alpha1.ReasonFenced { // but it is never restarted
+				longNotReady = append(longNotReady, m)
 			}
 		}
 		switch {

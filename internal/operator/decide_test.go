@@ -430,6 +430,14 @@ func TestDecide(t *testing.T) {
 					t.Errorf("Degraded %s, QuorumLost %s: a fenced member is no fault", cond(d, v1alpha1.ConditionDegraded), cond(d, v1alpha1.ConditionQuorumLost))
 				}
 			}},
+		{"a fenced member held and another NotReady past the grace, no member answering: the quorum is lost (a fenced voter is down too)",
+			healthy(3).fence("c-2").fenced("c-2").podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonFenced, time.Hour).
+				podNotReady(1, time.Hour).prevStatus(1, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, time.Hour).answers(),
+			CaseQuorumLost, func(t *testing.T, d Decision) {
+				if !d.QuorumLost || cond(d, v1alpha1.ConditionQuorumLost) != metav1.ConditionTrue || len(d.DeletePods) != 0 {
+					t.Errorf("quorum lost %v (condition %s), delete %v: want the quorum lost, nothing restarted", d.QuorumLost, cond(d, v1alpha1.ConditionQuorumLost), d.DeletePods)
+				}
+			}},
 		{"fence that would break the quorum: refused, not applied", healthy(3).podNotReady(1, time.Minute).fence("c-2"), CaseFenceRefused, func(t *testing.T, d Decision) {
 			if len(d.Fenced) != 0 || !strings.Contains(d.FenceRefused, "fencing c-2 would leave 1 Ready voters unfenced, fewer than the quorum of 2") {
 				t.Errorf("fenced %v, refused %q", d.Fenced, d.FenceRefused)
