@@ -116,10 +116,10 @@ func TestHealthyClusterUntouched(t *testing.T) {
 	})
 }
 
-// TestHibernateThenOrphan scales a 3-member cluster to 0 and back, then deletes it with
-// --cascade=orphan: hibernation keeps the claims, the member IDs, the cluster ID and every
-// acknowledged write; orphan deletion deletes nothing, and the members serve on without
-// their EtcdCluster.
+// TestHibernateThenOrphan scales a 3-member cluster to 0 and back, hibernates and resumes it
+// with the kubectl plugin, then deletes it with --cascade=orphan: hibernation keeps the
+// claims, the member IDs, the cluster ID and every acknowledged write; orphan deletion deletes
+// nothing, and the members serve on without their EtcdCluster.
 func TestHibernateThenOrphan(t *testing.T) {
 	t.Parallel() // touches nothing outside its namespace
 	ns := namespace(t)
@@ -129,53 +129,68 @@ func TestHibernateThenOrphan(t *testing.T) {
 	id, members := etcdClusterID(t, ns, "z"), memberIDs(ec)
 	acked := map[string]string{}
 
-	runStep(t, "replicas 0 and back", func(t *testing.T) {
-		w := startWriter(t, ns, "z", "hibernate", 100*time.Millisecond)
-		testutil.Eventually(t, 30*time.Second, "the writer's first writes acknowledged", func() error {
-			if n := len(w.Acked()); n < 20 {
-				return fmt.Errorf("%d acknowledged", n)
+	// Hibernated and resumed twice: by the scale subresource, then by the kubectl plugin (its
+	// annotation); each keeps the claims, the member IDs and the cluster ID.
+	ways := []struct {
+		name         string
+		stop, resume func(t *testing.T)
+	}{
+		{"replicas 0 and back",
+			func(t *testing.T) { kubectl(t, ns, "scale", "ec/z", "--replicas=0") },
+			func(t *testing.T) { kubectl(t, ns, "scale", "ec/z", "--replicas=3") }},
+		{"kubectl steward hibernate on, then off",
+			func(t *testing.T) { kubectlSteward(t, ns, "hibernate", "z", "on") },
+			func(t *testing.T) { kubectlSteward(t, ns, "hibernate", "z", "off") }},
+	}
+	for i, way := range ways {
+		runStep(t, way.name, func(t *testing.T) {
+			w := startWriter(t, ns, "z", fmt.Sprintf("hibernate%d", i), 100*time.Millisecond)
+			testutil.Eventually(t, 30*time.Second, "the writer's first writes acknowledged", func() error {
+				if n := len(w.Acked()); n < 20 {
+					return fmt.Errorf("%d acknowledged", n)
+				}
+				return nil
+			})
+			claims := uids(t, ns, "z", &corev1.PersistentVolumeClaimList{})
+			way.stop(t)
+			testutil.Eventually(t, 3*time.Minute, "Hibernated=True, the StatefulSet at 0 replicas, no member pod", func() error {
+				e, err := getEC(ns, "z")
+				if err != nil {
+					return err
+				}
+				var sts appsv1.StatefulSet
+				if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "z"}, &sts); err != nil {
+					return err
+				}
+				pods := memberPods(t, ns, "z")
+				if condition(e, v1alpha1.ConditionHibernated) != "True" || *sts.Spec.Replicas != 0 || sts.Status.Replicas != 0 || len(pods) != 0 {
+					return fmt.Errorf("Hibernated=%s, StatefulSet replicas %d (%d running), %d member pods, status.hibernation %+v",
+						condition(e, v1alpha1.ConditionHibernated), *sts.Spec.Replicas, sts.Status.Replicas, len(pods), e.Status.Hibernation)
+				}
+				return nil
+			})
+			w.Stop()
+			maps.Copy(acked, w.Acked())
+			if now := uids(t, ns, "z", &corev1.PersistentVolumeClaimList{}); !maps.Equal(now, claims) {
+				t.Fatalf("volume claims hibernated: %v; before: %v (want the same claims, same UIDs)", now, claims)
 			}
-			return nil
+			way.resume(t)
+			ec := waitReady(t, ns, "z", 3, 4*time.Minute)
+			if condition(ec, v1alpha1.ConditionHibernated) != "False" || ec.Status.Hibernation != nil {
+				t.Fatalf("resumed, Hibernated=%s and status.hibernation %+v; want False and none", condition(ec, v1alpha1.ConditionHibernated), ec.Status.Hibernation)
+			}
+			if got := etcdClusterID(t, ns, "z"); got != id {
+				t.Fatalf("etcd cluster ID %s after resuming, %s before hibernating", got, id)
+			}
+			if got := memberIDs(ec); !maps.Equal(got, members) {
+				t.Fatalf("member IDs %v after resuming, %v before hibernating: members were replaced, not resumed", got, members)
+			}
+			if now := uids(t, ns, "z", &corev1.PersistentVolumeClaimList{}); !maps.Equal(now, claims) {
+				t.Fatalf("volume claims resumed: %v; before: %v", now, claims)
+			}
+			assertKeysOnEveryMember(t, ns, "z", acked)
 		})
-		claims := uids(t, ns, "z", &corev1.PersistentVolumeClaimList{})
-		kubectl(t, ns, "scale", "ec/z", "--replicas=0")
-		testutil.Eventually(t, 3*time.Minute, "Hibernated=True, the StatefulSet at 0 replicas, no member pod", func() error {
-			e, err := getEC(ns, "z")
-			if err != nil {
-				return err
-			}
-			var sts appsv1.StatefulSet
-			if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "z"}, &sts); err != nil {
-				return err
-			}
-			pods := memberPods(t, ns, "z")
-			if condition(e, v1alpha1.ConditionHibernated) != "True" || *sts.Spec.Replicas != 0 || sts.Status.Replicas != 0 || len(pods) != 0 {
-				return fmt.Errorf("Hibernated=%s, StatefulSet replicas %d (%d running), %d member pods, status.hibernation %+v",
-					condition(e, v1alpha1.ConditionHibernated), *sts.Spec.Replicas, sts.Status.Replicas, len(pods), e.Status.Hibernation)
-			}
-			return nil
-		})
-		w.Stop()
-		maps.Copy(acked, w.Acked())
-		if now := uids(t, ns, "z", &corev1.PersistentVolumeClaimList{}); !maps.Equal(now, claims) {
-			t.Fatalf("volume claims hibernated: %v; before: %v (want the same claims, same UIDs)", now, claims)
-		}
-		kubectl(t, ns, "scale", "ec/z", "--replicas=3")
-		ec := waitReady(t, ns, "z", 3, 4*time.Minute)
-		if condition(ec, v1alpha1.ConditionHibernated) != "False" || ec.Status.Hibernation != nil {
-			t.Fatalf("resumed, Hibernated=%s and status.hibernation %+v; want False and none", condition(ec, v1alpha1.ConditionHibernated), ec.Status.Hibernation)
-		}
-		if got := etcdClusterID(t, ns, "z"); got != id {
-			t.Fatalf("etcd cluster ID %s after resuming, %s before hibernating", got, id)
-		}
-		if got := memberIDs(ec); !maps.Equal(got, members) {
-			t.Fatalf("member IDs %v after resuming, %v before hibernating: members were replaced, not resumed", got, members)
-		}
-		if now := uids(t, ns, "z", &corev1.PersistentVolumeClaimList{}); !maps.Equal(now, claims) {
-			t.Fatalf("volume claims resumed: %v; before: %v", now, claims)
-		}
-		assertKeysOnEveryMember(t, ns, "z", acked)
-	})
+	}
 
 	runStep(t, "deleted with --cascade=orphan", func(t *testing.T) {
 		pods := podStates(t, ns, "z")
