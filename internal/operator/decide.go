@@ -48,6 +48,10 @@ const (
 	// CaseQuorumAnswers: the evidence says the quorum is lost, but a member, asked directly,
 	// answers a linearizable read: the recovery is withdrawn and nothing is fenced.
 	CaseQuorumAnswers Case = "QuorumAnswersLinearizableRead"
+	// CaseVolumeNodeLost: a member NotReady past the grace has its volume pinned to a node
+	// marked out of service (or gone), and another member answers a linearizable read: its
+	// claim and pod are deleted, and it joins again on a new volume, as a learner first.
+	CaseVolumeNodeLost Case = "VolumeNodeLost"
 	// CaseRestartUnproven: members are NotReady past the grace and the evidence says the quorum
 	// serves, but asked directly no other member answers a linearizable read: nothing is
 	// restarted (Decision.RestartsHeld says why).
@@ -167,6 +171,23 @@ type MemberObservation struct {
 	Ordinal int
 	Pod     *PodState   // nil: no pod
 	Lease   *LeaseState // nil: no Lease
+	// Volume is the member's data claim, read only while the member has been NotReady past
+	// the grace (nil otherwise, or without a claim).
+	Volume *VolumeState
+}
+
+// volumeReplacement is a member whose data claim is deleted, and the claim.
+type volumeReplacement struct {
+	Member string
+	VolumeState
+}
+
+// VolumeState is what Decide needs of a member's data volume claim.
+type VolumeState struct {
+	Claim, UID string
+	// NodeLost says why the volume is lost with its node ("" when it is not): the volume is
+	// pinned to one node, which is marked out of service or no longer exists.
+	NodeLost string
 }
 
 // PodState is what Decide needs of a member pod.
@@ -224,6 +245,10 @@ type Decision struct {
 	// DeletePods are member pods NotReady past the grace while another member answers a
 	// linearizable read (case 9).
 	DeletePods []string
+	// ReplaceVolumes are the members NotReady past the grace whose volume is lost with its
+	// node, while another member answers a linearizable read: the claim and the pod are
+	// deleted, and the member comes back on a new volume as a new member (CaseVolumeNodeLost).
+	ReplaceVolumes []volumeReplacement
 	// RestartsHeld says why members NotReady past the grace are not restarted ("": none is
 	// held): no other member answered, so the quorum is what is lost, not the member.
 	RestartsHeld string
@@ -392,10 +417,15 @@ func Decide(o Observation) Decision {
 			if o.Recovery != nil {
 				withdrawn = o.Recovery.Status.WithdrawnAt
 			}
-			var due []string
+			var due, volumesLost []string
 			for _, m := range longNotReady {
-				if mo := findMember(o.Members, m.Name); mo != nil && mo.Pod != nil && !mo.Pod.Deleting &&
-					o.Now.Sub(laterOf(mo.Pod.Created, withdrawn)) >= o.Graces.NotReady {
+				mo := findMember(o.Members, m.Name)
+				switch {
+				case mo == nil:
+				case mo.Volume != nil && mo.Volume.NodeLost != "":
+					// A restart would bring it back to a volume no node can mount.
+					volumesLost = append(volumesLost, m.Name)
+				case mo.Pod != nil && !mo.Pod.Deleting && o.Now.Sub(laterOf(mo.Pod.Created, withdrawn)) >= o.Graces.NotReady:
 					due = append(due, m.Name)
 				}
 			}
@@ -405,17 +435,26 @@ func Decide(o Observation) Decision {
 			if o.Answers != nil {
 				due = slices.DeleteFunc(due, func(name string) bool { return o.Answers[name] })
 			}
+			acting := append(slices.Clone(due), volumesLost...)
 			switch {
-			case len(due) == 0:
+			case len(acting) == 0:
 			case o.Answers == nil:
 				d.AskMembers = true
-			case answering(o, due) == "":
-				d.RestartsHeld = fmt.Sprintf("%s NotReady for more than %s, not restarted: asked directly, no other member answered a linearizable read, "+
-					"so the quorum is what is lost, and a restart would not bring it back", strings.Join(due, ", "), o.Graces.NotReady)
+			case answering(o, acting) == "":
+				d.RestartsHeld = fmt.Sprintf("%s NotReady for more than %s, neither restarted nor replaced: asked directly, no other member answered a linearizable read, "+
+					"so the quorum is what is lost, and neither would bring it back", strings.Join(acting, ", "), o.Graces.NotReady)
 				addCase(&d, CaseRestartUnproven)
 			default:
 				d.DeletePods = due
-				addCase(&d, CaseMinorityNotReady)
+				if len(due) > 0 {
+					addCase(&d, CaseMinorityNotReady)
+				}
+				for _, name := range volumesLost {
+					d.ReplaceVolumes = append(d.ReplaceVolumes, volumeReplacement{Member: name, VolumeState: *findMember(o.Members, name).Volume})
+				}
+				if len(volumesLost) > 0 {
+					addCase(&d, CaseVolumeNodeLost)
+				}
 			}
 		}
 	}
@@ -465,7 +504,7 @@ func Decide(o Observation) Decision {
 			// (a new cluster restored from a backup starts all its members at once).
 			// A member the ConfigMap lists gets its pod, though: its sidecar must report.
 			d.StatefulSetReplicas, d.ConfigMembers = max(o.StatefulSetReplicas, o.ConfigMembers, 0), max(o.ConfigMembers, 0)
-			d.DeletePods = nil
+			d.DeletePods, d.ReplaceVolumes = nil, nil
 		}
 	}
 	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() && o.Answers == nil {
@@ -884,6 +923,13 @@ func stopFenced(o Observation, d *Decision) (stop []string, moveTo string) {
 		}
 	}
 	return nil, "" // no one to lead: nothing is stopped (the fence needs a quorum anyway)
+}
+
+// notReadyPastGrace: the member's recorded status has been NotReady for the NotReady grace.
+func notReadyPastGrace(o Observation, name string) bool {
+	i := slices.IndexFunc(o.Previous.Members, func(m v1alpha1.MemberStatus) bool { return m.Name == name })
+	return i >= 0 && o.Previous.Members[i].Status == v1alpha1.MemberNotReady && o.Previous.Members[i].Reason != v1alpha1.ReasonFenced &&
+		o.Now.Sub(o.Previous.Members[i].LastTransitionTime.Time) >= o.Graces.NotReady
 }
 
 func laterOf(a, b time.Time) time.Time {

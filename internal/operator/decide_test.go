@@ -72,6 +72,12 @@ func (w *world) fenced(names ...string) *world {
 	return w
 }
 
+// volumeLost records member i's claim as lost with its node (marked out of service).
+func (w *world) volumeLost(i int) *world {
+	w.o.Members[i].Volume = &VolumeState{Claim: "data-" + w.o.Members[i].Name, UID: "uid-" + w.o.Members[i].Name, NodeLost: "its volume is on node n2, marked out of service"}
+	return w
+}
+
 // answers records that the operator asked every member directly, and that only those named
 // answered a linearizable read.
 func (w *world) answers(names ...string) *world {
@@ -234,6 +240,22 @@ func TestDecide(t *testing.T) {
 			func(t *testing.T, d Decision) {
 				if len(d.DeletePods) != 0 || slices.Contains(d.Cases, CaseMinorityNotReady) || d.RestartsHeld != "" {
 					t.Errorf("delete %v, cases %v, held %q: want nothing restarted", d.DeletePods, d.Cases, d.RestartsHeld)
+				}
+			}},
+		{"a member NotReady past the grace whose volume is lost with its node, the others answering: its claim and pod are replaced, it is not restarted",
+			healthy(3).podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				setCond(v1alpha1.ConditionAllMembersReady, false).volumeLost(2).answers("c-0", "c-1"), CaseVolumeNodeLost,
+			func(t *testing.T, d Decision) {
+				if len(d.DeletePods) != 0 || len(d.ReplaceVolumes) != 1 || d.ReplaceVolumes[0].Member != "c-2" || d.ReplaceVolumes[0].UID != "uid-c-2" {
+					t.Errorf("delete %v, replace %+v: want c-2's claim replaced, no restart", d.DeletePods, d.ReplaceVolumes)
+				}
+			}},
+		{"a member whose volume is lost with its node, but no other member answering (the quorum lost): nothing replaced",
+			healthy(3).podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				setCond(v1alpha1.ConditionAllMembersReady, false).volumeLost(2).answers(), CaseRestartUnproven,
+			func(t *testing.T, d Decision) {
+				if len(d.DeletePods) != 0 || len(d.ReplaceVolumes) != 0 {
+					t.Errorf("delete %v, replace %+v: want nothing done while no other member answers", d.DeletePods, d.ReplaceVolumes)
 				}
 			}},
 		{"9 a pod younger than the grace is not deleted again",

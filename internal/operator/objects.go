@@ -399,11 +399,13 @@ func statefulSetSpec(ec *v1alpha1.EtcdCluster, defaultImage string, replicas int
 	if podSpec.Affinity == nil && len(podSpec.TopologySpreadConstraints) == 0 {
 		// Over nodes, required: with as many nodes as members, one member per node, so that
 		// deleting a pod (a fence) stops one member, and one lost node costs one member. Fewer
-		// nodes share the members evenly (skew is counted over the nodes there are). Over
-		// zones, preferred: nodes need not carry a zone.
+		// nodes share the members evenly (skew is counted over the nodes there are). A node
+		// whose taints the pods do not tolerate (out of service, cordoned) is not counted: a
+		// member whose node is lost comes back on the others. Over zones, preferred: nodes need
+		// not carry a zone.
 		spread := func(key string, when corev1.UnsatisfiableConstraintAction) corev1.TopologySpreadConstraint {
 			return corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: key, WhenUnsatisfiable: when,
-				LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ec)}}
+				LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ec)}, NodeTaintsPolicy: ptr(corev1.NodeInclusionPolicyHonor)}
 		}
 		podSpec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{
 			spread(corev1.LabelHostname, corev1.DoNotSchedule), spread(corev1.LabelTopologyZone, corev1.ScheduleAnyway)}

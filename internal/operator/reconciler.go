@@ -187,7 +187,8 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumes;nodes,verbs=get
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
@@ -375,6 +376,11 @@ func (r *ClusterReconciler) act(ctx context.Context, ec *v1alpha1.EtcdCluster, o
 		if err := r.deletePod(ctx, ec, name, still, corev1.EventTypeWarning, "MemberRestarted", fmt.Sprintf(
 			"member %s was NotReady for more than %s: its pod was deleted to restart it", name, r.graces().NotReady)); err != nil {
 			p.fail("ERR_DELETE_POD", err)
+		}
+	}
+	for _, v := range d.ReplaceVolumes {
+		if err := r.replaceVolume(ctx, ec, v); err != nil {
+			p.fail("ERR_REPLACE_VOLUME", err)
 		}
 	}
 	r.stopFenced(ctx, ec, d, p)
@@ -684,6 +690,41 @@ func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdClus
 	}
 	r.Recorder.Eventf(ec, &pod, typ, reason, "DeletePod", "%s", why)
 	return nil
+}
+
+// replaceVolume deletes the data claim of a member whose volume is lost with its node, then
+// its pod: the StatefulSet makes both anew, and the member's sidecar, finding its data dir
+// empty, joins again as a new member (a learner first). The claim is read fresh: still the
+// one decided on (its UID), of the cluster's labels, its volume's node still lost, and it is
+// deleted with its UID and resourceVersion as preconditions.
+func (r *ClusterReconciler) replaceVolume(ctx context.Context, ec *v1alpha1.EtcdCluster, v volumeReplacement) error {
+	var pvc corev1.PersistentVolumeClaim
+	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: v.Claim}, &pvc); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("claim %s: %w", v.Claim, err)
+	}
+	if string(pvc.UID) != v.UID || !pvc.DeletionTimestamp.IsZero() {
+		return nil // made anew or going since: the next pass decides again
+	}
+	if !labels.SelectorFromSet(selectorLabels(ec)).Matches(labels.Set(pvc.Labels)) {
+		return fmt.Errorf("claim %s does not carry the labels of cluster %s's members: it is not deleted", v.Claim, ec.Name)
+	}
+	lost, err := r.volumeNodeLost(ctx, &pvc)
+	if err != nil || lost == "" {
+		return err
+	}
+	pre := client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion}
+	if err := r.Client.Delete(ctx, &pvc, pre); apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("claim %s: %w", v.Claim, err)
+	}
+	why := fmt.Sprintf("member %s NotReady for more than %s, and %s: its claim %s and its pod are deleted; it joins again on a new volume, as a learner first",
+		v.Member, r.graces().NotReady, lost, v.Claim)
+	r.Recorder.Eventf(ec, &pvc, corev1.EventTypeWarning, "VolumeReplaced", "DeleteClaim", "%s", why)
+	return r.deletePod(ctx, ec, v.Member, func(p *corev1.Pod) bool { return !podReady(p) }, corev1.EventTypeWarning, "VolumeReplaced", why)
 }
 
 // rollout carries out the rolling update's step (decideRollout): the full snapshot, the
@@ -1152,6 +1193,14 @@ func (r *ClusterReconciler) observeVolumes(ctx context.Context, ec *v1alpha1.Etc
 		return err
 	}
 	for _, pvc := range pvcs.Items {
+		if i := slices.IndexFunc(o.Members, func(m MemberObservation) bool { return pvc.Name == "data-"+m.Name }); i >= 0 && pvc.DeletionTimestamp.IsZero() &&
+			notReadyPastGrace(*o, o.Members[i].Name) {
+			lost, err := r.volumeNodeLost(ctx, &pvc)
+			if err != nil {
+				return err
+			}
+			o.Members[i].Volume = &VolumeState{Claim: pvc.Name, UID: string(pvc.UID), NodeLost: lost}
+		}
 		if age := o.Now.Sub(pvc.CreationTimestamp.Time); pvc.Status.Phase == corev1.ClaimPending && age > o.Graces.Volume {
 			class := "the default storage class"
 			if c := pvc.Spec.StorageClassName; c != nil {
@@ -1161,6 +1210,56 @@ func (r *ClusterReconciler) observeVolumes(ctx context.Context, ec *v1alpha1.Etc
 		}
 	}
 	return nil
+}
+
+// volumeNodeLost says, read fresh, why the claim's volume is lost with its node: the volume is
+// pinned to one node (its PersistentVolume's node affinity, as local volumes are) and that
+// node is marked out of service (the taint node.kubernetes.io/out-of-service: someone or
+// something that knows says it is off) or no longer exists. "" when not: a volume any node
+// can mount, a node that may come back.
+func (r *ClusterReconciler) volumeNodeLost(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (string, error) {
+	if pvc.Spec.VolumeName == "" {
+		return "", nil
+	}
+	var pv corev1.PersistentVolume
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, &pv); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	node := pinnedNode(&pv)
+	if node == "" || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
+		return "", nil
+	}
+	var n corev1.Node
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Name: node}, &n); {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("its volume %s is on node %s, which no longer exists", pv.Name, node), nil
+	case err != nil:
+		return "", err
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintOutOfService {
+			return fmt.Sprintf("its volume %s is on node %s, marked out of service (%s=%s:%s)", pv.Name, node, t.Key, t.Value, t.Effect), nil
+		}
+	}
+	return "", nil
+}
+
+// TaintOutOfService marks a node that is shut down for good (Kubernetes' non-graceful node
+// shutdown): its pods are deleted by force, and its local volumes are lost with it.
+const TaintOutOfService = "node.kubernetes.io/out-of-service"
+
+// pinnedNode is the one node a volume's node affinity allows ("" when it allows any, or
+// several).
+func pinnedNode(pv *corev1.PersistentVolume) string {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil || len(pv.Spec.NodeAffinity.Required.NodeSelectorTerms) != 1 {
+		return ""
+	}
+	for _, e := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions {
+		if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
+			return e.Values[0]
+		}
+	}
+	return ""
 }
 
 // bootstrapRestore is spec.bootstrap.restore as a restore target (nil: none).

@@ -151,6 +151,8 @@ func rolloutStep(o Observation, d *Decision, quorate, all bool) rolloutDecision 
 		return wait(fmt.Sprintf("%s: the cluster scales to %d members first", left, o.Desired))
 	case len(d.DeletePods) > 0:
 		return wait(fmt.Sprintf("%s: members NotReady for too long are restarted first (%v)", left, d.DeletePods))
+	case len(d.ReplaceVolumes) > 0:
+		return wait(fmt.Sprintf("%s: members whose volumes are lost with their nodes are replaced first", left))
 	case !quorate:
 		return wait(fmt.Sprintf("%s: no quorum (%d of %d members Ready); no pod is deleted", left, d.Ready, d.ClusterSize))
 	}

@@ -470,10 +470,7 @@ func waitTrustApplied(t *testing.T, ns, name, prev string, n int) string {
 			return fmt.Errorf("%d pods", len(pods))
 		}
 		for pod, p := range pods {
-			ready := false
-			for _, c := range p.Status.Conditions {
-				ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
-			}
+			ready := podReady(&p)
 			if p.Annotations[operator.AnnotationTrust] != trust || !ready {
 				return fmt.Errorf("pod %s trusts %s, ready %t", pod, p.Annotations[operator.AnnotationTrust], ready)
 			}

@@ -30,18 +30,19 @@ func nodeOf(t *testing.T, ns, name string) map[string]string {
 	return out
 }
 
-// TestNodeFaults puts a 3-member cluster, spread one member per node, through the faults of
-// nodes while a client writes through the client Service: a network partition of a member's
-// node while it runs on, a drain, a power-off, and two nodes powered off at once. Each ends
-// with every acknowledged write on every member and the cluster's ID unchanged: no second
-// cluster formed.
+// TestNodeFaults puts a 3-member cluster, spread one member per node on volumes pinned to
+// their nodes (as local disks are), through the faults of nodes while a client writes through
+// the client Service: a network partition of a member's node while it runs on, a drain, two
+// nodes powered off at once, and a power-off marked out of service. Each ends with every
+// acknowledged write on every member and the cluster's ID unchanged: no second cluster formed.
 func TestNodeFaults(t *testing.T) {
 	if len(kubeNode.Workers()) < 3 {
 		t.Skipf("needs 3 nodes, the suite runs %d (STEWARD_E2E_NODES)", len(kubeNode.Workers()))
 	}
 	ns := namespace(t)
 	storeSecret(t, ns)
-	apply(t, ns, clusterYAML(ns, "nf", 3, plainHTTP))
+	// Volumes pinned to their nodes (node.LocalClass), as local disks are.
+	apply(t, ns, strings.Replace(clusterYAML(ns, "nf", 3, plainHTTP), "storage: {size: 1Gi}", "storage: {size: 1Gi, storageClassName: "+node.LocalClass+"}", 1))
 	waitReady(t, ns, "nf", 3, 3*time.Minute)
 	id := etcdClusterID(t, ns, "nf")
 	acked := map[string]string{}
@@ -128,7 +129,11 @@ func TestNodeFaults(t *testing.T) {
 		assertOneCluster(t, ns, "nf", id)
 	})
 
-	runStep(t, "a member's node powered off, then on", func(t *testing.T) {
+	runStep(t, "two members' nodes powered off (the quorum lost), marked out of service, then on", func(t *testing.T) {
+		twoNodesLost(t, ns, placed, victims, id, acked)
+	})
+
+	runStep(t, "a member's node powered off, then marked out of service", func(t *testing.T) {
 		pod, nodeName := victims[1], placed[victims[1]]
 		before := memberPods(t, ns, "nf")[pod]
 		w := startWriter(t, ns, "nf", "poweroff", 200*time.Millisecond)
@@ -168,16 +173,31 @@ func TestNodeFaults(t *testing.T) {
 			}
 			return w.serving(10 * time.Second)
 		})
+		// Marked out of service, the node is known to be off for good, and its volume with it
+		// (pinned to it, as local disks are): the member comes back on another node with a new
+		// volume, as a new member that joins as a learner.
+		claim := memberClaim(t, ns, pod)
+		kubectl(t, "", "taint", "node", nodeName, outOfServiceKey+"=nodeshutdown:NoExecute")
+		defer func() { _, _ = kubectlIn("", "", "taint", "node", nodeName, outOfServiceKey+"-") }()
+		testutil.Eventually(t, 5*time.Minute, pod+" back on another node, on a new volume", func() error {
+			var p corev1.Pod
+			if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, &p); err != nil {
+				return err
+			}
+			now := memberClaim(t, ns, pod)
+			if p.Spec.NodeName == "" || p.Spec.NodeName == nodeName || !podReady(&p) || now.UID == claim.UID {
+				return fmt.Errorf("pod %s on node %q (ready %v), claim %s (was %s)", pod, p.Spec.NodeName, podReady(&p), now.UID, claim.UID)
+			}
+			return nil
+		})
+		waitEvent(t, ns, "nf", "VolumeReplaced", time.Minute)
+		settled(t, ns, w, 5*time.Minute, id, acked)
 		if err := kubeNode.PowerOn(context.Background(), nodeName); err != nil {
 			t.Fatal(err)
 		}
 		on = true
-		settled(t, ns, w, 5*time.Minute, id, acked)
 	})
 
-	runStep(t, "two members' nodes powered off (the quorum lost), marked out of service, then on", func(t *testing.T) {
-		twoNodesLost(t, ns, placed, victims, id, acked)
-	})
 }
 
 // twoNodesLost powers off the nodes of two members at once: the quorum is lost. Until the nodes
@@ -282,4 +302,14 @@ func assertOneCluster(t *testing.T, ns, name, id string) {
 		}
 		return nil
 	})
+}
+
+// memberClaim is a member pod's data claim.
+func memberClaim(t *testing.T, ns, pod string) corev1.PersistentVolumeClaim {
+	t.Helper()
+	var c corev1.PersistentVolumeClaim
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "data-" + pod}, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -395,3 +395,13 @@ func countEvents(t *testing.T, ns, kind, name, reason string) int32 {
 	}
 	return n
 }
+
+// podReady: the pod's Ready condition is True.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -12,8 +12,9 @@ import (
 	"time"
 )
 
-// addonsYAML is CoreDNS (cluster DNS only: no forward, nothing leaves the machine) and the
-// default StorageClass, served by the kube-controller-manager's hostPath provisioner.
+// addonsYAML is CoreDNS (cluster DNS only: no forward, nothing leaves the machine), the
+// default StorageClass, served by the kube-controller-manager's hostPath provisioner, and
+// LocalClass, served by ProvisionLocalVolumes.
 var addonsYAML = `apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
@@ -22,6 +23,15 @@ metadata:
 provisioner: kubernetes.io/host-path
 reclaimPolicy: Delete
 volumeBindingMode: Immediate
+---
+# Volumes pinned to one node, as local disks are (ProvisionLocalVolumes).
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: steward-local
+provisioner: e2e.steward.dev/local
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
 ---
 apiVersion: v1
 kind: ServiceAccount

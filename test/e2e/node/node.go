@@ -473,9 +473,9 @@ serializeImagePulls: false
 }
 
 // volumeOwner starts `e2e-node volumes` detached: it gives every provisioned volume to
-// VolumeOwner (see OwnVolumes).
+// VolumeOwner (see OwnVolumes) and provisions LocalClass (see ProvisionLocalVolumes).
 func (n *Node) volumeOwner(context.Context) error {
-	return n.start("volume-owner", n.cfg.Self, "volumes")
+	return n.start("volume-owner", n.cfg.Self, "volumes", "--dir", n.cfg.Dir)
 }
 
 func (n *Node) addons(ctx context.Context) error {

@@ -48,6 +48,11 @@ func main() {
 	case "load":
 		err = load(*dir, *bin)
 	case "volumes":
+		go func() {
+			if err := node.ProvisionLocalVolumes(ctx, *dir); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e-node volumes: %v\n", err)
+			}
+		}()
 		err = node.OwnVolumes(ctx)
 	case "poweroff", "poweron", "partition", "heal":
 		err = fault(ctx, os.Args[1], target, *dir, *bin)
