@@ -80,6 +80,10 @@ type mMember struct {
 	// nodeLost: the node is partitioned away: its etcd (if it runs) reaches nobody, its
 	// kubelet and sidecar reach no API server, and a deletion of its pod stays pending.
 	nodeLost bool
+	// outOfService: the lost node is marked out of service, so known to be off; the member's
+	// volume is pinned to it (a local disk). claim counts the member's data claims.
+	outOfService bool
+	claim        int
 	// skew is the node's clock minus the API server's.
 	skew time.Duration
 	// leaseFrozen: the sidecar's Lease writes are refused; reportFrozen: its EtcdMember
@@ -374,6 +378,12 @@ func (m *opModel) observe(a mAPI, now time.Time) Observation {
 	}) {
 		o.Members = append(o.Members, *members[i])
 	}
+	// The reconciler reads the claims, their volumes' nodes fresh, of members NotReady past the grace.
+	for i := range o.Members {
+		if mm := m.member(o.Members[i].Name); mm != nil && mm.outOfService && notReadyPastGrace(o, mm.name) {
+			o.Members[i].Volume = &VolumeState{Claim: "data-" + mm.name, UID: strconv.Itoa(mm.claim), NodeLost: "its node is marked out of service"}
+		}
+	}
 	o.Reports = a.reports
 	rec := Recovery{Acks: a.acks, Policy: v1alpha1.QuorumLossAutomatic, Timing: modelTiming,
 		Backup: heal.Backup{Configured: m.backup >= 0, Revision: int64(max(m.backup, 0))}}
@@ -435,6 +445,9 @@ func (m *opModel) reconcile() {
 				m.deletePod(name, "stop the fenced member", func(p *mPod) bool { return p.ready })
 			}
 		}
+	}
+	for _, v := range d.ReplaceVolumes {
+		m.replaceVolume(v)
 	}
 	notReadySince := now.Add(-modelGraces.NotReady)
 	for _, name := range d.DeletePods {
@@ -547,6 +560,38 @@ func (m *opModel) deletePod(name, why string, still func(*mPod) bool) {
 	}
 	m.logf("operator deletes pod %s (uid %d): %s", name, p.uid, why)
 	m.removePod(mm)
+}
+
+// member is the member named name (nil: none).
+func (m *opModel) member(name string) *mMember {
+	for _, mm := range m.mems {
+		if mm.name == name {
+			return mm
+		}
+	}
+	return nil
+}
+
+// replaceVolume is the operator deleting a member's claim (its UID as precondition), then its
+// pod: the member comes back on a new, empty volume on a node that runs.
+func (m *opModel) replaceVolume(v volumeReplacement) {
+	mm := m.member(v.Member)
+	if mm == nil || strconv.Itoa(mm.claim) != v.UID {
+		return // another claim since: the precondition fails
+	}
+	if !mm.outOfService {
+		m.failf("the claim of %s is replaced while its node is not known to be off", mm.name)
+	}
+	if ans := m.servingBut(mm.name); ans == "" {
+		m.failf("the claim of %s is replaced while no other member answers a linearizable read", mm.name)
+	}
+	if !m.write("the deletion of claim data-" + mm.name) {
+		return
+	}
+	m.logf("operator replaces the claim of %s (claim %d)", mm.name, mm.claim)
+	mm.claim++
+	mm.data, mm.etcd, mm.pod = nil, false, nil
+	mm.nodeLost, mm.outOfService = false, false
 }
 
 // removePod is a deletion: done at once, or pending while the node is lost.
@@ -895,7 +940,7 @@ func (m *opModel) calmDown() {
 	m.trace = append(m.trace, "--- no more faults ---")
 	m.cacheLags, m.apiFlaky = false, false
 	for _, mm := range m.mems {
-		mm.nodeLost, mm.leaseFrozen, mm.reportFrozen = false, false, false
+		mm.nodeLost, mm.outOfService, mm.leaseFrozen, mm.reportFrozen = false, false, false, false
 	}
 	if m.ec.Spec.Replicas == 0 || m.ec.Annotations[v1alpha1.AnnotationHibernate] == "true" {
 		m.setSpec(func(ec *v1alpha1.EtcdCluster) {
@@ -974,8 +1019,19 @@ func (m *opModel) randomAction() {
 		m.action("wipe "+mm.name, func() { mm.etcd, mm.data = false, nil })
 	case k < 73:
 		m.action("node of "+mm.name+" lost", func() { mm.nodeLost = true })
+	case k < 75:
+		m.action("node of "+mm.name+" back", func() { mm.nodeLost, mm.outOfService = false, false })
 	case k < 76:
-		m.action("node of "+mm.name+" back", func() { mm.nodeLost = false })
+		// Marked out of service, the lost node is off for good: Kubernetes deletes its pod by
+		// force, and its etcd is down; the pod it makes again cannot run there.
+		m.action("node of "+mm.name+" marked out of service", func() {
+			if mm.nodeLost {
+				mm.outOfService, mm.etcd = true, false
+				if mm.pod != nil {
+					mm.pod = nil
+				}
+			}
+		})
 	case k < 78:
 		m.action("Lease writes of "+mm.name+" refused", func() { mm.leaseFrozen = true })
 	case k < 79:
