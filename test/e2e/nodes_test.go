@@ -177,6 +177,7 @@ func TestNodeFaults(t *testing.T) {
 		// (pinned to it, as local disks are): the member comes back on another node with a new
 		// volume, as a new member that joins as a learner.
 		claim := memberClaim(t, ns, pod)
+		marked := time.Now()
 		kubectl(t, "", "taint", "node", nodeName, outOfServiceKey+"=nodeshutdown:NoExecute")
 		defer func() { _, _ = kubectlIn("", "", "taint", "node", nodeName, outOfServiceKey+"-") }()
 		testutil.Eventually(t, 5*time.Minute, pod+" back on another node, on a new volume", func() error {
@@ -188,6 +189,7 @@ func TestNodeFaults(t *testing.T) {
 			if p.Spec.NodeName == "" || p.Spec.NodeName == nodeName || !podReady(&p) || now.UID == claim.UID {
 				return fmt.Errorf("pod %s on node %q (ready %v), claim %s (was %s)", pod, p.Spec.NodeName, podReady(&p), now.UID, claim.UID)
 			}
+			t.Logf("%s back on %s with a new claim, Ready %s after %s was marked out of service", pod, p.Spec.NodeName, time.Since(marked).Round(time.Second), nodeName)
 			return nil
 		})
 		waitEvent(t, ns, "nf", "VolumeReplaced", time.Minute)
