@@ -110,17 +110,26 @@ type restoreResult struct {
 func newKubectlRestoreCommand(f *kubeFlags) *cobra.Command {
 	var (
 		revision, timeline int64
-		at                 string
+		at, into           string
+		dryRun             bool
 		wait               time.Duration
 		out                outputFlag
 	)
 	cmd := &cobra.Command{
-		Use:   "restore CLUSTER [--to-revision R | --to-time T] [--timeline N]",
-		Short: "Take the running cluster back to a revision or a time of its backups, in place (an EtcdRestore)",
+		Use:   "restore CLUSTER [--to-revision R | --to-time T] [--timeline N] [--into NEW] [--dry-run]",
+		Short: "Take the running cluster back to a revision or a time of its backups, in place (an EtcdRestore) or into a new cluster",
 		Long: `Take the running cluster back to a revision or a time of its own backups, in place: the
 operator checks the target against the store, takes a full snapshot first, stops every member,
 restores one and rejoins the others. Every write after the target is dropped. Without a target,
-the newest revision the backups hold. Its phases go to stderr, the outcome to stdout.`,
+the newest revision the backups hold. Its phases go to stderr, the outcome to stdout.
+
+With --into NEW, the cluster is left as it is: a new EtcdCluster NEW, of the same spec but
+without backups of its own (give it a store of its own), starts from the target
+(spec.bootstrap.restore), reading the cluster's store with its credentials Secret.
+
+With --dry-run, nothing is created: it prints the target against the recoverable window the
+cluster's status records, and, in place, how many revisions would be dropped; it exits non-zero
+when the target lies outside the window.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {
@@ -130,24 +139,39 @@ the newest revision the backups hold. Its phases go to stderr, the outcome to st
 			if revision != 0 && at != "" {
 				return fmt.Errorf("--to-revision and --to-time name two targets: give one")
 			}
-			er := &v1alpha1.EtcdRestore{Spec: v1alpha1.EtcdRestoreSpec{Cluster: args[0]}}
+			var target restoreTarget
 			if revision != 0 {
-				er.Spec.Revision = &revision
+				target.Revision = &revision
 			}
 			if timeline != 0 {
-				er.Spec.Timeline = &timeline
+				target.Timeline = &timeline
 			}
 			if at != "" {
 				t, err := time.Parse(time.RFC3339, at)
 				if err != nil {
 					return fmt.Errorf("--to-time %q: use RFC 3339, e.g. 2026-11-27T10:00:00Z", at)
 				}
-				er.Spec.Time = &metav1.Time{Time: t}
+				target.Time = &metav1.Time{Time: t}
 			}
 			k, ec, err := f.connectTo(ctx, args[0])
 			if err != nil {
 				return err
 			}
+			if dryRun {
+				plan, err := planRestore(ec, target, into)
+				if perr := out.print(cmd.OutOrStdout(), plan, func(t *table) {
+					t.header("CLUSTER", "INTO", "REVISION", "WINDOW", "TARGET", "DROPPED", "VERDICT")
+					t.row(plan.Cluster, orDash(plan.Into), strconv.FormatInt(plan.Revision, 10), orDash(plan.Window), plan.Target,
+						orDashIfZero(plan.Dropped, strconv.FormatInt(plan.Dropped, 10)), plan.Verdict)
+				}); perr != nil {
+					return perr
+				}
+				return err
+			}
+			if into != "" {
+				return restoreInto(cmd, k, ec, target, into, wait, out)
+			}
+			er := &v1alpha1.EtcdRestore{Spec: v1alpha1.EtcdRestoreSpec{Cluster: args[0], Revision: target.Revision, Time: target.Time, Timeline: target.Timeline}}
 			message := func() string {
 				if n := len(er.Status.Conditions); n > 0 {
 					return er.Status.Conditions[n-1].Message
@@ -185,6 +209,8 @@ the newest revision the backups hold. Its phases go to stderr, the outcome to st
 	cmd.Flags().StringVar(&at, "to-time", "", "restore the newest revision the backups prove existed at this time (RFC 3339)")
 	cmd.Flags().Int64Var(&timeline, "timeline", 0, "the backup timeline to read (default: the cluster's current one)")
 	cmd.Flags().DurationVar(&wait, "wait", 15*time.Minute, "how long to wait for the restore (0: do not wait)")
+	cmd.Flags().StringVar(&into, "into", "", "restore into a new EtcdCluster of this name, leaving the cluster as it is")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "create nothing: print the target against the recoverable window, and what would be dropped")
 	out.register(cmd)
 	return cmd
 }

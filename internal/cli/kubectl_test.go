@@ -256,6 +256,59 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("restore --dry-run and --into", func(t *testing.T) {
+		var main v1alpha1.EtcdCluster
+		must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "main"}, &main))
+		before := main.Status
+		t.Cleanup(func() {
+			must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "main"}, &main))
+			main.Status = before
+			must(c.Status().Update(ctx, &main))
+		})
+		first, last := metav1.NewTime(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)), metav1.NewTime(time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC))
+		main.Status.Revision = 130
+		main.Status.Recoverability = &v1alpha1.Recoverability{Timeline: 3, FirstRevision: 20, FirstTime: &first, LastRevision: 120, LastTime: &last}
+		must(c.Status().Update(ctx, &main))
+		var restoresBefore v1alpha1.EtcdRestoreList
+		must(c.List(ctx, &restoresBefore, client.InNamespace(ns)))
+
+		out, err := run("restore", "main", "--to-revision", "100", "--dry-run", "-o", "json")
+		var plan restorePlan
+		if err != nil || json.Unmarshal([]byte(out), &plan) != nil {
+			t.Fatalf("dry run in the window (%v):\n%s", err, out)
+		}
+		if plan.Dropped != 30 || plan.Revision != 130 || !strings.Contains(plan.Verdict, "every write after revision 100 would be dropped (30 revisions") {
+			t.Errorf("dry run: %+v", plan)
+		}
+		if out, err := run("restore", "main", "--to-revision", "7", "--dry-run"); err == nil || !strings.Contains(err.Error(), "revision 7 lies outside the recoverable revisions 20-120") ||
+			!strings.Contains(out, "refused") {
+			t.Errorf("dry run outside the window: %v\n%s", err, out)
+		}
+		if _, err := run("restore", "main", "--to-time", "2026-11-27T08:00:00Z", "--dry-run"); err == nil || !strings.Contains(err.Error(), "before the recoverable") {
+			t.Errorf("dry run before the window: %v", err)
+		}
+		var restoresAfter v1alpha1.EtcdRestoreList
+		must(c.List(ctx, &restoresAfter, client.InNamespace(ns)))
+		if len(restoresAfter.Items) != len(restoresBefore.Items) {
+			t.Errorf("a dry run created an EtcdRestore")
+		}
+
+		out, err = run("restore", "main", "--to-revision", "100", "--into", "copy", "--wait", "0", "-o", "json")
+		if err != nil {
+			t.Fatalf("restore --into (%v):\n%s", err, out)
+		}
+		var copyEC v1alpha1.EtcdCluster
+		must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy"}, &copyEC))
+		r := copyEC.Spec.Bootstrap
+		if copyEC.Spec.Backup != nil || r == nil || r.Restore == nil || r.Restore.Store != main.Spec.Backup.Store || r.Restore.Revision == nil || *r.Restore.Revision != 100 ||
+			r.Restore.Timeline == nil || *r.Restore.Timeline != 3 || copyEC.Spec.Replicas != main.Spec.Replicas {
+			t.Errorf("the new cluster's spec: %+v, bootstrap %+v", copyEC.Spec, r)
+		}
+		if _, err := run("restore", "main", "--into", "copy", "--wait", "0"); err == nil || !strings.Contains(err.Error(), "exists already") {
+			t.Errorf("restore --into an existing name: %v", err)
+		}
+	})
+
 	t.Run("hibernate", func(t *testing.T) {
 		for _, c2 := range []struct{ arg, want string }{{"on", "true"}, {"off", ""}} {
 			out, err := run("hibernate", "main", c2.arg, "-o", "json")

@@ -387,22 +387,15 @@ func TestThreeMembers(t *testing.T) {
 		// The store holds main's history before its restore from backups above (timeline 1, its
 		// first cluster ID) and since (timeline 2, its new one): a restore never guesses which
 		// of two clusters' histories to read, so the copy names the timeline.
-		apply(t, ns, fmt.Sprintf(`apiVersion: etcd.steward.dev/v1alpha1
-kind: EtcdCluster
-metadata: {name: copy}
-spec:
-  replicas: 1
-  storage: {size: 1Gi}
-  tls: {enabled: false}
-  auth: {enabled: false}
-  bootstrap:
-    restore:
-      store: %q
-      credentialsSecret: {name: store}
-      revision: %d
-      timeline: 2
-`, storeURL(ns+"/main"), rev))
-		waitReady(t, ns, "copy", 1, 4*time.Minute)
+		var made struct {
+			Ready    bool
+			Revision int64
+		}
+		out := kubectlSteward(t, ns, "restore", "main", "--into", "copy", "--to-revision", fmt.Sprint(rev), "--timeline", "2", "--wait", "4m", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &made); err != nil || !made.Ready {
+			t.Fatalf("kubectl steward restore main --into copy: %v\n%s", err, out)
+		}
+		waitReady(t, ns, "copy", 3, 4*time.Minute)
 		cc := etcdClient(t, ns, "copy")
 		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -627,6 +620,11 @@ func TestRestoreInPlace(t *testing.T) {
 		}
 	}
 	track()
+	// First a dry run: nothing made, the writes after the target counted.
+	var plan struct{ Dropped int64 }
+	if err := json.Unmarshal([]byte(kubectlSteward(t, ns, "restore", "r", "--to-revision", fmt.Sprint(rev), "--dry-run", "-o", "json")), &plan); err != nil || plan.Dropped <= 0 {
+		t.Fatalf("kubectl steward restore r --dry-run: %+v, %v; want the revisions after %d counted", plan, err, rev)
+	}
 	// Asked as a user would, with the plugin, which makes the EtcdRestore and returns.
 	var asked struct{ Restore string }
 	if err := json.Unmarshal([]byte(kubectlSteward(t, ns, "restore", "r", "--to-revision", fmt.Sprint(rev), "--wait", "0", "-o", "json")), &asked); err != nil || asked.Restore == "" {

@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+)
+
+// restoreTarget is the point `kubectl steward restore` asks for (all nil: the newest).
+type restoreTarget struct {
+	Revision, Timeline *int64
+	Time               *metav1.Time
+}
+
+func (t restoreTarget) String() string {
+	switch {
+	case t.Revision != nil:
+		return "revision " + strconv.FormatInt(*t.Revision, 10)
+	case t.Time != nil:
+		return t.Time.UTC().Format(time.RFC3339)
+	}
+	return "the newest revision"
+}
+
+// restorePlan is what `kubectl steward restore --dry-run` prints.
+type restorePlan struct {
+	Cluster string `json:"cluster"`
+	Into    string `json:"into,omitempty"`
+	// Revision is the cluster's revision now; Window the recoverable window its status records.
+	Revision int64  `json:"revision"`
+	Window   string `json:"window,omitempty"`
+	Target   string `json:"target"`
+	// Dropped counts the revisions after the target that a restore in place drops (0: none,
+	// or not known from the status, as for a time).
+	Dropped int64  `json:"dropped,omitempty"`
+	Verdict string `json:"verdict"`
+}
+
+// planRestore checks the target against the recoverable window in the cluster's status. The
+// operator checks it against the store itself before it acts; this is what a user can know
+// beforehand. The error says why the restore would be refused.
+func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (restorePlan, error) {
+	p := restorePlan{Cluster: ec.Name, Into: into, Revision: ec.Status.Revision, Target: target.String()}
+	w := ec.Status.Recoverability
+	if ec.Spec.Backup == nil || w == nil || w.LastRevision == 0 {
+		p.Verdict = "refused: the cluster records no recoverable window (no backups yet, or none configured)"
+		return p, fmt.Errorf("EtcdCluster %s/%s: %s", ec.Namespace, ec.Name, p.Verdict)
+	}
+	p.Window = fmt.Sprintf("revisions %d-%d", w.FirstRevision, w.LastRevision)
+	if w.FirstTime != nil && w.LastTime != nil {
+		p.Window += fmt.Sprintf(" (%s to %s)", w.FirstTime.UTC().Format(time.RFC3339), w.LastTime.UTC().Format(time.RFC3339))
+	}
+	if target.Timeline != nil && *target.Timeline != w.Timeline {
+		p.Verdict = fmt.Sprintf("not checked: timeline %d is not the cluster's own (%d), whose window the status records; the operator checks it against the store", *target.Timeline, w.Timeline)
+		return p, nil
+	}
+	outside := ""
+	switch {
+	case target.Revision != nil && (*target.Revision < w.FirstRevision || *target.Revision > w.LastRevision):
+		outside = fmt.Sprintf("revision %d lies outside the recoverable %s", *target.Revision, p.Window)
+	case target.Time != nil && w.FirstTime != nil && target.Time.Before(w.FirstTime):
+		outside = fmt.Sprintf("%s is before the recoverable %s", p.Target, p.Window)
+	}
+	if outside != "" {
+		p.Verdict = "refused: " + outside
+		return p, fmt.Errorf("EtcdCluster %s/%s: %s", ec.Namespace, ec.Name, outside)
+	}
+	switch {
+	case into != "":
+		p.Verdict = fmt.Sprintf("a new EtcdCluster %s would start from %s; %s stays as it is", into, p.Target, ec.Name)
+	case target.Revision != nil:
+		p.Dropped = max(ec.Status.Revision-*target.Revision, 0)
+		p.Verdict = fmt.Sprintf("in place: every write after revision %d would be dropped (%d revisions, up to %d now)", *target.Revision, p.Dropped, ec.Status.Revision)
+	case target.Time != nil:
+		p.Verdict = fmt.Sprintf("in place: every write after %s would be dropped (the cluster is at revision %d now)", p.Target, ec.Status.Revision)
+	default:
+		p.Dropped = max(ec.Status.Revision-w.LastRevision, 0)
+		p.Verdict = fmt.Sprintf("in place: the writes after the newest backed-up revision %d would be dropped (%d revisions)", w.LastRevision, p.Dropped)
+	}
+	return p, nil
+}
+
+// restoredInto is what `kubectl steward restore --into` prints.
+type restoredInto struct {
+	Cluster  string `json:"cluster"`
+	From     string `json:"from"`
+	Target   string `json:"target"`
+	Ready    bool   `json:"ready"`
+	Revision int64  `json:"revision,omitempty"`
+}
+
+// restoreInto creates a new EtcdCluster into of src's spec, without src's backups (two clusters
+// writing one store would mix their histories) and starting from target in src's store, read
+// with src's credentials Secret; and waits for it to be Ready.
+func restoreInto(cmd *cobra.Command, k *kube, src *v1alpha1.EtcdCluster, target restoreTarget, into string, wait time.Duration, out outputFlag) error {
+	ctx := cmd.Context()
+	b := src.Spec.Backup
+	if b == nil || b.Store == "" {
+		return fmt.Errorf("EtcdCluster %s/%s has no spec.backup: there is no store to restore from", src.Namespace, src.Name)
+	}
+	if target.Timeline == nil && src.Status.Recoverability != nil && src.Status.Recoverability.Timeline != 0 {
+		tl := src.Status.Recoverability.Timeline // the cluster's own history, never another's in the same store
+		target.Timeline = &tl
+	}
+	spec := src.Spec.DeepCopy()
+	spec.Backup = nil
+	spec.Bootstrap = &v1alpha1.BootstrapSpec{Restore: &v1alpha1.RestoreSource{Store: b.Store, CredentialsSecret: b.CredentialsSecret,
+		Revision: target.Revision, Time: target.Time, Timeline: target.Timeline}}
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: src.Namespace, Name: into}, Spec: *spec}
+	if err := k.c.Create(ctx, ec); apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("an EtcdCluster %s/%s exists already: name another with --into", src.Namespace, into)
+	} else if err != nil {
+		return fmt.Errorf("creating EtcdCluster %s/%s: %w", src.Namespace, into, err)
+	}
+	w := cmd.ErrOrStderr()
+	fmt.Fprintf(w, "EtcdCluster %s created, starting from %s of %s's backups; it has no backups of its own: give it spec.backup with a store of its own\n", into, target, src.Name)
+	res := restoredInto{Cluster: into, From: src.Name, Target: target.String()}
+	if wait > 0 {
+		err := waitFor(ctx, wait, "EtcdCluster "+into, func(l string) { fmt.Fprintln(w, l) }, func(ctx context.Context) (bool, string, error) {
+			if err := k.c.Get(ctx, client.ObjectKeyFromObject(ec), ec); err != nil {
+				return false, "", fmt.Errorf("reading EtcdCluster %s/%s: %w", ec.Namespace, into, err)
+			}
+			if c := apimeta.FindStatusCondition(ec.Status.Conditions, v1alpha1.ConditionReady); c != nil {
+				return c.Status == metav1.ConditionTrue, fmt.Sprintf("Ready=%s: %s", c.Status, c.Message), nil
+			}
+			return false, "", nil
+		})
+		if err != nil {
+			return err
+		}
+		res.Ready, res.Revision = true, ec.Status.Revision
+	}
+	return out.print(cmd.OutOrStdout(), res, func(t *table) {
+		t.header("CLUSTER", "FROM", "TARGET", "READY", "REVISION")
+		t.row(res.Cluster, res.From, res.Target, strconv.FormatBool(res.Ready), orDashIfZero(res.Revision, strconv.FormatInt(res.Revision, 10)))
+	})
+}
