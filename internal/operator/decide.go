@@ -174,6 +174,9 @@ type MemberObservation struct {
 	// Volume is the member's data claim, read only while the member has been NotReady past
 	// the grace (nil otherwise, or without a claim).
 	Volume *VolumeState
+	// NodeDown says why the pod's node is not Ready, read only while the member has been
+	// NotReady past the grace ("" otherwise, or when it is Ready).
+	NodeDown string
 }
 
 // volumeReplacement is a member whose data claim is deleted, and the claim.
@@ -198,6 +201,8 @@ type PodState struct {
 	// Revision is the StatefulSet revision the pod was created from (its
 	// controller-revision-hash label).
 	Revision string
+	// Node is the node the pod is placed on ("" until scheduled).
+	Node string
 }
 
 // LeaseState is a member Lease as the sidecar last renewed it.
@@ -249,6 +254,9 @@ type Decision struct {
 	// node, while another member answers a linearizable read: the claim and the pod are
 	// deleted, and the member comes back on a new volume as a new member (CaseVolumeNodeLost).
 	ReplaceVolumes []volumeReplacement
+	// WaitingForNodes says, for each member NotReady past the grace on a node that is not
+	// Ready, that it waits for the node, and how to say that the node is off for good.
+	WaitingForNodes []string
 	// RestartsHeld says why members NotReady past the grace are not restarted ("": none is
 	// held): no other member answered, so the quorum is what is lost, not the member.
 	RestartsHeld string
@@ -425,6 +433,11 @@ func Decide(o Observation) Decision {
 				case mo.Volume != nil && mo.Volume.NodeLost != "":
 					// A restart would bring it back to a volume no node can mount.
 					volumesLost = append(volumesLost, m.Name)
+				case mo.NodeDown != "":
+					// Its pod's deletion would wait for the node anyway: the member waits for its
+					// node, and the status says how to tell the cluster that the node is off.
+					d.WaitingForNodes = append(d.WaitingForNodes, fmt.Sprintf("%s waits for its node: %s; nothing is deleted by force while the node may run; "+
+						"if it is off for good, mark it: kubectl taint node %s %s=nodeshutdown:NoExecute", m.Name, mo.NodeDown, mo.Pod.Node, TaintOutOfService))
 				case mo.Pod != nil && !mo.Pod.Deleting && o.Now.Sub(laterOf(mo.Pod.Created, withdrawn)) >= o.Graces.NotReady:
 					due = append(due, m.Name)
 				}
@@ -1110,6 +1123,9 @@ func membersSummary(d *Decision, size int32) string {
 	}
 	if d.FenceSuspended != "" {
 		s += "; " + d.FenceSuspended
+	}
+	for _, w := range d.WaitingForNodes {
+		s += "; " + w
 	}
 	if len(silent) > 0 {
 		s += fmt.Sprintf("; the sidecars of %s have not renewed their Leases past the Unknown grace although their pods are Ready, so etcd serves: "+

@@ -78,6 +78,13 @@ func (w *world) volumeLost(i int) *world {
 	return w
 }
 
+// nodeDown records member i's pod on node n2, which is not Ready.
+func (w *world) nodeDown(i int) *world {
+	w.o.Members[i].Pod.Node = "n2"
+	w.o.Members[i].NodeDown = "node n2 is not Ready (NodeStatusUnknown: Kubelet stopped posting node status.)"
+	return w
+}
+
 // answers records that the operator asked every member directly, and that only those named
 // answered a linearizable read.
 func (w *world) answers(names ...string) *world {
@@ -256,6 +263,16 @@ func TestDecide(t *testing.T) {
 			func(t *testing.T, d Decision) {
 				if len(d.DeletePods) != 0 || len(d.ReplaceVolumes) != 0 {
 					t.Errorf("delete %v, replace %+v: want nothing done while no other member answers", d.DeletePods, d.ReplaceVolumes)
+				}
+			}},
+		{"a member NotReady past the grace on a node that is not Ready: not restarted (its deletion would wait for the node), the status says how to mark the node off",
+			healthy(3).podNotReady(2, time.Hour).prevStatus(2, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 6*time.Minute).
+				setCond(v1alpha1.ConditionAllMembersReady, false).nodeDown(2).answers("c-0", "c-1"), CasePinkOfHealth,
+			func(t *testing.T, d Decision) {
+				c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionDegraded)
+				if len(d.DeletePods) != 0 || c == nil || !strings.Contains(c.Message, "c-2 waits for its node: node n2 is not Ready") ||
+					!strings.Contains(c.Message, "kubectl taint node n2 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute") {
+					t.Errorf("delete %v, Degraded %+v", d.DeletePods, c)
 				}
 			}},
 		{"9 a pod younger than the grace is not deleted again",

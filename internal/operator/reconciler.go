@@ -1081,7 +1081,7 @@ func (r *ClusterReconciler) observeMembers(ctx context.Context, ec *v1alpha1.Etc
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if n, ok := ordinal(ec, p.Name); ok {
-			at(n).Pod = &PodState{Ready: podReady(p), Created: p.CreationTimestamp.Time, Deleting: !p.DeletionTimestamp.IsZero(),
+			at(n).Pod = &PodState{Ready: podReady(p), Created: p.CreationTimestamp.Time, Deleting: !p.DeletionTimestamp.IsZero(), Node: p.Spec.NodeName,
 				Revision: p.Labels[appsv1.ControllerRevisionHashLabelKey]}
 			if why := unschedulable(p); why != "" {
 				o.Unschedulable = append(o.Unschedulable, fmt.Sprintf("%s: %s", p.Name, why))
@@ -1192,6 +1192,15 @@ func (r *ClusterReconciler) observeVolumes(ctx context.Context, ec *v1alpha1.Etc
 	if err := r.Client.List(ctx, &pvcs, client.InNamespace(ec.Namespace), sel); err != nil {
 		return err
 	}
+	for i, m := range o.Members {
+		if m.Pod != nil && m.Pod.Node != "" && notReadyPastGrace(*o, m.Name) {
+			down, err := r.nodeDown(ctx, m.Pod.Node)
+			if err != nil {
+				return err
+			}
+			o.Members[i].NodeDown = down
+		}
+	}
 	for _, pvc := range pvcs.Items {
 		if i := slices.IndexFunc(o.Members, func(m MemberObservation) bool { return pvc.Name == "data-"+m.Name }); i >= 0 && pvc.DeletionTimestamp.IsZero() &&
 			notReadyPastGrace(*o, o.Members[i].Name) {
@@ -1239,6 +1248,26 @@ func (r *ClusterReconciler) volumeNodeLost(ctx context.Context, pvc *corev1.Pers
 	for _, t := range n.Spec.Taints {
 		if t.Key == TaintOutOfService {
 			return fmt.Sprintf("its volume %s is on node %s, marked out of service (%s=%s:%s)", pv.Name, node, t.Key, t.Value, t.Effect), nil
+		}
+	}
+	return "", nil
+}
+
+// nodeDown says, read fresh, why the node is not Ready ("" when it is, or cannot be read: the
+// operator may lack the right to read Nodes).
+func (r *ClusterReconciler) nodeDown(ctx context.Context, name string) (string, error) {
+	var n corev1.Node
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &n); {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("node %s no longer exists", name), nil
+	case apierrors.IsForbidden(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return fmt.Sprintf("node %s is not Ready (%s: %s)", name, c.Reason, c.Message), nil
 		}
 	}
 	return "", nil

@@ -150,18 +150,20 @@ func TestNodeFaults(t *testing.T) {
 			return w.serving(5 * time.Second)
 		})
 		// Nobody said the node is off: its pod may still run for all the control plane knows,
-		// so it is never deleted by force, and the status names the member it waits for.
-		testutil.Eventually(t, 2*time.Minute, "the status naming "+pod+" as not Ready", func() error {
+		// so it is never deleted by force, and the status says the member waits for its node
+		// and how to mark the node off.
+		testutil.Eventually(t, 2*time.Minute, "the status saying "+pod+" waits for its node", func() error {
 			ec, err := getEC(ns, "nf")
 			if err != nil {
 				return err
 			}
-			for _, m := range ec.Status.Members {
-				if m.Name == pod && m.Status != v1alpha1.MemberReady {
+			for _, c := range ec.Status.Conditions {
+				if c.Type == v1alpha1.ConditionDegraded && strings.Contains(c.Message, pod+" waits for its node: node "+nodeName+" is not Ready") &&
+					strings.Contains(c.Message, "kubectl taint node "+nodeName) {
 					return nil
 				}
 			}
-			return fmt.Errorf("members %+v", ec.Status.Members)
+			return fmt.Errorf("conditions %+v", ec.Status.Conditions)
 		})
 		testutil.Throughout(t, 30*time.Second, "serving with "+nodeName+" off, its pod never removed", func() error {
 			var p corev1.Pod
