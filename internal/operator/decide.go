@@ -419,56 +419,7 @@ func Decide(o Observation) Decision {
 			d.QuorumLost = true
 			addCase(&d, CaseQuorumLost)
 		case len(longNotReady) > 0 && quorate:
-			// A pod a withdrawn directive held waiting could not be Ready: its grace starts when
-			// the directive is withdrawn.
-			var withdrawn time.Time
-			if o.Recovery != nil {
-				withdrawn = o.Recovery.Status.WithdrawnAt
-			}
-			var due, volumesLost []string
-			for _, m := range longNotReady {
-				mo := findMember(o.Members, m.Name)
-				switch {
-				case mo == nil:
-				case mo.Volume != nil && mo.Volume.NodeLost != "":
-					// A restart would bring it back to a volume no node can mount.
-					volumesLost = append(volumesLost, m.Name)
-				case mo.NodeDown != "":
-					// Its pod's deletion would wait for the node anyway: the member waits for its
-					// node, and the status says how to tell the cluster that the node is off.
-					d.WaitingForNodes = append(d.WaitingForNodes, fmt.Sprintf("%s waits for its node: %s; nothing is deleted by force while the node may run; "+
-						"if it is off for good, mark it: kubectl taint node %s %s=nodeshutdown:NoExecute", m.Name, mo.NodeDown, mo.Pod.Node, TaintOutOfService))
-				case mo.Pod != nil && !mo.Pod.Deleting && o.Now.Sub(laterOf(mo.Pod.Created, withdrawn)) >= o.Graces.NotReady:
-					due = append(due, m.Name)
-				}
-			}
-			// The pods' readiness and the Leases are second-hand, and a member's etcd is NotReady
-			// when the quorum is lost: only another member answering proves the fault is its own.
-			// One whose etcd answers, asked directly, serves: it is not restarted.
-			if o.Answers != nil {
-				due = slices.DeleteFunc(due, func(name string) bool { return o.Answers[name] })
-			}
-			acting := append(slices.Clone(due), volumesLost...)
-			switch {
-			case len(acting) == 0:
-			case o.Answers == nil:
-				d.AskMembers = true
-			case answering(o, acting) == "":
-				d.RestartsHeld = fmt.Sprintf("%s NotReady for more than %s, neither restarted nor replaced: asked directly, no other member answered a linearizable read, "+
-					"so the quorum is what is lost, and neither would bring it back", strings.Join(acting, ", "), o.Graces.NotReady)
-				addCase(&d, CaseRestartUnproven)
-			default:
-				d.DeletePods = due
-				if len(due) > 0 {
-					addCase(&d, CaseMinorityNotReady)
-				}
-				for _, name := range volumesLost {
-					d.ReplaceVolumes = append(d.ReplaceVolumes, volumeReplacement{Member: name, VolumeState: *findMember(o.Members, name).Volume})
-				}
-				if len(volumesLost) > 0 {
-					addCase(&d, CaseVolumeNodeLost)
-				}
-			}
+			actOnNotReady(o, &d, longNotReady)
 		}
 	}
 	d.ClusterID, d.Voters, d.Revision = fromReports(o)
@@ -936,6 +887,62 @@ func stopFenced(o Observation, d *Decision) (stop []string, moveTo string) {
 		}
 	}
 	return nil, "" // no one to lead: nothing is stopped (the fence needs a quorum anyway)
+}
+
+// actOnNotReady decides what is done for the members NotReady past the grace of a quorate
+// cluster (case 9): a restart, a new volume when theirs is lost with its node, or a wait for
+// a node that is not Ready; each only while another member answers a linearizable read.
+func actOnNotReady(o Observation, d *Decision, longNotReady []v1alpha1.MemberStatus) {
+	// A pod a withdrawn directive held waiting could not be Ready: its grace starts when
+	// the directive is withdrawn.
+	var withdrawn time.Time
+	if o.Recovery != nil {
+		withdrawn = o.Recovery.Status.WithdrawnAt
+	}
+	var due, volumesLost []string
+	for _, m := range longNotReady {
+		mo := findMember(o.Members, m.Name)
+		switch {
+		case mo == nil:
+		case mo.Volume != nil && mo.Volume.NodeLost != "":
+			// A restart would bring it back to a volume no node can mount.
+			volumesLost = append(volumesLost, m.Name)
+		case mo.NodeDown != "":
+			// Its pod's deletion would wait for the node anyway: the member waits for its
+			// node, and the status says how to tell the cluster that the node is off.
+			d.WaitingForNodes = append(d.WaitingForNodes, fmt.Sprintf("%s waits for its node: %s; nothing is deleted by force while the node may run; "+
+				"if it is off for good, mark it: kubectl taint node %s %s=nodeshutdown:NoExecute", m.Name, mo.NodeDown, mo.Pod.Node, TaintOutOfService))
+		case mo.Pod != nil && !mo.Pod.Deleting && o.Now.Sub(laterOf(mo.Pod.Created, withdrawn)) >= o.Graces.NotReady:
+			due = append(due, m.Name)
+		}
+	}
+	// The pods' readiness and the Leases are second-hand, and a member's etcd is NotReady
+	// when the quorum is lost: only another member answering proves the fault is its own.
+	// One whose etcd answers, asked directly, serves: it is not restarted.
+	if o.Answers != nil {
+		due = slices.DeleteFunc(due, func(name string) bool { return o.Answers[name] })
+	}
+	acting := append(slices.Clone(due), volumesLost...)
+	switch {
+	case len(acting) == 0:
+	case o.Answers == nil:
+		d.AskMembers = true
+	case answering(o, acting) == "":
+		d.RestartsHeld = fmt.Sprintf("%s NotReady for more than %s, neither restarted nor replaced: asked directly, no other member answered a linearizable read, "+
+			"so the quorum is what is lost, and neither would bring it back", strings.Join(acting, ", "), o.Graces.NotReady)
+		addCase(d, CaseRestartUnproven)
+	default:
+		d.DeletePods = due
+		if len(due) > 0 {
+			addCase(d, CaseMinorityNotReady)
+		}
+		for _, name := range volumesLost {
+			d.ReplaceVolumes = append(d.ReplaceVolumes, volumeReplacement{Member: name, VolumeState: *findMember(o.Members, name).Volume})
+		}
+		if len(volumesLost) > 0 {
+			addCase(d, CaseVolumeNodeLost)
+		}
+	}
 }
 
 // notReadyPastGrace: the member's recorded status has been NotReady for the NotReady grace.
