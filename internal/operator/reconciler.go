@@ -1192,22 +1192,18 @@ func (r *ClusterReconciler) observeVolumes(ctx context.Context, ec *v1alpha1.Etc
 	if err := r.Client.List(ctx, &pvcs, client.InNamespace(ec.Namespace), sel); err != nil {
 		return err
 	}
+	// What a member NotReady past the grace waits on: its node, its volume's node. Read fresh,
+	// and only then; what cannot be read (no right to read Nodes or PersistentVolumes, as with
+	// watchNamespace) is not known, and nothing is done for it.
 	for i, m := range o.Members {
 		if m.Pod != nil && m.Pod.Node != "" && notReadyPastGrace(*o, m.Name) {
-			down, err := r.nodeDown(ctx, m.Pod.Node)
-			if err != nil {
-				return err
-			}
-			o.Members[i].NodeDown = down
+			o.Members[i].NodeDown, _ = r.nodeDown(ctx, m.Pod.Node)
 		}
 	}
 	for _, pvc := range pvcs.Items {
 		if i := slices.IndexFunc(o.Members, func(m MemberObservation) bool { return pvc.Name == "data-"+m.Name }); i >= 0 && pvc.DeletionTimestamp.IsZero() &&
 			notReadyPastGrace(*o, o.Members[i].Name) {
-			lost, err := r.volumeNodeLost(ctx, &pvc)
-			if err != nil {
-				return err
-			}
+			lost, _ := r.volumeNodeLost(ctx, &pvc)
 			o.Members[i].Volume = &VolumeState{Claim: pvc.Name, UID: string(pvc.UID), NodeLost: lost}
 		}
 		if age := o.Now.Sub(pvc.CreationTimestamp.Time); pvc.Status.Phase == corev1.ClaimPending && age > o.Graces.Volume {
@@ -1253,15 +1249,12 @@ func (r *ClusterReconciler) volumeNodeLost(ctx context.Context, pvc *corev1.Pers
 	return "", nil
 }
 
-// nodeDown says, read fresh, why the node is not Ready ("" when it is, or cannot be read: the
-// operator may lack the right to read Nodes).
+// nodeDown says, read fresh, why the node is not Ready ("" when it is).
 func (r *ClusterReconciler) nodeDown(ctx context.Context, name string) (string, error) {
 	var n corev1.Node
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &n); {
 	case apierrors.IsNotFound(err):
 		return fmt.Sprintf("node %s no longer exists", name), nil
-	case apierrors.IsForbidden(err):
-		return "", nil
 	case err != nil:
 		return "", err
 	}
