@@ -70,7 +70,7 @@ func provisionOnce(ctx context.Context, c kubernetes.Interface, dir string) erro
 		return err
 	}
 	for _, pv := range pvs.Items {
-		if pv.Annotations["pv.kubernetes.io/provisioned-by"] != localProvisioner || pv.Status.Phase != corev1.VolumeReleased {
+		if pv.Annotations["pv.kubernetes.io/provisioned-by"] != localProvisioner || pv.Status.Phase != corev1.VolumeReleased || pv.Spec.Local == nil {
 			continue
 		}
 		if err := os.RemoveAll(pv.Spec.Local.Path); err != nil {
