@@ -45,9 +45,9 @@ type restorePlan struct {
 	Verdict string `json:"verdict"`
 }
 
-// planRestore checks the target against the recoverable window in the cluster's status. The
-// operator checks it against the store itself before it acts; this is what a user can know
-// beforehand. The error says why the restore would be refused.
+// planRestore checks the target against the recoverable window in the cluster's status and
+// its revision. The operator checks it against the store itself before it acts; this is what
+// a user can know beforehand. The error says why the restore would be refused.
 func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (restorePlan, error) {
 	p := restorePlan{Cluster: ec.Name, Into: into, Revision: ec.Status.Revision, Target: target.String()}
 	w := ec.Status.Recoverability
@@ -63,10 +63,15 @@ func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (r
 		p.Verdict = fmt.Sprintf("not checked: timeline %d is not the cluster's own (%d), whose window the status records; the operator checks it against the store", *target.Timeline, w.Timeline)
 		return p, nil
 	}
+	// The window's start is what retention left; its end is as of the status's last pass and
+	// moves on with every backup: a target past it, but not past the cluster's revision, is
+	// not refused (the store may hold it by now; the operator checks it there).
 	outside := ""
 	switch {
-	case target.Revision != nil && (*target.Revision < w.FirstRevision || *target.Revision > w.LastRevision):
-		outside = fmt.Sprintf("revision %d lies outside the recoverable %s", *target.Revision, p.Window)
+	case target.Revision != nil && *target.Revision < w.FirstRevision:
+		outside = fmt.Sprintf("revision %d is before the recoverable %s", *target.Revision, p.Window)
+	case target.Revision != nil && ec.Status.Revision > 0 && *target.Revision > ec.Status.Revision:
+		outside = fmt.Sprintf("revision %d is after the cluster's revision %d", *target.Revision, ec.Status.Revision)
 	case target.Time != nil && w.FirstTime != nil && target.Time.Before(w.FirstTime):
 		outside = fmt.Sprintf("%s is before the recoverable %s", p.Target, p.Window)
 	}
@@ -74,12 +79,16 @@ func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (r
 		p.Verdict = "refused: " + outside
 		return p, fmt.Errorf("EtcdCluster %s/%s: %s", ec.Namespace, ec.Name, outside)
 	}
+	pending := ""
+	if target.Revision != nil && *target.Revision > w.LastRevision {
+		pending = fmt.Sprintf(" (revision %d is past the window the status last recorded; the backups taken since may hold it: the operator checks it against the store)", *target.Revision)
+	}
 	switch {
 	case into != "":
-		p.Verdict = fmt.Sprintf("a new EtcdCluster %s would start from %s; %s stays as it is", into, p.Target, ec.Name)
+		p.Verdict = fmt.Sprintf("a new EtcdCluster %s would start from %s; %s stays as it is%s", into, p.Target, ec.Name, pending)
 	case target.Revision != nil:
 		p.Dropped = max(ec.Status.Revision-*target.Revision, 0)
-		p.Verdict = fmt.Sprintf("in place: every write after revision %d would be dropped (%d revisions, up to %d now)", *target.Revision, p.Dropped, ec.Status.Revision)
+		p.Verdict = fmt.Sprintf("in place: every write after revision %d would be dropped (%d revisions, up to %d now)%s", *target.Revision, p.Dropped, ec.Status.Revision, pending)
 	case target.Time != nil:
 		p.Verdict = fmt.Sprintf("in place: every write after %s would be dropped (the cluster is at revision %d now)", p.Target, ec.Status.Revision)
 	default:

@@ -280,9 +280,18 @@ func TestKubectlPlugin(t *testing.T) {
 		if plan.Dropped != 30 || plan.Revision != 130 || !strings.Contains(plan.Verdict, "every write after revision 100 would be dropped (30 revisions") {
 			t.Errorf("dry run: %+v", plan)
 		}
-		if out, err := run("restore", "main", "--to-revision", "7", "--dry-run"); err == nil || !strings.Contains(err.Error(), "revision 7 lies outside the recoverable revisions 20-120") ||
+		if out, err := run("restore", "main", "--to-revision", "7", "--dry-run"); err == nil || !strings.Contains(err.Error(), "revision 7 is before the recoverable revisions 20-120") ||
 			!strings.Contains(out, "refused") {
-			t.Errorf("dry run outside the window: %v\n%s", err, out)
+			t.Errorf("dry run before the window: %v\n%s", err, out)
+		}
+		if _, err := run("restore", "main", "--to-revision", "131", "--dry-run"); err == nil || !strings.Contains(err.Error(), "after the cluster's revision 130") {
+			t.Errorf("dry run after the cluster's revision: %v", err)
+		}
+		// Past the window the status last recorded, not past the cluster: the backups taken
+		// since may hold it.
+		out, err = run("restore", "main", "--to-revision", "125", "--dry-run", "-o", "json")
+		if err != nil || json.Unmarshal([]byte(out), &plan) != nil || plan.Dropped != 5 || !strings.Contains(plan.Verdict, "the operator checks it against the store") {
+			t.Errorf("dry run past the recorded window (%v): %+v", err, plan)
 		}
 		if _, err := run("restore", "main", "--to-time", "2026-11-27T08:00:00Z", "--dry-run"); err == nil || !strings.Contains(err.Error(), "before the recoverable") {
 			t.Errorf("dry run before the window: %v", err)
