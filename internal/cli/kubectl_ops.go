@@ -129,8 +129,8 @@ without backups of its own (give it a store of its own), starts from the target
 
 With --dry-run, nothing is created: it prints the target against the recoverable window the
 cluster's status records, and, in place, how many revisions would be dropped; it exits non-zero
-when the target is before the window or after the cluster's revision. The window's end lags
-the backups: a target past it is only noted, and the operator checks it against the store.`,
+when the target is before the window. The status's figures lag (they are as of the operator's
+last pass): a target past the window is only noted, and the operator checks it against the store.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {

@@ -39,21 +39,25 @@ type restorePlan struct {
 	Revision int64  `json:"revision"`
 	Window   string `json:"window,omitempty"`
 	Target   string `json:"target"`
-	// Dropped counts the revisions after the target that a restore in place drops (0: none,
-	// or not known from the status, as for a time).
+	// Dropped counts at least the revisions after the target that a restore in place drops,
+	// from the status's revision as of its last pass (0: none known, as for a time).
 	Dropped int64  `json:"dropped,omitempty"`
 	Verdict string `json:"verdict"`
 }
 
-// planRestore checks the target against the recoverable window in the cluster's status and
-// its revision. The operator checks it against the store itself before it acts; this is what
-// a user can know beforehand. The error says why the restore would be refused.
+// planRestore checks the target against the recoverable window in the cluster's status. The
+// operator checks it against the store itself before it acts; this is what a user can know
+// beforehand. The error says why the restore would be refused.
 func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (restorePlan, error) {
 	p := restorePlan{Cluster: ec.Name, Into: into, Revision: ec.Status.Revision, Target: target.String()}
 	w := ec.Status.Recoverability
-	if ec.Spec.Backup == nil || w == nil || w.LastRevision == 0 {
-		p.Verdict = "refused: the cluster records no recoverable window (no backups yet, or none configured)"
+	if ec.Spec.Backup == nil {
+		p.Verdict = "refused: the cluster has no spec.backup, so no backups to restore"
 		return p, fmt.Errorf("EtcdCluster %s/%s: %s", ec.Namespace, ec.Name, p.Verdict)
+	}
+	if w == nil || w.LastRevision == 0 {
+		p.Verdict = "not checked: the status records no recoverable window yet; the operator checks the target against the store"
+		return p, nil
 	}
 	p.Window = fmt.Sprintf("revisions %d-%d", w.FirstRevision, w.LastRevision)
 	if w.FirstTime != nil && w.LastTime != nil {
@@ -63,15 +67,13 @@ func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (r
 		p.Verdict = fmt.Sprintf("not checked: timeline %d is not the cluster's own (%d), whose window the status records; the operator checks it against the store", *target.Timeline, w.Timeline)
 		return p, nil
 	}
-	// The window's start is what retention left; its end is as of the status's last pass and
-	// moves on with every backup: a target past it, but not past the cluster's revision, is
-	// not refused (the store may hold it by now; the operator checks it there).
+	// The window's start is what retention left. Its end, like the cluster's revision, is as
+	// of the status's last pass and moves on with every backup and write: a target past them
+	// is not refused (the store may hold it by now; the operator checks it there).
 	outside := ""
 	switch {
 	case target.Revision != nil && *target.Revision < w.FirstRevision:
 		outside = fmt.Sprintf("revision %d is before the recoverable %s", *target.Revision, p.Window)
-	case target.Revision != nil && ec.Status.Revision > 0 && *target.Revision > ec.Status.Revision:
-		outside = fmt.Sprintf("revision %d is after the cluster's revision %d", *target.Revision, ec.Status.Revision)
 	case target.Time != nil && w.FirstTime != nil && target.Time.Before(w.FirstTime):
 		outside = fmt.Sprintf("%s is before the recoverable %s", p.Target, p.Window)
 	}
@@ -88,12 +90,12 @@ func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (r
 		p.Verdict = fmt.Sprintf("a new EtcdCluster %s would start from %s; %s stays as it is%s", into, p.Target, ec.Name, pending)
 	case target.Revision != nil:
 		p.Dropped = max(ec.Status.Revision-*target.Revision, 0)
-		p.Verdict = fmt.Sprintf("in place: every write after revision %d would be dropped (%d revisions, up to %d now)%s", *target.Revision, p.Dropped, ec.Status.Revision, pending)
+		p.Verdict = fmt.Sprintf("in place: every write after revision %d would be dropped (at least %d revisions: the status's revision is %d, as of its last pass)%s",
+			*target.Revision, p.Dropped, ec.Status.Revision, pending)
 	case target.Time != nil:
-		p.Verdict = fmt.Sprintf("in place: every write after %s would be dropped (the cluster is at revision %d now)", p.Target, ec.Status.Revision)
+		p.Verdict = fmt.Sprintf("in place: every write after %s would be dropped (the status's revision is %d, as of its last pass)", p.Target, ec.Status.Revision)
 	default:
-		p.Dropped = max(ec.Status.Revision-w.LastRevision, 0)
-		p.Verdict = fmt.Sprintf("in place: the writes after the newest backed-up revision %d would be dropped (%d revisions)", w.LastRevision, p.Dropped)
+		p.Verdict = "in place: the writes after the newest revision the backups hold would be dropped (none, once the backups have caught up)"
 	}
 	return p, nil
 }

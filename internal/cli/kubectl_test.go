@@ -277,15 +277,12 @@ func TestKubectlPlugin(t *testing.T) {
 		if err != nil || json.Unmarshal([]byte(out), &plan) != nil {
 			t.Fatalf("dry run in the window (%v):\n%s", err, out)
 		}
-		if plan.Dropped != 30 || plan.Revision != 130 || !strings.Contains(plan.Verdict, "every write after revision 100 would be dropped (30 revisions") {
+		if plan.Dropped != 30 || plan.Revision != 130 || !strings.Contains(plan.Verdict, "every write after revision 100 would be dropped (at least 30 revisions") {
 			t.Errorf("dry run: %+v", plan)
 		}
 		if out, err := run("restore", "main", "--to-revision", "7", "--dry-run"); err == nil || !strings.Contains(err.Error(), "revision 7 is before the recoverable revisions 20-120") ||
 			!strings.Contains(out, "refused") {
 			t.Errorf("dry run before the window: %v\n%s", err, out)
-		}
-		if _, err := run("restore", "main", "--to-revision", "131", "--dry-run"); err == nil || !strings.Contains(err.Error(), "after the cluster's revision 130") {
-			t.Errorf("dry run after the cluster's revision: %v", err)
 		}
 		// Past the window the status last recorded, not past the cluster: the backups taken
 		// since may hold it.
