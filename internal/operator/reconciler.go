@@ -56,6 +56,10 @@ const leaseDuration = 30 * time.Second
 // maxRequeue bounds the wait between reconciliations of a cluster at rest.
 const maxRequeue = 5 * time.Minute
 
+// userSecretsPoll is how often a cluster with the user's own certificates (spec.tls.serverSecret,
+// clientSecret) is looked at, at rest: its two Secrets read, nothing written unless they changed.
+const userSecretsPoll = 30 * time.Second
+
 // syncRetry bounds the wait before a reconciliation that failed in part is tried again.
 const syncRetry = 15 * time.Second
 
@@ -385,6 +389,11 @@ func (r *ClusterReconciler) act(ctx context.Context, ec *v1alpha1.EtcdCluster, o
 	}
 	r.stopFenced(ctx, ec, d, p)
 	p.requeue = nextDeadline(obs, *d, p.now)
+	if t := ec.Spec.TLS; t != nil && (t.ServerSecret != "" || t.ClientSecret != "") {
+		// The operator watches no Secret: a rotation of the user's certificates (a new ca.crt
+		// rolls the members) is seen at the next pass, which comes this soon.
+		p.requeue = min(p.requeue, userSecretsPoll)
+	}
 	if rec := d.Recovery; rec != nil {
 		switch persisted, err := r.fence(ctx, ec, rec, p.noAnswer); {
 		case err != nil:
