@@ -1272,19 +1272,8 @@ func (healthTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestNoFenceWhileAMemberAnswers(t *testing.T) {
 	t.Parallel() // its own namespace
 	needEnv(t)
-	ctx := context.Background()
 	ns := namespace(t)
-	if err := k8s.Create(ctx, newCluster(ns, "qa", 3)); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "qa", &appsv1.StatefulSet{}) })
-	waitReady(t, ns, "qa", 3)
-	testutil.Eventually(t, 10*time.Second, "voters recorded", func() error {
-		if ec := getCluster(t, ns, "qa"); ec.Status.ClusterID != "c1" || len(ec.Status.Voters) != 3 {
-			return fmt.Errorf("cluster %q voters %v", ec.Status.ClusterID, ec.Status.Voters)
-		}
-		return nil
-	})
+	createFormed(t, newCluster(ns, "qa", 3))
 	host := memberDNS(getCluster(t, ns, "qa"), 1)
 	answeringHosts.Store(host, true)
 	defer answeringHosts.Delete(host)
@@ -1363,17 +1352,7 @@ func quorumLossRecovery(t *testing.T, policy string) {
 	ns := namespace(t)
 	ec := newCluster(ns, "q", 3)
 	ec.Spec.QuorumLoss.Policy = policy
-	if err := k8s.Create(ctx, ec); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "q", &appsv1.StatefulSet{}) })
-	waitReady(t, ns, "q", 3)
-	testutil.Eventually(t, 10*time.Second, "voters recorded", func() error {
-		if ec := getCluster(t, ns, "q"); ec.Status.ClusterID != "c1" || len(ec.Status.Voters) != 3 {
-			return fmt.Errorf("cluster %q voters %v", ec.Status.ClusterID, ec.Status.Voters)
-		}
-		return nil
-	})
+	createFormed(t, ec)
 
 	// Every member stops serving; their sidecars report from disk: q-0 holds the newest log.
 	none := func(int) bool { return false }
@@ -1610,6 +1589,23 @@ func TestBootstrapRestore(t *testing.T) {
 		}
 		if ec.Status.ClusterID != "restored" || ec.Status.ReadyReplicas != 3 {
 			return fmt.Errorf("cluster %q, %d ready", ec.Status.ClusterID, ec.Status.ReadyReplicas)
+		}
+		return nil
+	})
+}
+
+// createFormed creates the 3-member cluster and waits until its members are Ready and the
+// status records the cluster ID and three voters.
+func createFormed(t *testing.T, ec *v1alpha1.EtcdCluster) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), ec); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ec.Namespace, ec.Name, &appsv1.StatefulSet{}) })
+	waitReady(t, ec.Namespace, ec.Name, 3)
+	testutil.Eventually(t, 10*time.Second, "voters recorded", func() error {
+		if got := getCluster(t, ec.Namespace, ec.Name); got.Status.ClusterID != "c1" || len(got.Status.Voters) != 3 {
+			return fmt.Errorf("cluster %q voters %v", got.Status.ClusterID, got.Status.Voters)
 		}
 		return nil
 	})

@@ -178,19 +178,8 @@ func configFenced(t *testing.T, ns, name string) []string {
 func TestFenceSuspendedDuringRecovery(t *testing.T) {
 	t.Parallel() // its own namespace
 	needEnv(t)
-	ctx := context.Background()
 	ns := namespace(t)
-	if err := k8s.Create(ctx, newCluster(ns, "fr", 3)); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "fr", &appsv1.StatefulSet{}) })
-	waitReady(t, ns, "fr", 3)
-	testutil.Eventually(t, 10*time.Second, "voters recorded", func() error {
-		if ec := getCluster(t, ns, "fr"); ec.Status.ClusterID != "c1" || len(ec.Status.Voters) != 3 {
-			return fmt.Errorf("cluster %q voters %v", ec.Status.ClusterID, ec.Status.Voters)
-		}
-		return nil
-	})
+	createFormed(t, newCluster(ns, "fr", 3))
 	setFence(t, ns, "fr", "fr-0")
 	notFr0 := func(i int) bool { return i != 0 }
 	testutil.Eventually(t, 30*time.Second, "fr-0 fenced", func() error {
