@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 )
 
 // restoreTarget is the point `kubectl steward restore` asks for (all nil: the newest).
@@ -21,14 +22,19 @@ type restoreTarget struct {
 	Time               *metav1.Time
 }
 
+// String names the point as a directive names its target (cluster.RestoreTarget.Point).
 func (t restoreTarget) String() string {
-	switch {
-	case t.Revision != nil:
-		return "revision " + strconv.FormatInt(*t.Revision, 10)
-	case t.Time != nil:
-		return t.Time.UTC().Format(time.RFC3339)
+	var p cluster.RestoreTarget
+	if t.Revision != nil {
+		p.Revision = *t.Revision
 	}
-	return "the newest revision"
+	if t.Time != nil {
+		p.Time = t.Time.Time
+	}
+	if t.Timeline != nil {
+		p.Timeline = uint32(*t.Timeline)
+	}
+	return p.Point()
 }
 
 // restorePlan is what `kubectl steward restore --dry-run` prints.

@@ -899,14 +899,15 @@ func actOnNotReady(o Observation, d *Decision, longNotReady []v1alpha1.MemberSta
 	if o.Recovery != nil {
 		withdrawn = o.Recovery.Status.WithdrawnAt
 	}
-	var due, volumesLost []string
+	var due []string
+	var volumesLost []volumeReplacement
 	for _, m := range longNotReady {
 		mo := findMember(o.Members, m.Name)
 		switch {
 		case mo == nil:
 		case mo.Volume != nil && mo.Volume.NodeLost != "":
 			// A restart would bring it back to a volume no node can mount.
-			volumesLost = append(volumesLost, m.Name)
+			volumesLost = append(volumesLost, volumeReplacement{Member: m.Name, VolumeState: *mo.Volume})
 		case mo.NodeDown != "":
 			// Its pod's deletion would wait for the node anyway: the member waits for its
 			// node, and the status says how to tell the cluster that the node is off.
@@ -922,7 +923,10 @@ func actOnNotReady(o Observation, d *Decision, longNotReady []v1alpha1.MemberSta
 	if o.Answers != nil {
 		due = slices.DeleteFunc(due, func(name string) bool { return o.Answers[name] })
 	}
-	acting := append(slices.Clone(due), volumesLost...)
+	acting := slices.Clone(due)
+	for _, v := range volumesLost {
+		acting = append(acting, v.Member)
+	}
 	switch {
 	case len(acting) == 0:
 	case o.Answers == nil:
@@ -936,9 +940,7 @@ func actOnNotReady(o Observation, d *Decision, longNotReady []v1alpha1.MemberSta
 		if len(due) > 0 {
 			addCase(d, CaseMinorityNotReady)
 		}
-		for _, name := range volumesLost {
-			d.ReplaceVolumes = append(d.ReplaceVolumes, volumeReplacement{Member: name, VolumeState: *findMember(o.Members, name).Volume})
-		}
+		d.ReplaceVolumes = volumesLost
 		if len(volumesLost) > 0 {
 			addCase(d, CaseVolumeNodeLost)
 		}
