@@ -439,9 +439,10 @@ func restart(o Observation, st Status, why string) Decision {
 	return dec
 }
 
-func decideFenced(o Observation, st Status) Decision {
-	d := *st.Directive
-	var running, silentVoters, silent []string
+// fencedMembers sorts the members of a fencing recovery by what it waits for: running (not
+// confirmed stopped yet), silentVoters (stopped, no report from disk yet, and may be voters:
+// their log may be the newest) and silent (the others without a report from disk).
+func fencedMembers(o Observation, st Status) (running, silentVoters, silent []string) {
 	voters := latestVoters(st, o.Members)
 	for _, m := range o.Members {
 		switch {
@@ -454,6 +455,23 @@ func decideFenced(o Observation, st Status) Decision {
 			silent = append(silent, m.Name)
 		}
 	}
+	return running, silentVoters, silent
+}
+
+// AwaitedVoters names the voters a quorum-loss recovery in its fencing phase waits for: stopped,
+// with no report from disk yet, so that the source cannot be chosen (nil when none is awaited).
+// Only their data, or proof that it is gone, lets it go on.
+func AwaitedVoters(o Observation) []string {
+	if d := o.Status.Directive; d == nil || d.Phase != cluster.PhaseFencing || d.Restore != nil {
+		return nil
+	}
+	_, silentVoters, _ := fencedMembers(o, o.Status)
+	return silentVoters
+}
+
+func decideFenced(o Observation, st Status) Decision {
+	d := *st.Directive
+	running, silentVoters, silent := fencedMembers(o, st)
 	// Reports are awaited from when the last member was confirmed stopped: a member stopped
 	// late (or again, after the supervisor restarted) gets the whole timeout to report.
 	since := d.PhaseSince
@@ -470,7 +488,8 @@ func decideFenced(o Observation, st Status) Decision {
 	}
 	if len(silentVoters) > 0 {
 		// A voter that cannot report may hold the newest log: choosing without it could lose
-		// acknowledged writes. Its sidecar restarts, or a person removes the member.
+		// acknowledged writes. Its sidecar restarts, or its data is proven gone (a person
+		// removes the member; on Kubernetes, its volume replaced with its node out of service).
 		st.Waiting = fmt.Sprintf("directive %d: waiting for the reports of voters %s from disk (%s): the recovery source is chosen only when every voter's log is known",
 			d.Epoch, strings.Join(silentVoters, ", "), waited.Round(time.Second))
 		return Decision{Status: st}

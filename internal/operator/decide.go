@@ -52,6 +52,12 @@ const (
 	// marked out of service (or gone), and another member answers a linearizable read: its
 	// claim and pod are deleted, and it joins again on a new volume, as a learner first.
 	CaseVolumeNodeLost Case = "VolumeNodeLost"
+	// CaseRecoveryVolumeNodeLost: a quorum-loss recovery waits for the reports from disk of
+	// voters whose volumes are pinned to nodes marked out of service (or gone), no member
+	// answers a linearizable read, and the policy is Automatic: those voters' logs are gone
+	// with their nodes, so their claims and pods are deleted; each comes back on a new, empty
+	// volume, reports it empty, and the recovery goes on from the survivors and the backup.
+	CaseRecoveryVolumeNodeLost Case = "RecoveryVolumeNodeLost"
 	// CaseRestartUnproven: members are NotReady past the grace and the evidence says the quorum
 	// serves, but asked directly no other member answers a linearizable read: nothing is
 	// restarted (Decision.RestartsHeld says why).
@@ -171,8 +177,8 @@ type MemberObservation struct {
 	Ordinal int
 	Pod     *PodState   // nil: no pod
 	Lease   *LeaseState // nil: no Lease
-	// Volume is the member's data claim, read only while the member has been NotReady past
-	// the grace (nil otherwise, or without a claim).
+	// Volume is the member's data claim, read only while volumeObserved (nil otherwise, or
+	// without a claim).
 	Volume *VolumeState
 	// NodeDown says why the pod's node is not Ready, read only while the member has been
 	// NotReady past the grace ("" otherwise, or when it is Ready).
@@ -183,6 +189,10 @@ type MemberObservation struct {
 type volumeReplacement struct {
 	Member string
 	VolumeState
+	// Recovery: a quorum-loss recovery waits for the member's report from disk
+	// (CaseRecoveryVolumeNodeLost), rather than the member being NotReady past the grace
+	// (CaseVolumeNodeLost).
+	Recovery bool
 }
 
 // VolumeState is what Decide needs of a member's data volume claim.
@@ -468,7 +478,8 @@ func Decide(o Observation) Decision {
 			// (a new cluster restored from a backup starts all its members at once).
 			// A member the ConfigMap lists gets its pod, though: its sidecar must report.
 			d.StatefulSetReplicas, d.ConfigMembers = max(o.StatefulSetReplicas, o.ConfigMembers, 0), max(o.ConfigMembers, 0)
-			d.DeletePods, d.ReplaceVolumes = nil, nil
+			d.DeletePods = nil
+			d.ReplaceVolumes = volumesLostInRecovery(o, &d, out, rec.Policy)
 		}
 	}
 	if rec := d.Recovery; rec != nil && rec.FencesForQuorumLoss() && o.Answers == nil {
@@ -945,6 +956,53 @@ func actOnNotReady(o Observation, d *Decision, longNotReady []v1alpha1.MemberSta
 			addCase(d, CaseVolumeNodeLost)
 		}
 	}
+}
+
+// volumesLostInRecovery: the voters a quorum-loss recovery waits for (their reports from disk)
+// whose volumes are lost with their nodes can never report: their logs went with their nodes.
+// With the Automatic policy, once the members, asked directly, show that none answers, their
+// claims are replaced: each comes back on a new, empty volume and reports it empty, and the
+// recovery goes on from the survivors and the backup instead of waiting for ever. What only
+// those voters held, none of the others nor the backup, is lost with them. With the Manual
+// policy nothing is replaced: the status says what the recovery waits for, and how to go on.
+func volumesLostInRecovery(o Observation, d *Decision, out recoveryOutcome, policy string) []volumeReplacement {
+	var lost []volumeReplacement
+	for _, name := range out.Awaited {
+		if mo := findMember(o.Members, name); mo != nil && mo.Volume != nil && mo.Volume.NodeLost != "" {
+			lost = append(lost, volumeReplacement{Member: name, VolumeState: *mo.Volume, Recovery: true})
+		}
+	}
+	switch {
+	case len(lost) == 0:
+		return nil
+	case policy != v1alpha1.QuorumLossAutomatic:
+		for _, v := range lost {
+			d.WaitingForNodes = append(d.WaitingForNodes, fmt.Sprintf("the recovery waits for the report from disk of %s, but %s; "+
+				"with the Manual policy its volume is not replaced; to recover without its data: kubectl steward destroy %s --yes", v.Member, v.NodeLost, v.Member))
+		}
+		return nil
+	case o.Answers == nil:
+		d.AskMembers = true
+		return nil
+	case answering(o, nil) != "":
+		return nil // the quorum serves: the recovery is withdrawn
+	}
+	addCase(d, CaseRecoveryVolumeNodeLost)
+	return lost
+}
+
+// volumeObserved: the reconciler reads the member's claim, and its volume's node, fresh: it
+// has been NotReady past the grace, or a quorum-loss recovery is fencing (it may wait for
+// the member's report from disk).
+func volumeObserved(o Observation, name string) bool {
+	if notReadyPastGrace(o, name) {
+		return true
+	}
+	if o.Recovery == nil {
+		return false
+	}
+	dir := o.Recovery.Status.Directive
+	return dir != nil && dir.Phase == cluster.PhaseFencing && dir.Restore == nil
 }
 
 // notReadyPastGrace: the member's recorded status has been NotReady for the NotReady grace.

@@ -1203,3 +1203,67 @@ func TestDecideRestartGraceAfterWithdrawal(t *testing.T) {
 		t.Fatalf("a grace after the withdrawal: delete %v, cases %v; want c-2 restarted", d.DeletePods, d.Cases)
 	}
 }
+
+// TestDecideRecoveryVolumesLostWithNodes: two nodes of a 3-member cluster are off for good,
+// marked out of service, with the members' volumes pinned to them. The quorum-loss recovery
+// fences and waits for the two voters' reports from disk, which their nodes took with them.
+// With the Automatic policy, once asked directly no member answers, their claims are replaced
+// (each comes back empty and reports so, and the recovery goes on from the survivor); a member
+// answering withdraws the recovery instead; a voter whose node is only down keeps its volume;
+// with the Manual policy nothing is replaced and the status says how to go on.
+func TestDecideRecoveryVolumesLostWithNodes(t *testing.T) {
+	world := func(policy string) *world {
+		w := healthy(3)
+		w.o.Previous.ClusterID = "c1"
+		w.o.Previous.Voters = []v1alpha1.Voter{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+		for i := range w.o.Members {
+			// Every pod was made after the directive: stopped, held by its sidecar.
+			w.o.Members[i].Pod = &PodState{Created: t0.Add(-50 * time.Second)}
+			w.prevStatus(i, v1alpha1.MemberNotReady, v1alpha1.ReasonPodNotReady, 3*time.Minute)
+		}
+		w.volumeLost(1).volumeLost(2)
+		dir := &cluster.Directive{Epoch: 1, Phase: cluster.PhaseFencing, Case: string(heal.CaseQuorumLossPastGrace), IssuedAt: t0.Add(-time.Minute), PhaseSince: t0.Add(-time.Minute)}
+		w.o.Recovery = &Recovery{Status: heal.Status{ClusterID: "c1", Directive: dir, LastEpoch: 1, QuorumLostSince: t0.Add(-2 * time.Minute)},
+			Policy: policy, Timing: heal.DefaultTiming}
+		list := []cluster.LiveMember{{ID: "64", Name: "c-0"}, {ID: "65", Name: "c-1"}, {ID: "66", Name: "c-2"}}
+		w.o.Reports = map[string]cluster.Report{"c-0": {Name: "c-0", At: t0.Add(-time.Second), Source: cluster.ReportFromDisk, DataValid: true,
+			MemberID: "64", ClusterID: "c1", Owner: "c-0", Formed: true, Members: list, Applied: 100, Revision: 90}}
+		return w
+	}
+	waitsFor := func(t *testing.T, d Decision, names ...string) {
+		t.Helper()
+		if !slices.Equal(d.Recovery.Awaited, names) || !strings.Contains(d.Recovery.Status.Waiting, "waiting for the reports of voters "+strings.Join(names, ", ")) {
+			t.Errorf("awaited %v, waiting %q: want the recovery waiting for %v", d.Recovery.Awaited, d.Recovery.Status.Waiting, names)
+		}
+	}
+
+	w := world(v1alpha1.QuorumLossAutomatic)
+	if d := Decide(w.o); !d.AskMembers || len(d.ReplaceVolumes) != 0 {
+		t.Fatalf("unasked: ask %v, replace %+v; want the members asked before any claim is replaced", d.AskMembers, d.ReplaceVolumes)
+	}
+	d := Decide(w.answers().o)
+	waitsFor(t, d, "c-1", "c-2")
+	if got := d.ReplaceVolumes; len(got) != 2 || got[0].Member != "c-1" || got[1].Member != "c-2" || !got[0].Recovery || got[1].UID != "uid-c-2" ||
+		!slices.Contains(d.Cases, CaseRecoveryVolumeNodeLost) {
+		t.Errorf("replace %+v, cases %v: want c-1's and c-2's claims replaced for the recovery", got, d.Cases)
+	}
+
+	if d := Decide(world(v1alpha1.QuorumLossAutomatic).answers("c-0").o); len(d.ReplaceVolumes) != 0 || d.Recovery.Status.Directive != nil {
+		t.Errorf("c-0 answering: replace %+v, directive %+v; want the recovery withdrawn and nothing replaced", d.ReplaceVolumes, d.Recovery.Status.Directive)
+	}
+
+	w = world(v1alpha1.QuorumLossAutomatic)
+	w.o.Members[2].Volume.NodeLost = "" // c-2's node is down, not marked: it may come back with its data
+	d = Decide(w.answers().o)
+	waitsFor(t, d, "c-1", "c-2")
+	if got := d.ReplaceVolumes; len(got) != 1 || got[0].Member != "c-1" {
+		t.Errorf("replace %+v: want only c-1's claim replaced, c-2 awaited", got)
+	}
+
+	d = Decide(world(v1alpha1.QuorumLossManual).answers().o)
+	waitsFor(t, d, "c-1", "c-2")
+	c := apimeta.FindStatusCondition(d.Conditions, v1alpha1.ConditionDegraded)
+	if len(d.ReplaceVolumes) != 0 || c == nil || !strings.Contains(c.Message, "kubectl steward destroy c-1 --yes") || !strings.Contains(c.Message, "marked out of service") {
+		t.Errorf("Manual: replace %+v, Degraded %+v; want nothing replaced, and how to go on", d.ReplaceVolumes, c)
+	}
+}

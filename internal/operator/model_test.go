@@ -378,9 +378,9 @@ func (m *opModel) observe(a mAPI, now time.Time) Observation {
 	}) {
 		o.Members = append(o.Members, *members[i])
 	}
-	// The reconciler reads the claims, their volumes' nodes fresh, of members NotReady past the grace.
+	// The reconciler reads the claims, their volumes' nodes fresh, while volumeObserved.
 	for i := range o.Members {
-		if mm := m.member(o.Members[i].Name); mm != nil && mm.outOfService && notReadyPastGrace(o, mm.name) {
+		if mm := m.member(o.Members[i].Name); mm != nil && mm.outOfService && volumeObserved(o, mm.name) {
 			o.Members[i].Volume = &VolumeState{Claim: "data-" + mm.name, UID: strconv.Itoa(mm.claim), NodeLost: "its node is marked out of service"}
 		}
 	}
@@ -582,7 +582,16 @@ func (m *opModel) replaceVolume(v volumeReplacement) {
 	if !mm.outOfService {
 		m.failf("the claim of %s is replaced while its node is not known to be off", mm.name)
 	}
-	if ans := m.servingBut(mm.name); ans == "" {
+	switch ans := m.servingBut(mm.name); {
+	case v.Recovery:
+		// The recovery waits for the member's log, which is lost with its node: replaced only
+		// while no quorum serves, or the loss would be of a member a quorum could do without.
+		for ix := range m.incs {
+			if m.quorate(ix) {
+				m.failf("the claim of %s is replaced for a recovery while incarnation %d has a quorum", mm.name, ix)
+			}
+		}
+	case ans == "":
 		m.failf("the claim of %s is replaced while no other member answers a linearizable read", mm.name)
 	}
 	if !m.write("the deletion of claim data-" + mm.name) {

@@ -732,6 +732,10 @@ func (r *ClusterReconciler) replaceVolume(ctx context.Context, ec *v1alpha1.Etcd
 	}
 	why := fmt.Sprintf("member %s NotReady for more than %s, and %s: its claim %s and its pod are deleted; it joins again on a new volume, as a learner first",
 		v.Member, r.graces().NotReady, lost, v.Claim)
+	if v.Recovery {
+		why = fmt.Sprintf("the quorum-loss recovery waits for the log of member %s, and %s: the log is lost with it; its claim %s and its pod are deleted, "+
+			"it comes back on a new, empty volume, and the recovery goes on from the others and the backup", v.Member, lost, v.Claim)
+	}
 	r.Recorder.Eventf(ec, &pvc, corev1.EventTypeWarning, "VolumeReplaced", "DeleteClaim", "%s", why)
 	return r.deletePod(ctx, ec, v.Member, func(p *corev1.Pod) bool { return !podReady(p) }, corev1.EventTypeWarning, "VolumeReplaced", why)
 }
@@ -1201,9 +1205,10 @@ func (r *ClusterReconciler) observeVolumes(ctx context.Context, ec *v1alpha1.Etc
 	if err := r.Client.List(ctx, &pvcs, client.InNamespace(ec.Namespace), sel); err != nil {
 		return err
 	}
-	// What a member NotReady past the grace waits on: its node, its volume's node. Read fresh,
-	// and only then; what cannot be read (no right to read Nodes or PersistentVolumes, as with
-	// watchNamespace) is not known, and nothing is done for it.
+	// What a member NotReady past the grace, or one a recovery may wait for, waits on: its
+	// node, its volume's node. Read fresh, and only then; what cannot be read (no right to read
+	// Nodes or PersistentVolumes, as with watchNamespace) is not known, and nothing is done
+	// for it.
 	for i, m := range o.Members {
 		if m.Pod != nil && m.Pod.Node != "" && notReadyPastGrace(*o, m.Name) {
 			o.Members[i].NodeDown, _ = r.nodeDown(ctx, m.Pod.Node)
@@ -1211,7 +1216,7 @@ func (r *ClusterReconciler) observeVolumes(ctx context.Context, ec *v1alpha1.Etc
 	}
 	for _, pvc := range pvcs.Items {
 		if i := slices.IndexFunc(o.Members, func(m MemberObservation) bool { return pvc.Name == "data-"+m.Name }); i >= 0 && pvc.DeletionTimestamp.IsZero() &&
-			notReadyPastGrace(*o, o.Members[i].Name) {
+			volumeObserved(*o, o.Members[i].Name) {
 			lost, _ := r.volumeNodeLost(ctx, &pvc)
 			o.Members[i].Volume = &VolumeState{Claim: pvc.Name, UID: string(pvc.UID), NodeLost: lost}
 		}

@@ -66,6 +66,9 @@ type recoveryOutcome struct {
 	Withdrawn bool
 	// Started is the restore request whose directive this outcome issues (nil: none).
 	Started *RestoreRequest
+	// Awaited are the voters the quorum-loss recovery waits for, fencing, before it can
+	// choose a source: stopped, without a report from disk (heal.AwaitedVoters).
+	Awaited []string
 }
 
 // FencesForQuorumLoss says whether the outcome stops members because the quorum is lost: a
@@ -124,6 +127,8 @@ func decideRecovery(o Observation, names []string, members []v1alpha1.MemberStat
 	}
 	dec := heal.Decide(ho)
 	out := recoveryOutcome{Status: dec.Status, Event: dec.Event}
+	ho.Status = dec.Status
+	out.Awaited = heal.AwaitedVoters(ho)
 	if refused != "" {
 		out.Status.Waiting = refused + "; " + out.Status.Waiting
 	}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/testutil"
 	"github.com/etcd-steward/steward/test/e2e/node"
 	corev1 "k8s.io/api/core/v1"
@@ -32,9 +32,11 @@ func nodeOf(t *testing.T, ns, name string) map[string]string {
 
 // TestNodeFaults puts a 3-member cluster, spread one member per node on volumes pinned to
 // their nodes (as local disks are), through the faults of nodes while a client writes through
-// the client Service: a network partition of a member's node while it runs on, a drain, two
-// nodes powered off at once, and a power-off marked out of service. Each ends with every
-// acknowledged write on every member and the cluster's ID unchanged: no second cluster formed.
+// the client Service: a network partition of a member's node while it runs on, a drain, a
+// power-off marked out of service (the member moves to another node), the member destroyed
+// to go back to its node, and two nodes powered off at once and marked out of service (the
+// quorum lost for good, recovered from the survivor). Each ends with every acknowledged
+// write on every member and the cluster's ID unchanged: no second cluster formed.
 func TestNodeFaults(t *testing.T) {
 	if len(kubeNode.Workers()) < 3 {
 		t.Skipf("needs 3 nodes, the suite runs %d (STEWARD_E2E_NODES)", len(kubeNode.Workers()))
@@ -129,10 +131,6 @@ func TestNodeFaults(t *testing.T) {
 		assertOneCluster(t, ns, "nf", id)
 	})
 
-	runStep(t, "two members' nodes powered off (the quorum lost), marked out of service, then on", func(t *testing.T) {
-		twoNodesLost(t, ns, placed, victims, id, acked)
-	})
-
 	runStep(t, "a member's node powered off, then marked out of service", func(t *testing.T) {
 		pod, nodeName := victims[1], placed[victims[1]]
 		before := memberPods(t, ns, "nf")[pod]
@@ -140,12 +138,7 @@ func TestNodeFaults(t *testing.T) {
 		if err := kubeNode.PowerOff(nodeName); err != nil {
 			t.Fatal(err)
 		}
-		on := false
-		defer func() {
-			if !on {
-				_ = kubeNode.PowerOn(context.Background(), nodeName)
-			}
-		}()
+		defer nodeBack(t, nodeName)
 		testutil.Eventually(t, 3*time.Minute, "writes acknowledged again with "+nodeName+" off", func() error {
 			return w.serving(5 * time.Second)
 		})
@@ -181,37 +174,61 @@ func TestNodeFaults(t *testing.T) {
 		claim := memberClaim(t, ns, pod)
 		marked := time.Now()
 		kubectl(t, "", "taint", "node", nodeName, outOfServiceKey+"=nodeshutdown:NoExecute")
-		defer func() { _, _ = kubectlIn("", "", "taint", "node", nodeName, outOfServiceKey+"-") }()
 		testutil.Eventually(t, 5*time.Minute, pod+" back on another node, on a new volume", func() error {
-			var p corev1.Pod
-			if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, &p); err != nil {
-				return err
-			}
-			now := memberClaim(t, ns, pod)
-			if p.Spec.NodeName == "" || p.Spec.NodeName == nodeName || !podReady(&p) || now.UID == claim.UID {
-				return fmt.Errorf("pod %s on node %q (ready %v), claim %s (was %s)", pod, p.Spec.NodeName, podReady(&p), now.UID, claim.UID)
-			}
-			t.Logf("%s back on %s with a new claim, Ready %s after %s was marked out of service", pod, p.Spec.NodeName, time.Since(marked).Round(time.Second), nodeName)
-			return nil
+			return onNewVolume(ns, pod, nodeName, claim)
 		})
+		t.Logf("%s back on another node with a new claim, Ready %s after %s was marked out of service", pod, time.Since(marked).Round(time.Second), nodeName)
 		waitEvent(t, ns, "nf", "VolumeReplaced", time.Minute)
 		settled(t, ns, w, 5*time.Minute, id, acked)
-		if err := kubeNode.PowerOn(context.Background(), nodeName); err != nil {
-			t.Fatal(err)
-		}
-		on = true
 	})
 
+	runStep(t, "a member destroyed (kubectl steward destroy) comes back on the node without one", func(t *testing.T) {
+		// The node of the last step is back: the default spreading puts the member it lost
+		// back on it, one member per node again.
+		pod, nodeName := victims[1], placed[victims[1]]
+		waitSchedulable(t, nodeName)
+		w := startWriter(t, ns, "nf", "destroy", 200*time.Millisecond)
+		claim := memberClaim(t, ns, pod)
+		kubectlSteward(t, ns, "destroy", pod, "--yes")
+		testutil.Eventually(t, 5*time.Minute, pod+" on "+nodeName+" again, on a new volume", func() error {
+			if err := onNewVolume(ns, pod, "", claim); err != nil {
+				return err
+			}
+			if now := nodeOf(t, ns, "nf")[pod]; now != nodeName {
+				return fmt.Errorf("%s runs on %s, want %s (the node without a member)", pod, now, nodeName)
+			}
+			return nil
+		})
+		settled(t, ns, w, 5*time.Minute, id, acked)
+		if now := nodeOf(t, ns, "nf"); !maps.Equal(now, placed) {
+			t.Fatalf("members on %v, want %v: one per node", now, placed)
+		}
+	})
+
+	runStep(t, "two members' nodes powered off (the quorum lost), marked out of service: recovered from the survivor", func(t *testing.T) {
+		twoNodesLost(t, ns, placed, victims, id, acked)
+	})
 }
 
 // twoNodesLost powers off the nodes of two members at once: the quorum is lost. Until the nodes
 // are known to be off, nothing is deleted by force (their members may still run). Marked out
-// of service, Kubernetes deletes their pods, and the recovery fences and waits for every
-// voter's log before it picks the source (the survivor's may lack writes the other two
-// acknowledged): the status says whose reports it waits for. Powered on, their members
-// report from their disks and the recovery completes with every acknowledged write.
+// of service, Kubernetes deletes their pods, and the recovery fences and waits for the two
+// voters' logs; their volumes are pinned to their nodes, so the logs are gone with them: the
+// operator replaces the two claims, the new members report their data dirs empty, and the
+// recovery goes on from the survivor, every acknowledged write kept (the survivor had them:
+// the writer's puts were acknowledged by a quorum of three, and the survivor's log is not
+// behind the leader's for more than a round trip).
 func twoNodesLost(t *testing.T, ns string, placed map[string]string, victims []string, id string, acked map[string]string) {
 	before := memberPods(t, ns, "nf")
+	claims := map[string]corev1.PersistentVolumeClaim{}
+	var survivor string
+	for pod := range before {
+		if slices.Contains(victims, pod) {
+			claims[pod] = memberClaim(t, ns, pod)
+		} else {
+			survivor = pod
+		}
+	}
 	w := startWriter(t, ns, "nf", "twolost", 200*time.Millisecond)
 	testutil.Eventually(t, time.Minute, "a first write", func() error { return w.serving(5 * time.Second) })
 	var nodes []string
@@ -222,16 +239,8 @@ func twoNodesLost(t *testing.T, ns string, placed map[string]string, victims []s
 		if err := kubeNode.PowerOff(n); err != nil {
 			t.Fatal(err)
 		}
+		defer nodeBack(t, n)
 	}
-	on := false
-	defer func() {
-		if !on {
-			for _, n := range nodes {
-				_ = kubeNode.PowerOn(context.Background(), n)
-				_, _ = kubectlIn("", "", "taint", "node", n, outOfServiceKey+"-")
-			}
-		}
-	}()
 	waitCondition(t, ns, "nf", v1alpha1.ConditionQuorumLost, "True", 3*time.Minute)
 	testutil.Throughout(t, 30*time.Second, "the lost members' pods kept while their nodes may run", func() error {
 		for _, pod := range victims {
@@ -245,34 +254,70 @@ func twoNodesLost(t *testing.T, ns string, placed map[string]string, victims []s
 		}
 		return nil
 	})
+	marked := time.Now()
 	for _, n := range nodes {
 		kubectl(t, "", "taint", "node", n, outOfServiceKey+"=nodeshutdown:NoExecute")
 	}
-	testutil.Eventually(t, 3*time.Minute, "the recovery saying it waits for the lost voters' reports", func() error {
-		ec, err := getEC(ns, "nf")
-		if err != nil {
+	for _, pod := range victims {
+		waitEventMatching(t, ns, "nf", "VolumeReplaced", "recovery waits for the log of member "+pod, 4*time.Minute)
+	}
+	waitEventMatching(t, ns, "nf", "Recovery", fmt.Sprintf("seed %s, from %s", survivor, cluster.RecoverFromSurvivor), 4*time.Minute)
+	settled(t, ns, w, 6*time.Minute, id, acked)
+	t.Logf("recovered from %s, every member Ready, %s after the nodes were marked out of service", survivor, time.Since(marked).Round(time.Second))
+	for _, pod := range victims {
+		if err := onNewVolume(ns, pod, placed[pod], claims[pod]); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// onNewVolume: the member's pod is Ready on a claim other than old, on a node other than
+// notOn ("": any node).
+func onNewVolume(ns, pod, notOn string, old corev1.PersistentVolumeClaim) error {
+	var p corev1.Pod
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, &p); err != nil {
+		return err
+	}
+	var c corev1.PersistentVolumeClaim
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "data-" + pod}, &c); err != nil {
+		return err
+	}
+	if p.Spec.NodeName == "" || p.Spec.NodeName == notOn || !podReady(&p) || c.UID == old.UID {
+		return fmt.Errorf("pod %s on node %q (ready %v), claim %s (was %s)", pod, p.Spec.NodeName, podReady(&p), c.UID, old.UID)
+	}
+	return nil
+}
+
+// nodeBack powers a node on and takes its out-of-service mark away (when it has one), then
+// waits until new pods can be placed on it.
+func nodeBack(t *testing.T, name string) {
+	t.Helper()
+	if err := kubeNode.PowerOn(context.Background(), name); err != nil {
+		t.Errorf("power on %s: %v", name, err)
+	}
+	_, _ = kubectlIn("", "", "taint", "node", name, outOfServiceKey+"-")
+	waitSchedulable(t, name)
+}
+
+// waitSchedulable waits for the node to be Ready and without taints, so that the scheduler's
+// spreading counts it.
+func waitSchedulable(t *testing.T, name string) {
+	t.Helper()
+	testutil.Eventually(t, 3*time.Minute, "node "+name+" Ready and without taints", func() error {
+		var n corev1.Node
+		if err := kube.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
 			return err
 		}
-		var rec struct {
-			Waiting string `json:"waiting"`
+		if len(n.Spec.Taints) > 0 || n.Spec.Unschedulable {
+			return fmt.Errorf("taints %v, unschedulable %v", n.Spec.Taints, n.Spec.Unschedulable)
 		}
-		if ec.Status.Recovery != nil {
-			_ = json.Unmarshal(ec.Status.Recovery.Raw, &rec)
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return nil
+			}
 		}
-		if !namesAll(rec.Waiting, victims) {
-			return fmt.Errorf("status.recovery.waiting %q does not name %v", rec.Waiting, victims)
-		}
-		return nil
+		return fmt.Errorf("not Ready: %+v", n.Status.Conditions)
 	})
-	for _, n := range nodes {
-		if err := kubeNode.PowerOn(context.Background(), n); err != nil {
-			t.Fatal(err)
-		}
-		kubectl(t, "", "taint", "node", n, outOfServiceKey+"-")
-	}
-	on = true
-	waitEvent(t, ns, "nf", "Recovery", 5*time.Minute)
-	settled(t, ns, w, 6*time.Minute, id, acked)
 }
 
 // outOfServiceKey is the taint that says a node is off (Kubernetes then deletes its pods by force).
