@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,12 +102,25 @@ func RecoverNoSpace(ctx context.Context, cli *clientv3.Client, o Options) (NoSpa
 	if ok, why := CanDisarm(members); !ok {
 		return res, fmt.Errorf("%w: %s; delete data or raise the quota (etcd --quota-backend-bytes), and the alarm is disarmed at the next check", ErrStillFull, why)
 	}
+	// A member raises its own NOSPACE after it applied a write past its quota, in a proposal
+	// of its own that may be committed after the first listing, or even after the disarm: the
+	// alarms are listed again and disarmed until none is left (a few rounds at most).
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for _, a := range nospace {
-		if _, err := cli.AlarmDisarm(dctx, &clientv3.AlarmMember{MemberID: a.MemberID, Alarm: pb.AlarmType_NOSPACE}); err != nil {
-			return res, fmt.Errorf("disarm NOSPACE of member %x: %w", a.MemberID, err)
+	for round := 0; len(nospace) > 0; round++ {
+		if round == 3 {
+			return res, fmt.Errorf("%w: NOSPACE raised again after %d disarms (member %x): something still writes past the quota", ErrStillFull, round, nospace[0].MemberID)
 		}
+		for _, a := range nospace {
+			if _, err := cli.AlarmDisarm(dctx, &clientv3.AlarmMember{MemberID: a.MemberID, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+				return res, fmt.Errorf("disarm NOSPACE of member %x: %w", a.MemberID, err)
+			}
+		}
+		now, err := Alarms(dctx, cli)
+		if err != nil {
+			return res, err
+		}
+		nospace = slices.DeleteFunc(now, func(a Alarm) bool { return a.Type != pb.AlarmType_NOSPACE.String() })
 	}
 	res.Disarmed = true
 	return res, nil
