@@ -160,7 +160,9 @@ func removeCgroupRoot(root string) {
 	if root == "" {
 		return
 	}
-	for _, h := range cgroupHierarchies() {
+	// In a hybrid layout runc also makes the root in the unified hierarchy, which the
+	// kubelet does not manage.
+	for _, h := range append(cgroupHierarchies(), "/sys/fs/cgroup/unified") {
 		removeCgroupTree(filepath.Join(h, root))
 	}
 }
