@@ -714,8 +714,8 @@ func (r *ClusterReconciler) replaceVolume(ctx context.Context, ec *v1alpha1.Etcd
 	case err != nil:
 		return fmt.Errorf("claim %s: %w", v.Claim, err)
 	}
-	if string(pvc.UID) != v.UID || !pvc.DeletionTimestamp.IsZero() {
-		return nil // made anew or going since: the next pass decides again
+	if string(pvc.UID) != v.UID {
+		return nil // made anew since: the next pass decides again
 	}
 	if !labels.SelectorFromSet(selectorLabels(ec)).Matches(labels.Set(pvc.Labels)) {
 		return fmt.Errorf("claim %s does not carry the labels of cluster %s's members: it is not deleted", v.Claim, ec.Name)
@@ -724,11 +724,17 @@ func (r *ClusterReconciler) replaceVolume(ctx context.Context, ec *v1alpha1.Etcd
 	if err != nil || lost == "" {
 		return err
 	}
-	pre := client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion}
-	if err := r.Client.Delete(ctx, &pvc, pre); apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("claim %s: %w", v.Claim, err)
+	// A claim already going was deleted by an earlier pass that stopped before the pod (an
+	// operator restarted between the two): only the pod is left to delete, which the claim
+	// waits for (its protection finalizer).
+	deleteClaim := pvc.DeletionTimestamp.IsZero()
+	if deleteClaim {
+		pre := client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion}
+		if err := r.Client.Delete(ctx, &pvc, pre); apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("claim %s: %w", v.Claim, err)
+		}
 	}
 	why := fmt.Sprintf("member %s NotReady for more than %s, and %s: its claim %s and its pod are deleted; it joins again on a new volume, as a learner first",
 		v.Member, r.graces().NotReady, lost, v.Claim)
@@ -736,7 +742,9 @@ func (r *ClusterReconciler) replaceVolume(ctx context.Context, ec *v1alpha1.Etcd
 		why = fmt.Sprintf("the quorum-loss recovery waits for the log of member %s, and %s: the log is lost with it; its claim %s and its pod are deleted, "+
 			"it comes back on a new, empty volume, and the recovery goes on from the others and the backup", v.Member, lost, v.Claim)
 	}
-	r.Recorder.Eventf(ec, &pvc, corev1.EventTypeWarning, "VolumeReplaced", "DeleteClaim", "%s", why)
+	if deleteClaim {
+		r.Recorder.Eventf(ec, &pvc, corev1.EventTypeWarning, "VolumeReplaced", "DeleteClaim", "%s", why)
+	}
 	return r.deletePod(ctx, ec, v.Member, func(p *corev1.Pod) bool { return !podReady(p) }, corev1.EventTypeWarning, "VolumeReplaced", why)
 }
 
@@ -1215,7 +1223,9 @@ func (r *ClusterReconciler) observeVolumes(ctx context.Context, ec *v1alpha1.Etc
 		}
 	}
 	for _, pvc := range pvcs.Items {
-		if i := slices.IndexFunc(o.Members, func(m MemberObservation) bool { return pvc.Name == "data-"+m.Name }); i >= 0 && pvc.DeletionTimestamp.IsZero() &&
+		// A claim going is observed too: its deletion may be the first half of a replacement
+		// whose second, the pod's deletion, is still to do.
+		if i := slices.IndexFunc(o.Members, func(m MemberObservation) bool { return pvc.Name == "data-"+m.Name }); i >= 0 &&
 			volumeObserved(*o, o.Members[i].Name) {
 			lost, _ := r.volumeNodeLost(ctx, &pvc)
 			o.Members[i].Volume = &VolumeState{Claim: pvc.Name, UID: string(pvc.UID), NodeLost: lost}

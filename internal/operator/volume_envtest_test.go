@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,32 +31,7 @@ func TestVolumeLostWithItsNode(t *testing.T) {
 	waitReady(t, ns, "vl", 3)
 
 	// vl-2's claim, bound to a local volume on its own node.
-	nodeName := "node-" + ns
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{corev1.LabelHostname: nodeName}}}
-	if err := k8s.Create(ctx, node); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), node) })
-	claims := map[string]*corev1.PersistentVolumeClaim{}
-	for _, i := range []int{2} {
-		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("data-vl-%d", i), Labels: selectorLabels(ec)},
-			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeName: fmt.Sprintf("pv-%s-%d", ns, i),
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-		if err := k8s.Create(ctx, pvc); err != nil {
-			t.Fatal(err)
-		}
-		claims[pvc.Name] = pvc
-		pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvc.Spec.VolumeName},
-			Spec: corev1.PersistentVolumeSpec{Capacity: pvc.Spec.Resources.Requests, AccessModes: pvc.Spec.AccessModes,
-				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/" + pvc.Spec.VolumeName}},
-				ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: pvc.Name, UID: pvc.UID}}}
-		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{nodeName}}}}}}}
-		if err := k8s.Create(ctx, pv); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), pv) })
-	}
+	node, claims := localVolume(t, ec, 2, nil)
 	kept := func(names ...string) error {
 		for _, name := range names {
 			var pvc corev1.PersistentVolumeClaim
@@ -86,4 +62,79 @@ func TestVolumeLostWithItsNode(t *testing.T) {
 		return nil
 	})
 	testutil.Eventually(t, 10*time.Second, "Event VolumeReplaced", func() error { return findEventMessage(ns, "VolumeReplaced", "marked out of service") })
+}
+
+// TestVolumeReplacementResumed: an operator that deleted a lost volume's claim stopped before
+// it deleted the pod (the claim waits for the pod, held by its protection finalizer): the next
+// pass deletes the pod, the second half of the replacement, with its Event.
+func TestVolumeReplacementResumed(t *testing.T) {
+	t.Parallel() // its own namespace and its own node
+	needEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ec := newCluster(ns, "vr", 3)
+	if err := k8s.Create(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "vr", &appsv1.StatefulSet{}) })
+	waitReady(t, ns, "vr", 3)
+	node, claims := localVolume(t, ec, 2, []string{"kubernetes.io/pvc-protection"})
+	var pod corev1.Pod
+	if err := get(t, ns, "vr-2", &pod); err != nil {
+		t.Fatal(err)
+	}
+	// The first half, done by the operator before it stopped: the claim deleted, held.
+	if err := k8s.Delete(ctx, claims["data-vr-2"]); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c := claims["data-vr-2"]
+		if err := get(t, ns, c.Name, c); err == nil {
+			c.Finalizers = nil
+			_ = k8s.Update(context.Background(), c)
+		}
+	})
+	node.Spec.Taints = []corev1.Taint{{Key: TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+	if err := k8s.Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	up := func(i int) bool { return i < 2 }
+	testutil.Eventually(t, 30*time.Second, "vr-2's pod deleted, the replacement resumed", func() error {
+		membersRenewing(t, ns, "vr", up, up)
+		var now corev1.Pod
+		if err := get(t, ns, "vr-2", &now); err == nil && now.UID == pod.UID && now.DeletionTimestamp.IsZero() {
+			return fmt.Errorf("pod vr-2 (%s) still there", pod.UID)
+		}
+		return findEventMessage(ns, "VolumeReplaced", "marked out of service")
+	})
+}
+
+// localVolume makes member i's data claim (with finalizers), bound to a local volume pinned to
+// a node of its own, which it also makes; it returns the node and the claims by name.
+func localVolume(t *testing.T, ec *v1alpha1.EtcdCluster, i int, finalizers []string) (*corev1.Node, map[string]*corev1.PersistentVolumeClaim) {
+	t.Helper()
+	ctx, ns := context.Background(), ec.Namespace
+	nodeName := "node-" + ns
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{corev1.LabelHostname: nodeName}}}
+	if err := k8s.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), node) })
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("data-%s-%d", ec.Name, i), Labels: selectorLabels(ec), Finalizers: finalizers},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeName: fmt.Sprintf("pv-%s-%d", ns, i),
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if err := k8s.Create(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvc.Spec.VolumeName},
+		Spec: corev1.PersistentVolumeSpec{Capacity: pvc.Spec.Resources.Requests, AccessModes: pvc.Spec.AccessModes,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/" + pvc.Spec.VolumeName}},
+			ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: pvc.Name, UID: pvc.UID}}}
+	pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{nodeName}}}}}}}
+	if err := k8s.Create(ctx, pv); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pv) })
+	return node, map[string]*corev1.PersistentVolumeClaim{pvc.Name: pvc}
 }
