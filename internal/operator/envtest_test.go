@@ -103,18 +103,18 @@ func runSuite(m *testing.M) int {
 	}
 	sidecars = newFakeSidecars()
 	defer sidecars.Close()
-	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
+	reconciler = &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
 		Image: "steward:test", AllowedImages: testAllowedImages, OperatorNamespace: testOperatorNamespace, Graces: Graces{Unknown: 2 * time.Second, NotReady: 4 * time.Second, Volume: time.Second, Rollout: 20 * time.Second, CAPropagation: 2 * time.Second},
 		Sidecars: &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HTTP: sidecars.Client()},
 		Health:   &http.Client{Transport: healthTransport{}}}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	if err := (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"),
+	if err := (&BackupReconciler{Client: mgr.GetClient(), Recorder: eventRecorder(mgr),
 		Sidecars: &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), HTTP: &http.Client{Transport: sidecarTransport{}}}}).SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	restoreReconciler = &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
+	restoreReconciler = &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
 		Sidecars: &Sidecars{Client: mgr.GetClient(), HTTP: sidecars.Client()}}
 	if err := restoreReconciler.SetupWithManager(mgr); err != nil {
 		panic(err)

@@ -92,8 +92,8 @@ func newManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("operator manager: %w", err)
 	}
 	sidecars := &Sidecars{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
-	b := &BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), Sidecars: sidecars}
-	r := &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
+	b := &BackupReconciler{Client: mgr.GetClient(), Recorder: eventRecorder(mgr), Sidecars: sidecars}
+	r := &ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
 		Image: o.Image, AllowedImages: o.AllowedImages, OperatorNamespace: o.OperatorNamespace, Graces: o.Graces, Sidecars: sidecars, Now: clock.Now}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
@@ -101,7 +101,7 @@ func newManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := b.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	rr := &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"),
+	rr := &RestoreReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
 		Sidecars: sidecars, Now: clock.Now}
 	if err := rr.SetupWithManager(mgr); err != nil {
 		return nil, err
