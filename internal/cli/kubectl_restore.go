@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
-	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/operator"
 )
 
 // restoreTarget is the point `kubectl steward restore` asks for (all nil: the newest).
@@ -24,17 +24,7 @@ type restoreTarget struct {
 
 // String names the point as a directive names its target (cluster.RestoreTarget.Point).
 func (t restoreTarget) String() string {
-	var p cluster.RestoreTarget
-	if t.Revision != nil {
-		p.Revision = *t.Revision
-	}
-	if t.Time != nil {
-		p.Time = t.Time.Time
-	}
-	if t.Timeline != nil {
-		p.Timeline = uint32(*t.Timeline)
-	}
-	return p.Point()
+	return operator.RestoreTargetOf(t.Revision, t.Timeline, t.Time).Point()
 }
 
 // restorePlan is what `kubectl steward restore --dry-run` prints.

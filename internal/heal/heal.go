@@ -458,11 +458,17 @@ func fencedMembers(o Observation, st Status) (running, silentVoters, silent []st
 	return running, silentVoters, silent
 }
 
+// FencingQuorumLoss: d is a quorum-loss recovery (not a restore someone asked for) in its
+// fencing phase.
+func FencingQuorumLoss(d *cluster.Directive) bool {
+	return d != nil && d.Phase == cluster.PhaseFencing && d.Restore == nil
+}
+
 // AwaitedVoters names the voters a quorum-loss recovery in its fencing phase waits for: stopped,
 // with no report from disk yet, so that the source cannot be chosen (nil when none is awaited).
 // Only their data, or proof that it is gone, lets it go on.
 func AwaitedVoters(o Observation) []string {
-	if d := o.Status.Directive; d == nil || d.Phase != cluster.PhaseFencing || d.Restore != nil {
+	if !FencingQuorumLoss(o.Status.Directive) {
 		return nil
 	}
 	_, silentVoters, _ := fencedMembers(o, o.Status)

@@ -79,12 +79,7 @@ func RecoverNoSpace(ctx context.Context, cli *clientv3.Client, o Options) (NoSpa
 	if err != nil {
 		return res, err
 	}
-	var nospace []Alarm
-	for _, a := range alarms {
-		if a.Type == pb.AlarmType_NOSPACE.String() {
-			nospace = append(nospace, a)
-		}
-	}
+	nospace := noSpace(alarms)
 	if len(nospace) == 0 {
 		return res, nil
 	}
@@ -120,10 +115,15 @@ func RecoverNoSpace(ctx context.Context, cli *clientv3.Client, o Options) (NoSpa
 		if err != nil {
 			return res, err
 		}
-		nospace = slices.DeleteFunc(now, func(a Alarm) bool { return a.Type != pb.AlarmType_NOSPACE.String() })
+		nospace = noSpace(now)
 	}
 	res.Disarmed = true
 	return res, nil
+}
+
+// noSpace are the NOSPACE alarms among alarms.
+func noSpace(alarms []Alarm) []Alarm {
+	return slices.DeleteFunc(alarms, func(a Alarm) bool { return a.Type != pb.AlarmType_NOSPACE.String() })
 }
 
 // Compact compacts the history before revision (0: before the current revision minus keep),

@@ -995,14 +995,7 @@ func volumesLostInRecovery(o Observation, d *Decision, out recoveryOutcome, poli
 // has been NotReady past the grace, or a quorum-loss recovery is fencing (it may wait for
 // the member's report from disk).
 func volumeObserved(o Observation, name string) bool {
-	if notReadyPastGrace(o, name) {
-		return true
-	}
-	if o.Recovery == nil {
-		return false
-	}
-	dir := o.Recovery.Status.Directive
-	return dir != nil && dir.Phase == cluster.PhaseFencing && dir.Restore == nil
+	return notReadyPastGrace(o, name) || (o.Recovery != nil && heal.FencingQuorumLoss(o.Recovery.Status.Directive))
 }
 
 // notReadyPastGrace: the member's recorded status has been NotReady for the NotReady grace.

@@ -1314,17 +1314,25 @@ func bootstrapRestore(ec *v1alpha1.EtcdCluster) *cluster.RestoreTarget {
 	if b == nil || b.Restore == nil {
 		return nil
 	}
-	t := cluster.RestoreTarget{Store: b.Restore.Store}
-	if b.Restore.Revision != nil {
-		t.Revision = *b.Restore.Revision
-	}
-	if b.Restore.Time != nil {
-		t.Time = b.Restore.Time.Time
-	}
-	if b.Restore.Timeline != nil {
-		t.Timeline = uint32(*b.Restore.Timeline)
-	}
+	t := RestoreTargetOf(b.Restore.Revision, b.Restore.Timeline, b.Restore.Time)
+	t.Store = b.Restore.Store
 	return &t
+}
+
+// RestoreTargetOf is the point an object's optional revision, timeline and time ask for (all
+// nil: the newest), as the members take it: EtcdRestore, spec.bootstrap.restore and the plugin.
+func RestoreTargetOf(revision, timeline *int64, at *metav1.Time) cluster.RestoreTarget {
+	var t cluster.RestoreTarget
+	if revision != nil {
+		t.Revision = *revision
+	}
+	if at != nil {
+		t.Time = at.Time
+	}
+	if timeline != nil {
+		t.Timeline = uint32(*timeline)
+	}
+	return t
 }
 
 // unschedulable is the scheduler's reason for not placing the pod ("" once placed).

@@ -75,8 +75,7 @@ type recoveryOutcome struct {
 // directive of a quorum loss (not a restore the user asked for) in its fencing phase. Only
 // then does the operator ask the members, directly, whether the quorum still answers.
 func (out recoveryOutcome) FencesForQuorumLoss() bool {
-	d := out.Status.Directive
-	return d != nil && d.Phase == cluster.PhaseFencing && d.Restore == nil
+	return heal.FencingQuorumLoss(out.Status.Directive)
 }
 
 // decideRecovery moves a quorum-loss recovery one step with heal.Decide, from the members'

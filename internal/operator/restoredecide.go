@@ -206,15 +206,9 @@ func decideRequested(o restoreObservation) restoreDecision {
 // without a timeline stays unpinned: the restore finds the timeline that holds it, which the
 // new timeline (begun after it) never does.
 func pinTarget(spec v1alpha1.EtcdRestoreSpec, checked v1alpha1.RestoreTargetStatus, snap v1alpha1.RestoreSnapshot) (cluster.RestoreTarget, error) {
-	t := cluster.RestoreTarget{Timeline: uint32(checked.Timeline)}
-	if spec.Revision != nil {
-		t.Revision = *spec.Revision
-	}
-	if spec.Time != nil {
-		t.Time = spec.Time.Time
-	}
-	if spec.Timeline != nil {
-		t.Timeline = uint32(*spec.Timeline)
+	t := RestoreTargetOf(spec.Revision, spec.Timeline, spec.Time)
+	if spec.Timeline == nil {
+		t.Timeline = uint32(checked.Timeline)
 	}
 	if t.Timeline == 0 && t.Time.IsZero() {
 		t.Timeline = uint32(snap.Timeline)

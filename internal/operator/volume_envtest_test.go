@@ -8,7 +8,6 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/testutil"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,11 +23,7 @@ func TestVolumeLostWithItsNode(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	ec := newCluster(ns, "vl", 3)
-	if err := k8s.Create(ctx, ec); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "vl", &appsv1.StatefulSet{}) })
-	waitReady(t, ns, "vl", 3)
+	createFormed(t, ec)
 
 	// vl-2's claim, bound to a local volume on its own node.
 	node, claims := localVolume(t, ec, 2, nil)
@@ -73,11 +68,7 @@ func TestVolumeReplacementResumed(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	ec := newCluster(ns, "vr", 3)
-	if err := k8s.Create(ctx, ec); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, "StatefulSet", func() error { return get(t, ns, "vr", &appsv1.StatefulSet{}) })
-	waitReady(t, ns, "vr", 3)
+	createFormed(t, ec)
 	node, claims := localVolume(t, ec, 2, []string{"kubernetes.io/pvc-protection"})
 	var pod corev1.Pod
 	if err := get(t, ns, "vr-2", &pod); err != nil {
