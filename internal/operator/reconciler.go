@@ -704,8 +704,9 @@ func (r *ClusterReconciler) deletePod(ctx context.Context, ec *v1alpha1.EtcdClus
 // replaceVolume deletes the data claim of a member whose volume is lost with its node, then
 // its pod: the StatefulSet makes both anew, and the member's sidecar, finding its data dir
 // empty, joins again as a new member (a learner first). The claim is read fresh: still the
-// one decided on (its UID), of the cluster's labels, its volume's node still lost, and it is
-// deleted with its UID and resourceVersion as preconditions.
+// one decided on (its UID), of the cluster's labels, owned by the cluster's own StatefulSet
+// (claimOf), its volume's node still lost, and it is deleted with its UID and resourceVersion
+// as preconditions.
 func (r *ClusterReconciler) replaceVolume(ctx context.Context, ec *v1alpha1.EtcdCluster, v volumeReplacement) error {
 	var pvc corev1.PersistentVolumeClaim
 	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: v.Claim}, &pvc); {
@@ -719,6 +720,13 @@ func (r *ClusterReconciler) replaceVolume(ctx context.Context, ec *v1alpha1.Etcd
 	}
 	if !labels.SelectorFromSet(selectorLabels(ec)).Matches(labels.Set(pvc.Labels)) {
 		return fmt.Errorf("claim %s does not carry the labels of cluster %s's members: it is not deleted", v.Claim, ec.Name)
+	}
+	var sts appsv1.StatefulSet
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: statefulSetName(ec)}, &sts); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("StatefulSet %s: %w", statefulSetName(ec), err)
+	}
+	if sts.UID == "" || !metav1.IsControlledBy(&sts, ec) || !claimOf(&pvc, sts.UID) {
+		return fmt.Errorf("claim %s is not of the cluster's own StatefulSet %s: it is not deleted", v.Claim, statefulSetName(ec))
 	}
 	lost, err := r.volumeNodeLost(ctx, &pvc)
 	if err != nil || lost == "" {

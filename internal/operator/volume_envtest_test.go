@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,7 +101,8 @@ func TestVolumeReplacementResumed(t *testing.T) {
 	})
 }
 
-// localVolume makes member i's data claim (with finalizers), bound to a local volume pinned to
+// localVolume makes member i's data claim (with finalizers, owned by the cluster's StatefulSet),
+// bound to a local volume pinned to
 // a node of its own, which it also makes; it returns the node and the claims by name.
 func localVolume(t *testing.T, ec *v1alpha1.EtcdCluster, i int, finalizers []string) (*corev1.Node, map[string]*corev1.PersistentVolumeClaim) {
 	t.Helper()
@@ -111,7 +113,14 @@ func localVolume(t *testing.T, ec *v1alpha1.EtcdCluster, i int, finalizers []str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), node) })
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("data-%s-%d", ec.Name, i), Labels: selectorLabels(ec), Finalizers: finalizers},
+	// Owned by the cluster's StatefulSet, as the StatefulSet controller makes its claims.
+	sts := &appsv1.StatefulSet{}
+	if err := get(t, ns, ec.Name, sts); err != nil {
+		t.Fatal(err)
+	}
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("data-%s-%d", ec.Name, i), Labels: selectorLabels(ec),
+		Finalizers: finalizers, OwnerReferences: []metav1.OwnerReference{owner}},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeName: fmt.Sprintf("pv-%s-%d", ns, i),
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
 	if err := k8s.Create(ctx, pvc); err != nil {
