@@ -103,13 +103,24 @@ func (p *process) waitReleased(ctx context.Context) bool {
 	}
 }
 
-// Backoff bounds between restarts of a crashed process.
+// Backoff between restarts of a crashed process: the first crash after a stable run
+// restarts at once (a member that lost its data heals sooner), a second crash in a row waits
+// minBackoff, and each further one twice as long, up to maxBackoff.
 const (
 	minBackoff = 500 * time.Millisecond
 	maxBackoff = 30 * time.Second
-	// A process that ran this long is considered healthy again: its backoff resets.
-	stableAfter = 60 * time.Second
+	// A process that ran this long is considered healthy again: its backoff resets. A crash
+	// loop is shorter: a process that cannot start exits within a second or two.
+	stableAfter = 10 * time.Second
 )
+
+// nextBackoff is the wait after a crash that follows a wait of last (0: the first crash).
+func nextBackoff(last time.Duration) time.Duration {
+	if last == 0 {
+		return minBackoff
+	}
+	return min(last*2, maxBackoff)
+}
 
 func (p *process) snapshot() (pid, starts int, lastExit string) {
 	p.mu.Lock()
@@ -120,7 +131,7 @@ func (p *process) snapshot() (pid, starts int, lastExit string) {
 // run keeps the process running until ctx ends, then stops it with SIGTERM (SIGKILL after
 // stopGrace). It returns once the process is gone.
 func (p *process) run(ctx context.Context) {
-	backoff := minBackoff
+	var backoff time.Duration // none before the first restart after a stable run
 	for ctx.Err() == nil {
 		if !p.waitReleased(ctx) {
 			return
@@ -144,7 +155,7 @@ func (p *process) run(ctx context.Context) {
 			continue
 		}
 		if time.Since(started) > stableAfter {
-			backoff = minBackoff
+			backoff = 0
 		}
 		p.logf("%s %s exited (%v); restarting in %s (log: %s)", p.member, p.kind, err, backoff, p.log)
 		p.mu.Lock()
@@ -156,7 +167,7 @@ func (p *process) run(ctx context.Context) {
 		case <-time.After(backoff):
 		case <-wake:
 		}
-		backoff = min(backoff*2, maxBackoff)
+		backoff = nextBackoff(backoff)
 	}
 }
 

@@ -25,7 +25,7 @@ const (
 	nudgeAfter = time.Second
 	// maintainInterval is how often the sidecar maintains its member; joiningInterval while a
 	// learner of its own is joining (catch-up and promotion are on the path of every heal).
-	maintainInterval, joiningInterval = 2 * time.Second, 500 * time.Millisecond
+	maintainInterval, joiningInterval = 2 * time.Second, 200 * time.Millisecond
 )
 
 // maintainMember runs while the sidecar lives: once etcd serves it records the data dir's
