@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -76,7 +77,20 @@ func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
 }
 
+// envtestParallel is how many of the tests that call t.Parallel run at once, unless
+// -test.parallel says otherwise: they wait on the API server and on the operator's graces far
+// more than they use the CPU (mostly idle with two at a time, the default on 2 cores).
+const envtestParallel = "4"
+
 func runSuite(m *testing.M) int {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", envtestParallel); err != nil {
+			panic(err)
+		}
+	}
 	api, err := testutil.StartAPIServer()
 	if errors.Is(err, testutil.ErrNoKubeTools) {
 		envErr = err.Error()
@@ -615,6 +629,7 @@ func kubectlIn(t *testing.T, stdin string, args ...string) (string, error) {
 // is Ready, and that member Leases follow.
 func TestScaleOneThreeFiveThree(t *testing.T) {
 	needEnv(t)
+	t.Parallel()
 	ns := namespace(t)
 	if err := k8s.Create(context.Background(), newCluster(ns, "s", 1)); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 // Removing the annotation unfences f-2, which comes back.
 func TestFenceAndUnfence(t *testing.T) {
 	needEnv(t)
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	if err := k8s.Create(ctx, newCluster(ns, "f", 3)); err != nil {

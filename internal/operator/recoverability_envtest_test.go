@@ -20,6 +20,7 @@ import (
 // member that does not lead, is never taken.
 func TestRecoverabilityFromTheBackupLeader(t *testing.T) {
 	needEnv(t)
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	ec := newCluster(ns, "rec", 3)

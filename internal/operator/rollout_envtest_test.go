@@ -189,6 +189,7 @@ func (p *rolloutPlayer) report(pn string, i, n int) {
 // status.rollout, the Progressing condition and Events; and clear status.rollout at the end.
 func TestRollingUpdateOrdered(t *testing.T) {
 	needEnv(t)
+	t.Parallel()
 	ns, name := namespace(t), "ru"
 	sidecars.set(ns, snapshotter.FullResult{Key: "v1/full/00000000000000000042-1.snap.zst", Revision: 42})
 	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "mem://ru"} })
@@ -304,6 +305,7 @@ func TestRollingUpdateStalls(t *testing.T) {
 // Event. Once the snapshot is taken, the template is applied and the rolling update goes on.
 func TestRollingUpdateSnapshotFails(t *testing.T) {
 	needEnv(t)
+	t.Parallel()
 	ns, name := namespace(t), "rf"
 	p := formedCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) { ec.Spec.Backup = &v1alpha1.BackupSpec{Store: "mem://rf"} })
 	updateCluster(t, ns, name, func(ec *v1alpha1.EtcdCluster) {
