@@ -56,6 +56,7 @@ import (
 	"github.com/etcd-steward/steward/bench/internal/program"
 	"github.com/etcd-steward/steward/bench/internal/result"
 	"github.com/etcd-steward/steward/internal/backup"
+	"github.com/etcd-steward/steward/internal/backup/snapshotter"
 	"github.com/etcd-steward/steward/internal/local"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	"github.com/etcd-steward/steward/internal/store"
@@ -652,7 +653,7 @@ func freePorts(n int) ([]int, error) {
 
 type quorumRound struct {
 	background                 load.Result
-	full                       fullResult
+	full                       snapshotter.FullResult
 	revisions                  int64 // written after the full snapshot
 	writes                     load.Result
 	deltaWait                  time.Duration
@@ -664,14 +665,6 @@ type quorumRound struct {
 	phases                     timeline
 	restoreTook                time.Duration // the seed's "restored from backup" took
 	restoreDeltas, restoreRevs int64
-}
-
-type fullResult struct {
-	Key      string        `json:"key"`
-	Revision int64         `json:"revision"`
-	Size     int64         `json:"size"`
-	DBSize   int64         `json:"dbSize"`
-	Duration time.Duration `json:"duration"`
 }
 
 type chainInfo struct {
@@ -812,23 +805,23 @@ func quorumLoss(ctx context.Context, o options, c *localcluster.Cluster, w *watc
 	return r, nil
 }
 
-func fullSnapshot(ctx context.Context, dir, sidecarURL string) (fullResult, error) {
+func fullSnapshot(ctx context.Context, dir, sidecarURL string) (snapshotter.FullResult, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sidecarURL+"/v1/snapshots/full", nil)
 	if err != nil {
-		return fullResult{}, err
+		return snapshotter.FullResult{}, err
 	}
 	resp, err := sidecarapi.FileClient(local.Dir(dir).Token(), nil).Do(req)
 	if err != nil {
-		return fullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: %w", sidecarURL, err)
+		return snapshotter.FullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: %w", sidecarURL, err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: %s: %s", sidecarURL, resp.Status, strings.TrimSpace(string(body)))
+		return snapshotter.FullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: %s: %s", sidecarURL, resp.Status, strings.TrimSpace(string(body)))
 	}
-	var fr fullResult
+	var fr snapshotter.FullResult
 	if err := json.Unmarshal(body, &fr); err != nil {
-		return fullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: unexpected answer %q: %w", sidecarURL, body, err)
+		return snapshotter.FullResult{}, fmt.Errorf("POST %s/v1/snapshots/full: unexpected answer %q: %w", sidecarURL, body, err)
 	}
 	return fr, nil
 }
