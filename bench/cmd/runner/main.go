@@ -7,8 +7,9 @@
 //
 // A benchmark reports by printing one JSON line (bench/internal/result); for programs that
 // print text instead (bench/replay), the runner has a parser for their output. Each run
-// rewrites only its own section of the output file (quick or full), between markers, and
-// keeps everything else in the file, so hand-written analysis stays.
+// rewrites only its own section of the output file (quick or full; a run with -only, the
+// section of that selection), between markers, and keeps everything else in the file, so
+// hand-written analysis stays.
 //
 // Each benchmark is also run, right before, as built from an earlier commit (-baseline REV;
 // default: the newest commit the report records; none: off) in a temporary git worktree, and
@@ -24,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -406,10 +408,10 @@ func run(ctx context.Context, o options) error {
 		os.Remove(b)
 	}
 	section := render(o, m, start, time.Since(start), outs)
-	if err := writeSection(o.out, mode(o.full), section); err != nil {
+	if err := writeSection(o.out, sectionName(o), section); err != nil {
 		return err
 	}
-	fmt.Printf("bench: wrote the %s section of %s (logs in %s)\n", mode(o.full), o.out, filepath.Join(o.work, "logs"))
+	fmt.Printf("bench: wrote the %s section of %s (logs in %s)\n", sectionName(o), o.out, filepath.Join(o.work, "logs"))
 	var failed []string
 	for _, out := range outs {
 		if out.err != nil {
@@ -514,6 +516,17 @@ func mode(full bool) string {
 		return "full"
 	}
 	return "quick"
+}
+
+// sectionName is the report section a run writes: its mode's, or for a run of some
+// benchmarks only (-only) a section of its own for that selection ("full:heal"), so that it
+// never replaces the figures of the benchmarks it did not run.
+func sectionName(o options) string {
+	if o.only == nil {
+		return mode(o.full)
+	}
+	names := slices.Sorted(maps.Keys(o.only))
+	return mode(o.full) + ":" + strings.Join(names, ",")
 }
 
 func hasGoFiles(pkg string) bool {

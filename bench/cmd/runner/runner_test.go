@@ -113,6 +113,33 @@ func TestWriteSectionKeepsTheRest(t *testing.T) {
 	}
 }
 
+// TestPartialRunKeepsTheFullRun: a run of some benchmarks only writes a section of its own and
+// leaves the figures of the whole run's section as they are.
+func TestPartialRunKeepsTheFullRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "benchmarks.md")
+	whole := options{full: true}
+	heal := options{full: true, only: map[string]bool{"heal": true}}
+	healAndDelta := options{full: true, only: map[string]bool{"heal": true, "delta": true}}
+	for _, w := range []struct {
+		o       options
+		section string
+	}{{whole, "every benchmark\n"}, {heal, "heal only\n"}, {healAndDelta, "heal and delta\n"}, {heal, "heal again\n"}} {
+		if err := writeSection(path, sectionName(w.o), w.section); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(path)
+	s := string(b)
+	for _, want := range []string{"every benchmark\n", "heal again\n", "heal and delta\n", "bench:full:delta,heal:begin"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "heal only\n") || strings.Count(s, "bench:full:heal:begin") != 1 || strings.Count(s, "bench:full:begin") != 1 {
+		t.Errorf("the heal-only section not replaced, or the sections mixed up:\n%s", s)
+	}
+}
+
 func TestNum(t *testing.T) {
 	for x, want := range map[float64]string{0.273: "0.27", 12.34: "12.3", 221.2: "221", 68379: "68,379", 1234567: "1,234,567"} {
 		if got := num(x); got != want {
