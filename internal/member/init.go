@@ -103,9 +103,12 @@ func (s *Sidecar) initAttempt(ctx context.Context, changes <-chan struct{}, fail
 		if err == nil || !errors.Is(err, errTryAgain) {
 			return &plan, cfg, true, err
 		}
-		*failures++
-		delay = backoff(*failures)
-		s.lg.Warn("initialisation step failed; observing again", zap.String("case", plan.Case), zap.Error(err),
+		delay = retryDelay(err, failures)
+		log := s.lg.Warn
+		if errors.Is(err, errTurn) {
+			log = s.lg.Info
+		}
+		log("initialisation step failed; observing again", zap.String("case", plan.Case), zap.Error(err),
 			zap.Duration("retryIn", delay))
 		plan.Reason = fmt.Sprintf("%v (attempt %d; next in %s)", err, *failures, delay.Round(100*time.Millisecond))
 		changed = nil // a failed step backs off even when the directive changes
@@ -175,6 +178,23 @@ func (s *Sidecar) setWaiting(plan Plan) {
 // errTryAgain marks a transient obstacle (another learner is joining, leadership moving):
 // the initialisation observes again instead of failing.
 var errTryAgain = errors.New("try again")
+
+// errTurn is a step that waits for another member's: etcd admits one learner at a time, and
+// the one ahead is promoted within seconds. It is no failure: the step is tried again after
+// turnInterval, not after a growing backoff.
+var errTurn = fmt.Errorf("%w: another member's turn first", errTryAgain)
+
+const turnInterval = 500 * time.Millisecond
+
+// retryDelay is how long to wait before trying a step that failed with err again, counting
+// the failures in a row that make the backoff grow.
+func retryDelay(err error, failures *int) time.Duration {
+	if errors.Is(err, errTurn) {
+		return turnInterval
+	}
+	*failures++
+	return backoff(*failures)
+}
 
 func (s *Sidecar) observe(ctx context.Context) (cluster.Spec, Observation, error) {
 	snap, err := s.cfg.View.Snapshot(ctx)
@@ -502,7 +522,7 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec cluster.Spec, obs Obse
 		members = live.Members
 	case errors.Is(err, rpctypes.ErrTooManyLearners):
 		s.metrics.membership.WithLabelValues("add_learner", "waiting").Inc()
-		return nil, fmt.Errorf("%w: another learner is joining; this member waits its turn", errTryAgain)
+		return nil, fmt.Errorf("%w: another learner is joining; this member waits its turn", errTurn)
 	default:
 		s.metrics.membership.WithLabelValues("add_learner", "failed").Inc()
 		return nil, fmt.Errorf("%w: add as learner: %v", errTryAgain, err)
