@@ -116,14 +116,27 @@ func TestFenceHeldWithoutView(t *testing.T) {
 	}
 	stopFenced()
 
-	c, url = initWithoutView(t, dir)
+	c, url, stopBlind := initWith(t, dir, unreadableView{})
 	waitInit(t, c, url, etcdproc.InitRunning, CaseFenced)
+	stopBlind() // one sidecar per data dir: the next one starts on it
 
 	spec.Fenced = nil
-	initWith(t, dir, staticView{cluster.Snapshot{Spec: spec}})
+	c, url, _ = initWith(t, dir, staticView{cluster.Snapshot{Spec: spec}})
 	testutil.Eventually(t, 20*time.Second, "the fence record cleared", func() error {
 		if fenced, err := datadir.Fenced(dir); err != nil || fenced {
 			return fmt.Errorf("the data dir still records the fence (%v)", err)
+		}
+		return nil
+	})
+	// The unfenced initialisation goes on to write its start into the data dir: wait for its
+	// end, so that nothing writes there while the test's directory is removed.
+	testutil.Eventually(t, 20*time.Second, "the unfenced initialisation ended", func() error {
+		var init initResponse
+		if err := c.GetJSON(context.Background(), url+"/v1/init", &init); err != nil {
+			return err
+		}
+		if init.State == etcdproc.InitRunning {
+			return fmt.Errorf("initialisation %s, case %s: %s", init.State, init.Case, init.Message)
 		}
 		return nil
 	})
