@@ -103,11 +103,8 @@ fmt:
 LONG_PKGS := ./internal/local ./internal/kubeview ./test/cli
 MODULE    := $(shell $(GO) list -m)
 RACEFLAG   = $(if $(filter 1 true yes,$(RACE)),-race)
-# The operator's envtests take the longest (about 5 minutes): listed first, they are built
-# and started first, and run while the other packages compile.
-FIRST_PKGS := ./internal/operator
 test: tools kube-tools fmt check-generated
-	STEWARD_REQUIRE_TOOLS=1 $(GO) test $(RACEFLAG) -timeout 30m $(FIRST_PKGS) $$($(GO) list $(PKGS) | grep -v -x -F $(foreach p,$(LONG_PKGS),-e $(MODULE)/$(p:./%=%)))
+	STEWARD_REQUIRE_TOOLS=1 $(GO) test $(RACEFLAG) -timeout 30m $$($(GO) list $(PKGS) | grep -v -x -F $(foreach p,$(LONG_PKGS),-e $(MODULE)/$(p:./%=%)))
 
 test-long: tools kube-tools
 	STEWARD_REQUIRE_TOOLS=1 $(GO) test -race -timeout 40m $(LONG_PKGS)
