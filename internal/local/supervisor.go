@@ -190,9 +190,9 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 				}
 			}
 		case <-reports:
-			// A recovery moves on as soon as a member reports or acknowledges, but no
-			// faster than 4 rounds a second.
-			if s.currentDirective() == nil || time.Since(lastRound) < 250*time.Millisecond {
+			// A recovery moves on, and a lost quorum's loss is proven, as soon as a member
+			// reports or acknowledges, but no faster than 4 rounds a second.
+			if !s.reportsDecide() || time.Since(lastRound) < 250*time.Millisecond {
 				continue
 			}
 		}
@@ -461,6 +461,14 @@ func (s *supervisor) waitReady(ctx context.Context, h *healer, timeout time.Dura
 		case <-tick.C:
 		}
 	}
+}
+
+// reportsDecide says the members' reports decide what happens next: a recovery is under way,
+// or the quorum is lost and their reports from disk may prove it lost for good.
+func (s *supervisor) reportsDecide() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Directive != nil || !s.state.QuorumLostSince.IsZero()
 }
 
 func (s *supervisor) currentDirective() *cluster.Directive {

@@ -179,12 +179,32 @@ func (s *Sidecar) setWaiting(plan Plan) {
 // the initialisation observes again instead of failing.
 var errTryAgain = errors.New("try again")
 
-// errTurn is a step that waits for another member's: etcd admits one learner at a time, and
-// the one ahead is promoted within seconds. It is no failure: the step is tried again after
-// turnInterval, not after a growing backoff.
+// errTurn is a step that waits its turn (see addRefused): what it waits for passes within
+// seconds by itself. It is no failure: the step is tried again after turnInterval, not after a
+// growing backoff.
 var errTurn = fmt.Errorf("%w: another member's turn first", errTryAgain)
 
 const turnInterval = 500 * time.Millisecond
+
+// addTimeout bounds one learner add: a commit takes milliseconds, a dropped one the timeout.
+const addTimeout = 1500 * time.Millisecond
+
+// addRefused is the step's error for etcd's answer err to adding this member as a learner.
+// The waits etcd makes a joining member take are turns, not failures: one learner at a time;
+// a new member only once the leader has been connected to every voter for 5 s (a voter that
+// has just joined or restarted makes the next join wait); a change proposed while another is
+// pending is dropped, and the caller's deadline passes.
+func addRefused(err error) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrTooManyLearners):
+		return fmt.Errorf("%w: another learner is joining; this member waits its turn", errTurn)
+	case errors.Is(err, rpctypes.ErrUnhealthy):
+		return fmt.Errorf("%w: etcd adds a member once its leader has been connected to every voter for 5 s", errTurn)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: add as learner: %v (dropped while another membership change was pending, or the cluster is slow)", errTurn, err)
+	}
+	return fmt.Errorf("%w: add as learner: %v", errTryAgain, err)
+}
 
 // retryDelay is how long to wait before trying a step that failed with err again, counting
 // the failures in a row that make the backoff grow.
@@ -491,8 +511,9 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec cluster.Spec, obs Obse
 
 	start := time.Now()
 	// Short: raft drops a membership change proposed while another is pending, and etcd
-	// then waits for the caller's deadline. The next attempt follows at once.
-	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// then waits for the caller's deadline. The next attempt follows its turn (addRefused);
+	// one that did commit is found by its peer URL then.
+	actx, cancel := context.WithTimeout(ctx, addTimeout)
 	resp, err := cli.MemberAddAsLearner(actx, []string{self.PeerURL})
 	cancel()
 	var newID uint64
@@ -520,12 +541,14 @@ func (s *Sidecar) joinAsLearner(ctx context.Context, spec cluster.Spec, obs Obse
 			return nil, fmt.Errorf("%w: peer URL %s is taken by a started member; it is removed at the next attempt", errTryAgain, self.PeerURL)
 		}
 		members = live.Members
-	case errors.Is(err, rpctypes.ErrTooManyLearners):
-		s.metrics.membership.WithLabelValues("add_learner", "waiting").Inc()
-		return nil, fmt.Errorf("%w: another learner is joining; this member waits its turn", errTurn)
 	default:
-		s.metrics.membership.WithLabelValues("add_learner", "failed").Inc()
-		return nil, fmt.Errorf("%w: add as learner: %v", errTryAgain, err)
+		err = addRefused(err)
+		result := "failed"
+		if errors.Is(err, errTurn) {
+			result = "waiting"
+		}
+		s.metrics.membership.WithLabelValues("add_learner", result).Inc()
+		return nil, err
 	}
 	s.metrics.membership.WithLabelValues("add_learner", "ok").Inc()
 	s.metrics.membershipSeconds.WithLabelValues("add_learner").Observe(time.Since(start).Seconds())

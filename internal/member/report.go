@@ -108,6 +108,11 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self cl
 	if id, ok, _ := datadir.ReadIdentity(s.cfg.DataDir); ok {
 		r.AppliedEpoch = id.RecoveryEpoch
 	}
+	if cli != nil && !listening(self.ClientURL) {
+		// An etcd that exited is reported from the data dir at once, not after the timeout.
+		s.logUnreachable(fmt.Errorf("nothing listens at %s", self.ClientURL))
+		cli = nil
+	}
 	if cli != nil {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		st, err := cli.Status(sctx, self.ClientURL)

@@ -1,9 +1,13 @@
 package member
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // TestRetryDelay: a member waiting for another learner's turn tries again after a short, fixed
@@ -23,5 +27,26 @@ func TestRetryDelay(t *testing.T) {
 			t.Fatalf("failure %d: retry in %v after %v, %d failures counted: want a longer wait each time", want, d, last, failures)
 		}
 		last = d
+	}
+}
+
+// TestAddRefused: etcd's answers that make a joining member wait for a turn (one learner at a
+// time; the leader connected to every voter for 5 s; a change dropped while another was
+// pending) are turns; anything else is a failure that backs off.
+func TestAddRefused(t *testing.T) {
+	for _, tc := range []struct {
+		etcd error
+		turn bool
+	}{
+		{rpctypes.ErrTooManyLearners, true},
+		{rpctypes.ErrUnhealthy, true},
+		{fmt.Errorf("add: %w", context.DeadlineExceeded), true},
+		{rpctypes.ErrPermissionDenied, false},
+		{rpctypes.ErrNoLeader, false},
+	} {
+		err := addRefused(tc.etcd)
+		if !errors.Is(err, errTryAgain) || errors.Is(err, errTurn) != tc.turn {
+			t.Errorf("etcd answered %v: step error %v; a turn: %t, want %t", tc.etcd, err, errors.Is(err, errTurn), tc.turn)
+		}
 	}
 }

@@ -137,6 +137,9 @@ type Sidecar struct {
 	initError string
 	plan      *Plan
 	config    []byte
+	// configTaken: an etcd start has fetched config; succeededAt is when it was made.
+	configTaken bool
+	succeededAt time.Time
 }
 
 // New returns a sidecar for cfg.
@@ -272,7 +275,7 @@ func (s *Sidecar) handleStartInit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	if s.status.State != etcdproc.InitRunning {
+	if s.status.State != etcdproc.InitRunning && !s.joinUntaken() {
 		// Every (re)start of etcd re-initialises: the data dir or the cluster may have changed.
 		s.status = etcdproc.InitStatus{State: etcdproc.InitRunning, Message: "observing the data dir and the cluster"}
 		s.plan, s.config = nil, nil
@@ -282,6 +285,20 @@ func (s *Sidecar) handleStartInit(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	sidecarapi.WriteJSON(w, http.StatusAccepted, resp)
 }
+
+// joinUntaken says the newest initialisation added this member as a learner moments ago
+// (within joinConfigFresh) and no etcd start has fetched its configuration: the start it was
+// made for stopped before asking (held, killed), and the next start takes it. Deciding again
+// would find the learner it just added without data, remove it and add it again. Only a join
+// is handed on: it was made for an empty data dir, where a restart's configuration was made
+// for data that may have gone since. Called with mu held.
+func (s *Sidecar) joinUntaken() bool {
+	return s.status.State == etcdproc.InitSucceeded && !s.configTaken && s.plan != nil &&
+		s.plan.Action == ActionJoinAsLearner && time.Since(s.succeededAt) < joinConfigFresh
+}
+
+// joinConfigFresh bounds how long a join's configuration waits for an etcd start to take it.
+const joinConfigFresh = 10 * time.Second
 
 // etcdRunning says how this member's etcd is seen running now ("" when it is not): it holds
 // the database's lock, or its client URL answers etcd's status.
@@ -297,16 +314,10 @@ func (s *Sidecar) etcdRunning(ctx context.Context) string {
 	if !ok {
 		return ""
 	}
-	u, err := url.Parse(self.ClientURL)
-	if err != nil {
-		return ""
-	}
 	// Nothing listening is the usual case, and is told at once; only a listener is asked.
-	conn, err := net.DialTimeout("tcp", u.Host, time.Second)
-	if err != nil {
+	if !listening(self.ClientURL) {
 		return ""
 	}
-	_ = conn.Close()
 	cli, err := s.etcd.New([]string{self.ClientURL}, 2*time.Second)
 	if err != nil {
 		return ""
@@ -321,6 +332,21 @@ func (s *Sidecar) etcdRunning(ctx context.Context) string {
 	return fmt.Sprintf("this member's etcd serves at %s (member %x)", self.ClientURL, st.Header.MemberId)
 }
 
+// listening says whether anything accepts connections at clientURL's address. A refused
+// connection is told at once, where a client's call waits for its deadline.
+func listening(clientURL string) bool {
+	u, err := url.Parse(clientURL)
+	if err != nil {
+		return false
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
+}
+
 func (s *Sidecar) handleInitStatus(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	resp := initResponse{InitStatus: s.status, Plan: s.plan}
@@ -331,6 +357,7 @@ func (s *Sidecar) handleInitStatus(w http.ResponseWriter, _ *http.Request) {
 func (s *Sidecar) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	state, cfg := s.status.State, s.config
+	s.configTaken = s.configTaken || state == etcdproc.InitSucceeded
 	s.mu.Unlock()
 	if state != etcdproc.InitSucceeded {
 		http.Error(w, fmt.Sprintf("no configuration: initialisation is %s; POST /v1/init and wait for it to succeed", state), http.StatusConflict)
@@ -363,6 +390,7 @@ func (s *Sidecar) initialise(ctx context.Context) {
 		return
 	}
 	s.config, s.initError = cfg, ""
+	s.configTaken, s.succeededAt = false, time.Now()
 	s.status = etcdproc.InitStatus{State: etcdproc.InitSucceeded, Message: plan.Reason, Case: caseName}
 	s.kickReport()
 	s.metrics.initTotal.WithLabelValues(caseName, "succeeded").Inc()
