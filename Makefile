@@ -1,7 +1,7 @@
 # Steward's build and test entry points. `make test` installs what it needs by itself:
 # the Go toolchain comes from the machine; a stock etcdctl/etcdutl (and, for `make lint`,
 # staticcheck) are built from the Go module proxy (versions pinned in hack/tools/go.mod) into
-# ./bin, and Prometheus' promtool (hack/promtool/go.mod) too.
+# ./bin, and, for `make test-rules`, Prometheus' promtool (hack/promtool/go.mod).
 
 GO      ?= go
 BIN     := $(CURDIR)/bin
@@ -16,14 +16,14 @@ K8S_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/client-go/
 # Packages of the test suite; the nested modules under hack/ are not part of ./...
 PKGS    ?= ./...
 
-.PHONY: all build tools kube-tools kube-node-tools lint vet staticcheck test test-long test-short fmt generate check-generated
+.PHONY: all build tools kube-tools kube-node-tools lint vet staticcheck test test-long test-rules test-short fmt generate check-generated
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/steward ./cmd/steward
 
-tools: $(BIN)/promtool
+tools:
 	@mkdir -p $(BIN)
 	cd hack/tools && GOBIN=$(BIN) $(GO) install $(TOOLPKG)
 
@@ -97,17 +97,24 @@ fmt:
 	@test -z "$$(gofmt -l cmd internal test bench 2>/dev/null)" || { gofmt -l cmd internal test bench; echo "run gofmt -w on the files above"; exit 1; }
 
 # `make test`: every package but the suites that run real clusters as processes for minutes
-# (LONG_PKGS), which `make test-long` runs; CI runs both. RACE=1 runs them under the race
-# detector, as CI does (a build of its own, about 7 minutes from a cold cache, and slower
-# tests); `make test-long` always does.
-LONG_PKGS := ./internal/local ./internal/kubeview ./test/cli
-MODULE    := $(shell $(GO) list -m)
-RACEFLAG   = $(if $(filter 1 true yes,$(RACE)),-race)
+# (LONG_PKGS), which `make test-long` runs, and but the alerting rules' promtool test, which
+# `make test-rules` runs (promtool takes over 2 minutes to build on 2 cores); CI runs all
+# three. RACE=1 runs them under the race detector, as CI does (a build of its own, about 7
+# minutes from a cold cache, and slower tests); `make test-long` always does. The test
+# binaries are linked without DWARF (-w): stack traces keep their names and lines.
+LONG_PKGS  := ./internal/local ./internal/kubeview ./test/cli
+RULES_TEST := ^TestRulesWithPromtool$$
+MODULE     := $(shell $(GO) list -m)
+RACEFLAG    = $(if $(filter 1 true yes,$(RACE)),-race)
 test: tools kube-tools fmt check-generated
-	STEWARD_REQUIRE_TOOLS=1 $(GO) test $(RACEFLAG) -timeout 30m $$($(GO) list $(PKGS) | grep -v -x -F $(foreach p,$(LONG_PKGS),-e $(MODULE)/$(p:./%=%)))
+	STEWARD_REQUIRE_TOOLS=1 $(GO) test $(RACEFLAG) -ldflags=-w -timeout 30m -skip '$(RULES_TEST)' \
+		$$($(GO) list $(PKGS) | grep -v -x -F $(foreach p,$(LONG_PKGS),-e $(MODULE)/$(p:./%=%)))
 
 test-long: tools kube-tools
 	STEWARD_REQUIRE_TOOLS=1 $(GO) test -race -timeout 40m $(LONG_PKGS)
+
+test-rules: $(BIN)/promtool
+	STEWARD_REQUIRE_TOOLS=1 $(GO) test -count=1 -run '$(RULES_TEST)' ./test/monitoring/
 
 # Unit tests only (no etcd processes): quick feedback while editing.
 test-short:
