@@ -61,6 +61,12 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Ready != nil {
 		opts.Ready(e)
 	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	removed, err := watchDataRemoved(wctx, cfg.Dir)
+	if err != nil {
+		lg.Warn("cannot watch the data dir: its removal is noticed only when etcd fails", zap.Error(err))
+	}
 
 	select {
 	case <-ctx.Done():
@@ -76,6 +82,11 @@ func Run(ctx context.Context, opts Options) error {
 	case err := <-e.Err():
 		e.Close()
 		return fmt.Errorf("etcd member %s failed: %w", cfg.Name, err)
+	case what := <-removed:
+		// Never a clean shutdown: the data it would mark is gone.
+		lg.Error("the data dir was removed under the running etcd: stopping it", zap.String("event", "data-removed"), zap.String("removed", what))
+		e.Close()
+		return fmt.Errorf("etcd member %s stopped: %s while it ran; the next start decides again", cfg.Name, what)
 	case <-e.Server.StopNotify():
 		// The server stopped on its own: it was removed from the cluster or hit a fatal error.
 		e.Close()

@@ -121,26 +121,26 @@ type recorded struct {
 }
 
 // recordedCommits finds the commit each generated section of a report records (the
-// "- Commit: `HASH`" line the runner writes in a section's header), in file order.
+// "- Commit: `HASH`" line the runner writes in a section's header), in file order: the quick
+// and full runs' sections and those of runs of some benchmarks only ("full:heal").
 func recordedCommits(doc string) []recorded {
 	var out []recorded
-	for _, mode := range []string{"quick", "full"} {
-		beginPrefix := fmt.Sprintf("<!-- bench:%s:begin", mode)
-		_, end := markers(mode)
-		i := strings.Index(doc, beginPrefix)
-		if i < 0 {
-			continue
-		}
-		j := strings.Index(doc[i:], end)
+	for _, m := range reSectionBegin.FindAllStringSubmatchIndex(doc, -1) {
+		name := doc[m[2]:m[3]]
+		_, end := markers(name)
+		j := strings.Index(doc[m[1]:], end)
 		if j < 0 {
 			continue
 		}
-		if m := reCommitLine.FindStringSubmatch(doc[i : i+j]); m != nil {
-			out = append(out, recorded{mode: mode, commit: m[1], dirty: m[2] != ""})
+		if c := reCommitLine.FindStringSubmatch(doc[m[1] : m[1]+j]); c != nil {
+			out = append(out, recorded{mode: name, commit: c[1], dirty: c[2] != ""})
 		}
 	}
 	return out
 }
+
+// reSectionBegin matches a generated section's begin marker; its group is the section's name.
+var reSectionBegin = regexp.MustCompile(`<!-- bench:((?:quick|full)(?::[a-z0-9,-]+)?):begin`)
 
 // git runs git in dir and returns its trimmed stdout.
 func git(ctx context.Context, dir string, args ...string) (string, error) {
