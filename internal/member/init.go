@@ -104,13 +104,13 @@ func (s *Sidecar) initAttempt(ctx context.Context, changes <-chan struct{}, fail
 			return &plan, cfg, true, err
 		}
 		delay = retryDelay(err, failures)
-		log := s.lg.Warn
+		log, next := s.lg.Warn, fmt.Sprintf("attempt %d; next in %s", *failures, delay.Round(100*time.Millisecond))
 		if errors.Is(err, errTurn) {
-			log = s.lg.Info
+			log, next = s.lg.Info, fmt.Sprintf("its turn; next try in %s", delay.Round(100*time.Millisecond))
 		}
 		log("initialisation step failed; observing again", zap.String("case", plan.Case), zap.Error(err),
 			zap.Duration("retryIn", delay))
-		plan.Reason = fmt.Sprintf("%v (attempt %d; next in %s)", err, *failures, delay.Round(100*time.Millisecond))
+		plan.Reason = fmt.Sprintf("%v (%s)", err, next)
 		changed = nil // a failed step backs off even when the directive changes
 	} else if err == nil {
 		*failures = 0
