@@ -31,7 +31,14 @@ type Directive struct {
 	// Restore, on a RecoverFromBackup directive, names the backup and the point to restore
 	// (a new cluster's bootstrap.restore); nil: the seed's own backup store, the newest
 	// revision of this cluster's newest timeline there (Observation.BackupTimeline).
+	// Every member records in its data dir that the restore supersedes its data before the
+	// seed may act (datadir.WriteSuperseded).
 	Restore *RestoreTarget `json:"restore,omitempty"`
+	// Cancels, on the directive that cancels a restore, is that restore's epoch: its seed
+	// never restored it, so the members clear the records it made that their data is
+	// superseded (those of it, or of an earlier epoch of the same restore) before they restart
+	// on that data.
+	Cancels int64 `json:"cancels,omitempty"`
 }
 
 // RestoreTarget is a backup store and a point in its history: a revision, a time, or

@@ -89,6 +89,9 @@ type Report struct {
 	Revision int64 `json:"revision,omitempty"`
 	// AppliedEpoch is the newest directive this data dir carried out.
 	AppliedEpoch int64 `json:"appliedEpoch,omitempty"`
+	// SupersededBy is the epoch of the restore that the data dir records replaces its data
+	// (0: none, or a record this dir's data does not carry: see DataSuperseded).
+	SupersededBy int64 `json:"supersededBy,omitempty"`
 	// Members is the member list this member applied (etcd's, or the database's when etcd
 	// is down): who the voters were as far as this member knows.
 	Members []LiveMember `json:"members,omitempty"`
@@ -117,9 +120,16 @@ const (
 	ReportFromDisk = "disk"
 )
 
-// OwnData reports whether the member holds valid data of its own.
+// OwnData reports whether the member holds valid data of its own (and not superseded).
 func (r *Report) OwnData() bool {
-	return r != nil && (r.Serving || (r.DataValid && r.Foreign == ""))
+	return r != nil && (r.Serving || (r.DataValid && r.Foreign == "" && !r.DataSuperseded()))
+}
+
+// DataSuperseded reports whether the member's data dir records that a restore replaces the
+// data in it, a restore this dir has not carried out: the data is never restarted, adopted
+// or counted, as if the dir were empty.
+func (r *Report) DataSuperseded() bool {
+	return r != nil && !r.Serving && !r.DataEmpty && r.SupersededBy > r.AppliedEpoch
 }
 
 // MemberDefrag is what one member's defragmentation did.

@@ -42,6 +42,9 @@ type State struct {
 	Problems []string `json:"problems,omitempty"`
 	// Identity is the recorded owner of the data, if any.
 	Identity *Identity `json:"identity,omitempty"`
+	// SupersededBy is the epoch of the restore that the data dir records replaces its data
+	// (WriteSuperseded; 0: none). See Superseded.
+	SupersededBy int64 `json:"supersededBy,omitempty"`
 	// CleanShutdown is true when etcd last stopped cleanly (then the deep check is skipped).
 	CleanShutdown bool `json:"cleanShutdown"`
 	// PartialRestore is true when an unfinished restore (<dir>.part) lies beside the data dir.
@@ -57,6 +60,17 @@ func (s State) Valid() bool { return s.WALValid && s.DBValid }
 
 // Empty reports whether nothing of an etcd member is in the directory.
 func (s State) Empty() bool { return !s.HasWAL && !s.HasDB }
+
+// Superseded reports whether the data in the directory is superseded: it records that a
+// restore replaces it (SupersededBy), and it did not carry that restore out since (its
+// identity's RecoveryEpoch is older). Such data is never started on, adopted or counted: it
+// is treated as if the directory were empty. A record in an empty directory marks nothing.
+func (s State) Superseded() bool {
+	if s.SupersededBy == 0 || s.Empty() {
+		return false
+	}
+	return s.Identity == nil || s.SupersededBy > s.Identity.RecoveryEpoch
+}
 
 // MemberIDHex is the WAL's member ID as etcdctl prints it ("" if unknown).
 func (s State) MemberIDHex() string {
@@ -134,6 +148,17 @@ func Inspect(dataDir string) (st State, err error) {
 		st.Problems = append(st.Problems, err.Error())
 	} else if ok {
 		st.Identity = &id
+	}
+	if epoch, err := ReadSuperseded(dataDir); err != nil {
+		// A record that cannot be read may say that the data is superseded: it counts as
+		// superseded by a restore newer than any this dir carried out.
+		st.Problems = append(st.Problems, err.Error())
+		st.SupersededBy = 1
+		if st.Identity != nil {
+			st.SupersededBy = st.Identity.RecoveryEpoch + 1
+		}
+	} else {
+		st.SupersededBy = epoch
 	}
 	if st.HasDB {
 		st.DeepChecked = deep

@@ -86,6 +86,38 @@ func ClearFence(dataDir string) error {
 	return nil
 }
 
+// supersededName is the file in a data dir that records that a restore (the recovery
+// directive of the epoch it holds) replaces the data in it. The sidecar writes it before the
+// restore's seed may act, inside the dir it marks: it moves with the data (a swap, a move
+// aside) and goes with it (a wipe). Data marked so is never restarted, adopted or counted as
+// the cluster's: once the restored cluster serves, it is the only copy of what is written.
+const supersededName = "steward-superseded.json"
+
+// supersededRecord is the content of the superseded record.
+type supersededRecord struct {
+	Epoch     int64     `json:"epoch"`
+	WrittenAt time.Time `json:"writtenAt"`
+}
+
+// WriteSuperseded records in dataDir that the restore of directive epoch replaces its data.
+func WriteSuperseded(dataDir string, epoch int64) error {
+	return writeJSON(filepath.Join(dataDir, supersededName), supersededRecord{Epoch: epoch, WrittenAt: time.Now().UTC()})
+}
+
+// ReadSuperseded returns the epoch WriteSuperseded recorded in dataDir (0: none).
+func ReadSuperseded(dataDir string) (int64, error) {
+	rec, _, err := readJSON[supersededRecord](filepath.Join(dataDir, supersededName), "superseded record in "+dataDir)
+	return rec.Epoch, err
+}
+
+// ClearSuperseded removes the record of WriteSuperseded (none is no error).
+func ClearSuperseded(dataDir string) error {
+	if err := os.Remove(filepath.Join(dataDir, supersededName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // writeJSON writes v as JSON to path, atomically.
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")

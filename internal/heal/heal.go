@@ -196,15 +196,15 @@ func decide(o Observation, st Status) Decision {
 }
 
 // neverFormedWithBackups: no cluster was ever recorded, every member reports an empty data
-// dir, and the backup store holds backups: the status was lost (a member bootstraps only
-// when no backup of its cluster exists: member.Decide's Bootstrap row), and the cluster is
-// restored.
+// dir (or one whose data a restore superseded, which counts as empty), and the backup store
+// holds backups: the status was lost (a member bootstraps only when no backup of its cluster
+// exists: member.Decide's Bootstrap row), and the cluster is restored.
 func neverFormedWithBackups(o Observation) bool {
 	if o.Status.ClusterID != "" || len(o.Status.Voters) > 0 || !o.Backup.Configured || o.Backup.Revision <= 0 || len(o.Members) == 0 {
 		return false
 	}
 	for _, m := range o.Members {
-		if r := m.Report; r == nil || r.Serving || !r.DataEmpty {
+		if r := m.Report; r == nil || r.Serving || !(r.DataEmpty || r.DataSuperseded()) {
 			return false
 		}
 	}
@@ -257,7 +257,8 @@ func lossProven(o Observation, st Status) (gone, returnable []string, proven boo
 
 // voterDataGone: voter v will never come back with its data. Its member's own sidecar
 // reported from its data dir that the dir is empty, or holds valid data that is not v's
-// (another member's, or that of v's replacement, which has begun); and every other member
+// (another member's, or that of v's replacement, which has begun), or data a restore
+// superseded (which is never restarted); and every other member
 // reported too, its dir holding nothing of v's (data moves with a swapped dir). Each of
 // those reports is current: made since the quorum was lost, at most ReportCurrent ago, and
 // not after now (a clock ahead proves nothing). Silence proves nothing: a member that has
@@ -270,8 +271,8 @@ func voterDataGone(o Observation, st Status, v cluster.Voter) bool {
 		if r == nil || r.Name != m.Name || !r.At.After(st.QuorumLostSince) || r.At.After(o.Now) || o.Now.Sub(r.At) > o.Timing.ReportCurrent {
 			return false
 		}
-		holdsV := r.DataValid && ((v.ID != "" && r.MemberID == v.ID) || (v.ID == "" && r.Owner == v.Name))
-		if holdsV || (!r.DataValid && !r.DataEmpty) {
+		holdsV := r.DataValid && !r.DataSuperseded() && ((v.ID != "" && r.MemberID == v.ID) || (v.ID == "" && r.Owner == v.Name))
+		if holdsV || (!r.DataValid && !r.DataEmpty && !r.DataSuperseded()) {
 			return false
 		}
 		if m.Name == v.Name {
@@ -282,12 +283,13 @@ func voterDataGone(o Observation, st Status, v cluster.Voter) bool {
 }
 
 // startRecovery issues a new directive in its first phase: every member is fenced. Its
-// epoch is above every epoch a member reports having carried out, so that a status rebuilt
-// after it was lost never issues an epoch a member would take as done.
+// epoch is above every epoch a member reports having carried out, or having its data
+// superseded by, so that a status rebuilt after it was lost never issues an epoch a member
+// would take as done.
 func startRecovery(o Observation, st Status, c Case, why string) Decision {
 	for _, m := range o.Members {
 		if m.Report != nil {
-			st.LastEpoch = max(st.LastEpoch, m.Report.AppliedEpoch)
+			st.LastEpoch = max(st.LastEpoch, m.Report.AppliedEpoch, m.Report.SupersededBy)
 		}
 	}
 	st.LastEpoch++
@@ -355,14 +357,15 @@ func CancelRestoreOf(o Observation, epoch int64) (Decision, error) {
 }
 
 // CancelRestore withdraws a restore (StartRestore) whose seed has not restored the target
-// yet: a new epoch fences every member again without the target, and once each is confirmed
-// stopped and has reported from disk, Decide finds a majority of the voters holding their
-// own data and withdraws it, so they restart on that data (the former seed, whose data was
-// moved aside, rejoins as a learner). It is refused, with the reason, when that could lose
-// data or form a second cluster: once the seed has restored the target (it starts on it, and
-// the others then move their data aside to rejoin it), or when fewer than a majority of the
-// voters, the seed aside, are known to hold their own data of the formed cluster (serving,
-// or reported from disk since they stopped).
+// yet: a new epoch fences every member again without the target (it names the cancelled
+// epoch, Cancels), and once each is confirmed stopped, has cleared its data dir's record that
+// the restore supersedes its data, and has reported from disk, Decide finds a majority of the
+// voters holding their own data and withdraws it, so they restart on that data (the former
+// seed, whose data was moved aside, rejoins as a learner). It is refused, with the reason,
+// when that could lose data or form a second cluster: once the seed has restored the target
+// (it starts on it, and the others then move their data aside to rejoin it), or when fewer
+// than a majority of the voters, the seed aside, are known to hold their own data of the
+// formed cluster (serving, or reported from disk since they stopped).
 func CancelRestore(o Observation) (Decision, error) {
 	st, d := o.Status, o.Status.Directive
 	switch {
@@ -405,7 +408,8 @@ func CancelRestore(o Observation) (Decision, error) {
 	st.LastEpoch = max(st.LastEpoch, d.Epoch) // the new epoch is above the cancelled one, whatever the status says
 	dec := startRecovery(o, st, CaseRestoreCancelled, fmt.Sprintf("restore to %s cancelled", d.Restore.Point()))
 	nd := dec.Status.Directive
-	nd.Reason = fmt.Sprintf("directive %d, the restore to %s, cancelled: stopping every member; then %s restart on their own data", d.Epoch, d.Restore.Point(), strings.Join(intact, ", "))
+	nd.Cancels = d.Epoch
+	nd.Reason = fmt.Sprintf("directive %d, the restore to %s, cancelled: stopping every member; each clears its data dir's record that the restore supersedes its data; then %s restart on their own data", d.Epoch, d.Restore.Point(), strings.Join(intact, ", "))
 	dec.Status.Waiting = nd.Reason
 	dec.Event = fmt.Sprintf("directive %d: %s", nd.Epoch, nd.Reason)
 	return dec, nil
@@ -441,21 +445,44 @@ func restart(o Observation, st Status, why string) Decision {
 
 // fencedMembers sorts the members of a fencing recovery by what it waits for: running (not
 // confirmed stopped yet), silentVoters (stopped, no report from disk yet, and may be voters:
-// their log may be the newest) and silent (the others without a report from disk).
-func fencedMembers(o Observation, st Status) (running, silentVoters, silent []string) {
+// their log may be the newest), recordingVoters (voters that reported from disk, but whose
+// data dir does not show the record the directive asks for yet: recordSettled) and silent
+// (the others without such a report).
+func fencedMembers(o Observation, st Status) (running, silentVoters, recordingVoters, silent []string) {
 	voters := latestVoters(st, o.Members)
 	for _, m := range o.Members {
 		switch {
 		case !m.Stopped:
 			running = append(running, m.Name)
-		case freshDiskReport(m):
+		case freshDiskReport(m) && recordSettled(st.Directive, m.Report):
+		case freshDiskReport(m) && mayBeVoter(voters, m):
+			recordingVoters = append(recordingVoters, m.Name)
 		case mayBeVoter(voters, m):
 			silentVoters = append(silentVoters, m.Name)
 		default:
 			silent = append(silent, m.Name)
 		}
 	}
-	return running, silentVoters, silent
+	return running, silentVoters, recordingVoters, silent
+}
+
+// recordSettled: report r, from a member's data dir, shows the record directive d asks for.
+// A restore (d.Restore) supersedes every member's data: before its seed may act, each data
+// dir that holds anything records it (member.SupersededRecord), so that a status lost later
+// never has the old data restarted beside the restored cluster. The cancel of a restore
+// (d.Cancels) clears those records before the members restart on their data. A member that
+// does not show it waits as one that did not report: a voter always, any other for the
+// report timeout (then it counts as holding nothing).
+func recordSettled(d *cluster.Directive, r *cluster.Report) bool {
+	switch {
+	case d == nil:
+		return true
+	case d.Restore != nil:
+		return r.DataEmpty || r.SupersededBy >= d.Epoch
+	case d.Cancels != 0:
+		return !r.DataSuperseded() || r.SupersededBy > d.Cancels
+	}
+	return true
 }
 
 // FencingQuorumLoss: d is a quorum-loss recovery (not a restore someone asked for) in its
@@ -471,13 +498,13 @@ func AwaitedVoters(o Observation) []string {
 	if !FencingQuorumLoss(o.Status.Directive) {
 		return nil
 	}
-	_, silentVoters, _ := fencedMembers(o, o.Status)
+	_, silentVoters, _, _ := fencedMembers(o, o.Status)
 	return silentVoters
 }
 
 func decideFenced(o Observation, st Status) Decision {
 	d := *st.Directive
-	running, silentVoters, silent := fencedMembers(o, st)
+	running, silentVoters, recordingVoters, silent := fencedMembers(o, st)
 	// Reports are awaited from when the last member was confirmed stopped: a member stopped
 	// late (or again, after the supervisor restarted) gets the whole timeout to report.
 	since := d.PhaseSince
@@ -500,8 +527,20 @@ func decideFenced(o Observation, st Status) Decision {
 			d.Epoch, strings.Join(silentVoters, ", "), waited.Round(time.Second))
 		return Decision{Status: st}
 	}
+	if len(recordingVoters) > 0 {
+		what := "record in their data dirs that the restore supersedes their data (the seed restores only then, so that the old data is never restarted beside the restored cluster)"
+		if d.Restore == nil {
+			what = fmt.Sprintf("clear their data dirs' record that the cancelled restore %d supersedes their data", d.Cancels)
+		}
+		st.Waiting = fmt.Sprintf("directive %d: waiting for voters %s to %s (%s)", d.Epoch, strings.Join(recordingVoters, ", "), what, waited.Round(time.Second))
+		return Decision{Status: st}
+	}
 	if len(silent) > 0 && waited < o.Timing.ReportTimeout {
-		st.Waiting = fmt.Sprintf("directive %d: waiting for the reports of %s from disk (%s of %s)", d.Epoch, strings.Join(silent, ", "),
+		what := "the reports of %s from disk"
+		if d.Restore != nil || d.Cancels != 0 {
+			what = "the reports of %s from disk, showing their data dirs' record of the restore"
+		}
+		st.Waiting = fmt.Sprintf("directive %d: waiting for "+what+" (%s of %s)", d.Epoch, strings.Join(silent, ", "),
 			waited.Round(time.Second), o.Timing.ReportTimeout)
 		return Decision{Status: st}
 	}
@@ -513,7 +552,7 @@ func decideFenced(o Observation, st Status) Decision {
 			Reason: fmt.Sprintf("the restore target, %s from %s, was never reached: restoring it", t.Point(), storeName(*t))}
 	}
 	if len(silent) > 0 {
-		c.Reason += fmt.Sprintf(" (%s did not report within %s and count as holding nothing)", strings.Join(silent, ", "), o.Timing.ReportTimeout)
+		c.Reason += fmt.Sprintf(" (%s did not report, or did not show the record of the directive, within %s and count as holding nothing)", strings.Join(silent, ", "), o.Timing.ReportTimeout)
 	}
 	switch c.Mode {
 	case "":
@@ -694,6 +733,8 @@ func Choose(st Status, members []Member, b Backup) Choice {
 		switch {
 		case r == nil:
 			others = append(others, m.Name+": no report")
+		case r.DataSuperseded():
+			others = append(others, fmt.Sprintf("%s: data superseded by the restore of directive %d (never a survivor)", m.Name, r.SupersededBy))
 		case !r.DataValid || r.Foreign != "":
 			others = append(others, fmt.Sprintf("%s: %s", m.Name, holdsWhat(r)))
 		case r.Learner || !isVoterData(voters, m.Name, r.MemberID):
@@ -755,9 +796,9 @@ func Choose(st Status, members []Member, b Backup) Choice {
 }
 
 // latestVoters are the voters of the newest member list a member reports having applied (of
-// the status's cluster): membership changes the status has not recorded yet (a member
-// removed for its replacement just before the quorum was lost) count. Without such a report,
-// the status's voters.
+// the status's cluster; data a restore superseded says nothing): membership changes the
+// status has not recorded yet (a member removed for its replacement just before the quorum
+// was lost) count. Without such a report, the status's voters.
 func latestVoters(st Status, members []Member) []cluster.Voter {
 	var latest *cluster.Report
 	for _, m := range members {
@@ -779,10 +820,11 @@ func latestVoters(st Status, members []Member) []cluster.Voter {
 }
 
 // backupSeed picks the member that restores the backup: one without valid data of its own
-// first (nothing of value is moved aside), else the first.
+// first (nothing of value is moved aside; data a restore superseded still counts, it is the
+// newest kept beside), else the first.
 func backupSeed(members []Member) string {
 	for _, m := range members {
-		if !m.Report.OwnData() {
+		if r := m.Report; r == nil || !(r.Serving || r.DataValid && r.Foreign == "") {
 			return m.Name
 		}
 	}

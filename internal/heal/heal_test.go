@@ -27,6 +27,14 @@ func stopped(name string, r *cluster.Report) Member {
 	return Member{Name: name, Stopped: true, StoppedSince: t0, Report: r}
 }
 
+// superseded is a member's report from its data dir, which holds its own valid data of the
+// formed cluster and records that the restore of directive epoch supersedes it.
+func superseded(name, id string, epoch int64) *cluster.Report {
+	r := disk(name, id, 2, 9, 5)
+	r.Formed, r.SupersededBy = true, epoch
+	return r
+}
+
 func TestChoose(t *testing.T) {
 	status := Status{ClusterID: "cid", Voters: voters3}
 	tests := []struct {
@@ -74,6 +82,10 @@ func TestChoose(t *testing.T) {
 				r0.Members, r1.Members = list, list
 				return []Member{stopped("m0", r0), stopped("m1", r1), stopped("m2", emptyDisk("m2")), stopped("m3", emptyDisk("m3")), stopped("m4", emptyDisk("m4"))}
 			}(), intact: true},
+		{name: "data a restore superseded is never a survivor, however much it holds: restore the backup", status: status,
+			members:  []Member{stopped("m0", superseded("m0", "a", 4)), stopped("m1", superseded("m1", "b", 4)), stopped("m2", emptyDisk("m2"))},
+			backup:   Backup{Configured: true, Revision: 7},
+			wantMode: cluster.RecoverFromBackup, wantSeed: "m2"},
 		{name: "no data, backups: restore", status: status,
 			members:  []Member{stopped("m0", emptyDisk("m0")), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))},
 			backup:   Backup{Configured: true, Revision: 7},
@@ -239,7 +251,9 @@ func TestUnreachedRestoreTargetSurvivesANewEpoch(t *testing.T) {
 	if got == nil || got.Epoch != 2 || got.Phase != cluster.PhaseFencing || got.Restore == nil || *got.Restore != target {
 		t.Fatalf("after the seed timed out: %+v, want epoch 2 fencing with the target kept", got)
 	}
+	// m0's dir holds the partial restore, and records that the new epoch's restore supersedes it.
 	reports := []Member{stopped("m0", disk("m0", "a", 1, 3, 40)), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))}
+	reports[0].Report.SupersededBy = 2
 	for i := range reports {
 		reports[i].StoppedSince, reports[i].Report.At = t0.Add(2*time.Minute), t0.Add(2*time.Minute+time.Second)
 	}
@@ -283,10 +297,12 @@ func TestStartRestore(t *testing.T) {
 	}
 
 	// Fenced with every member's data intact (a majority that could re-form the quorum,
-	// which an ordinary recovery would withdraw for): the target is restored all the same.
+	// which an ordinary recovery would withdraw for), each dir recording that the restore
+	// supersedes it: the target is restored all the same.
 	reports := []Member{stopped("m0", disk("m0", "a", 2, 90, 80)), stopped("m1", disk("m1", "b", 2, 90, 80)), stopped("m2", disk("m2", "c", 2, 90, 80))}
 	for i := range reports {
 		reports[i].StoppedSince, reports[i].Report.At = t0.Add(time.Second), t0.Add(2*time.Second)
+		reports[i].Report.SupersededBy = 8
 	}
 	d = Decide(Observation{Now: t0.Add(3 * time.Second), Status: d.Status, Members: reports, Timing: timing, Backup: Backup{Configured: true, Revision: 80}})
 	if got := d.Status.Directive; got == nil || got.Phase != cluster.PhaseSeeding || got.Mode != cluster.RecoverFromBackup || got.Restore == nil || *got.Restore != target {
@@ -364,8 +380,8 @@ func TestCancelRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := d.Status.Directive
-			if got == nil || got.Epoch != 5 || got.Phase != cluster.PhaseFencing || got.Restore != nil || d.Event == "" {
-				t.Fatalf("cancelled: %+v (event %q), want epoch 5 fencing without a target", got, d.Event)
+			if got == nil || got.Epoch != 5 || got.Phase != cluster.PhaseFencing || got.Restore != nil || got.Cancels != 4 || d.Event == "" {
+				t.Fatalf("cancelled: %+v (event %q), want epoch 5 fencing without a target, cancelling epoch 4", got, d.Event)
 			}
 			// Once every member stopped and reported from disk, the voters restart on their data.
 			after := []Member{intact("m0", "a"), intact("m1", "b"), intact("m2", "c")}
@@ -378,6 +394,70 @@ func TestCancelRestore(t *testing.T) {
 			d = Decide(Observation{Now: t0.Add(13 * time.Second), Status: d.Status, Members: after, Timing: timing, Backup: Backup{Configured: true, Revision: 80}})
 			if d.Status.Directive != nil || d.Status.ClusterID != "cid" {
 				t.Fatalf("after the cancel: %+v, want the directive withdrawn and cluster cid kept", d.Status)
+			}
+		})
+	}
+}
+
+// TestRestoreWaitsForSupersededRecords is the table of when a restore's seed may act, and
+// when the cancel of a restore lets the members restart: each member's data dir records that
+// the restore supersedes its data first (member.SupersededRecord), and the cancel clears
+// those records first.
+func TestRestoreWaitsForSupersededRecords(t *testing.T) {
+	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute}
+	target := cluster.RestoreTarget{Revision: 42, Timeline: 1}
+	restore := Status{ClusterID: "cid", Voters: voters3, LastEpoch: 5,
+		Directive: &cluster.Directive{Epoch: 5, Phase: cluster.PhaseFencing, Restore: &target, IssuedAt: t0, PhaseSince: t0}}
+	cancel := Status{ClusterID: "cid", Voters: voters3, LastEpoch: 5,
+		Directive: &cluster.Directive{Epoch: 5, Phase: cluster.PhaseFencing, Cancels: 4, IssuedAt: t0, PhaseSince: t0}}
+	marked := func(name, id string, epoch int64) Member {
+		r := disk(name, id, 2, 9, 5)
+		r.Formed, r.SupersededBy = true, epoch
+		return stopped(name, r)
+	}
+	unmarked := func(name, id string) Member { return marked(name, id, 0) }
+	tests := []struct {
+		name      string
+		status    Status
+		members   []Member
+		now       time.Time // t0+3s unless set
+		wantPhase string    // "" = withdrawn
+		waiting   string
+	}{
+		{name: "every member's dir records that the restore supersedes its data: the seed restores", status: restore,
+			members: []Member{marked("m0", "a", 5), marked("m1", "b", 5), marked("m2", "c", 5)}, wantPhase: cluster.PhaseSeeding},
+		{name: "an empty dir needs no record", status: restore,
+			members: []Member{marked("m0", "a", 5), marked("m1", "b", 5), stopped("m2", emptyDisk("m2"))}, wantPhase: cluster.PhaseSeeding},
+		{name: "a voter whose dir does not record it yet is waited for, however long: the seed would restore beside its data", status: restore, now: t0.Add(time.Hour),
+			members: []Member{marked("m0", "a", 5), unmarked("m1", "b"), marked("m2", "c", 5)}, wantPhase: cluster.PhaseFencing, waiting: "waiting for voters m1 to record"},
+		{name: "a record of an earlier epoch is not this restore's", status: restore,
+			members: []Member{marked("m0", "a", 5), marked("m1", "b", 4), marked("m2", "c", 5)}, wantPhase: cluster.PhaseFencing, waiting: "waiting for voters m1 to record"},
+		{name: "a member that is no voter and does not record it: waited for within the report timeout", status: restore,
+			members: []Member{marked("m0", "a", 5), marked("m1", "b", 5), marked("m2", "c", 5), unmarked("m3", "d")}, wantPhase: cluster.PhaseFencing, waiting: "m3"},
+		{name: "a member that is no voter and does not record it: past the report timeout it counts as holding nothing", status: restore, now: t0.Add(11 * time.Second),
+			members: []Member{marked("m0", "a", 5), marked("m1", "b", 5), marked("m2", "c", 5), unmarked("m3", "d")}, wantPhase: cluster.PhaseSeeding},
+		{name: "the cancel of a restore waits for a voter to clear its record", status: cancel, now: t0.Add(time.Hour),
+			members: []Member{unmarked("m0", "a"), marked("m1", "b", 4), unmarked("m2", "c")}, wantPhase: cluster.PhaseFencing, waiting: "clear"},
+		{name: "the cancel of a restore: every record cleared, a majority holds its data: withdrawn, the voters restart on it", status: cancel,
+			members: []Member{unmarked("m0", "a"), unmarked("m1", "b"), unmarked("m2", "c")}},
+		{name: "the cancel of a restore: a newer restore's record is not cleared by it, and counts as gone", status: cancel,
+			members: []Member{unmarked("m0", "a"), marked("m1", "b", 6), marked("m2", "c", 6)}, wantPhase: cluster.PhaseSeeding},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := tt.now
+			if now.IsZero() {
+				now = t0.Add(3 * time.Second)
+			}
+			d := Decide(Observation{Now: now, Status: tt.status, Members: tt.members, Timing: timing, Backup: Backup{Configured: true, Revision: 80}})
+			got := d.Status.Directive
+			switch {
+			case tt.wantPhase == "" && got != nil:
+				t.Fatalf("directive %+v, want it withdrawn", got)
+			case tt.wantPhase != "" && (got == nil || got.Phase != tt.wantPhase):
+				t.Fatalf("directive %+v, want phase %s", got, tt.wantPhase)
+			case !strings.Contains(d.Status.Waiting, tt.waiting):
+				t.Fatalf("waiting %q, want it to say %q", d.Status.Waiting, tt.waiting)
 			}
 		})
 	}
@@ -449,6 +529,22 @@ func TestRebuildStatus(t *testing.T) {
 				{Member: "m1", Token: "tok", Owner: "m1", ClusterID: "c1", MemberID: "b"},
 				{Member: "m2", Token: "tok", Owner: "m2", ClusterID: "c1", WALMemberID: "c", Epoch: 2}},
 			wantID: "c1", wantVoters: "/m0 /m1 c/m2", wantEpoch: 2},
+		{name: "dirs whose data a restore superseded count as empty: no cluster, the restore's epoch kept (its seed's dir was lost)",
+			dirs: []DataDir{
+				{Member: "m0", Token: "tok", Owner: "m0", ClusterID: "old", WALMemberID: "a", Superseded: 4, Applied: 9, Members: list},
+				{Member: "m1"},
+				{Member: "m2", Token: "tok", Owner: "m2", ClusterID: "old", WALMemberID: "c", Superseded: 4, Applied: 9, Members: list}},
+			wantEpoch: 4},
+		{name: "beside superseded dirs, the restored seed's dir names the cluster and its voters",
+			dirs: []DataDir{
+				{Member: "m0", Token: "tok", Owner: "m0", ClusterID: "old", WALMemberID: "a", Superseded: 4, Applied: 99, Members: list},
+				{Member: "m1", Token: "tok", Owner: "m1", ClusterID: "new", WALMemberID: "n", Epoch: 4, Applied: 3, Members: []cluster.LiveMember{{ID: "n", Name: "m1"}}},
+				{Member: "m2", Token: "tok", Owner: "m2", ClusterID: "old", WALMemberID: "c", Superseded: 4, Applied: 99, Members: list}},
+			wantID: "new", wantVoters: "n/m1", wantEpoch: 4},
+		{name: "a superseded record the dir carried out since (it rejoined the restored cluster) marks nothing",
+			dirs: []DataDir{
+				{Member: "m0", Token: "tok", Owner: "m0", ClusterID: "c1", WALMemberID: "a", Epoch: 4, Superseded: 4, Applied: 9, Members: list}},
+			wantID: "c1", wantVoters: "a/m0 b/m1", wantEpoch: 4},
 		{name: "the cluster of the newest recovery wins",
 			dirs: []DataDir{
 				{Member: "m0", Token: "tok", Owner: "m0", ClusterID: "old", WALMemberID: "a", Epoch: 1},
@@ -539,6 +635,8 @@ func TestDecideWithoutDirective(t *testing.T) {
 		members []Member
 		now     time.Time // t0+3s unless set
 		want    Case
+		// wantEpoch is the epoch of the directive issued (0: not checked).
+		wantEpoch int64
 	}{
 		{name: "a majority serves", status: lost, want: CaseQuorate,
 			members: []Member{{Name: "m0", ID: "a", Ready: true}, {Name: "m1", ID: "b", Ready: true}, wiped("m2")}},
@@ -595,6 +693,13 @@ func TestDecideWithoutDirective(t *testing.T) {
 			members: []Member{leader, killed("m1", "b"), {Name: "m2"}}},
 		{name: "no cluster recorded, every dir empty, backups: restored after the grace", status: Status{QuorumLostSince: t0}, now: t0.Add(31 * time.Second), want: CaseStatusLostWithBackups,
 			members: []Member{wiped("m0"), wiped("m1"), wiped("m2")}},
+		{name: "no cluster recorded (the status lost), every dir empty or holding data a restore superseded, backups: restored after the grace, in a newer epoch",
+			status: Status{QuorumLostSince: t0}, now: t0.Add(31 * time.Second), want: CaseStatusLostWithBackups, wantEpoch: 5,
+			members: []Member{{Name: "m0", Report: superseded("m0", "a", 4)}, wiped("m1"), {Name: "m2", Report: superseded("m2", "c", 4)}}},
+		{name: "no cluster recorded, fresh reports of data a restore superseded: nothing adopted, the grace runs", status: Status{}, want: CaseQuorumLossWithinGrace,
+			members: []Member{{Name: "m0", Report: superseded("m0", "a", 4)}, wiped("m1"), {Name: "m2", Report: superseded("m2", "c", 4)}}},
+		{name: "two voters whose data a restore superseded (their sidecars report it from disk): gone, proven at once", status: lost, want: CaseQuorumLossProven,
+			members: []Member{leader, {Name: "m1", Report: superseded("m1", "b", 4)}, {Name: "m2", Report: superseded("m2", "c", 4)}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -617,6 +722,8 @@ func TestDecideWithoutDirective(t *testing.T) {
 				t.Fatalf("waiting %q, want the grace named", d.Status.Waiting)
 			case tt.want == CaseQuorumLossProven && !strings.Contains(got.Reason, "is gone"):
 				t.Fatalf("reason %q does not say whose data is gone", got.Reason)
+			case tt.wantEpoch != 0 && got.Epoch != tt.wantEpoch:
+				t.Fatalf("directive epoch %d, want %d (above every epoch a dir carried out or records superseding it)", got.Epoch, tt.wantEpoch)
 			}
 		})
 	}

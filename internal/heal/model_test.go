@@ -62,6 +62,9 @@ type data struct {
 	// leader (or at once, for a member that joined a quorum or recovered it).
 	formed  bool
 	corrupt bool
+	// superseded is the record, in the dir, of the restore that supersedes this data (0:
+	// none): it moves and goes with the data.
+	superseded int64
 }
 
 type node struct {
@@ -245,10 +248,11 @@ func (m *model) disk(n *node) datadir.State {
 		id.ClusterID = hex(inc.clusterID)
 	}
 	if d.corrupt {
-		return datadir.State{HasWAL: true, HasDB: true, MemberID: d.id, ClusterID: inc.clusterID, Problems: []string{"database page checksum mismatch"}, Identity: id}
+		return datadir.State{HasWAL: true, HasDB: true, MemberID: d.id, ClusterID: inc.clusterID, Problems: []string{"database page checksum mismatch"}, Identity: id,
+			SupersededBy: d.superseded}
 	}
 	st := datadir.State{HasWAL: true, WALValid: true, HasDB: true, DBValid: true, MemberID: d.id, ClusterID: inc.clusterID,
-		Revision: int64(d.log), ConsistentIndex: d.applied, CleanShutdown: true, Identity: id}
+		Revision: int64(d.log), ConsistentIndex: d.applied, CleanShutdown: true, Identity: id, SupersededBy: d.superseded}
 	for _, em := range d.members {
 		st.Members = append(st.Members, datadir.Member{ID: hex(em.id), Name: em.name, Learner: em.learner})
 	}
@@ -294,11 +298,20 @@ func (m *model) clusterStatus() cluster.Status {
 	return cs
 }
 
+// recordSuperseded is n's sidecar keeping its data dir's record that a restore supersedes
+// its data in step with the directive in force, while its etcd does not run.
+func (m *model) recordSuperseded(n *node) {
+	if n.data != nil && !n.running {
+		n.data.superseded = member.SupersededRecord(m.status.Directive, n.name, m.disk(n))
+	}
+}
+
 // report is n's sidecar reporting, and acknowledging the directive it carried out.
 func (m *model) report(n *node) {
 	if m.now.Before(n.silentUntil) {
 		return
 	}
+	m.recordSuperseded(n)
 	r := &cluster.Report{Name: n.name, At: m.now, Case: n.plan.Case, Reason: n.plan.Reason}
 	ix, em, ok := m.member(n)
 	if ok {
@@ -316,6 +329,9 @@ func (m *model) report(n *node) {
 	} else {
 		st := m.disk(n)
 		r.Source, r.DataValid, r.DataEmpty = cluster.ReportFromDisk, st.Valid(), st.Empty()
+		if st.Superseded() {
+			r.SupersededBy = st.SupersededBy
+		}
 		r.MemberID, r.ClusterID, r.Revision, r.Applied = st.MemberIDHex(), st.ClusterIDHex(), st.Revision, st.ConsistentIndex
 		r.Problem = strings.Join(st.Problems, "; ")
 		if n.data != nil {
@@ -353,6 +369,7 @@ func (m *model) step(n *node, blind bool) {
 		m.finishJoin(n)
 		return
 	}
+	m.recordSuperseded(n)
 	obs := member.Observation{Self: n.name, SelfPeerURL: peer(n.name), ClusterSize: len(m.nodes), ClusterToken: modelToken, RelocatesData: true,
 		Status: m.clusterStatus(), Data: m.disk(n), Directive: m.status.Directive}
 	if m.backup > 0 {
@@ -379,6 +396,10 @@ func (m *model) step(n *node, blind bool) {
 	case member.ActionRestart:
 		if d := n.data; d == nil || d.corrupt || d.owner != n.name {
 			m.failf("%s started etcd on data that is not its own valid data (%s)", n.name, p.Case)
+			return
+		}
+		if obs.Data.Superseded() {
+			m.failf("%s restarted etcd on data that the restore of directive %d superseded (%s)", n.name, n.data.superseded, p.Case)
 			return
 		}
 		n.running = true
@@ -538,7 +559,10 @@ func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
 			}
 			voters++
 			for _, o := range m.nodes {
-				if o.data != nil && !o.data.corrupt && o.data.inc == ix && o.data.id == em.id {
+				// Data a restore in place supersedes (its record is in the dir) is to be
+				// replaced: with the state lost, whether that restore ran cannot be known,
+				// and the backup's newest timeline is restored instead.
+				if o.data != nil && !o.data.corrupt && o.data.inc == ix && o.data.id == em.id && !m.disk(o).Superseded() {
 					intact++
 					break
 				}
@@ -678,7 +702,8 @@ func (m *model) silent(n *node) bool {
 
 // checkLossProven: a recovery started without the grace only when the voters that may still
 // come back with their data cannot form a quorum, by the ground truth: a voter whose valid
-// data is still in some dir may come back, and so may one whose sidecar is silent (silence
+// data is still in some dir may come back (unless the dir records that a restore supersedes
+// it: such data is never started on again), and so may one whose sidecar is silent (silence
 // proves nothing).
 func (m *model) checkLossProven() {
 	for ix, inc := range m.incs {
@@ -693,7 +718,7 @@ func (m *model) checkLossProven() {
 			}
 			voters++
 			for _, n := range m.nodes {
-				if (n.data != nil && !n.data.corrupt && n.data.inc == ix && n.data.id == em.id) || (m.silent(n) && em.peer == peer(n.name)) {
+				if (n.data != nil && !n.data.corrupt && n.data.inc == ix && n.data.id == em.id && !m.disk(n).Superseded()) || (m.silent(n) && em.peer == peer(n.name)) {
 					returnable = append(returnable, cmp.Or(em.name, hex(em.id)))
 					break
 				}
@@ -726,6 +751,7 @@ func (m *model) requestRestore() {
 		return
 	}
 	target := 1 + m.rng.Intn(m.backup)
+	m.flushBackup() // the full snapshot of the present the command takes first
 	dec, err := heal.StartRestore(heal.Observation{Now: m.now, Status: m.status, Members: m.healMembers(), Timing: m.timing},
 		cluster.RestoreTarget{Timeline: 1, Revision: int64(target)})
 	if err != nil {
@@ -765,8 +791,21 @@ func (m *model) restartSupervisor(lost bool) {
 	if !lost {
 		return
 	}
+	if m.restoreInc < 0 && m.restoreTo > 0 {
+		// The directive, with its target, was in the lost state. Once a member's dir records
+		// that the restore supersedes its data, the status is rebuilt as if the restore had
+		// run (it cannot be known whether it did), and the backup's newest timeline is
+		// restored: writes made after the restore was asked for (after its full snapshot),
+		// which the restore was to drop, may be dropped.
+		for _, n := range m.nodes {
+			if n.data != nil && m.disk(n).Superseded() {
+				m.mustKeep = min(m.mustKeep, m.backup)
+				break
+			}
+		}
+	}
 	if m.restoreInc < 0 {
-		m.restoreTo = 0 // the directive, with its target, was in the lost state
+		m.restoreTo = 0
 	}
 	var names []string
 	var dirs []heal.DataDir
@@ -775,7 +814,7 @@ func (m *model) restartSupervisor(lost bool) {
 		d := heal.DataDir{Member: n.name}
 		if n.data != nil {
 			cid := hex(m.incs[n.data.inc].clusterID)
-			d.Token, d.Owner, d.WALMemberID, d.MemberID, d.Epoch = modelToken, n.data.owner, hex(n.data.id), hex(n.data.id), n.data.epoch
+			d.Token, d.Owner, d.WALMemberID, d.MemberID, d.Epoch, d.Superseded = modelToken, n.data.owner, hex(n.data.id), hex(n.data.id), n.data.epoch, n.data.superseded
 			if n.data.formed {
 				d.ClusterID = cid
 			}

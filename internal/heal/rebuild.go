@@ -16,6 +16,9 @@ type DataDir struct {
 	// there is none). ClusterID is recorded only once the cluster formed.
 	Token, Owner, ClusterID, MemberID string
 	Epoch                             int64
+	// Superseded is the epoch of the restore the dir records supersedes its data (0: none;
+	// a record not above Epoch marks nothing: the dir carried that restore out since).
+	Superseded int64
 	// WALMemberID is from the WAL ("" when it cannot be read).
 	WALMemberID string
 	// Applied and Members are the raft index and the member list applied to the database
@@ -31,7 +34,16 @@ type DataDir struct {
 // of the old one. Where dirs disagree, the cluster of the newest recovery wins. The voters
 // are those of the member list applied furthest among that cluster's dirs; without one,
 // every desired member, by the ID its own dir proves, else by name. LastEpoch is the newest
-// recovery any dir carried out.
+// recovery any dir carried out, or records superseding its data.
+//
+// A dir whose data a restore superseded (it records so, see datadir.WriteSuperseded) counts as
+// an empty one: its data is never adopted as the cluster's, nor are its member list or its
+// member ID. The restore's seed acts only once every member's data is marked so: a status lost
+// after the restored cluster served, whose own dirs were lost too, is rebuilt with no
+// cluster, and heal.Decide restores the backup's newest timeline (CaseStatusLostWithBackups),
+// which holds the restore and what was written after it, instead of restarting the data the
+// restore replaced. (The members' sidecars never bootstrap beside a superseded dir: it proves
+// the cluster formed.)
 func RebuildStatus(token string, members []string, dirs []DataDir) Status {
 	var st Status
 	var ref *DataDir
@@ -40,8 +52,8 @@ func RebuildStatus(token string, members []string, dirs []DataDir) Status {
 		if d.Token != token {
 			continue
 		}
-		st.LastEpoch = max(st.LastEpoch, d.Epoch)
-		if d.ClusterID != "" && (ref == nil || d.Epoch > ref.Epoch) {
+		st.LastEpoch = max(st.LastEpoch, d.Epoch, d.Superseded)
+		if d.ClusterID != "" && !d.superseded() && (ref == nil || d.Epoch > ref.Epoch) {
 			ref = d
 		}
 	}
@@ -52,7 +64,7 @@ func RebuildStatus(token string, members []string, dirs []DataDir) Status {
 	var list *DataDir
 	for i := range dirs {
 		d := &dirs[i]
-		if d.Token == token && d.ClusterID == st.ClusterID && len(d.Members) > 0 && (list == nil || d.Applied > list.Applied) {
+		if d.Token == token && d.ClusterID == st.ClusterID && !d.superseded() && len(d.Members) > 0 && (list == nil || d.Applied > list.Applied) {
 			list = d
 		}
 	}
@@ -66,7 +78,7 @@ func RebuildStatus(token string, members []string, dirs []DataDir) Status {
 	}
 	ids := map[string]string{}
 	for _, d := range dirs {
-		if d.Token == token && d.Owner == d.Member && d.ClusterID == st.ClusterID && d.WALMemberID != "" && (d.MemberID == "" || d.MemberID == d.WALMemberID) {
+		if d.Token == token && d.Owner == d.Member && d.ClusterID == st.ClusterID && !d.superseded() && d.WALMemberID != "" && (d.MemberID == "" || d.MemberID == d.WALMemberID) {
 			ids[d.Member] = d.WALMemberID
 		}
 	}
@@ -75,6 +87,9 @@ func RebuildStatus(token string, members []string, dirs []DataDir) Status {
 	}
 	return st
 }
+
+// superseded: the dir records that a restore it did not carry out supersedes its data.
+func (d DataDir) superseded() bool { return d.Superseded > d.Epoch }
 
 // adoptFormedCluster records a cluster that members report formed while the status records
 // none (it was lost, or the quorum was lost before the status recorded it), from their
@@ -94,6 +109,9 @@ func adoptFormedCluster(st Status, members []Member, freshAfter time.Time) (Stat
 			continue
 		}
 		d := DataDir{Member: m.Name, Owner: r.Owner, MemberID: r.MemberID, Epoch: r.AppliedEpoch, Applied: r.Applied, Members: r.Members}
+		if r.DataSuperseded() {
+			d.Superseded = r.SupersededBy
+		}
 		if r.OwnData() {
 			d.Owner, d.WALMemberID = m.Name, r.MemberID
 		}

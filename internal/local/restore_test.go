@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/datadir"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
 	"github.com/etcd-steward/steward/internal/testutil"
@@ -341,6 +345,109 @@ func TestRestoreCompletesThroughFaults(t *testing.T) {
 		t.Fatalf("restored revision %d by directive %d; want %d by directive %d or a later one", o.res.Revision, o.res.Epoch, R, first)
 	}
 	everyMemberServes(t, ctx, r.spec, atR)
+	// Every member's old data recorded, before the seed restored, that the restore supersedes
+	// it, and the record went aside with it: the data each member serves now carries none.
+	for _, m := range r.spec.Members {
+		data := Dir(dir).MemberData(m.Name)
+		if epoch, err := datadir.ReadSuperseded(data); err != nil || epoch != 0 {
+			t.Errorf("%s: the data it serves records that restore %d supersedes it (%v)", m.Name, epoch, err)
+		}
+		aside, _ := filepath.Glob(data + ".foreign-*")
+		var marked []int64
+		for _, a := range aside {
+			if epoch, err := datadir.ReadSuperseded(a); err == nil && epoch >= first {
+				marked = append(marked, epoch)
+			}
+		}
+		if len(marked) == 0 {
+			t.Errorf("%s: no data moved aside records that the restore superseded it (moved aside: %v)", m.Name, aside)
+		}
+	}
+}
+
+// TestRestoreKeptWhenTheStateAndTheSeedAreLost: a restore in place whose seed serves the
+// restored cluster, and acknowledges writes that are backed up on the restore's new timeline,
+// while the others still hold their old data (their sidecars are frozen, so they cannot
+// rejoin yet); then both the supervisor's state and the seed's data dir are lost. The others'
+// dirs record that the restore superseded their data: the status rebuilt from the dirs never
+// adopts it, and the cluster comes back from the backup's newest timeline, the restore's, with
+// every write the restored cluster acknowledged, never on the old history it replaced.
+func TestRestoreKeptWhenTheStateAndTheSeedAreLost(t *testing.T) {
+	t.Parallel() // its own directory and ports
+	dir := t.TempDir()
+	opts := UpOptions{Dir: dir, Members: 3, BasePort: 23500, QuorumLossGrace: 5 * time.Second, SidecarArgs: []string{"--delta-period=500ms"}}
+	r := startClusterWith(t, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cli := clusterClient(t, r.spec)
+	backedUp(t, ctx, dir, 1)
+	writeKeys(t, ctx, cli, "/a", 20)
+	_, R := keysAt(t, ctx, cli, 0)
+	writeKeys(t, ctx, cli, "/a", 20) // overwritten after R: the restore drops them
+	_, P := keysAt(t, ctx, cli, 0)
+	oldTimeline := backedUp(t, ctx, dir, P)
+	st0, _ := ReadState(Dir(dir))
+
+	rctx, stopRestore := context.WithCancel(ctx)
+	defer stopRestore()
+	go func() { _, _ = Restore(rctx, RestoreOptions{Dir: dir, ToRevision: R}) }()
+	var st State
+	testutil.Eventually(t, 2*time.Minute, "the restore's seed chosen", func() error {
+		var err error
+		if st, err = ReadState(Dir(dir)); err != nil || st.Directive == nil || st.Directive.Restore == nil || st.Directive.Phase != cluster.PhaseSeeding {
+			return fmt.Errorf("directive %+v (%v)", st.Directive, err)
+		}
+		return nil
+	})
+	seed, epoch := st.Directive.Seed, st.Directive.Epoch
+	for _, m := range st.Members {
+		if m.Name == seed {
+			continue
+		}
+		// Frozen, the sidecar neither reports nor initialises: its member keeps its old data.
+		if err := syscall.Kill(m.SidecarPID, syscall.SIGSTOP); err != nil {
+			t.Fatalf("freeze the sidecar of %s (pid %d): %v", m.Name, m.SidecarPID, err)
+		}
+		defer syscall.Kill(m.SidecarPID, syscall.SIGCONT)
+		if got, err := datadir.ReadSuperseded(Dir(dir).MemberData(m.Name)); err != nil || got != epoch {
+			t.Fatalf("%s's data dir records %d (%v) once the seed is chosen; want the restore's epoch %d", m.Name, got, err, epoch)
+		}
+	}
+	seedCli := r.client(slices.IndexFunc(r.spec.Members, func(m MemberSpec) bool { return m.Name == seed }))
+	defer seedCli.Close()
+	testutil.Eventually(t, 2*time.Minute, "the seed serving the restore, backed up on a new timeline", func() error {
+		if st, err := ReadState(Dir(dir)); err != nil || st.Directive == nil || st.Directive.Phase != cluster.PhaseRejoining {
+			return fmt.Errorf("directive %+v (%v)", st.Directive, err)
+		}
+		rep, err := Status(ctx, Dir(dir))
+		if err != nil {
+			return err
+		}
+		if b := rep.Backup; b == nil || b.Timeline == oldTimeline || b.LatestFullRevision < R {
+			return fmt.Errorf("backup %+v", rep.Backup)
+		}
+		return nil
+	})
+	writeKeys(t, ctx, seedCli, "/c", 10) // acknowledged by the restored cluster alone
+	atQ, Q := keysAt(t, ctx, seedCli, 0)
+	if tl := backedUp(t, ctx, dir, Q); tl == oldTimeline {
+		t.Fatalf("the restored cluster's writes backed up on the old timeline %d", tl)
+	}
+	r.stop()
+	stopRestore()
+	if err := os.RemoveAll(Dir(dir).MemberData(seed)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(Dir(dir).State()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("supervisor stopped, its state and the seed %s's data dir removed; starting it again", seed)
+	startClusterWith(t, UpOptions{Dir: dir, QuorumLossGrace: opts.QuorumLossGrace, SidecarArgs: opts.SidecarArgs})
+	healthyVoters(t, ctx, dir, 3*time.Minute)
+	everyMemberServes(t, ctx, r.spec, atQ)
+	if st, _ := ReadState(Dir(dir)); st.ClusterID == st0.ClusterID || st.LastEpoch <= epoch {
+		t.Fatalf("the cluster serves as %s (epoch %d): the cluster the restore replaced is %s, the restore's epoch %d", st.ClusterID, st.LastEpoch, st0.ClusterID, epoch)
+	}
 }
 
 // TestRestoreCancelledWhileTheStoreIsDown: the backup store goes down once the restore

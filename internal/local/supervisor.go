@@ -547,6 +547,12 @@ func (s *supervisor) rebuildStatus(spec Spec) {
 		if id, ok, err := datadir.ReadIdentity(dataDir); err == nil && ok {
 			d.Token, d.Owner, d.ClusterID, d.MemberID, d.Epoch = id.ClusterToken, id.MemberName, id.ClusterID, id.MemberID, id.RecoveryEpoch
 		}
+		// A record that cannot be read counts as superseding the data, as the sidecar takes it.
+		if epoch, err := datadir.ReadSuperseded(dataDir); err != nil {
+			d.Superseded = d.Epoch + 1
+		} else {
+			d.Superseded = epoch
+		}
 		if walMember, _, err := datadir.ReadWALMetadata(filepath.Join(dataDir, "member", "wal")); err == nil {
 			d.WALMemberID = fmt.Sprintf("%x", walMember)
 		}
@@ -559,6 +565,9 @@ func (s *supervisor) rebuildStatus(spec Spec) {
 		dirs = append(dirs, d)
 	}
 	st := heal.RebuildStatus(spec.Token, spec.memberNames(), dirs)
+	// The newest epoch any dir carried out or records superseding its data: the next
+	// directive's is above it.
+	s.state.LastEpoch = max(s.state.LastEpoch, st.LastEpoch)
 	if st.ClusterID == "" {
 		return
 	}

@@ -141,6 +141,9 @@ func decide(o Observation) Plan {
 	if followsDirective {
 		return directed
 	}
+	if o.Data.Superseded() {
+		return decideSuperseded(o, selfLive, selfLiveOK)
+	}
 
 	switch {
 	case o.Data.Valid():
@@ -195,7 +198,7 @@ func (o Observation) directivePlan(selfLive cluster.LiveMember) (p Plan, ok bool
 		return Plan{}, false
 	case d.Epoch > o.AppliedEpoch:
 		return decideDirective(o, *d, selfLive)
-	case d.Phase == cluster.PhaseSeeding && d.Seed == o.Self && o.Data.Valid() && o.foreignReason() == "":
+	case d.Phase == cluster.PhaseSeeding && d.Seed == o.Self && o.Data.Valid() && o.foreignReason() == "" && !o.Data.Superseded():
 		return Plan{Case: "QuorumLossSeedRestart", Action: ActionRestart, ClusterState: "existing",
 			Reason: fmt.Sprintf("this member carried out directive %d (it served on the recovered data) and its acknowledgement is not recorded yet: restart on that data", d.Epoch)}, true
 	}
@@ -280,6 +283,8 @@ func decideWithoutView(o Observation) Plan {
 	switch {
 	case !o.Data.Valid():
 		why = "data dir is " + describeData(o.Data)
+	case o.Data.Superseded():
+		why = fmt.Sprintf("the data dir records that the restore of directive %d supersedes its data", o.Data.SupersededBy)
 	case o.Data.PartialRestore:
 		why = "an unfinished restore lies beside the data dir"
 	case id == nil:
@@ -297,6 +302,68 @@ func decideWithoutView(o Observation) Plan {
 	}
 	return Plan{Case: "ViewUnavailableWait", Action: ActionWait,
 		Reason: fmt.Sprintf("the cluster view cannot be read (%s) and %s: only a restart on this member's own data goes on without it; waiting for the view", o.ViewUnavailable, why)}
+}
+
+// decideSuperseded decides for a data dir that records that a restore supersedes its data
+// (datadir.State.Superseded), with no directive asking anything of this member: the data is
+// treated as if the dir were empty. It is never restarted: once the restored cluster serves,
+// writes it acknowledges are only there (and in its backups), and restarting the old data
+// beside it would undo the restore. Nor does this member bootstrap a new cluster: the record
+// proves that the cluster formed. With a quorum (the restored cluster, normally) it rejoins as
+// a learner, its data moved aside with the record; without one it waits: the supervisor or
+// operator recovers the quorum (with its status lost, every dir then holds nothing or
+// superseded data, and it restores the backup's newest timeline, which holds the restore).
+func decideSuperseded(o Observation, selfLive cluster.LiveMember, selfLiveOK bool) Plan {
+	if o.Live.Quorate {
+		id := o.statusID()
+		if selfLiveOK {
+			id = cmp.Or(selfLive.ID, id)
+		}
+		return Plan{Case: "SupersededDataRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside,
+			RemoveMemberID: id,
+			Reason: fmt.Sprintf("data dir records that the restore of directive %d supersedes its data (%s); the cluster has quorum: moved aside, never started on; rejoin as a learner",
+				o.Data.SupersededBy, describeData(o.Data))}
+	}
+	return Plan{Case: "SupersededDataWait", Action: ActionWait,
+		Reason: fmt.Sprintf("data dir records that the restore of directive %d supersedes its data (%s) and no quorum answers: never started on, never bootstraps beside it; waiting (the supervisor or operator recovers the quorum, from the backup if no member holds data of the restored cluster)",
+			o.Data.SupersededBy, describeData(o.Data))}
+}
+
+// SupersededRecord is the epoch of the restore that this member's data dir (data, as
+// inspected) should record supersedes its data, under directive d in force (0: no record).
+// The sidecar keeps the record in step with it whenever its etcd does not run on the dir.
+//
+//   - A restore (d.Restore) that this dir has not carried out, while it holds this member:
+//     fencing, or a seed other than this member restoring it or serving it (the seed moves
+//     its own data aside, and data it starts later is never marked). The data is superseded
+//     by it. The supervisor or operator lets the seed act only once every member that holds
+//     data records it, so that a status lost later never restarts the old data beside the
+//     restored cluster (heal.RebuildStatus, heal.Decide).
+//   - The cancel of a restore (d.Cancels): the restore never happened, and records of it (or
+//     of an earlier epoch of it) go before the members restart on their data.
+//   - A dir holding nothing needs no record, and a record the dir's data carried out since
+//     (its identity's epoch is as new) marks nothing: both go.
+//
+// Otherwise the record stays as it is.
+func SupersededRecord(d *cluster.Directive, self string, data datadir.State) int64 {
+	if data.Empty() {
+		return 0
+	}
+	var rec, applied int64
+	if data.Superseded() {
+		rec = data.SupersededBy
+	}
+	if data.Identity != nil {
+		applied = data.Identity.RecoveryEpoch
+	}
+	switch {
+	case d == nil:
+	case d.Restore != nil && d.Epoch > applied && (d.Phase == cluster.PhaseFencing || d.Seed != self):
+		rec = max(rec, d.Epoch)
+	case d.Cancels != 0 && rec <= d.Cancels:
+		rec = 0
+	}
+	return rec
 }
 
 // decideDirective carries out a quorum-loss directive this data dir has not carried out
@@ -344,7 +411,7 @@ func decideSeed(o Observation, d cluster.Directive) Plan {
 	}
 	switch d.Mode {
 	case cluster.RecoverFromSurvivor:
-		if o.Data.Valid() && o.foreignReason() == "" {
+		if o.Data.Valid() && o.foreignReason() == "" && !o.Data.Superseded() {
 			return Plan{Case: "QuorumLossSeedFromSurvivor", Action: ActionForceNewCluster, ClusterState: "existing", RecoveryEpoch: d.Epoch,
 				Reason: fmt.Sprintf("quorum lost for good; this member's log would win an election (revision %d): keep every entry it logged, restart alone on it (force-new-cluster); the others rejoin as learners", o.Data.Revision)}
 		}

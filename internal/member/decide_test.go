@@ -31,6 +31,14 @@ var (
 		return s
 	}()
 	partial = func() datadir.State { s := emptyData; s.PartialRestore = true; return s }()
+	// superseded: m1's own valid data of cluster def, whose dir records that the restore of
+	// directive 4 supersedes it (recorded while that restore held the member).
+	superseded = func() datadir.State {
+		s := validData
+		s.Identity = &datadir.Identity{ClusterName: "c", ClusterToken: "tok", MemberName: "m1", MemberID: "abc", ClusterID: "def"}
+		s.SupersededBy = 4
+		return s
+	}()
 )
 
 func ready(names ...string) []cluster.StatusMember {
@@ -355,6 +363,45 @@ func TestDecide(t *testing.T) {
 					o.Directive = directive(3, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m1")
 				}),
 			want: Plan{Case: "QuorumLossSeedDataElsewhere", Action: ActionWait}},
+
+		// Data a restore superseded: treated as if the dir were empty.
+		{name: "data a restore superseded, no quorum, the status lost: never restarted, never bootstraps beside it: wait",
+			obs: obs("m1", superseded, noQuorum, withReports(status(none, []cluster.StatusMember{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}), map[string]*cluster.Report{
+				"m0": {Name: "m0", Source: cluster.ReportFromDisk, DataValid: true, MemberID: "a00", ClusterID: "def", Formed: true, SupersededBy: 4}})),
+			want: Plan{Case: "SupersededDataWait", Action: ActionWait}},
+		{name: "data a restore superseded, alone, nothing recorded anywhere else: wait, never bootstraps",
+			obs:  obs("m1", superseded, cluster.LiveCluster{}, none),
+			want: Plan{Case: "SupersededDataWait", Action: ActionWait}},
+		{name: "data a restore superseded, the restored cluster has quorum: moved aside with its record, rejoin as a learner",
+			obs:  obs("m1", superseded, newClusterOfM0, status(cluster.Status{ClusterID: "def", Voters: []cluster.Voter{{ID: "a00", Name: "m0"}}}, ready("m0"))),
+			want: Plan{Case: "SupersededDataRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside}},
+		{name: "damaged data a restore superseded, no quorum: wait as superseded",
+			obs: obs("m1", func() datadir.State {
+				s := damagedDB
+				s.Identity, s.SupersededBy = superseded.Identity, 4
+				return s
+			}(), noQuorum, none),
+			want: Plan{Case: "SupersededDataWait", Action: ActionWait}},
+		{name: "a superseded record the data dir carried out since (it rejoined the restore) marks nothing",
+			obs: obs("m1", func() datadir.State {
+				s := superseded
+				id := *s.Identity
+				id.RecoveryEpoch = 4
+				s.Identity = &id
+				return s
+			}(), quorate, all),
+			want: Plan{Case: "RestartQuorate", Action: ActionRestart, ClusterState: "existing"}},
+		{name: "a superseded record in an empty data dir marks nothing",
+			obs:  obs("m0", func() datadir.State { s := emptyData; s.SupersededBy = 4; return s }(), cluster.LiveCluster{}, none),
+			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new"}},
+		{name: "survivor seed whose data a restore superseded waits (never forces it into a cluster)",
+			obs: with_(obs("m1", superseded, noQuorum, formed), func(o *Observation) {
+				o.Directive = directive(5, cluster.PhaseSeeding, cluster.RecoverFromSurvivor, "m1")
+			}),
+			want: Plan{Case: "QuorumLossSeedWithoutData", Action: ActionWait}},
+		{name: "follower whose data a restore superseded rejoins the recovered cluster: moved aside",
+			obs:  with_(obs("m1", superseded, newClusterOfM0, status(formed, ready("m0"))), func(o *Observation) { o.Directive = rejoinM0 }),
+			want: Plan{Case: "QuorumLossFollowerRejoin", Action: ActionJoinAsLearner, ClusterState: "existing", Disposal: MoveDataAside, RecoveryEpoch: 5}},
 		{name: "unfinished restore beside an empty data dir: cleaned, then bootstrap",
 			obs:  obs("m0", partial, cluster.LiveCluster{}, none),
 			want: Plan{Case: "Bootstrap", Action: ActionBootstrap, ClusterState: "new", CleanPartialRestore: true}},
@@ -382,6 +429,10 @@ func TestDecide(t *testing.T) {
 			// Never a new cluster on existing data, beside a formed one, or over backups.
 			if got.Action == ActionBootstrap && ((!tt.obs.Data.Empty() && got.Disposal == KeepData) || tt.obs.formed() || tt.obs.BackupTimeline != 0) {
 				t.Fatalf("bootstraps a new cluster where one exists: %+v", got)
+			}
+			// Data a restore superseded is never started on, nor bootstrapped beside.
+			if tt.obs.Data.Superseded() && (got.Action == ActionRestart || got.Action == ActionForceNewCluster || got.Action == ActionBootstrap) {
+				t.Fatalf("acts on data a restore superseded: %+v", got)
 			}
 		})
 	}
@@ -427,6 +478,9 @@ func TestDecideWithoutView(t *testing.T) {
 			blind(func() datadir.State { s := own(validData); s.PartialRestore = true; return s }(), true),
 			Plan{Case: "ViewUnavailableWait", Action: ActionWait, CleanPartialRestore: true}},
 		{"own data in use by a running etcd: wait for it to stop", blind(own(inUseDB), true), Plan{Case: "DataInUseWait", Action: ActionWait}},
+		{"own data, started before, that a restore superseded: wait, never restarted",
+			blind(func() datadir.State { s := own(validData); s.SupersededBy = 4; return s }(), true),
+			Plan{Case: "ViewUnavailableWait", Action: ActionWait}},
 		{"own valid data, started before, the data dir records a fence: etcd held",
 			func() Observation { o := blind(own(validData), true); o.FencedOnDisk = true; return o }(),
 			Plan{Case: CaseFenced, Action: ActionWait}},
@@ -440,6 +494,56 @@ func TestDecideWithoutView(t *testing.T) {
 			}
 			if got.Action == ActionWait && got.Case == "ViewUnavailableWait" && !strings.Contains(reason, "the API server does not answer") {
 				t.Fatalf("the wait does not say what it waits for: %q", reason)
+			}
+		})
+	}
+}
+
+// TestSupersededRecord is the table of what a member's data dir records of the restore that
+// supersedes its data, under the directive in force: each row names the situation.
+func TestSupersededRecord(t *testing.T) {
+	restoreIn := func(epoch int64, phase, seed string) *cluster.Directive {
+		d := directive(epoch, phase, cluster.RecoverFromBackup, seed)
+		d.Restore = &cluster.RestoreTarget{Timeline: 1, Revision: 42}
+		return d
+	}
+	cancel := func(epoch, cancels int64) *cluster.Directive {
+		d := directive(epoch, cluster.PhaseFencing, "", "")
+		d.Cancels = cancels
+		return d
+	}
+	own := func(epoch, record int64) datadir.State {
+		s := validData
+		s.Identity = &datadir.Identity{ClusterToken: "tok", MemberName: "m1", MemberID: "abc", ClusterID: "def", RecoveryEpoch: epoch}
+		s.SupersededBy = record
+		return s
+	}
+	for _, tt := range []struct {
+		name string
+		d    *cluster.Directive
+		data datadir.State
+		want int64
+	}{
+		{"a restore fencing every member: recorded", restoreIn(4, cluster.PhaseFencing, ""), own(0, 0), 4},
+		{"a restore fencing, damaged data: recorded too", restoreIn(4, cluster.PhaseFencing, ""), damagedDB, 4},
+		{"a restore fencing, an empty dir: nothing to record", restoreIn(4, cluster.PhaseFencing, ""), emptyData, 0},
+		{"a restore whose seed is another member: recorded", restoreIn(4, cluster.PhaseSeeding, "m0"), own(0, 0), 4},
+		{"a restore whose seed is this member: left as it is (the seed moves its data aside)", restoreIn(4, cluster.PhaseSeeding, "m1"), own(0, 0), 0},
+		{"a restore this member's seed serves: data it starts since (a replacement) is never marked", restoreIn(4, cluster.PhaseRejoining, "m1"), own(0, 0), 0},
+		{"a restore whose seed serves, data not rejoined yet: recorded", restoreIn(4, cluster.PhaseRejoining, "m0"), own(0, 0), 4},
+		{"data that carried the restore out (the restored seed's, a rejoined member's): not recorded", restoreIn(4, cluster.PhaseRejoining, "m0"), own(4, 0), 0},
+		{"a new epoch of the same restore: the record follows it", restoreIn(6, cluster.PhaseFencing, ""), own(0, 4), 6},
+		{"a quorum-loss recovery: the record kept", directive(5, cluster.PhaseFencing, "", ""), own(0, 4), 4},
+		{"no directive: the record kept", nil, own(0, 4), 4},
+		{"the cancel of the restore: cleared", cancel(5, 4), own(0, 4), 0},
+		{"the cancel of a later epoch of the same restore: cleared", cancel(7, 6), own(0, 4), 0},
+		{"the cancel of an earlier restore: a newer record kept", cancel(7, 3), own(0, 4), 4},
+		{"a record the data dir carried out since: cleared", nil, own(4, 4), 0},
+		{"a record in an empty dir: cleared", nil, func() datadir.State { s := emptyData; s.SupersededBy = 4; return s }(), 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := SupersededRecord(tt.d, "m1", tt.data); got != tt.want {
+				t.Fatalf("SupersededRecord = %d, want %d", got, tt.want)
 			}
 		})
 	}

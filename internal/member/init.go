@@ -91,6 +91,7 @@ func (s *Sidecar) initAttempt(ctx context.Context, changes <-chan struct{}, fail
 		s.lg.Warn("cannot observe; retrying", zap.Error(err), zap.Duration("retryIn", delay))
 	default:
 		s.recordFence(obs)
+		obs.Data.SupersededBy = s.recordSuperseded(obs.Directive, obs.Data)
 		plan = Decide(obs)
 		s.lg.Info("initialisation decision", zap.String("event", "init-decision"), zap.String("case", plan.Case),
 			zap.String("action", string(plan.Action)), zap.String("reason", plan.Reason))
@@ -304,6 +305,34 @@ func (s *Sidecar) recordFence(obs Observation) {
 	}
 }
 
+// recordSuperseded keeps the data dir's record that a restore supersedes its data in step
+// with directive d in force (SupersededRecord), data being what the dir holds, and returns
+// the epoch the dir records now. Nothing is written to a dir whose database a running etcd
+// holds: a record marks data at rest. A record that cannot be written is retried at the next
+// observation; the supervisor or operator waits for it (the member's report shows it).
+func (s *Sidecar) recordSuperseded(d *cluster.Directive, data datadir.State) int64 {
+	want := SupersededRecord(d, s.cfg.Name, data)
+	if want == data.SupersededBy || data.InUse {
+		return data.SupersededBy
+	}
+	var err error
+	if want == 0 {
+		err = datadir.ClearSuperseded(s.cfg.DataDir)
+	} else {
+		err = datadir.WriteSuperseded(s.cfg.DataDir, want)
+	}
+	if err != nil {
+		s.lg.Warn("cannot keep the data dir's record that a restore supersedes its data", zap.Int64("epoch", want), zap.Error(err))
+		return data.SupersededBy
+	}
+	if want == 0 {
+		s.lg.Info("cleared the data dir's record that a restore supersedes its data", zap.Int64("was", data.SupersededBy))
+	} else {
+		s.lg.Info("recorded in the data dir that a restore supersedes its data", zap.String("event", "data-superseded"), zap.Int64("epoch", want))
+	}
+	return want
+}
+
 // others lists the client URLs of the desired members other than self.
 func others(spec cluster.Spec, self string) []string {
 	var out []string
@@ -438,9 +467,15 @@ func (s *Sidecar) recordStart(config []byte) {
 	}
 }
 
+// writeIdentity records id in the data dir, for data this member starts on: new data (a
+// bootstrap, a join, a restore), or data etcd runs on. A record that a restore supersedes what
+// the dir held before goes first: it never marks the data started on.
 func (s *Sidecar) writeIdentity(id datadir.Identity) error {
 	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
 		return err
+	}
+	if err := datadir.ClearSuperseded(s.cfg.DataDir); err != nil {
+		return fmt.Errorf("clear the superseded record of data dir %s: %w", s.cfg.DataDir, err)
 	}
 	id.WrittenAt = time.Now().UTC()
 	if err := datadir.WriteIdentity(s.cfg.DataDir, id); err != nil {

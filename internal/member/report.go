@@ -148,6 +148,19 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self cl
 		r.Problem = err.Error()
 		return r
 	}
+	// The record that a restore supersedes the data is kept here too: a member the
+	// supervisor holds stopped runs no initialisation, and the restore's seed acts only once
+	// every member's report shows the record.
+	if rec := s.recordSuperseded(snap.Directive, data); rec != data.SupersededBy {
+		print, fpErr = fingerprint(s.cfg.DataDir)
+		if data, err = s.inspectAt(print, fpErr); err != nil {
+			r.Problem = err.Error()
+			return r
+		}
+	}
+	if data.Superseded() {
+		r.SupersededBy = data.SupersededBy
+	}
 	r.DataValid, r.DataEmpty = data.Valid(), data.Empty()
 	r.MemberID, r.ClusterID, r.Revision, r.Applied = data.MemberIDHex(), data.ClusterIDHex(), data.Revision, data.ConsistentIndex
 	if len(data.Problems) > 0 {

@@ -972,7 +972,8 @@ func TestDecideSingleMemberDrain(t *testing.T) {
 
 // TestDecideRestoreNotHeldUnderManual: under quorumLoss.policy Manual a quorum-loss recovery
 // stops before its seed acts, for a confirmation; a restore the user asked for does not (the
-// EtcdRestore is the confirmation), once every member is stopped and has reported from disk.
+// EtcdRestore is the confirmation), once every member is stopped and has reported from disk
+// (its data dir recording that the restore supersedes its data).
 func TestDecideRestoreNotHeldUnderManual(t *testing.T) {
 	stoppedAndReported := func(st heal.Status) *world {
 		w := healthy(3)
@@ -996,7 +997,12 @@ func TestDecideRestoreNotHeldUnderManual(t *testing.T) {
 		t.Fatal(err)
 	}
 	restore.Status.ClusterID = "c1"
-	d := decideAsking(stoppedAndReported(restore.Status).o)
+	rw := stoppedAndReported(restore.Status)
+	for name, r := range rw.o.Reports { // each data dir records that the restore supersedes it
+		r.SupersededBy = restore.Status.Directive.Epoch
+		rw.o.Reports[name] = r
+	}
+	d := decideAsking(rw.o)
 	if dir := d.Recovery.Status.Directive; dir == nil || dir.Phase != cluster.PhaseSeeding || d.Recovery.Held != "" {
 		t.Fatalf("restore under Manual: directive %+v, held %q; want Seeding without a confirmation", dir, d.Recovery.Held)
 	}

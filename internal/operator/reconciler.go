@@ -339,10 +339,10 @@ func (r *ClusterReconciler) decide(ctx context.Context, ec *v1alpha1.EtcdCluster
 }
 
 // someDataLost: a member reports from its data dir that the dir lost its own data (empty,
-// or holding someone else's).
+// holding someone else's, or holding data a restore superseded).
 func someDataLost(reports map[string]cluster.Report) bool {
 	for _, rep := range reports {
-		if rep.Source == cluster.ReportFromDisk && (rep.DataEmpty || rep.Foreign != "") {
+		if rep.Source == cluster.ReportFromDisk && (rep.DataEmpty || rep.Foreign != "" || rep.DataSuperseded()) {
 			return true
 		}
 	}

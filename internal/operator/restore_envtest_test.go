@@ -257,13 +257,19 @@ func TestEtcdRestoreInPlace(t *testing.T) {
 		return nil
 	})
 
-	// Fencing: the members' pods are replaced; their sidecars report their data from disk.
+	// Fencing: the members' pods are replaced; their sidecars report their data from disk,
+	// which their data dirs record the restore supersedes.
 	none := func(int) bool { return false }
 	diskReports := func() {
+		var superseded int64
+		if d := directive(t, getCluster(t, ns, "rs")); d != nil && d.Restore != nil {
+			superseded = d.Epoch
+		}
 		for i := 0; i < 3; i++ {
 			n := fmt.Sprintf("rs-%d", i)
 			writeReport(t, ns, cluster.Report{Name: n, At: time.Now(), Source: cluster.ReportFromDisk, DataValid: true, Owner: n,
-				MemberID: fmt.Sprintf("a%d", i), ClusterID: "c1", Formed: true, LastTerm: 2, LastIndex: 100, Commit: 100, Applied: 100, Revision: 500}, nil)
+				MemberID: fmt.Sprintf("a%d", i), ClusterID: "c1", Formed: true, LastTerm: 2, LastIndex: 100, Commit: 100, Applied: 100, Revision: 500,
+				SupersededBy: superseded}, nil)
 		}
 	}
 	progressing := false
