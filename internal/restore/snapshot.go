@@ -1,6 +1,7 @@
 // Package restore turns a full snapshot plus delta events into an etcd data dir at an exact
 // revision: etcdutl's snapshot restore writes the member dir, then Replay applies the deltas
-// directly on etcd's mvcc storage, one write transaction per source revision.
+// directly on etcd's storage, each source revision one revision of the database, written as
+// the key bucket records etcd's mvcc store writes.
 package restore
 
 import (
