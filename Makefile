@@ -152,6 +152,7 @@ FUZZTARGETS := \
 	./internal/backup:FuzzVouch \
 	./internal/backup:FuzzRestorable \
 	./internal/backup:FuzzEventReader \
+	./internal/backup:FuzzDecodeEventInPlace \
 	./internal/backup/snapshotter:FuzzSnapshotChunk \
 	./internal/backup/snapshotter:FuzzSnapshotTrailer \
 	./internal/backup/snapshotter:FuzzWatchResponse \

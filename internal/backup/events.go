@@ -93,36 +93,94 @@ func NewEventReader(r io.Reader, key string) *EventReader {
 // ReadEvent returns the next event, io.EOF after the last one, or an error
 // naming the object (wrapping ErrCorrupt for a torn or damaged record).
 func (e *EventReader) ReadEvent() (*mvccpb.Event, error) {
+	ev := new(mvccpb.Event)
+	if err := e.read(ev); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// ReadEventInto is ReadEvent into ev, whose key-value and buffers it reuses: a reader that
+// only checks the events allocates nothing per event. What ev holds is valid until the next
+// call; it is the event ReadEvent would return, except that ev.Kv's key and value are empty,
+// not nil, when the record has none.
+func (e *EventReader) ReadEventInto(ev *mvccpb.Event) error {
+	kv := ev.Kv
+	if kv == nil {
+		kv = new(mvccpb.KeyValue)
+	}
+	// Unmarshal leaves the fields a record lacks as they were: start from zero.
+	*kv = mvccpb.KeyValue{Key: kv.Key[:0], Value: kv.Value[:0]}
+	*ev = mvccpb.Event{Kv: kv}
+	return e.read(ev)
+}
+
+// ReadEventIn is ReadEvent into ev and its key-value (both overwritten), whose key and value
+// are not copies but point into the record, which is appended to *arena (a new arena of at
+// least 64 KiB is made when it has no room): a reader that keeps many events makes one
+// allocation per arena instead of two per event. The arena's bytes must not be changed while
+// the events are used.
+func (e *EventReader) ReadEventIn(ev *mvccpb.Event, arena *[]byte) error {
+	if ev.Kv == nil {
+		ev.Kv = new(mvccpb.KeyValue)
+	}
+	*ev = mvccpb.Event{Kv: ev.Kv}
+	*ev.Kv = mvccpb.KeyValue{}
+	return e.readEvent(ev, arena)
+}
+
+func (e *EventReader) read(ev *mvccpb.Event) error { return e.readEvent(ev, nil) }
+
+// readEvent reads the next record and decodes it into ev: with arena, in place (ev's key and
+// value point into the record, kept in the arena); without, copying every byte field.
+func (e *EventReader) readEvent(ev *mvccpb.Event, arena *[]byte) error {
 	size, n, err := readUvarint(e.r)
 	if err == io.EOF && n == 0 {
-		return nil, io.EOF
+		return io.EOF
 	}
 	if err != nil {
-		return nil, e.fail(err, "read the length of event %d", e.count+1)
+		return e.fail(err, "read the length of event %d", e.count+1)
 	}
 	if size > MaxEventSize {
-		return nil, fmt.Errorf("backup object %s: %w: event %d claims %d bytes, more than the %d-byte limit", e.key, ErrCorrupt, e.count+1, size, MaxEventSize)
+		return fmt.Errorf("backup object %s: %w: event %d claims %d bytes, more than the %d-byte limit", e.key, ErrCorrupt, e.count+1, size, MaxEventSize)
 	}
-	if cap(e.buf) < int(size) {
-		e.buf = make([]byte, size)
+	var b []byte
+	if arena == nil {
+		if cap(e.buf) < int(size) {
+			e.buf = make([]byte, size)
+		}
+		b = e.buf[:size]
+	} else {
+		a := *arena
+		if cap(a)-len(a) < int(size) {
+			a = make([]byte, 0, max(int(size), 64<<10))
+		}
+		b = a[len(a) : len(a)+int(size) : len(a)+int(size)]
+		*arena = a[:len(a)+int(size)]
 	}
-	b := e.buf[:size]
 	if _, err := io.ReadFull(e.r, b); err != nil {
-		return nil, e.fail(err, "read event %d (%d bytes)", e.count+1, size)
+		return e.fail(err, "read event %d (%d bytes)", e.count+1, size)
 	}
-	ev := new(mvccpb.Event)
-	if err := ev.Unmarshal(b); err != nil { // copies every byte field out of b
-		return nil, fmt.Errorf("backup object %s: %w: event %d does not decode: %v", e.key, ErrCorrupt, e.count+1, err)
+	if arena == nil || !decodeEventInPlace(ev, b) {
+		// Copies every byte field out of b. decodeEventInPlace leaves what it does not decode
+		// exactly as Unmarshal would (anything but the fields a watch fills, once each) to
+		// Unmarshal, from scratch.
+		if arena != nil {
+			*ev = mvccpb.Event{}
+		}
+		if err := ev.Unmarshal(b); err != nil {
+			return fmt.Errorf("backup object %s: %w: event %d does not decode: %v", e.key, ErrCorrupt, e.count+1, err)
+		}
 	}
 	if ev.Kv == nil || ev.Kv.ModRevision < 1 {
-		return nil, fmt.Errorf("backup object %s: %w: event %d has no key-value or revision", e.key, ErrCorrupt, e.count+1)
+		return fmt.Errorf("backup object %s: %w: event %d has no key-value or revision", e.key, ErrCorrupt, e.count+1)
 	}
 	if ev.Kv.ModRevision < e.last {
-		return nil, fmt.Errorf("backup object %s: %w: event %d at revision %d comes after revision %d", e.key, ErrCorrupt, e.count+1, ev.Kv.ModRevision, e.last)
+		return fmt.Errorf("backup object %s: %w: event %d at revision %d comes after revision %d", e.key, ErrCorrupt, e.count+1, ev.Kv.ModRevision, e.last)
 	}
 	e.last = ev.Kv.ModRevision
 	e.count++
-	return ev, nil
+	return nil
 }
 
 // Count is the number of events read.
@@ -165,4 +223,119 @@ func readUvarint(r io.ByteReader) (uint64, int, error) {
 		s += 7
 	}
 	return 0, binary.MaxVarintLen64, fmt.Errorf("%w: event length is not a valid varint", ErrCorrupt)
+}
+
+// decodeEventInPlace decodes b, the protobuf encoding of an mvccpb.Event, into ev (an empty
+// event with an empty key-value), with the key and value pointing into b. It decodes only the
+// common form, which it decodes exactly as a new event's Unmarshal does: the type and the
+// key-value, each at most once with the wire type of its field, and in the key-value only
+// its six fields (key, create_revision, mod_revision, version, value, lease), each at most
+// once. For anything else (a previous key-value, an unknown field, a field repeated or of
+// another wire type, a damaged encoding) it returns false, and ev is to be decoded again by
+// Unmarshal. FuzzDecodeEventInPlace holds it to that.
+func decodeEventInPlace(ev *mvccpb.Event, b []byte) bool {
+	var seen uint8
+	for i := 0; i < len(b); {
+		tag, ok := uvarintAt(b, &i)
+		if !ok {
+			return false
+		}
+		switch tag {
+		case 1<<3 | 0: // type
+			v, ok := uvarintAt(b, &i)
+			if !ok || seen&1 != 0 {
+				return false
+			}
+			ev.Type, seen = mvccpb.Event_EventType(v), seen|1
+		case 2<<3 | 2: // kv
+			m, ok := lengthAt(b, &i)
+			if !ok || seen&2 != 0 || !decodeKVInPlace(ev.Kv, m) {
+				return false
+			}
+			seen |= 2
+		default:
+			return false
+		}
+	}
+	if seen&2 == 0 {
+		ev.Kv = nil // as Unmarshal leaves a fresh event without one
+	}
+	return true
+}
+
+func decodeKVInPlace(kv *mvccpb.KeyValue, b []byte) bool {
+	var seen uint8
+	for i := 0; i < len(b); {
+		tag, ok := uvarintAt(b, &i)
+		if !ok {
+			return false
+		}
+		field := tag >> 3
+		if field < 1 || field > 6 || seen&(1<<field) != 0 {
+			return false
+		}
+		seen |= 1 << field
+		if field == 1 || field == 5 { // key, value: bytes
+			if tag&7 != 2 {
+				return false
+			}
+			v, ok := lengthAt(b, &i)
+			if !ok {
+				return false
+			}
+			if field == 1 {
+				kv.Key = v
+			} else {
+				kv.Value = v
+			}
+			continue
+		}
+		if tag&7 != 0 {
+			return false
+		}
+		v, ok := uvarintAt(b, &i)
+		if !ok {
+			return false
+		}
+		switch field {
+		case 2:
+			kv.CreateRevision = int64(v)
+		case 3:
+			kv.ModRevision = int64(v)
+		case 4:
+			kv.Version = int64(v)
+		case 6:
+			kv.Lease = int64(v)
+		}
+	}
+	return true
+}
+
+// uvarintAt decodes the varint at b[*i:] as the generated protobuf code does (at most ten
+// bytes, the bits past 64 dropped) and moves *i past it.
+func uvarintAt(b []byte, i *int) (uint64, bool) {
+	var v uint64
+	for shift := uint(0); shift < 64; shift += 7 {
+		if *i >= len(b) {
+			return 0, false
+		}
+		c := b[*i]
+		*i++
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// lengthAt decodes a length-delimited field's bytes at b[*i:] and moves *i past them.
+func lengthAt(b []byte, i *int) ([]byte, bool) {
+	n, ok := uvarintAt(b, i)
+	if !ok || n > uint64(len(b)-*i) {
+		return nil, false
+	}
+	v := b[*i : *i+int(n) : *i+int(n)]
+	*i += int(n)
+	return v, true
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 	"time"
 
@@ -230,4 +231,62 @@ func sameEvent(a, b *mvccpb.Event) bool {
 	ab, errA := a.Marshal()
 	bb, errB := b.Marshal()
 	return errA == nil && errB == nil && bytes.Equal(ab, bb)
+}
+
+// FuzzDecodeEventInPlace: what decodeEventInPlace decodes, Unmarshal decodes the same; and an
+// EventReader reading events in place (ReadEventIn) returns what ReadEvent returns, errors
+// included.
+func FuzzDecodeEventInPlace(f *testing.F) {
+	var buf bytes.Buffer
+	ew := NewEventWriter(&buf)
+	prev := put("/a", "0", 9, 9, 1)
+	withPrev := del("/a", 12, nil)
+	withPrev.PrevKv = prev.Kv
+	for _, ev := range []*mvccpb.Event{put("/a", "1", 10, 10, 1), put("/b", "", 11, 11, 1), withPrev,
+		{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte("/l"), Value: []byte("v"), CreateRevision: 5, ModRevision: 13, Version: 3, Lease: -7}}} {
+		b, err := ev.Marshal()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		if err := ew.WriteEvent(ev); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Add(buf.Bytes())
+	f.Add([]byte{0x12, 0x04, 0x0a, 0x02, 0x2f, 0x61, 0x12, 0x02, 0x18, 0x05}) // kv twice: merged
+	f.Add([]byte{0x08, 0x01, 0x08, 0x00, 0x12, 0x00})                         // type twice
+	f.Add([]byte{0x12, 0x03, 0x38, 0x01, 0x00})                               // unknown field in kv
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := new(mvccpb.Event)
+		wantErr := want.Unmarshal(b)
+		got := &mvccpb.Event{Kv: new(mvccpb.KeyValue)}
+		if decodeEventInPlace(got, b) {
+			if wantErr != nil {
+				t.Fatalf("decoded in place %v, Unmarshal fails: %v", got, wantErr)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("decoded in place %v, Unmarshal %v", got, want)
+			}
+		}
+
+		// The same bytes as a stream of framed events.
+		plain := NewEventReader(bytes.NewReader(b), deltaTestKey)
+		inPlace := NewEventReader(bytes.NewReader(b), deltaTestKey)
+		var arena []byte
+		for i := 0; ; i++ {
+			want, wantErr := plain.ReadEvent()
+			got := new(mvccpb.Event)
+			gotErr := inPlace.ReadEventIn(got, &arena)
+			if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
+				t.Fatalf("event %d: ReadEventIn: %v, ReadEvent: %v", i, gotErr, wantErr)
+			}
+			if wantErr != nil {
+				return
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("event %d: ReadEventIn %v, ReadEvent %v", i, got, want)
+			}
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -545,10 +546,7 @@ func NewObjectReader(r io.Reader, key string, keys *seal.Keyring) (Header, *Obje
 	}
 	or.src = or.plain
 	if hdr.Compression == CompressionZstd {
-		or.dec, err = zstd.NewReader(or.plain,
-			zstd.WithDecoderConcurrency(1),
-			zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxWindow(maxWindow))
+		or.dec, err = getDecoder(or.plain)
 		if err != nil {
 			return Header{}, nil, fmt.Errorf("backup object %s: start zstd decoder: %w", key, err)
 		}
@@ -647,7 +645,7 @@ func (o *ObjectReader) LastRev() int64 {
 // Close releases the decoder (and, for OpenObject, the store reader).
 func (o *ObjectReader) Close() error {
 	if o.dec != nil {
-		o.dec.Close()
+		putDecoder(o.dec, o.err == io.EOF)
 		o.dec = nil
 	}
 	if o.err == nil {
@@ -659,6 +657,34 @@ func (o *ObjectReader) Close() error {
 		return c.Close()
 	}
 	return nil
+}
+
+// decoders keeps zstd decoders for the next object: a decoder's buffers are most of what
+// reading an object allocates (over 1 MiB), and a restore reads an object every few thousand
+// revisions, twice.
+var decoders sync.Pool
+
+func getDecoder(r io.Reader) (*zstd.Decoder, error) {
+	if d, ok := decoders.Get().(*zstd.Decoder); ok {
+		if err := d.Reset(r); err == nil {
+			return d, nil
+		}
+		d.Close()
+	}
+	return zstd.NewReader(r,
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(maxWindow))
+}
+
+// putDecoder keeps d for the next object if it read its stream to the end (ok); else, or if
+// it cannot let go of its reader, it is closed.
+func putDecoder(d *zstd.Decoder, ok bool) {
+	if ok && d.Reset(nil) == nil {
+		decoders.Put(d)
+		return
+	}
+	d.Close()
 }
 
 // payloadReader returns the bytes between header and trailer. It holds

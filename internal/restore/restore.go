@@ -78,9 +78,11 @@ type Options struct {
 	// and DataDir: it refuses, before writing, a full snapshot whose declared size would not
 	// fit with that much left (a drill on a live member's volume keeps the member's room).
 	KeepFree int64
-	// DeltaMemory bounds the decoded events held per delta object while the next one is
-	// fetched (default 32 MiB). A larger object is verified in a first pass and streamed in a
-	// second, so it is read twice but never held.
+	// DeltaMemory bounds the bytes of a delta object (as stored: compressed, and encrypted if
+	// it is) held from its verification to its replay (default 32 MiB); about two objects are
+	// held at a time, the next one and what is left of the current one. A larger object is
+	// verified in a first read and read again from the store to be replayed, so it is read
+	// twice but never held.
 	DeltaMemory int64
 	// Progress, if set, is called as the restore moves on.
 	Progress func(Progress)
