@@ -116,24 +116,24 @@ func (e *EventReader) ReadEventInto(ev *mvccpb.Event) error {
 }
 
 // ReadEventIn is ReadEvent into ev and its key-value (both overwritten), whose key and value
-// are not copies but point into the record, which is appended to *arena (a new arena of at
-// least 64 KiB is made when it has no room): a reader that keeps many events makes one
-// allocation per arena instead of two per event. The arena's bytes must not be changed while
-// the events are used.
-func (e *EventReader) ReadEventIn(ev *mvccpb.Event, arena *[]byte) error {
+// are not copies but point into the record, which is read into alloc(size) (a slice of size
+// bytes the caller keeps, e.g. from an arena): a reader that keeps many events makes one
+// allocation per arena instead of two per event. Those bytes must not change while the event
+// is used.
+func (e *EventReader) ReadEventIn(ev *mvccpb.Event, alloc func(size int) []byte) error {
 	if ev.Kv == nil {
 		ev.Kv = new(mvccpb.KeyValue)
 	}
 	*ev = mvccpb.Event{Kv: ev.Kv}
 	*ev.Kv = mvccpb.KeyValue{}
-	return e.readEvent(ev, arena)
+	return e.readEvent(ev, alloc)
 }
 
 func (e *EventReader) read(ev *mvccpb.Event) error { return e.readEvent(ev, nil) }
 
-// readEvent reads the next record and decodes it into ev: with arena, in place (ev's key and
-// value point into the record, kept in the arena); without, copying every byte field.
-func (e *EventReader) readEvent(ev *mvccpb.Event, arena *[]byte) error {
+// readEvent reads the next record and decodes it into ev: with alloc, in place (ev's key and
+// value point into the record, read into alloc's bytes); without, copying every byte field.
+func (e *EventReader) readEvent(ev *mvccpb.Event, alloc func(int) []byte) error {
 	size, n, err := readUvarint(e.r)
 	if err == io.EOF && n == 0 {
 		return io.EOF
@@ -145,27 +145,22 @@ func (e *EventReader) readEvent(ev *mvccpb.Event, arena *[]byte) error {
 		return fmt.Errorf("backup object %s: %w: event %d claims %d bytes, more than the %d-byte limit", e.key, ErrCorrupt, e.count+1, size, MaxEventSize)
 	}
 	var b []byte
-	if arena == nil {
+	if alloc == nil {
 		if cap(e.buf) < int(size) {
 			e.buf = make([]byte, size)
 		}
 		b = e.buf[:size]
 	} else {
-		a := *arena
-		if cap(a)-len(a) < int(size) {
-			a = make([]byte, 0, max(int(size), 64<<10))
-		}
-		b = a[len(a) : len(a)+int(size) : len(a)+int(size)]
-		*arena = a[:len(a)+int(size)]
+		b = alloc(int(size))[:size:size]
 	}
 	if _, err := io.ReadFull(e.r, b); err != nil {
 		return e.fail(err, "read event %d (%d bytes)", e.count+1, size)
 	}
-	if arena == nil || !decodeEventInPlace(ev, b) {
+	if alloc == nil || !decodeEventInPlace(ev, b) {
 		// Copies every byte field out of b. decodeEventInPlace leaves what it does not decode
 		// exactly as Unmarshal would (anything but the fields a watch fills, once each) to
 		// Unmarshal, from scratch.
-		if arena != nil {
+		if alloc != nil {
 			*ev = mvccpb.Event{}
 		}
 		if err := ev.Unmarshal(b); err != nil {
@@ -241,13 +236,13 @@ func decodeEventInPlace(ev *mvccpb.Event, b []byte) bool {
 			return false
 		}
 		switch tag {
-		case 1<<3 | 0: // type
+		case 1 << 3: // type (field 1, wire type varint)
 			v, ok := uvarintAt(b, &i)
 			if !ok || seen&1 != 0 {
 				return false
 			}
 			ev.Type, seen = mvccpb.Event_EventType(v), seen|1
-		case 2<<3 | 2: // kv
+		case 2<<3 | 2: // kv (field 2, wire type bytes)
 			m, ok := lengthAt(b, &i)
 			if !ok || seen&2 != 0 || !decodeKVInPlace(ev.Kv, m) {
 				return false

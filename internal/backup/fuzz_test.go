@@ -273,11 +273,11 @@ func FuzzDecodeEventInPlace(f *testing.F) {
 		// The same bytes as a stream of framed events.
 		plain := NewEventReader(bytes.NewReader(b), deltaTestKey)
 		inPlace := NewEventReader(bytes.NewReader(b), deltaTestKey)
-		var arena []byte
+		alloc := func(n int) []byte { return make([]byte, n) }
 		for i := 0; ; i++ {
 			want, wantErr := plain.ReadEvent()
 			got := new(mvccpb.Event)
-			gotErr := inPlace.ReadEventIn(got, &arena)
+			gotErr := inPlace.ReadEventIn(got, alloc)
 			if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
 				t.Fatalf("event %d: ReadEventIn: %v, ReadEvent: %v", i, gotErr, wantErr)
 			}

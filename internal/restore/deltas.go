@@ -29,7 +29,8 @@ import (
 //
 // What is held is about two objects as stored (the next one, and what is left of the current
 // one) plus the events of a few batches, whatever the objects' sizes once decoded; each byte is
-// decompressed and decoded twice.
+// decompressed and decoded twice. The batches are used again once Replay has applied their
+// events (Release), so decoding allocates next to nothing.
 //
 // When an object cannot be fetched (missing, damaged), the events end there (io.EOF) after
 // everything before it, so Replay finishes on a revision boundary; StopErr says why.
@@ -47,8 +48,10 @@ type deltaSource struct {
 	after   int64         // events at or below this revision are skipped
 	cur     *fetchedDelta // the object whose events Next returns
 	batches chan eventBatch
-	batch   []*mvccpb.Event
-	next    int   // index into batch
+	batch   *batchBuf   // the batch whose events Next returns
+	next    int         // index into batch.events
+	given   []*batchBuf // batches whose events were all returned, oldest first
+	free    chan *batchBuf
 	end     error // after batch, the current object ends: io.EOF, or why its second read failed
 	curMax  int64 // the newest revision of cur returned
 	trimmed int64
@@ -65,21 +68,95 @@ type fetchedDelta struct {
 
 // eventBatch is a run of the current object's events, decoded; err is io.EOF after the last.
 type eventBatch struct {
-	events  []*mvccpb.Event
+	buf     *batchBuf
 	trimmed int64
 	err     error
 }
 
-// decodeBatch is the number of events the decoder sends at a time; decodeAhead batches may
-// wait for the replay.
+// batchBuf holds a batch of decoded events: the events, their key-values, and their records
+// (which the keys and values point into), all used again for a later batch.
+type batchBuf struct {
+	events []*mvccpb.Event
+	evs    []mvccpb.Event
+	kvs    []mvccpb.KeyValue
+	arena  [][]byte
+	cur    int   // arena chunk being filled
+	bytes  int   // of the arena in use
+	newest int64 // the newest revision of events
+
+	undoChunk, undoLen int // the arena before the last alloc
+}
+
+const batchArenaChunk = 64 << 10
+
+func newBatchBuf() *batchBuf {
+	return &batchBuf{events: make([]*mvccpb.Event, 0, decodeBatch), evs: make([]mvccpb.Event, decodeBatch), kvs: make([]mvccpb.KeyValue, decodeBatch)}
+}
+
+// reset empties the batch for use again; chunks made for an event larger than a chunk go.
+func (b *batchBuf) reset() {
+	clear(b.events)
+	b.events, b.cur, b.bytes, b.newest = b.events[:0], 0, 0, 0
+	kept := b.arena[:0]
+	for _, c := range b.arena {
+		if cap(c) == batchArenaChunk {
+			kept = append(kept, c[:0])
+		}
+	}
+	clear(b.arena[len(kept):])
+	b.arena = kept
+}
+
+// alloc returns n bytes of the batch's arena.
+func (b *batchBuf) alloc(n int) []byte {
+	b.bytes += n
+	for ; b.cur < len(b.arena); b.cur++ {
+		if c := b.arena[b.cur]; cap(c)-len(c) >= n {
+			b.undoChunk, b.undoLen = b.cur, len(c)
+			b.arena[b.cur] = c[:len(c)+n]
+			return c[len(c) : len(c)+n]
+		}
+	}
+	b.arena = append(b.arena, make([]byte, n, max(n, batchArenaChunk)))
+	b.undoChunk, b.undoLen = b.cur, 0
+	return b.arena[b.cur][:n]
+}
+
+// poisonReleased makes Release overwrite the events it releases (tests): an event used after
+// its release is then seen at once, not only when its batch happens to be decoded into again.
+var poisonReleased bool
+
+func (b *batchBuf) poison() {
+	for _, ev := range b.events {
+		*ev.Kv = mvccpb.KeyValue{Key: []byte("released"), ModRevision: -1}
+	}
+	for _, c := range b.arena {
+		for i := range c {
+			c[i] = 0xa5
+		}
+	}
+}
+
+// undo gives back the bytes of the last alloc (an event not kept).
+func (b *batchBuf) undo() {
+	c := b.arena[b.undoChunk]
+	b.bytes -= len(c) - b.undoLen
+	b.arena[b.undoChunk], b.cur = c[:b.undoLen], b.undoChunk
+}
+
+// The decoder sends decodeBatch events at a time, or fewer holding decodeBatchBytes;
+// decodeAhead batches may wait for the replay; keepBatches batches are kept for use again.
 const (
-	decodeBatch = 256
-	decodeAhead = 4
+	decodeBatch      = 256
+	decodeBatchBytes = 256 << 10
+	decodeAhead      = 4
+	keepBatches      = 8
 )
 
 func newDeltaSource(ctx context.Context, s *store.Store, objs []backup.Object, after, memLimit int64) *deltaSource {
 	ctx, cancel := context.WithCancel(ctx)
-	d := &deltaSource{ctx: ctx, cancel: cancel, s: s, limit: memLimit, chunks: newChunkPool(), after: after, fetched: make(chan fetchedDelta)}
+	d := &deltaSource{ctx: ctx, cancel: cancel, s: s, limit: memLimit, chunks: newChunkPool(), after: after,
+		fetched: make(chan fetchedDelta), free: make(chan *batchBuf, keepBatches)}
 	d.wg.Add(1)
 	go d.prefetch(objs)
 	return d
@@ -183,31 +260,36 @@ func (d *deltaSource) decode(fd fetchedDelta, after int64, out chan<- eventBatch
 	}
 	defer closer.Close()
 	// A batch's events and key-values are allocated together, and their keys and values
-	// point into the records, kept in an arena.
+	// point into the records, kept in the batch's arena; batches Replay is done with come back.
 	var b eventBatch
-	var evs []mvccpb.Event
-	var kvs []mvccpb.KeyValue
-	var arena []byte
 	newBatch := func() {
-		b = eventBatch{events: make([]*mvccpb.Event, 0, decodeBatch)}
-		evs, kvs = make([]mvccpb.Event, decodeBatch), make([]mvccpb.KeyValue, decodeBatch)
+		select {
+		case buf := <-d.free:
+			buf.reset()
+			b = eventBatch{buf: buf}
+		default:
+			b = eventBatch{buf: newBatchBuf()}
+		}
 	}
 	newBatch()
 	for {
-		i := len(b.events)
-		ev := &evs[i]
-		ev.Kv = &kvs[i]
-		if err := ce.checkIn(ev, &arena); err != nil {
+		buf := b.buf
+		i := len(buf.events)
+		ev := &buf.evs[i]
+		ev.Kv = &buf.kvs[i]
+		if err := ce.checkIn(ev, buf.alloc); err != nil {
 			b.err = err
 			send(b)
 			return
 		}
 		if ev.Kv.ModRevision <= after {
 			b.trimmed++
+			buf.undo()
 			continue
 		}
-		b.events = append(b.events, ev)
-		if len(b.events) == decodeBatch {
+		buf.events = append(buf.events, ev)
+		buf.newest = ev.Kv.ModRevision
+		if len(buf.events) == decodeBatch || buf.bytes >= decodeBatchBytes {
 			if !send(b) {
 				return
 			}
@@ -219,10 +301,13 @@ func (d *deltaSource) decode(fd fetchedDelta, after int64, out chan<- eventBatch
 // Next implements EventSource.
 func (d *deltaSource) Next() (*mvccpb.Event, error) {
 	for {
-		if d.next < len(d.batch) {
-			ev := d.batch[d.next]
-			d.batch[d.next] = nil // let the applied event go
+		if d.batch != nil && d.next < len(d.batch.events) {
+			ev := d.batch.events[d.next]
 			d.next++
+			if d.next == len(d.batch.events) {
+				// Used again once Replay has applied these events (Release).
+				d.given, d.batch = append(d.given, d.batch), nil
+			}
 			if rev := ev.Kv.ModRevision; rev <= d.after {
 				d.trimmed++ // the decoder skips these already
 				continue
@@ -279,7 +364,26 @@ func (d *deltaSource) Next() (*mvccpb.Event, error) {
 			return nil, err
 		}
 		d.trimmed += b.trimmed
-		d.batch, d.next, d.end = b.events, 0, b.err
+		d.batch, d.next, d.end = b.buf, 0, b.err
+		if d.batch != nil && len(d.batch.events) == 0 {
+			d.given, d.batch = append(d.given, d.batch), nil
+		}
+	}
+}
+
+// Release implements Replay's release of the events it has applied: the batches whose events
+// are all at or below rev are used again.
+func (d *deltaSource) Release(rev int64) {
+	for len(d.given) > 0 && d.given[0].newest <= rev {
+		if poisonReleased {
+			d.given[0].poison()
+		}
+		select {
+		case d.free <- d.given[0]:
+		default:
+		}
+		d.given[0] = nil
+		d.given = d.given[1:]
 	}
 }
 
@@ -287,7 +391,7 @@ func (d *deltaSource) Next() (*mvccpb.Event, error) {
 func (d *deltaSource) Close() {
 	d.cancel()
 	d.wg.Wait()
-	d.cur, d.batch = nil, nil
+	d.cur, d.batch, d.given = nil, nil, nil
 }
 
 // StopErr is why the events ended before the last object, if they did.
@@ -321,10 +425,10 @@ func (c *checkedEvents) check(ev *mvccpb.Event) error {
 	return c.checked(c.er.ReadEventInto(ev), ev)
 }
 
-// checkIn reads the next event into ev, its key and value in arena (see
+// checkIn reads the next event into ev, its key and value in place in alloc's bytes (see
 // backup.EventReader.ReadEventIn), and checks it.
-func (c *checkedEvents) checkIn(ev *mvccpb.Event, arena *[]byte) error {
-	return c.checked(c.er.ReadEventIn(ev, arena), ev)
+func (c *checkedEvents) checkIn(ev *mvccpb.Event, alloc func(int) []byte) error {
+	return c.checked(c.er.ReadEventIn(ev, alloc), ev)
 }
 
 func (c *checkedEvents) checked(err error, ev *mvccpb.Event) error {
@@ -406,7 +510,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 // about as fast as the decoder frees them.
 type chunkPool struct{ c chan []byte }
 
-func newChunkPool() *chunkPool { return &chunkPool{c: make(chan []byte, 8)} }
+func newChunkPool() *chunkPool { return &chunkPool{c: make(chan []byte, 4)} }
 
 func (p *chunkPool) get() []byte {
 	select {

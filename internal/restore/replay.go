@@ -20,9 +20,17 @@ import (
 // EventSource yields delta events in revision order; an event's revision is ev.Kv.ModRevision
 // (also for DELETE events). io.EOF at the end. All events of one revision must be delivered
 // together, in the order the source applied them. Replay keeps the events of the revision in
-// progress, so Next must return a new event each time.
+// progress, so Next must return a new event each time (or one Replay has released, see
+// EventReleaser).
 type EventSource interface {
 	Next() (*mvccpb.Event, error)
+}
+
+// EventReleaser is an EventSource that uses its events (and their keys and values) again:
+// Replay calls Release(rev) once it has applied every event at or below revision rev and keeps
+// none of them, nor any of their bytes.
+type EventReleaser interface {
+	Release(rev int64)
 }
 
 // ReplayOptions tunes Replay. The zero value replays everything with default batching.
@@ -130,6 +138,7 @@ func Replay(ctx context.Context, dataDir string, src EventSource, opts ReplayOpt
 	}
 
 	r := &replayer{src: src, opts: opts, res: res, dbPath: dbPath, rev: from, live: newLiveKeys()}
+	r.release, _ = src.(EventReleaser)
 	if err := r.open(); err != nil {
 		return res, err
 	}
@@ -146,10 +155,11 @@ func Replay(ctx context.Context, dataDir string, src EventSource, opts ReplayOpt
 }
 
 type replayer struct {
-	src    EventSource
-	opts   ReplayOptions
-	res    ReplayResult
-	dbPath string
+	src     EventSource
+	release EventReleaser // src, if it is one
+	opts    ReplayOptions
+	res     ReplayResult
+	dbPath  string
 
 	db    *bolt.DB
 	tx    *bolt.Tx        // the open batch
@@ -416,6 +426,10 @@ func (r *replayer) endRevision() error {
 	r.rev, r.txRev, r.sub, r.applying = r.txRev, 0, 0, false
 	r.res.Revisions++
 	r.res.ToRevision = r.rev
+	if r.release != nil {
+		// Every record is copied into r.arena and every key's state into r.live.
+		r.release.Release(r.rev)
+	}
 	if r.pendingEvents < r.opts.BatchEvents && r.pendingBytes < r.opts.BatchBytes {
 		return nil
 	}
