@@ -102,8 +102,8 @@ func (e *EventReader) ReadEvent() (*mvccpb.Event, error) {
 
 // ReadEventInto is ReadEvent into ev, whose key-value and buffers it reuses: a reader that
 // only checks the events allocates nothing per event. What ev holds is valid until the next
-// call; it is the event ReadEvent would return, except that ev.Kv's key and value are empty,
-// not nil, when the record has none.
+// call; it is the event ReadEvent would return, except that ev.Kv's key and value may be empty
+// rather than nil when the record has none.
 func (e *EventReader) ReadEventInto(ev *mvccpb.Event) error {
 	kv := ev.Kv
 	if kv == nil {
