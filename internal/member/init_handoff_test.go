@@ -1,8 +1,10 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/etcdproc"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
+	"github.com/etcd-steward/steward/internal/testutil"
 )
 
 // TestJoinConfigHandedToNextStart: a join made for an etcd start that stopped before taking
@@ -51,15 +54,17 @@ func TestJoinConfigHandedToNextStart(t *testing.T) {
 			// An initialisation a POST starts (a bootstrap here) writes into the data dir:
 			// it ends before the dir is removed.
 			t.Cleanup(func() {
-				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				err := testutil.Poll(10*time.Second, 50*time.Millisecond, func() error {
 					sc.mu.Lock()
-					running := sc.status.State == etcdproc.InitRunning
-					sc.mu.Unlock()
-					if !running {
-						return
+					defer sc.mu.Unlock()
+					if sc.status.State == etcdproc.InitRunning {
+						return errors.New("the initialisation still runs")
 					}
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
 				}
-				t.Error("the initialisation did not end")
 			})
 
 			// The answer is the state the POST left: running for a new initialisation.
@@ -86,19 +91,21 @@ func TestJoinConfigHandedToNextStart(t *testing.T) {
 // and returns the state the answer reports.
 func postInit(t *testing.T, c *sidecarapi.Client, url string) etcdproc.InitStatus {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, err := c.Call(context.Background(), http.MethodPost, url+"/v1/init")
-		if err == nil {
-			var st etcdproc.InitStatus
-			if err := json.Unmarshal(b, &st); err != nil {
-				t.Fatalf("POST /v1/init answered %q: %v", b, err)
-			}
-			return st
+	var b []byte
+	var err error
+	limited := testutil.Poll(10*time.Second, 100*time.Millisecond, func() error {
+		b, err = c.Call(context.Background(), http.MethodPost, url+"/v1/init")
+		if sidecarapi.StatusCode(err) == http.StatusTooManyRequests {
+			return err
 		}
-		if sidecarapi.StatusCode(err) != http.StatusTooManyRequests || time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if limited != nil || err != nil {
+		t.Fatal(cmp.Or(limited, err))
 	}
+	var st etcdproc.InitStatus
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("POST /v1/init answered %q: %v", b, err)
+	}
+	return st
 }
