@@ -855,6 +855,25 @@ func holdsWhat(r *cluster.Report) string {
 	return "invalid data"
 }
 
+// Relocated is the decision once data was moved back between members' data dirs
+// (Relocations): what those dirs held when their members reported is void, and so is a
+// recovery source chosen from it. A lost quorum waits its grace again from now (the members
+// whose data moved back restart now); a seed chosen but not yet serving is chosen again from
+// new reports, in a new epoch.
+func Relocated(o Observation, st Status, moved []Relocation) Decision {
+	if !st.QuorumLostSince.IsZero() {
+		st.QuorumLostSince = o.Now
+	}
+	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
+		var names []string
+		for _, rel := range moved {
+			names = append(names, rel.Owner)
+		}
+		return restart(o, st, fmt.Sprintf("the data of %s was moved back to its own data dir after %s was chosen", strings.Join(names, ", "), d.Seed))
+	}
+	return Decision{Status: st}
+}
+
 // Relocation moves a member's data found in another member's data dir back where it belongs.
 type Relocation struct {
 	// From holds Owner's data; Owner's own data dir does not hold it. Swap: Owner's dir

@@ -507,6 +507,35 @@ func TestRelocations(t *testing.T) {
 	}
 }
 
+func TestRelocated(t *testing.T) {
+	now := t0.Add(time.Minute)
+	moved := []Relocation{{From: "m0", Owner: "m1", Swap: true}}
+	members := []Member{{Name: "m0", Report: disk("m0", "a", 2, 9, 5)}, {Name: "m1", Report: disk("m1", "b", 3, 7, 5)}}
+	seeding := func(ack *cluster.DirectiveResult) Status {
+		return Status{LastEpoch: 4, QuorumLostSince: t0, Directive: &cluster.Directive{Epoch: 4, Phase: cluster.PhaseSeeding,
+			Mode: cluster.RecoverFromSurvivor, Seed: "m0", PhaseSince: t0, Ack: ack}}
+	}
+	// The seed was chosen from what the dirs held before the move: chosen again, in a new epoch.
+	d := Relocated(Observation{Now: now, Members: members}, seeding(nil), moved)
+	if dir := d.Status.Directive; dir == nil || dir.Epoch != 5 || dir.Phase != cluster.PhaseFencing || dir.Seed != "" || !d.Status.QuorumLostSince.Equal(now) {
+		t.Fatalf("a seed chosen before a move was kept: %+v", d.Status)
+	}
+	// A seed that serves formed the cluster the others rejoin: a move does not undo it.
+	ack := &cluster.DirectiveResult{Member: "m0", MemberID: "a", ClusterID: "cid"}
+	if d := Relocated(Observation{Now: now, Members: members}, seeding(ack), moved); d.Status.Directive.Epoch != 4 {
+		t.Fatalf("a seed that serves was abandoned: %+v", d.Status.Directive)
+	}
+	// Still fencing: the reports are awaited anew (the caller stops the moved members again);
+	// the grace of a lost quorum starts again.
+	fencing := Status{QuorumLostSince: t0, Directive: &cluster.Directive{Epoch: 2, Phase: cluster.PhaseFencing, PhaseSince: t0}}
+	if d := Relocated(Observation{Now: now, Members: members}, fencing, moved); d.Status.Directive.Epoch != 2 || !d.Status.QuorumLostSince.Equal(now) {
+		t.Fatalf("fencing: %+v", d.Status)
+	}
+	if d := Relocated(Observation{Now: now, Members: members}, Status{}, moved); !d.Status.QuorumLostSince.IsZero() {
+		t.Fatalf("a quorate cluster was marked as having lost its quorum: %+v", d.Status)
+	}
+}
+
 func TestRebuildStatus(t *testing.T) {
 	list := []cluster.LiveMember{{ID: "a", Name: "m0"}, {ID: "b", Name: "m1"}, {ID: "x", Name: "m3", IsLearner: true}}
 	tests := []struct {

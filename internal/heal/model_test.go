@@ -654,6 +654,14 @@ func (m *model) supervise() {
 			for _, rel := range rels {
 				from, owner := m.node(rel.From), m.node(rel.Owner)
 				from.running, owner.running = false, false
+				for _, n := range []*node{from, owner} {
+					if n.fenced {
+						// As the supervisor does: it releases its hold on both to move the
+						// data, and the next round stops them again. A report made before
+						// the move says nothing of what their dirs hold now.
+						n.stoppedAt = m.now
+					}
+				}
 				if rel.Swap {
 					from.data, owner.data = owner.data, from.data
 				} else {
@@ -661,9 +669,11 @@ func (m *model) supervise() {
 				}
 				m.trace = append(m.trace, fmt.Sprintf("    supervisor moves %s's data back from %s (swap %t)", rel.Owner, rel.From, rel.Swap))
 			}
-			if !m.status.QuorumLostSince.IsZero() {
-				m.status.QuorumLostSince = m.now
+			dec := heal.Relocated(heal.Observation{Now: m.now, Status: m.status, Members: members, Timing: m.timing}, m.status, rels)
+			if dec.Event != "" {
+				m.trace = append(m.trace, "    supervisor: "+dec.Event)
 			}
+			m.status = dec.Status
 			return
 		}
 	}

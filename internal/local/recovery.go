@@ -52,12 +52,17 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 		for _, rel := range rels {
 			s.relocate(ctx, rel, runs)
 		}
-		s.mu.Lock()
-		if !s.state.QuorumLostSince.IsZero() {
-			// The members whose data moved back restart now: their grace starts now.
-			s.state.QuorumLostSince = time.Now()
+		// Even a move that failed half-way may have changed the dirs: the reports are void.
+		dec := heal.Relocated(heal.Observation{Now: time.Now(), Status: st, Members: members, Timing: h.timing}, st, rels)
+		if dec.Event != "" {
+			s.logf("%s", dec.Event)
 		}
+		s.mu.Lock()
+		s.state.Status = dec.Status
 		s.mu.Unlock()
+		if err := s.save(); err != nil {
+			s.logf("cannot record state: %v", err)
+		}
 		return // observe again before deciding anything else
 	}
 	b := heal.Backup{Configured: spec.Backup != ""}
