@@ -634,6 +634,13 @@ func decideSeeding(o Observation, st Status) Decision {
 	return Decision{Status: st}
 }
 
+// seedActed: the seed's data, in its own dir or found in another, records that it carried
+// out directive d.
+func seedActed(members []Member, d cluster.Directive) bool {
+	r := seedReport(members, d)
+	return r != nil && r.AppliedEpoch >= d.Epoch
+}
+
 // seedReport is the report of the seed's data: from its own dir, or from the dir it was
 // found in since (a swap).
 func seedReport(members []Member, d cluster.Directive) *cluster.Report {
@@ -858,13 +865,14 @@ func holdsWhat(r *cluster.Report) string {
 // Relocated is the decision once data was moved back between members' data dirs
 // (Relocations): what those dirs held when their members reported is void, and so is a
 // recovery source chosen from it. A lost quorum waits its grace again from now (the members
-// whose data moved back restart now); a seed chosen but not yet serving is chosen again from
-// new reports, in a new epoch.
+// whose data moved back restart now); a seed chosen but not acting yet is chosen again from
+// new reports, in a new epoch. A seed whose data records that it carried the directive out
+// keeps it: that data, moved back, is the recovered cluster the others rejoin.
 func Relocated(o Observation, st Status, moved []Relocation) Decision {
 	if !st.QuorumLostSince.IsZero() {
 		st.QuorumLostSince = o.Now
 	}
-	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil {
+	if d := st.Directive; d != nil && d.Phase == cluster.PhaseSeeding && d.Ack == nil && !seedActed(o.Members, *d) {
 		var names []string
 		for _, rel := range moved {
 			names = append(names, rel.Owner)

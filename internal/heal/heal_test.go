@@ -520,10 +520,16 @@ func TestRelocated(t *testing.T) {
 	if dir := d.Status.Directive; dir == nil || dir.Epoch != 5 || dir.Phase != cluster.PhaseFencing || dir.Seed != "" || !d.Status.QuorumLostSince.Equal(now) {
 		t.Fatalf("a seed chosen before a move was kept: %+v", d.Status)
 	}
-	// A seed that serves formed the cluster the others rejoin: a move does not undo it.
+	// A seed that serves, or whose data (here found in m1's dir, moved back) records that it
+	// carried the directive out, formed the cluster the others rejoin: a move does not undo it.
 	ack := &cluster.DirectiveResult{Member: "m0", MemberID: "a", ClusterID: "cid"}
 	if d := Relocated(Observation{Now: now, Members: members}, seeding(ack), moved); d.Status.Directive.Epoch != 4 {
 		t.Fatalf("a seed that serves was abandoned: %+v", d.Status.Directive)
+	}
+	acted := disk("m1", "a2", 1, 3, 5)
+	acted.Owner, acted.AppliedEpoch = "m0", 4
+	if d := Relocated(Observation{Now: now, Members: []Member{{Name: "m0", Report: emptyDisk("m0")}, {Name: "m1", Report: acted}}}, seeding(nil), moved); d.Status.Directive.Epoch != 4 {
+		t.Fatalf("a seed that carried the directive out was abandoned: %+v", d.Status.Directive)
 	}
 	// Still fencing: the reports are awaited anew (the caller stops the moved members again);
 	// the grace of a lost quorum starts again.
