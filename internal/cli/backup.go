@@ -478,6 +478,7 @@ func runDrill(cmd *cobra.Command, s *store.Store, timeline uint32, endpoints end
 	}
 	prog := &phaseProgress{w: cmd.ErrOrStderr()}
 	o.Progress = prog.update
+	defer restore.HeapBound.Apply()()
 	res, err := restore.Drill(ctx, o)
 	prog.done()
 	return res, err

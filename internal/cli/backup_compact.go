@@ -50,6 +50,7 @@ The scratch dir needs room for about twice the database; it is removed on every 
 			}
 			prog := &phaseProgress{w: cmd.ErrOrStderr()}
 			o.Progress = prog.update
+			defer restore.HeapBound.Apply()()
 			res, err := restore.Compact(ctx, o)
 			prog.done()
 			if err != nil {

@@ -108,7 +108,7 @@ naming them: give --cluster-id (the IDs of the cluster to restore) or --timeline
 			o.Store = s
 			prog := &phaseProgress{w: cmd.ErrOrStderr()}
 			o.Progress = prog.update
-			defer boundHeap(restoreHeapFloor, restoreHeapPercent)()
+			defer restore.HeapBound.Apply()()
 			res, err := restore.Restore(ctx, o)
 			prog.done()
 			if err != nil {
@@ -140,14 +140,6 @@ naming them: give --cluster-id (the IDs of the cluster to restore) or --timeline
 	out.register(cmd)
 	return cmd
 }
-
-// A restore's Go memory is kept within restoreHeapFloor, or restoreHeapPercent above its live
-// heap once that is larger (boundHeap): on a restore of 20,000 keys and 200,000 delta
-// revisions the default (the heap growing to twice the live heap) made a third of the peak RSS.
-const (
-	restoreHeapFloor   = 40 << 20
-	restoreHeapPercent = 25
-)
 
 func restoreTable(t *table, r restore.Result) {
 	if r.DryRun {

@@ -62,10 +62,12 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, stat
 		}
 	}
 	start := time.Now()
+	stopBound := restore.HeapBound.Apply()
 	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name, RootPassword: rootPassword,
 		InitialCluster: self.Name + "=" + self.PeerURL, InitialClusterToken: spec.Token, PeerURLs: []string{self.PeerURL},
 		ToRevision: target.Revision, ToTime: target.Time, Timeline: target.Timeline, ClusterIDs: own,
 		MissingLeaseTTL: restore.DefaultMissingLeaseTTL, Logger: s.lg.Named("restore")})
+	stopBound()
 	if mkErr := os.MkdirAll(s.cfg.DataDir, 0o700); mkErr != nil && err == nil {
 		err = mkErr
 	}

@@ -907,8 +907,10 @@ func (a *Agent) drill(ctx context.Context, m snapshotter.Member, tl uint32) {
 	if err != nil {
 		err = fmt.Errorf("restore drill not run: status of %s: %w", m.Endpoint, err)
 	} else {
+		stop := restore.HeapBound.Apply()
 		res, err = restore.Drill(ctx, restore.DrillOptions{Store: a.store, Timeline: tl, Live: m.Client, LiveEndpoint: m.Endpoint,
 			ScratchDir: a.cfg.DrillScratchDir, KeepFree: st.DbSize, Logger: a.lg.WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))})
+		stop()
 	}
 	if ctx.Err() != nil {
 		return

@@ -1,4 +1,7 @@
-package cli
+// Package heapbound keeps a batch job's Go memory close to its live heap (a restore: mostly
+// long-lived data, churning through the rest), where the default lets the heap grow to twice
+// its live size.
+package heapbound
 
 import (
 	"math"
@@ -9,8 +12,18 @@ import (
 	"time"
 )
 
-// boundHeap makes the garbage collector of a batch command (a restore) keep the process's Go
-// memory within floor bytes, or within percent above its live heap once that is larger, instead
+// Bound is a heap bound: Floor bytes, or Percent above the live heap once that is larger.
+type Bound struct {
+	Floor   int64
+	Percent int
+}
+
+// held is taken by the bound in force: a second Apply while one holds changes nothing (the
+// first's settings serve both), so the settings put back are always the ones found.
+var held sync.Mutex
+
+// Apply makes the garbage collector keep the process's Go memory within b.Floor bytes, or
+// within b.Percent above its live heap once that is larger, until stop is called, instead
 // of letting the heap grow to twice the live heap (GOGC=100) as it does by default: a restore
 // keeps mostly long-lived data (the replay's index of live keys, the deltas held) and churns
 // through the rest, so the default's headroom was a third of its peak RSS. Below the floor the
@@ -20,11 +33,13 @@ import (
 // after each collection to percent above the live heap (plus the runtime's own memory), so a
 // heap that outgrows the floor is collected as with GOGC=percent, never continuously. stop
 // puts the previous settings back. With GOGC or GOMEMLIMIT in the environment it does nothing:
-// the user's settings win.
-func boundHeap(floor int64, percent int) (stop func()) {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+// the user's settings win. It bounds the whole process: a long-running one (the sidecar)
+// applies it only for the batch job's time.
+func (b Bound) Apply() (stop func()) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" || !held.TryLock() {
 		return func() {}
 	}
+	floor, percent := b.Floor, b.Percent
 	prevLimit := debug.SetMemoryLimit(floor)
 	prevPercent := debug.SetGCPercent(-1)
 	done := make(chan struct{})
@@ -67,10 +82,11 @@ func boundHeap(floor int64, percent int) (stop func()) {
 		wg.Wait()
 		debug.SetGCPercent(prevPercent)
 		debug.SetMemoryLimit(prevLimit)
+		held.Unlock()
 	}
 }
 
-// boundFor is boundHeap's memory limit for a live heap of live bytes, the runtime using other
+// boundFor is Apply's memory limit for a live heap of live bytes, the runtime using other
 // bytes besides.
 func boundFor(floor int64, percent int, live, other uint64) int64 {
 	want := float64(live)*(1+float64(percent)/100) + float64(other)

@@ -1,4 +1,4 @@
-package cli
+package heapbound
 
 import (
 	"math"
@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// TestBoundHeap: boundHeap turns GOGC off under a memory limit of the floor, and stop puts
-// the previous settings back; with GOGC or GOMEMLIMIT in the environment it changes nothing.
-func TestBoundHeap(t *testing.T) {
+// TestApply: Apply turns GOGC off under a memory limit of the floor, and stop puts the
+// previous settings back; with GOGC or GOMEMLIMIT in the environment, or a bound already in
+// force, it changes nothing.
+func TestApply(t *testing.T) {
 	settings := func() (percent int, limit int64) {
 		percent = debug.SetGCPercent(-1)
 		debug.SetGCPercent(percent)
@@ -18,9 +19,15 @@ func TestBoundHeap(t *testing.T) {
 
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
-	stop := boundHeap(40<<20, 25)
+	b := Bound{Floor: 40 << 20, Percent: 25}
+	stop := b.Apply()
 	if p, l := settings(); p != -1 || l != 40<<20 {
 		t.Errorf("bounded: GOGC %d, memory limit %d; want off and %d", p, l, 40<<20)
+	}
+	// A second bound while the first holds (two restores at once in one sidecar) leaves it.
+	Bound{Floor: 80 << 20, Percent: 10}.Apply()()
+	if p, l := settings(); p != -1 || l != 40<<20 {
+		t.Errorf("after a second bound's stop: GOGC %d, memory limit %d; want the first's, off and %d", p, l, 40<<20)
 	}
 	stop()
 	if p, l := settings(); p != p0 || l != l0 {
@@ -29,7 +36,7 @@ func TestBoundHeap(t *testing.T) {
 
 	for _, env := range []string{"GOGC", "GOMEMLIMIT"} {
 		t.Setenv(env, "200")
-		stop := boundHeap(40<<20, 25)
+		stop := b.Apply()
 		if p, l := settings(); p != p0 || l != l0 {
 			t.Errorf("with %s set: GOGC %d, memory limit %d; want them untouched", env, p, l)
 		}
