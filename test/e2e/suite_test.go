@@ -1,5 +1,5 @@
-// Package e2e runs Steward on a real single-node Kubernetes built here (see node): the
-// operator and the members are real pods on a real kubelet, installed with the project's own
+// Package e2e runs Steward on a real Kubernetes of three nodes built here (see node; one with
+// STEWARD_E2E_NODES=1): the operator and the members are real pods on real kubelets, installed with the project's own
 // Helm chart, backing up to an S3 server in the cluster. `make e2e` runs it (as root).
 //
 // A test that touches nothing outside its own namespace calls t.Parallel: `make e2e` runs two
@@ -270,6 +270,7 @@ func condition(ec *v1alpha1.EtcdCluster, typ string) string {
 func waitReady(t *testing.T, ns, name string, n int32, timeout time.Duration) *v1alpha1.EtcdCluster {
 	t.Helper()
 	var ec *v1alpha1.EtcdCluster
+	start := time.Now()
 	testutil.Eventually(t, timeout, fmt.Sprintf("cluster %s/%s Ready with %d members", ns, name, n), func() error {
 		var err error
 		if ec, err = getEC(ns, name); err != nil {
@@ -283,6 +284,7 @@ func waitReady(t *testing.T, ns, name string, n int32, timeout time.Duration) *v
 		}
 		return nil
 	})
+	t.Logf("cluster %s Ready with %d members after %s", name, n, time.Since(start).Round(100*time.Millisecond))
 	return ec
 }
 
