@@ -736,7 +736,7 @@ func parseRestore(out string) (result.Result, error) {
 		st := result.Summarise(ratios)
 		spread += fmt.Sprintf("; per-run time ratio %.2f–%.2f over %d runs", st.Min, st.Max, st.N)
 	}
-	res.Rows = append(res.Rows, row.WithSpread("%s", spread))
+	res.Rows = append(res.Rows, row.WithGoal("ratio ≤ 1.0", row.Ratio <= 1.0).WithSpread("%s", spread))
 	res.Rows = append(res.Rows, result.Row{Measure: "heap growth during restore", Unit: "MiB", OursName: "restore.Restore", Ours: float64(atoi(m[7]))})
 	res.Notes = append(res.Notes, "Steward streams the zstd object from the store, verifies it and restores with etcdutl's library; the reference restores the plain snapshot file with the stock etcdutl binary. Runs alternate on a warm page cache; see bench/restore/main.go.")
 	return res, nil
