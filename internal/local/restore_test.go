@@ -96,6 +96,29 @@ func backedUp(t *testing.T, ctx context.Context, dir string, rev int64) uint32 {
 	return tl
 }
 
+// overwritten is a history to restore: keys written and read at revision R, then
+// overwritten, the backups holding the present revision P on timeline.
+type overwritten struct {
+	atR, present map[string]kv
+	R, P         int64
+	timeline     uint32
+}
+
+// writeOverwritten waits for the first full snapshot (revisions from there on are
+// restorable), writes 20 keys under /a, reads them at R, overwrites them all and waits until
+// the backups hold the present revision P.
+func writeOverwritten(t *testing.T, ctx context.Context, dir string, cli *clientv3.Client) overwritten {
+	t.Helper()
+	var h overwritten
+	backedUp(t, ctx, dir, 1)
+	writeKeys(t, ctx, cli, "/a", 20)
+	h.atR, h.R = keysAt(t, ctx, cli, 0)
+	writeKeys(t, ctx, cli, "/a", 20)
+	h.present, h.P = keysAt(t, ctx, cli, 0)
+	h.timeline = backedUp(t, ctx, dir, h.P)
+	return h
+}
+
 func fullSnapshots(t *testing.T, ctx context.Context, s *store.Store) int {
 	t.Helper()
 	c, err := backup.ListChain(ctx, s)
@@ -286,12 +309,8 @@ func TestRestoreCompletesThroughFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cli := clusterClient(t, r.spec)
-	backedUp(t, ctx, dir, 1)
-	writeKeys(t, ctx, cli, "/a", 20)
-	atR, R := keysAt(t, ctx, cli, 0)
-	writeKeys(t, ctx, cli, "/a", 20) // overwritten after R
-	_, P := keysAt(t, ctx, cli, 0)
-	backedUp(t, ctx, dir, P)
+	h := writeOverwritten(t, ctx, dir, cli)
+	atR, R, P := h.atR, h.R, h.P
 
 	type outcome struct {
 		res RestoreResult
@@ -380,12 +399,8 @@ func TestRestoreKeptWhenTheStateAndTheSeedAreLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cli := clusterClient(t, r.spec)
-	backedUp(t, ctx, dir, 1)
-	writeKeys(t, ctx, cli, "/a", 20)
-	_, R := keysAt(t, ctx, cli, 0)
-	writeKeys(t, ctx, cli, "/a", 20) // overwritten after R: the restore drops them
-	_, P := keysAt(t, ctx, cli, 0)
-	oldTimeline := backedUp(t, ctx, dir, P)
+	h := writeOverwritten(t, ctx, dir, cli) // the restore to R drops the overwrites
+	R, oldTimeline := h.R, h.timeline
 	st0, _ := ReadState(Dir(dir))
 
 	rctx, stopRestore := context.WithCancel(ctx)
@@ -461,12 +476,8 @@ func TestRestoreCancelledWhileTheStoreIsDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cli := clusterClient(t, r.spec)
-	backedUp(t, ctx, dir, 1)
-	writeKeys(t, ctx, cli, "/a", 20)
-	_, R := keysAt(t, ctx, cli, 0)
-	writeKeys(t, ctx, cli, "/a", 20)
-	present, P := keysAt(t, ctx, cli, 0)
-	backedUp(t, ctx, dir, P)
+	h := writeOverwritten(t, ctx, dir, cli)
+	R, present := h.R, h.present
 	st0, _ := ReadState(Dir(dir))
 
 	done := make(chan error, 1)
