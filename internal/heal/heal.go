@@ -658,6 +658,10 @@ func seedReport(members []Member, d cluster.Directive) *cluster.Report {
 func decideRejoining(o Observation, st Status, quorate bool) Decision {
 	d := *st.Directive
 	if !quorate {
+		if gone, _, proven := lossProven(o, st); proven {
+			// As before any recovery: no grace brings back data its own sidecar reports gone.
+			return restart(o, st, fmt.Sprintf("the recovered cluster lost its quorum, and the data of %s is gone (their sidecars report it from disk)", strings.Join(gone, ", ")))
+		}
 		if lost := o.Now.Sub(st.QuorumLostSince); lost >= o.Timing.Grace {
 			return restart(o, st, fmt.Sprintf("the recovered cluster lost its quorum for %s", lost.Round(time.Second)))
 		}

@@ -128,7 +128,7 @@ func TestQuorumCountsOnlyVoters(t *testing.T) {
 
 // TestDecidePhases walks one recovery through every phase, with the faults that abandon it.
 func TestDecidePhases(t *testing.T) {
-	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute}
+	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute, ReportCurrent: 3 * time.Second}
 	lost := Status{ClusterID: "cid", Voters: voters3, LastEpoch: 4}
 	fencing := func(at time.Time) Status {
 		st := lost
@@ -144,6 +144,15 @@ func TestDecidePhases(t *testing.T) {
 		return st
 	}
 	reports := []Member{stopped("m0", emptyDisk("m0")), stopped("m1", disk("m1", "b", 2, 9, 5)), stopped("m2", emptyDisk("m2"))}
+	// The seed m1 serves alone, the quorum of its recovered cluster lost since.
+	rejoiningLost := func(since time.Time) Status {
+		st := seeding()
+		st.Directive.Phase = cluster.PhaseRejoining
+		st.Voters = []cluster.Voter{{ID: "n", Name: "m1"}}
+		st.QuorumLostSince = since
+		return st
+	}
+	atNow := func(r *cluster.Report, at time.Time) *cluster.Report { r.At = at; return r }
 	tests := []struct {
 		name      string
 		o         Observation
@@ -204,14 +213,19 @@ func TestDecidePhases(t *testing.T) {
 			wantPhase: cluster.PhaseFencing, wantEpoch: 8},
 		{name: "the recovered cluster loses its quorum for the grace: a new epoch",
 			o: Observation{Now: t0.Add(20 * time.Second), Timing: timing, Members: []Member{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}},
-				Status: func() Status {
-					st := seeding()
-					st.Directive.Phase = cluster.PhaseRejoining
-					st.Voters = []cluster.Voter{{ID: "n", Name: "m1"}}
-					st.QuorumLostSince = t0.Add(10 * time.Second)
-					return st
-				}()},
+				Status: rejoiningLost(t0.Add(10 * time.Second))},
 			wantPhase: cluster.PhaseFencing, wantEpoch: 6},
+		{name: "the recovered cluster's only voter wiped while the others rejoin: a new epoch at once",
+			o: Observation{Now: t0.Add(12 * time.Second), Timing: timing,
+				Members: []Member{{Name: "m0", Report: atNow(emptyDisk("m0"), t0.Add(12*time.Second))}, {Name: "m1", Report: atNow(emptyDisk("m1"), t0.Add(12*time.Second))},
+					{Name: "m2", Report: atNow(emptyDisk("m2"), t0.Add(12*time.Second))}},
+				Status: rejoiningLost(t0.Add(10 * time.Second))},
+			wantPhase: cluster.PhaseFencing, wantEpoch: 6},
+		{name: "the recovered cluster's only voter silent while the others rejoin: the grace is waited",
+			o: Observation{Now: t0.Add(12 * time.Second), Timing: timing,
+				Members: []Member{{Name: "m0", Report: atNow(emptyDisk("m0"), t0.Add(12*time.Second))}, {Name: "m1"}, {Name: "m2", Report: atNow(emptyDisk("m2"), t0.Add(12*time.Second))}},
+				Status:  rejoiningLost(t0.Add(10 * time.Second))},
+			wantPhase: cluster.PhaseRejoining, wantEpoch: 5, wantSeed: "m1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
