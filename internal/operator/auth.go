@@ -104,8 +104,11 @@ func syncPasswordSecret(ctx context.Context, r *run, name string, given bool, wh
 		return nil
 	}
 	if given {
+		if !tenantSecretsDue(r.ec) {
+			return nil
+		}
 		var cur corev1.Secret
-		err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+		err := r.fresh().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%s (%s) does not exist: create it with the password under the key %q (kubectl create secret generic %s --from-literal=%s=...)",
 				secret, field, v1alpha1.RootPasswordKey, name, v1alpha1.RootPasswordKey)
@@ -184,7 +187,7 @@ func syncTokenKey(ctx context.Context, r *run) ([]byte, error) {
 // token signing key Secret.
 func membersUseTokenKey(ctx context.Context, r *run) (bool, error) {
 	var sts appsv1.StatefulSet
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: statefulSetName(r.ec)}, &sts)
+	err := r.fresh().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: statefulSetName(r.ec)}, &sts)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -245,7 +248,7 @@ func randomPassword() (string, error) {
 func ensureGeneratedSecret(ctx context.Context, r *run, name, component string, check func(map[string][]byte) error,
 	generate func() (map[string][]byte, error)) (data map[string][]byte, created bool, err error) {
 	var cur corev1.Secret
-	err = r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+	err = r.read(ctx, name, &cur)
 	if err == nil {
 		if err := r.own(ctx, &cur); err != nil {
 			return nil, false, err
