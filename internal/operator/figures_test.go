@@ -37,7 +37,11 @@ func TestHoldFigures(t *testing.T) {
 			s.Recoverability = &w
 			return s
 		}(), now.Add(-time.Minute), true},
-		{"the first backup: written", func() v1alpha1.EtcdClusterStatus { s := prev; s.LastFullSnapshot = &v1alpha1.SnapshotRef{Revision: 1}; return s }(), now.Add(-time.Minute), true},
+		{"the first backup: written", func() v1alpha1.EtcdClusterStatus {
+			s := prev
+			s.LastFullSnapshot = &v1alpha1.SnapshotRef{Revision: 1}
+			return s
+		}(), now.Add(-time.Minute), true},
 		{"a new generation observed: written", func() v1alpha1.EtcdClusterStatus { s := moved; s.ObservedGeneration = 2; return s }(), now.Add(-time.Minute), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -66,7 +70,9 @@ func TestTenantSecretsDue(t *testing.T) {
 	}{
 		{"at rest", func(*v1alpha1.EtcdCluster) {}, false},
 		{"a new generation", func(ec *v1alpha1.EtcdCluster) { ec.Generation++ }, true},
-		{"errors recorded", func(ec *v1alpha1.EtcdCluster) { ec.Status.LastErrors = []v1alpha1.LastError{{Code: "ERR_BACKUP_SECRET"}} }, true},
+		{"errors recorded", func(ec *v1alpha1.EtcdCluster) {
+			ec.Status.LastErrors = []v1alpha1.LastError{{Code: "ERR_BACKUP_SECRET"}}
+		}, true},
 		{"a member not Ready", func(ec *v1alpha1.EtcdCluster) { ec.Status.Conditions[0].Status = metav1.ConditionFalse }, true},
 		{"backups not current", func(ec *v1alpha1.EtcdCluster) { ec.Status.Conditions[1].Status = metav1.ConditionFalse }, true},
 		{"no backups", func(ec *v1alpha1.EtcdCluster) {
