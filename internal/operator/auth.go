@@ -94,7 +94,8 @@ func syncAppPassword(ctx context.Context, r *run) error {
 }
 
 // syncPasswordSecret checks a password Secret (key "password"): one of the user's (given) is
-// only read; the operator's own is made once, with a random password, owned by the cluster.
+// only read, and only when tenantSecretsDue; the operator's own is made once, with a random
+// password, owned by the cluster.
 func syncPasswordSecret(ctx context.Context, r *run, name string, given bool, what, field, component string) error {
 	secret := fmt.Sprintf("%s Secret %s/%s", what, r.ec.Namespace, name)
 	check := func(data []byte) error {

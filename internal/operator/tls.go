@@ -356,8 +356,8 @@ func createCASecret(ctx context.Context, r *run, name string) (pki.CA, error) {
 	return ca, nil
 }
 
-// ensureLeafSecret keeps Secret name holding a certificate for leaf issued by ca, and the
-// trust bundle as its ca.crt. It returns the certificate the Secret holds.
+// ensureLeafSecret keeps Secret name (read with get) holding a certificate for leaf issued
+// by ca, and the trust bundle as its ca.crt. It returns the certificate the Secret holds.
 func ensureLeafSecret(ctx context.Context, r *run, name string, leaf pki.Leaf, ca pki.CA, bundle []byte, get secretGetter) ([]byte, error) {
 	var cur corev1.Secret
 	err := get(ctx, r, name, &cur)
