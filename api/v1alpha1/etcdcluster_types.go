@@ -778,7 +778,9 @@ type EtcdClusterStatus struct {
 	// Leader is the name of the member that leads.
 	// +optional
 	Leader string `json:"leader,omitempty"`
-	// Revision is the newest revision a member reported.
+	// Revision is the newest revision a member reported. At rest it is written with any
+	// other change of the status, otherwise at most once an hour: it may be up to about an
+	// hour behind (the members' EtcdMember reports and the operator's metrics carry it live).
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
 	// +optional
@@ -799,7 +801,10 @@ type EtcdClusterStatus struct {
 	// the containers' resources out. The operator records them once, before it makes anything.
 	// +optional
 	Defaults *ClusterDefaults `json:"defaults,omitempty"`
-	// LastFullSnapshot and LastDeltaSnapshot are the newest backups (from the snapshot Leases).
+	// LastFullSnapshot and LastDeltaSnapshot are the newest backups (from the snapshot Leases,
+	// which carry them live). Like revision, written at rest at most once an hour unless
+	// something else in the status changes; condition BackupReady says at once whether the
+	// backups are current.
 	// +optional
 	LastFullSnapshot *SnapshotRef `json:"lastFullSnapshot,omitempty"`
 	// +optional
@@ -808,12 +813,15 @@ type EtcdClusterStatus struct {
 	// (scheduled, or to recover from NOSPACE).
 	// +optional
 	LastDefragmentation *Defragmentation `json:"lastDefragmentation,omitempty"`
-	// LastBackupTime is the time of the newest full or delta snapshot.
+	// LastBackupTime is the time of the newest full or delta snapshot, as of the status's
+	// last write (at rest up to about an hour behind, like revision).
 	// +optional
 	LastBackupTime *metav1.Time `json:"lastBackupTime,omitempty"`
 	// Recoverability is what a restore can reach (EtcdRestore, bootstrap.restore), as the
 	// backup leader's sidecar last reported it from the store's index: never from a report of
 	// another cluster ID or one whose member no longer leads. Unset while no such report says.
+	// Its end (lastRevision, lastTime) moves with every backup and is written at rest at most
+	// once an hour, like revision; any other change of it is written at once.
 	// +optional
 	Recoverability *Recoverability `json:"recoverability,omitempty"`
 	// Recovery is the quorum-loss recovery state: the directive in force (epoch, phase,

@@ -94,7 +94,8 @@ func syncAppPassword(ctx context.Context, r *run) error {
 }
 
 // syncPasswordSecret checks a password Secret (key "password"): one of the user's (given) is
-// only read; the operator's own is made once, with a random password, owned by the cluster.
+// only read, and only when tenantSecretsDue; the operator's own is made once, with a random
+// password, owned by the cluster.
 func syncPasswordSecret(ctx context.Context, r *run, name string, given bool, what, field, component string) error {
 	secret := fmt.Sprintf("%s Secret %s/%s", what, r.ec.Namespace, name)
 	check := func(data []byte) error {
@@ -104,8 +105,11 @@ func syncPasswordSecret(ctx context.Context, r *run, name string, given bool, wh
 		return nil
 	}
 	if given {
+		if !tenantSecretsDue(r.ec) {
+			return nil
+		}
 		var cur corev1.Secret
-		err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+		err := r.fresh().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%s (%s) does not exist: create it with the password under the key %q (kubectl create secret generic %s --from-literal=%s=...)",
 				secret, field, v1alpha1.RootPasswordKey, name, v1alpha1.RootPasswordKey)
@@ -184,7 +188,7 @@ func syncTokenKey(ctx context.Context, r *run) ([]byte, error) {
 // token signing key Secret.
 func membersUseTokenKey(ctx context.Context, r *run) (bool, error) {
 	var sts appsv1.StatefulSet
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: statefulSetName(r.ec)}, &sts)
+	err := r.fresh().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: statefulSetName(r.ec)}, &sts)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -245,7 +249,7 @@ func randomPassword() (string, error) {
 func ensureGeneratedSecret(ctx context.Context, r *run, name, component string, check func(map[string][]byte) error,
 	generate func() (map[string][]byte, error)) (data map[string][]byte, created bool, err error) {
 	var cur corev1.Secret
-	err = r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+	err = r.read(ctx, name, &cur)
 	if err == nil {
 		if err := r.own(ctx, &cur); err != nil {
 			return nil, false, err

@@ -166,10 +166,10 @@ func (r *ClusterReconciler) rotateCA(ctx context.Context, run *run, a caAction, 
 		// The going CA is kept first (never overwritten: once the coming one is current, the
 		// current Secret holds it), then the coming one becomes current, then its own Secret goes.
 		var curSecret, nextSecret corev1.Secret
-		if err := run.secrets().Get(ctx, client.ObjectKey{Namespace: ec.Namespace, Name: next}, &nextSecret); err != nil {
+		if err := run.fresh().Get(ctx, client.ObjectKey{Namespace: ec.Namespace, Name: next}, &nextSecret); err != nil {
 			return false, err
 		}
-		if err := run.secrets().Get(ctx, client.ObjectKey{Namespace: ec.Namespace, Name: cur}, &curSecret); err != nil {
+		if err := run.fresh().Get(ctx, client.ObjectKey{Namespace: ec.Namespace, Name: cur}, &curSecret); err != nil {
 			return false, err
 		}
 		for _, s := range []*corev1.Secret{&nextSecret, &curSecret} {

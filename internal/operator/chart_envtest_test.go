@@ -355,10 +355,12 @@ func TestChartNamespacedInstall(t *testing.T) {
 	}{
 		{watched, "delete", "", "pods", true},
 		{watched, "update", "", "secrets", true},
+		{watched, "watch", "", "secrets", true}, // the cache of Steward's own Secrets
 		{watched, "create", "apps", "statefulsets", true},
 		{watched, "update", v1alpha1.GroupVersion.Group, "etcdclusters", true},
 		{other, "delete", "", "pods", false},
 		{other, "update", "", "secrets", false},
+		{other, "list", "", "secrets", false},
 		{other, "create", "rbac.authorization.k8s.io", "roles", false},
 		{"", "list", v1alpha1.GroupVersion.Group, "etcdclusters", false},
 		{"", "create", "authentication.k8s.io", "tokenreviews", true},

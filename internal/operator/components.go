@@ -37,8 +37,9 @@ type component struct {
 // run is one reconciliation of one cluster: what the components sync from.
 type run struct {
 	c client.Client
-	// reader reads uncached: Secrets (the operator does not watch them), and what a delete or
-	// an ownership check must see fresh.
+	// reader reads uncached: what a delete, an ownership check or a CA rollover must see
+	// fresh, the Secrets the user keeps (the cache holds only Steward's), and what the cache
+	// does not hold (see read).
 	reader client.Reader
 	ec     *v1alpha1.EtcdCluster
 	// image is the operator's default member image; allowedImages the patterns of
@@ -78,12 +79,26 @@ type run struct {
 	conflicts []conflict
 }
 
-// secrets reads Secrets, and what must be read fresh: uncached when the run has a reader.
-func (r *run) secrets() client.Reader {
+// fresh reads what must be read fresh: uncached when the run has a reader.
+func (r *run) fresh() client.Reader {
 	if r.reader != nil {
 		return r.reader
 	}
 	return r.c
+}
+
+// read reads the object named name in the cluster's namespace from the cache, and from the
+// API server only when the cache has none of that name: the cache holds only what is
+// labelled for a Steward cluster (one made by someone else under the name is not there) and
+// may not hold yet what was just made. A pass at rest finds everything it made in the
+// cache, and asks the API server nothing.
+func (r *run) read(ctx context.Context, name string, obj client.Object) error {
+	key := client.ObjectKey{Namespace: r.ec.Namespace, Name: name}
+	err := r.c.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) && r.reader != nil {
+		err = r.reader.Get(ctx, key, obj)
+	}
+	return err
 }
 
 func (r *run) event(typ, reason, msg string) {
@@ -135,7 +150,7 @@ func apply(ctx context.Context, r *run, obj client.Object, component string, mut
 	if apierrors.IsAlreadyExists(err) {
 		// The cache does not hold it (a cache limited to Steward's labels does not see
 		// objects others made): read it from the API server to say whose it is.
-		if err := r.secrets().Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		if err := r.fresh().Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
 		if _, cerr := r.claim(obj); cerr != nil {
@@ -214,7 +229,7 @@ func deleteByName(proto client.Object, name func(*v1alpha1.EtcdCluster) string) 
 // reference is this EtcdCluster, read fresh from the API server, and only that very object
 // (a UID precondition): what others made under the cluster's names stays.
 func deleteOwned(ctx context.Context, r *run, obj client.Object, name string) error {
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, obj)
+	err := r.fresh().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, obj)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -364,7 +379,7 @@ func deleteMembers(ctx context.Context, r *run) error {
 	var members v1alpha1.EtcdMemberList
 	var leases coordinationv1.LeaseList
 	for _, list := range []client.ObjectList{&members, &leases} {
-		if err := r.secrets().List(ctx, list, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
+		if err := r.fresh().List(ctx, list, client.InNamespace(r.ec.Namespace), client.MatchingLabels(selectorLabels(r.ec))); err != nil {
 			return err
 		}
 	}
@@ -485,12 +500,7 @@ func deleteRBAC(ctx context.Context, r *run) error {
 
 func syncStatefulSet(ctx context.Context, r *run) error {
 	sts := &appsv1.StatefulSet{ObjectMeta: objectMeta(r, statefulSetName(r.ec))}
-	err := r.c.Get(ctx, client.ObjectKeyFromObject(sts), sts)
-	if apierrors.IsNotFound(err) {
-		// The cache holds only objects labelled for a Steward cluster: one made by someone
-		// else under this name is found on the API server.
-		err = r.secrets().Get(ctx, client.ObjectKeyFromObject(sts), sts)
-	}
+	err := r.read(ctx, sts.Name, sts)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}

@@ -1228,8 +1228,9 @@ func backupCurrent(o Observation) (bool, string) {
 		}
 		return false, "no snapshot stored yet"
 	}
-	// The messages name the snapshot's time, not its age: a message that changed at every
-	// pass would make every pass write the status.
+	// A message that changed at every pass would make every pass write the status: the
+	// stale one names the snapshot's time (which no longer moves), not its age, and the
+	// current one names neither (status.lastBackupTime has the time, see holdFigures).
 	stamp := newest.UTC().Format(time.RFC3339)
 	if o.Now.Sub(newest) > 3*b.DeltaPeriod {
 		why := fmt.Sprintf("the newest snapshot, of %s, is older than three delta periods (delta period %s)", stamp, b.DeltaPeriod)
@@ -1241,7 +1242,7 @@ func backupCurrent(o Observation) (bool, string) {
 		}
 		return false, why
 	}
-	return true, fmt.Sprintf("the newest snapshot, of %s, is within three delta periods (delta period %s)", stamp, b.DeltaPeriod)
+	return true, fmt.Sprintf("the newest snapshot is within three delta periods (delta period %s)", b.DeltaPeriod)
 }
 
 // minAvailable toggles the PodDisruptionBudget: a majority while every member is Ready (one

@@ -121,7 +121,7 @@ func MetricsOptions(addr string, plain bool) metricsserver.Options {
 
 // stewardObjectsOnly limits the cache of the built-in kinds the operator watches to the
 // objects of Steward's clusters (those labelled with their cluster): it holds no other Pod,
-// ConfigMap or Lease of the Kubernetes cluster. An object made by someone else under a
+// ConfigMap, Lease or Secret of the Kubernetes cluster. An object made by someone else under a
 // cluster's name is read from the API server when a create finds it (apply).
 func stewardObjectsOnly() map[client.Object]cache.ByObject {
 	req, err := labels.NewRequirement(LabelCluster, selection.Exists, nil)
@@ -129,12 +129,28 @@ func stewardObjectsOnly() map[client.Object]cache.ByObject {
 		panic(err) // a constant label key
 	}
 	mine := cache.ByObject{Label: labels.NewSelector().Add(*req)}
-	out := map[client.Object]cache.ByObject{}
+	out := map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: stewardSecrets()}}
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.ConfigMap{}, &corev1.Service{},
 		&corev1.ServiceAccount{}, &coordinationv1.Lease{}, &appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
 		out[obj] = mine
 	}
 	return out
+}
+
+// stewardSecrets selects the Secrets Steward makes for its clusters (labelled with their
+// cluster and managed by steward): the operator reads its own at every pass from the cache,
+// and a Secret of its own deleted by hand wakes its cluster. The user's Secrets (the store's
+// credentials, spec.tls's) are not held: those are read from the API server when needed.
+func stewardSecrets() labels.Selector {
+	cluster, err := labels.NewRequirement(LabelCluster, selection.Exists, nil)
+	if err != nil {
+		panic(err) // constant label keys
+	}
+	managed, err := labels.NewRequirement(LabelManagedBy, selection.Equals, []string{"steward"})
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*cluster, *managed)
 }
 
 // ownImage returns the image of the pod the operator runs in (POD_NAME and POD_NAMESPACE

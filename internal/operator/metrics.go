@@ -37,7 +37,9 @@ var (
 	metricLeaderChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steward_cluster_leader_changes_total",
 		Help: "Times the cluster's leader was seen to change from one member to another."}, clusterLabels)
 	metricLastBackup = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_last_backup_timestamp_seconds",
-		Help: "When the newest snapshot (full or delta) was stored (Unix time; absent without backups or before the first)."}, clusterLabels)
+		Help: "When the newest snapshot (full or delta) was stored, as of the operator's last pass (Unix time; absent without backups or before the first)."}, clusterLabels)
+	metricRevision = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_revision",
+		Help: "The newest revision a member reported, as of the operator's last pass (status.revision may be up to an hour behind at rest)."}, clusterLabels)
 	metricCAExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "steward_cluster_ca_expiry_timestamp_seconds",
 		Help: "When the CA of the cluster's certificates expires (Unix time; absent without TLS)."}, clusterLabels)
 	metricReconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steward_cluster_reconcile_errors_total",
@@ -57,11 +59,12 @@ func reconcileErrorCodes() []string {
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(metricReplicas, metricReadyMembers, metricVoters, metricLearners, metricFormed, metricQuorate,
-		metricHasLeader, metricHibernating, metricBackupReady, metricLeaderChanges, metricLastBackup, metricCAExpiry, metricReconcileErrors)
+		metricHasLeader, metricHibernating, metricBackupReady, metricLeaderChanges, metricLastBackup, metricRevision, metricCAExpiry, metricReconcileErrors)
 }
 
-// recordMetrics sets the cluster's series from the status a pass wrote (before: the one it
-// read), and counts the pass's errors.
+// recordMetrics sets the cluster's series from the status a pass computed (before: the one
+// it read), and counts the pass's errors: its figures are the pass's own, also when the
+// status keeps older ones (holdFigures).
 func recordMetrics(ec *v1alpha1.EtcdCluster, before, after *v1alpha1.EtcdClusterStatus, errs []v1alpha1.LastError) {
 	l := prometheus.Labels{"namespace": ec.Namespace, "cluster": ec.Name}
 	metricReplicas.With(l).Set(float64(ec.Spec.Replicas))
@@ -88,6 +91,11 @@ func recordMetrics(ec *v1alpha1.EtcdCluster, before, after *v1alpha1.EtcdCluster
 		changes.Inc()
 	}
 	setTime(metricLastBackup, l, after.LastBackupTime)
+	if after.Revision > 0 {
+		metricRevision.With(l).Set(float64(after.Revision))
+	} else {
+		metricRevision.Delete(l)
+	}
 	if after.CA != nil {
 		setTime(metricCAExpiry, l, &after.CA.NotAfter)
 	} else {
@@ -105,7 +113,7 @@ func recordMetrics(ec *v1alpha1.EtcdCluster, before, after *v1alpha1.EtcdCluster
 func forgetMetrics(namespace, name string) {
 	l := prometheus.Labels{"namespace": namespace, "cluster": name}
 	for _, g := range []*prometheus.GaugeVec{metricReplicas, metricReadyMembers, metricVoters, metricLearners, metricFormed, metricQuorate,
-		metricHasLeader, metricHibernating, metricBackupReady, metricLastBackup, metricCAExpiry} {
+		metricHasLeader, metricHibernating, metricBackupReady, metricLastBackup, metricRevision, metricCAExpiry} {
 		g.Delete(l)
 	}
 	metricLeaderChanges.Delete(l)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -66,8 +67,8 @@ const syncRetry = 15 * time.Second
 // ClusterReconciler reconciles EtcdClusters.
 type ClusterReconciler struct {
 	Client client.Client
-	// APIReader reads Secrets uncached: the operator checks that a credentials Secret exists
-	// without watching (and holding) every Secret of the cluster.
+	// APIReader reads uncached: the user's Secrets (the cache holds only Steward's), and what
+	// a destructive act or a proof must see fresh.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Image runs the members when a cluster does not name one (the operator's own image).
@@ -89,6 +90,9 @@ type ClusterReconciler struct {
 	Health *http.Client
 
 	leases leaseClock
+	// figuresWritten is when each cluster's status was last written (a types.NamespacedName
+	// to a time.Time): the moving figures are held until figuresMaxAge after it.
+	figuresWritten sync.Map
 }
 
 // SetupWithManager registers the reconciler: it watches EtcdClusters, the objects they own,
@@ -151,6 +155,9 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
+		// Its own Secrets, from the cache limited to Steward's (stewardSecrets): one deleted by
+		// hand is made anew at once, and a pass at rest reads none from the API server.
+		Owns(&corev1.Secret{}).
 		Owns(&coordinationv1.Lease{}, builder.WithPredicates(holderChanged)).
 		Owns(&v1alpha1.EtcdMember{}, builder.WithPredicates(reportChanged)).
 		Watches(&corev1.Pod{}, podToCluster).
@@ -194,7 +201,7 @@ func (r *ClusterReconciler) now() time.Time {
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumes;nodes,verbs=get
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
@@ -359,9 +366,11 @@ func (r *ClusterReconciler) sync(ctx context.Context, ec *v1alpha1.EtcdCluster, 
 			return nil, err
 		}
 	}
-	if err := r.checkSecrets(ctx, ec); err != nil {
-		p.fail("ERR_BACKUP_SECRET", err)
-		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "SecretMissing", "Sync", "%v", err)
+	if tenantSecretsDue(ec) {
+		if err := r.checkSecrets(ctx, ec); err != nil {
+			p.fail("ERR_BACKUP_SECRET", err)
+			r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, "SecretMissing", "Sync", "%v", err)
+		}
 	}
 	for _, c := range components {
 		if err := c.sync(ctx, run); err != nil {
@@ -504,10 +513,15 @@ func (r *ClusterReconciler) caStatus(ctx context.Context, ec *v1alpha1.EtcdClust
 	}
 }
 
-// writeStatus writes the status, observedGeneration last, only when it changed, with the
+// writeStatus writes the status, observedGeneration last, only when it changed (its moving
+// figures alone are no change until figuresMaxAge, see holdFigures), with the
 // Events of what it records once stored, and says when to come back: the next deadline, or
 // sooner when the pass met errors.
 func (r *ClusterReconciler) writeStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, status v1alpha1.EtcdClusterStatus, p *pass) (ctrl.Result, error) {
+	key := client.ObjectKeyFromObject(ec)
+	written, _ := r.figuresWritten.Load(key)
+	at, _ := written.(time.Time)
+	status = holdFigures(ec.Status, status, at, p.now)
 	// Semantic: times read back from the API server are in the local zone, the computed ones
 	// in UTC; the same instant is no change, and an unchanged status is never written.
 	if !equality.Semantic.DeepEqual(status, ec.Status) {
@@ -519,6 +533,7 @@ func (r *ClusterReconciler) writeStatus(ctx context.Context, ec *v1alpha1.EtcdCl
 			}
 			return ctrl.Result{}, err
 		}
+		r.figuresWritten.Store(key, p.now)
 		for _, event := range p.stored {
 			event()
 		}
@@ -931,6 +946,7 @@ func (r *ClusterReconciler) finalize(ctx context.Context, ec *v1alpha1.EtcdClust
 	}
 	controllerutil.RemoveFinalizer(ec, Finalizer)
 	forgetMetrics(ec.Namespace, ec.Name)
+	r.figuresWritten.Delete(client.ObjectKeyFromObject(ec))
 	return client.IgnoreNotFound(r.Client.Update(ctx, ec))
 }
 
@@ -968,6 +984,19 @@ func (r *ClusterReconciler) writeHeld(ctx context.Context, ec *v1alpha1.EtcdClus
 		r.Recorder.Eventf(ec, nil, corev1.EventTypeWarning, ReasonInvalidSpec, "Validate", "%s", msg)
 	}
 	return nil
+}
+
+// tenantSecretsDue says whether a pass reads the Secrets of the user's that the cluster only
+// names (the store's credentials, the backup keys, a given password; see checkSecrets): when
+// a generation is not carried out yet, when the last pass met errors (one may be about such
+// a Secret), and while a member is not Ready or the backups are not current (a pod that
+// cannot start without its Secret is not Ready, and wakes the cluster). At rest they are not
+// read: the members run with them, and the operator watches no Secret of the user's.
+func tenantSecretsDue(ec *v1alpha1.EtcdCluster) bool {
+	st := ec.Status
+	return st.ObservedGeneration != ec.Generation || len(st.LastErrors) > 0 ||
+		!apimeta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionAllMembersReady) ||
+		ec.Spec.Backup != nil && !apimeta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionBackupReady)
 }
 
 // checkSecrets reports a credentials Secret that does not exist. Nothing is deleted: the

@@ -41,7 +41,7 @@ func holdSecret(ctx context.Context, r *run, s *corev1.Secret) error {
 // deletes that very object (UID precondition).
 func deleteOwnedSecret(ctx context.Context, r *run, name string) error {
 	var s corev1.Secret
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &s)
+	err := r.fresh().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &s)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

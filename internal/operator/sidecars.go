@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -33,7 +34,8 @@ import (
 // edit (a ConfigMap, a report): the operator sends its token to no address a tenant chose.
 type Sidecars struct {
 	Client client.Client
-	// APIReader reads the token and certificate Secrets uncached (Client when nil).
+	// APIReader reads the token and certificate Secrets the cache does not hold: the user's
+	// own (spec.tls), and one just made (nil: none is read uncached).
 	APIReader client.Reader
 	// HTTP reaches the sidecars (http.DefaultClient when nil).
 	HTTP *http.Client
@@ -271,7 +273,7 @@ func (r *Sidecars) sidecarClient(ctx context.Context, ns, clusterName string) (*
 	}
 	name := serverSecretName(&ec)
 	var s corev1.Secret
-	if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
+	if err := r.secret(ctx, ns, name, &s); err != nil {
 		return nil, fmt.Errorf("reading the members' CAs from the Secret %s/%s: %w", ns, name, err)
 	}
 	tc, err := pki.TrustPEM(s.Data[pki.CAFile])
@@ -299,18 +301,22 @@ func withTLS(hc *http.Client, tc *tls.Config) *http.Client {
 	return &out
 }
 
-func (r *Sidecars) reader() client.Reader {
-	if r.APIReader == nil {
-		return r.Client
+// secret reads Secret name from the cache, which holds the Secrets the operator made, and
+// from the API server when the cache has none of that name.
+func (r *Sidecars) secret(ctx context.Context, ns, name string, s *corev1.Secret) error {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	err := r.Client.Get(ctx, key, s)
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		err = r.APIReader.Get(ctx, key, s)
 	}
-	return r.APIReader
+	return err
 }
 
 // tokens reads the cluster's sidecar API tokens from its Secret.
 func (r *Sidecars) tokens(ctx context.Context, ns, clusterName string) (sidecarapi.Tokens, error) {
 	name := v1alpha1.SidecarTokenSecretName(clusterName)
 	var s corev1.Secret
-	if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
+	if err := r.secret(ctx, ns, name, &s); err != nil {
 		return nil, fmt.Errorf("reading the sidecar API token Secret %s/%s: %w", ns, name, err)
 	}
 	from := fmt.Sprintf("Secret %s/%s key %s", ns, name, v1alpha1.SidecarTokenKey)

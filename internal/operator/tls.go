@@ -87,15 +87,21 @@ func syncTLS(ctx context.Context, r *run) error {
 	if ProvidedTLS(r.ec) {
 		return checkProvidedTLS(ctx, r)
 	}
-	next, err := readCASecret(ctx, r, v1alpha1.NextCASecretName(r.ec.Name))
+	// A rollover's state is its Secrets: while one is due, all of them are read fresh, so
+	// that one pass never mixes Secrets of two of its steps.
+	get, getRollover := cachedSecret, rolloverSecret
+	if caRolloverDue(r.ec) {
+		get, getRollover = freshSecret, freshSecret
+	}
+	next, err := readCASecret(ctx, r, v1alpha1.NextCASecretName(r.ec.Name), getRollover)
 	if err != nil {
 		return err
 	}
-	old, err := readCASecret(ctx, r, v1alpha1.OldCASecretName(r.ec.Name))
+	old, err := readCASecret(ctx, r, v1alpha1.OldCASecretName(r.ec.Name), getRollover)
 	if err != nil {
 		return err
 	}
-	ca, err := clusterCA(ctx, r, old)
+	ca, err := clusterCA(ctx, r, old, get)
 	if err != nil {
 		return err
 	}
@@ -118,7 +124,7 @@ func syncTLS(ctx context.Context, r *run) error {
 		{v1alpha1.ServerCertificateSecretName(r.ec.Name), serverLeaf(r.ec)},
 		{v1alpha1.ClientCertificateSecretName(r.ec.Name), pki.ClientLeaf()},
 	} {
-		cert, err := ensureLeafSecret(ctx, r, s.name, s.leaf, ca, bundle)
+		cert, err := ensureLeafSecret(ctx, r, s.name, s.leaf, ca, bundle, get)
 		if err != nil {
 			return err
 		}
@@ -166,7 +172,7 @@ func checkProvidedTLS(ctx context.Context, r *run) error {
 // readProvidedSecret reads a Secret the user keeps, named in field.
 func readProvidedSecret(ctx context.Context, r *run, name, field string) (*corev1.Secret, error) {
 	var s corev1.Secret
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &s)
+	err := r.fresh().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &s)
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("the Secret %s/%s (%s) does not exist: create it with tls.crt, tls.key and ca.crt, or the cert-manager Certificate whose secretName it is", r.ec.Namespace, name, field)
 	}
@@ -207,11 +213,11 @@ func trustBundle(cas [][]byte) []byte {
 	return bytes.Join(slices.CompactFunc(cas, bytes.Equal), nil)
 }
 
-// readCASecret reads the CA in Secret name: nil when the Secret does not exist; an error
-// naming it when it holds no CA or the cluster does not own it.
-func readCASecret(ctx context.Context, r *run, name string) (*pki.CA, error) {
+// readCASecret reads the CA in Secret name with get: nil when the Secret does not exist; an
+// error naming it when it holds no CA or the cluster does not own it.
+func readCASecret(ctx context.Context, r *run, name string, get secretGetter) (*pki.CA, error) {
 	var s corev1.Secret
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &s)
+	err := get(ctx, r, name, &s)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -229,6 +235,37 @@ func readCASecret(ctx context.Context, r *run, name string) (*pki.CA, error) {
 		return nil, err
 	}
 	return &ca, nil
+}
+
+// secretGetter reads the Secret name of the run's cluster into s.
+type secretGetter func(ctx context.Context, r *run, name string, s *corev1.Secret) error
+
+// cachedSecret reads with run.read: from the cache, and from the API server when the cache
+// has none of that name.
+func cachedSecret(ctx context.Context, r *run, name string, s *corev1.Secret) error {
+	return r.read(ctx, name, s)
+}
+
+// freshSecret reads from the API server.
+func freshSecret(ctx context.Context, r *run, name string, s *corev1.Secret) error {
+	return r.fresh().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, s)
+}
+
+// rolloverSecret reads a Secret of a CA rollover (the coming CA's or the going one's) while
+// none is due: none is expected then, and the cache, which holds the Secrets the operator
+// made, says so without a request. One it holds is read fresh (the rollover that just ended
+// may have deleted it).
+func rolloverSecret(ctx context.Context, r *run, name string, s *corev1.Secret) error {
+	if err := r.c.Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, s); err != nil {
+		return err
+	}
+	return freshSecret(ctx, r, name, s)
+}
+
+// caRolloverDue: a CA rollover is in force (status.caRotation), or asked for and not done.
+func caRolloverDue(ec *v1alpha1.EtcdCluster) bool {
+	req := ec.Annotations[v1alpha1.AnnotationRotateCA]
+	return ec.Status.CARotation != nil || (req != "" && req != ec.Status.CARotated)
 }
 
 // caCheck is what the TLS component found of the CA that issues the cluster's certificates:
@@ -258,9 +295,9 @@ func caStatus(cert *x509.Certificate) *v1alpha1.CAStatus {
 // would cut them off from each other and from their clients. The CA of status.ca found in
 // the going CA's Secret (old) is a promotion whose status was not written yet: the current
 // one is the new CA.
-func clusterCA(ctx context.Context, r *run, old *pki.CA) (pki.CA, error) {
+func clusterCA(ctx context.Context, r *run, old *pki.CA, get secretGetter) (pki.CA, error) {
 	name := v1alpha1.CASecretName(r.ec.Name)
-	cur, err := readCASecret(ctx, r, name)
+	cur, err := readCASecret(ctx, r, name, get)
 	if err != nil {
 		return pki.CA{}, err
 	}
@@ -319,11 +356,11 @@ func createCASecret(ctx context.Context, r *run, name string) (pki.CA, error) {
 	return ca, nil
 }
 
-// ensureLeafSecret keeps Secret name holding a certificate for leaf issued by ca, and the
-// trust bundle as its ca.crt. It returns the certificate the Secret holds.
-func ensureLeafSecret(ctx context.Context, r *run, name string, leaf pki.Leaf, ca pki.CA, bundle []byte) ([]byte, error) {
+// ensureLeafSecret keeps Secret name (read with get) holding a certificate for leaf issued
+// by ca, and the trust bundle as its ca.crt. It returns the certificate the Secret holds.
+func ensureLeafSecret(ctx context.Context, r *run, name string, leaf pki.Leaf, ca pki.CA, bundle []byte, get secretGetter) ([]byte, error) {
 	var cur corev1.Secret
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, &cur)
+	err := get(ctx, r, name, &cur)
 	found, why := err == nil, "it did not exist"
 	switch {
 	case found:

@@ -85,7 +85,7 @@ func renewTokenKey(ctx context.Context, r *run) error {
 	}
 	name := tokenKeySecretName(r.ec)
 	cur := &corev1.Secret{}
-	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, cur)
+	err := r.fresh().Get(ctx, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, cur)
 	found := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("reading the Secret %s/%s: %w", r.ec.Namespace, name, err)
