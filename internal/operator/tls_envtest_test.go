@@ -77,10 +77,9 @@ func TestTLSSecrets(t *testing.T) {
 		t.Errorf("client certificate for %q", client.Subject.CommonName)
 	}
 
+	// The ConfigMap is synced after the Secrets, in the same pass or a later one.
 	var cm corev1.ConfigMap
-	if err := get(t, ns, "tls-config", &cm); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Eventually(t, 20*time.Second, "ConfigMap tls-config", func() error { return get(t, ns, "tls-config", &cm) })
 	if c := cm.Data[v1alpha1.ClusterConfigKey]; !strings.Contains(c, "clientURL: https://tls-0.tls-peer."+ns+".svc:2379") ||
 		!strings.Contains(c, "peerURL: https://tls-0.tls-peer."+ns+".svc:2380") {
 		t.Errorf("the members' URLs are not https:\n%s", c)
