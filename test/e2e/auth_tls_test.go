@@ -267,16 +267,7 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("revision %d backed up", resp.Header.Revision), func() error {
-		ec, err := getEC(ns, "sec")
-		if err != nil {
-			return err
-		}
-		if d := ec.Status.LastDeltaSnapshot; d == nil || d.Revision < resp.Header.Revision {
-			return fmt.Errorf("last delta %+v", d)
-		}
-		return nil
-	})
+	waitBackedUp(t, ns, "sec", resp.Header.Revision, 2*time.Minute)
 	assertKeysOnEveryMember(t, ns, "sec", acked)
 
 	// Restored into a new cluster with TLS: its own CA, every acknowledged write.

@@ -342,18 +342,7 @@ func TestThreeMembers(t *testing.T) {
 			t.Fatal(err)
 		}
 		written := resp.Header.Revision
-		var backedUp int64
-		testutil.Eventually(t, time.Minute, fmt.Sprintf("revision %d, the newest write's, backed up", written), func() error {
-			e, err := getEC(ns, "main")
-			if err != nil {
-				return err
-			}
-			if e.Status.LastDeltaSnapshot == nil || e.Status.LastDeltaSnapshot.Revision < written {
-				return fmt.Errorf("newest delta %v", e.Status.LastDeltaSnapshot)
-			}
-			backedUp = e.Status.LastDeltaSnapshot.Revision
-			return nil
-		})
+		backedUp := waitBackedUp(t, ns, "main", written, time.Minute)
 		pods := memberPods(t, ns, "main")
 		losePods(t, ns, "main", "main-0", "main-1", "main-2")
 		waitReplaced(t, ns, "main", pods, "main-0", "main-1", "main-2")

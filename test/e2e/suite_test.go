@@ -25,10 +25,12 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/testutil"
 	"github.com/etcd-steward/steward/test/e2e/node"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -286,6 +288,28 @@ func waitReady(t *testing.T, ns, name string, n int32, timeout time.Duration) *v
 	})
 	t.Logf("cluster %s Ready with %d members after %s", name, n, time.Since(start).Round(100*time.Millisecond))
 	return ec
+}
+
+// waitBackedUp waits until the backups of cluster name hold revision rev, and returns the
+// newest revision stored: from the delta-snapshot Lease, which carries it live (the status's
+// figures are written at rest only with other changes, or hourly).
+func waitBackedUp(t *testing.T, ns, name string, rev int64, timeout time.Duration) int64 {
+	t.Helper()
+	var stored int64
+	testutil.Eventually(t, timeout, fmt.Sprintf("revision %d of %s backed up", rev, name), func() error {
+		var l coordinationv1.Lease
+		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: v1alpha1.DeltaSnapshotLeaseName(name)}, &l); err != nil {
+			return err
+		}
+		holder := ptr.Deref(l.Spec.HolderIdentity, "")
+		n, err := strconv.ParseInt(holder, 10, 64)
+		if err != nil || n < rev {
+			return fmt.Errorf("the delta-snapshot Lease's holder %q", holder)
+		}
+		stored = n
+		return nil
+	})
+	return stored
 }
 
 // memberPods are the cluster's pods, by name.
