@@ -87,16 +87,20 @@ func (r *run) fresh() client.Reader {
 	return r.c
 }
 
-// read reads the object named name in the cluster's namespace from the cache, and from the
-// API server only when the cache has none of that name: the cache holds only what is
-// labelled for a Steward cluster (one made by someone else under the name is not there) and
-// may not hold yet what was just made. A pass at rest finds everything it made in the
-// cache, and asks the API server nothing.
+// read reads the object named name in the cluster's namespace with readCached.
 func (r *run) read(ctx context.Context, name string, obj client.Object) error {
-	key := client.ObjectKey{Namespace: r.ec.Namespace, Name: name}
-	err := r.c.Get(ctx, key, obj)
-	if apierrors.IsNotFound(err) && r.reader != nil {
-		err = r.reader.Get(ctx, key, obj)
+	return readCached(ctx, r.c, r.reader, client.ObjectKey{Namespace: r.ec.Namespace, Name: name}, obj)
+}
+
+// readCached reads key from the cache (cached), and from the API server (fresh; nil: never)
+// only when the cache has none of that name: the cache holds only what is labelled for a
+// Steward cluster (one made by someone else under the name is not there) and may not hold
+// yet what was just made. A pass at rest finds everything it made in the cache, and asks
+// the API server nothing.
+func readCached(ctx context.Context, cached, fresh client.Reader, key client.ObjectKey, obj client.Object) error {
+	err := cached.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) && fresh != nil {
+		err = fresh.Get(ctx, key, obj)
 	}
 	return err
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/sidecarapi"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -301,15 +300,9 @@ func withTLS(hc *http.Client, tc *tls.Config) *http.Client {
 	return &out
 }
 
-// secret reads Secret name from the cache, which holds the Secrets the operator made, and
-// from the API server when the cache has none of that name.
+// secret reads Secret name with readCached: the cache holds the Secrets the operator made.
 func (r *Sidecars) secret(ctx context.Context, ns, name string, s *corev1.Secret) error {
-	key := types.NamespacedName{Namespace: ns, Name: name}
-	err := r.Client.Get(ctx, key, s)
-	if apierrors.IsNotFound(err) && r.APIReader != nil {
-		err = r.APIReader.Get(ctx, key, s)
-	}
-	return err
+	return readCached(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: ns, Name: name}, s)
 }
 
 // tokens reads the cluster's sidecar API tokens from its Secret.
