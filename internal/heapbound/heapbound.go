@@ -39,8 +39,7 @@ func (b Bound) Apply() (stop func()) {
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" || !held.TryLock() {
 		return func() {}
 	}
-	floor, percent := b.Floor, b.Percent
-	prevLimit := debug.SetMemoryLimit(floor)
+	prevLimit := debug.SetMemoryLimit(b.Floor)
 	prevPercent := debug.SetGCPercent(-1)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -74,7 +73,7 @@ func (b Bound) Apply() (stop func()) {
 			live := s[1].Value.Uint64()
 			// What the limit counts besides the heap's spans: stacks, the runtime's structures.
 			other := s[2].Value.Uint64() - s[3].Value.Uint64() - s[4].Value.Uint64() - s[5].Value.Uint64() - s[6].Value.Uint64()
-			debug.SetMemoryLimit(boundFor(floor, percent, live, other))
+			debug.SetMemoryLimit(boundFor(b.Floor, b.Percent, live, other))
 		}
 	}()
 	return func() {
