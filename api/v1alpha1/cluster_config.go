@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -15,6 +16,16 @@ const LabelCluster = "etcd.steward.dev/cluster"
 func ConfigMapName(cluster string) string          { return cluster + "-config" }
 func FullSnapshotLeaseName(cluster string) string  { return cluster + "-full-snapshot" }
 func DeltaSnapshotLeaseName(cluster string) string { return cluster + "-delta-snapshot" }
+
+// SnapshotLeaseRevision reads the revision a snapshot Lease's holder names (the backup leader
+// writes it in decimal); ok is false when the Lease has no holder, or another.
+func SnapshotLeaseRevision(holder *string) (rev int64, ok bool) {
+	if holder == nil {
+		return 0, false
+	}
+	rev, err := strconv.ParseInt(*holder, 10, 64)
+	return rev, err == nil
+}
 
 // SidecarTokenSecretName is the Secret that holds cluster's sidecar API token under
 // SidecarTokenKey: the operator makes it, the member pods mount it, the operator sends it.

@@ -1161,11 +1161,8 @@ func (r *ClusterReconciler) observeMembers(ctx context.Context, ec *v1alpha1.Etc
 				at(n).Lease = leaseState(l, seen)
 			}
 		case "full-snapshot", "delta-snapshot":
-			if o.Backup == nil || l.Spec.HolderIdentity == nil {
-				continue
-			}
-			rev, err := strconv.ParseInt(*l.Spec.HolderIdentity, 10, 64)
-			if err != nil {
+			rev, ok := v1alpha1.SnapshotLeaseRevision(l.Spec.HolderIdentity)
+			if o.Backup == nil || !ok {
 				continue
 			}
 			renewed := time.Time{}

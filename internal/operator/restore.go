@@ -201,11 +201,11 @@ func (r *RestoreReconciler) now() time.Time {
 // the backup leader renews (-1 when it has not yet).
 func (r *RestoreReconciler) deltaRevision(ctx context.Context, ec *v1alpha1.EtcdCluster) int64 {
 	var l coordinationv1.Lease
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: deltaLeaseName(ec)}, &l); err != nil || l.Spec.HolderIdentity == nil {
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: deltaLeaseName(ec)}, &l); err != nil {
 		return -1
 	}
-	rev, err := strconv.ParseInt(*l.Spec.HolderIdentity, 10, 64)
-	if err != nil {
+	rev, ok := v1alpha1.SnapshotLeaseRevision(l.Spec.HolderIdentity)
+	if !ok {
 		return -1
 	}
 	return rev

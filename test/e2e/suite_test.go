@@ -301,10 +301,9 @@ func waitBackedUp(t *testing.T, ns, name string, rev int64, timeout time.Duratio
 		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: v1alpha1.DeltaSnapshotLeaseName(name)}, &l); err != nil {
 			return err
 		}
-		holder := ptr.Deref(l.Spec.HolderIdentity, "")
-		n, err := strconv.ParseInt(holder, 10, 64)
-		if err != nil || n < rev {
-			return fmt.Errorf("the delta-snapshot Lease's holder %q", holder)
+		n, ok := v1alpha1.SnapshotLeaseRevision(l.Spec.HolderIdentity)
+		if !ok || n < rev {
+			return fmt.Errorf("the delta-snapshot Lease's holder %q", ptr.Deref(l.Spec.HolderIdentity, ""))
 		}
 		stored = n
 		return nil
