@@ -16,6 +16,7 @@ func TestCheckFlags(t *testing.T) {
 		{flags: map[string]string{"data-dir": "/elsewhere"}, err: `"data-dir" is set by Steward`},
 		{flags: map[string]string{"listen-client-urls": "http://0.0.0.0:2379"}, err: `"listen-client-urls" is set by Steward`},
 		{flags: map[string]string{"auth-token": "simple"}, err: `"auth-token" is set by Steward`},
+		{flags: map[string]string{"max-learners": "1"}, err: `"max-learners" is set by Steward`},
 		{flags: map[string]string{"snapshot-cout": "5000"}, err: `"snapshot-cout" is not an etcd configuration option`},
 		{flags: map[string]string{"snapshot-count": "many"}, err: "snapshot-count=many"},
 		{flags: map[string]string{"election-timeout": "10"}, err: "at least as 5 times"},

@@ -5,6 +5,8 @@ package etcdutil
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -41,4 +43,19 @@ func Leads(ctx context.Context, cli *clientv3.Client, endpoint string, timeout t
 	defer cancel()
 	st, err := cli.Status(sctx, endpoint)
 	return err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId
+}
+
+// Listening says whether anything accepts connections at clientURL's address. A refused
+// connection is told at once, where a client's call waits for its deadline.
+func Listening(clientURL string) bool {
+	u, err := url.Parse(clientURL)
+	if err != nil {
+		return false
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
 }

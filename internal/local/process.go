@@ -22,6 +22,8 @@ type process struct {
 	// stopGrace is how long a SIGTERM may take before SIGKILL.
 	stopGrace time.Duration
 	logf      func(format string, args ...any)
+	// exited, if set, is called when the process exits without being asked to.
+	exited func()
 
 	mu       sync.Mutex
 	pid      int
@@ -158,6 +160,9 @@ func (p *process) run(ctx context.Context) {
 			backoff = 0
 		}
 		p.logf("%s %s exited (%v); restarting in %s (log: %s)", p.member, p.kind, err, backoff, p.log)
+		if p.exited != nil {
+			p.exited()
+		}
 		p.mu.Lock()
 		wake := p.wakeLocked()
 		p.mu.Unlock()

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -73,6 +74,9 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	if dec.Event != "" {
 		s.logf("%s", dec.Event)
 	}
+	if st.QuorumLostSince.IsZero() && !dec.Status.QuorumLostSince.IsZero() && dec.Status.Directive == nil {
+		s.askReports(spec)
+	}
 	s.mu.Lock()
 	s.state.Status = dec.Status
 	s.mu.Unlock()
@@ -80,6 +84,20 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	h.watch(s, dec.Status, members)
 	if err := s.save(); err != nil {
 		s.logf("cannot record state: %v", err)
+	}
+}
+
+// askReports asks every member's sidecar for a report made now, without waiting for the
+// answers: only reports made since the quorum was lost can prove it lost for good, and each
+// sidecar would otherwise report at its next interval. The reports arrive as files, which
+// move the next round on.
+func (s *supervisor) askReports(spec Spec) {
+	sc, err := SidecarClient(s.dir, spec, 5*time.Second)
+	if err != nil {
+		return
+	}
+	for _, m := range spec.Members {
+		go func() { _, _ = sc.Call(context.Background(), http.MethodGet, spec.SidecarURL(m)+"/v1/report?fresh=1") }()
 	}
 }
 

@@ -73,7 +73,7 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 		opts.Logf("%v; moved aside to %s, rebuilding the status from the members", err, to)
 		previous = State{}
 	}
-	s := &supervisor{dir: dir, opts: opts, logf: opts.Logf, spec: spec,
+	s := &supervisor{dir: dir, opts: opts, logf: opts.Logf, spec: spec, etcdExited: make(chan struct{}, 1),
 		state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting, Version: previous.Version, Status: previous.Status, RestoreAnswer: previous.RestoreAnswer}}
 	// The member IDs recorded earlier are part of the cluster's status: they persist across
 	// restarts of the supervisor, as an EtcdCluster's status does.
@@ -164,6 +164,7 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 	renew := time.NewTicker(certCheckInterval)
 	defer renew.Stop()
 	var lastRound time.Time
+	var deferred <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -189,14 +190,25 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 				default:
 				}
 			}
+		case <-s.etcdExited:
+			// A member's etcd that exits may have taken the quorum with it: observe at once,
+			// not at the next tick.
 		case <-reports:
 			// A recovery moves on, and a lost quorum's loss is proven, as soon as a member
-			// reports or acknowledges, but no faster than 4 rounds a second.
-			if !s.reportsDecide() || time.Since(lastRound) < 250*time.Millisecond {
+			// reports or acknowledges, but no faster than 4 rounds a second: a report that
+			// comes sooner is taken by a round deferred to then.
+			if !s.reportsDecide() {
 				continue
 			}
+			if wait := 250*time.Millisecond - time.Since(lastRound); wait > 0 {
+				if deferred == nil {
+					deferred = time.After(wait)
+				}
+				continue
+			}
+		case <-deferred:
 		}
-		lastRound = time.Now()
+		lastRound, deferred = time.Now(), nil
 		s.observe(ctx)
 		s.heal(ctx, h)
 	}
@@ -214,6 +226,8 @@ type supervisor struct {
 	// saveMu orders the writes of state.json as their copies were taken: a slow writer
 	// must not put an older state back over a newer one.
 	saveMu sync.Mutex
+	// etcdExited receives a value when a member's etcd exits unasked (coalesced).
+	etcdExited chan struct{}
 }
 
 // memberRun is one member's two processes and the supervisor's client to it.
@@ -325,7 +339,7 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 		sidecar: &process{member: m.Name, kind: "sidecar", bin: bin, log: s.dir.Log(m.Name, "sidecar"),
 			stopGrace: s.opts.StopGrace, logf: s.logf, args: sidecarArgs},
 		etcd: &process{member: m.Name, kind: "etcd", bin: bin, log: s.dir.Log(m.Name, "etcd"),
-			stopGrace: s.opts.StopGrace, logf: s.logf, args: etcdArgs},
+			stopGrace: s.opts.StopGrace, logf: s.logf, args: etcdArgs, exited: s.notifyEtcdExited},
 	}
 	r.conn = Dialer(s.dir, spec).Conn([]string{spec.ClientURL(m)}, time.Second)
 	// A member fenced by the directive in force (recorded before a supervisor restart)
@@ -344,6 +358,13 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 	}
 	s.mu.Unlock()
 	return r, nil
+}
+
+func (s *supervisor) notifyEtcdExited() {
+	select {
+	case s.etcdExited <- struct{}{}:
+	default:
+	}
 }
 
 func (s *supervisor) setPhase(phase, msg string) {
@@ -495,7 +516,9 @@ func poll(ctx context.Context, spec Spec, runs []*memberRun) []memberObservation
 		go func() {
 			defer wg.Done()
 			out[i].ready = httpOK(ctx, hc, spec.HealthURL(r.spec)+"/readyz")
-			if c := r.etcdClient(); c != nil {
+			// An etcd that exited is told at once: a call would wait for its deadline, and
+			// the poll paces the round that notices a lost quorum.
+			if c := r.etcdClient(); c != nil && etcdutil.Listening(spec.ClientURL(r.spec)) {
 				sctx, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
 				if st, err := c.Status(sctx, spec.ClientURL(r.spec)); err == nil {

@@ -52,6 +52,8 @@ func (s *Sidecar) reportLoop(ctx context.Context) {
 				s.lastReport.Store(&r)
 				if err := s.cfg.View.Report(ctx, r); err != nil && ctx.Err() == nil {
 					s.lg.Warn("cannot report to the cluster view", zap.Error(err))
+				} else if err == nil {
+					s.delivered.Store(r.At.UnixNano())
 				}
 				s.ackDirective(ctx, snap.Directive, r)
 				s.publishBackup(ctx)
@@ -108,7 +110,7 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self cl
 	if id, ok, _ := datadir.ReadIdentity(s.cfg.DataDir); ok {
 		r.AppliedEpoch = id.RecoveryEpoch
 	}
-	if cli != nil && !listening(self.ClientURL) {
+	if cli != nil && !etcdutil.Listening(self.ClientURL) {
 		// An etcd that exited is reported from the data dir at once, not after the timeout.
 		s.logUnreachable(fmt.Errorf("nothing listens at %s", self.ClientURL))
 		cli = nil
@@ -209,8 +211,39 @@ func (s *Sidecar) ackDirective(ctx context.Context, d *cluster.Directive, r clus
 	s.lg.Info("acknowledged the directive", zap.Int64("epoch", d.Epoch), zap.String("mode", d.Mode), zap.Int64("revision", r.Revision))
 }
 
-// handleReport serves GET /v1/report: the member's last report.
-func (s *Sidecar) handleReport(w http.ResponseWriter, _ *http.Request) {
+// freshReportTimeout bounds the wait for a report asked for now: one report takes at most
+// a status call (1 s) and a write to the view.
+const freshReportTimeout = 3 * time.Second
+
+// reportNow makes the report loop report at once and waits until the view took a report
+// made after the call: whoever runs the cluster asks when it needs the members' state as of
+// now (a lost quorum is proven lost only by reports made after it was lost).
+func (s *Sidecar) reportNow(ctx context.Context) error {
+	asked := time.Now().UnixNano()
+	s.kickReport()
+	ctx, cancel := context.WithTimeout(ctx, freshReportTimeout)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for s.delivered.Load() < asked {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no report reached the cluster view within %s (see the sidecar's log)", freshReportTimeout)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// handleReport serves GET /v1/report: the member's last report, or with ?fresh=1 one made
+// after the request.
+func (s *Sidecar) handleReport(w http.ResponseWriter, req *http.Request) {
+	if req.URL.Query().Get("fresh") != "" {
+		if err := s.reportNow(req.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
 	r := s.lastReport.Load()
 	if r == nil {
 		http.Error(w, "no report yet: the sidecar is starting", http.StatusServiceUnavailable)

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,6 +112,8 @@ type Sidecar struct {
 	pendingEpoch atomic.Int64
 	// lastReport is the newest report sent; lastRaftLog the newest read of the WAL.
 	lastReport atomic.Pointer[cluster.Report]
+	// delivered is when the newest report the view took was made (unix ns).
+	delivered atomic.Int64
 	// lastUnreachable is the last reason the report came from the data dir (logUnreachable).
 	lastUnreachable atomic.Pointer[unreachable]
 	lastRaftLog     atomic.Pointer[fromDataDir[datadir.RaftLog]]
@@ -248,7 +249,8 @@ func (s *Sidecar) Routes() []sidecarapi.Route {
 		// Resolving a restore target lists the store and reads its objects' headers.
 		{Method: "POST", Path: agent.ResolveTargetPath, Access: sidecarapi.Control, MinInterval: time.Second,
 			Timeout: 2 * time.Minute, Body: func() any { return &cluster.RestoreTarget{} }, Handler: s.backups.HandleResolveTarget},
-		{Method: "GET", Path: "/v1/report", Access: sidecarapi.Read, Handler: s.handleReport},
+		// ?fresh=1 waits for a report made after the request, as the cluster view took it.
+		{Method: "GET", Path: "/v1/report", Access: sidecarapi.Read, Timeout: freshReportTimeout + time.Second, Handler: s.handleReport},
 		// Moving leadership interrupts writes for an election's worth of time; the operator asks
 		// once per step of a rolling update.
 		{Method: "POST", Path: "/v1/leader/move", Access: sidecarapi.Control, MinInterval: time.Second,
@@ -315,7 +317,7 @@ func (s *Sidecar) etcdRunning(ctx context.Context) string {
 		return ""
 	}
 	// Nothing listening is the usual case, and is told at once; only a listener is asked.
-	if !listening(self.ClientURL) {
+	if !etcdutil.Listening(self.ClientURL) {
 		return ""
 	}
 	cli, err := s.etcd.New([]string{self.ClientURL}, 2*time.Second)
@@ -330,21 +332,6 @@ func (s *Sidecar) etcdRunning(ctx context.Context) string {
 		return ""
 	}
 	return fmt.Sprintf("this member's etcd serves at %s (member %x)", self.ClientURL, st.Header.MemberId)
-}
-
-// listening says whether anything accepts connections at clientURL's address. A refused
-// connection is told at once, where a client's call waits for its deadline.
-func listening(clientURL string) bool {
-	u, err := url.Parse(clientURL)
-	if err != nil {
-		return false
-	}
-	conn, err := net.DialTimeout("tcp", u.Host, time.Second)
-	if err != nil {
-		return false
-	}
-	_ = conn.Close()
-	return true
 }
 
 func (s *Sidecar) handleInitStatus(w http.ResponseWriter, _ *http.Request) {
