@@ -171,12 +171,17 @@ func (f *Figures) readLeases(ctx context.Context, c client.Reader, ec *v1alpha1.
 			pubs[i] = &p
 		}
 	}
+	if pubs[0] == nil && pubs[1] == nil {
+		f.backupsOfStatus(ec) // no Lease publishes (not made yet, or deleted): the status may know
+		return nil
+	}
 	f.Full, f.Delta, f.BackupsFrom = pubs[0], pubs[1], FromLeases
 	f.setStored()
 	return nil
 }
 
-// backupsOfStatus takes the newest snapshots from the status, when the Leases cannot be read.
+// backupsOfStatus takes the newest snapshots from the status, when the Leases cannot be read
+// or publish none.
 func (f *Figures) backupsOfStatus(ec *v1alpha1.EtcdCluster) {
 	f.BackupsFrom = FromStatus
 	if s := ec.Status.LastFullSnapshot; s != nil {

@@ -232,3 +232,16 @@ func TestReadFails(t *testing.T) {
 		t.Errorf("got %v, want an error naming the Lease", err)
 	}
 }
+
+// TestReadWithoutLeases: Leases that publish nothing (not made yet, or deleted) leave the
+// status's snapshots, said to be the status's.
+func TestReadWithoutLeases(t *testing.T) {
+	ec := mainCluster()
+	f, err := Read(context.Background(), newClient(t, interceptor.Funcs{}, objects(ec)[:4]...), ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.BackupsFrom != FromStatus || f.Full == nil || f.Full.Revision != 80 || f.Stored == nil || f.Stored.Revision != 95 || len(f.Unread) != 0 {
+		t.Errorf("backups from %s: full %+v, stored %+v, unread %v; want the status's 80 and 95", f.BackupsFrom, f.Full, f.Stored, f.Unread)
+	}
+}
