@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/livefigures"
 	"github.com/etcd-steward/steward/internal/units"
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
@@ -128,9 +129,11 @@ without backups of its own (give it a store of its own), starts from the target
 (spec.bootstrap.restore), reading the cluster's store with its credentials Secret.
 
 With --dry-run, nothing is created: it prints the target against the recoverable window the
-cluster's status records, and, in place, how many revisions would be dropped; it exits non-zero
-when the target is before the window. The status's figures lag (they are as of the operator's
-last pass): a target past the window is only noted, and the operator checks it against the store.`,
+cluster's status records, and, in place, how many revisions would be dropped, counted from the
+cluster's live revision (the members' reports; the status's, as of its last write, where they
+cannot be read); it exits non-zero when the target is before the window. The window's end lags
+the backups (the status writes it at most once an hour on a cluster at rest): a target past it
+is only noted, and the operator checks it against the store.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {
@@ -159,7 +162,11 @@ last pass): a target past the window is only noted, and the operator checks it a
 				return err
 			}
 			if dryRun {
-				plan, err := planRestore(ec, target, into)
+				f, err := livefigures.Read(ctx, k.c, ec)
+				if err != nil {
+					return err
+				}
+				plan, err := planRestore(ec, f, target, into, time.Now())
 				if perr := out.print(cmd.OutOrStdout(), plan, func(t *table) {
 					t.header("CLUSTER", "INTO", "REVISION", "WINDOW", "TARGET", "DROPPED", "VERDICT")
 					t.row(plan.Cluster, orDash(plan.Into), strconv.FormatInt(plan.Revision, 10), orDash(plan.Window), plan.Target,

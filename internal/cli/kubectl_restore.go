@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/livefigures"
 	"github.com/etcd-steward/steward/internal/operator"
 )
 
@@ -31,21 +32,26 @@ func (t restoreTarget) String() string {
 type restorePlan struct {
 	Cluster string `json:"cluster"`
 	Into    string `json:"into,omitempty"`
-	// Revision is the cluster's revision now; Window the recoverable window its status records.
-	Revision int64  `json:"revision"`
-	Window   string `json:"window,omitempty"`
-	Target   string `json:"target"`
+	// Revision is the cluster's revision now and RevisionFrom where it was read (live from
+	// the members' reports, or the status's, see origin); Window the recoverable window its
+	// status records, as of WindowFrom.
+	Revision     int64  `json:"revision"`
+	RevisionFrom string `json:"revisionFrom"`
+	Window       string `json:"window,omitempty"`
+	WindowFrom   string `json:"windowFrom,omitempty"`
+	Target       string `json:"target"`
 	// Dropped counts at least the revisions after the target that a restore in place drops,
-	// from the status's revision as of its last pass (0: none known, as for a time).
+	// from Revision (0: none known, as for a time).
 	Dropped int64  `json:"dropped,omitempty"`
 	Verdict string `json:"verdict"`
 }
 
-// planRestore checks the target against the recoverable window in the cluster's status. The
-// operator checks it against the store itself before it acts; this is what a user can know
+// planRestore checks the target against the recoverable window in the cluster's status, and
+// counts what a restore in place drops from the cluster's live revision (f). The operator
+// checks the target against the store itself before it acts; this is what a user can know
 // beforehand. The error says why the restore would be refused.
-func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (restorePlan, error) {
-	p := restorePlan{Cluster: ec.Name, Into: into, Revision: ec.Status.Revision, Target: target.String()}
+func planRestore(ec *v1alpha1.EtcdCluster, f livefigures.Figures, target restoreTarget, into string, now time.Time) (restorePlan, error) {
+	p := restorePlan{Cluster: ec.Name, Into: into, Revision: f.Revision, RevisionFrom: origin(f.RevisionFrom, f.RevisionAt, now), Target: target.String()}
 	w := ec.Status.Recoverability
 	if ec.Spec.Backup == nil {
 		p.Verdict = "refused: the cluster has no spec.backup, so no backups to restore"
@@ -59,13 +65,14 @@ func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (r
 	if w.FirstTime != nil && w.LastTime != nil {
 		p.Window += fmt.Sprintf(" (%s to %s)", w.FirstTime.UTC().Format(time.RFC3339), w.LastTime.UTC().Format(time.RFC3339))
 	}
+	p.WindowFrom = origin(livefigures.FromStatus, f.StatusAt, now)
 	if target.Timeline != nil && *target.Timeline != w.Timeline {
 		p.Verdict = fmt.Sprintf("not checked: timeline %d is not the cluster's own (%d), whose window the status records; the operator checks it against the store", *target.Timeline, w.Timeline)
 		return p, nil
 	}
-	// The window's start is what retention left. Its end, like the cluster's revision, is as
-	// of the status's last pass and moves on with every backup and write: a target past them
-	// is not refused (the store may hold it by now; the operator checks it there).
+	// The window's start is what retention left. Its end is as of the status's last write and
+	// moves on with every backup: a target past it is not refused (the store may hold it by
+	// now; the operator checks it there).
 	outside := ""
 	switch {
 	case target.Revision != nil && *target.Revision < w.FirstRevision:
@@ -79,21 +86,30 @@ func planRestore(ec *v1alpha1.EtcdCluster, target restoreTarget, into string) (r
 	}
 	pending := ""
 	if target.Revision != nil && *target.Revision > w.LastRevision {
-		pending = fmt.Sprintf(" (revision %d is past the window the status last recorded; the backups taken since may hold it: the operator checks it against the store)", *target.Revision)
+		pending = fmt.Sprintf(" (revision %d is past the window the status last recorded; the backups taken since may hold it%s: the operator checks it against the store)",
+			*target.Revision, storedNote(f))
 	}
 	switch {
 	case into != "":
 		p.Verdict = fmt.Sprintf("a new EtcdCluster %s would start from %s; %s stays as it is%s", into, p.Target, ec.Name, pending)
 	case target.Revision != nil:
-		p.Dropped = max(ec.Status.Revision-*target.Revision, 0)
-		p.Verdict = fmt.Sprintf("in place: every write after revision %d would be dropped (at least %d revisions: the status's revision is %d, as of its last pass)%s",
-			*target.Revision, p.Dropped, ec.Status.Revision, pending)
+		p.Dropped = max(p.Revision-*target.Revision, 0)
+		p.Verdict = fmt.Sprintf("in place: every write after revision %d would be dropped (at least %d revisions: the cluster's revision is %d, %s)%s",
+			*target.Revision, p.Dropped, p.Revision, p.RevisionFrom, pending)
 	case target.Time != nil:
-		p.Verdict = fmt.Sprintf("in place: every write after %s would be dropped (the status's revision is %d, as of its last pass)", p.Target, ec.Status.Revision)
+		p.Verdict = fmt.Sprintf("in place: every write after %s would be dropped (the cluster's revision is %d, %s)", p.Target, p.Revision, p.RevisionFrom)
 	default:
 		p.Verdict = "in place: the writes after the newest revision the backups hold would be dropped (none, once the backups have caught up)"
 	}
 	return p, nil
+}
+
+// storedNote names the newest revision the backups hold, when the snapshot Leases say it.
+func storedNote(f livefigures.Figures) string {
+	if f.BackupsFrom != livefigures.FromLeases || f.Stored == nil {
+		return ""
+	}
+	return fmt.Sprintf(", and the snapshot Leases say they hold revision %d by now", f.Stored.Revision)
 }
 
 // restoredInto is what `kubectl steward restore --into` prints.

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -11,11 +10,10 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
-	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/livefigures"
 	"github.com/etcd-steward/steward/internal/operator"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -27,8 +25,15 @@ type clusterStatus struct {
 	Replicas  int32  `json:"replicas"`
 	Ready     int32  `json:"ready"`
 	Leader    string `json:"leader,omitempty"`
-	Revision  int64  `json:"revision,omitempty"`
-	Client    string `json:"client,omitempty"`
+	// Revision is the cluster's, and RevisionFrom where it was read (see origin): live from
+	// the members' reports, or the status's, which lags on a cluster at rest.
+	Revision     int64  `json:"revision,omitempty"`
+	RevisionFrom string `json:"revisionFrom"`
+	Client       string `json:"client,omitempty"`
+	// StatusWritten is when the status was last written: the time of its figures.
+	StatusWritten *time.Time `json:"statusWritten,omitempty"`
+	// Unread says what the user could not read, the status's figures standing in.
+	Unread []string `json:"unread,omitempty"`
 	// Fenced are the members whose fence is in force (status.fencedMembers); FenceAsked the
 	// members the annotation etcd.steward.dev/fenced-members names (a fence asked for may be
 	// refused, or suspended while a recovery runs: the conditions and Events say why).
@@ -70,8 +75,12 @@ type backupView struct {
 	LastDelta     *time.Time `json:"lastDeltaSnapshot,omitempty"`
 	LastDeltaRev  int64      `json:"lastDeltaRevision,omitempty"`
 	LastBackupAge string     `json:"lastBackupAge,omitempty"`
-	// Recoverable is what a restore reaches (status.recoverability).
-	Recoverable *v1alpha1.Recoverability `json:"recoverable,omitempty"`
+	// From is where the newest snapshots were read: live from the snapshot Leases, or the
+	// status's (see origin).
+	From string `json:"from"`
+	// Recoverable is what a restore reaches (status.recoverability), as of RecoverableFrom.
+	Recoverable     *v1alpha1.Recoverability `json:"recoverable,omitempty"`
+	RecoverableFrom string                   `json:"recoverableFrom,omitempty"`
 }
 
 type eventView struct {
@@ -113,46 +122,32 @@ func readClusterStatus(ctx context.Context, k *kube, name string, events int, no
 	if err != nil {
 		return nil, err
 	}
+	f, err := livefigures.Read(ctx, k.c, ec)
+	if err != nil {
+		return nil, err
+	}
 	st := &clusterStatus{Name: ec.Name, Namespace: ec.Namespace, ClusterID: ec.Status.ClusterID, Replicas: ec.Spec.Replicas,
-		Ready: ec.Status.ReadyReplicas, Leader: ec.Status.Leader, Revision: ec.Status.Revision, Client: ec.Status.Endpoints.Client,
-		Fenced: ec.Status.FencedMembers, FenceAsked: operator.FencedMembers(ec),
+		Ready: ec.Status.ReadyReplicas, Leader: ec.Status.Leader, Revision: f.Revision, RevisionFrom: origin(f.RevisionFrom, f.RevisionAt, now),
+		Client: ec.Status.Endpoints.Client, Fenced: ec.Status.FencedMembers, FenceAsked: operator.FencedMembers(ec), Unread: f.Unread,
 		Conditions: []statusCondition{}, Members: []memberView{}, Events: []eventView{}}
+	if !f.StatusAt.IsZero() {
+		st.StatusWritten = &f.StatusAt
+	}
 	for _, c := range ec.Status.Conditions {
 		st.Conditions = append(st.Conditions, statusCondition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
 	}
-	var ems v1alpha1.EtcdMemberList
-	if err := k.c.List(ctx, &ems, client.InNamespace(ec.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: ec.Name}); err != nil {
-		return nil, fmt.Errorf("reading the EtcdMembers of %s/%s: %w", ec.Namespace, ec.Name, err)
-	}
-	reports := map[string]*runtime.RawExtension{}
-	for _, em := range ems.Items {
-		reports[em.Name] = em.Status.Report
-	}
 	for _, m := range ec.Status.Members {
 		mv := memberView{Name: m.Name, ID: m.ID, Role: m.Role, Status: m.Status, Reason: m.Reason, Fenced: slices.Contains(ec.Status.FencedMembers, m.Name)}
-		if raw := reports[m.Name]; raw != nil {
-			var r cluster.Report
-			if json.Unmarshal(raw.Raw, &r) == nil {
-				mv.Revision, mv.LastIndex, mv.Serving = r.Revision, r.LastIndex, r.Serving
-				if !r.At.IsZero() {
-					mv.ReportAge = now.Sub(r.At).Round(time.Second).String()
-				}
+		if r, ok := f.Reports[m.Name]; ok {
+			mv.Revision, mv.LastIndex, mv.Serving = r.Revision, r.LastIndex, r.Serving
+			if !r.At.IsZero() {
+				mv.ReportAge = now.Sub(r.At).Round(time.Second).String()
 			}
 		}
 		st.Members = append(st.Members, mv)
 	}
 	if ec.Spec.Backup != nil {
-		b := &backupView{Store: ec.Spec.Backup.Store, Recoverable: ec.Status.Recoverability}
-		if s := ec.Status.LastFullSnapshot; s != nil {
-			b.LastFull, b.LastFullRev = &s.Time.Time, s.Revision
-		}
-		if s := ec.Status.LastDeltaSnapshot; s != nil {
-			b.LastDelta, b.LastDeltaRev = &s.Time.Time, s.Revision
-		}
-		if t := ec.Status.LastBackupTime; t != nil {
-			b.LastBackupAge = now.Sub(t.Time).Round(time.Second).String()
-		}
-		st.Backup = b
+		st.Backup = backupOf(ec, f, now)
 	}
 	var list corev1.EventList
 	if err := k.c.List(ctx, &list, client.InNamespace(ec.Namespace)); err != nil {
@@ -172,6 +167,36 @@ func readClusterStatus(ctx context.Context, k *kube, name string, events int, no
 	return st, nil
 }
 
+// backupOf is the cluster's backups: the newest snapshots from f, the window from the status.
+func backupOf(ec *v1alpha1.EtcdCluster, f livefigures.Figures, now time.Time) *backupView {
+	b := &backupView{Store: ec.Spec.Backup.Store, Recoverable: ec.Status.Recoverability, From: origin(f.BackupsFrom, f.StatusAt, now)}
+	if s := f.Full; s != nil {
+		b.LastFull, b.LastFullRev = &s.At, s.Revision
+	}
+	if s := f.Delta; s != nil {
+		b.LastDelta, b.LastDeltaRev = &s.At, s.Revision
+	}
+	if t := f.LastBackup(); !t.IsZero() {
+		b.LastBackupAge = now.Sub(t).Round(time.Second).String()
+	}
+	if b.Recoverable != nil {
+		b.RecoverableFrom = origin(livefigures.FromStatus, f.StatusAt, now)
+	}
+	return b
+}
+
+// origin says where a figure was read, and, for the status's, as of when: the status's
+// moving figures are written at most once an hour on a cluster at rest.
+func origin(from livefigures.Source, at, now time.Time) string {
+	switch {
+	case from != livefigures.FromStatus:
+		return "live, from the " + string(from)
+	case at.IsZero():
+		return "from the status, as of its last write (its time not known)"
+	}
+	return fmt.Sprintf("from the status, as of %s (%s ago)", at.UTC().Format(time.RFC3339), now.Sub(at).Round(time.Second))
+}
+
 func eventTime(e corev1.Event) time.Time {
 	switch {
 	case !e.LastTimestamp.IsZero():
@@ -187,22 +212,28 @@ func (st *clusterStatus) table(t *table) {
 	t.row("cluster ID", orDash(st.ClusterID))
 	t.row("ready", fmt.Sprintf("%d/%d", st.Ready, st.Replicas))
 	t.row("leader", orDash(st.Leader))
-	t.row("revision", strconv.FormatInt(st.Revision, 10))
+	t.row("revision", fmt.Sprintf("%d (%s)", st.Revision, st.RevisionFrom))
 	t.row("client", orDash(st.Client))
 	t.row("fenced", st.fenceSummary())
 	if b := st.Backup; b != nil {
 		t.row("backup store", b.Store)
-		t.row("last backup", orDash(b.LastBackupAge)+" ago")
+		t.row("last backup", fmt.Sprintf("%s ago (%s)", orDash(b.LastBackupAge), b.From))
 		if b.LastFull != nil {
 			t.row("last full snapshot", fmt.Sprintf("revision %d at %s", b.LastFullRev, b.LastFull.UTC().Format(time.RFC3339)))
 		}
+		if b.LastDelta != nil {
+			t.row("last delta snapshot", fmt.Sprintf("revision %d at %s", b.LastDeltaRev, b.LastDelta.UTC().Format(time.RFC3339)))
+		}
 		if w := b.Recoverable; w != nil && w.FirstTime != nil && w.LastTime != nil {
-			t.row("recoverable", recoverable(uint32(w.Timeline), w.FirstRevision, w.LastRevision, w.FirstTime.Time, w.LastTime.Time))
+			t.row("recoverable", recoverable(uint32(w.Timeline), w.FirstRevision, w.LastRevision, w.FirstTime.Time, w.LastTime.Time)+" ("+b.RecoverableFrom+")")
 		} else {
 			t.row("recoverable", "- (no backup leader has reported what the store can restore)")
 		}
 	} else {
 		t.row("backup store", "none (spec.backup not set)")
+	}
+	for _, u := range st.Unread {
+		t.row("not read", u+"; the status's figures stand in")
 	}
 	t.row("")
 	t.header("CONDITION", "STATUS", "REASON", "MESSAGE")

@@ -28,13 +28,16 @@ import (
 	"github.com/etcd-steward/steward/internal/units"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -312,6 +315,98 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 		if _, err := run("restore", "main", "--into", "copy", "--wait", "0"); err == nil || !strings.Contains(err.Error(), "exists already") {
 			t.Errorf("restore --into an existing name: %v", err)
+		}
+	})
+
+	t.Run("live figures", func(t *testing.T) {
+		// The status's figures are as of its last write (at most an hour behind on a cluster
+		// at rest): revision 130, no delta snapshot. The members report 140-142 of the
+		// cluster's ID, and the backup leader's Leases publish a full snapshot at 135 and a
+		// delta at 141.
+		var main v1alpha1.EtcdCluster
+		must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "main"}, &main))
+		before := main.Status
+		main.Status.Revision = 130
+		main.Status.Recoverability = &v1alpha1.Recoverability{Timeline: 3, ClusterID: "c0ffee", FirstRevision: 20, LastRevision: 120}
+		must(c.Status().Update(ctx, &main))
+		owner := *metav1.NewControllerRef(&main, v1alpha1.GroupVersion.WithKind("EtcdCluster"))
+		renewed := metav1.NewMicroTime(time.Now().Add(-2 * time.Second))
+		for name, rev := range map[string]string{v1alpha1.FullSnapshotLeaseName("main"): "135", v1alpha1.DeltaSnapshotLeaseName("main"): "141"} {
+			must(c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, OwnerReferences: []metav1.OwnerReference{owner}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: &rev, RenewTime: &renewed}}))
+		}
+		setReports := func(clusterID string, base int) {
+			for i := 0; i < 3; i++ {
+				var em v1alpha1.EtcdMember
+				must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("main-%d", i)}, &em))
+				em.Status.Report = &runtime.RawExtension{Raw: []byte(fmt.Sprintf(`{"name":"main-%d","clusterID":%q,"at":%q,"serving":true,"revision":%d,"lastIndex":%d}`,
+					i, clusterID, time.Now().Format(time.RFC3339Nano), base+i, 100+i))}
+				must(c.Status().Update(ctx, &em))
+			}
+		}
+		setReports("c0ffee", 140)
+		t.Cleanup(func() {
+			setReports("", 40)
+			for _, name := range []string{v1alpha1.FullSnapshotLeaseName("main"), v1alpha1.DeltaSnapshotLeaseName("main")} {
+				must(c.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+			}
+			must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "main"}, &main))
+			main.Status = before
+			must(c.Status().Update(ctx, &main))
+		})
+
+		out, err := run("status", "main", "-o", "json")
+		var st clusterStatus
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("status -o json (%v):\n%s", err, out)
+		}
+		if st.Revision != 142 || st.RevisionFrom != "live, from the members' reports" || st.Backup == nil || st.Backup.LastDeltaRev != 141 || st.Backup.LastFullRev != 135 ||
+			st.Backup.From != "live, from the snapshot Leases" || st.Backup.LastBackupAge == "" || !strings.HasPrefix(st.Backup.RecoverableFrom, "from the status, as of ") || len(st.Unread) != 0 {
+			t.Errorf("status: revision %d (%s), unread %v, backup %+v; want 142 and the snapshots at 135 and 141, live", st.Revision, st.RevisionFrom, st.Unread, st.Backup)
+		}
+		table, err := run("status", "main")
+		if err != nil || !strings.Contains(table, "142 (live, from the members' reports)") || !strings.Contains(table, "revision 141 at") ||
+			!regexp.MustCompile(`last backup +\d+s ago \(live, from the snapshot Leases\)`).MatchString(table) {
+			t.Errorf("status table (%v):\n%s", err, table)
+		}
+		out, err = run("restore", "main", "--to-revision", "100", "--dry-run", "-o", "json")
+		var plan restorePlan
+		if err != nil || json.Unmarshal([]byte(out), &plan) != nil || plan.Revision != 142 || plan.Dropped != 42 ||
+			!strings.Contains(plan.Verdict, "at least 42 revisions: the cluster's revision is 142, live, from the members' reports") {
+			t.Errorf("dry run (%v): %+v; want 42 dropped from the live revision 142", err, plan)
+		}
+		out, err = run("restore", "main", "--to-revision", "138", "--dry-run", "-o", "json")
+		if err != nil || json.Unmarshal([]byte(out), &plan) != nil || !strings.Contains(plan.Verdict, "the snapshot Leases say they hold revision 141 by now") {
+			t.Errorf("dry run past the recorded window (%v): %+v", err, plan)
+		}
+
+		// A user who may read the cluster, its EtcdMembers and Events but not Leases gets the
+		// status's snapshots, labelled with the time of the status's last write.
+		user, err := api.Env.ControlPlane.AddUser(envtest.User{Name: "viewer"}, nil)
+		must(err)
+		kc, err := user.KubeConfig()
+		must(err)
+		viewer := filepath.Join(t.TempDir(), "viewer.kubeconfig")
+		must(os.WriteFile(viewer, kc, 0o600))
+		must(c.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "viewer"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"etcdclusters", "etcdmembers"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}}}}))
+		must(c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "viewer"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "viewer"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "viewer"}}}))
+		out, err = run("status", "main", "-o", "json", "--kubeconfig", viewer)
+		st = clusterStatus{}
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("status as a user without Leases (%v):\n%s", err, out)
+		}
+		if st.Revision != 142 || st.Backup == nil || st.Backup.LastDelta != nil || st.Backup.LastFullRev != 40 || st.StatusWritten == nil ||
+			!strings.HasPrefix(st.Backup.From, "from the status, as of "+st.StatusWritten.UTC().Format(time.RFC3339)) ||
+			len(st.Unread) != 1 || !strings.Contains(st.Unread[0], "snapshot Leases of plugin/main") {
+			t.Errorf("status without Leases: revision %d, written %v, unread %v, backup %+v; want the status's full snapshot at 40, as of its last write", st.Revision, st.StatusWritten, st.Unread, st.Backup)
+		}
+		table, err = run("status", "main", "--kubeconfig", viewer)
+		if err != nil || !regexp.MustCompile(`last backup +\S+ ago \(from the status, as of \d{4}-\d\d-\d\dT`).MatchString(table) || !strings.Contains(table, "not read") {
+			t.Errorf("status table without Leases (%v):\n%s", err, table)
 		}
 	})
 

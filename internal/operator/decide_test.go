@@ -910,29 +910,6 @@ func TestDecideMaintenance(t *testing.T) {
 	}
 }
 
-func TestNewerPublication(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	none := publication{revision: -1}
-	tests := []struct {
-		name    string
-		a, b    publication
-		wantRev int64
-	}{
-		{"the first publication", none, publication{100, t0}, 100},
-		{"a later delta after the full", publication{100, t0}, publication{150, t0.Add(time.Second)}, 150},
-		{"a history restart: the new timeline's full is newer than the old timeline's delta", publication{150, t0}, publication{90, t0.Add(time.Second)}, 90},
-		{"an older publication does not win", publication{90, t0.Add(time.Second)}, publication{150, t0}, 90},
-		{"a tie: the higher revision", publication{100, t0}, publication{120, t0}, 120},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := newerPublication(tt.a, tt.b); got.revision != tt.wantRev {
-				t.Fatalf("got %d, want %d", got.revision, tt.wantRev)
-			}
-		})
-	}
-}
-
 // TestDecideLearnersNeverCount: scaling 1 to 2, the new member is a learner catching up (its
 // pod not Ready: a learner serves no linearizable read; its sidecar renews the Lease). The
 // single voter keeps the cluster Ready, no quorum is called lost, and the learner is not

@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/heal"
 	"github.com/etcd-steward/steward/internal/kubeview"
+	"github.com/etcd-steward/steward/internal/livefigures"
 	"github.com/etcd-steward/steward/internal/maintenance"
 	"github.com/etcd-steward/steward/internal/seal"
 	"github.com/etcd-steward/steward/internal/units"
@@ -1110,8 +1111,8 @@ func (r *ClusterReconciler) observeStatefulSet(ctx context.Context, ec *v1alpha1
 // observeMembers reads the member pods and Leases, one entry per ordinal the StatefulSet or
 // the hibernation knows of, and the snapshot Leases: what the backups hold, and the newest
 // revision the backup leader published as stored.
-func (r *ClusterReconciler) observeMembers(ctx context.Context, ec *v1alpha1.EtcdCluster, sel client.ListOption, o *Observation) (publication, error) {
-	stored := publication{revision: -1}
+func (r *ClusterReconciler) observeMembers(ctx context.Context, ec *v1alpha1.EtcdCluster, sel client.ListOption, o *Observation) (livefigures.Publication, error) {
+	stored := livefigures.None
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(ec.Namespace), sel); err != nil {
 		return stored, err
@@ -1161,22 +1162,18 @@ func (r *ClusterReconciler) observeMembers(ctx context.Context, ec *v1alpha1.Etc
 				at(n).Lease = leaseState(l, seen)
 			}
 		case "full-snapshot", "delta-snapshot":
-			rev, ok := v1alpha1.SnapshotLeaseRevision(l.Spec.HolderIdentity)
+			p, ok := livefigures.FromLease(l)
 			if o.Backup == nil || !ok {
 				continue
 			}
-			renewed := time.Time{}
-			if l.Spec.RenewTime != nil {
-				renewed = l.Spec.RenewTime.Time
-			}
-			stored = newerPublication(stored, publication{rev, renewed})
-			if l.Spec.RenewTime == nil {
+			stored = livefigures.Newer(stored, p)
+			if p.At.IsZero() {
 				continue
 			}
 			if kind == "full-snapshot" {
-				o.Backup.LastFull, o.Backup.LastFullRevision = renewed, rev
+				o.Backup.LastFull, o.Backup.LastFullRevision = p.At, p.Revision
 			} else {
-				o.Backup.LastDelta, o.Backup.LastDeltaRevision = renewed, rev
+				o.Backup.LastDelta, o.Backup.LastDeltaRevision = p.At, p.Revision
 			}
 		}
 	}
@@ -1189,14 +1186,14 @@ func (r *ClusterReconciler) observeMembers(ctx context.Context, ec *v1alpha1.Etc
 // observeReports reads the members' own reports (their EtcdMembers), the backup leader's
 // account, and the recovery's input: the members' acknowledgements, the confirmations by
 // annotation, status.recovery and a restore's request.
-func (r *ClusterReconciler) observeReports(ctx context.Context, ec *v1alpha1.EtcdCluster, sel client.ListOption, stored publication, o *Observation) error {
+func (r *ClusterReconciler) observeReports(ctx context.Context, ec *v1alpha1.EtcdCluster, sel client.ListOption, stored livefigures.Publication, o *Observation) error {
 	var ems v1alpha1.EtcdMemberList
 	if err := r.Client.List(ctx, &ems, client.InNamespace(ec.Namespace), sel); err != nil {
 		return err
 	}
 	o.Reports = map[string]cluster.Report{}
 	rec := Recovery{Acks: map[string]cluster.DirectiveAck{}, Policy: ec.Spec.QuorumLoss.Policy,
-		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: stored.revision},
+		Backup: heal.Backup{Configured: ec.Spec.Backup != nil, Revision: stored.Revision},
 		// ReportCurrent 0: an EtcdMember, read from the cache and dated by its sidecar's clock,
 		// never proves data gone; the reports asked directly do (Observation.DirectReports).
 		Timing: heal.Timing{Grace: o.Graces.NotReady, ReportTimeout: heal.DefaultTiming.ReportTimeout, SeedTimeout: heal.DefaultTiming.SeedTimeout}}
@@ -1615,20 +1612,4 @@ func nextDeadline(o Observation, d Decision, now time.Time) time.Duration {
 	// A second more, so that the deadline has passed when the reconciliation runs (status
 	// times are kept at second precision).
 	return next.Sub(now) + time.Second
-}
-
-// publication is a snapshot Lease's revision and when the backup leader renewed it.
-type publication struct {
-	revision int64
-	at       time.Time
-}
-
-// newerPublication is the later of two publications (on a tie, the higher revision). The
-// newer one is of the timeline backed up now: after a history restart, the other Lease still
-// names the old timeline's higher revision, which no restore of this cluster reaches.
-func newerPublication(a, b publication) publication {
-	if a.revision < 0 || b.at.After(a.at) || (b.at.Equal(a.at) && b.revision > a.revision) {
-		return b
-	}
-	return a
 }

@@ -10,9 +10,9 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/cluster"
+	"github.com/etcd-steward/steward/internal/livefigures"
 	"github.com/etcd-steward/steward/internal/restore"
 	"github.com/etcd-steward/steward/internal/store"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -200,15 +200,11 @@ func (r *RestoreReconciler) now() time.Time {
 // deltaRevision is the newest revision the deltas hold, from the delta-snapshot Lease that
 // the backup leader renews (-1 when it has not yet).
 func (r *RestoreReconciler) deltaRevision(ctx context.Context, ec *v1alpha1.EtcdCluster) int64 {
-	var l coordinationv1.Lease
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: deltaLeaseName(ec)}, &l); err != nil {
+	p, _, err := livefigures.ReadLease(ctx, r.Client, ec, deltaLeaseName(ec))
+	if err != nil {
 		return -1
 	}
-	rev, ok := v1alpha1.SnapshotLeaseRevision(l.Spec.HolderIdentity)
-	if !ok {
-		return -1
-	}
-	return rev
+	return p.Revision
 }
 
 // rival is another EtcdRestore of the same cluster that goes first: one that has gone past

@@ -25,7 +25,8 @@ type APIServer struct {
 }
 
 // StartAPIServer starts the API server built into bin/k8s, or returns ErrNoKubeTools.
-func StartAPIServer() (*APIServer, error) {
+// Each configure changes the environment before it starts (a benchmark's audit log).
+func StartAPIServer(configure ...func(*envtest.Environment)) (*APIServer, error) {
 	if _, err := os.Stat(filepath.Join(KubeBin(), "kube-apiserver")); err != nil {
 		return nil, ErrNoKubeTools
 	}
@@ -33,6 +34,9 @@ func StartAPIServer() (*APIServer, error) {
 		BinaryAssetsDirectory: KubeBin(),
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "deploy", "crd")},
 		ErrorIfCRDPathMissing: true,
+	}
+	for _, c := range configure {
+		c(env)
 	}
 	cfg, err := env.Start()
 	if err != nil {
