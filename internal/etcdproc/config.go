@@ -35,8 +35,6 @@ type Config struct {
 	AutoCompactionMode       string `json:"auto-compaction-mode,omitempty"`
 	AutoCompactionRetention  string `json:"auto-compaction-retention,omitempty"`
 	LogLevel                 string `json:"log-level,omitempty"`
-	// MaxLearners is how many learners etcd lets the membership hold at once (MaxLearners).
-	MaxLearners int `json:"max-learners,omitempty"`
 	// AuthToken is how etcd makes its authentication tokens (JWTAuthToken); empty: etcd's
 	// default, simple tokens.
 	AuthToken string `json:"auth-token,omitempty"`
@@ -45,16 +43,6 @@ type Config struct {
 	ClientTransportSecurity *TransportSecurity `json:"client-transport-security,omitempty"`
 	PeerTransportSecurity   *TransportSecurity `json:"peer-transport-security,omitempty"`
 }
-
-// MaxLearners is the max-learners of every member Steward starts. etcd's default, 1, makes
-// members that join one cluster together join one at a time, and each join after the first
-// waits until the leader has been connected to the newly promoted voter for 5 s. Learners
-// never count in the quorum, so more of them cost only the leader's bandwidth: a cluster
-// recovered from one seed takes all its other members at once. etcd checks the limit when
-// each member applies a membership change, so every member must have the same value: it is a
-// constant (a cluster's size, at most 9, less the one voter a recovery starts from), never
-// derived from a cluster's current size.
-const MaxLearners = 8
 
 // TokenTTL is how long a token etcd issues is valid; a client whose token ran out gets
 // "invalid auth token", and etcd's client then logs in again by itself.

@@ -18,7 +18,7 @@ import (
 var ownedFlags = []string{
 	"name", "data-dir", "wal-dir",
 	"initial-cluster", "initial-cluster-state", "initial-cluster-token", "force-new-cluster",
-	"max-learners", // the same on every member (MaxLearners)
+	"max-learners", // etcd's default of one: at most one learner exists (invariant 1)
 	"discovery", "discovery-srv", "discovery-srv-name", "discovery-token", "discovery-endpoints",
 	"listen-client-urls", "listen-client-http-urls", "listen-peer-urls", "advertise-client-urls", "initial-advertise-peer-urls",
 	"logger", "log-outputs", // steward etcd logs to stderr, which the supervisor or the pod keeps

@@ -145,13 +145,6 @@ func TestMemberStartsThroughSidecar(t *testing.T) {
 	if _, err := c.Put(ctx, "/a", "1"); err != nil {
 		t.Fatal(err)
 	}
-	// Members recovering around one voter join it together: the generated configuration
-	// takes more than etcd's default of one learner at a time.
-	for i := range 2 {
-		if _, err := c.MemberAddAsLearner(ctx, []string{fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))}); err != nil {
-			t.Fatalf("learner %d of a one-voter cluster: %v", i+1, err)
-		}
-	}
 	stop()
 
 	s, clean, err := datadir.ReadShutdown(dataDir)

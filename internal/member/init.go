@@ -189,9 +189,8 @@ const turnInterval = 500 * time.Millisecond
 
 // addTimeout bounds one learner add: a commit takes milliseconds, a dropped one the timeout.
 // Members recovering around one seed propose their adds at the same moment, and raft drops
-// all but one: the others try again within a second, while the first learner still catches
-// up, so that they join beside it instead of waiting for etcd's 5 s health window after its
-// promotion. An add that commits after the timeout is found by its peer URL at the next try.
+// all but one: the others learn it within a second and wait their turn. An add that commits
+// after the timeout is found by its peer URL at the next try.
 const addTimeout = 500 * time.Millisecond
 
 // addRefused is the step's error for etcd's answer err to adding this member as a learner.
@@ -459,7 +458,6 @@ func (s *Sidecar) lastStartConfig() ([]byte, error) {
 		return nil, fmt.Errorf("the configuration of this member's last start in %s is damaged: %w", s.cfg.DataDir, err)
 	}
 	m["initial-cluster-state"] = "existing"
-	m["max-learners"] = etcdproc.MaxLearners // a start recorded by an earlier version has etcd's default
 	delete(m, "force-new-cluster")
 	return yaml.Marshal(m)
 }
@@ -647,7 +645,6 @@ func (s *Sidecar) etcdConfig(spec cluster.Spec, plan Plan, initialCluster string
 	c.InitialClusterState = plan.ClusterState
 	c.InitialClusterToken = spec.Token
 	c.ForceNewCluster = plan.Action == ActionForceNewCluster
-	c.MaxLearners = etcdproc.MaxLearners
 	if dir := s.cfg.TLSDir; dir != "" {
 		client, peer, err := transportSecurity(dir)
 		if err != nil {

@@ -172,7 +172,7 @@ func TestRestartWithoutView(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := last
-	want.InitialClusterState, want.ForceNewCluster, want.MaxLearners = "existing", false, etcdproc.MaxLearners
+	want.InitialClusterState, want.ForceNewCluster = "existing", false
 	if got != want {
 		t.Fatalf("configuration without the view:\n%+v\nwant the last start's as a restart:\n%+v", got, want)
 	}
