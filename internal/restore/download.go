@@ -102,14 +102,16 @@ func pipeCopy(w io.Writer, r io.Reader) error {
 	return rerr
 }
 
-// fileWriter keeps the error of a write to the scratch file apart from the reader's.
+// fileWriter keeps the error of a write to the file apart from the reader's, and counts.
 type fileWriter struct {
 	f   *os.File
+	n   int64
 	err error
 }
 
 func (w *fileWriter) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
+	w.n += int64(n)
 	if err != nil {
 		w.err = err
 	}

@@ -16,8 +16,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"go.etcd.io/etcd/client/pkg/v3/types"
-	"go.etcd.io/etcd/server/v3/config"
 
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
@@ -283,21 +281,16 @@ func (o Options) validate() error {
 }
 
 // verifyMember runs etcd's own bootstrap check of the member flags up front, so a typo fails
-// before gigabytes are downloaded rather than inside etcdutl.
+// before gigabytes are downloaded rather than once the database is written.
 func verifyMember(o Options) error {
-	peers, err := types.NewURLs(o.PeerURLs)
-	if err != nil {
-		return fmt.Errorf("restore: peer URLs %v: %w", o.PeerURLs, err)
-	}
-	cluster, err := types.NewURLsMap(o.InitialCluster)
-	if err != nil {
-		return fmt.Errorf("restore: initial cluster %q: %w", o.InitialCluster, err)
-	}
-	sc := config.ServerConfig{Logger: zap.NewNop(), Name: o.Name, PeerURLs: peers, InitialPeerURLsMap: cluster, InitialClusterToken: o.InitialClusterToken}
-	if err := sc.VerifyBootstrap(); err != nil {
-		return fmt.Errorf("restore: member %q with peer URLs %v does not fit initial cluster %q: %w", o.Name, o.PeerURLs, o.InitialCluster, err)
+	if _, err := newCluster(zap.NewNop(), o.member()); err != nil {
+		return fmt.Errorf("restore: %w", err)
 	}
 	return nil
+}
+
+func (o Options) member() memberSpec {
+	return memberSpec{name: o.Name, initialCluster: o.InitialCluster, token: o.InitialClusterToken, peerURLs: o.PeerURLs}
 }
 
 type restorer struct {
