@@ -2,6 +2,7 @@ package restore
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"os"
@@ -11,16 +12,18 @@ import (
 	"github.com/etcd-steward/steward/internal/store"
 )
 
-// copyBuffer is the chunk size between the decompressor and the scratch file: large writes
+// copyBuffer is the chunk size between the decompressor and the database file: large writes
 // keep the syscall count low.
 const copyBuffer = 1 << 20
 
-// downloadFull streams the full snapshot o from s into f (decompressed), verifying the
-// object's SHA-256 and that it is an etcd snapshot (backup.SnapshotCheck: a bbolt database
-// followed by etcd's SHA-256 of it) on the way; a payload that is not one is refused at its
-// first page, and one that decompresses to more than raw bytes (its trailer's, read ahead) as
-// soon as it does, so no more is ever written. It returns the object's header and the bytes
-// read from the store. Memory is constant whatever the size.
+// downloadFull streams the full snapshot o from s into f, the restored member's database file
+// (decompressed), verifying the object's SHA-256 and that it is an etcd snapshot
+// (backup.SnapshotCheck: a bbolt database followed by etcd's SHA-256 of it) on the way; a
+// payload that is not one is refused at its first page, and one that decompresses to more than
+// raw bytes (its trailer's, read ahead) as soon as it does, so no more is ever written. Once
+// the whole snapshot checks out, etcd's SHA-256 is cut off the end of f, which then holds the
+// database alone. It returns the object's header and the bytes read from the store. Memory is
+// constant whatever the size.
 func downloadFull(ctx context.Context, s *store.Store, o backup.Object, raw int64, f *os.File, progress func(done int64)) (backup.Header, int64, error) {
 	sr, err := s.NewReader(ctx, o.Key)
 	if err != nil {
@@ -42,12 +45,15 @@ func downloadFull(ctx context.Context, s *store.Store, o backup.Object, raw int6
 	// The check first: what is not a database never reaches the file.
 	if err := pipeCopy(io.MultiWriter(check, fw), or); err != nil {
 		if fw.err != nil {
-			return hdr, cr.n, fmt.Errorf("restore: write the snapshot of %s to scratch file %s: %w", o.Key, f.Name(), fw.err)
+			return hdr, cr.n, fmt.Errorf("restore: write the snapshot of %s to %s: %w", o.Key, f.Name(), fw.err)
 		}
 		return hdr, cr.n, fmt.Errorf("restore: %w", err)
 	}
 	if err := check.Done(); err != nil {
 		return hdr, cr.n, fmt.Errorf("restore: %w", err)
+	}
+	if err := f.Truncate(fw.n - sha256.Size); err != nil {
+		return hdr, cr.n, fmt.Errorf("restore: cut etcd's SHA-256 off %s: %w", f.Name(), err)
 	}
 	return hdr, cr.n, nil
 }
