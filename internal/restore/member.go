@@ -101,7 +101,12 @@ func rewriteMembership(lg *zap.Logger, dbPath string, mmapSize uint64, cl *membe
 	bcfg.BackendFreelistType = bolt.FreelistMapType
 	bcfg.UnsafeNoFsync = true
 	be := backend.New(bcfg)
-	defer be.Close()
+	closeBE := true
+	defer func() {
+		if closeBE {
+			be.Close()
+		}
+	}()
 	mb := schema.NewMembershipBackend(lg, be)
 	mb.MustCreateBackendBuckets()
 	if err := mb.TrimMembershipFromBackend(); err != nil {
@@ -111,7 +116,11 @@ func rewriteMembership(lg *zap.Logger, dbPath string, mmapSize uint64, cl *membe
 		mb.MustSaveMemberToBackend(mem)
 	}
 	cindex.UpdateConsistentIndexForce(be.BatchTx(), index, term)
+	// A panic inside the commit leaves the backend's lock held, and Close would wait for it
+	// forever: the backend is then left open (the caller removes the file).
+	closeBE = false
 	be.ForceCommit()
+	closeBE = true
 	return nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
 )
@@ -77,23 +79,34 @@ func TestRestoreRefusesPlantedNonDatabase(t *testing.T) {
 	}
 }
 
-// TestRestoreSnapshotDoesNotPanic: etcdutl's restore of a file that is not a database (its
-// storage panics on it) is an error, and the data dir is left as it was.
+// TestRestoreSnapshotDoesNotPanic: a restore of a file that is not a database, or of a bbolt
+// database that is not etcd's (etcd's storage panics on each) is an error naming the file, and
+// the data dir is left as it was.
 func TestRestoreSnapshotDoesNotPanic(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "zeros.snap")
-	if err := os.WriteFile(path, make([]byte, 1<<20), 0o600); err != nil {
+	zeros := filepath.Join(dir, "zeros.snap")
+	if err := os.WriteFile(zeros, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	peer := freeURL(t)
-	cfg := SnapshotRestoreConfig{SnapshotPath: path, DataDir: filepath.Join(dir, "member"), Name: "m", InitialCluster: "m=" + peer,
-		PeerURLs: []string{peer}, SkipHashCheck: true}
-	err := RestoreSnapshot(testCtx(t), cfg)
-	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "etcd's storage failed") {
-		t.Fatalf("err %v, want an error naming %s", err, path)
+	notEtcd := filepath.Join(dir, "bolt.db")
+	db, err := bolt.Open(notEtcd, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(cfg.DataDir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("data dir %s left behind (%v)", cfg.DataDir, err)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{zeros, notEtcd} {
+		peer := freeURL(t)
+		cfg := SnapshotRestoreConfig{SnapshotPath: path, DataDir: filepath.Join(dir, "member"), Name: "m", InitialCluster: "m=" + peer,
+			PeerURLs: []string{peer}, SkipHashCheck: true}
+		err := RestoreSnapshot(testCtx(t), cfg)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "etcd's storage failed") {
+			t.Fatalf("err %v, want an error naming %s", err, path)
+		}
+		if _, err := os.Stat(cfg.DataDir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("data dir %s left behind (%v)", cfg.DataDir, err)
+		}
 	}
 }
 
