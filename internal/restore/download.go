@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
 )
@@ -108,11 +110,19 @@ func pipeCopy(w io.Writer, r io.Reader) error {
 	return rerr
 }
 
-// fileWriter keeps the error of a write to the file apart from the reader's, and counts.
+// writebackChunk is how much of the database is written before the kernel is asked to start
+// writing it to disk.
+const writebackChunk = 32 << 20
+
+// fileWriter keeps the error of a write to the file apart from the reader's, and counts. It
+// starts the disk writes of each chunk written (sync_file_range, which does not wait for
+// them), so that they overlap the decompression instead of all waiting for the final fsync,
+// which remains what makes the file durable and reports its errors.
 type fileWriter struct {
-	f   *os.File
-	n   int64
-	err error
+	f       *os.File
+	n       int64
+	started int64 // bytes whose writeback was started
+	err     error
 }
 
 func (w *fileWriter) Write(p []byte) (int, error) {
@@ -120,6 +130,10 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 	w.n += int64(n)
 	if err != nil {
 		w.err = err
+	}
+	if w.n-w.started >= writebackChunk {
+		_ = unix.SyncFileRange(int(w.f.Fd()), w.started, w.n-w.started, unix.SYNC_FILE_RANGE_WRITE)
+		w.started = w.n
 	}
 	return n, err
 }
