@@ -1,7 +1,8 @@
 // Command restore measures a full restore: steward's restore.Restore of a large full snapshot
-// from a file:// backup store (stream, decompress, verify, etcdutl's restore as a library, read
-// the revision, fsync, rename) against `etcdutl snapshot restore` of the same snapshot file,
-// in the same run, alternating, on a warm page cache.
+// from a file:// backup store (stream, decompress and verify straight into the member's
+// database, write the new member's membership, WAL and raft snapshot, read the revision, fsync,
+// rename) against `etcdutl snapshot restore` of the same snapshot file, in the same run,
+// alternating, on a warm page cache.
 //
 //	go run ./bench/restore                 # 1 GiB database
 //	go run ./bench/restore -size 256MiB -runs 3
@@ -34,6 +35,7 @@ import (
 	"go.uber.org/zap"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/etcd-steward/steward/bench/internal/program"
@@ -274,8 +276,8 @@ func upload(ctx context.Context, s *store.Store, path string, rev int64, cluster
 
 func etcdutlRestore(ctx context.Context, bin, snap, out, peer string) error {
 	if bin == "lib" {
-		return restore.RestoreSnapshot(ctx, restore.SnapshotRestoreConfig{
-			SnapshotPath: snap, DataDir: out, Name: "bench", InitialCluster: "bench=" + peer, InitialClusterToken: "bench", PeerURLs: []string{peer},
+		return snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+			SnapshotPath: snap, OutputDataDir: out, Name: "bench", InitialCluster: "bench=" + peer, InitialClusterToken: "bench", PeerURLs: []string{peer},
 		})
 	}
 	cmd := exec.CommandContext(ctx, bin, "snapshot", "restore", snap, "--data-dir", out, "--name", "bench",

@@ -365,8 +365,8 @@ that revision is computed. With --endpoints, the first endpoint's member compute
 HashKV at that revision and the two must be equal; the restored copy is first compacted to
 that member's compact revision, since HashKV covers the revisions above it (the live cluster is
 never compacted). The revision must still be above the member's compact revision: drill soon
-after the last backup. The scratch dir needs room for about twice the database; it is removed
-on every exit path.`,
+after the last backup. The scratch dir needs room for the database and etcd's 64 MiB WAL; it
+is removed on every exit path.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -451,7 +451,7 @@ on every exit path.`,
 	cmd.Flags().BoolVar(&drill, "restore", false, "also restore the newest revision into a scratch dir and prove it exact (a restore drill)")
 	cmd.Flags().Uint32Var(&timeline, "timeline", 0, "the timeline to drill (default: the newest; see steward backup list)")
 	endpoints.register(cmd, "client URLs of the live cluster: the first one's member HashKV is compared with the restored data's")
-	cmd.Flags().StringVar(&scratch, "scratch-dir", os.TempDir(), "directory for the drill's scratch data dir (room for twice the database)")
+	cmd.Flags().StringVar(&scratch, "scratch-dir", os.TempDir(), "directory for the drill's scratch data dir (room for the database and 64 MiB)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log etcd's messages during the drill")
 	out.register(cmd)
 	return cmd

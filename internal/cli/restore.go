@@ -132,10 +132,12 @@ naming them: give --cluster-id (the IDs of the cluster to restore) or --timeline
 	f.Int64Var(&o.BumpRevision, "bump-revision", 0, "raise the restored revision by this much (needs --mark-compacted)")
 	f.BoolVar(&o.MarkCompacted, "mark-compacted", false, "mark the bumped revision compacted, so watchers re-list (needs --bump-revision)")
 	f.Int64Var(&o.MissingLeaseTTL, "missing-lease-ttl", restore.DefaultMissingLeaseTTL, "give leases that restored keys refer to and no backup holds (granted after the full snapshot) this TTL in seconds; 0: their keys never expire")
-	f.StringVar(&o.ScratchDir, "scratch-dir", "", "directory for the downloaded snapshot while it is restored (default: the data dir's parent)")
+	// Accepted so that scripts written for the scratch file keep working.
+	f.String("scratch-dir", "", "")
+	_ = f.MarkDeprecated("scratch-dir", "it is ignored: the snapshot is written straight into the data dir")
 	f.StringVar(&rootPasswordFile, "root-password-file", "", "give the restored root user the password in this file (for a cluster with etcd authentication: the backup may hold another root password)")
 	f.BoolVar(&o.DryRun, "dry-run", false, "say what would be restored (objects, revisions, bytes) without writing")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log etcd's and etcdutl's messages")
+	f.BoolVarP(&verbose, "verbose", "v", false, "log etcd's messages")
 	cmd.MarkFlagsMutuallyExclusive("to-revision", "to-time")
 	out.register(cmd)
 	return cmd

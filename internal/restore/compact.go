@@ -225,7 +225,7 @@ func scratchRestore(ctx context.Context, dir, name string, o Options) (scratch s
 		lock.Close()
 	}
 	const peer = "http://127.0.0.1:2380"
-	o.DataDir, o.ScratchDir = scratchDataDir(scratch), scratch
+	o.DataDir = scratchDataDir(scratch)
 	o.Name, o.InitialCluster, o.PeerURLs, o.InitialClusterToken = name, name+"="+peer, []string{peer}, "steward-"+name
 	res, err = Restore(ctx, o)
 	return scratch, release, res, err

@@ -29,7 +29,8 @@ type DrillOptions struct {
 	// to the cluster).
 	Live         *clientv3.Client
 	LiveEndpoint string
-	// ScratchDir holds the scratch data dir (about twice the database); default os.TempDir().
+	// ScratchDir holds the scratch data dir (the database and etcd's 64 MiB WAL); default
+	// os.TempDir().
 	// It is removed on every exit path.
 	ScratchDir string
 	// KeepFree is Options.KeepFree: the space the drill leaves free where it restores.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
 )
@@ -77,23 +79,34 @@ func TestRestoreRefusesPlantedNonDatabase(t *testing.T) {
 	}
 }
 
-// TestRestoreSnapshotDoesNotPanic: etcdutl's restore of a file that is not a database (its
-// storage panics on it) is an error, and the data dir is left as it was.
+// TestRestoreSnapshotDoesNotPanic: a restore of a file that is not a database, or of a bbolt
+// database that is not etcd's (etcd's storage panics on each) is an error naming the file, and
+// the data dir is left as it was.
 func TestRestoreSnapshotDoesNotPanic(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "zeros.snap")
-	if err := os.WriteFile(path, make([]byte, 1<<20), 0o600); err != nil {
+	zeros := filepath.Join(dir, "zeros.snap")
+	if err := os.WriteFile(zeros, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	peer := freeURL(t)
-	cfg := SnapshotRestoreConfig{SnapshotPath: path, DataDir: filepath.Join(dir, "member"), Name: "m", InitialCluster: "m=" + peer,
-		PeerURLs: []string{peer}, SkipHashCheck: true}
-	err := RestoreSnapshot(testCtx(t), cfg)
-	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "etcd's storage failed") {
-		t.Fatalf("err %v, want an error naming %s", err, path)
+	notEtcd := filepath.Join(dir, "bolt.db")
+	db, err := bolt.Open(notEtcd, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(cfg.DataDir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("data dir %s left behind (%v)", cfg.DataDir, err)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{zeros, notEtcd} {
+		peer := freeURL(t)
+		cfg := SnapshotRestoreConfig{SnapshotPath: path, DataDir: filepath.Join(dir, "member"), Name: "m", InitialCluster: "m=" + peer,
+			PeerURLs: []string{peer}, SkipHashCheck: true}
+		err := RestoreSnapshot(testCtx(t), cfg)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "etcd's storage failed") {
+			t.Fatalf("err %v, want an error naming %s", err, path)
+		}
+		if _, err := os.Stat(cfg.DataDir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("data dir %s left behind (%v)", cfg.DataDir, err)
+		}
 	}
 }
 
@@ -169,31 +182,22 @@ func TestDrillPlantedNonDatabase(t *testing.T) {
 	checkEmpty(t, dir)
 }
 
-// TestRoomFor: the scratch file and the restored database (with etcd's WAL) must fit, with
-// the space to keep free left on each file system, whether they share one or not.
+// TestRoomFor: the restored database with etcd's WAL must fit, with the space to keep free
+// left besides.
 func TestRoomFor(t *testing.T) {
 	const gib = 1 << 30
-	shared := func(free int64) [2]fsSpace {
-		return [2]fsSpace{{dir: "/data", dev: 1, free: free}, {dir: "/data", dev: 1, free: free}}
-	}
-	apart := func(scratchFree, dataFree int64) [2]fsSpace {
-		return [2]fsSpace{{dir: "/scratch", dev: 1, free: scratchFree}, {dir: "/data", dev: 2, free: dataFree}}
-	}
 	for _, tc := range []struct {
 		name     string
-		fs       [2]fsSpace // scratch, data dir
+		free     int64
 		keepFree int64
 		fits     bool
 	}{
-		{"one file system: twice the database and the WAL", shared(2*gib + walPrealloc), 0, true},
-		{"one file system: a byte short", shared(2*gib + walPrealloc - 1), 0, false},
-		{"two file systems: the database on each, the WAL with the data dir", apart(gib, gib+walPrealloc), 0, true},
-		{"two file systems: the data dir's a byte short", apart(gib, gib+walPrealloc-1), 0, false},
-		{"room for the drill and as much again for etcd", shared(3*gib + walPrealloc), gib, true},
-		{"room for the drill only: etcd would be left without", shared(2*gib + walPrealloc), gib, false},
-		{"two file systems: the scratch's room kept free too", apart(gib, 2*gib+walPrealloc), gib, false},
+		{"the database and the WAL", gib + walPrealloc, 0, true},
+		{"a byte short", gib + walPrealloc - 1, 0, false},
+		{"room for the drill and as much again for etcd", 2*gib + walPrealloc, gib, true},
+		{"room for the drill only: etcd would be left without", gib + walPrealloc, gib, false},
 	} {
-		err := roomFor("k", gib, tc.keepFree, tc.fs[0], tc.fs[1])
+		err := roomFor("k", gib, tc.keepFree, fsSpace{dir: "/data", free: tc.free})
 		if (err == nil) != tc.fits {
 			t.Errorf("%s: roomFor = %v, want fits %t", tc.name, err, tc.fits)
 		}

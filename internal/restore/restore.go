@@ -16,9 +16,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"go.etcd.io/etcd/client/pkg/v3/types"
-	"go.etcd.io/etcd/server/v3/config"
-
 	"github.com/etcd-steward/steward/internal/backup"
 	"github.com/etcd-steward/steward/internal/store"
 )
@@ -72,12 +69,9 @@ type Options struct {
 
 	// DryRun plans the restore and reports what it would read, without writing anything.
 	DryRun bool
-	// ScratchDir holds the downloaded snapshot while it is restored (one file, the size of the
-	// database, removed as soon as it is restored). Default: DataDir's parent.
-	ScratchDir string
-	// KeepFree is the space, in bytes, a restore leaves free on the file systems of ScratchDir
-	// and DataDir: it refuses, before writing, a full snapshot whose declared size would not
-	// fit with that much left (a drill on a live member's volume keeps the member's room).
+	// KeepFree is the space, in bytes, a restore leaves free on the file system of DataDir:
+	// it refuses, before writing, a full snapshot whose declared size would not fit with that
+	// much left (a drill on a live member's volume keeps the member's room).
 	KeepFree int64
 	// DeltaMemory bounds the bytes of a delta object (as stored: compressed, and encrypted if
 	// it is) held from its verification to its replay (default 32 MiB); about two objects are
@@ -193,7 +187,7 @@ var (
 	// ErrDataDirNotEmpty means the data dir already holds something; a restore never
 	// overwrites it.
 	ErrDataDirNotEmpty = errors.New("data dir is not empty")
-	// ErrNoSpace means a disk filled up; the partial restore and the scratch file were removed.
+	// ErrNoSpace means a disk filled up; the partial restore was removed.
 	ErrNoSpace = errors.New("no space left on device")
 )
 
@@ -203,8 +197,8 @@ const defaultDeltaMemory = 32 << 20
 const partSuffix = ".part"
 
 // Restore builds a data dir at an exact revision from the backups in o.Store: the newest full
-// snapshot at or below the target (streamed through one scratch file into etcdutl's snapshot
-// restore), then the delta events after the snapshot's true revision up to the target (Replay,
+// snapshot at or below the target (streamed into the member dir's database, which is then
+// given the new cluster's identity as etcdutl's snapshot restore does), then the delta events after the snapshot's true revision up to the target (Replay,
 // one storage transaction per source revision), verified, optionally bumped, then renamed into
 // place. A failure anywhere removes what the restore built and leaves DataDir as it was.
 //
@@ -223,17 +217,14 @@ func Restore(ctx context.Context, o Options) (res Result, err error) {
 	if r.o.DeltaMemory <= 0 {
 		r.o.DeltaMemory = defaultDeltaMemory
 	}
-	if r.o.ScratchDir == "" && o.DataDir != "" {
-		r.o.ScratchDir = filepath.Dir(filepath.Clean(o.DataDir))
-	}
 	defer func() {
 		res.Duration = units.Duration(time.Since(start))
 		if err != nil && isNoSpace(err) && !errors.Is(err, ErrNoSpace) {
 			// etcd's wal.Create leaks its half-made WAL file when preallocation fails (v3.6.16);
 			// the file is deleted but its space is held until the *os.File's finalizer closes it.
 			runtime.GC()
-			err = fmt.Errorf("%w: %w; the partial restore was removed: free space on the file systems of %s and %s (about twice the database size is needed) and retry",
-				ErrNoSpace, err, o.DataDir, r.o.ScratchDir)
+			err = fmt.Errorf("%w: %w; the partial restore was removed: free space on the file system of %s (the database's size and 64 MiB are needed) and retry",
+				ErrNoSpace, err, o.DataDir)
 		}
 	}()
 	err = r.run(ctx, &res)
@@ -283,21 +274,16 @@ func (o Options) validate() error {
 }
 
 // verifyMember runs etcd's own bootstrap check of the member flags up front, so a typo fails
-// before gigabytes are downloaded rather than inside etcdutl.
+// before gigabytes are downloaded rather than once the database is written.
 func verifyMember(o Options) error {
-	peers, err := types.NewURLs(o.PeerURLs)
-	if err != nil {
-		return fmt.Errorf("restore: peer URLs %v: %w", o.PeerURLs, err)
-	}
-	cluster, err := types.NewURLsMap(o.InitialCluster)
-	if err != nil {
-		return fmt.Errorf("restore: initial cluster %q: %w", o.InitialCluster, err)
-	}
-	sc := config.ServerConfig{Logger: zap.NewNop(), Name: o.Name, PeerURLs: peers, InitialPeerURLsMap: cluster, InitialClusterToken: o.InitialClusterToken}
-	if err := sc.VerifyBootstrap(); err != nil {
-		return fmt.Errorf("restore: member %q with peer URLs %v does not fit initial cluster %q: %w", o.Name, o.PeerURLs, o.InitialCluster, err)
+	if _, err := newCluster(zap.NewNop(), o.member()); err != nil {
+		return fmt.Errorf("restore: %w", err)
 	}
 	return nil
+}
+
+func (o Options) member() memberSpec {
+	return memberSpec{name: o.Name, initialCluster: o.InitialCluster, token: o.InitialClusterToken, peerURLs: o.PeerURLs}
 }
 
 type restorer struct {
@@ -503,48 +489,34 @@ func (r *restorer) resetPart() error {
 	return nil
 }
 
-// restoreFull streams the full snapshot into a scratch file, restores it into the .part dir
-// with etcdutl, removes the scratch file and reads the database's true revision.
+// restoreFull streams the full snapshot straight into the .part dir's database, checking it on
+// the way, makes the dir a member of the new cluster (writeMember) and reads the database's
+// true revision.
 func (r *restorer) restoreFull(ctx context.Context, full backup.Object, res *Result) (backup.Header, error) {
 	// The trailer declares the database's size: the download never writes more, and it must fit.
 	t, err := backup.ReadTrailer(ctx, r.o.Store, full)
 	if err != nil {
 		return backup.Header{}, fmt.Errorf("restore: %w", err)
 	}
-	if err := checkRoom(full.Key, t.RawSize, r.o.KeepFree, r.o.ScratchDir, r.part); err != nil {
+	if err := checkRoom(full.Key, t.RawSize, r.o.KeepFree, r.part); err != nil {
 		return backup.Header{}, err
 	}
-	f, err := os.CreateTemp(r.o.ScratchDir, ".steward-restore-*.snap")
+	f, err := createDB(r.part)
 	if err != nil {
-		return backup.Header{}, fmt.Errorf("restore: create a scratch file in %s (set the scratch dir to a writable directory with room for the database): %w", r.o.ScratchDir, err)
+		return backup.Header{}, fmt.Errorf("restore: %s: %w", r.part, err)
 	}
-	path := f.Name()
-	defer os.Remove(path)
 	hdr, n, err := downloadFull(ctx, r.o.Store, full, t.RawSize, f, func(done int64) { r.progress(PhaseDownload, done, full.Size) })
 	res.Bytes += n
 	if cerr := f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("restore: write scratch file %s: %w", path, cerr)
+		err = fmt.Errorf("restore: write %s: %w", f.Name(), cerr)
 	}
 	if err != nil {
 		return hdr, err
 	}
 	r.progress(PhaseSnapshot, 0, 0)
-	err = RestoreSnapshot(ctx, SnapshotRestoreConfig{
-		SnapshotPath:        path,
-		DataDir:             r.part,
-		Name:                r.o.Name,
-		InitialCluster:      r.o.InitialCluster,
-		InitialClusterToken: r.o.InitialClusterToken,
-		PeerURLs:            r.o.PeerURLs,
-		// downloadFull checked the database's header and etcd's SHA-256 on the way; a second pass
-		// would only cost time.
-		SkipHashCheck: true,
-		Logger:        r.lg,
-	})
-	if err != nil {
+	if err := writeMember(r.lg, r.part, r.o.member()); err != nil {
 		return hdr, fmt.Errorf("restore %s: %w", full.Key, err)
 	}
-	_ = os.Remove(path) // free the space before the replay grows the database
 	rev, _, err := ReadRevision(r.part)
 	if err != nil {
 		return hdr, fmt.Errorf("restore %s: %w", full.Key, err)

@@ -738,7 +738,7 @@ func parseRestore(out string) (result.Result, error) {
 	}
 	res.Rows = append(res.Rows, row.WithGoal("ratio ≤ 1.0", row.Ratio <= 1.0).WithSpread("%s", spread))
 	res.Rows = append(res.Rows, result.Row{Measure: "heap growth during restore", Unit: "MiB", OursName: "restore.Restore", Ours: float64(atoi(m[7]))})
-	res.Notes = append(res.Notes, "Steward streams the zstd object from the store, verifies it and restores with etcdutl's library; the reference restores the plain snapshot file with the stock etcdutl binary. Runs alternate on a warm page cache; see bench/restore/main.go.")
+	res.Notes = append(res.Notes, "Steward streams the zstd object from the store straight into the member's database, verifying it on the way, then writes the new member's membership, WAL and raft snapshot as etcdutl does; the reference restores the plain snapshot file with the stock etcdutl binary. Runs alternate on a warm page cache; see bench/restore/main.go.")
 	return res, nil
 }
 
