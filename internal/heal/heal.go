@@ -890,8 +890,9 @@ func Relocated(o Observation, st Status, moved []Relocation) Decision {
 type Relocation struct {
 	// From holds Owner's data; Owner's own data dir does not hold it. Swap: Owner's dir
 	// holds From's data (a swap), so the two are exchanged.
-	From, Owner string
-	Swap        bool
+	From  string `json:"from"`
+	Owner string `json:"owner"`
+	Swap  bool   `json:"swap,omitempty"`
 }
 
 // Relocations lists the data to move back: member A's dir holds valid data of member B of

@@ -49,17 +49,31 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	st := s.state.Status
 	s.mu.Unlock()
 	st = heal.FoldAck(st, func(seed string) (ack, bool) { return readMemberFile[ack](s.dir.Ack(seed)) })
-	if rels := heal.Relocations(members); len(rels) > 0 {
-		for _, rel := range rels {
-			s.relocate(ctx, rel, runs)
+	s.mu.Lock()
+	rels := s.state.Relocating // moves an earlier supervisor began: what they void is not recorded
+	s.mu.Unlock()
+	if len(rels) == 0 {
+		if rels = heal.Relocations(members); len(rels) > 0 {
+			s.mu.Lock()
+			s.state.Relocating = rels
+			s.mu.Unlock()
+			if err := s.save(); err != nil {
+				s.logf("cannot record state: %v; the data is not moved", err)
+				return
+			}
+			for _, rel := range rels {
+				s.relocate(ctx, rel, runs)
+			}
 		}
+	}
+	if len(rels) > 0 {
 		// Even a move that failed half-way may have changed the dirs: the reports are void.
 		dec := heal.Relocated(heal.Observation{Now: time.Now(), Status: st, Members: members, Timing: h.timing}, st, rels)
 		if dec.Event != "" {
 			s.logf("%s", dec.Event)
 		}
 		s.mu.Lock()
-		s.state.Status = dec.Status
+		s.state.Status, s.state.Relocating = dec.Status, nil
 		s.mu.Unlock()
 		if err := s.save(); err != nil {
 			s.logf("cannot record state: %v", err)

@@ -36,6 +36,10 @@ type State struct {
 	Members []MemberState `json:"members"`
 	// The healing status: cluster ID, voters, the recovery directive in force and the last one.
 	heal.Status
+	// Relocating lists the moves of misplaced data under way: recorded before the first
+	// move, cleared once what they void is recorded (heal.Relocated), so that a supervisor
+	// that stopped in between voids it at its next round.
+	Relocating []heal.Relocation `json:"relocating,omitempty"`
 	// Stuck names the step that has made no progress for a while ("" while progressing).
 	Stuck string `json:"stuck,omitempty"`
 	// RestoreAnswer answers the newest restore request (`steward local restore`), written

@@ -74,7 +74,8 @@ func Up(ctx context.Context, opts UpOptions) (err error) {
 		previous = State{}
 	}
 	s := &supervisor{dir: dir, opts: opts, logf: opts.Logf, spec: spec, etcdExited: make(chan struct{}, 1),
-		state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting, Version: previous.Version, Status: previous.Status, RestoreAnswer: previous.RestoreAnswer}}
+		state: State{SupervisorPID: os.Getpid(), Phase: PhaseStarting, Version: previous.Version, Status: previous.Status, RestoreAnswer: previous.RestoreAnswer,
+			Relocating: previous.Relocating}}
 	// The member IDs recorded earlier are part of the cluster's status: they persist across
 	// restarts of the supervisor, as an EtcdCluster's status does.
 	recorded := map[string]string{}
