@@ -24,6 +24,8 @@ type process struct {
 	logf      func(format string, args ...any)
 	// exited, if set, is called when the process exits without being asked to.
 	exited func()
+	// stopped, if set, is called when a hold is confirmed: the process is stopped.
+	stopped func()
 
 	mu       sync.Mutex
 	pid      int
@@ -90,10 +92,14 @@ func (p *process) fenced() (bool, time.Time) {
 func (p *process) waitReleased(ctx context.Context) bool {
 	p.mu.Lock()
 	release := p.release
-	if release != nil && p.pid == 0 && p.stoppedSince.IsZero() {
+	confirmed := release != nil && p.pid == 0 && p.stoppedSince.IsZero()
+	if confirmed {
 		p.stoppedSince = time.Now()
 	}
 	p.mu.Unlock()
+	if confirmed && p.stopped != nil {
+		p.stopped()
+	}
 	if release == nil {
 		return true
 	}

@@ -89,7 +89,7 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 		s.logf("%s", dec.Event)
 	}
 	if st.QuorumLostSince.IsZero() && !dec.Status.QuorumLostSince.IsZero() && dec.Status.Directive == nil {
-		s.askReports(spec)
+		s.askReports(spec.Members...)
 	}
 	s.mu.Lock()
 	s.state.Status = dec.Status
@@ -101,16 +101,18 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	}
 }
 
-// askReports asks every member's sidecar for a report made now, without waiting for the
-// answers: only reports made since the quorum was lost can prove it lost for good, and each
-// sidecar would otherwise report at its next interval. The reports arrive as files, which
-// move the next round on.
-func (s *supervisor) askReports(spec Spec) {
+// askReports asks the sidecars of members for a report made now, without waiting for the
+// answers: a lost quorum is proven lost, and a fenced member's data counted, only by reports
+// made since (since the quorum was lost, since its etcd stopped), and each sidecar would
+// otherwise report at its next interval. The reports arrive as files, which move the next
+// round on.
+func (s *supervisor) askReports(members ...MemberSpec) {
+	spec := s.currentSpec()
 	sc, err := SidecarClient(s.dir, spec, 5*time.Second)
 	if err != nil {
 		return
 	}
-	for _, m := range spec.Members {
+	for _, m := range members {
 		go func() { _, _ = sc.Call(context.Background(), http.MethodGet, spec.SidecarURL(m)+"/v1/report?fresh=1") }()
 	}
 }

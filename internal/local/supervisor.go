@@ -340,7 +340,9 @@ func (s *supervisor) startRun(m MemberSpec) (*memberRun, error) {
 		sidecar: &process{member: m.Name, kind: "sidecar", bin: bin, log: s.dir.Log(m.Name, "sidecar"),
 			stopGrace: s.opts.StopGrace, logf: s.logf, args: sidecarArgs},
 		etcd: &process{member: m.Name, kind: "etcd", bin: bin, log: s.dir.Log(m.Name, "etcd"),
-			stopGrace: s.opts.StopGrace, logf: s.logf, args: etcdArgs, exited: s.notifyEtcdExited},
+			stopGrace: s.opts.StopGrace, logf: s.logf, args: etcdArgs, exited: s.notifyEtcdExited,
+			// A fenced member's report from disk counts once made after its stop.
+			stopped: func() { s.askReports(m) }},
 	}
 	r.conn = Dialer(s.dir, spec).Conn([]string{spec.ClientURL(m)}, time.Second)
 	// A member fenced by the directive in force (recorded before a supervisor restart)
