@@ -231,7 +231,8 @@ func TestFenceSuspendedDuringRecovery(t *testing.T) {
 			return fmt.Errorf("directive %d still in force: %s (%s)", d.Epoch, d.Phase, d.Reason)
 		}
 		if !slices.Equal(ec.Status.FencedMembers, []string{"fr-0"}) || !slices.Equal(configFenced(t, ns, "fr"), []string{"fr-0"}) {
-			return fmt.Errorf("fences in force: status %v, ConfigMap %v", ec.Status.FencedMembers, configFenced(t, ns, "fr"))
+			return fmt.Errorf("fences in force: status %v, ConfigMap %v; AllMembersReady %+v", ec.Status.FencedMembers, configFenced(t, ns, "fr"),
+				apimeta.FindStatusCondition(ec.Status.Conditions, v1alpha1.ConditionAllMembersReady))
 		}
 		return nil
 	})
