@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 )
@@ -126,11 +127,6 @@ func clusterNamed(t *testing.T, c client.Client, ns, name string, n int, store s
 		t.Fatal(err)
 	}
 	var ms []*testMember
-	for _, l := range []string{name + "-full-snapshot", name + "-delta-snapshot"} {
-		if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: l, Labels: labels}}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for i := 0; i < n; i++ {
 		mn := fmt.Sprintf("%s-%d", name, i)
 		m := &testMember{name: mn, clusterName: name, client: testutil.FreePort(t), peer: testutil.FreePort(t),
@@ -159,6 +155,17 @@ func clusterNamed(t *testing.T, c client.Client, ns, name string, n int, store s
 		Spec: v1alpha1.EtcdClusterSpec{Replicas: int32(n), Backup: &v1alpha1.BackupSpec{Store: store}}}
 	if err := c.Create(ctx, ec); err != nil {
 		t.Fatal(err)
+	}
+	// The snapshot Leases, made as the operator makes them: controlled by the EtcdCluster (a
+	// Lease of that name the cluster does not control says nothing of its backups).
+	for _, l := range []string{v1alpha1.FullSnapshotLeaseName(name), v1alpha1.DeltaSnapshotLeaseName(name)} {
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: l, Labels: labels}}
+		if err := controllerutil.SetControllerReference(ec, lease, c.Scheme()); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Create(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The sidecars run with exactly the rights the operator gives them (its Role), as a user
 	// of their own: a request the Role does not allow fails here as it would in a pod.
