@@ -46,12 +46,10 @@ func (s *supervisor) heal(ctx context.Context, h *healer) {
 	members := s.healMembers(runs)
 	s.takeRestoreRequest(h, members, spec)
 	s.mu.Lock()
-	st := s.state.Status
+	// Relocating: moves an earlier supervisor began, what they void not yet recorded.
+	st, rels := s.state.Status, s.state.Relocating
 	s.mu.Unlock()
 	st = heal.FoldAck(st, func(seed string) (ack, bool) { return readMemberFile[ack](s.dir.Ack(seed)) })
-	s.mu.Lock()
-	rels := s.state.Relocating // moves an earlier supervisor began: what they void is not recorded
-	s.mu.Unlock()
 	if len(rels) == 0 {
 		if rels = heal.Relocations(members); len(rels) > 0 {
 			s.mu.Lock()
