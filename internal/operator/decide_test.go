@@ -1252,14 +1252,15 @@ func TestDecideRecoveryVolumesLostWithNodes(t *testing.T) {
 }
 
 // TestNextDeadlineAfterSuspendedFence: a pass that decided the fences suspended, by a directive
-// it may have retired, comes back within seconds to apply them again; a cluster at rest
-// waits for the longest requeue.
+// it retired, comes back within seconds to apply them again; a cluster at rest waits for the
+// longest requeue.
 func TestNextDeadlineAfterSuspendedFence(t *testing.T) {
 	now := time.Now()
 	if got := nextDeadline(Observation{}, Decision{}, now); got != maxRequeue+time.Second {
 		t.Fatalf("at rest: next pass in %s, want %s", got, maxRequeue+time.Second)
 	}
-	if got := nextDeadline(Observation{}, Decision{FenceSuspended: "the fences of m-0 are suspended while recovery 1 runs"}, now); got > 2*time.Second {
+	retired := Decision{FenceSuspended: "the fences of m-0 are suspended while recovery 1 runs", Recovery: &recoveryOutcome{}}
+	if got := nextDeadline(Observation{}, retired, now); got > 2*time.Second {
 		t.Fatalf("fences suspended: next pass in %s, want within 2s", got)
 	}
 }

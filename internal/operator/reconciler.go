@@ -1601,9 +1601,9 @@ func nextDeadline(o Observation, d Decision, now time.Time) time.Duration {
 	if r := d.Recovery; d.QuorumLost || (r != nil && (r.Status.Directive != nil || !r.Status.QuorumLostSince.IsZero())) {
 		consider(now.Add(2 * time.Second)) // a recovery's waits end by time
 	}
-	if d.FenceSuspended != "" {
-		// The fences were decided with the directive this pass may have retired: the next
-		// pass applies them again (nothing else may wake it on a cluster at rest).
+	if d.FenceSuspended != "" && (d.Recovery == nil || d.Recovery.Status.Directive == nil) {
+		// The fences were decided with the directive this pass retired: the next pass applies
+		// them again (nothing else may wake it on a cluster at rest).
 		consider(now.Add(time.Second))
 	}
 	if h := d.Hibernation.Status; h != nil && h.Phase != v1alpha1.HibernationStopped {
