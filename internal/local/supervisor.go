@@ -519,9 +519,13 @@ func poll(ctx context.Context, spec Spec, runs []*memberRun) []memberObservation
 		go func() {
 			defer wg.Done()
 			out[i].ready = httpOK(ctx, hc, spec.HealthURL(r.spec)+"/readyz")
-			// An etcd that exited is told at once: a call would wait for its deadline, and
-			// the poll paces the round that notices a lost quorum.
-			if c := r.etcdClient(); c != nil && etcdutil.Listening(spec.ClientURL(r.spec)) {
+			// An etcd that exited is told at once: a call (or making a client, which logs
+			// in) would wait for its deadline, and the poll paces the round that notices a
+			// lost quorum.
+			if !etcdutil.Listening(spec.ClientURL(r.spec)) {
+				return
+			}
+			if c := r.etcdClient(); c != nil {
 				sctx, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
 				if st, err := c.Status(sctx, spec.ClientURL(r.spec)); err == nil {
