@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/local"
+	"github.com/etcd-steward/steward/internal/member"
 )
 
 // The values of the "event" field of the log lines a heal's timeline is built from, as
@@ -215,6 +216,10 @@ const (
 	pSeedDecided = "seed acts on the directive"
 	pRestored    = "seed restored"
 	pSeedUp      = "seed serving"
+	// A founder of the restored cluster (the others restore the seed's point too, and start
+	// with it).
+	pFounderRestored = "restored (founder)"
+	pFounderUp       = "serving (founder)"
 )
 
 // builder collects a timeline's points and the phases expected but never seen.
@@ -295,6 +300,15 @@ func quorumTimeline(lg logs, members []string, seed string, t0 time.Time, healed
 			continue
 		}
 		msidecar := lg(m, "sidecar")
+		if _, founder := first(msidecar, t0, isDecision(member.CaseFounderRestore)); founder {
+			// A founder of the restored cluster: it restores the seed's point and starts
+			// with the seed, with no membership change.
+			ev, ok := last(msidecar, t0, isEvent(evRestored))
+			b.need(m+" "+pFounderRestored, ev, ok, "event="+evRestored, m, "sidecar", t0)
+			ev, ok = last(lg(m, "etcd"), t0, isEvent(evEtcdServing))
+			b.need(m+" "+pFounderUp, ev, ok, "event="+evEtcdServing, m, "etcd", t0)
+			continue
+		}
 		added, ok := last(msidecar, t0, isEvent(evAdded))
 		b.need(m+" "+pAdded, added, ok, "event="+evAdded, m, "sidecar", t0)
 		if !ok {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -39,6 +40,27 @@ type Directive struct {
 	// superseded (those of it, or of an earlier epoch of the same restore) before they restart
 	// on that data.
 	Cancels int64 `json:"cancels,omitempty"`
+	// Founders, on a recovery from the backup store, are the members the seed restores as
+	// the voters of the restored cluster (the seed among them). The others start with empty
+	// data dirs as those members once the seed has restored, and take the data from it by
+	// raft: the cluster is whole at once, with no membership change and no learner. Empty:
+	// the seed restores a one-member cluster, and the others rejoin it one at a time as
+	// learners (the fallback, and every recovery from a survivor).
+	Founders []string `json:"founders,omitempty"`
+	// Restored names the founders (other than the seed) seen to have restored under this
+	// directive. A founder starts its etcd only once named here, and never restores again:
+	// one that lost its data since may have voted or acknowledged writes under its member
+	// ID, and rejoins as a learner.
+	Restored []string `json:"restored,omitempty"`
+	// SeedActedAt is when the seed was first seen to have restored (its data dir records
+	// the directive): the founders must start within the grace from then.
+	SeedActedAt time.Time `json:"seedActedAt,omitzero"`
+}
+
+// Founder: member name is one of the founders of directive d's restored cluster, other
+// than its seed.
+func (d *Directive) Founder(name string) bool {
+	return d != nil && name != d.Seed && slices.Contains(d.Founders, name)
 }
 
 // RestoreTarget is a backup store and a point in its history: a revision, a time, or
@@ -93,7 +115,8 @@ type DirectiveResult struct {
 }
 
 // Fenced lists the members whose etcd must be stopped and kept stopped under directive d:
-// all of them while fencing, all but the seed while it recovers, none once it serves.
+// all of them while fencing, all but the seed and the founders while it recovers, none once
+// it serves.
 func (d *Directive) Fenced(members []string) []string {
 	if d == nil {
 		return nil
@@ -104,7 +127,7 @@ func (d *Directive) Fenced(members []string) []string {
 	case PhaseSeeding:
 		var out []string
 		for _, m := range members {
-			if m != d.Seed {
+			if m != d.Seed && !d.Founder(m) {
 				out = append(out, m)
 			}
 		}

@@ -89,6 +89,10 @@ type Report struct {
 	Revision int64 `json:"revision,omitempty"`
 	// AppliedEpoch is the newest directive this data dir carried out.
 	AppliedEpoch int64 `json:"appliedEpoch,omitempty"`
+	// RestoredTimeline and RestoredRevision are the point of the backup the data dir was
+	// restored from (0: it was not), as its identity records.
+	RestoredTimeline uint32 `json:"restoredTimeline,omitempty"`
+	RestoredRevision int64  `json:"restoredRevision,omitempty"`
 	// SupersededBy is the epoch of the restore that the data dir records replaces its data
 	// (0: none, or a record this dir's data does not carry: see DataSuperseded).
 	SupersededBy int64 `json:"supersededBy,omitempty"`

@@ -24,8 +24,12 @@ type Identity struct {
 	MemberName string `json:"memberName"`
 	MemberID   string `json:"memberID"`
 	// RecoveryEpoch is the newest quorum-loss directive this data dir carried out.
-	RecoveryEpoch int64     `json:"recoveryEpoch,omitempty"`
-	WrittenAt     time.Time `json:"writtenAt"`
+	RecoveryEpoch int64 `json:"recoveryEpoch,omitempty"`
+	// RestoredTimeline and RestoredRevision are the point of the backup a restore wrote this
+	// data from: the founders of a recovery restore the point their seed restored.
+	RestoredTimeline uint32    `json:"restoredTimeline,omitempty"`
+	RestoredRevision int64     `json:"restoredRevision,omitempty"`
+	WrittenAt        time.Time `json:"writtenAt"`
 }
 
 // WriteIdentity records id in dataDir.

@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -566,9 +567,26 @@ func decideFenced(o Observation, st Status) Decision {
 		return Decision{Status: st}
 	}
 	d.Phase, d.PhaseSince, d.Mode, d.Seed, d.Reason, d.Alternatives = cluster.PhaseSeeding, o.Now, c.Mode, c.Seed, c.Reason, c.Alternatives
-	st.Directive = &d
 	st.Waiting = fmt.Sprintf("directive %d: %s recovers alone (%s)", d.Epoch, d.Seed, d.Mode)
-	return Decision{Status: st, Event: fmt.Sprintf("directive %d: seed %s, from %s: %s", d.Epoch, d.Seed, d.Mode, c.Reason)}
+	if founders(o, d, silent) {
+		for _, m := range o.Members {
+			d.Founders = append(d.Founders, m.Name)
+		}
+		d.Reason += fmt.Sprintf("; %s restores it with every member (%s) as a voter, and the others restore the same revision as those members: they start together", d.Seed, strings.Join(d.Founders, ", "))
+		st.Waiting = fmt.Sprintf("directive %d: %s restores (%s); %s start with it", d.Epoch, d.Seed, d.Mode, strings.Join(slices.DeleteFunc(slices.Clone(d.Founders), func(n string) bool { return n == d.Seed }), ", "))
+	}
+	st.Directive = &d
+	return Decision{Status: st, Event: fmt.Sprintf("directive %d: seed %s, from %s: %s", d.Epoch, d.Seed, d.Mode, d.Reason)}
+}
+
+// founders: the recovery from the backup that directive d is about to start restores every
+// member at once (cluster.Directive.Founders): each reported from disk (none counted as
+// holding nothing for its silence), and d is the first epoch of this recovery. A new epoch
+// after an abandoned one, a restore someone asked for and its cancel restore into the seed
+// alone, the others rejoining as learners one at a time: the path that needs no other member.
+func founders(o Observation, d cluster.Directive, silent []string) bool {
+	return d.Mode == cluster.RecoverFromBackup && d.Restore == nil && d.Cancels == 0 && len(silent) == 0 &&
+		d.Case != string(CaseDirectiveAbandoned) && len(o.Members) > 1
 }
 
 // storeName names a restore target's backup store in words.
@@ -597,17 +615,32 @@ func freshDiskReport(m Member) bool {
 
 func decideSeeding(o Observation, st Status) Decision {
 	d := *st.Directive
-	if r := seedReport(o.Members, d); d.Ack == nil && r != nil && r.AppliedEpoch >= d.Epoch && r.ClusterID != "" && r.MemberID != "" {
+	if r := seedReport(o.Members, d); d.Ack == nil && len(d.Founders) == 0 && r != nil && r.AppliedEpoch >= d.Epoch && r.ClusterID != "" && r.MemberID != "" {
 		// The seed's data dir records that it carried the directive out and served: as good
-		// as its acknowledgement, which it may not have sent before it stopped.
+		// as its acknowledgement, which it may not have sent before it stopped. (A cluster
+		// restored with founders serves only once they start: its reports say when.)
 		d.Ack = &cluster.DirectiveResult{Member: d.Seed, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: r.At}
 	}
+	for _, m := range o.Members {
+		if r := m.Report; d.Ack == nil && foundedBy(m, d) && r.Source == cluster.ReportFromEtcd && r.Serving && r.Formed && !r.Learner && r.ClusterID != "" {
+			// The restored cluster serves through its founders, the seed among them or not
+			// (it may have lost its data since it restored: it never restores twice beside
+			// them, and rejoins as a learner).
+			d.Ack = &cluster.DirectiveResult{Member: m.Name, MemberID: r.MemberID, ClusterID: r.ClusterID, Revision: r.Revision, At: r.At}
+		}
+	}
 	if d.Ack != nil {
-		// The seed serves: record the cluster it formed, and let the others rejoin.
+		// The restored cluster serves: record it, and let the others rejoin. Every founder
+		// is its voter, known by name until the members' reports give their IDs.
 		d.Phase, d.PhaseSince = cluster.PhaseRejoining, o.Now
 		st.Directive = &d
 		st.ClusterID = d.Ack.ClusterID
-		st.Voters = []cluster.Voter{{ID: d.Ack.MemberID, Name: d.Seed}}
+		st.Voters = []cluster.Voter{{ID: d.Ack.MemberID, Name: d.Ack.Member}}
+		for _, f := range d.Founders {
+			if f != d.Ack.Member {
+				st.Voters = append(st.Voters, cluster.Voter{Name: f})
+			}
+		}
 		st.QuorumLostSince = time.Time{}
 		st.Waiting = fmt.Sprintf("directive %d: %s serves at revision %d; the others rejoin as learners", d.Epoch, d.Seed, d.Ack.Revision)
 		return Decision{Status: st, Event: fmt.Sprintf("directive %d acknowledged by %s: serving cluster %s at revision %d", d.Epoch, d.Seed, d.Ack.ClusterID, d.Ack.Revision)}
@@ -616,13 +649,31 @@ func decideSeeding(o Observation, st Status) Decision {
 	// confirmed stopped (its fence was lifted, as by a restart of the supervisor) is fenced
 	// again by the caller; its sidecar waits for the seed meanwhile.
 	for _, m := range o.Members {
-		if m.Name != d.Seed && m.Report != nil && m.Report.Serving && m.Report.At.After(d.PhaseSince) {
+		if m.Name != d.Seed && m.Report != nil && m.Report.Serving && m.Report.At.After(d.PhaseSince) && !foundedBy(m, d) {
 			return restart(o, st, fmt.Sprintf("member %s came back while %s was recovering", m.Name, d.Seed))
 		}
 	}
 	seed := find(o.Members, d.Seed)
 	if seed == nil {
 		return restart(o, st, fmt.Sprintf("the seed %s is no longer a desired member", d.Seed))
+	}
+	if restored := founding(o.Members, d); !slices.Equal(restored, d.Restored) {
+		d.Restored = restored
+		st.Directive = &d
+	}
+	if len(d.Founders) > 0 && seedActed(o.Members, d) {
+		if d.SeedActedAt.IsZero() {
+			d.SeedActedAt = o.Now
+			st.Directive = &d
+		}
+		// The restored cluster needs a quorum of its founders, each restoring the seed's
+		// point, which takes about as long as the seed's restore took. Too few restored
+		// within the grace beyond that (a second fault), and a new epoch restores into the
+		// seed alone.
+		if wait := o.Timing.Grace + 2*d.SeedActedAt.Sub(d.PhaseSince); len(d.Restored)+1 <= len(d.Founders)/2 && o.Now.Sub(d.SeedActedAt) > wait {
+			return restart(o, st, fmt.Sprintf("%s restored, but only %s of the other founders restored within %s: a quorum of %s is needed",
+				d.Seed, orNone(d.Restored), wait.Round(time.Second), strings.Join(d.Founders, ", ")))
+		}
 	}
 	if r := seed.Report; r != nil && r.At.After(d.PhaseSince) && r.Case == "QuorumLossSeedWithoutData" {
 		return restart(o, st, fmt.Sprintf("the seed %s cannot carry it out: %s", d.Seed, r.Reason))
@@ -639,6 +690,25 @@ func decideSeeding(o Observation, st Status) Decision {
 func seedActed(members []Member, d cluster.Directive) bool {
 	r := seedReport(members, d)
 	return r != nil && r.AppliedEpoch >= d.Epoch
+}
+
+// foundedBy: member m started under directive d as one of its founders (its data dir
+// records d): it serves the restored cluster, never another beside it.
+func foundedBy(m Member, d cluster.Directive) bool {
+	return d.Founder(m.Name) && m.Report != nil && m.Report.AppliedEpoch >= d.Epoch
+}
+
+// founding names the founders of d other than its seed that restored under d: named
+// before (d.Restored: a founder that lost its data since stays named), or reporting it now.
+func founding(members []Member, d cluster.Directive) []string {
+	out := slices.Clone(d.Restored)
+	for _, m := range members {
+		if foundedBy(m, d) && !slices.Contains(out, m.Name) {
+			out = append(out, m.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // seedReport is the report of the seed's data: from its own dir, or from the dir it was

@@ -2,6 +2,7 @@ package heal
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -775,5 +776,79 @@ func TestDecideWithoutDirective(t *testing.T) {
 				t.Fatalf("directive epoch %d, want %d (above every epoch a dir carried out or records superseding it)", got.Epoch, tt.wantEpoch)
 			}
 		})
+	}
+}
+
+// A recovery from the backup restores every member at once (Directive.Founders) on its first
+// epoch; a new epoch after an abandoned one restores into the seed alone. Founders that do
+// not start within the grace of the seed's restore abandon the epoch; a serving founder is
+// the restored cluster, never a member that came back beside it.
+func TestFounders(t *testing.T) {
+	timing := Timing{Grace: 5 * time.Second, ReportTimeout: 10 * time.Second, SeedTimeout: time.Minute, ReportCurrent: 3 * time.Second}
+	backup := Backup{Configured: true, Revision: 100}
+	fencing := func(c Case) Status {
+		return Status{ClusterID: "cid", Voters: voters3, LastEpoch: 5,
+			Directive: &cluster.Directive{Epoch: 5, Phase: cluster.PhaseFencing, Case: string(c), IssuedAt: t0, PhaseSince: t0}}
+	}
+	wiped := []Member{stopped("m0", emptyDisk("m0")), stopped("m1", emptyDisk("m1")), stopped("m2", emptyDisk("m2"))}
+	decide := func(st Status, now time.Time, members []Member) Status {
+		return Decide(Observation{Now: now, Status: st, Members: members, Backup: backup, Timing: timing}).Status
+	}
+
+	seeding := decide(fencing(CaseQuorumLossProven), t0.Add(2*time.Second), wiped)
+	d := seeding.Directive
+	if d == nil || d.Phase != cluster.PhaseSeeding || d.Mode != cluster.RecoverFromBackup || !reflect.DeepEqual(d.Founders, []string{"m0", "m1", "m2"}) {
+		t.Fatalf("every member reported its data gone, the backup holds it: want a restore with every member as a founder, got %+v", d)
+	}
+	if fenced := d.Fenced([]string{"m0", "m1", "m2"}); len(fenced) != 0 {
+		t.Fatalf("founders fenced while the seed restores: %v", fenced)
+	}
+	if alone := decide(fencing(CaseDirectiveAbandoned), t0.Add(2*time.Second), wiped).Directive; alone.Phase != cluster.PhaseSeeding || len(alone.Founders) != 0 {
+		t.Fatalf("a new epoch after an abandoned one: want the seed alone, got %+v", alone)
+	}
+	if fenced := decide(fencing(CaseDirectiveAbandoned), t0.Add(2*time.Second), wiped).Directive.Fenced([]string{"m0", "m1", "m2"}); len(fenced) != 2 {
+		t.Fatalf("the seed restoring alone: want the two others fenced, got %v", fenced)
+	}
+	silent := append(wiped[:3:3], stopped("m3", nil))
+	if late := decide(fencing(CaseQuorumLossProven), t0.Add(11*time.Second), silent).Directive; late.Phase != cluster.PhaseSeeding || len(late.Founders) != 0 {
+		t.Fatalf("a member silent past the report timeout: want the seed alone, got %+v", late)
+	}
+
+	seed := d.Seed
+	report := func(name string, epoch int64, at time.Time, serving bool) Member {
+		r := &cluster.Report{Name: name, At: at, AppliedEpoch: epoch, Source: cluster.ReportFromDisk, DataValid: epoch > 0, DataEmpty: epoch == 0, Owner: name}
+		if epoch > 0 {
+			r.MemberID, r.ClusterID, r.Formed = "id-"+name, "restored", true
+		}
+		if serving {
+			r.Source, r.Serving = cluster.ReportFromEtcd, true
+		}
+		return Member{Name: name, Report: r}
+	}
+	others := slices.DeleteFunc([]string{"m0", "m1", "m2"}, func(n string) bool { return n == seed })
+	at := t0.Add(3 * time.Second)
+	acted := decide(seeding, at, []Member{report(seed, 5, at, false), report(others[0], 0, at, false), report(others[1], 0, at, false)})
+	if acted.Directive.Phase != cluster.PhaseSeeding || !acted.Directive.SeedActedAt.Equal(at) || acted.Directive.Ack != nil {
+		t.Fatalf("the seed restored, its founders not started: want it waited for (no acknowledgement from the seed's dir alone), got %+v", acted.Directive)
+	}
+	past := at.Add(8 * time.Second) // the grace, and twice the second the seed's restore took
+	if d := decide(acted, past, []Member{report(seed, 5, past, false), report(others[0], 0, past, false), report(others[1], 0, past, false)}).Directive; d.Phase != cluster.PhaseFencing || d.Epoch != 6 || d.Case != string(CaseDirectiveAbandoned) {
+		t.Fatalf("no founder started within the grace of the restore: want a new epoch, got %+v", d)
+	}
+	if d := decide(acted, past, []Member{report(seed, 5, past, false), report(others[0], 5, past, false), report(others[1], 0, past, false)}).Directive; d.Phase != cluster.PhaseSeeding || d.Epoch != 5 {
+		t.Fatalf("a quorum of founders started (the data on its way): want it waited for, got %+v", d)
+	}
+	serving := decide(acted, past, []Member{report(seed, 0, past, false), report(others[0], 5, past, true), report(others[1], 5, past, false)})
+	if d := serving.Directive; d.Phase != cluster.PhaseRejoining || d.Ack == nil || d.Ack.Member != others[0] {
+		t.Fatalf("a founder serves the restored cluster (the seed lost its data since): want it acknowledged, got %+v", d)
+	}
+	want := []cluster.Voter{{ID: "id-" + others[0], Name: others[0]}}
+	for _, n := range []string{"m0", "m1", "m2"} {
+		if n != others[0] {
+			want = append(want, cluster.Voter{Name: n})
+		}
+	}
+	if !reflect.DeepEqual(serving.Voters, want) || serving.ClusterID != "restored" {
+		t.Fatalf("voters %+v of cluster %s; want %+v of the restored cluster", serving.Voters, serving.ClusterID, want)
 	}
 }

@@ -46,6 +46,8 @@ type incarnation struct {
 	formed     bool
 	superseded bool // a later incarnation was started from this one's lineage
 	bootstrap  bool
+	token      string // the token a restore with founders derived its IDs from ("": none)
+	restoredAt int    // the backup's write that restore started it from
 }
 
 // data is what a data dir holds.
@@ -65,6 +67,8 @@ type data struct {
 	// superseded is the record, in the dir, of the restore that supersedes this data (0:
 	// none): it moves and goes with the data.
 	superseded int64
+	// restored is the backup's write a restore wrote this data from (0: none).
+	restored int
 }
 
 type node struct {
@@ -109,8 +113,9 @@ type model struct {
 	restoreInc int
 	trace      []string
 	violation  string
-	// proven counts the recoveries started at once because the loss was proven.
-	proven int
+	// proven counts the recoveries started at once because the loss was proven; founded
+	// the founders that started on a cluster their seed restored.
+	proven, founded int
 }
 
 func newModel(seed int64, size int, backup bool) *model {
@@ -317,8 +322,14 @@ func (m *model) report(n *node) {
 	if ok {
 		n.data.epoch = max(n.data.epoch, n.pendingEpoch)
 	}
+	// etcd answers its sidecar once it has served: a restored cluster's founders not before
+	// a quorum of them formed it.
+	ok = ok && m.incs[ix].formed
 	if n.data != nil {
-		r.AppliedEpoch = n.data.epoch
+		r.AppliedEpoch, r.RestoredRevision = n.data.epoch, int64(n.data.restored)
+		if n.data.restored > 0 {
+			r.RestoredTimeline = 1
+		}
 	}
 	if ok {
 		inc := m.incs[ix]
@@ -428,7 +439,11 @@ func (m *model) step(n *node, blind bool) {
 	case member.ActionForceNewCluster:
 		m.recoverAlone(n, p, false)
 	case member.ActionRestoreFromBackup:
-		m.recoverAlone(n, p, true)
+		if p.Case == member.CaseFounderRestore {
+			m.restoreFounder(n, p)
+		} else {
+			m.recoverAlone(n, p, true)
+		}
 	default:
 		m.failf("%s: unknown action %s", n.name, p.Action)
 	}
@@ -549,7 +564,9 @@ func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
 		return
 	}
 	for ix, inc := range m.incs {
-		if inc.superseded || inPlace {
+		// A cluster that never had a quorum acknowledged nothing: a restore's founders
+		// that never formed theirs hold only what the backup holds.
+		if inc.superseded || inPlace || !inc.formed {
 			continue
 		}
 		voters, intact := 0, 0
@@ -585,13 +602,13 @@ func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
 			m.failf("restore by %s with no backup", n.name)
 			return
 		}
-		inc = &incarnation{clusterID: m.newID(), term: 1, history: m.backup}
+		inc = &incarnation{clusterID: m.newID(), term: 1, history: m.backup, token: p.FoundersToken, restoredAt: m.backup}
 		if inPlace {
 			// Writes after the target are dropped as asked. The seed's full snapshot starts the
 			// timeline the backups continue on (at once, in the model).
-			inc.history, m.mustKeep, m.backup, m.restoreInc = m.restoreTo, m.restoreTo, m.restoreTo, len(m.incs)
+			inc.history, inc.restoredAt, m.mustKeep, m.backup, m.restoreInc = m.restoreTo, m.restoreTo, m.restoreTo, m.restoreTo, len(m.incs)
 		}
-		n.data = &data{id: m.newID(), owner: n.name, log: inc.history}
+		n.data = &data{id: m.newID(), owner: n.name, log: inc.history, restored: inc.history}
 	} else {
 		old := m.incs[n.data.inc]
 		for _, em := range old.members {
@@ -609,6 +626,12 @@ func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
 		o.superseded = true
 	}
 	inc.members = []etcdMember{{id: n.data.id, name: n.name, peer: peer(n.name)}}
+	for _, f := range p.Founders {
+		if f != n.name {
+			// Listed by the restore, started by none yet.
+			inc.members = append(inc.members, etcdMember{id: m.newID(), peer: peer(f)})
+		}
+	}
 	m.incs = append(m.incs, inc)
 	n.data.inc, n.data.formed, n.running = len(m.incs)-1, true, true
 	if fromBackup {
@@ -616,6 +639,44 @@ func (m *model) recoverAlone(n *node, p member.Plan, fromBackup bool) {
 	} else {
 		n.pendingEpoch = p.RecoveryEpoch
 	}
+}
+
+// restoreFounder is a founder restoring the backup's write its seed restored, as its own
+// entry of the cluster that restore made (the same peer URLs and token give the same IDs:
+// the newest restore under that token).
+// Its etcd starts at a later step, once the recovery records the restore.
+func (m *model) restoreFounder(n *node, p member.Plan) {
+	want := int(p.Restore.Revision)
+	if want > m.backup {
+		m.failf("%s restores write %d, beyond the backup's %d", n.name, want, m.backup)
+		return
+	}
+	for ix := len(m.incs) - 1; ix >= 0; ix-- {
+		inc := m.incs[ix]
+		if inc.token == "" || inc.token != p.FoundersToken {
+			continue
+		}
+		if inc.restoredAt != want {
+			m.failf("%s restores write %d as a founder of cluster %x, which its seed restored at %d", n.name, want, inc.clusterID, inc.restoredAt)
+			return
+		}
+		for i := range inc.members {
+			em := &inc.members[i]
+			if em.peer != peer(n.name) {
+				continue
+			}
+			if em.name != "" {
+				// A member that served (and may have acknowledged writes) must never start
+				// again from scratch under the same ID: raft's safety rests on what it logged.
+				m.failf("%s restores as founder %x of cluster %x, which started before", n.name, em.id, inc.clusterID)
+				return
+			}
+			n.data = &data{inc: ix, id: em.id, owner: n.name, log: want, epoch: p.RecoveryEpoch, formed: true, restored: want}
+			m.founded++
+			return
+		}
+	}
+	m.failf("%s restores as a founder of directive %d, whose seed restored no cluster", n.name, p.RecoveryEpoch)
 }
 
 // promote is the sidecar promoting its caught-up learner (it needs a quorum).
@@ -1068,8 +1129,8 @@ func (m *model) dump() string {
 // runSequence forms a cluster, runs a generated sequence of faults among the system's steps,
 // then lets the system run without faults: it must be healthy again (or, with every copy of
 // the data gone, say so) with every invariant kept. It returns how many recoveries started
-// at once because the loss was proven.
-func runSequence(t *testing.T, seed int64, size int) int {
+// at once because the loss was proven, and how many founders started.
+func runSequence(t *testing.T, seed int64, size int) (proven, founded int) {
 	m := newModel(seed, size, seed%2 == 0)
 	if !m.calm(10, false) {
 		t.Fatalf("seed %d: a new %d-member cluster did not form: %s\n%s", seed, size, m.violation, m.dump())
@@ -1095,7 +1156,7 @@ func runSequence(t *testing.T, seed int64, size int) int {
 		t.Fatalf("seed %d (%d members): a restore to write %d was asked for and not cancelled, and the healthy cluster (incarnation %d) does not start from it (%d)\n%s",
 			seed, size, m.restoreTo, m.current(), m.restoreInc, m.dump())
 	}
-	return m.proven
+	return m.proven, m.founded
 }
 
 func sequences(def int) int {
@@ -1121,15 +1182,17 @@ func TestModelGeneratedFaults(t *testing.T) {
 				runSequence(t, seed, tc.size) // one failing sequence again, as printed
 				return
 			}
-			n, proven := sequences(tc.sequences), 0
+			n, proven, founded := sequences(tc.sequences), 0, 0
 			for seed := int64(1); seed <= int64(n); seed++ {
-				proven += runSequence(t, seed*7919+int64(tc.size), tc.size)
+				p, f := runSequence(t, seed*7919+int64(tc.size), tc.size)
+				proven, founded = proven+p, founded+f
 			}
-			// The rule that skips the grace must be exercised for its property to mean anything.
-			if proven == 0 && !t.Failed() {
-				t.Fatalf("no sequence started a recovery on a proven loss in %d sequences", n)
+			// The rules must be exercised for their properties to mean anything: the one that
+			// skips the grace, and a restore's founders.
+			if (proven == 0 || founded == 0) && !t.Failed() {
+				t.Fatalf("in %d sequences, %d recoveries started on a proven loss and %d founders started: want some of each", n, proven, founded)
 			}
-			t.Logf("%d recoveries started on a proven loss in %d sequences", proven, n)
+			t.Logf("%d recoveries started on a proven loss, %d founders started, in %d sequences", proven, founded, n)
 		})
 	}
 }

@@ -290,9 +290,23 @@ func TestTotalLossRestoresFromBackup(t *testing.T) {
 	if resp.Header.Revision < backedUp {
 		t.Fatalf("restored at revision %d, below the newest backed-up revision %d", resp.Header.Revision, backedUp)
 	}
-	logs, _ := os.ReadFile(Dir(dir).Log("m0", "sidecar"))
-	if !strings.Contains(string(logs), "restored from backup") {
-		t.Fatal("m0 did not restore from backup")
+	// Every member reported its data gone: the seed restores the whole cluster, each of the
+	// others restores the same point for itself, and none joins as a learner.
+	for _, m := range []string{"m0", "m1", "m2"} {
+		logs, _ := os.ReadFile(Dir(dir).Log(m, "sidecar"))
+		if !strings.Contains(string(logs), `"event":"restored-from-backup"`) {
+			t.Errorf("%s did not restore from backup", m)
+		}
+		if strings.Contains(string(logs), `"event":"added-as-learner"`) {
+			t.Errorf("%s joined the restored cluster as a learner: the founders start together", m)
+		}
+	}
+	rep, err := Status(ctx, Dir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := rep.Supervisor.LastRecovery; d == nil || d.Epoch != 1 || len(d.Founders) != 3 || len(d.Restored) != 2 {
+		t.Errorf("want one recovery, its first epoch done with every member a founder and the two besides the seed recorded as restored; got %+v", d)
 	}
 }
 

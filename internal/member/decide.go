@@ -3,6 +3,7 @@ package member
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/etcd-steward/steward/internal/cluster"
@@ -80,6 +81,10 @@ const (
 // CaseFenced is the row that holds a fenced member's etcd stopped.
 const CaseFenced = "MemberFenced"
 
+// CaseFounderRestore is the row of a founder's restore (decideFounder): its etcd starts only
+// once the recovery records the restore, at a later decision.
+const CaseFounderRestore = "QuorumLossFounderRestore"
+
 // Plan is the outcome of Decide.
 type Plan struct {
 	// Case names the situation (stable, used in logs, metrics and the init API).
@@ -96,6 +101,11 @@ type Plan struct {
 	CleanPartialRestore bool `json:"cleanPartialRestore,omitempty"`
 	// RecoveryEpoch is recorded in the data dir once this plan runs (quorum-loss directives).
 	RecoveryEpoch int64 `json:"recoveryEpoch,omitempty"`
+	// Founders are the members of the cluster a recovery from the backup restores, as its
+	// voters (ActionRestoreFromBackup; empty: the seed alone), and FoundersToken the token
+	// their member and cluster IDs derive from: the directive's own, so that they are new.
+	Founders      []string `json:"founders,omitempty"`
+	FoundersToken string   `json:"foundersToken,omitempty"`
 	// Restore is the backup and point to restore from (ActionRestoreFromBackup; an empty
 	// Store: this member's backup store).
 	Restore *cluster.RestoreTarget `json:"restore,omitempty"`
@@ -201,6 +211,15 @@ func (o Observation) directivePlan(selfLive cluster.LiveMember) (p Plan, ok bool
 	case d.Phase == cluster.PhaseSeeding && d.Seed == o.Self && o.Data.Valid() && o.foreignReason() == "" && !o.Data.Superseded():
 		return Plan{Case: "QuorumLossSeedRestart", Action: ActionRestart, ClusterState: "existing",
 			Reason: fmt.Sprintf("this member carried out directive %d (it served on the recovered data) and its acknowledgement is not recorded yet: restart on that data", d.Epoch)}, true
+	case d.Phase == cluster.PhaseSeeding && d.Founder(o.Self) && d.Epoch == o.AppliedEpoch && o.Data.Valid() && o.foreignReason() == "" && !o.Data.Superseded():
+		if !slices.Contains(d.Restored, o.Self) {
+			// Recorded first: a founder that lost its data after its etcd ran must never
+			// restore again under the same member ID (decideFounder).
+			return Plan{Case: "QuorumLossFounderRecording", Action: ActionWait,
+				Reason: fmt.Sprintf("restored for directive %d: waiting for the recovery to record it before etcd starts", d.Epoch)}, true
+		}
+		return Plan{Case: "QuorumLossFounderStart", Action: ActionRestart, ClusterState: "existing",
+			Reason: fmt.Sprintf("restored for directive %d as one of the restored cluster's founders, and recorded: start on that data", d.Epoch)}, true
 	}
 	return Plan{}, false
 }
@@ -379,6 +398,8 @@ func decideDirective(o Observation, d cluster.Directive, selfLive cluster.LiveMe
 		return Plan{}, false
 	case d.Phase == cluster.PhaseSeeding && d.Seed == o.Self:
 		return decideSeed(o, d), true
+	case d.Phase == cluster.PhaseSeeding && d.Founder(o.Self):
+		return decideFounder(o, d), true
 	case d.Phase == cluster.PhaseSeeding:
 		return Plan{Case: "QuorumLossFollowerWait", Action: ActionWait,
 			Reason: fmt.Sprintf("waiting for %s to recover the quorum (directive %d, %s)", d.Seed, d.Epoch, d.Mode)}, true
@@ -399,6 +420,45 @@ func decideDirective(o Observation, d cluster.Directive, selfLive cluster.LiveMe
 	return Plan{Case: "UnknownDirective", Action: ActionWait, Reason: fmt.Sprintf("directive %d has unknown phase %q: waiting", d.Epoch, d.Phase)}, true
 }
 
+// decideFounder is the part of a founder of the cluster the seed restores, other than the
+// seed: once the seed has restored, restore the same point of the same backup, into the
+// member the restore made of it, and start once the recovery records that it restored. The
+// founders start together, each on its copy of the data, with no membership change and no
+// data to take from the seed. A founder recorded before never restores again: its etcd may
+// have voted or acknowledged writes under its member ID, and with its data lost it rejoins
+// as a learner, its old member removed, as after any recovery. One never recorded never ran
+// its etcd, and may restore again.
+func decideFounder(o Observation, d cluster.Directive) Plan {
+	var seed *cluster.Report
+	for _, m := range o.Status.Members {
+		if m.Name == d.Seed {
+			seed = m.Report
+		}
+	}
+	switch {
+	case slices.Contains(d.Restored, o.Self):
+		return Plan{Case: "QuorumLossFounderLost", Action: ActionWait,
+			Reason: fmt.Sprintf("this member restored for directive %d before and lost that data since (its etcd may have voted under its member ID): it rejoins the restored cluster as a learner once the recovery moves on", d.Epoch)}
+	case seed == nil || seed.AppliedEpoch < d.Epoch || seed.RestoredRevision <= 0:
+		return Plan{Case: "QuorumLossFounderWait", Action: ActionWait,
+			Reason: fmt.Sprintf("waiting for %s to restore the backup (directive %d); this member then restores the same revision and starts with it", d.Seed, d.Epoch)}
+	}
+	return Plan{Case: CaseFounderRestore, Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside,
+		RecoveryEpoch: d.Epoch, Founders: d.Founders, FoundersToken: foundersToken(o, d),
+		Restore: &cluster.RestoreTarget{Timeline: seed.RestoredTimeline, Revision: seed.RestoredRevision},
+		Reason: fmt.Sprintf("%s restored revision %d of timeline %d with every member as a voter (directive %d): this member's data is moved aside (kept); restore the same revision as its member of that cluster and start with it",
+			d.Seed, seed.RestoredRevision, seed.RestoredTimeline, d.Epoch)}
+}
+
+// foundersToken is the token the seed and the founders of directive d restore under: the
+// cluster's, with the directive's epoch and issue time. Every member derives the same one,
+// and a restore of the same peer URLs never takes the member and cluster IDs of an earlier
+// cluster (whose data may still lie in a dir, or in the backup store's timelines), not even
+// after a status lost with every data dir, which numbers epochs from 1 again.
+func foundersToken(o Observation, d cluster.Directive) string {
+	return fmt.Sprintf("%s-recovery-%d-%x", o.ClusterToken, d.Epoch, d.IssuedAt.UnixNano())
+}
+
 // decideSeed is the seed's part of a directive.
 func decideSeed(o Observation, d cluster.Directive) Plan {
 	for _, m := range o.Status.Members {
@@ -407,6 +467,14 @@ func decideSeed(o Observation, d cluster.Directive) Plan {
 			// never a second time beside it.
 			return Plan{Case: "QuorumLossSeedDataElsewhere", Action: ActionWait,
 				Reason: fmt.Sprintf("this member carried out directive %d, and its data is in %s's data dir: waiting for it to be moved back", d.Epoch, m.Name)}
+		}
+	}
+	for _, m := range o.Status.Members {
+		if r := m.Report; d.Founder(m.Name) && (slices.Contains(d.Restored, m.Name) || (r != nil && r.AppliedEpoch >= d.Epoch)) {
+			// The cluster this member restored lives on in the founders that started: a
+			// second restore beside it would make another one under the same member IDs.
+			return Plan{Case: "QuorumLossSeedFoundersStarted", Action: ActionWait,
+				Reason: fmt.Sprintf("the founders of directive %d started on what this member restored (%s first): this member rejoins them as a learner once they serve", d.Epoch, m.Name)}
 		}
 	}
 	switch d.Mode {
@@ -434,9 +502,14 @@ func decideSeed(o Observation, d cluster.Directive) Plan {
 			return Plan{Case: "QuorumLossSeedNoOwnBackup", Action: ActionWait,
 				Reason: fmt.Sprintf("directive %d restores this cluster from backup, but the backup store holds no timeline of it (%d of other clusters): waiting for a new directive", d.Epoch, o.ForeignTimelines)}
 		}
-		return Plan{Case: "QuorumLossRestoreFromBackup", Action: ActionRestoreFromBackup, ClusterState: "new",
+		p := Plan{Case: "QuorumLossRestoreFromBackup", Action: ActionRestoreFromBackup, ClusterState: "new",
 			Disposal: MoveDataAside, RecoveryEpoch: d.Epoch, Restore: &cluster.RestoreTarget{Timeline: o.BackupTimeline},
 			Reason: fmt.Sprintf("quorum lost for good and the backup holds the most: restore the newest revision of timeline %d, this cluster's newest (full + deltas), start alone, take a full snapshot; the others rejoin as learners", o.BackupTimeline)}
+		if len(d.Founders) > 0 {
+			p.Founders, p.FoundersToken = d.Founders, foundersToken(o, d)
+			p.Reason = fmt.Sprintf("quorum lost for good and the backup holds the most: restore the newest revision of timeline %d, this cluster's newest (full + deltas), with %s as its voters, start, take a full snapshot once they serve; the others start empty and take the data from this member", o.BackupTimeline, strings.Join(d.Founders, ", "))
+		}
+		return p
 	}
 	return Plan{Case: "UnknownRecoveryMode", Action: ActionWait, Reason: fmt.Sprintf("directive %d has unknown mode %q: waiting", d.Epoch, d.Mode)}
 }

@@ -1,8 +1,10 @@
 package member
 
 import (
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/etcd-steward/steward/internal/cluster"
 	"github.com/etcd-steward/steward/internal/datadir"
@@ -88,6 +90,12 @@ func directive(epoch int64, phase, mode, seed string) *cluster.Directive {
 	return &cluster.Directive{Epoch: epoch, Phase: phase, Mode: mode, Seed: seed}
 }
 
+// founding is d with every member of the 3-member cluster as a founder.
+func founding(d cluster.Directive) *cluster.Directive {
+	d.Founders, d.IssuedAt = []string{"m0", "m1", "m2"}, time.Unix(0, 0xabc)
+	return &d
+}
+
 func TestDecide(t *testing.T) {
 	noQuorum := cluster.LiveCluster{Reachable: true, Members: quorate.Members}
 	bootstrapping := cluster.LiveCluster{Reachable: true, Members: []cluster.LiveMember{{ID: "a00", Name: "m0", PeerURL: "http://m0"}, {ID: "abc", PeerURL: "http://m1"}, {ID: "c00", PeerURL: "http://m2"}}}
@@ -95,6 +103,8 @@ func TestDecide(t *testing.T) {
 	none := cluster.Status{}
 	all := status(formed, ready("m0", "m1", "m2"))
 	seedingM1 := directive(3, cluster.PhaseSeeding, cluster.RecoverFromSurvivor, "m1")
+	// m1 restored revision 77 as the seed of directive 4 (below), its etcd not serving yet.
+	restored := &cluster.Report{Name: "m1", AppliedEpoch: 4, Source: cluster.ReportFromDisk, RestoredTimeline: 2, RestoredRevision: 77}
 	backupM1 := directive(4, cluster.PhaseSeeding, cluster.RecoverFromBackup, "m1")
 	bootTarget := &cluster.RestoreTarget{Store: "s3://old/main", Revision: 4242}
 	seedingM0 := directive(5, cluster.PhaseSeeding, cluster.RecoverFromSurvivor, "m0")
@@ -164,6 +174,45 @@ func TestDecide(t *testing.T) {
 			obs: with_(obs("m1", emptyData, cluster.LiveCluster{}, all), func(o *Observation) { o.Directive, o.BackupTimeline, o.ForeignTimelines = backupM1, 2, 1 }),
 			want: Plan{Case: "QuorumLossRestoreFromBackup", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
 				Restore: &cluster.RestoreTarget{Timeline: 2}}},
+		{name: "seed of a recovery from backup with founders: restores every founder as a voter",
+			obs: with_(obs("m1", emptyData, cluster.LiveCluster{}, all), func(o *Observation) {
+				o.Directive, o.BackupTimeline = founding(*backupM1), 2
+			}),
+			want: Plan{Case: "QuorumLossRestoreFromBackup", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
+				Restore: &cluster.RestoreTarget{Timeline: 2}, Founders: []string{"m0", "m1", "m2"}, FoundersToken: "tok-recovery-4-abc"}},
+		{name: "seed that lost what it restored while a founder started on it: wait, never restore a second cluster beside it",
+			obs: with_(obs("m1", emptyData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m2": {Name: "m2", AppliedEpoch: 4}})), func(o *Observation) {
+				o.Directive, o.BackupTimeline = founding(*backupM1), 2
+			}),
+			want: Plan{Case: "QuorumLossSeedFoundersStarted", Action: ActionWait}},
+		{name: "founder before the seed restored: wait",
+			obs: with_(obs("m2", validData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m1": {Name: "m1", AppliedEpoch: 3}})), func(o *Observation) {
+				o.Directive = founding(*backupM1)
+			}),
+			want: Plan{Case: "QuorumLossFounderWait", Action: ActionWait}},
+		{name: "founder once the seed restored: its data moved aside, restore the seed's revision as its member of the restored cluster",
+			obs: with_(obs("m2", validData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m1": restored})), func(o *Observation) {
+				o.Directive = founding(*backupM1)
+			}),
+			want: Plan{Case: "QuorumLossFounderRestore", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
+				Restore: &cluster.RestoreTarget{Timeline: 2, Revision: 77}, Founders: []string{"m0", "m1", "m2"}, FoundersToken: "tok-recovery-4-abc"}},
+		{name: "founder that restored before (recorded) and lost its data since: never restores again under the same member ID",
+			obs: with_(obs("m0", emptyData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m1": restored})), func(o *Observation) {
+				o.Directive = founding(*backupM1)
+				o.Directive.Restored = []string{"m0"}
+			}),
+			want: Plan{Case: "QuorumLossFounderLost", Action: ActionWait}},
+		{name: "founder whose restore is recorded: starts on it",
+			obs: with_(obs("m0", cleanData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m1": restored})), func(o *Observation) {
+				o.Directive, o.AppliedEpoch = founding(*backupM1), 4
+				o.Directive.Restored = []string{"m0"}
+			}),
+			want: Plan{Case: "QuorumLossFounderStart", Action: ActionRestart, ClusterState: "existing"}},
+		{name: "founder whose restore is not recorded yet: its etcd waits",
+			obs: with_(obs("m0", cleanData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m1": restored})), func(o *Observation) {
+				o.Directive, o.AppliedEpoch = founding(*backupM1), 4
+			}),
+			want: Plan{Case: "QuorumLossFounderRecording", Action: ActionWait}},
 		{name: "seed of a recovery from backup, the store holds only other clusters' timelines: wait (never restores another cluster)",
 			obs:  with_(obs("m1", emptyData, cluster.LiveCluster{}, all), func(o *Observation) { o.Directive, o.ForeignTimelines = backupM1, 3 }),
 			want: Plan{Case: "QuorumLossSeedNoOwnBackup", Action: ActionWait}},
@@ -417,7 +466,7 @@ func TestDecide(t *testing.T) {
 			if got.Restore != nil && tt.want.Restore != nil && *got.Restore == *tt.want.Restore {
 				got.Restore = tt.want.Restore
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("Decide() = %+v\nwant        %+v\n(reason: %s)", got, tt.want, reason)
 			}
 			// Invariant 2: never start on data that is not this member's.
@@ -489,7 +538,7 @@ func TestDecideWithoutView(t *testing.T) {
 			got := Decide(tt.obs)
 			reason := got.Reason
 			got.Reason = ""
-			if got != tt.want || reason == "" {
+			if !reflect.DeepEqual(got, tt.want) || reason == "" {
 				t.Fatalf("Decide() = %+v (reason %q)\nwant        %+v", got, reason, tt.want)
 			}
 			if got.Action == ActionWait && got.Case == "ViewUnavailableWait" && !strings.Contains(reason, "the API server does not answer") {

@@ -101,6 +101,10 @@ func (s *Sidecar) initAttempt(ctx context.Context, changes <-chan struct{}, fail
 		if err == nil {
 			s.recordStart(cfg)
 		}
+		if errors.Is(err, errDecideAgain) {
+			*failures = 0
+			return nil, nil, false, nil
+		}
 		if err == nil || !errors.Is(err, errTryAgain) {
 			return &plan, cfg, true, err
 		}
@@ -137,7 +141,12 @@ func (s *Sidecar) watchDirective(ctx context.Context, changes <-chan struct{}) c
 			return ""
 		}
 		d := snap.Directive
-		return fmt.Sprintf("%d/%s/%s/%t", d.Epoch, d.Phase, d.Seed, d.Ack != nil)
+		// A founder waits for the seed to restore, then for its own restore to be recorded.
+		seedActed := false
+		for _, m := range snap.Status.Members {
+			seedActed = seedActed || (m.Name == d.Seed && m.Report != nil && m.Report.AppliedEpoch >= d.Epoch)
+		}
+		return fmt.Sprintf("%d/%s/%s/%t/%t/%v", d.Epoch, d.Phase, d.Seed, d.Ack != nil, seedActed, d.Restored)
 	}
 	start := key()
 	go func() {
@@ -186,6 +195,10 @@ var errTryAgain = errors.New("try again")
 var errTurn = fmt.Errorf("%w: another member's turn first", errTryAgain)
 
 const turnInterval = 500 * time.Millisecond
+
+// errDecideAgain is a step that completed and leaves the next one to a new decision, at once:
+// a founder's restore, whose etcd starts only once the recovery records it.
+var errDecideAgain = errors.New("done; deciding again")
 
 // addTimeout bounds one learner add: a commit takes milliseconds, a dropped one the timeout.
 // Members recovering around one seed propose their adds at the same moment, and raft drops
@@ -252,9 +265,9 @@ func (s *Sidecar) observe(ctx context.Context) (cluster.Spec, Observation, error
 	if obs.FencedOnDisk, err = datadir.Fenced(s.cfg.DataDir); err != nil {
 		return spec, Observation{}, fmt.Errorf("the fence record in data dir %s: %w", s.cfg.DataDir, err)
 	}
-	// The seed of a recovery does not need the (lost) cluster's view, whose member-list
-	// timeouts would only delay it; everyone else does.
-	if d := snap.Directive; d == nil || d.Epoch <= obs.AppliedEpoch || d.Phase != cluster.PhaseSeeding || d.Seed != s.cfg.Name {
+	// The seed of a recovery and its founders do not need the (lost) cluster's view, whose
+	// member-list timeouts would only delay them; everyone else does.
+	if d := snap.Directive; !(d != nil && d.Phase == cluster.PhaseSeeding && ((d.Seed == s.cfg.Name && d.Epoch > obs.AppliedEpoch) || (d.Founder(s.cfg.Name) && d.Epoch >= obs.AppliedEpoch))) {
 		obs.Live = observeLive(ctx, s.etcd, others(spec, s.cfg.Name))
 	}
 	// What the store holds of this cluster matters only to a member that might bootstrap a

@@ -134,6 +134,7 @@ func (s *Sidecar) recordIdentity(spec cluster.Spec, memberID, clusterID uint64, 
 		want.ClusterID = fmt.Sprintf("%x", clusterID)
 	}
 	want.RecoveryEpoch = max(have.RecoveryEpoch, s.pendingEpoch.Load())
+	want.RestoredTimeline, want.RestoredRevision = have.RestoredTimeline, have.RestoredRevision
 	if ok && have.ClusterToken == want.ClusterToken && have.MemberName == want.MemberName &&
 		have.MemberID == want.MemberID && have.ClusterID == want.ClusterID && have.RecoveryEpoch == want.RecoveryEpoch {
 		return

@@ -61,10 +61,11 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, stat
 			own = append(own, id) // the cluster this member's data was of
 		}
 	}
+	initialCluster, token := founderCluster(spec, s.cfg.Name, plan)
 	start := time.Now()
 	stopBound := restore.HeapBound.Apply()
 	res, err := restore.Restore(ctx, restore.Options{Store: st, DataDir: s.cfg.DataDir, Name: self.Name, RootPassword: rootPassword,
-		InitialCluster: self.Name + "=" + self.PeerURL, InitialClusterToken: spec.Token, PeerURLs: []string{self.PeerURL},
+		InitialCluster: initialCluster, InitialClusterToken: token, PeerURLs: []string{self.PeerURL},
 		ToRevision: target.Revision, ToTime: target.Time, Timeline: target.Timeline, ClusterIDs: own,
 		MissingLeaseTTL: restore.DefaultMissingLeaseTTL, Logger: s.lg.Named("restore")})
 	stopBound()
@@ -79,12 +80,23 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, stat
 	s.metrics.membershipSeconds.WithLabelValues("restore").Observe(time.Since(start).Seconds())
 	s.lg.Info("restored from backup", zap.String("event", "restored-from-backup"), zap.Uint32("timeline", res.Timeline), zap.Int64("revision", res.Revision), zap.String("full", res.Full.Key),
 		zap.Int("deltas", len(res.Deltas)), zap.Duration("took", time.Since(start)))
-	// A new cluster and member: their IDs are recorded once etcd serves.
+	// A new cluster and member: their IDs are recorded once etcd serves. A cluster restored
+	// with founders serves only once they start: its IDs are recorded now, so that a
+	// status lost meanwhile still finds the cluster (the data holds writes that were
+	// acknowledged) and never takes it for one that never formed.
 	identity.ClusterID, identity.MemberID = "", ""
+	identity.RestoredTimeline, identity.RestoredRevision = res.Timeline, res.Revision
+	restored := datadir.State{Revision: res.Revision}
+	if len(plan.Founders) > 0 {
+		if restored, err = s.inspect(); err != nil {
+			return nil, fmt.Errorf("%w: inspect the restored data dir: %v", errTryAgain, err)
+		}
+		identity.ClusterID, identity.MemberID = restored.ClusterIDHex(), restored.MemberIDHex()
+	}
 	if err := s.writeIdentity(identity); err != nil {
 		return nil, err
 	}
-	if err := s.stillSeeding(ctx, plan.RecoveryEpoch); err != nil {
+	if err := s.stillSeeding(ctx, plan.RecoveryEpoch, restored); err != nil {
 		// Kept beside, never started on: a restore onto the same member with the same token
 		// makes the same member and cluster IDs, so left in place it could pass for this
 		// member's data of the running cluster.
@@ -95,15 +107,40 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, stat
 		s.lg.Warn("the restore's directive is no longer in force: the restored data is moved aside", zap.String("to", to), zap.Error(err))
 		return nil, err
 	}
+	// Whichever member leads the restored cluster takes its first full snapshot.
 	s.fullAfterStart.Store(true)
-	return s.etcdConfig(spec, plan, self.Name+"="+self.PeerURL)
+	if plan.Case == CaseFounderRestore {
+		// A founder starts its etcd only once the recovery records its restore.
+		s.kickReport()
+		return nil, errDecideAgain
+	}
+	return s.etcdConfig(spec, plan, initialCluster)
+}
+
+// founderCluster is the membership a restore from the backup writes, as etcd's initial
+// cluster, and the token etcd derives the member and cluster IDs from: the seed alone, or
+// every founder (Plan.Founders) under the directive's token (Plan.FoundersToken).
+func founderCluster(spec cluster.Spec, self string, plan Plan) (initialCluster, token string) {
+	if len(plan.Founders) == 0 {
+		m, _ := spec.Member(self)
+		return m.Name + "=" + m.PeerURL, spec.Token
+	}
+	var members []cluster.MemberSpec
+	for _, n := range plan.Founders {
+		if m, ok := spec.Member(n); ok {
+			members = append(members, m)
+		}
+	}
+	return staticCluster(cluster.Spec{Members: members}), plan.FoundersToken
 }
 
 // stillSeeding checks, after a restore that may have taken long, that directive epoch still
-// names this member as its seed. A restore cancelled meanwhile (the members restart on their
-// own data) or replaced by a new epoch must not start: a one-member cluster on the restored
-// data would form beside them.
-func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64) error {
+// names this member as its seed or one of its founders. A restore cancelled meanwhile (the
+// members restart on their own data) or replaced by a new epoch must not start: a cluster on
+// the restored data would form beside them. A founder's restore must also have made the
+// very cluster its seed restored (restored is what it wrote): the same cluster ID, and the
+// revision the seed reports; it never starts on other data beside the seed's.
+func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64, restored datadir.State) error {
 	if epoch == 0 {
 		return nil
 	}
@@ -111,14 +148,24 @@ func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64) error {
 	if err != nil {
 		return fmt.Errorf("%w: restored; cannot read the cluster view to check that directive %d is still in force: %v", errTryAgain, epoch, err)
 	}
-	if d := snap.Directive; d == nil || d.Epoch != epoch || d.Phase != cluster.PhaseSeeding || d.Seed != s.cfg.Name {
+	d := snap.Directive
+	if d == nil || d.Epoch != epoch || d.Phase != cluster.PhaseSeeding || (d.Seed != s.cfg.Name && !d.Founder(s.cfg.Name)) {
 		now := "no directive"
 		if d != nil {
 			now = fmt.Sprintf("directive %d (%s, seed %q)", d.Epoch, d.Phase, d.Seed)
 		}
 		return fmt.Errorf("%w: restored for directive %d, which is no longer in force (now %s): not starting on the restored data", errTryAgain, epoch, now)
 	}
-	return nil
+	if d.Seed == s.cfg.Name {
+		return nil
+	}
+	for _, m := range snap.Status.Members {
+		if r := m.Report; m.Name == d.Seed && r != nil && r.ClusterID == restored.ClusterIDHex() && r.RestoredRevision == restored.Revision {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: restored cluster %s at revision %d for directive %d, which is not what its seed %s reports having restored: not starting on it",
+		errTryAgain, restored.ClusterIDHex(), restored.Revision, epoch, d.Seed)
 }
 
 // ownBackup reads which timelines of the backup store are this cluster's (known by the

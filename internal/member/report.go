@@ -108,7 +108,7 @@ func (s *Sidecar) buildReport(ctx context.Context, cli *clientv3.Client, self cl
 	r.InitError = s.initError
 	s.mu.Unlock()
 	if id, ok, _ := datadir.ReadIdentity(s.cfg.DataDir); ok {
-		r.AppliedEpoch = id.RecoveryEpoch
+		r.AppliedEpoch, r.RestoredTimeline, r.RestoredRevision = id.RecoveryEpoch, id.RestoredTimeline, id.RestoredRevision
 	}
 	if cli != nil && !etcdutil.Listening(self.ClientURL) {
 		// An etcd that exited is reported from the data dir at once, not after the timeout.

@@ -239,6 +239,15 @@ func setupBaseline(ctx context.Context, o options, rev, why string) (*baseline, 
 		bl.remove()
 		return nil, err
 	}
+	// The Kubernetes binaries (make kube-tools) are a reference, not Steward: the baseline's
+	// benchmarks use this tree's, as they do its etcdctl and etcdutl.
+	if k8s, err := filepath.Abs(filepath.Join("bin", "k8s")); err == nil {
+		if _, err := os.Stat(k8s); err == nil {
+			if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err == nil {
+				os.Symlink(k8s, filepath.Join(dir, "bin", "k8s"))
+			}
+		}
+	}
 	bl.steward = filepath.Join(bl.bins, "steward")
 	if err := goBuildIn(ctx, dir, bl.steward, "./cmd/steward"); err != nil {
 		bl.unusable = fmt.Sprintf("steward did not build at %s: %v", short(commit), firstLine(err.Error()))
