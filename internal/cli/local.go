@@ -333,6 +333,9 @@ func printStatusTable(w io.Writer, rep local.Report) error {
 		if t := d.Restore; t != nil {
 			fmt.Fprintf(w, "restore  to %s of timeline %d (cancel with `steward local restore --cancel` while its seed has not restored it)\n", t.Point(), t.Timeline)
 		}
+		if len(d.Founders) > 0 {
+			fmt.Fprintf(w, "founders  %s (restored: %s)\n", strings.Join(d.Founders, ", "), orDash(strings.Join(d.Restored, ", ")))
+		}
 	}
 	if rep.Supervisor.Waiting != "" {
 		fmt.Fprintf(w, "waiting  %s\n", rep.Supervisor.Waiting)

@@ -661,18 +661,24 @@ func decideSeeding(o Observation, st Status) Decision {
 		d.Restored = restored
 		st.Directive = &d
 	}
-	if len(d.Founders) > 0 && seedActed(o.Members, d) {
-		if d.SeedActedAt.IsZero() {
-			d.SeedActedAt = o.Now
-			st.Directive = &d
+	if len(d.Founders) > 0 && d.SeedActedAt.IsZero() && seedActed(o.Members, d) {
+		d.SeedActedAt = o.Now
+		st.Directive = &d
+	}
+	if !d.SeedActedAt.IsZero() {
+		// The restored cluster needs a quorum of its founders holding what they restored,
+		// each restoring the seed's point, which takes about as long as the seed's restore
+		// took. Too few within the grace beyond that (a second fault), and a new epoch
+		// restores into the seed alone.
+		var holding []string
+		for _, m := range o.Members {
+			if (m.Name == d.Seed && seedActed(o.Members, d)) || foundedBy(m, d) {
+				holding = append(holding, m.Name)
+			}
 		}
-		// The restored cluster needs a quorum of its founders, each restoring the seed's
-		// point, which takes about as long as the seed's restore took. Too few restored
-		// within the grace beyond that (a second fault), and a new epoch restores into the
-		// seed alone.
-		if wait := o.Timing.Grace + 2*d.SeedActedAt.Sub(d.PhaseSince); len(d.Restored)+1 <= len(d.Founders)/2 && o.Now.Sub(d.SeedActedAt) > wait {
-			return restart(o, st, fmt.Sprintf("%s restored, but only %s of the other founders restored within %s: a quorum of %s is needed",
-				d.Seed, orNone(d.Restored), wait.Round(time.Second), strings.Join(d.Founders, ", ")))
+		if wait := o.Timing.Grace + 2*d.SeedActedAt.Sub(d.PhaseSince); len(holding) <= len(d.Founders)/2 && o.Now.Sub(d.SeedActedAt) > wait {
+			return restart(o, st, fmt.Sprintf("%s restored, but only %s of the founders %s hold what they restored %s after: a quorum of them is needed",
+				d.Seed, orNone(holding), strings.Join(d.Founders, ", "), wait.Round(time.Second)))
 		}
 	}
 	if r := seed.Report; r != nil && r.At.After(d.PhaseSince) && r.Case == "QuorumLossSeedWithoutData" {

@@ -301,13 +301,19 @@ func TestTotalLossRestoresFromBackup(t *testing.T) {
 			t.Errorf("%s joined the restored cluster as a learner: the founders start together", m)
 		}
 	}
-	rep, err := Status(ctx, Dir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := rep.Supervisor.LastRecovery; d == nil || d.Epoch != 1 || len(d.Founders) != 3 || len(d.Restored) != 2 {
-		t.Errorf("want one recovery, its first epoch done with every member a founder and the two besides the seed recorded as restored; got %+v", d)
-	}
+	testutil.Eventually(t, time.Minute, "the recovery retired", func() error {
+		rep, err := Status(ctx, Dir(dir))
+		if err != nil {
+			return err
+		}
+		if rep.Supervisor.Recovery != nil || rep.Supervisor.LastRecovery == nil {
+			return fmt.Errorf("directive in force %+v", rep.Supervisor.Recovery)
+		}
+		if d := rep.Supervisor.LastRecovery; d.Epoch != 1 || len(d.Founders) != 3 || len(d.Restored) != 2 {
+			t.Fatalf("want one recovery, its first epoch done with every member a founder and the two besides the seed recorded as restored; got %+v", d)
+		}
+		return nil
+	})
 }
 
 // TestIdleClusterReplacesMember wipes a member of a cluster whose raft index is past 5000

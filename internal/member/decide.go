@@ -429,10 +429,12 @@ func decideDirective(o Observation, d cluster.Directive, selfLive cluster.LiveMe
 // as a learner, its old member removed, as after any recovery. One never recorded never ran
 // its etcd, and may restore again.
 func decideFounder(o Observation, d cluster.Directive) Plan {
+	// The point restored: the seed's, or that of a founder that restored it (the seed may
+	// have lost its data since).
 	var seed *cluster.Report
 	for _, m := range o.Status.Members {
-		if m.Name == d.Seed {
-			seed = m.Report
+		if r := m.Report; r != nil && (m.Name == d.Seed || d.Founder(m.Name)) && m.Name != o.Self && r.AppliedEpoch >= d.Epoch && r.RestoredRevision > 0 {
+			seed = r
 		}
 	}
 	switch {
@@ -447,7 +449,7 @@ func decideFounder(o Observation, d cluster.Directive) Plan {
 		RecoveryEpoch: d.Epoch, Founders: d.Founders, FoundersToken: foundersToken(o, d),
 		Restore: &cluster.RestoreTarget{Timeline: seed.RestoredTimeline, Revision: seed.RestoredRevision},
 		Reason: fmt.Sprintf("%s restored revision %d of timeline %d with every member as a voter (directive %d): this member's data is moved aside (kept); restore the same revision as its member of that cluster and start with it",
-			d.Seed, seed.RestoredRevision, seed.RestoredTimeline, d.Epoch)}
+			seed.Name, seed.RestoredRevision, seed.RestoredTimeline, d.Epoch)}
 }
 
 // foundersToken is the token the seed and the founders of directive d restore under: the

@@ -196,6 +196,13 @@ func TestDecide(t *testing.T) {
 			}),
 			want: Plan{Case: "QuorumLossFounderRestore", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
 				Restore: &cluster.RestoreTarget{Timeline: 2, Revision: 77}, Founders: []string{"m0", "m1", "m2"}, FoundersToken: "tok-recovery-4-abc"}},
+		{name: "founder once another founder restored, the seed having lost its data since: restores the point that founder reports",
+			obs: with_(obs("m2", emptyData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m1": {Name: "m1", Source: cluster.ReportFromDisk, DataEmpty: true},
+				"m0": {Name: "m0", AppliedEpoch: 4, Source: cluster.ReportFromDisk, RestoredTimeline: 2, RestoredRevision: 77}})), func(o *Observation) {
+				o.Directive = founding(*backupM1)
+			}),
+			want: Plan{Case: "QuorumLossFounderRestore", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
+				Restore: &cluster.RestoreTarget{Timeline: 2, Revision: 77}, Founders: []string{"m0", "m1", "m2"}, FoundersToken: "tok-recovery-4-abc"}},
 		{name: "founder that restored before (recorded) and lost its data since: never restores again under the same member ID",
 			obs: with_(obs("m0", emptyData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m1": restored})), func(o *Observation) {
 				o.Directive = founding(*backupM1)

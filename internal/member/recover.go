@@ -138,8 +138,8 @@ func founderCluster(spec cluster.Spec, self string, plan Plan) (initialCluster, 
 // names this member as its seed or one of its founders. A restore cancelled meanwhile (the
 // members restart on their own data) or replaced by a new epoch must not start: a cluster on
 // the restored data would form beside them. A founder's restore must also have made the
-// very cluster its seed restored (restored is what it wrote): the same cluster ID, and the
-// revision the seed reports; it never starts on other data beside the seed's.
+// very cluster its seed restored (restored is what it wrote): the same cluster ID and
+// revision as the seed, or another founder, reports; it never starts on other data.
 func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64, restored datadir.State) error {
 	if epoch == 0 {
 		return nil
@@ -160,11 +160,12 @@ func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64, restored datadi
 		return nil
 	}
 	for _, m := range snap.Status.Members {
-		if r := m.Report; m.Name == d.Seed && r != nil && r.ClusterID == restored.ClusterIDHex() && r.RestoredRevision == restored.Revision {
+		if r := m.Report; r != nil && m.Name != s.cfg.Name && (m.Name == d.Seed || d.Founder(m.Name)) && r.AppliedEpoch >= epoch &&
+			r.ClusterID == restored.ClusterIDHex() && r.RestoredRevision == restored.Revision {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: restored cluster %s at revision %d for directive %d, which is not what its seed %s reports having restored: not starting on it",
+	return fmt.Errorf("%w: restored cluster %s at revision %d for directive %d, which is not what its seed %s (or another founder) reports having restored: not starting on it",
 		errTryAgain, restored.ClusterIDHex(), restored.Revision, epoch, d.Seed)
 }
 

@@ -357,6 +357,13 @@ func TestThreeMembers(t *testing.T) {
 			t.Fatalf("restored at revision %d, below the newest backed-up revision %d", resp.Header.Revision, backedUp)
 		}
 		assertKeysOnEveryMember(t, ns, "main", acked)
+		// Every member reported its volume empty: all three restored and started together,
+		// none joined as a learner.
+		founders := kubectl(t, ns, "get", "ec", "main", "-o", "jsonpath={.status.recovery.lastRecovery.founders}")
+		restored := kubectl(t, ns, "get", "ec", "main", "-o", "jsonpath={.status.recovery.lastRecovery.restored}")
+		if strings.Count(founders, "main-") != 3 || strings.Count(restored, "main-") != 2 {
+			t.Errorf("the recovery's founders %s, of which restored besides the seed %s: want all three members, two besides the seed", founders, restored)
+		}
 	})
 
 	runStep(t, "a new cluster restored at a revision equals the source at that revision", func(t *testing.T) {
