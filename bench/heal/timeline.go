@@ -321,7 +321,13 @@ func quorumTimeline(lg logs, members []string, seed string, t0 time.Time, healed
 		b.need(m+" "+pPromoted, ev, ok, "event="+evPromoted, m, "sidecar", added.at)
 	}
 	b.t = append(b.t, point{"all " + pHealthy, healed})
-	ev, ok = first(sidecar, t0, isEvent(evFullAfterRestore))
-	b.maybe("seed's full snapshot after the restore stored", ev, ok)
+	// Whichever member leads the restored cluster takes its first full snapshot.
+	var full logEvent
+	for _, m := range members {
+		if ev, ok := first(lg(m, "sidecar"), t0, isEvent(evFullAfterRestore)); ok && (full.at.IsZero() || ev.at.Before(full.at)) {
+			full = ev
+		}
+	}
+	b.maybe("full snapshot after the restore stored", full, !full.at.IsZero())
 	return b.done("the recovery from the quorum loss (seed " + seed + ")")
 }

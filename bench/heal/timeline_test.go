@@ -124,7 +124,7 @@ func TestQuorumTimeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "seed acts on the directive +7.49s, seed restored +8.26s, seed serving +9.27s, m1 added as learner +9.28s, " +
-		"m1 publish race, etcd restarted +10.06s, seed's full snapshot after the restore stored +10.13s, m1 promoted +10.61s, " +
+		"m1 publish race, etcd restarted +10.06s, full snapshot after the restore stored +10.13s, m1 promoted +10.61s, " +
 		"m2 added as learner +15.36s, m2 publish timed out +16.00s, m2 promoted +16.61s, all seen healthy +16.62s"
 	if got.String() != want {
 		t.Fatalf("timeline:\n got %s\nwant %s", got, want)

@@ -642,8 +642,11 @@ func decideSeeding(o Observation, st Status) Decision {
 			}
 		}
 		st.QuorumLostSince = time.Time{}
-		st.Waiting = fmt.Sprintf("directive %d: %s serves at revision %d; the others rejoin as learners", d.Epoch, d.Seed, d.Ack.Revision)
-		return Decision{Status: st, Event: fmt.Sprintf("directive %d acknowledged by %s: serving cluster %s at revision %d", d.Epoch, d.Seed, d.Ack.ClusterID, d.Ack.Revision)}
+		st.Waiting = fmt.Sprintf("directive %d: %s serves at revision %d; the others rejoin as learners", d.Epoch, d.Ack.Member, d.Ack.Revision)
+		if len(d.Founders) > 0 {
+			st.Waiting = fmt.Sprintf("directive %d: the restored cluster serves at revision %d; the founders that are not serving yet join it", d.Epoch, d.Ack.Revision)
+		}
+		return Decision{Status: st, Event: fmt.Sprintf("directive %d acknowledged by %s: serving cluster %s at revision %d", d.Epoch, d.Ack.Member, d.Ack.ClusterID, d.Ack.Revision)}
 	}
 	// A member that serves beside the seed aborts the recovery. One that is merely not
 	// confirmed stopped (its fence was lifted, as by a restart of the supervisor) is fenced
@@ -657,28 +660,10 @@ func decideSeeding(o Observation, st Status) Decision {
 	if seed == nil {
 		return restart(o, st, fmt.Sprintf("the seed %s is no longer a desired member", d.Seed))
 	}
-	if restored := founding(o.Members, d); !slices.Equal(restored, d.Restored) {
-		d.Restored = restored
+	if len(d.Founders) > 0 {
 		st.Directive = &d
-	}
-	if len(d.Founders) > 0 && d.SeedActedAt.IsZero() && seedActed(o.Members, d) {
-		d.SeedActedAt = o.Now
-		st.Directive = &d
-	}
-	if !d.SeedActedAt.IsZero() {
-		// The restored cluster needs a quorum of its founders holding what they restored,
-		// each restoring the seed's point, which takes about as long as the seed's restore
-		// took. Too few within the grace beyond that (a second fault), and a new epoch
-		// restores into the seed alone.
-		var holding []string
-		for _, m := range o.Members {
-			if (m.Name == d.Seed && seedActed(o.Members, d)) || foundedBy(m, d) {
-				holding = append(holding, m.Name)
-			}
-		}
-		if wait := o.Timing.Grace + 2*d.SeedActedAt.Sub(d.PhaseSince); len(holding) <= len(d.Founders)/2 && o.Now.Sub(d.SeedActedAt) > wait {
-			return restart(o, st, fmt.Sprintf("%s restored, but only %s of the founders %s hold what they restored %s after: a quorum of them is needed",
-				d.Seed, orNone(holding), strings.Join(d.Founders, ", "), wait.Round(time.Second)))
+		if why := trackFounders(o, &d); why != "" {
+			return restart(o, st, why)
 		}
 	}
 	if r := seed.Report; r != nil && r.At.After(d.PhaseSince) && r.Case == "QuorumLossSeedWithoutData" {
@@ -696,6 +681,33 @@ func decideSeeding(o Observation, st Status) Decision {
 func seedActed(members []Member, d cluster.Directive) bool {
 	r := seedReport(members, d)
 	return r != nil && r.AppliedEpoch >= d.Epoch
+}
+
+// trackFounders records in d, a recovery with founders, which founders restored and when
+// the seed did, and says why the epoch must be abandoned ("" while it may go on). The
+// restored cluster needs a quorum of its founders holding what they restored; each restores
+// the seed's point, which takes about as long as the seed's restore took. Too few within
+// the grace beyond that (a second fault), and a new epoch restores into the seed alone.
+func trackFounders(o Observation, d *cluster.Directive) string {
+	d.Restored = founding(o.Members, *d)
+	acted := seedActed(o.Members, *d)
+	if d.SeedActedAt.IsZero() && acted {
+		d.SeedActedAt = o.Now
+	}
+	if d.SeedActedAt.IsZero() {
+		return ""
+	}
+	var holding []string
+	for _, m := range o.Members {
+		if (m.Name == d.Seed && acted) || foundedBy(m, *d) {
+			holding = append(holding, m.Name)
+		}
+	}
+	if wait := o.Timing.Grace + 2*d.SeedActedAt.Sub(d.PhaseSince); len(holding) <= len(d.Founders)/2 && o.Now.Sub(d.SeedActedAt) > wait {
+		return fmt.Sprintf("%s restored, but only %s of the founders %s hold what they restored %s after: a quorum of them is needed",
+			d.Seed, orNone(holding), strings.Join(d.Founders, ", "), wait.Round(time.Second))
+	}
+	return ""
 }
 
 // foundedBy: member m started under directive d as one of its founders (its data dir

@@ -835,8 +835,14 @@ func TestFounders(t *testing.T) {
 	if d := decide(acted, past, []Member{report(seed, 5, past, false), report(others[0], 0, past, false), report(others[1], 0, past, false)}).Directive; d.Phase != cluster.PhaseFencing || d.Epoch != 6 || d.Case != string(CaseDirectiveAbandoned) {
 		t.Fatalf("no founder started within the grace of the restore: want a new epoch, got %+v", d)
 	}
-	if d := decide(acted, past, []Member{report(seed, 5, past, false), report(others[0], 5, past, false), report(others[1], 0, past, false)}).Directive; d.Phase != cluster.PhaseSeeding || d.Epoch != 5 {
-		t.Fatalf("a quorum of founders started (the data on its way): want it waited for, got %+v", d)
+	one := decide(acted, past, []Member{report(seed, 5, past, false), report(others[0], 5, past, false), report(others[1], 0, past, false)}).Directive
+	if one.Phase != cluster.PhaseSeeding || one.Epoch != 5 || !slices.Equal(one.Restored, others[:1]) {
+		t.Fatalf("a quorum of founders restored: want it waited for, with %s recorded as restored; got %+v", others[0], one)
+	}
+	// Recorded, a founder stays recorded when its data is lost: it never restores again.
+	soon := at.Add(time.Second)
+	if d := decide(Status{ClusterID: "cid", Voters: voters3, LastEpoch: 5, Directive: one}, soon, []Member{report(seed, 5, soon, false), report(others[0], 0, soon, false), report(others[1], 0, soon, false)}).Directive; !slices.Equal(d.Restored, others[:1]) {
+		t.Fatalf("a recorded founder that lost its data: want it still recorded, got %+v", d)
 	}
 	serving := decide(acted, past, []Member{report(seed, 0, past, false), report(others[0], 5, past, true), report(others[1], 5, past, false)})
 	if d := serving.Directive; d.Phase != cluster.PhaseRejoining || d.Ack == nil || d.Ack.Member != others[0] {
