@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/local"
-	"github.com/etcd-steward/steward/internal/member"
 )
 
 // The values of the "event" field of the log lines a heal's timeline is built from, as
@@ -300,7 +299,7 @@ func quorumTimeline(lg logs, members []string, seed string, t0 time.Time, healed
 			continue
 		}
 		msidecar := lg(m, "sidecar")
-		if _, founder := first(msidecar, t0, isDecision(member.CaseFounderRestore)); founder {
+		if _, founder := first(msidecar, t0, isDecision("QuorumLossFounderRestore")); founder {
 			// A founder of the restored cluster: it restores the seed's point and starts
 			// with the seed, with no membership change.
 			ev, ok := last(msidecar, t0, isEvent(evRestored))
