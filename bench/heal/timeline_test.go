@@ -151,3 +151,35 @@ func TestPublishFailures(t *testing.T) {
 		t.Fatalf("publishFailures: %d, %s", n, last)
 	}
 }
+
+// With founders, the others restore the seed's point and start with it: no learner joins,
+// and whichever member leads takes the full snapshot after the restore.
+func TestQuorumTimelineWithFounders(t *testing.T) {
+	ms := time.Millisecond
+	founder := func(restored time.Duration) []string {
+		return []string{
+			line(t0, 2000*ms, "decision", `"event":"init-decision","case":"QuorumLossFounderRestore"`),
+			line(t0, restored, "restored", `"event":"restored-from-backup","revision":117387`),
+		}
+	}
+	l := map[string][]string{
+		"m0/sidecar": {
+			line(t0, 1710*ms, "decision", `"event":"init-decision","case":"QuorumLossRestoreFromBackup"`),
+			line(t0, 2420*ms, "restored", `"event":"restored-from-backup","revision":117387`),
+		},
+		"m0/etcd":    {line(t0, 4240*ms, "serving", `"event":"etcd-serving"`)},
+		"m1/sidecar": founder(3610*ms),
+		"m1/etcd":    {line(t0, 4250*ms, "serving", `"event":"etcd-serving"`)},
+		"m2/sidecar": append(founder(3620*ms), line(t0, 5000*ms, "full stored", `"event":"full-after-restore","key":"k"`)),
+		"m2/etcd":    {line(t0, 4260*ms, "serving", `"event":"etcd-serving"`)},
+	}
+	got, err := quorumTimeline(sampleLogs(l), []string{"m0", "m1", "m2"}, "m0", t0, 4360*ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "seed acts on the directive +1.71s, seed restored +2.42s, m1 restored (founder) +3.61s, m2 restored (founder) +3.62s, " +
+		"seed serving +4.24s, m1 serving (founder) +4.25s, m2 serving (founder) +4.26s, all seen healthy +4.36s, full snapshot after the restore stored +5.00s"
+	if got.String() != want {
+		t.Fatalf("timeline:\n got %s\nwant %s", got, want)
+	}
+}
