@@ -476,7 +476,7 @@ func decideSeed(o Observation, d cluster.Directive) Plan {
 			// The cluster this member restored lives on in the founders that started: a
 			// second restore beside it would make another one under the same member IDs.
 			return Plan{Case: "QuorumLossSeedFoundersStarted", Action: ActionWait,
-				Reason: fmt.Sprintf("the founders of directive %d started on what this member restored (%s first): this member rejoins them as a learner once they serve", d.Epoch, m.Name)}
+				Reason: fmt.Sprintf("founders of directive %d restored what this member restored (%s first), and this member holds it no more: it never restores again beside them, and rejoins as a learner once they serve", d.Epoch, m.Name)}
 		}
 	}
 	switch d.Mode {
@@ -509,7 +509,7 @@ func decideSeed(o Observation, d cluster.Directive) Plan {
 			Reason: fmt.Sprintf("quorum lost for good and the backup holds the most: restore the newest revision of timeline %d, this cluster's newest (full + deltas), start alone, take a full snapshot; the others rejoin as learners", o.BackupTimeline)}
 		if len(d.Founders) > 0 {
 			p.Founders, p.FoundersToken = d.Founders, foundersToken(o, d)
-			p.Reason = fmt.Sprintf("quorum lost for good and the backup holds the most: restore the newest revision of timeline %d, this cluster's newest (full + deltas), with %s as its voters, start, take a full snapshot once they serve; the others start empty and take the data from this member", o.BackupTimeline, strings.Join(d.Founders, ", "))
+			p.Reason = fmt.Sprintf("quorum lost for good and the backup holds the most: restore the newest revision of timeline %d, this cluster's newest (full + deltas), with %s as its voters, start, take a full snapshot once they serve; the others restore the same revision and start with it", o.BackupTimeline, strings.Join(d.Founders, ", "))
 		}
 		return p
 	}
