@@ -168,7 +168,7 @@ func TestQuorumTimelineWithFounders(t *testing.T) {
 			line(t0, 2420*ms, "restored", `"event":"restored-from-backup","revision":117387`),
 		},
 		"m0/etcd":    {line(t0, 4240*ms, "serving", `"event":"etcd-serving"`)},
-		"m1/sidecar": founder(3610*ms),
+		"m1/sidecar": founder(3610 * ms),
 		"m1/etcd":    {line(t0, 4250*ms, "serving", `"event":"etcd-serving"`)},
 		"m2/sidecar": append(founder(3620*ms), line(t0, 5000*ms, "full stored", `"event":"full-after-restore","key":"k"`)),
 		"m2/etcd":    {line(t0, 4260*ms, "serving", `"event":"etcd-serving"`)},
