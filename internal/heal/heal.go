@@ -673,6 +673,10 @@ func decideSeeding(o Observation, st Status) Decision {
 		return restart(o, st, fmt.Sprintf("the seed %s did not serve within %s", d.Seed, o.Timing.SeedTimeout))
 	}
 	st.Waiting = fmt.Sprintf("directive %d: waiting for %s to recover alone (%s) and serve", d.Epoch, d.Seed, d.Mode)
+	if len(d.Founders) > 0 {
+		st.Waiting = fmt.Sprintf("directive %d: waiting for %s to restore the backup, then the other founders to restore the same revision (restored: %s), and the restored cluster to serve",
+			d.Epoch, d.Seed, orNone(d.Restored))
+	}
 	return Decision{Status: st}
 }
 
