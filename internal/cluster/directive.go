@@ -41,11 +41,11 @@ type Directive struct {
 	// on that data.
 	Cancels int64 `json:"cancels,omitempty"`
 	// Founders, on a recovery from the backup store, are the members the seed restores as
-	// the voters of the restored cluster (the seed among them). The others start with empty
-	// data dirs as those members once the seed has restored, and take the data from it by
-	// raft: the cluster is whole at once, with no membership change and no learner. Empty:
-	// the seed restores a one-member cluster, and the others rejoin it one at a time as
-	// learners (the fallback, and every recovery from a survivor).
+	// the voters of the restored cluster (the seed among them). Once the seed has restored,
+	// each other founder restores the same point as its own member of that cluster, and they
+	// start together: the cluster is whole at once, with no membership change and no
+	// learner. Empty: the seed restores a one-member cluster, and the others rejoin it one
+	// at a time as learners (the fallback, and every recovery from a survivor).
 	Founders []string `json:"founders,omitempty"`
 	// Restored names the founders (other than the seed) seen to have restored under this
 	// directive. A founder starts its etcd only once named here, and never restores again:
@@ -53,7 +53,8 @@ type Directive struct {
 	// ID, and rejoins as a learner.
 	Restored []string `json:"restored,omitempty"`
 	// SeedActedAt is when the seed was first seen to have restored (its data dir records
-	// the directive): the founders must start within the grace from then.
+	// the directive): a quorum of founders must hold what they restored within the grace,
+	// plus twice the time the seed's restore took, from then.
 	SeedActedAt time.Time `json:"seedActedAt,omitzero"`
 }
 
