@@ -429,19 +429,12 @@ func decideDirective(o Observation, d cluster.Directive, selfLive cluster.LiveMe
 // as a learner, its old member removed, as after any recovery. One never recorded never ran
 // its etcd, and may restore again.
 func decideFounder(o Observation, d cluster.Directive) Plan {
-	// The point restored: the seed's, or that of a founder that restored it (the seed may
-	// have lost its data since).
-	var seed *cluster.Report
-	for _, m := range o.Status.Members {
-		if r := m.Report; r != nil && (m.Name == d.Seed || d.Founder(m.Name)) && m.Name != o.Self && r.AppliedEpoch >= d.Epoch && r.RestoredRevision > 0 {
-			seed = r
-		}
-	}
+	seed := restoredPoint(o.Status, d, o.Self)
 	switch {
 	case slices.Contains(d.Restored, o.Self):
 		return Plan{Case: "QuorumLossFounderLost", Action: ActionWait,
 			Reason: fmt.Sprintf("this member restored for directive %d before and lost that data since (its etcd may have voted under its member ID): it rejoins the restored cluster as a learner once the recovery moves on", d.Epoch)}
-	case seed == nil || seed.AppliedEpoch < d.Epoch || seed.RestoredRevision <= 0:
+	case seed == nil:
 		return Plan{Case: "QuorumLossFounderWait", Action: ActionWait,
 			Reason: fmt.Sprintf("waiting for %s to restore the backup (directive %d); this member then restores the same revision and starts with it", d.Seed, d.Epoch)}
 	}
@@ -450,6 +443,19 @@ func decideFounder(o Observation, d cluster.Directive) Plan {
 		Restore: &cluster.RestoreTarget{Timeline: seed.RestoredTimeline, Revision: seed.RestoredRevision},
 		Reason: fmt.Sprintf("%s restored revision %d of timeline %d with every member as a voter (directive %d): this member's data is moved aside (kept); restore the same revision as its member of that cluster and start with it",
 			seed.Name, seed.RestoredRevision, seed.RestoredTimeline, d.Epoch)}
+}
+
+// restoredPoint is the report of the member whose data dir records the point of the backup
+// that directive d's founders restore (nil: none yet): its seed's, or, the seed having lost
+// its data since, another founder's; never self's own.
+func restoredPoint(st cluster.Status, d cluster.Directive, self string) *cluster.Report {
+	var out *cluster.Report
+	for _, m := range st.Members {
+		if r := m.Report; r != nil && (m.Name == d.Seed || d.Founder(m.Name)) && m.Name != self && r.AppliedEpoch >= d.Epoch && r.RestoredRevision > 0 {
+			out = r
+		}
+	}
+	return out
 }
 
 // foundersToken is the token the seed and the founders of directive d restore under: the

@@ -141,12 +141,9 @@ func (s *Sidecar) watchDirective(ctx context.Context, changes <-chan struct{}) c
 			return ""
 		}
 		d := snap.Directive
-		// A founder waits for the seed to restore, then for its own restore to be recorded.
-		seedActed := false
-		for _, m := range snap.Status.Members {
-			seedActed = seedActed || (m.Name == d.Seed && m.Report != nil && m.Report.AppliedEpoch >= d.Epoch)
-		}
-		return fmt.Sprintf("%d/%s/%s/%t/%t/%v", d.Epoch, d.Phase, d.Seed, d.Ack != nil, seedActed, d.Restored)
+		// A founder waits for the point to restore, then for its own restore to be recorded.
+		restored := restoredPoint(snap.Status, *d, s.cfg.Name) != nil
+		return fmt.Sprintf("%d/%s/%s/%t/%t/%v", d.Epoch, d.Phase, d.Seed, d.Ack != nil, restored, d.Restored)
 	}
 	start := key()
 	go func() {

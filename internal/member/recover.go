@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -86,17 +87,17 @@ func (s *Sidecar) restoreFromBackup(ctx context.Context, spec cluster.Spec, stat
 	// acknowledged) and never takes it for one that never formed.
 	identity.ClusterID, identity.MemberID = "", ""
 	identity.RestoredTimeline, identity.RestoredRevision = res.Timeline, res.Revision
-	restored := datadir.State{Revision: res.Revision}
 	if len(plan.Founders) > 0 {
-		if restored, err = s.inspect(); err != nil {
-			return nil, fmt.Errorf("%w: inspect the restored data dir: %v", errTryAgain, err)
+		memberID, clusterID, err := datadir.ReadWALMetadata(filepath.Join(s.cfg.DataDir, "member", "wal"))
+		if err != nil {
+			return nil, fmt.Errorf("%w: the restored WAL's member and cluster IDs: %v", errTryAgain, err)
 		}
-		identity.ClusterID, identity.MemberID = restored.ClusterIDHex(), restored.MemberIDHex()
+		identity.ClusterID, identity.MemberID = fmt.Sprintf("%x", clusterID), fmt.Sprintf("%x", memberID)
 	}
 	if err := s.writeIdentity(identity); err != nil {
 		return nil, err
 	}
-	if err := s.stillSeeding(ctx, plan.RecoveryEpoch, restored); err != nil {
+	if err := s.stillSeeding(ctx, plan.RecoveryEpoch, identity); err != nil {
 		// Kept beside, never started on: a restore onto the same member with the same token
 		// makes the same member and cluster IDs, so left in place it could pass for this
 		// member's data of the running cluster.
@@ -138,9 +139,9 @@ func founderCluster(spec cluster.Spec, self string, plan Plan) (initialCluster, 
 // names this member as its seed or one of its founders. A restore cancelled meanwhile (the
 // members restart on their own data) or replaced by a new epoch must not start: a cluster on
 // the restored data would form beside them. A founder's restore must also have made the
-// very cluster its seed restored (restored is what it wrote): the same cluster ID and
-// revision as the seed, or another founder, reports; it never starts on other data.
-func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64, restored datadir.State) error {
+// very cluster its seed restored (restored is the identity it recorded): the same cluster
+// ID and revision as the seed, or another founder, reports; it never starts on other data.
+func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64, restored datadir.Identity) error {
 	if epoch == 0 {
 		return nil
 	}
@@ -161,12 +162,12 @@ func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64, restored datadi
 	}
 	for _, m := range snap.Status.Members {
 		if r := m.Report; r != nil && m.Name != s.cfg.Name && (m.Name == d.Seed || d.Founder(m.Name)) && r.AppliedEpoch >= epoch &&
-			r.ClusterID == restored.ClusterIDHex() && r.RestoredRevision == restored.Revision {
+			r.ClusterID == restored.ClusterID && r.RestoredRevision == restored.RestoredRevision {
 			return nil
 		}
 	}
 	return fmt.Errorf("%w: restored cluster %s at revision %d for directive %d, which is not what its seed %s (or another founder) reports having restored: not starting on it",
-		errTryAgain, restored.ClusterIDHex(), restored.Revision, epoch, d.Seed)
+		errTryAgain, restored.ClusterID, restored.RestoredRevision, epoch, d.Seed)
 }
 
 // ownBackup reads which timelines of the backup store are this cluster's (known by the
