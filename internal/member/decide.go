@@ -446,16 +446,24 @@ func decideFounder(o Observation, d cluster.Directive) Plan {
 }
 
 // restoredPoint is the report of the member whose data dir records the point of the backup
-// that directive d's founders restore (nil: none yet): its seed's, or, the seed having lost
-// its data since, another founder's; never self's own.
+// that directive d's founders restore (nil: none yet): its seed's, or, only while the seed's
+// report shows none (it lost its data since), the first other founder's; never self's own.
+// The seed's comes first: another founder's report cannot steer the others away from it.
 func restoredPoint(st cluster.Status, d cluster.Directive, self string) *cluster.Report {
-	var out *cluster.Report
+	var founder *cluster.Report
 	for _, m := range st.Members {
-		if r := m.Report; r != nil && (m.Name == d.Seed || d.Founder(m.Name)) && m.Name != self && r.AppliedEpoch >= d.Epoch && r.RestoredRevision > 0 {
-			out = r
+		r := m.Report
+		if r == nil || m.Name == self || r.AppliedEpoch < d.Epoch || r.RestoredRevision <= 0 {
+			continue
+		}
+		switch {
+		case m.Name == d.Seed:
+			return r
+		case d.Founder(m.Name) && founder == nil:
+			founder = r
 		}
 	}
-	return out
+	return founder
 }
 
 // foundersToken is the token the seed and the founders of directive d restore under: the

@@ -203,6 +203,13 @@ func TestDecide(t *testing.T) {
 			}),
 			want: Plan{Case: "QuorumLossFounderRestore", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
 				Restore: &cluster.RestoreTarget{Timeline: 2, Revision: 77}, Founders: []string{"m0", "m1", "m2"}, FoundersToken: "tok-recovery-4-abc"}},
+		{name: "founder while another founder reports another point than the seed's: restores the seed's",
+			obs: with_(obs("m0", emptyData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m1": restored,
+				"m2": {Name: "m2", AppliedEpoch: 4, Source: cluster.ReportFromDisk, RestoredTimeline: 1, RestoredRevision: 55}})), func(o *Observation) {
+				o.Directive = founding(*backupM1)
+			}),
+			want: Plan{Case: "QuorumLossFounderRestore", Action: ActionRestoreFromBackup, ClusterState: "new", Disposal: MoveDataAside, RecoveryEpoch: 4,
+				Restore: &cluster.RestoreTarget{Timeline: 2, Revision: 77}, Founders: []string{"m0", "m1", "m2"}, FoundersToken: "tok-recovery-4-abc"}},
 		{name: "founder that restored before (recorded) and lost its data since: never restores again under the same member ID",
 			obs: with_(obs("m0", emptyData, cluster.LiveCluster{}, withReports(all, map[string]*cluster.Report{"m1": restored})), func(o *Observation) {
 				o.Directive = founding(*backupM1)

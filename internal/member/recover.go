@@ -160,11 +160,8 @@ func (s *Sidecar) stillSeeding(ctx context.Context, epoch int64, restored datadi
 	if d.Seed == s.cfg.Name {
 		return nil
 	}
-	for _, m := range snap.Status.Members {
-		if r := m.Report; r != nil && m.Name != s.cfg.Name && (m.Name == d.Seed || d.Founder(m.Name)) && r.AppliedEpoch >= epoch &&
-			r.ClusterID == restored.ClusterID && r.RestoredRevision == restored.RestoredRevision {
-			return nil
-		}
+	if p := restoredPoint(snap.Status, *d, s.cfg.Name); p != nil && p.ClusterID == restored.ClusterID && p.RestoredRevision == restored.RestoredRevision {
+		return nil
 	}
 	return fmt.Errorf("%w: restored cluster %s at revision %d for directive %d, which is not what its seed %s (or another founder) reports having restored: not starting on it",
 		errTryAgain, restored.ClusterID, restored.RestoredRevision, epoch, d.Seed)
